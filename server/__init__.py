@@ -1,0 +1,1 @@
+"""Muster scheduler server."""

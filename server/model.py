@@ -1,0 +1,227 @@
+"""The cluster model handed to a scheduling cycle.
+
+This is the one contract between the server's cluster cache (fed by adapters and submissions),
+the scenario loader of ``muster simulate`` and the scheduling core (``server/session``,
+``server/actions``, ``server/plugins``). It is plain data: the core never talks to the cache,
+the store or the network. Resources are in canonical units (see ``server.quantity``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+Resources = dict[str, float]
+
+
+class TaskStatus(enum.IntEnum):
+    """Task lifecycle; values equal the proto enum ``muster.v1.TaskStatus``."""
+
+    PENDING = 1
+    ALLOCATED = 2
+    PIPELINED = 3
+    BINDING = 4
+    BOUND = 5
+    RUNNING = 6
+    RELEASING = 7
+    SUCCEEDED = 8
+    FAILED = 9
+
+    @property
+    def title(self) -> str:
+        return self.name.capitalize()
+
+    @classmethod
+    def from_title(cls, text: str) -> TaskStatus:
+        return cls[text.upper()]
+
+
+# Statuses whose resources are held on a node (Volcano's AllocatedStatus + Releasing).
+OCCUPYING = frozenset(
+    {TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING}
+)
+# Volcano's AllocatedStatus: counted as allocated to the job / queue.
+ALLOCATED = frozenset({TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+ENDED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED})
+
+
+class PodGroupPhase(enum.StrEnum):
+    """Scheduler-side job phase (Volcano PodGroup phase)."""
+
+    PENDING = "Pending"
+    INQUEUE = "Inqueue"
+    RUNNING = "Running"
+    UNKNOWN = "Unknown"
+    COMPLETED = "Completed"
+
+
+@dataclass(slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes ``Toleration.ToleratesTaint``."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == taint.value and (bool(self.key) or self.operator == "Exists")
+
+
+@dataclass(slots=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemption_policy: str = "PreemptLowerPriority"
+    global_default: bool = False
+
+
+@dataclass(slots=True)
+class NodeSpec:
+    name: str
+    allocatable: Resources
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[Taint] = field(default_factory=list)
+    unschedulable: bool = False
+    ready: bool = True
+    backend: str = ""
+    devices: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class QueueSpec:
+    name: str
+    parent: str | None = None
+    weight: int = 1
+    guarantee: Resources = field(default_factory=dict)
+    deserved: Resources = field(default_factory=dict)
+    capability: Resources = field(default_factory=dict)  # absent or inf: unlimited
+    priority: int = 0
+    reclaimable: bool = True
+    state: str = "Open"  # Open | Closing | Closed
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class TaskSpec:
+    uid: str  # unique in the snapshot ("ns/name" in scenarios, "<job id>/<role>-<i>" on the server)
+    name: str
+    namespace: str
+    job: str  # uid of the owning job ("" for foreign tasks)
+    request: Resources
+    role: str = ""
+    status: TaskStatus = TaskStatus.PENDING
+    node: str | None = None
+    priority: int = 0
+    preemptable: bool = True
+    preemption_policy: str = "PreemptLowerPriority"
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[Toleration] = field(default_factory=list)
+    affinity: dict[str, Any] = field(default_factory=dict)  # Kubernetes form (nodeAffinity ...)
+    sub_group: str | None = None
+    gpu_groups: list[str] = field(default_factory=list)
+    creation_index: int = 0  # submission order; ties in task order break on it
+
+
+@dataclass(slots=True)
+class SubGroupSpec:
+    name: str
+    min_member: int
+    topology: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class JobSpec:
+    uid: str  # "ns/name" in scenarios, the client-supplied id on the server
+    name: str
+    namespace: str
+    queue: str
+    tasks: list[TaskSpec]
+    min_member: int = 0  # 0: every task
+    min_task_member: dict[str, int] = field(default_factory=dict)
+    min_resources: Resources | None = None
+    priority: int = 0
+    priority_class: str = ""
+    preemptible: bool | None = None
+    phase: PodGroupPhase = PodGroupPhase.PENDING
+    sub_groups: list[SubGroupSpec] = field(default_factory=list)
+    topology: dict[str, Any] = field(default_factory=dict)
+    network_topology: dict[str, Any] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    stale_seconds: float | None = None
+    creation_index: int = 0  # submission order (Volcano orders equal jobs by creation time)
+
+
+@dataclass(slots=True)
+class HyperNodeSpec:
+    name: str
+    tier: int
+    nodes: list[str] = field(default_factory=list)
+    hypernodes: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ClusterSnapshot:
+    nodes: list[NodeSpec]
+    queues: list[QueueSpec]
+    jobs: list[JobSpec]
+    # Tasks Muster does not schedule (pods of another scheduler ...): they only hold capacity.
+    foreign_tasks: list[TaskSpec] = field(default_factory=list)
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    hypernodes: list[HyperNodeSpec] = field(default_factory=list)
+    topologies: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Condition:
+    type: str  # Unschedulable | Scheduled
+    status: str = "True"
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(slots=True)
+class Explanation:
+    """Why a job is (not) placed, from the last cycle (``muster explain``)."""
+
+    gate: str  # none | queue | enqueue | gang | placement
+    summary: str
+    node_reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    phase: PodGroupPhase
+    conditions: list[Condition] = field(default_factory=list)
+    explanation: Explanation | None = None
+
+
+@dataclass(slots=True)
+class CycleResult:
+    """What one cycle decided. Task and job keys are the snapshot's uids."""
+
+    cycle_id: int
+    binds: dict[str, str] = field(default_factory=dict)  # task -> node (free resources)
+    bind_devices: dict[str, list[str]] = field(default_factory=dict)
+    pipelined: dict[str, str] = field(default_factory=dict)  # task -> node (releasing resources)
+    evictions: dict[str, str] = field(default_factory=dict)  # task -> reason
+    moved: dict[str, tuple[str, str]] = field(default_factory=dict)  # task -> (from, to)
+    jobs: dict[str, JobOutcome] = field(default_factory=dict)
+    task_status: dict[str, tuple[TaskStatus, str | None]] = field(default_factory=dict)
+    action_seconds: dict[str, float] = field(default_factory=dict)
+    plugin_seconds: dict[str, float] = field(default_factory=dict)
