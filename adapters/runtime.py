@@ -1,0 +1,592 @@
+"""Shared adapter runtime: the backend side of the Muster API, for every adapter.
+
+A concrete adapter (fake bare-metal agent, Slurm, Kubernetes) implements the small
+:class:`Backend` protocol -- *what the cluster looks like* and *how to apply a decision* -- and
+hands it to :class:`BackendRuntime`, which does all the talking to the server::
+
+    runtime = BackendRuntime(backend, server="127.0.0.1:50051", name="rack-a", kind="fake-agent")
+    backend.attach(runtime)            # optional: lets the backend queue deltas
+    await runtime.run()                # until runtime.stop() or cancellation
+
+What the runtime does, per connection ("session"):
+
+1. ``RegisterBackend`` (name, kind, labels). The reply's ``server_id`` keys the decision ledger: a
+   server that lost its state restarts decision ids, so a new ``server_id`` clears the ledger.
+2. ``SyncSnapshot`` with ``await backend.list_nodes()`` and ``await backend.list_tasks()`` (the
+   full current state, including tasks still running from before a disconnect).
+3. Flushes the outbox (acks and deltas queued while disconnected, in their original order).
+4. Runs, in one anyio task group: the decision reader (``StreamDecisions`` with
+   ``after_decision_id`` = the highest decision id this runtime has applied and had acknowledged),
+   the applier, and the outbox sender.
+
+Any RPC failure ends the session; the runtime reconnects with exponential backoff and full
+jitter (``backoff_initial`` doubling up to ``backoff_max``; reset after a successful sync) and
+re-syncs. ``stop()`` ends :meth:`BackendRuntime.run` cleanly.
+
+Decisions and acks
+    Every decision is acknowledged exactly once per application. The runtime never applies a
+    decision id twice: it keeps a :class:`DecisionLedger` of outcomes; a decision it has already
+    applied (resent after a reconnect) is re-acknowledged with the remembered outcome. Pass a
+    :class:`FileDecisionLedger` to remember outcomes across a restart of the adapter itself.
+    A bind whose ``deadline`` has passed is rejected without reaching the backend (the server
+    has already expired it and returned the task to Pending).
+
+Batching (gangs)
+    Decisions arrive one by one on the stream, but the runtime hands them to the backend in
+    *bursts*: everything already received, plus whatever arrives within ``batch_linger`` seconds,
+    split into runs of one ``cycle_id`` (stream order is kept). A backend that must place a gang
+    atomically (Slurm: one allocation for all binds of a job) implements the optional
+    ``apply_batch(decisions) -> list[Outcome]``; otherwise the runtime calls ``apply_bind`` /
+    ``apply_evict`` for each decision in order. :func:`group_by_job` helps split a burst per job.
+
+Deltas
+    The backend reports changes with :meth:`BackendRuntime.report_task_status`,
+    :meth:`upsert_node`, :meth:`remove_node`, :meth:`upsert_foreign_task`,
+    :meth:`remove_foreign_task`. They are queued (never lost while disconnected) and sent in
+    batches of up to ``max_batch``. Deltas queued while a decision is being applied are sent
+    *after* that decision's ack, so the server sees "bind acknowledged" before "task Running".
+    A batch the server refuses as a whole (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION) is
+    retried one item at a time and the offending items are dropped with a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import anyio
+import grpc
+import structlog
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+
+from muster.v1 import muster_pb2 as pb
+from muster.v1 import muster_pb2_grpc as pb_grpc
+
+log = structlog.get_logger("muster.adapter")
+
+# Server answers meaning "this item is wrong", as opposed to "the connection is broken".
+_ITEM_ERRORS = frozenset(
+    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a backend implements
+# ---------------------------------------------------------------------------------------------
+
+
+class Rejected(Exception):
+    """Raised by ``apply_bind`` / ``apply_evict`` to reject a decision; the message is the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of applying one decision (becomes a ``DecisionAck``)."""
+
+    applied: bool
+    reason: str = ""
+
+    @classmethod
+    def reject(cls, reason: str) -> Outcome:
+        return cls(False, reason)
+
+
+APPLIED = Outcome(True)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a concrete adapter implements. All methods are coroutines run on the runtime's loop.
+
+    ``apply_bind`` / ``apply_evict`` return normally when the decision is applied and raise
+    :class:`Rejected` (or return an :class:`Outcome`) when it cannot be honoured. Any other
+    exception rejects the decision with the exception text. Optionally a backend may define
+    ``async def apply_batch(self, decisions: list[pb.Decision]) -> list[Outcome]`` to receive a
+    whole burst of one cycle at once (see the module docstring).
+    """
+
+    async def list_nodes(self) -> Sequence[pb.Node]: ...
+
+    async def list_tasks(self) -> Sequence[pb.BackendTask]: ...
+
+    async def apply_bind(self, decision: pb.Decision) -> Outcome | None: ...
+
+    async def apply_evict(self, decision: pb.Decision) -> Outcome | None: ...
+
+
+def group_by_job(decisions: Iterable[pb.Decision]) -> dict[str, list[pb.Decision]]:
+    """Split decisions by job id (bind or evict), keeping order within each job."""
+    groups: dict[str, list[pb.Decision]] = {}
+    for decision in decisions:
+        action = decision.WhichOneof("action")
+        job_id = getattr(decision, action).job_id if action else ""
+        groups.setdefault(job_id, []).append(decision)
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------
+# Decision ledger (dedup)
+# ---------------------------------------------------------------------------------------------
+
+
+class DecisionLedger:
+    """Outcomes of applied decisions, keyed by decision id, for one server identity.
+
+    Bounded: keeps the most recent ``capacity`` ids. ``high_water`` is the highest id applied.
+    """
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self.server_id = ""
+        self.high_water = 0
+        self._outcomes: OrderedDict[int, Outcome] = OrderedDict()
+
+    def get(self, decision_id: int) -> Outcome | None:
+        return self._outcomes.get(decision_id)
+
+    def record(self, decision_id: int, outcome: Outcome) -> None:
+        self._outcomes[decision_id] = outcome
+        self._outcomes.move_to_end(decision_id)
+        self.high_water = max(self.high_water, decision_id)
+        while len(self._outcomes) > self.capacity:
+            self._outcomes.popitem(last=False)
+
+    def bind_server(self, server_id: str) -> bool:
+        """Adopt ``server_id``; returns True (and forgets everything) when it changed."""
+        if self.server_id == server_id:
+            return False
+        changed = bool(self.server_id)
+        self.server_id = server_id
+        if changed:
+            self._outcomes.clear()
+            self.high_water = 0
+        return changed
+
+    def flush(self) -> None:
+        """Persist (no-op in memory)."""
+
+    def __len__(self) -> int:
+        return len(self._outcomes)
+
+    def _dump(self) -> dict[str, Any]:
+        return {
+            "server_id": self.server_id,
+            "high_water": self.high_water,
+            "outcomes": [[k, v.applied, v.reason] for k, v in self._outcomes.items()],
+        }
+
+    def _load(self, data: dict[str, Any]) -> None:
+        self.server_id = str(data.get("server_id", ""))
+        self.high_water = int(data.get("high_water", 0))
+        for decision_id, applied, reason in data.get("outcomes", []):
+            self._outcomes[int(decision_id)] = Outcome(bool(applied), str(reason))
+
+
+class FileDecisionLedger(DecisionLedger):
+    """A ledger persisted as JSON (atomic replace) so an adapter restart never re-applies."""
+
+    def __init__(self, path: str | os.PathLike[str], capacity: int = 100_000) -> None:
+        super().__init__(capacity)
+        self.path = Path(path)
+        if self.path.exists():
+            try:
+                self._load(json.loads(self.path.read_text()))
+            except (ValueError, TypeError, OSError) as exc:
+                log.warning("ledger unreadable, starting empty", path=str(self.path), error=str(exc))
+
+    def flush(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._dump()))
+        os.replace(tmp, self.path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The runtime
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Item:
+    """One queued outbound message: an ack or a delta."""
+
+    ack: pb.DecisionAck | None = None
+    delta: pb.Delta | None = None
+
+
+class BackendRuntime:
+    """Connects a :class:`Backend` to a Muster server; see the module docstring."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        server: str,
+        name: str,
+        kind: str = "fake-agent",
+        labels: dict[str, str] | None = None,
+        ledger: DecisionLedger | None = None,
+        backoff_initial: float = 0.2,
+        backoff_max: float = 5.0,
+        max_attempts: int | None = None,
+        batch_linger: float = 0.05,
+        max_batch: int = 500,
+        flush_interval: float = 0.05,
+        channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.server = server
+        self.name = name
+        self.kind = kind
+        self.labels = dict(labels or {})
+        self.ledger = ledger if ledger is not None else DecisionLedger()
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.max_attempts = max_attempts
+        self.batch_linger = batch_linger
+        self.max_batch = max_batch
+        self.flush_interval = flush_interval
+        self._channel_factory = channel_factory or grpc.aio.insecure_channel
+        self._outbox: list[_Item] = []
+        self._deferred: list[_Item] | None = None  # deltas raised while applying a burst
+        self._outbox_event = anyio.Event()
+        self._stop = anyio.Event()
+        self._ready = anyio.Event()
+        self.connected = False
+        self.server_id = ""
+        self.sessions = 0  # successful syncs, for tests and logs
+        self.applied_count = 0
+
+    # -- deltas -------------------------------------------------------------------------------
+
+    def report_task_status(
+        self,
+        task_id: str,
+        status: int,
+        *,
+        node: str = "",
+        message: str = "",
+        exit_code: int = 0,
+    ) -> None:
+        update = pb.TaskStatusUpdate(
+            task_id=task_id, status=status, node=node, message=message, exit_code=exit_code
+        )
+        self._queue(_Item(delta=pb.Delta(task_status=update)))
+
+    def upsert_node(self, node: pb.Node) -> None:
+        self._queue(_Item(delta=pb.Delta(node_upserted=node)))
+
+    def remove_node(self, name: str) -> None:
+        self._queue(_Item(delta=pb.Delta(node_removed=name)))
+
+    def upsert_foreign_task(self, task: pb.BackendTask) -> None:
+        self._queue(_Item(delta=pb.Delta(foreign_task_upserted=task)))
+
+    def remove_foreign_task(self, task_id: str) -> None:
+        self._queue(_Item(delta=pb.Delta(foreign_task_removed=task_id)))
+
+    def _queue(self, item: _Item) -> None:
+        if self._deferred is not None and item.delta is not None:
+            self._deferred.append(item)
+            return
+        self._outbox.append(item)
+        self._outbox_event.set()
+
+    @property
+    def pending_outbox(self) -> int:
+        return len(self._outbox) + len(self._deferred or ())
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return (safe to call from any task on the loop)."""
+        self._stop.set()
+
+    async def wait_ready(self) -> None:
+        """Wait until the first successful register + snapshot."""
+        await self._ready.wait()
+
+    async def run(self) -> None:
+        """Connect, sync, serve decisions; reconnect with backoff until :meth:`stop`."""
+        attempt = 0
+        async with anyio.create_task_group() as tg:
+
+            async def watch_stop() -> None:
+                await self._stop.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch_stop)
+            while not self._stop.is_set():
+                synced = False
+                try:
+                    synced = await self._session()
+                except grpc.aio.AioRpcError as exc:
+                    log.info("disconnected", backend=self.name, code=exc.code().name, details=exc.details())
+                except (OSError, anyio.EndOfStream) as exc:
+                    log.info("disconnected", backend=self.name, error=repr(exc))
+                except Exception:  # noqa: BLE001 - a bug in one session must not end the adapter
+                    log.exception("session failed", backend=self.name)
+                finally:
+                    self.connected = False
+                if self._stop.is_set():
+                    break
+                attempt = 1 if synced else attempt + 1
+                if self.max_attempts is not None and attempt > self.max_attempts:
+                    log.error("giving up", backend=self.name, attempts=attempt - 1)
+                    break
+                delay = self._backoff(attempt)
+                log.info("reconnecting", backend=self.name, attempt=attempt, delay=round(delay, 3))
+                await anyio.sleep(delay)
+            tg.cancel_scope.cancel()
+
+    def _backoff(self, attempt: int) -> float:
+        # Full jitter: uniform in [cap/2, cap] so a restarted server is not hit by every adapter at once.
+        cap = min(self.backoff_max, self.backoff_initial * math.pow(2, max(0, attempt - 1)))
+        return random.uniform(cap / 2, cap)
+
+    async def _session(self) -> bool:
+        """One connection. Returns True if it got as far as a successful sync."""
+        channel = self._channel_factory(self.server)
+        synced = False
+        try:
+            stub = pb_grpc.SchedulerStub(channel)
+            reply = await stub.RegisterBackend(
+                pb.RegisterBackendRequest(name=self.name, kind=self.kind, labels=self.labels)
+            )
+            self.server_id = reply.server_id
+            if self.ledger.bind_server(reply.server_id):
+                log.warning("server identity changed: forgetting applied decisions", backend=self.name)
+                self.ledger.flush()
+            nodes = list(await self.backend.list_nodes())
+            tasks = list(await self.backend.list_tasks())
+            await stub.SyncSnapshot(pb.SyncSnapshotRequest(backend=self.name, nodes=nodes, tasks=tasks))
+            synced = True
+            self.sessions += 1
+            self.connected = True
+            log.info("synced", backend=self.name, server_id=reply.server_id, nodes=len(nodes), tasks=len(tasks))
+            await self._flush(stub)
+            self._ready.set()
+            send, receive = anyio.create_memory_object_stream[pb.Decision](10_000)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._read_decisions, stub, send)
+                    tg.start_soon(self._apply_decisions, receive)
+                    tg.start_soon(self._send_outbox, stub)
+            except BaseExceptionGroup as group:
+                raise _first_error(group) from None
+        finally:
+            with anyio.CancelScope(shield=True):
+                await channel.close(grace=None)
+        return synced
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    async def _read_decisions(self, stub: pb_grpc.SchedulerStub, send: ObjectSendStream[pb.Decision]) -> None:
+        request = pb.StreamDecisionsRequest(backend=self.name, after_decision_id=self._resume_after())
+        async with send:
+            call = stub.StreamDecisions(request)
+            try:
+                async for decision in call:
+                    await send.send(decision)
+            finally:
+                call.cancel()
+        # The server ended the stream (e.g. it is shutting down): treat as a disconnect.
+        raise anyio.EndOfStream
+
+    def _resume_after(self) -> int:
+        # Resume after the highest applied id only once nothing is waiting to be acked; otherwise
+        # ask for everything unacknowledged and let the ledger answer the duplicates.
+        if any(item.ack is not None for item in self._outbox):
+            return 0
+        return self.ledger.high_water
+
+    async def _apply_decisions(self, receive: ObjectReceiveStream[pb.Decision]) -> None:
+        async with receive:
+            while True:
+                burst = [await receive.receive()]
+                with anyio.move_on_after(self.batch_linger):
+                    while len(burst) < self.max_batch:
+                        burst.append(await receive.receive())
+                # Shielded: a lost connection must not interrupt a half-applied decision (the
+                # outcome would be unknown and the decision re-applied on reconnect).
+                with anyio.CancelScope(shield=True):
+                    for run in _runs_by_cycle(burst):
+                        await self._apply_run(run)
+
+    async def _apply_run(self, decisions: list[pb.Decision]) -> None:
+        fresh: list[pb.Decision] = []
+        acks: list[pb.DecisionAck] = []
+        outcomes: dict[int, Outcome] = {}
+        seen: set[int] = set()
+        for decision in decisions:
+            known = self.ledger.get(decision.id)
+            if known is not None or decision.id in seen:
+                # Already applied: re-ack with the remembered outcome, never apply twice.
+                prior = known or APPLIED
+                acks.append(pb.DecisionAck(decision_id=decision.id, applied=prior.applied, reason=prior.reason))
+                log.debug("duplicate decision re-acked", backend=self.name, decision=decision.id)
+                continue
+            seen.add(decision.id)
+            if _expired(decision):
+                outcomes[decision.id] = Outcome.reject("deadline passed before the backend received it")
+                continue
+            fresh.append(decision)
+        self._deferred = []
+        try:
+            if fresh:
+                for decision, outcome in zip(fresh, await self._call_backend(fresh), strict=True):
+                    outcomes[decision.id] = outcome
+            for decision in decisions:
+                outcome = outcomes.pop(decision.id, None)
+                if outcome is None:
+                    continue
+                self.ledger.record(decision.id, outcome)
+                self.applied_count += 1
+                acks.append(pb.DecisionAck(decision_id=decision.id, applied=outcome.applied, reason=outcome.reason))
+                log.info(
+                    "decision",
+                    backend=self.name,
+                    id=decision.id,
+                    cycle=decision.cycle_id,
+                    action=decision.WhichOneof("action"),
+                    task=_task_of(decision),
+                    applied=outcome.applied,
+                    reason=outcome.reason,
+                )
+            self.ledger.flush()
+        finally:
+            deferred, self._deferred = self._deferred, None
+            for ack in acks:
+                self._outbox.append(_Item(ack=ack))
+            self._outbox.extend(deferred)
+            self._outbox_event.set()
+
+    async def _call_backend(self, decisions: list[pb.Decision]) -> list[Outcome]:
+        apply_batch = getattr(self.backend, "apply_batch", None)
+        if apply_batch is not None:
+            try:
+                outcomes = list(await apply_batch(decisions))
+            except Rejected as exc:
+                return [Outcome.reject(str(exc))] * len(decisions)
+            except Exception as exc:  # noqa: BLE001 - a backend bug rejects, never kills the runtime
+                log.exception("apply_batch failed", backend=self.name)
+                return [Outcome.reject(f"backend error: {exc}")] * len(decisions)
+            if len(outcomes) != len(decisions):
+                raise RuntimeError("apply_batch must return one Outcome per decision")
+            return outcomes
+        return [await self._apply_one(decision) for decision in decisions]
+
+    async def _apply_one(self, decision: pb.Decision) -> Outcome:
+        action = decision.WhichOneof("action")
+        try:
+            if action == "bind":
+                result = await self.backend.apply_bind(decision)
+            elif action == "evict":
+                result = await self.backend.apply_evict(decision)
+            else:
+                return Outcome.reject(f"unknown decision action {action!r}")
+        except Rejected as exc:
+            return Outcome.reject(str(exc))
+        except Exception as exc:  # noqa: BLE001 - see _call_backend
+            log.exception("apply failed", backend=self.name, decision=decision.id)
+            return Outcome.reject(f"backend error: {exc}")
+        return result if isinstance(result, Outcome) else APPLIED
+
+    # -- outbox -------------------------------------------------------------------------------
+
+    async def _send_outbox(self, stub: pb_grpc.SchedulerStub) -> None:
+        while True:
+            await self._outbox_event.wait()
+            self._outbox_event = anyio.Event()
+            await anyio.sleep(self.flush_interval)  # coalesce a burst into one RPC
+            await self._flush(stub)
+
+    async def _flush(self, stub: pb_grpc.SchedulerStub) -> None:
+        """Send the outbox in order: consecutive acks as one RPC, consecutive deltas as another."""
+        while self._outbox:
+            head_is_ack = self._outbox[0].ack is not None
+            run: list[_Item] = []
+            for item in self._outbox:
+                if (item.ack is not None) != head_is_ack or len(run) >= self.max_batch:
+                    break
+                run.append(item)
+            await self._send_run(stub, run, head_is_ack)
+            # Only drop what was sent: the outbox may have grown while we awaited.
+            del self._outbox[: len(run)]
+
+    async def _send_run(self, stub: pb_grpc.SchedulerStub, run: list[_Item], acks: bool) -> None:
+        async def send(items: list[_Item]) -> None:
+            if acks:
+                await stub.AckDecisions(
+                    pb.AckDecisionsRequest(backend=self.name, acks=[i.ack for i in items if i.ack])
+                )
+            else:
+                await stub.SendDeltas(
+                    pb.SendDeltasRequest(backend=self.name, deltas=[i.delta for i in items if i.delta])
+                )
+
+        try:
+            await send(run)
+            return
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in _ITEM_ERRORS:
+                raise
+            if len(run) == 1:
+                log.warning(
+                    "server refused item, dropping",
+                    backend=self.name,
+                    kind="ack" if acks else "delta",
+                    item=_describe(run[0]),
+                    code=exc.code().name,
+                    details=exc.details(),
+                )
+                return
+        for item in run:  # find the offending item(s); the rest still go through
+            await self._send_run(stub, [item], acks)
+
+
+def _first_error(group: BaseExceptionGroup) -> BaseException:
+    """The first real error of a task group failure (cancellations are consequences)."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return _first_error(exc)
+        if not isinstance(exc, anyio.get_cancelled_exc_class()):
+            return exc
+    return group
+
+
+def _runs_by_cycle(decisions: list[pb.Decision]) -> list[list[pb.Decision]]:
+    runs: list[list[pb.Decision]] = []
+    for decision in decisions:
+        if runs and runs[-1][0].cycle_id == decision.cycle_id:
+            runs[-1].append(decision)
+        else:
+            runs.append([decision])
+    return runs
+
+
+def _expired(decision: pb.Decision) -> bool:
+    if decision.WhichOneof("action") != "bind" or not decision.HasField("deadline"):
+        return False
+    deadline = decision.deadline.seconds + decision.deadline.nanos / 1e9
+    return deadline > 0 and time.time() > deadline
+
+
+def _task_of(decision: pb.Decision) -> str:
+    action = decision.WhichOneof("action")
+    return getattr(decision, action).task_id if action else ""
+
+
+def _describe(item: _Item) -> str:
+    if item.ack is not None:
+        return f"ack {item.ack.decision_id}"
+    assert item.delta is not None
+    return f"delta {item.delta.WhichOneof('change')}"
