@@ -1,0 +1,574 @@
+"""``muster-agent``: a fake bare-metal cluster that really runs what Muster binds to it.
+
+    muster-agent --server 127.0.0.1:50051 --name rack-a --inventory examples/inventory-a.yaml \
+                 [--state-dir var/agent-a] [--kill-grace 5] [--log-format console|json]
+
+It registers its inventory's nodes through :class:`adapters.runtime.BackendRuntime`, launches each
+bound task as a real subprocess (the bind's ``command``, or ``sleep <duration_seconds>``), reports
+Running / Succeeded / Failed (with the exit code) as deltas, acknowledges every decision, and
+rejects a bind it cannot honour: unknown or cordoned node, a task already running, or a request
+that does not fit the node's *own* free resources (it never over-commits, whatever the server
+thinks). An evict kills the task's process group (SIGTERM, then SIGKILL after ``--kill-grace``);
+the applied ack is the report (the server returns the task to Pending or cancels it), so no
+Failed delta follows an eviction. The inventory file is re-read when it changes (nodes added,
+changed, removed are sent as deltas).
+
+Restarts:
+* server restart: the runtime reconnects with backoff and re-syncs; running tasks are in the
+  snapshot, so nothing is started twice.
+* agent restart: without ``--state-dir`` the agent kills its tasks on exit (they would be
+  orphans). With ``--state-dir`` tasks run in their own session and survive the agent: their pid
+  and the file their exit code is written to are recorded, applied decision ids too, and the next
+  agent re-adopts running tasks, reports the ones that ended meanwhile, and re-acks (never
+  re-applies) decisions the server resends.
+
+Each task gets MUSTER_TASK_ID, MUSTER_JOB_ID, MUSTER_NODE, MUSTER_AGENT and, when it holds GPUs,
+CUDA_VISIBLE_DEVICES / MUSTER_DEVICES in its environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskGroup
+
+from adapters.runtime import (
+    BackendRuntime,
+    DecisionLedger,
+    FileDecisionLedger,
+    Outcome,
+    Rejected,
+    configure_logging,
+)
+from adapters.slurm.inventory import GPU, InventoryError, InventoryNode, load_inventory
+from muster.v1 import muster_pb2 as pb
+from server.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
+
+log = structlog.get_logger("muster.agent")
+
+# Ended tasks stay in snapshots this long, so a server that reconnects before their final
+# delta arrives sees them ended rather than lost.
+_ENDED_TTL = 600.0
+_ENDED_MAX = 2000
+# Wrapper that records the exit code of a detached task (only used with --state-dir).
+_EXIT_WRAPPER = '"$@"; code=$?; echo "$code" > "$MUSTER_EXIT_FILE"; exit "$code"'
+
+
+@dataclass(slots=True)
+class LiveTask:
+    task_id: str
+    job_id: str
+    node: str
+    request: dict[str, float]
+    devices: list[str]
+    decision_id: int
+    pid: int
+    start_ticks: int  # /proc/<pid>/stat starttime: guards against pid reuse on adoption
+    exit_file: str = ""
+    evicted: bool = False
+
+
+@dataclass(slots=True)
+class EndedTask:
+    task_id: str
+    node: str
+    status: int
+    exit_code: int
+    message: str
+    ended_at: float = field(default_factory=time.time)
+
+
+class FakeAgent:
+    """The :class:`adapters.runtime.Backend` of a fake bare-metal cluster."""
+
+    def __init__(
+        self,
+        name: str,
+        inventory: list[InventoryNode],
+        *,
+        inventory_path: str | None = None,
+        state_dir: str | None = None,
+        kill_grace: float = 5.0,
+    ) -> None:
+        self.name = name
+        self.nodes: dict[str, InventoryNode] = {n.name: n for n in inventory}
+        self.inventory_path = inventory_path
+        self.state_dir = Path(state_dir) if state_dir else None
+        self.kill_grace = kill_grace
+        self.live: dict[str, LiveTask] = {}
+        self.ended: dict[str, EndedTask] = {}
+        self.runtime: BackendRuntime | None = None
+        self._tg: TaskGroup | None = None
+        self._processes: dict[str, anyio.abc.Process] = {}
+        if self.state_dir:
+            (self.state_dir / "tasks").mkdir(parents=True, exist_ok=True)
+
+    # -- resources ----------------------------------------------------------------------------
+
+    def used(self, node: str) -> dict[str, float]:
+        used: dict[str, float] = {}
+        for task in self.live.values():
+            if task.node == node:
+                for res, value in task.request.items():
+                    used[res] = used.get(res, 0.0) + value
+        return used
+
+    def free(self, node: str) -> dict[str, float]:
+        spec = self.nodes[node]
+        used = self.used(node)
+        return {res: cap - used.get(res, 0.0) for res, cap in spec.allocatable.items()}
+
+    def free_devices(self, node: str) -> list[str]:
+        taken = {d for t in self.live.values() if t.node == node for d in t.devices}
+        return [d for d in self.nodes[node].gpu_ids if d not in taken]
+
+    def _check_bind(self, bind: pb.BindDecision) -> tuple[dict[str, float], list[str]]:
+        """Validate a bind against the agent's own bookkeeping; returns (request, devices)."""
+        if not bind.task_id:
+            raise Rejected("bind.task_id is empty")
+        if bind.node not in self.nodes:
+            raise Rejected(f"unknown node {bind.node!r} (not in agent {self.name}'s inventory)")
+        if self.nodes[bind.node].unschedulable:
+            raise Rejected(f"node {bind.node} is cordoned")
+        if bind.task_id in self.live:
+            where = self.live[bind.task_id].node
+            raise Rejected(f"task {bind.task_id} is already running on {where}")
+        try:
+            request = parse_resources(dict(bind.request.quantities))
+        except QuantityError as exc:
+            raise Rejected(f"bind.request.{exc}") from None
+        free = self.free(bind.node)
+        short = [
+            f"{res} (requested {format_resources({res: want})[res]}, "
+            f"free {format_resources({res: max(free.get(res, 0.0), 0.0)})[res]})"
+            for res, want in sorted(request.items())
+            if want > free.get(res, 0.0) + MIN_RESOURCE
+        ]
+        if short:
+            raise Rejected(f"node {bind.node} cannot fit task {bind.task_id}: insufficient " + ", ".join(short))
+        free_devices = self.free_devices(bind.node)
+        if bind.devices:
+            bad = [d for d in bind.devices if d not in free_devices]
+            if bad:
+                raise Rejected(f"devices {bad} are not free on node {bind.node}")
+            return request, list(bind.devices)
+        gpus = request.get(GPU, 0.0)
+        whole = round(gpus / 1000)
+        if gpus > 0 and math.isclose(whole * 1000, gpus) and whole <= len(free_devices):
+            return request, free_devices[:whole]
+        return request, []
+
+    # -- Backend protocol ---------------------------------------------------------------------
+
+    async def list_nodes(self) -> list[pb.Node]:
+        return [n.to_proto(self.name) for n in self.nodes.values()]
+
+    async def list_tasks(self) -> list[pb.BackendTask]:
+        self._expire_ended()
+        tasks = [
+            pb.BackendTask(
+                task_id=t.task_id,
+                node=t.node,
+                request=pb.ResourceList(quantities=format_resources(t.request)),
+                status=pb.TASK_STATUS_RUNNING,
+                devices=t.devices,
+            )
+            for t in self.live.values()
+            if not t.evicted
+        ]
+        tasks += [pb.BackendTask(task_id=e.task_id, node=e.node, status=e.status) for e in self.ended.values()]
+        return tasks
+
+    async def apply_bind(self, decision: pb.Decision) -> Outcome:
+        bind = decision.bind
+        request, devices = self._check_bind(bind)
+        argv = list(bind.command) or ["sleep", _seconds(bind.duration_seconds)]
+        env = dict(os.environ)
+        env.update(
+            MUSTER_TASK_ID=bind.task_id,
+            MUSTER_JOB_ID=bind.job_id,
+            MUSTER_NODE=bind.node,
+            MUSTER_AGENT=self.name,
+            MUSTER_DECISION_ID=str(decision.id),
+        )
+        if devices:
+            env["CUDA_VISIBLE_DEVICES"] = env["MUSTER_DEVICES"] = ",".join(devices)
+        exit_file = ""
+        stdout: Any = sys.stderr if os.environ.get("MUSTER_AGENT_TASK_OUTPUT") else open(os.devnull, "wb")
+        if self.state_dir:
+            stem = _file_stem(bind.task_id)
+            exit_file = str(self.state_dir / "tasks" / f"{stem}.exit")
+            Path(exit_file).unlink(missing_ok=True)
+            env["MUSTER_EXIT_FILE"] = exit_file
+            argv = ["/bin/sh", "-c", _EXIT_WRAPPER, "muster-task", *argv]
+            stdout = open(self.state_dir / "tasks" / f"{stem}.log", "ab")
+        try:
+            process = await anyio.open_process(
+                argv, stdin=None, stdout=stdout, stderr=stdout, env=env, start_new_session=True
+            )
+        except OSError as exc:
+            raise Rejected(f"cannot start task {bind.task_id}: {exc.strerror or exc}") from None
+        finally:
+            if stdout is not sys.stderr:
+                stdout.close()
+        task = LiveTask(
+            task_id=bind.task_id,
+            job_id=bind.job_id,
+            node=bind.node,
+            request=request,
+            devices=devices,
+            decision_id=decision.id,
+            pid=process.pid,
+            start_ticks=_start_ticks(process.pid),
+            exit_file=exit_file,
+        )
+        self.live[task.task_id] = task
+        self.ended.pop(task.task_id, None)
+        self._processes[task.task_id] = process
+        self._save()
+        self._report(task.task_id, pb.TASK_STATUS_RUNNING, task.node, f"pid {process.pid}")
+        assert self._tg is not None, "FakeAgent.run() must be running"
+        self._tg.start_soon(self._watch_child, task, process)
+        log.info("task started", task=task.task_id, node=task.node, pid=process.pid, argv=argv[-3:])
+        return Outcome(True, f"started pid {process.pid}")
+
+    async def apply_evict(self, decision: pb.Decision) -> Outcome:
+        evict = decision.evict
+        task = self.live.get(evict.task_id)
+        if task is None:
+            return Outcome(True, f"task {evict.task_id} is not running")
+        task.evicted = True
+        how = await self._kill(task)
+        self._forget(task)
+        log.info("task evicted", task=task.task_id, node=task.node, reason=evict.reason, how=how)
+        return Outcome(True, f"killed pid {task.pid} ({how})")
+
+    # -- processes ----------------------------------------------------------------------------
+
+    async def _kill(self, task: LiveTask) -> str:
+        """SIGTERM the task's process group, SIGKILL after the grace period. Returns what it took."""
+        process = self._processes.get(task.task_id)
+        if not _signal_group(task.pid, signal.SIGTERM):
+            return "already gone"
+        if await self._wait_gone(task, process, self.kill_grace):
+            return "SIGTERM"
+        _signal_group(task.pid, signal.SIGKILL)
+        await self._wait_gone(task, process, 5.0)
+        return "SIGKILL"
+
+    async def _wait_gone(self, task: LiveTask, process: anyio.abc.Process | None, timeout: float) -> bool:
+        with anyio.move_on_after(timeout):
+            if process is not None:
+                await process.wait()
+            else:
+                while _alive(task.pid, task.start_ticks):
+                    await anyio.sleep(0.05)
+            # The group may outlive its leader (a shell's children): wait for all of it.
+            while _group_alive(task.pid):
+                await anyio.sleep(0.05)
+            return True
+        return False
+
+    async def _watch_child(self, task: LiveTask, process: anyio.abc.Process) -> None:
+        code = await process.wait()
+        self._finish(task, code)
+
+    async def _watch_adopted(self, task: LiveTask) -> None:
+        while _alive(task.pid, task.start_ticks):
+            await anyio.sleep(0.2)
+        code = _read_exit_file(task.exit_file)
+        self._finish(task, code if code is not None else -1, lost=code is None)
+
+    def _finish(self, task: LiveTask, code: int, *, lost: bool = False) -> None:
+        if task.evicted or self.live.get(task.task_id) is not task:
+            return  # the evict path reports (through its ack) and frees
+        if lost:
+            status, message = pb.TASK_STATUS_FAILED, "process lost while the agent was down"
+        elif code == 0:
+            status, message = pb.TASK_STATUS_SUCCEEDED, "exit code 0"
+        elif code < 0:
+            status, message = pb.TASK_STATUS_FAILED, f"killed by signal {-code}"
+        else:
+            status, message = pb.TASK_STATUS_FAILED, f"exit code {code}"
+        self._forget(task)
+        self.ended[task.task_id] = EndedTask(task.task_id, task.node, status, code, message)
+        self._save()
+        self._report(task.task_id, status, task.node, message, exit_code=code)
+        log.info("task ended", task=task.task_id, node=task.node, status=pb.TaskStatus.Name(status), code=code)
+
+    def _forget(self, task: LiveTask) -> None:
+        self.live.pop(task.task_id, None)
+        self._processes.pop(task.task_id, None)
+        self._save()
+
+    def _report(self, task_id: str, status: int, node: str, message: str, exit_code: int = 0) -> None:
+        if self.runtime is not None:
+            self.runtime.report_task_status(task_id, status, node=node, message=message, exit_code=exit_code)
+
+    def _expire_ended(self) -> None:
+        horizon = time.time() - _ENDED_TTL
+        for task_id in [k for k, e in self.ended.items() if e.ended_at < horizon]:
+            del self.ended[task_id]
+        while len(self.ended) > _ENDED_MAX:
+            self.ended.pop(next(iter(self.ended)))
+
+    # -- state dir ----------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        if not self.state_dir:
+            return
+        data = {
+            "live": [asdict(t) for t in self.live.values()],
+            "ended": [asdict(e) for e in self.ended.values()],
+        }
+        path = self.state_dir / "tasks.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+
+    def _adopt(self) -> tuple[list[LiveTask], list[LiveTask]]:
+        """Take over tasks of a previous agent run recorded in the state dir.
+
+        Returns (still running, ended while the agent was away).
+        """
+        running: list[LiveTask] = []
+        gone: list[LiveTask] = []
+        if not self.state_dir or not (self.state_dir / "tasks.json").exists():
+            return running, gone
+        try:
+            data = json.loads((self.state_dir / "tasks.json").read_text())
+            for raw in data.get("ended", []):
+                ended = EndedTask(**raw)
+                self.ended[ended.task_id] = ended
+            live = [LiveTask(**raw) for raw in data.get("live", [])]
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("task state unreadable, ignoring", error=str(exc))
+            return running, gone
+        for task in live:
+            if task.evicted:
+                continue
+            self.live[task.task_id] = task
+            if _alive(task.pid, task.start_ticks):
+                running.append(task)
+                log.info("adopted running task", task=task.task_id, node=task.node, pid=task.pid)
+            else:
+                gone.append(task)
+        return running, gone
+
+    # -- inventory ----------------------------------------------------------------------------
+
+    async def _watch_inventory(self, interval: float = 1.0) -> None:
+        if not self.inventory_path:
+            return
+        path = Path(self.inventory_path)
+        last = _mtime(path)
+        while True:
+            await anyio.sleep(interval)
+            now = _mtime(path)
+            if now == last:
+                continue
+            last = now
+            try:
+                nodes = {n.name: n for n in load_inventory(path)}
+            except InventoryError as exc:
+                log.warning("inventory change ignored", error=str(exc))
+                continue
+            self._apply_inventory(nodes)
+
+    def _apply_inventory(self, nodes: dict[str, InventoryNode]) -> None:
+        for name in [n for n in self.nodes if n not in nodes]:
+            del self.nodes[name]
+            if self.runtime:
+                self.runtime.remove_node(name)
+            log.info("node removed", node=name)
+        for name, node in nodes.items():
+            if name not in self.nodes or self.nodes[name] != node:
+                self.nodes[name] = node
+                if self.runtime:
+                    self.runtime.upsert_node(node.to_proto(self.name))
+                log.info("node upserted", node=name)
+
+    # -- run ----------------------------------------------------------------------------------
+
+    async def run(self, runtime: BackendRuntime) -> None:
+        """Serve until the runtime stops; on exit kill tasks unless a state dir keeps them."""
+        self.runtime = runtime
+        running, gone = self._adopt()
+        for task in gone:  # reported before the first sync is even attempted (queued deltas)
+            code = _read_exit_file(task.exit_file)
+            self._finish(task, code if code is not None else -1, lost=code is None)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                for task in running:
+                    tg.start_soon(self._watch_adopted, task)
+                tg.start_soon(self._watch_inventory)
+                await runtime.run()
+                tg.cancel_scope.cancel()
+        finally:
+            self._tg = None
+            with anyio.CancelScope(shield=True):
+                await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        if self.state_dir:
+            self._save()
+            log.info("agent stopped; tasks keep running", tasks=len(self.live))
+            return
+        for task in list(self.live.values()):
+            task.evicted = True
+            await self._kill(task)
+            self._forget(task)
+        log.info("agent stopped; tasks killed")
+
+
+# ---------------------------------------------------------------------------------------------
+# Process helpers (Linux /proc)
+# ---------------------------------------------------------------------------------------------
+
+
+def _seconds(value: float) -> str:
+    return f"{max(value, 0.0):g}"
+
+
+def _file_stem(task_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)
+
+
+def _start_ticks(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _alive(pid: int, start_ticks: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":  # zombie: it has exited
+        return False
+    return not start_ticks or int(fields[19]) == start_ticks
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg(0) also succeeds for zombies; look for a live member.
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _read_exit_file(path: str) -> int | None:
+    if not path:
+        return None
+    try:
+        return int(Path(path).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="muster-agent", description="Fake bare-metal Muster backend.")
+    parser.add_argument("--server", default=os.environ.get("MUSTER_SERVER", "127.0.0.1:50051"))
+    parser.add_argument("--name", required=True, help="backend name (unique per server)")
+    parser.add_argument("--inventory", required=True, help="YAML file of nodes (see docs/agent.md)")
+    parser.add_argument("--state-dir", help="keep tasks and applied decision ids across agent restarts")
+    parser.add_argument("--kill-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--backoff-max", type=float, default=5.0, help="longest reconnect delay (seconds)")
+    parser.add_argument("--log-format", choices=["console", "json"], default="console")
+    parser.add_argument("--log-level", default="info")
+    return parser
+
+
+async def serve(args: argparse.Namespace) -> None:
+    inventory = load_inventory(args.inventory)
+    agent = FakeAgent(
+        args.name,
+        inventory,
+        inventory_path=args.inventory,
+        state_dir=args.state_dir,
+        kill_grace=args.kill_grace,
+    )
+    ledger: DecisionLedger = (
+        FileDecisionLedger(Path(args.state_dir) / "ledger.json") if args.state_dir else DecisionLedger()
+    )
+    runtime = BackendRuntime(
+        agent, server=args.server, name=args.name, kind="fake-agent", ledger=ledger, backoff_max=args.backoff_max
+    )
+    log.info("agent starting", name=args.name, server=args.server, nodes=len(inventory), pid=os.getpid())
+    async with anyio.create_task_group() as tg:
+
+        async def on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    log.info("signal received, stopping", name=args.name)
+                    runtime.stop()
+                    return
+
+        tg.start_soon(on_signal)
+        await agent.run(runtime)
+        tg.cancel_scope.cancel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_format, args.log_level)
+    try:
+        anyio.run(serve, args, backend="asyncio")
+    except InventoryError as exc:
+        print(f"error: inventory {args.inventory}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
