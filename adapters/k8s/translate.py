@@ -1,0 +1,339 @@
+"""Kubernetes objects (plain JSON dicts, as the API server sends them) -> Muster API messages.
+
+Pure functions, no I/O: Nodes -> ``pb.Node``, Pods -> requests / ``pb.BackendTask`` / task groups,
+Volcano and coscheduling PodGroups -> gang parameters of a ``pb.JobSpec``, Volcano Queues ->
+``pb.Queue``, PriorityClasses -> priority values.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.v1 import muster_pb2 as pb
+from server.quantity import QuantityError, format_resources, parse_resources
+
+Obj = dict[str, Any]
+
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_TASK_SPEC = "volcano.sh/task-spec"
+VOLCANO_PODGROUP = "scheduling.volcano.sh/v1beta1"
+COSCHEDULING_PODGROUP = "scheduling.x-k8s.io/v1alpha1"
+# Pod names of a task group, in task-index order: lets an adapter restart recover the mapping
+# task id <-> pod from the server (GetJob) instead of guessing it.
+PODS_ANNOTATION = "muster.dev/pods"
+DEFAULT_ROLE = "task"
+TERMINAL_PHASES = ("Succeeded", "Failed")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def key_of(obj: Obj) -> str:
+    """Cache key: "namespace/name" (or "name" for cluster-scoped objects)."""
+    m = meta(obj)
+    return f"{m['namespace']}/{m['name']}" if m.get("namespace") else str(m.get("name", ""))
+
+
+# ------------------------------------------------------------------------------------------
+# Nodes
+# ------------------------------------------------------------------------------------------
+
+
+def node_ready(node: Obj) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False  # no Ready condition yet: the kubelet has not reported
+
+
+def node_to_pb(node: Obj) -> pb.Node:
+    m, spec, status = meta(node), node.get("spec") or {}, node.get("status") or {}
+    allocatable = {k: str(v) for k, v in (status.get("allocatable") or {}).items() if _valid_quantity(k, v)}
+    taints = [
+        pb.Taint(key=t.get("key", ""), value=t.get("value", "") or "", effect=t.get("effect", ""))
+        for t in spec.get("taints") or []
+        if t.get("key") and t.get("effect") in TAINT_EFFECTS
+    ]
+    return pb.Node(
+        name=m["name"],
+        allocatable=pb.ResourceList(quantities=allocatable),
+        labels={k: str(v) for k, v in (m.get("labels") or {}).items()},
+        taints=taints,
+        unschedulable=bool(spec.get("unschedulable")),
+        not_ready=not node_ready(node),
+    )
+
+
+def _valid_quantity(name: str, value: Any) -> bool:
+    try:
+        parse_resources({name: value})
+    except QuantityError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------
+# Pods
+# ------------------------------------------------------------------------------------------
+
+
+def pod_request(pod: Obj) -> dict[str, str]:
+    """Effective request as kube-scheduler computes it: max(sum(containers), max(initContainers))
+    + overhead, plus one ``pods`` slot. Malformed quantities are skipped (the API server would
+    have refused them)."""
+    spec = pod.get("spec") or {}
+    total: dict[str, float] = {}
+    for c in spec.get("containers") or []:
+        for name, value in _requests(c).items():
+            total[name] = total.get(name, 0.0) + value
+    for c in spec.get("initContainers") or []:
+        for name, value in _requests(c).items():
+            total[name] = max(total.get(name, 0.0), value)
+    for name, value in _parse(spec.get("overhead") or {}).items():
+        total[name] = total.get(name, 0.0) + value
+    total["pods"] = 1
+    return format_resources(total)
+
+
+def _requests(container: Obj) -> dict[str, float]:
+    res = container.get("resources") or {}
+    # A container with limits but no requests requests its limits (API server defaulting).
+    merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+    return _parse(merged)
+
+
+def _parse(quantities: Obj) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, value in quantities.items():
+        try:
+            out.update(parse_resources({name: value}))
+        except QuantityError:
+            continue
+    return out
+
+
+def pod_group_ref(pod: Obj) -> tuple[str, str] | None:
+    """(podgroup apiVersion, "namespace/name") of the gang a pod joins, or None (a job of one)."""
+    m = meta(pod)
+    ns = m.get("namespace", "default")
+    name = (m.get("annotations") or {}).get(VOLCANO_GROUP_ANNOTATION)
+    if name:
+        return VOLCANO_PODGROUP, f"{ns}/{name}"
+    name = (m.get("labels") or {}).get(COSCHEDULING_GROUP_LABEL)
+    if name:
+        return COSCHEDULING_PODGROUP, f"{ns}/{name}"
+    return None
+
+
+_ROLE_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def pod_role(pod: Obj) -> str:
+    m = meta(pod)
+    raw = (m.get("annotations") or {}).get(VOLCANO_TASK_SPEC) or (m.get("labels") or {}).get(VOLCANO_TASK_SPEC)
+    role = _ROLE_BAD.sub("-", raw or "").strip("-_.")
+    return role or DEFAULT_ROLE
+
+
+def pod_node(pod: Obj) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def pod_phase(pod: Obj) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def pod_terminal(pod: Obj) -> bool:
+    return pod_phase(pod) in TERMINAL_PHASES
+
+
+def pod_active_on_node(pod: Obj) -> bool:
+    """Bound and not finished: holds node capacity."""
+    return bool(pod_node(pod)) and not pod_terminal(pod)
+
+
+def pod_task_status(pod: Obj) -> int:
+    phase = pod_phase(pod)
+    if phase == "Succeeded":
+        return pb.TASK_STATUS_SUCCEEDED
+    if phase == "Failed":
+        return pb.TASK_STATUS_FAILED
+    if phase == "Running":
+        return pb.TASK_STATUS_RUNNING
+    return pb.TASK_STATUS_BOUND if pod_node(pod) else pb.TASK_STATUS_PENDING
+
+
+def pod_exit_code(pod: Obj) -> int:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term and term.get("exitCode"):
+            return int(term["exitCode"])
+    return 0
+
+
+def foreign_task_id(pod: Obj) -> str:
+    m = meta(pod)
+    return f"k8s:{m.get('namespace', 'default')}:pod:{m['name']}"
+
+
+def foreign_task(pod: Obj) -> pb.BackendTask:
+    """A bound pod Muster did not place: it only consumes capacity."""
+    return pb.BackendTask(
+        task_id=foreign_task_id(pod),
+        node=pod_node(pod),
+        request=pb.ResourceList(quantities=pod_request(pod)),
+        status=pb.TASK_STATUS_RUNNING if pod_phase(pod) == "Running" else pb.TASK_STATUS_BOUND,
+        foreign_task=True,
+    )
+
+
+def task_group(role: str, pods: list[Obj]) -> pb.TaskGroup:
+    """One TaskGroup for the pods of one role; the template is the first pod (by name)."""
+    pods = sorted(pods, key=lambda p: meta(p)["name"])
+    first = pods[0]
+    spec = first.get("spec") or {}
+    tolerations = [
+        pb.Toleration(
+            key=t.get("key", "") or "",
+            operator=t.get("operator", "") or "",
+            value=t.get("value", "") or "",
+            effect=t.get("effect", "") or "",
+            toleration_seconds=int(t.get("tolerationSeconds") or 0),
+        )
+        for t in spec.get("tolerations") or []
+    ]
+    group = pb.TaskGroup(
+        role=role,
+        replicas=len(pods),
+        request=pb.ResourceList(quantities=pod_request(first)),
+        node_selector={k: str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+        tolerations=tolerations,
+        labels={k: str(v) for k, v in (meta(first).get("labels") or {}).items()},
+        annotations={PODS_ANNOTATION: ",".join(meta(p)["name"] for p in pods)},
+    )
+    affinity = affinity_to_pb(spec.get("affinity") or {})
+    if affinity is not None:
+        group.affinity.CopyFrom(affinity)
+    return group
+
+
+def _requirements(reqs: list[Obj] | None) -> list[pb.LabelSelectorRequirement]:
+    return [
+        pb.LabelSelectorRequirement(key=r.get("key", ""), operator=r.get("operator", ""),
+                                    values=[str(v) for v in r.get("values") or []])
+        for r in reqs or []
+    ]
+
+
+def _term(term: Obj) -> pb.NodeSelectorTerm:
+    return pb.NodeSelectorTerm(match_expressions=_requirements(term.get("matchExpressions")),
+                               match_fields=_requirements(term.get("matchFields")))
+
+
+def _pod_term(term: Obj) -> pb.PodAffinityTerm:
+    sel = term.get("labelSelector") or {}
+    return pb.PodAffinityTerm(
+        label_selector=pb.LabelSelector(match_labels=sel.get("matchLabels") or {},
+                                        match_expressions=_requirements(sel.get("matchExpressions"))),
+        namespaces=term.get("namespaces") or [],
+        topology_key=term.get("topologyKey", ""),
+    )
+
+
+def _pod_affinity(pa: Obj) -> pb.PodAffinity:
+    return pb.PodAffinity(
+        required=[_pod_term(t) for t in pa.get("requiredDuringSchedulingIgnoredDuringExecution") or []],
+        preferred=[pb.WeightedPodAffinityTerm(weight=int(w.get("weight", 1)), term=_pod_term(w.get("podAffinityTerm") or {}))
+                   for w in pa.get("preferredDuringSchedulingIgnoredDuringExecution") or []],
+    )
+
+
+def affinity_to_pb(aff: Obj) -> pb.Affinity | None:
+    if not aff:
+        return None
+    out = pb.Affinity()
+    na = aff.get("nodeAffinity") or {}
+    if na:
+        required = (na.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+        out.node_affinity.CopyFrom(pb.NodeAffinity(
+            required=[_term(t) for t in required],
+            preferred=[pb.PreferredSchedulingTerm(weight=int(p.get("weight", 1)), preference=_term(p.get("preference") or {}))
+                       for p in na.get("preferredDuringSchedulingIgnoredDuringExecution") or []],
+        ))
+    if aff.get("podAffinity"):
+        out.pod_affinity.CopyFrom(_pod_affinity(aff["podAffinity"]))
+    if aff.get("podAntiAffinity"):
+        out.pod_anti_affinity.CopyFrom(_pod_affinity(aff["podAntiAffinity"]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# PodGroups, queues, priority classes
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class GangSpec:
+    """The gang parameters of a PodGroup (Volcano or coscheduling)."""
+
+    min_member: int = 1
+    min_task_member: dict[str, int] = field(default_factory=dict)
+    min_resources: dict[str, str] = field(default_factory=dict)
+    queue: str = ""
+    priority_class: str = ""
+
+
+def gang_spec(podgroup: Obj) -> GangSpec:
+    spec = podgroup.get("spec") or {}
+    min_resources = {k: str(v) for k, v in (spec.get("minResources") or {}).items() if _valid_quantity(k, v)}
+    return GangSpec(
+        min_member=max(0, int(spec.get("minMember") or 0)),
+        min_task_member={str(k): int(v) for k, v in (spec.get("minTaskMember") or {}).items()},
+        min_resources=min_resources,
+        queue=str(spec.get("queue") or ""),
+        priority_class=str(spec.get("priorityClassName") or ""),
+    )
+
+
+def job_id_for_group(namespace: str, name: str) -> str:
+    # ':' because the server reserves '/' to separate a job id from its task suffix.
+    return f"k8s:{namespace}:{name}"
+
+
+def job_id_for_pod(namespace: str, name: str) -> str:
+    return f"k8s:{namespace}:pod:{name}"
+
+
+def queue_to_pb(queue: Obj) -> pb.Queue:
+    """Volcano ``scheduling.volcano.sh/v1beta1`` Queue -> Muster queue."""
+    m, spec, status = meta(queue), queue.get("spec") or {}, queue.get("status") or {}
+
+    def rl(value: Any) -> pb.ResourceList:
+        return pb.ResourceList(quantities={k: str(v) for k, v in (value or {}).items()
+                                           if str(v) == "-1" or _valid_quantity(k, v)})
+
+    state = {"Open": pb.QUEUE_STATE_OPEN, "Closing": pb.QUEUE_STATE_CLOSING,
+             "Closed": pb.QUEUE_STATE_CLOSED}.get(str(status.get("state") or spec.get("state") or "Open"),
+                                                 pb.QUEUE_STATE_OPEN)
+    q = pb.Queue(
+        name=m["name"],
+        parent="" if m["name"] == "root" else str(spec.get("parent") or ""),
+        weight=max(0, int(spec.get("weight") or 1)),
+        guarantee=rl((spec.get("guarantee") or {}).get("resource")),
+        deserved=rl(spec.get("deserved")),
+        capability=rl(spec.get("capability")),
+        priority=int(spec.get("priority") or 0),
+        state=state,
+    )
+    if "reclaimable" in spec:
+        q.reclaimable = bool(spec["reclaimable"])
+    return q
+
+
+def priority_value(priority_class: Obj) -> int:
+    return int(priority_class.get("value") or 0)
