@@ -1,0 +1,134 @@
+"""Slurm's command line as async subprocesses (Slurm 22.05 has no usable API for placement).
+
+pyslurm has no 22.05 build and slurmrestd 22.05 refuses ``required_nodes``, so every call is a
+``sinfo`` / ``squeue`` / ``scontrol`` process (about 6 ms each). Calls are bounded by a timeout
+and by a concurrency limit, so a burst of enforcement calls cannot fork-bomb a small host.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import anyio
+import structlog
+
+from adapters.slurm.parse import (
+    SQUEUE_FORMAT,
+    JobRecord,
+    SlurmJob,
+    SlurmNode,
+    parse_scontrol_job,
+    parse_sinfo_json,
+    parse_squeue_format,
+    parse_squeue_json,
+)
+
+log = structlog.get_logger("muster.slurm")
+
+
+class SlurmError(Exception):
+    """A Slurm command failed; ``str()`` is Slurm's own message (stderr, else stdout)."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, message: str) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.message = message.strip() or f"exit status {returncode}"
+        super().__init__(self.message)
+
+
+@dataclass(slots=True)
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+class SlurmCLI:
+    """Thin async wrappers over the Slurm commands the adapter needs."""
+
+    def __init__(self, *, bin_dir: str = "", timeout: float = 30.0, parallel: int = 4) -> None:
+        self.bin_dir = bin_dir
+        self.timeout = timeout
+        self._limit = anyio.CapacityLimiter(parallel)
+        self.calls = 0
+
+    def _argv(self, argv: Sequence[str]) -> list[str]:
+        return [os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0], *argv[1:]]
+
+    async def run(self, *argv: str, check: bool = True) -> Result:
+        full = self._argv(argv)
+        started = time.perf_counter()
+        async with self._limit:
+            self.calls += 1
+            try:
+                with anyio.fail_after(self.timeout):
+                    proc = await anyio.run_process(full, check=False, env={**os.environ, "LC_ALL": "C"})
+            except TimeoutError:
+                raise SlurmError(full, -1, f"{argv[0]} timed out after {self.timeout:.0f} s") from None
+            except OSError as exc:
+                raise SlurmError(full, -1, f"cannot run {argv[0]}: {exc}") from None
+        result = Result(
+            proc.returncode,
+            proc.stdout.decode(errors="replace"),
+            proc.stderr.decode(errors="replace"),
+            time.perf_counter() - started,
+        )
+        if check and result.returncode != 0:
+            raise SlurmError(full, result.returncode, result.stderr or result.stdout)
+        return result
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def nodes(self, partition: str = "") -> list[SlurmNode]:
+        argv = ["sinfo", "--json"]
+        if partition:
+            argv += ["-p", partition]
+        nodes = parse_sinfo_json((await self.run(*argv)).stdout)
+        if partition:  # 22.05's --json may ignore -p like squeue ignores -t: filter here too
+            nodes = [n for n in nodes if not n.partitions or partition in n.partitions]
+        return nodes
+
+    async def jobs(self, *, states: str = "all") -> list[SlurmJob]:
+        """The cheap poll (honours filters). ``states`` as for ``squeue -t``."""
+        out = await self.run("squeue", "-h", "-a", "-t", states, "-O", SQUEUE_FORMAT)
+        return parse_squeue_format(out.stdout)
+
+    async def jobs_full(self) -> list[SlurmJob]:
+        """Every job with every field (incl. AdminComment); used for the start-up re-sync."""
+        return parse_squeue_json((await self.run("squeue", "--json")).stdout)
+
+    async def show_job(self, job_id: int) -> JobRecord:
+        return parse_scontrol_job((await self.run("scontrol", "show", "job", "-o", str(job_id))).stdout)
+
+    # -- acting -------------------------------------------------------------------------------
+
+    async def place(self, job_id: int, partition: str, nodes: Sequence[str], marker: str = "") -> None:
+        """The one enforcement RPC: move a staged job to ``partition`` on exactly ``nodes``.
+
+        ``StartTime=now`` undoes the ~2 min EligibleTime a requeue leaves behind.
+        """
+        argv = ["scontrol", "update", f"JobId={job_id}", f"Partition={partition}",
+                f"NodeList={','.join(nodes)}", "StartTime=now"]
+        if marker:
+            argv.append(f"AdminComment={marker}")
+        await self.run(*argv)
+
+    async def unstage(self, job_id: int, staging: str) -> None:
+        """Back to the staging partition with no node list (after an eviction or a bad placement)."""
+        await self.run("scontrol", "update", f"JobId={job_id}", f"Partition={staging}", "NodeList=")
+
+    async def requeuehold(self, job_id: int) -> None:
+        await self.run("scontrol", "requeuehold", str(job_id))
+
+    async def release(self, job_id: int) -> None:
+        await self.run("scontrol", "release", str(job_id))
+
+    async def cancel(self, job_id: int) -> None:
+        await self.run("scancel", str(job_id))
+
+    async def ping(self) -> bool:
+        return (await self.run("scontrol", "ping", check=False)).returncode == 0
