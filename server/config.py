@@ -1,4 +1,21 @@
-"""Scheduler configuration (Volcano's format). INTERIM signatures; the full loader replaces it."""
+"""Scheduler configuration in Volcano's format, loaded as-is.
+
+    actions: "enqueue, allocate, backfill"      # or a YAML list
+    tiers:
+    - plugins:
+      - name: gang
+        enablePreemptable: false                # per-extension-point switches
+        arguments: {...}                        # plugin arguments, validated by the plugin
+    configurations:                             # Volcano's per-action arguments
+    - name: preempt
+      arguments: {enableTopologyAwarePreemption: true}
+
+Muster additions: ``action_arguments`` (the scenario form of ``configurations``),
+``extension_points_not_listed: enabled|disabled`` (``disabled``: only switches written as ``true``
+are on, the way Volcano's own tests build tiers), ``profile: volcano|kai``, ``session`` (scheduler-
+wide parameters) and ``priorityClasses``. Unknown keys, actions, plugins, switches and arguments are
+errors naming the field.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +24,53 @@ from typing import Any
 
 import yaml
 
+from server.model import PriorityClass
+
 DEFAULT_CONFIG_YAML = """\
 actions: "enqueue, allocate, backfill"
 tiers:
 - plugins:
   - name: priority
   - name: gang
-    enablePreemptable: false
   - name: conformance
 - plugins:
   - name: overcommit
   - name: drf
-    enablePreemptable: false
   - name: predicates
   - name: proportion
   - name: nodeorder
-  - name: binpack
 """
+
+# YAML key -> extension point switch (Volcano conf.PluginOption).
+SWITCHES: dict[str, str] = {
+    "enableJobOrder": "job_order",
+    "enableHierarchy": "hierarchy",
+    "enableJobReady": "job_ready",
+    "enableJobPipelined": "job_pipelined",
+    "enableTaskOrder": "task_order",
+    "enablePreemptable": "preemptable",
+    "enableReclaimable": "reclaimable",
+    "enablePreemptive": "preemptive",
+    "enableQueueOrder": "queue_order",
+    "enabledClusterOrder": "cluster_order",
+    "enablePredicate": "predicate",
+    "enableBestNode": "best_node",
+    "enableNodeOrder": "node_order",
+    "enableTargetJob": "target_job",
+    "enableReservedNodes": "reserved_nodes",
+    "enableJobEnqueued": "job_enqueued",
+    "enabledVictim": "victim",
+    "enableJobStarving": "job_starving",
+    "enabledOverused": "overused",
+    "enabledAllocatable": "allocatable",
+    "enabledHyperNodeOrder": "hypernode_order",
+    "enabledSubJobReady": "subjob_ready",
+    "enabledSubJobPipelined": "subjob_pipelined",
+    "enabledSubJobOrder": "subjob_order",
+    "enabledHyperNodeGradient": "hypernode_gradient",
+}
+# Volcano's defaulting leaves hierarchy off unless asked for; every other switch defaults to on.
+_DEFAULT_OFF = {"hierarchy"}
 
 
 class ConfigError(ValueError):
@@ -31,10 +78,178 @@ class ConfigError(ValueError):
 
 
 @dataclass
+class PluginOption:
+    name: str
+    switches: dict[str, bool]
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    def enabled(self, point: str) -> bool:
+        return self.switches.get(point, False)
+
+
+@dataclass
 class SchedulerConfig:
     actions: list[str]
-    raw: dict[str, Any] = field(default_factory=dict)
+    tiers: list[list[PluginOption]]
+    action_arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    profile: str = "volcano"
+    session: dict[str, Any] = field(default_factory=dict)
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     yaml_text: str = ""
+
+    def plugin(self, name: str) -> PluginOption | None:
+        for tier in self.tiers:
+            for p in tier:
+                if p.name == name:
+                    return p
+        return None
+
+
+_TOP_KEYS = {
+    "actions", "tiers", "configurations", "action_arguments", "extension_points_not_listed",
+    "profile", "session", "priorityClasses", "metrics", "cycles", "name",
+}
+
+
+def _bool(value: Any, path: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{path}: {value!r} is not a boolean")
+
+
+def parse_priority_classes(raw: Any, path: str) -> dict[str, PriorityClass]:
+    out: dict[str, PriorityClass] = {}
+    if raw is None:
+        return out
+    if not isinstance(raw, list):
+        raise ConfigError(f"{path}: must be a list")
+    for i, pc in enumerate(raw):
+        p = f"{path}[{i}]"
+        if not isinstance(pc, dict):
+            raise ConfigError(f"{p}: must be a mapping")
+        unknown = set(pc) - {"name", "value", "preemptionPolicy", "globalDefault", "description"}
+        if unknown:
+            raise ConfigError(f"{p}.{sorted(unknown)[0]}: unknown field")
+        if not isinstance(pc.get("name"), str) or not pc["name"]:
+            raise ConfigError(f"{p}.name: required")
+        if not isinstance(pc.get("value"), int) or isinstance(pc.get("value"), bool):
+            raise ConfigError(f"{p}.value: {pc.get('value')!r} is not an integer")
+        policy = pc.get("preemptionPolicy", "PreemptLowerPriority")
+        if policy not in ("PreemptLowerPriority", "Never"):
+            raise ConfigError(f"{p}.preemptionPolicy: {policy!r} is not PreemptLowerPriority or Never")
+        out[pc["name"]] = PriorityClass(pc["name"], pc["value"], policy, bool(pc.get("globalDefault", False)))
+    return out
+
+
+def parse_config(raw: Any, *, path: str = "config", text: str = "") -> SchedulerConfig:
+    """Validate a configuration mapping (already parsed from YAML/JSON)."""
+    # Imported here: the registries import the plugin and action modules, which import the framework.
+    from server.actions import ACTIONS
+    from server.plugins import PLUGINS
+
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: must be a mapping")
+    for key in raw:
+        if key not in _TOP_KEYS and not str(key).startswith("x-"):
+            raise ConfigError(f"{path}.{key}: unknown field")
+
+    actions_raw = raw.get("actions", "enqueue, allocate, backfill")
+    if isinstance(actions_raw, str):
+        actions = [a.strip() for a in actions_raw.split(",") if a.strip()]
+    elif isinstance(actions_raw, list) and all(isinstance(a, str) for a in actions_raw):
+        actions = [a.strip() for a in actions_raw]
+    else:
+        raise ConfigError(f"{path}.actions: must be a string or a list of action names")
+    for i, a in enumerate(actions):
+        if a not in ACTIONS:
+            raise ConfigError(f"{path}.actions[{i}]: unknown action {a!r} (known: {', '.join(sorted(ACTIONS))})")
+
+    mode = raw.get("extension_points_not_listed", "enabled")
+    if mode not in ("enabled", "disabled"):
+        raise ConfigError(f"{path}.extension_points_not_listed: {mode!r} is not enabled or disabled")
+    profile = raw.get("profile", "volcano")
+    if profile not in ("volcano", "kai"):
+        raise ConfigError(f"{path}.profile: {profile!r} is not volcano or kai")
+
+    tiers_raw = raw.get("tiers", [])
+    if not isinstance(tiers_raw, list):
+        raise ConfigError(f"{path}.tiers: must be a list")
+    tiers: list[list[PluginOption]] = []
+    for ti, tier in enumerate(tiers_raw):
+        tp = f"{path}.tiers[{ti}]"
+        if not isinstance(tier, dict) or set(tier) - {"plugins"}:
+            raise ConfigError(f"{tp}: a tier is a mapping with one key, plugins")
+        plugins_raw = tier.get("plugins") or []
+        if not isinstance(plugins_raw, list):
+            raise ConfigError(f"{tp}.plugins: must be a list")
+        options: list[PluginOption] = []
+        for pi, p in enumerate(plugins_raw):
+            pp = f"{tp}.plugins[{pi}]"
+            if not isinstance(p, dict) or not isinstance(p.get("name"), str):
+                raise ConfigError(f"{pp}.name: required")
+            name = p["name"]
+            plugin_cls = PLUGINS.get(name)
+            if plugin_cls is None:
+                raise ConfigError(f"{pp}.name: unknown plugin {name!r} (known: {', '.join(sorted(PLUGINS))})")
+            switches: dict[str, bool] = {}
+            for key, value in p.items():
+                if key in ("name", "arguments"):
+                    continue
+                if key not in SWITCHES:
+                    raise ConfigError(f"{pp}.{key}: unknown field")
+                switches[SWITCHES[key]] = _bool(value, f"{pp}.{key}")
+            for point in SWITCHES.values():
+                if point not in switches:
+                    switches[point] = mode == "enabled" and point not in _DEFAULT_OFF
+            args = p.get("arguments") or {}
+            if not isinstance(args, dict):
+                raise ConfigError(f"{pp}.arguments: must be a mapping")
+            try:
+                plugin_cls.validate_arguments(args)
+            except ValueError as exc:
+                raise ConfigError(f"{pp}.arguments.{exc}") from None
+            options.append(PluginOption(name, switches, dict(args)))
+        tiers.append(options)
+
+    action_arguments: dict[str, dict[str, Any]] = {}
+    confs = raw.get("configurations") or []
+    if not isinstance(confs, list):
+        raise ConfigError(f"{path}.configurations: must be a list")
+    for ci, c in enumerate(confs):
+        cp = f"{path}.configurations[{ci}]"
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            raise ConfigError(f"{cp}.name: required")
+        action_arguments[c["name"]] = dict(c.get("arguments") or {})
+    extra = raw.get("action_arguments") or {}
+    if not isinstance(extra, dict):
+        raise ConfigError(f"{path}.action_arguments: must be a mapping")
+    for name, args in extra.items():
+        if not isinstance(args, dict):
+            raise ConfigError(f"{path}.action_arguments.{name}: must be a mapping")
+        action_arguments.setdefault(name, {}).update(args)
+    for name, args in action_arguments.items():
+        action_cls = ACTIONS.get(name)
+        if action_cls is None:
+            raise ConfigError(f"{path}.action_arguments.{name}: unknown action")
+        try:
+            action_cls.validate_arguments(args)
+        except ValueError as exc:
+            raise ConfigError(f"{path}.action_arguments.{name}.{exc}") from None
+
+    session = raw.get("session") or {}
+    if not isinstance(session, dict):
+        raise ConfigError(f"{path}.session: must be a mapping")
+    return SchedulerConfig(
+        actions=actions,
+        tiers=tiers,
+        action_arguments=action_arguments,
+        profile=profile,
+        session=dict(session),
+        priority_classes=parse_priority_classes(raw.get("priorityClasses"), f"{path}.priorityClasses"),
+        yaml_text=text,
+    )
 
 
 def load_config(text: str) -> SchedulerConfig:
@@ -42,12 +257,7 @@ def load_config(text: str) -> SchedulerConfig:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"config: not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError("config: must be a mapping")
-    actions = raw.get("actions", "")
-    if isinstance(actions, str):
-        actions = [a.strip() for a in actions.split(",") if a.strip()]
-    return SchedulerConfig(actions=list(actions), raw=raw, yaml_text=text)
+    return parse_config(raw, text=text)
 
 
 def default_config() -> SchedulerConfig:

@@ -78,7 +78,7 @@ class Toleration:
             return False
         if self.operator == "Exists":
             return True
-        return self.value == taint.value and (bool(self.key) or self.operator == "Exists")
+        return self.value == taint.value
 
 
 @dataclass(slots=True)

@@ -1,25 +1,18 @@
 """Entry point of the scheduling core: one cycle over a snapshot.
 
-``SchedulerCore.run_cycle`` is pure: snapshot in, decisions out. The server runs it in a worker
-thread; ``muster simulate`` runs it directly.
-
-INTERIM: a plain gang first-fit, replaced by the session/actions/plugins framework.
+``SchedulerCore.run_cycle`` is pure: snapshot in, decisions out (open session -> configured
+actions -> close session). The server runs it in a worker thread; ``muster simulate`` runs it
+directly.
 """
 
 from __future__ import annotations
 
+import time
+
+from server.actions import ACTIONS
 from server.config import SchedulerConfig, default_config
-from server.model import (
-    OCCUPYING,
-    ClusterSnapshot,
-    Condition,
-    CycleResult,
-    Explanation,
-    JobOutcome,
-    PodGroupPhase,
-    TaskStatus,
-)
-from server.quantity import MIN_RESOURCE
+from server.model import ClusterSnapshot, CycleResult
+from server.session.session import Session
 
 
 class SchedulerCore:
@@ -30,40 +23,20 @@ class SchedulerCore:
         """Takes effect at the next cycle."""
         self.config = config
 
+    def open_session(self, snapshot: ClusterSnapshot, cycle_id: int) -> Session:
+        return Session(snapshot, self.config, cycle_id)
+
     def run_cycle(self, snapshot: ClusterSnapshot, cycle_id: int) -> CycleResult:
-        result = CycleResult(cycle_id=cycle_id)
-        idle = {n.name: dict(n.allocatable) for n in snapshot.nodes}
-        usable = {n.name for n in snapshot.nodes if not n.unschedulable and n.ready}
-        all_tasks = [t for j in snapshot.jobs for t in j.tasks] + list(snapshot.foreign_tasks)
-        for t in all_tasks:
-            if t.status in OCCUPYING and t.node in idle:
-                for r, v in t.request.items():
-                    idle[t.node][r] = idle[t.node].get(r, 0.0) - v
-        for job in snapshot.jobs:
-            pending = [t for t in job.tasks if t.status == TaskStatus.PENDING]
-            placed = [t for t in job.tasks if t.status in OCCUPYING]
-            need = (job.min_member or len(job.tasks)) - len(placed)
-            trial: dict[str, str] = {}
-            for t in pending:
-                for name in sorted(usable):
-                    free = idle[name]
-                    if all(free.get(r, 0.0) + MIN_RESOURCE >= v for r, v in t.request.items()):
-                        for r, v in t.request.items():
-                            free[r] = free.get(r, 0.0) - v
-                        trial[t.uid] = name
-                        break
-            if len(trial) >= need:
-                result.binds.update(trial)
-                result.jobs[job.uid] = JobOutcome(PodGroupPhase.RUNNING if trial or placed else job.phase)
-            else:
-                for uid, name in trial.items():
-                    req = next(t.request for t in pending if t.uid == uid)
-                    for r, v in req.items():
-                        idle[name][r] += v
-                msg = f"{len(trial)}/{len(pending)} tasks in gang unschedulable: gang needs {need}"
-                result.jobs[job.uid] = JobOutcome(
-                    job.phase,
-                    [Condition("Unschedulable", "True", "NotEnoughResources", msg)],
-                    Explanation("placement", msg),
-                )
+        config = self.config  # one config for the whole cycle, even if swapped meanwhile
+        started = time.perf_counter()
+        ssn = Session(snapshot, config, cycle_id)
+        ssn.result.action_seconds["session.open"] = time.perf_counter() - started
+        for name in config.actions:
+            action = ACTIONS[name](config.action_arguments.get(name))
+            t0 = time.perf_counter()
+            action.execute(ssn)
+            ssn.result.action_seconds[name] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        result = ssn.close()
+        result.action_seconds["session.close"] = time.perf_counter() - t0
         return result

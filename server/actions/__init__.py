@@ -1,0 +1,19 @@
+"""Action registry: name -> class. Each action is one module of this package."""
+
+from __future__ import annotations
+
+from server.actions.allocate import AllocateAction
+from server.actions.backfill import BackfillAction
+from server.actions.base import Action
+from server.actions.enqueue import EnqueueAction
+
+ACTIONS: dict[str, type[Action]] = {
+    cls.name: cls
+    for cls in (
+        AllocateAction,
+        BackfillAction,
+        EnqueueAction,
+    )
+}
+
+__all__ = ["ACTIONS", "Action"]

@@ -1,0 +1,31 @@
+"""Plugin registry: name -> class. Each plugin is one module of this package."""
+
+from __future__ import annotations
+
+from server.plugins.base import Plugin
+from server.plugins.binpack import BinpackPlugin
+from server.plugins.conformance import ConformancePlugin
+from server.plugins.drf import DrfPlugin
+from server.plugins.gang import GangPlugin
+from server.plugins.nodeorder import NodeOrderPlugin
+from server.plugins.overcommit import OvercommitPlugin
+from server.plugins.predicates import PredicatesPlugin
+from server.plugins.priority import PriorityPlugin
+from server.plugins.proportion import ProportionPlugin
+
+PLUGINS: dict[str, type[Plugin]] = {
+    cls.name: cls
+    for cls in (
+        BinpackPlugin,
+        ConformancePlugin,
+        DrfPlugin,
+        GangPlugin,
+        NodeOrderPlugin,
+        OvercommitPlugin,
+        PredicatesPlugin,
+        PriorityPlugin,
+        ProportionPlugin,
+    )
+}
+
+__all__ = ["PLUGINS", "Plugin"]

@@ -1,0 +1,105 @@
+"""allocate: place pending tasks of admitted jobs, gang by gang (Volcano ``actions/allocate``).
+
+Queues in queue order (an overused queue is skipped), one job per visit in job order, its pending
+tasks in task order. Each task goes to the best-scoring node that passes every predicate and fits
+idle resources, else to one whose resources are being released (pipelined). A job's placements
+form one Statement: committed when the job is ready (gang satisfied), kept in the session without
+binding when it is only pipelined, discarded otherwise. A ready job with tasks left goes back into
+its queue, so queues and jobs interleave fairly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from server.actions.base import Action
+from server.model import PodGroupPhase, TaskStatus
+from server.session.info import FitErrors, JobInfo
+
+if TYPE_CHECKING:
+    from server.session.session import PriorityQueue, Session
+    from server.session.statement import Statement
+
+
+class AllocateAction(Action):
+    name = "allocate"
+    ARGUMENTS = {"predicateErrorCacheEnable": True}
+
+    def execute(self, ssn: Session) -> None:
+        from server.session.session import PriorityQueue
+
+        enqueue_enabled = "enqueue" in ssn.config.actions
+        queues = PriorityQueue(ssn.queue_order_fn)
+        jobs_by_queue: dict[str, PriorityQueue] = {}
+        pending: dict[str, PriorityQueue] = {}
+        for job in ssn.jobs.values():
+            if job.phase == PodGroupPhase.PENDING:
+                if enqueue_enabled:
+                    continue
+                job.phase = PodGroupPhase.INQUEUE
+            vr = ssn.job_valid(job)
+            if vr is not None and not vr.passed:
+                continue
+            if job.queue not in ssn.queues:
+                continue
+            tasks = PriorityQueue(
+                ssn.task_order_fn, (t for t in job.index[TaskStatus.PENDING].values() if not t.best_effort)
+            )
+            if tasks.empty():
+                continue
+            if job.queue not in jobs_by_queue:
+                jobs_by_queue[job.queue] = PriorityQueue(ssn.job_order_fn)
+                queues.push(ssn.queues[job.queue])
+            jobs_by_queue[job.queue].push(job)
+            pending[job.uid] = tasks
+
+        while not queues.empty():
+            queue = queues.pop()
+            if ssn.overused(queue):
+                continue
+            jobs = jobs_by_queue.get(queue.uid)
+            if jobs is None or jobs.empty():
+                continue
+            job = jobs.pop()
+            tasks = pending[job.uid]
+            stmt = self.allocate_tasks(ssn, job, tasks)
+            if stmt is not None and ssn.job_ready(job):
+                stmt.commit()
+                if not tasks.empty():
+                    jobs.push(job)
+            queues.push(queue)
+
+    def allocate_tasks(self, ssn: Session, job: JobInfo, tasks: PriorityQueue) -> Statement | None:
+        queue = ssn.queues[job.queue]
+        stmt = ssn.statement()
+        names = ssn.nodes.names
+        use_role_cache = self.arg_bool("predicateErrorCacheEnable")
+        while not tasks.empty():
+            task = tasks.pop()
+            if not ssn.allocatable(queue, task):
+                job.queue_verdict = (
+                    f"queue {queue.name}: placing {task.name} would exceed the queue's deserved or capability share"
+                )
+                continue
+            if use_role_cache and job.task_has_fit_errors(task):
+                job.fit_errors[task.uid] = FitErrors(
+                    message=f"Task {task.name} with role spec {task.role} has already predicated failed, skip"
+                )
+                continue
+            choice = ssn.evaluator.select(task)
+            if choice is None:
+                job.fit_errors[task.uid] = ssn.evaluator.fit_errors(task)
+                if job.need_continue_allocating():
+                    continue
+                break
+            row, on_idle = choice
+            if on_idle:
+                stmt.allocate(task, names[row])
+            else:
+                stmt.pipeline(task, names[row])
+            if ssn.job_ready(job):
+                break
+        if ssn.job_ready(job) or ssn.job_pipelined(job):
+            return stmt
+        stmt.discard()
+        return None

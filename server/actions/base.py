@@ -1,0 +1,32 @@
+"""Action base class: one step of a scheduling cycle (enqueue, allocate, preempt ...)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from server.session.session import Session
+
+
+class Action:
+    name: ClassVar[str] = ""
+    # Known per-action arguments (Volcano ``configurations``) and their defaults.
+    ARGUMENTS: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, arguments: dict[str, Any] | None = None) -> None:
+        self.arguments: dict[str, Any] = dict(self.ARGUMENTS) | dict(arguments or {})
+
+    @classmethod
+    def validate_arguments(cls, arguments: dict[str, Any]) -> None:
+        for key in arguments:
+            if key not in cls.ARGUMENTS:
+                raise ValueError(f"{key}: unknown argument of action {cls.name}")
+
+    def arg_bool(self, key: str) -> bool:
+        value = self.arguments.get(key)
+        if isinstance(value, str):
+            return value.strip().lower() in ("true", "1", "yes")
+        return bool(value)
+
+    def execute(self, ssn: Session) -> None:  # pragma: no cover - interface
+        raise NotImplementedError

@@ -1,0 +1,61 @@
+"""Plugin base class: arguments with defaults, validation, session hooks.
+
+A plugin is one small module: it registers functions for extension points on the session in
+``on_session_open`` (``ssn.register(point, self.name, fn)``) and may report in
+``on_session_close``. Plugins never call each other; they only talk to the session.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from server.session.session import Session
+
+
+class Plugin:
+    name: ClassVar[str] = ""
+    # Known arguments and their defaults. A key ending in "*" admits any suffix
+    # (e.g. "binpack.resources.*" for per-resource weights).
+    ARGUMENTS: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, arguments: dict[str, Any] | None = None) -> None:
+        self.arguments: dict[str, Any] = {
+            k: v for k, v in self.ARGUMENTS.items() if not k.endswith("*")
+        } | dict(arguments or {})
+
+    @classmethod
+    def validate_arguments(cls, arguments: dict[str, Any]) -> None:
+        """Raise ValueError("<key>: <problem>") for an unknown argument."""
+        prefixes = [k[:-1] for k in cls.ARGUMENTS if k.endswith("*")]
+        for key in arguments:
+            if key in cls.ARGUMENTS or any(key.startswith(p) for p in prefixes):
+                continue
+            raise ValueError(f"{key}: unknown argument of plugin {cls.name}")
+
+    # -- typed argument access (Volcano framework.Arguments.GetInt / GetBool / GetFloat64) --
+    def arg_int(self, key: str, default: int = 0) -> int:
+        value = self.arguments.get(key, default)
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return default
+
+    def arg_float(self, key: str, default: float = 0.0) -> float:
+        value = self.arguments.get(key, default)
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return default
+
+    def arg_bool(self, key: str, default: bool = False) -> bool:
+        value = self.arguments.get(key, default)
+        if isinstance(value, str):
+            return value.strip().lower() in ("true", "1", "yes")
+        return bool(value)
+
+    def on_session_open(self, ssn: Session) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def on_session_close(self, ssn: Session) -> None:
+        return None

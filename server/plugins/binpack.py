@@ -1,0 +1,81 @@
+"""binpack: prefer nodes that are already full (Volcano ``plugins/binpack``).
+
+Arguments (Volcano defaults): ``binpack.weight`` (1), ``binpack.cpu`` (1), ``binpack.memory`` (1),
+``binpack.resources`` (comma-separated extended resources to weigh, e.g. ``nvidia.com/gpu``) and
+``binpack.resources.<name>`` (weight of that resource, default 1). For each requested resource with
+a weight: ``(used + request) * weight / allocatable``; the weighted mean times 100 times
+``binpack.weight`` is the node's score. A node the request would overflow scores 0.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from server.plugins.base import Plugin
+from server.quantity import CPU, MEMORY
+from server.session.evaluator import Scorer
+from server.session.info import TaskInfo
+
+if TYPE_CHECKING:
+    from server.session.session import Session
+
+MAX_NODE_SCORE = 100.0
+
+
+class BinpackPlugin(Plugin):
+    name = "binpack"
+    ARGUMENTS = {
+        "binpack.weight": 1,
+        "binpack.cpu": 1,
+        "binpack.memory": 1,
+        "binpack.resources": "",
+        "binpack.resources.*": 1,
+    }
+
+    def resource_weights(self) -> dict[str, int]:
+        weights: dict[str, int] = {}
+        for name in str(self.arguments.get("binpack.resources") or "").split(","):
+            name = name.strip()
+            if not name:
+                continue
+            w = self.arg_int(f"binpack.resources.{name}", 1)
+            weights[name] = w if w >= 0 else 1
+        cpu_w = self.arg_int("binpack.cpu", 1)
+        mem_w = self.arg_int("binpack.memory", 1)
+        weights[CPU] = cpu_w if cpu_w >= 0 else 1
+        weights[MEMORY] = mem_w if mem_w >= 0 else 1
+        return weights
+
+    def on_session_open(self, ssn: Session) -> None:
+        weight = self.arg_int("binpack.weight", 1)
+        if weight == 0:
+            return
+        nodes = ssn.nodes
+        dims = [(ssn.space.index[n], w) for n, w in self.resource_weights().items() if n in ssn.space.index]
+
+        def score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+            total = np.zeros(len(rows))
+            weight_sum = 0
+            overflow = np.zeros(len(rows), dtype=bool)
+            for d, w in dims:
+                request = task.resreq[d]
+                if request == 0:
+                    continue
+                weight_sum += w
+                cap = nodes.allocatable[rows, d]
+                used = nodes.used[rows, d] + request
+                if w == 0:
+                    continue
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    part = np.where(cap > 0, used * w / np.where(cap > 0, cap, 1), 0.0)
+                overflow |= (cap > 0) & (used > cap)
+                total += part
+            if weight_sum > 0:
+                total /= weight_sum
+            total *= MAX_NODE_SCORE * weight
+            total[overflow] = 0.0
+            return total
+
+        ssn.register("node_order", self.name, Scorer("shape", score))

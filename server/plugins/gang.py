@@ -1,0 +1,94 @@
+"""gang: all-or-nothing placement (Volcano ``plugins/gang``).
+
+Registers: job_valid (enough valid tasks overall and per role), job_order (ready jobs after
+unready ones), job_ready (ReadyTaskNum + pending best-effort >= minAvailable, and per-role
+minimums), job_pipelined (the same counting pipelined tasks), job_starving, and preemptable /
+reclaimable that never take a job below minAvailable. On close it writes the Unschedulable or
+Scheduled condition, as Volcano does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from server.model import ALLOCATED, TaskStatus
+from server.plugins.base import Plugin
+from server.session.extension_points import PERMIT, REJECT
+from server.session.info import JobInfo, TaskInfo
+
+if TYPE_CHECKING:
+    from server.session.session import Session
+
+
+class GangPlugin(Plugin):
+    name = "gang"
+
+    def on_session_open(self, ssn: Session) -> None:
+        from server.session.session import ValidateResult
+
+        def job_valid(job: JobInfo) -> ValidateResult | None:
+            if not job.check_task_valid():
+                return ValidateResult(False, "NotEnoughPodsOfTask", "Not enough valid pods of each task for gang-scheduling")
+            valid = job.valid_task_num()
+            if valid < job.min_available:
+                return ValidateResult(
+                    False,
+                    "NotEnoughTasks",
+                    f"Not enough valid tasks for gang-scheduling, valid: {valid}, min: {job.min_available}",
+                )
+            return None
+
+        def evictable(evictor: TaskInfo, candidates: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+            victims: list[TaskInfo] = []
+            occupied: dict[str, int] = {}
+            for c in candidates:
+                job = ssn.jobs.get(c.job)
+                if job is None:
+                    continue
+                if c.job not in occupied:
+                    occupied[c.job] = job.ready_task_num()
+                if occupied[c.job] > job.min_available:
+                    occupied[c.job] -= 1
+                    victims.append(c)
+            return victims, PERMIT
+
+        def job_order(left: JobInfo, right: JobInfo) -> int:
+            lr, rr = left.is_ready(), right.is_ready()
+            if lr == rr:
+                return 0
+            return 1 if lr else -1
+
+        ssn.register("job_valid", self.name, job_valid)
+        ssn.register("preemptable", self.name, evictable)
+        ssn.register("reclaimable", self.name, evictable)
+        ssn.register("job_order", self.name, job_order)
+        ssn.register("job_ready", self.name, lambda j: j.check_task_ready() and j.is_ready())
+        ssn.register(
+            "job_pipelined",
+            self.name,
+            lambda j: PERMIT if j.check_task_pipelined() and j.is_pipelined() else REJECT,
+        )
+        ssn.register("job_starving", self.name, lambda j: j.is_starving())
+
+    def on_session_close(self, ssn: Session) -> None:
+        for job in ssn.jobs.values():
+            if not job.tasks:
+                continue
+            if job.is_ready():
+                ssn.set_condition(job, "Scheduled", "tasks in gang are ready to be scheduled", "")
+                continue
+            if _releasing_covers_gang(job):
+                continue
+            schedulable = job.ready_task_num()
+            unready = job.min_available - schedulable
+            msg = f"{unready}/{len(job.tasks)} tasks in gang unschedulable: {job.fit_error()}"
+            ssn.set_condition(job, "Unschedulable", "NotEnoughResources", msg)
+
+
+def _releasing_covers_gang(job: JobInfo) -> bool:
+    """Volcano ``shouldSkipUnschedulableForReleasing``: a gang whose placed tasks are only being
+    released (rescheduling) is not reported unschedulable."""
+    releasing = len(job.index[TaskStatus.RELEASING])
+    if not releasing or job.index[TaskStatus.PENDING] or job.index[TaskStatus.PIPELINED]:
+        return False
+    return job.count(*ALLOCATED, TaskStatus.SUCCEEDED) + releasing >= job.min_available

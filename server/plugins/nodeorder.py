@@ -1,0 +1,173 @@
+"""nodeorder: kube-scheduler scores, weighted (Volcano ``plugins/nodeorder``).
+
+Scores per node (0-100 each, integer like kube-scheduler, times the plugin weight), summed:
+- ``leastrequested.weight`` (1): free fraction of cpu and memory after placing the task;
+- ``mostrequested.weight`` (0): used fraction after placing;
+- ``balancedresource.weight`` (1): 100 * (1 - std-dev of cpu and memory used fractions);
+- ``nodeaffinity.weight`` (2): preferred node-affinity term weights, normalised to 0-100;
+- ``tainttoleration.weight`` (3): fewer intolerable PreferNoSchedule taints is better, normalised;
+- ``podaffinity.weight`` (2): preferred inter-pod affinity minus anti-affinity, normalised.
+``imagelocality.weight`` and ``podtopologyspread.weight`` are accepted; Muster has no images or
+spread constraints to score, so they add nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from server.plugins.base import Plugin
+from server.quantity import CPU, MEMORY
+from server.session.evaluator import Scorer
+from server.session.info import TaskInfo
+from server.session.k8s import (
+    PREFERRED,
+    match_label_selector,
+    match_node_selector_term,
+    node_affinity_preferred,
+)
+
+if TYPE_CHECKING:
+    from server.session.session import Session
+
+MAX_NODE_SCORE = 100.0
+# kube-scheduler's non-zero defaults for a pod that requests no cpu / memory.
+DEFAULT_MILLI_CPU = 100.0
+DEFAULT_MEMORY = 200.0 * 1024 * 1024
+
+
+def normalize(scores: np.ndarray) -> np.ndarray:
+    """kube-scheduler DefaultNormalizeScore (not reversed)."""
+    top = scores.max() if len(scores) else 0.0
+    if top <= 0:
+        return np.zeros_like(scores)
+    return np.floor(scores * MAX_NODE_SCORE / top)
+
+
+def normalize_reverse(scores: np.ndarray) -> np.ndarray:
+    top = scores.max() if len(scores) else 0.0
+    if top <= 0:
+        return np.full_like(scores, MAX_NODE_SCORE)
+    return MAX_NODE_SCORE - np.floor(scores * MAX_NODE_SCORE / top)
+
+
+class NodeOrderPlugin(Plugin):
+    name = "nodeorder"
+    ARGUMENTS = {
+        "leastrequested.weight": 1,
+        "mostrequested.weight": 0,
+        "nodeaffinity.weight": 2,
+        "podaffinity.weight": 2,
+        "balancedresource.weight": 1,
+        "tainttoleration.weight": 3,
+        "imagelocality.weight": 1,
+        "podtopologyspread.weight": 2,
+        "selectorspread.weight": 0,
+    }
+
+    def on_session_open(self, ssn: Session) -> None:
+        nodes = ssn.nodes
+        cpu, mem = ssn.space.index[CPU], ssn.space.index[MEMORY]
+        least = self.arg_int("leastrequested.weight", 1)
+        most = self.arg_int("mostrequested.weight", 0)
+        balanced = self.arg_int("balancedresource.weight", 1)
+        affinity_w = self.arg_int("nodeaffinity.weight", 2)
+        taint_w = self.arg_int("tainttoleration.weight", 3)
+        pod_affinity_w = self.arg_int("podaffinity.weight", 2)
+
+        def requested(task: TaskInfo, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+            req_cpu = task.resreq[cpu] or DEFAULT_MILLI_CPU
+            req_mem = task.resreq[mem] or DEFAULT_MEMORY
+            return (
+                nodes.used[rows, cpu] + req_cpu,
+                nodes.used[rows, mem] + req_mem,
+                nodes.allocatable[rows, cpu],
+                nodes.allocatable[rows, mem],
+            )
+
+        def resource_scores(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+            rc, rm, ac, am = requested(task, rows)
+            total = np.zeros(len(rows))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                fc = np.where(ac > 0, rc / ac, 1.0)
+                fm = np.where(am > 0, rm / am, 1.0)
+                if least:
+                    lc = np.where((ac > 0) & (rc <= ac), np.floor((ac - rc) * MAX_NODE_SCORE / np.where(ac > 0, ac, 1)), 0)
+                    lm = np.where((am > 0) & (rm <= am), np.floor((am - rm) * MAX_NODE_SCORE / np.where(am > 0, am, 1)), 0)
+                    total += np.floor((lc + lm) / 2) * least
+                if most:
+                    mc = np.where((ac > 0) & (rc <= ac), np.floor(rc * MAX_NODE_SCORE / np.where(ac > 0, ac, 1)), 0)
+                    mm = np.where((am > 0) & (rm <= am), np.floor(rm * MAX_NODE_SCORE / np.where(am > 0, am, 1)), 0)
+                    total += np.floor((mc + mm) / 2) * most
+                if balanced:
+                    std = np.abs(np.minimum(fc, 1.0) - np.minimum(fm, 1.0)) / 2
+                    total += np.floor((1 - std) * MAX_NODE_SCORE) * balanced
+            return total
+
+        scorers = [Scorer("shape", resource_scores)]
+
+        if affinity_w:
+
+            def node_affinity(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+                terms = node_affinity_preferred(task.spec.affinity)
+                if not terms:
+                    return np.zeros(len(rows))
+                return np.array(
+                    [
+                        sum(t.get("weight", 0) for t in terms if match_node_selector_term(nodes.labels[i], t.get("preference") or {}, nodes.names[i]))
+                        for i in rows
+                    ],
+                    dtype=float,
+                )
+
+            scorers.append(Scorer("static", node_affinity, normalize=lambda s: normalize(s) * affinity_w))
+
+        if taint_w:
+
+            def intolerable(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+                tolerations = [t for t in task.spec.tolerations if t.effect in ("", "PreferNoSchedule")]
+                return np.array(
+                    [
+                        sum(1 for taint in nodes.taints[i] if taint.effect == "PreferNoSchedule" and not any(t.tolerates(taint) for t in tolerations))
+                        for i in rows
+                    ],
+                    dtype=float,
+                )
+
+            scorers.append(Scorer("static", intolerable, normalize=lambda s: normalize_reverse(s) * taint_w))
+
+        uses_preferred_pod_affinity = any(
+            ((t.spec.affinity.get("podAffinity") or {}).get(PREFERRED) or (t.spec.affinity.get("podAntiAffinity") or {}).get(PREFERRED))
+            for t in ssn.tasks.values()
+        )
+        if pod_affinity_w and uses_preferred_pod_affinity:
+            scorers.append(Scorer("task", lambda task, rows: self._pod_affinity(ssn, task, rows) * pod_affinity_w))
+        ssn.register("node_order", self.name, scorers)
+
+    @staticmethod
+    def _pod_affinity(ssn: Session, task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+        nodes = ssn.nodes
+        raw = np.zeros(len(rows))
+        for kind, sign in (("podAffinity", 1.0), ("podAntiAffinity", -1.0)):
+            for wt in ((task.spec.affinity.get(kind) or {}).get(PREFERRED) or []):
+                term: dict[str, Any] = wt.get("podAffinityTerm") or {}
+                key = term.get("topologyKey", "")
+                namespaces = set(term.get("namespaces") or [task.namespace])
+                domains: dict[str, int] = {}
+                for i, tasks in enumerate(nodes.tasks):
+                    hits = sum(
+                        1 for t in tasks.values()
+                        if t.uid != task.uid and t.namespace in namespaces and match_label_selector(t.spec.labels, term.get("labelSelector"))
+                    )
+                    d = nodes.labels[i].get(key)
+                    if hits and d is not None:
+                        domains[d] = domains.get(d, 0) + hits
+                for k, i in enumerate(rows):
+                    d = nodes.labels[i].get(key)
+                    if d is not None and d in domains:
+                        raw[k] += sign * wt.get("weight", 0) * domains[d]
+        lo, hi = raw.min(initial=0.0), raw.max(initial=0.0)
+        if hi - lo <= 0:
+            return np.zeros(len(rows))
+        return np.floor((raw - lo) * MAX_NODE_SCORE / (hi - lo))

@@ -1,0 +1,59 @@
+"""overcommit: admit jobs while the cluster, inflated by a factor, has room for their
+minResources (Volcano ``plugins/overcommit``).
+
+Argument ``overcommit-factor`` (default 1.2, values below 1 fall back to the default). Registers
+job_enqueueable (inqueue + minResources <= total * factor - used, on the dimensions the job asks
+for) and job_enqueued (the admitted job's minResources count as inqueue).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from server.model import PodGroupPhase
+from server.plugins.base import Plugin
+from server.quantity import MIN_RESOURCE
+from server.session.extension_points import PERMIT, REJECT
+from server.session.info import JobInfo
+
+if TYPE_CHECKING:
+    from server.session.session import Session
+
+DEFAULT_FACTOR = 1.2
+
+
+class OvercommitPlugin(Plugin):
+    name = "overcommit"
+    ARGUMENTS = {"overcommit-factor": DEFAULT_FACTOR}
+
+    def on_session_open(self, ssn: Session) -> None:
+        factor = self.arg_float("overcommit-factor", DEFAULT_FACTOR)
+        if factor < 1.0:
+            factor = DEFAULT_FACTOR
+        used = ssn.nodes.used.sum(axis=0) if len(ssn.nodes) else ssn.space.zeros()
+        idle = np.maximum(ssn.total_resource * factor - used, 0.0)
+        inqueue = ssn.space.zeros()
+        for job in ssn.jobs.values():
+            if job.phase == PodGroupPhase.INQUEUE and job.min_resources is not None:
+                inqueue += np.maximum(job.min_resources - job.allocated, 0.0)
+
+        def enqueueable(job: JobInfo) -> int:
+            if job.min_resources is None:
+                return PERMIT
+            need = inqueue + job.min_resources
+            dims = job.min_resources > MIN_RESOURCE
+            if np.all(need[dims] <= idle[dims] + MIN_RESOURCE):
+                return PERMIT
+            short = [ssn.space.dims[i] for i in np.nonzero(dims & (need > idle + MIN_RESOURCE))[0]]
+            job.enqueue_verdict = f"resource in cluster is overused: insufficient {', '.join(short)}"
+            return REJECT
+
+        def enqueued(job: JobInfo) -> None:
+            nonlocal inqueue
+            if job.min_resources is not None:
+                inqueue = inqueue + job.min_resources
+
+        ssn.register("job_enqueueable", self.name, enqueueable)
+        ssn.register("job_enqueued", self.name, enqueued)

@@ -1,0 +1,222 @@
+"""proportion: queues share the cluster by weight (Volcano ``plugins/proportion``).
+
+Each queue's *deserved* share is found by water-filling the cluster's resources by weight, capped
+by the queue's request, its capability and (from below) its guarantee. Registers: queue_order
+(queue priority, then lower share first), overused (deserved <= allocated), allocatable
+(allocated + request <= deserved on the requested dimensions; queue must be Open), preemptive,
+reclaimable (victims from queues above their deserved share), job_enqueueable (minResources
+fit under the real capability, counting what is already allocated and inqueue) and job_enqueued.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from server.model import PodGroupPhase, TaskStatus
+from server.plugins.base import Plugin
+from server.quantity import MIN_RESOURCE
+from server.session.extension_points import PERMIT, REJECT
+from server.session.info import JobInfo, QueueInfo, TaskInfo, less_equal
+
+if TYPE_CHECKING:
+    from server.session.session import Session
+
+
+def share(allocated: np.ndarray, deserved: np.ndarray) -> float:
+    """Volcano helpers.Share, maximised over dimensions: 0/0 = 0, x/0 = 1."""
+    out = 0.0
+    for a, d in zip(allocated, deserved, strict=True):
+        s = (0.0 if a == 0 else 1.0) if d == 0 else a / d
+        out = max(out, s)
+    return out
+
+
+def less_equal_on(left: np.ndarray, right: np.ndarray, req: np.ndarray) -> bool:
+    """Volcano LessEqualWithDimension: compare only the dimensions ``req`` asks for."""
+    dims = req > MIN_RESOURCE
+    return bool(np.all(left[dims] <= right[dims] + MIN_RESOURCE))
+
+
+def exceeded(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    return np.maximum(left - right, 0.0)
+
+
+def inqueue_resource(job: JobInfo) -> np.ndarray:
+    """Volcano util.GetInqueueResource: minResources not yet covered by allocations."""
+    if job.min_resources is None:
+        return np.zeros_like(job.allocated)
+    return exceeded(job.min_resources, job.allocated)
+
+
+def elastic_resource(job: JobInfo) -> np.ndarray:
+    if job.min_resources is None:
+        return np.zeros_like(job.allocated)
+    if less_equal(job.allocated, job.min_resources):
+        return np.zeros_like(job.allocated)
+    return exceeded(job.allocated, job.min_resources)
+
+
+@dataclass
+class QueueAttr:
+    name: str
+    weight: int
+    deserved: np.ndarray
+    allocated: np.ndarray
+    request: np.ndarray
+    elastic: np.ndarray
+    inqueue: np.ndarray
+    guarantee: np.ndarray
+    real_capability: np.ndarray
+    share: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def update_share(self) -> None:
+        self.share = share(self.allocated, self.deserved)
+
+
+class ProportionPlugin(Plugin):
+    name = "proportion"
+
+    def on_session_open(self, ssn: Session) -> None:
+        total = ssn.total_resource
+        zeros = ssn.space.zeros
+        total_guarantee = zeros()
+        for q in ssn.queues.values():
+            total_guarantee += q.guarantee
+        attrs: dict[str, QueueAttr] = {}
+        self.attrs = attrs
+        for job in ssn.jobs.values():
+            queue = ssn.queues.get(job.queue)
+            if queue is None:
+                continue
+            attr = attrs.get(queue.name)
+            if attr is None:
+                cap = queue.capability.copy()
+                cap[0] = np.inf if cap[0] <= 0 else cap[0]
+                cap[1] = np.inf if cap[1] <= 0 else cap[1]
+                real = np.minimum(exceeded(total, total_guarantee) + queue.guarantee, cap)
+                attr = QueueAttr(queue.name, queue.weight, zeros(), zeros(), zeros(), zeros(), zeros(), queue.guarantee.copy(), real)
+                attrs[queue.name] = attr
+            for status, tasks in job.index.items():
+                if status in (TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING):
+                    for t in tasks.values():
+                        attr.allocated += t.resreq
+                        attr.request += t.resreq
+                elif status == TaskStatus.PENDING:
+                    for t in tasks.values():
+                        attr.request += t.resreq
+            if job.phase == PodGroupPhase.INQUEUE and job.min_resources is not None:
+                attr.inqueue += inqueue_resource(job)
+            allocated_num = job.count(TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.SUCCEEDED)
+            if job.phase == PodGroupPhase.RUNNING and job.min_resources is not None and allocated_num >= job.min_available:
+                attr.inqueue += inqueue_resource(job)
+            attr.elastic += elastic_resource(job)
+
+        # Water-filling of the cluster's resources by weight.
+        remaining = total.copy()
+        met: set[str] = set()
+        while True:
+            total_weight = sum(a.weight for a in attrs.values() if a.name not in met)
+            if total_weight == 0:
+                break
+            old_remaining = remaining.copy()
+            increased, decreased = zeros(), zeros()
+            for a in attrs.values():
+                if a.name in met:
+                    continue
+                old = a.deserved.copy()
+                a.deserved = a.deserved + remaining * (a.weight / total_weight)
+                a.deserved = np.minimum(a.deserved, a.real_capability)
+                a.deserved = np.minimum(a.deserved, a.request)
+                a.deserved = np.maximum(a.deserved, a.guarantee)
+                a.update_share()
+                if less_equal(a.request, a.deserved) or np.array_equal(a.deserved, old):
+                    met.add(a.name)
+                diff = a.deserved - old
+                increased += np.maximum(diff, 0)
+                decreased += np.maximum(-diff, 0)
+            remaining = exceeded(remaining + decreased, increased)
+            if np.all(remaining < MIN_RESOURCE) or np.array_equal(remaining, old_remaining):
+                break
+
+        def queue_order(left: QueueInfo, right: QueueInfo) -> int:
+            if left.priority != right.priority:
+                return right.priority - left.priority
+            ls = attrs[left.name].share if left.name in attrs else 0.0
+            rs = attrs[right.name].share if right.name in attrs else 0.0
+            return 0 if ls == rs else (-1 if ls < rs else 1)
+
+        def reclaimable(reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+            victims = []
+            allocations: dict[str, np.ndarray] = {}
+            for t in reclaimees:
+                job = ssn.jobs.get(t.job)
+                if job is None or job.queue not in attrs:
+                    continue
+                attr = attrs[job.queue]
+                allocated = allocations.setdefault(job.queue, attr.allocated.copy())
+                if not less_equal(allocated, attr.deserved):
+                    allocated -= t.resreq
+                    victims.append(t)
+            return victims, PERMIT
+
+        def overused(queue: QueueInfo) -> bool:
+            attr = attrs.get(queue.name)
+            return attr is not None and less_equal(attr.deserved, attr.allocated)
+
+        def queue_allocatable(queue: QueueInfo, candidates: list[TaskInfo]) -> bool:
+            if not queue.is_open():
+                return False
+            attr = attrs.get(queue.name)
+            if attr is None:
+                return True
+            req = zeros()
+            for t in candidates:
+                req += t.resreq
+            return less_equal_on(attr.allocated + req, attr.deserved, req)
+
+        def enqueueable(job: JobInfo) -> int:
+            queue = ssn.queues[job.queue]
+            if not queue.is_open():
+                job.enqueue_verdict = f"queue {queue.name} is {queue.state}"
+                return REJECT
+            attr = attrs.get(job.queue)
+            if attr is None or job.min_resources is None:
+                return PERMIT
+            need = job.min_resources + attr.allocated + attr.inqueue - attr.elastic
+            if less_equal_on(need, attr.real_capability, job.min_resources):
+                return PERMIT
+            short = [ssn.space.dims[i] for i in np.nonzero((need > attr.real_capability + MIN_RESOURCE) & (job.min_resources > MIN_RESOURCE))[0]]
+            job.enqueue_verdict = f"queue resource quota insufficient: insufficient {', '.join(short)}"
+            return REJECT
+
+        def enqueued(job: JobInfo) -> None:
+            attr = attrs.get(job.queue)
+            if attr is not None and job.min_resources is not None:
+                attr.inqueue += job.min_resources
+
+        def on_allocate(task: TaskInfo) -> None:
+            attr = attrs.get(ssn.jobs[task.job].queue) if task.job in ssn.jobs else None
+            if attr is not None:
+                attr.allocated += task.resreq
+                attr.update_share()
+
+        def on_deallocate(task: TaskInfo) -> None:
+            attr = attrs.get(ssn.jobs[task.job].queue) if task.job in ssn.jobs else None
+            if attr is not None:
+                attr.allocated -= task.resreq
+                attr.update_share()
+
+        from server.session.session import EventHandler
+
+        ssn.register("queue_order", self.name, queue_order)
+        ssn.register("reclaimable", self.name, reclaimable)
+        ssn.register("overused", self.name, overused)
+        ssn.register("allocatable", self.name, lambda q, t: queue_allocatable(q, [t]))
+        ssn.register("preemptive", self.name, lambda q, t: queue_allocatable(q, [t]))
+        ssn.register("job_enqueueable", self.name, enqueueable)
+        ssn.register("job_enqueued", self.name, enqueued)
+        ssn.add_event_handler(EventHandler(on_allocate, on_deallocate))

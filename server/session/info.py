@@ -1,0 +1,401 @@
+"""Per-session scheduling state: tasks, jobs, queues, and nodes as arrays.
+
+Resources are dense float64 vectors over the session's resource dimensions (``ResourceSpace``):
+node state is one ``(nodes x dims)`` array per quantity (allocatable, idle, used, releasing,
+pipelined) so that predicates and scores evaluate every node in one vectorised expression, and an
+allocation updates one row in place. Comparisons use Volcano's epsilon (``MIN_RESOURCE``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from server.model import (
+    ALLOCATED,
+    JobSpec,
+    NodeSpec,
+    PodGroupPhase,
+    QueueSpec,
+    Taint,
+    TaskSpec,
+    TaskStatus,
+)
+from server.quantity import CPU, MEMORY, MIN_RESOURCE, PODS, format_resources
+
+Vec = np.ndarray
+
+
+class ResourceSpace:
+    """The resource dimensions of a session: cpu, memory, then every other name, sorted."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        rest = sorted({n for n in names if n not in (CPU, MEMORY, PODS)})
+        self.dims: list[str] = [CPU, MEMORY, *rest]
+        self.index: dict[str, int] = {n: i for i, n in enumerate(self.dims)}
+        self.size = len(self.dims)
+
+    def vec(self, resources: Mapping[str, float] | None) -> Vec:
+        v = np.zeros(self.size)
+        if resources:
+            for name, value in resources.items():
+                i = self.index.get(name)
+                if i is not None:
+                    v[i] = value
+        return v
+
+    def to_dict(self, v: Vec) -> dict[str, float]:
+        return {n: float(v[i]) for i, n in enumerate(self.dims) if v[i] != 0.0}
+
+    def format(self, v: Vec) -> str:
+        return ", ".join(f"{k} {q}" for k, q in format_resources(self.to_dict(v)).items()) or "empty"
+
+    def zeros(self) -> Vec:
+        return np.zeros(self.size)
+
+
+def less_equal(left: Vec, right: Vec) -> bool:
+    """Volcano ``Resource.LessEqual(right, Zero)``: every dimension within epsilon."""
+    return bool(np.all(left <= right + MIN_RESOURCE))
+
+
+def insufficient(left: Vec, right: Vec, space: ResourceSpace) -> list[str]:
+    return [space.dims[i] for i in np.nonzero(left > right + MIN_RESOURCE)[0]]
+
+
+def is_empty(v: Vec) -> bool:
+    return bool(np.all(v < MIN_RESOURCE))
+
+
+class TaskInfo:
+    __slots__ = (
+        "uid", "name", "namespace", "job", "role", "spec", "resreq", "best_effort", "status",
+        "node", "priority", "preemptable", "sub_group", "shape_key", "static_key", "creation_index",
+        "original_status", "original_node", "evict_reason",
+    )
+
+    def __init__(self, spec: TaskSpec, space: ResourceSpace) -> None:
+        self.spec = spec
+        self.uid = spec.uid
+        self.name = spec.name
+        self.namespace = spec.namespace
+        self.job = spec.job
+        self.role = spec.role
+        self.resreq: Vec = space.vec(spec.request)
+        self.best_effort = is_empty(self.resreq)
+        self.status = spec.status
+        self.node: str | None = spec.node
+        self.priority = spec.priority
+        self.preemptable = spec.preemptable
+        self.sub_group = spec.sub_group
+        self.creation_index = spec.creation_index
+        # Tasks with the same static key pass the same label / taint / affinity predicates; with the
+        # same shape key they also compete identically for resources (cache key for evaluation).
+        self.static_key = _static_key(spec)
+        self.shape_key = (self.static_key, self.resreq.tobytes())
+        self.original_status = spec.status
+        self.original_node = spec.node
+        self.evict_reason = ""
+
+    def __repr__(self) -> str:
+        return f"<Task {self.uid} {self.status.title} {self.node}>"
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _static_key(spec: TaskSpec) -> tuple[Any, ...]:
+    tolerations = tuple((t.key, t.operator, t.value, t.effect) for t in spec.tolerations)
+    return (_freeze(spec.node_selector), tolerations, _freeze(spec.affinity))
+
+
+# Statuses counted by Volcano's ReadyTaskNum.
+_READY = (TaskStatus.BOUND, TaskStatus.BINDING, TaskStatus.RUNNING, TaskStatus.ALLOCATED, TaskStatus.SUCCEEDED)
+_VALID = (*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED, TaskStatus.PENDING)
+
+
+@dataclass
+class FitErrors:
+    """Why a task fits no node: per-reason node counts (kube-scheduler style) or one message."""
+
+    total_nodes: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    message: str = ""
+
+    def describe(self) -> str:
+        if self.message:
+            return self.message
+        parts = sorted(f"{n} {r}" for r, n in self.reasons.items())
+        return f"0/{self.total_nodes} nodes are unavailable: {', '.join(parts)}."
+
+
+class JobInfo:
+    def __init__(self, spec: JobSpec, space: ResourceSpace) -> None:
+        self.spec = spec
+        self.uid = spec.uid
+        self.name = spec.name
+        self.namespace = spec.namespace
+        self.queue = spec.queue
+        self.priority = spec.priority
+        self.creation_index = spec.creation_index
+        self.phase = spec.phase
+        self.tasks: dict[str, TaskInfo] = {}
+        self.index: dict[TaskStatus, dict[str, TaskInfo]] = {s: {} for s in TaskStatus}
+        self.allocated: Vec = space.zeros()
+        self.total_request: Vec = space.zeros()
+        for ts in spec.tasks:
+            self.add_task(TaskInfo(ts, space))
+        self.min_available = spec.min_member if spec.min_member > 0 else len(spec.tasks)
+        self.task_min_available: dict[str, int] = dict(spec.min_task_member)
+        self.task_min_available_total = sum(self.task_min_available.values())
+        self.min_resources: Vec | None = space.vec(spec.min_resources) if spec.min_resources else None
+        self.preemptible = spec.preemptible
+        self.fit_errors: dict[str, FitErrors] = {}
+        self.job_fit_error = ""
+        self.conditions: list[tuple[str, str, str]] = []  # (type, reason, message) set this session
+        self.enqueue_verdict = ""
+        self.queue_verdict = ""
+        self.allocated_hypernode = ""
+
+    # -- task index -------------------------------------------------------------------------
+    def add_task(self, task: TaskInfo) -> None:
+        self.tasks[task.uid] = task
+        self.index[task.status][task.uid] = task
+        self.total_request += task.resreq
+        if task.status in ALLOCATED:
+            self.allocated += task.resreq
+
+    def update_task_status(self, task: TaskInfo, status: TaskStatus) -> None:
+        old = task.status
+        if old == status:
+            return
+        del self.index[old][task.uid]
+        if old in ALLOCATED:
+            self.allocated -= task.resreq
+        task.status = status
+        self.index[status][task.uid] = task
+        if status in ALLOCATED:
+            self.allocated += task.resreq
+
+    def count(self, *statuses: TaskStatus) -> int:
+        return sum(len(self.index[s]) for s in statuses)
+
+    # -- Volcano JobInfo readiness -----------------------------------------------------------
+    def ready_task_num(self) -> int:
+        return self.count(*_READY)
+
+    def waiting_task_num(self) -> int:
+        return len(self.index[TaskStatus.PIPELINED])
+
+    def pending_best_effort_num(self) -> int:
+        return sum(1 for t in self.index[TaskStatus.PENDING].values() if t.best_effort)
+
+    def valid_task_num(self) -> int:
+        return self.count(*_VALID)
+
+    def is_ready(self) -> bool:
+        return self.ready_task_num() + self.pending_best_effort_num() >= self.min_available
+
+    def is_pipelined(self) -> bool:
+        return self.waiting_task_num() + self.ready_task_num() + self.pending_best_effort_num() >= self.min_available
+
+    def is_starving(self) -> bool:
+        return self.waiting_task_num() + self.ready_task_num() < self.min_available
+
+    def _roles(self, statuses: Iterable[TaskStatus], pending_best_effort: bool = False) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for s in statuses:
+            for t in self.index[s].values():
+                counts[t.role] = counts.get(t.role, 0) + 1
+        if pending_best_effort:
+            for t in self.index[TaskStatus.PENDING].values():
+                if t.best_effort:
+                    counts[t.role] = counts.get(t.role, 0) + 1
+        return counts
+
+    def _roles_meet_minimum(self, counts: dict[str, int]) -> bool:
+        return all(counts.get(role, 0) >= n for role, n in self.task_min_available.items() if n > 0)
+
+    def check_task_valid(self) -> bool:
+        if self.min_available < self.task_min_available_total:
+            return True
+        return self._roles_meet_minimum(self._roles(_VALID))
+
+    def allocated_roles(self) -> dict[str, int]:
+        return self._roles((*ALLOCATED, TaskStatus.SUCCEEDED), pending_best_effort=True)
+
+    def check_task_ready(self) -> bool:
+        if self.min_available < self.task_min_available_total:
+            return True
+        return self._roles_meet_minimum(self.allocated_roles())
+
+    def check_task_pipelined(self) -> bool:
+        if self.min_available < self.task_min_available_total:
+            return True
+        return self._roles_meet_minimum(
+            self._roles((*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED), pending_best_effort=True)
+        )
+
+    def check_task_starving(self) -> bool:
+        if self.min_available < self.task_min_available_total:
+            return True
+        return not self._roles_meet_minimum(
+            self._roles((*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED))
+        )
+
+    def fit_failed_roles(self) -> set[str]:
+        return {self.tasks[uid].role for uid in self.fit_errors if uid in self.tasks and self.tasks[uid].role}
+
+    def need_continue_allocating(self) -> bool:
+        """Volcano ``NeedContinueAllocating``: keep placing other roles after a task fit no node?"""
+        if self.min_available == len(self.tasks):
+            return False
+        failed = self.fit_failed_roles()
+        if self.min_available < self.task_min_available_total:
+            left = sum(1 for t in self.index[TaskStatus.PENDING].values() if t.role not in failed)
+            return self.ready_task_num() + left >= self.min_available
+        allocated = self.allocated_roles()
+        for role in failed:
+            minimum = self.task_min_available.get(role, 0)
+            if minimum and allocated.get(role, 0) < minimum:
+                return False
+        return True
+
+    def task_has_fit_errors(self, task: TaskInfo) -> bool:
+        return bool(task.role) and task.role in self.fit_failed_roles()
+
+    def fit_error(self) -> str:
+        """Volcano ``JobInfo.FitError``: a histogram of task states plus the first node-fit error."""
+        hist = {s.title: len(ts) for s, ts in self.index.items() if ts}
+        hist["minAvailable"] = self.min_available
+        ready = "pod group is ready" if self.is_ready() else "pod group is not ready"
+        msg = f"{ready}, " + ", ".join(sorted(f"{v} {k}" for k, v in hist.items()))
+        if self.job_fit_error:
+            return msg + ". Origin reason is: " + self.job_fit_error
+        for uid in self.tasks:
+            fe = self.fit_errors.get(uid)
+            if fe is not None:
+                return msg + f". Origin reason is {self.tasks[uid].name}: {fe.describe()}"
+        return msg
+
+    def __repr__(self) -> str:
+        return f"<Job {self.uid} q={self.queue} min={self.min_available} tasks={len(self.tasks)}>"
+
+
+class QueueInfo:
+    def __init__(self, spec: QueueSpec, space: ResourceSpace, creation_index: int) -> None:
+        self.spec = spec
+        self.uid = spec.name
+        self.name = spec.name
+        self.parent = spec.parent
+        self.weight = max(spec.weight, 1)
+        self.priority = spec.priority
+        self.reclaimable = spec.reclaimable
+        self.state = spec.state
+        self.creation_index = creation_index
+        self.capability: Vec = np.full(space.size, np.inf)
+        for name, value in spec.capability.items():
+            if name in space.index:
+                self.capability[space.index[name]] = value
+        self.deserved: Vec = space.vec(spec.deserved)
+        self.guarantee: Vec = space.vec(spec.guarantee)
+        self.annotations = spec.annotations
+
+    def is_open(self) -> bool:
+        return self.state == "Open"
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name}>"
+
+
+class NodeTable:
+    """All nodes of a session as arrays; row ``i`` is node ``names[i]`` (sorted by name)."""
+
+    def __init__(self, specs: list[NodeSpec], space: ResourceSpace) -> None:
+        specs = sorted(specs, key=lambda n: n.name)
+        self.space = space
+        self.specs = specs
+        self.names: list[str] = [n.name for n in specs]
+        self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
+        n = len(specs)
+        self.allocatable = np.zeros((n, space.size))
+        for i, spec in enumerate(specs):
+            self.allocatable[i] = space.vec(spec.allocatable)
+        self.idle = self.allocatable.copy()
+        self.used = np.zeros((n, space.size))
+        self.releasing = np.zeros((n, space.size))
+        self.pipelined = np.zeros((n, space.size))
+        self.task_count = np.zeros(n, dtype=np.int64)
+        self.max_tasks = np.array([n_.allocatable.get(PODS, np.inf) for n_ in specs], dtype=float)
+        self.schedulable = np.array([not s.unschedulable and s.ready for s in specs], dtype=bool)
+        self.labels: list[dict[str, str]] = [s.labels for s in specs]
+        self.taints: list[list[Taint]] = [s.taints for s in specs]
+        self.tasks: list[dict[str, TaskInfo]] = [{} for _ in specs]
+        # Rows changed since the session opened, in order: evaluation caches replay it.
+        self.change_log: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def future_idle(self, i: int | slice | np.ndarray | None = None) -> np.ndarray:
+        if i is None:
+            return self.idle + self.releasing - self.pipelined
+        return self.idle[i] + self.releasing[i] - self.pipelined[i]
+
+    def add_task(self, i: int, task: TaskInfo) -> None:
+        """Volcano ``NodeInfo.AddTask``: how a task holds a node depends on its status."""
+        r = task.resreq
+        if task.status == TaskStatus.RELEASING:
+            self.idle[i] -= r
+            self.releasing[i] += r
+            self.used[i] += r
+        elif task.status == TaskStatus.PIPELINED:
+            self.pipelined[i] += r
+        else:
+            self.idle[i] -= r
+            self.used[i] += r
+        self.task_count[i] += 1
+        self.tasks[i][task.uid] = task
+        self.change_log.append(i)
+
+    def remove_task(self, i: int, task: TaskInfo) -> None:
+        r = task.resreq
+        if task.status == TaskStatus.RELEASING:
+            self.idle[i] += r
+            self.releasing[i] -= r
+            self.used[i] -= r
+        elif task.status == TaskStatus.PIPELINED:
+            self.pipelined[i] -= r
+        else:
+            self.idle[i] += r
+            self.used[i] -= r
+        self.task_count[i] -= 1
+        self.tasks[i].pop(task.uid, None)
+        self.change_log.append(i)
+
+    def describe(self, i: int) -> str:
+        return f"{self.names[i]} idle: {self.space.format(self.idle[i])}"
+
+
+def new_queue_infos(specs: list[QueueSpec], space: ResourceSpace) -> dict[str, QueueInfo]:
+    return {q.name: QueueInfo(q, space, i) for i, q in enumerate(specs)}
+
+
+def job_phase_after(job: JobInfo, unschedulable: bool) -> PodGroupPhase:
+    """Volcano ``jobStatus``: the PodGroup phase written back when the session closes."""
+    if job.index[TaskStatus.RUNNING] and unschedulable:
+        return PodGroupPhase.UNKNOWN
+    allocated = job.count(*ALLOCATED, TaskStatus.SUCCEEDED)
+    if allocated >= job.min_available:
+        return PodGroupPhase.RUNNING
+    if job.phase != PodGroupPhase.INQUEUE:
+        return PodGroupPhase.PENDING
+    return job.phase
