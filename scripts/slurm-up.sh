@@ -11,7 +11,7 @@
 #   SLURM_NODE_CPUS=32      CPUs per node
 #   SLURM_NODE_MEM_MB=256000 RealMemory per node (MB)
 #   SLURM_NODE_GPUS=4       GPUs per GPU node
-#   SLURMD_TIMEOUT=20       seconds before an unresponsive slurmd is marked down
+#   SLURMD_TIMEOUT=10       seconds before an unresponsive slurmd is marked down
 #   SLURM_SCHED=backfill    sched/backfill or sched/builtin (Slurm's own scheduler, for the run partition)
 #   SLURM_SKIP_INSTALL=1    never call apt-get (fail if slurm is not installed)
 set -euo pipefail
@@ -21,7 +21,7 @@ GPU_NODES=${SLURM_GPU_NODES:-4}
 CPUS=${SLURM_NODE_CPUS:-32}
 MEM_MB=${SLURM_NODE_MEM_MB:-256000}
 GPUS=${SLURM_NODE_GPUS:-4}
-SLURMD_TIMEOUT=${SLURMD_TIMEOUT:-20}
+SLURMD_TIMEOUT=${SLURMD_TIMEOUT:-10}
 SCHED=${SLURM_SCHED:-backfill}
 BASE_PORT=17000
 

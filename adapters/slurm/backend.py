@@ -303,7 +303,8 @@ class SlurmBackend:
                     tracked = self._track(sj.job_id, sj.num_nodes)
                 elif sj.active:
                     for task in foreign_tasks(sj):
-                        foreign[task.task_id] = task
+                        if task.node in self._nodes:  # the server only knows run-partition nodes
+                            foreign[task.task_id] = task
                     continue
                 else:
                     continue
