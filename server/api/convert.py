@@ -1,0 +1,214 @@
+"""Proto (API) <-> model (scheduling core) conversion.
+
+Inputs are assumed validated (``server.api.validate``); these functions do not raise on bad input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from muster.v1 import muster_pb2 as pb
+from server import model
+from server.quantity import format_resources, parse_resources
+
+_QUEUE_STATE_NAMES = {
+    pb.QUEUE_STATE_UNSPECIFIED: "Open",
+    pb.QUEUE_STATE_OPEN: "Open",
+    pb.QUEUE_STATE_CLOSING: "Closing",
+    pb.QUEUE_STATE_CLOSED: "Closed",
+}
+
+
+def task_uid(job_id: str, role: str, index: int) -> str:
+    return f"{job_id}/{role}-{index}"
+
+
+def resource_list(resources: dict[str, float]) -> pb.ResourceList:
+    return pb.ResourceList(quantities=format_resources(resources))
+
+
+def timestamp(seconds: float | None) -> Timestamp | None:
+    if not seconds:
+        return None
+    ts = Timestamp()
+    ts.FromNanoseconds(int(seconds * 1e9))
+    return ts
+
+
+# --- affinity: proto -> Kubernetes dict form ---------------------------------------------------
+
+
+def _requirements(reqs: Any) -> list[dict[str, Any]]:
+    return [{"key": r.key, "operator": r.operator, "values": list(r.values)} for r in reqs]
+
+
+def _node_selector_term(term: pb.NodeSelectorTerm) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if term.match_expressions:
+        out["matchExpressions"] = _requirements(term.match_expressions)
+    if term.match_fields:
+        out["matchFields"] = _requirements(term.match_fields)
+    return out
+
+
+def _pod_affinity_term(term: pb.PodAffinityTerm) -> dict[str, Any]:
+    selector: dict[str, Any] = {}
+    if term.label_selector.match_labels:
+        selector["matchLabels"] = dict(term.label_selector.match_labels)
+    if term.label_selector.match_expressions:
+        selector["matchExpressions"] = _requirements(term.label_selector.match_expressions)
+    out: dict[str, Any] = {"labelSelector": selector, "topologyKey": term.topology_key}
+    if term.namespaces:
+        out["namespaces"] = list(term.namespaces)
+    return out
+
+
+def _pod_affinity(pa: pb.PodAffinity) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if pa.required:
+        out["requiredDuringSchedulingIgnoredDuringExecution"] = [_pod_affinity_term(t) for t in pa.required]
+    if pa.preferred:
+        out["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": w.weight, "podAffinityTerm": _pod_affinity_term(w.term)} for w in pa.preferred
+        ]
+    return out
+
+
+def affinity_dict(aff: pb.Affinity) -> dict[str, Any]:
+    """pb.Affinity -> {nodeAffinity: ..., podAffinity: ..., podAntiAffinity: ...} (absent parts omitted)."""
+    out: dict[str, Any] = {}
+    node: dict[str, Any] = {}
+    if aff.node_affinity.required:
+        node["requiredDuringSchedulingIgnoredDuringExecution"] = {
+            "nodeSelectorTerms": [_node_selector_term(t) for t in aff.node_affinity.required]
+        }
+    if aff.node_affinity.preferred:
+        node["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": p.weight, "preference": _node_selector_term(p.preference)}
+            for p in aff.node_affinity.preferred
+        ]
+    if node:
+        out["nodeAffinity"] = node
+    if pod := _pod_affinity(aff.pod_affinity):
+        out["podAffinity"] = pod
+    if anti := _pod_affinity(aff.pod_anti_affinity):
+        out["podAntiAffinity"] = anti
+    return out
+
+
+# --- jobs ----------------------------------------------------------------------------------------
+
+
+def job_to_model(spec: pb.JobSpec, creation_index: int) -> model.JobSpec:
+    """A normalized pb.JobSpec -> model.JobSpec with one TaskSpec per replica (status Pending)."""
+    tasks: list[model.TaskSpec] = []
+    for tg in spec.task_groups:
+        request = parse_resources(dict(tg.request.quantities))
+        tolerations = [
+            model.Toleration(key=t.key, operator=t.operator or "Equal", value=t.value, effect=t.effect)
+            for t in tg.tolerations
+        ]
+        affinity = affinity_dict(tg.affinity)
+        priority = tg.priority if tg.HasField("priority") else spec.priority
+        if tg.HasField("preemptable"):
+            preemptable = tg.preemptable
+        elif spec.HasField("preemptible"):
+            preemptable = spec.preemptible
+        else:
+            preemptable = True
+        for index in range(tg.replicas):
+            tasks.append(
+                model.TaskSpec(
+                    uid=task_uid(spec.id, tg.role, index),
+                    name=f"{spec.name}-{tg.role}-{index}",
+                    namespace=spec.namespace,
+                    job=spec.id,
+                    request=dict(request),
+                    role=tg.role,
+                    priority=priority,
+                    preemptable=preemptable,
+                    labels=dict(tg.labels),
+                    annotations=dict(tg.annotations),
+                    node_selector=dict(tg.node_selector),
+                    tolerations=list(tolerations),
+                    affinity=affinity,
+                    sub_group=tg.sub_group or None,
+                    creation_index=creation_index,
+                )
+            )
+    min_resources = parse_resources(dict(spec.min_resources.quantities)) or None
+    network_topology: dict[str, Any] = {}
+    if spec.network_topology.mode:
+        network_topology = {
+            "mode": spec.network_topology.mode,
+            "highestTierAllowed": spec.network_topology.highest_tier_allowed,
+        }
+    return model.JobSpec(
+        uid=spec.id,
+        name=spec.name,
+        namespace=spec.namespace,
+        queue=spec.queue,
+        tasks=tasks,
+        min_member=spec.min_member,
+        min_task_member=dict(spec.min_task_member),
+        min_resources=min_resources,
+        priority=spec.priority,
+        priority_class=spec.priority_class,
+        preemptible=spec.preemptible if spec.HasField("preemptible") else None,
+        sub_groups=[model.SubGroupSpec(sg.name, sg.min_member) for sg in spec.sub_groups],
+        network_topology=network_topology,
+        annotations=dict(spec.annotations),
+        creation_index=creation_index,
+    )
+
+
+# --- nodes and queues ----------------------------------------------------------------------------
+
+
+def node_to_model(node: pb.Node, backend: str) -> model.NodeSpec:
+    return model.NodeSpec(
+        name=node.name,
+        allocatable=parse_resources(dict(node.allocatable.quantities)),
+        labels=dict(node.labels),
+        taints=[model.Taint(t.key, t.value, t.effect) for t in node.taints],
+        unschedulable=node.unschedulable,
+        ready=not node.not_ready,
+        backend=backend,
+        devices=[
+            {
+                "id": d.id,
+                "type": d.type,
+                "healthy": d.healthy,
+                "group": d.group,
+                "attributes": dict(d.attributes),
+            }
+            for d in node.devices
+        ],
+    )
+
+
+def queue_to_model(queue: pb.Queue) -> model.QueueSpec:
+    """A normalized pb.Queue -> model.QueueSpec ("-1" capability = unlimited, i.e. +inf)."""
+    return model.QueueSpec(
+        name=queue.name,
+        parent=queue.parent or None,
+        weight=queue.weight or 1,
+        guarantee=parse_resources(dict(queue.guarantee.quantities)),
+        deserved=parse_resources(dict(queue.deserved.quantities), allow_unlimited=True),
+        capability=parse_resources(dict(queue.capability.quantities), allow_unlimited=True),
+        priority=queue.priority,
+        reclaimable=queue.reclaimable if queue.HasField("reclaimable") else True,
+        state=_QUEUE_STATE_NAMES.get(queue.state, "Open"),
+        annotations=dict(queue.annotations),
+    )
+
+
+def condition_to_proto(cond: model.Condition, cycle_id: int, transition_time: float) -> pb.Condition:
+    out = pb.Condition(
+        type=cond.type, status=cond.status, reason=cond.reason, message=cond.message, cycle_id=cycle_id
+    )
+    if ts := timestamp(transition_time):
+        out.last_transition_time.CopyFrom(ts)
+    return out

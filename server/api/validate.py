@@ -1,0 +1,256 @@
+"""Stateless validation of API messages.
+
+Each function checks one message completely and raises ``ApiError`` (INVALID_ARGUMENT) whose
+message starts with the field path, e.g. ``job.task_groups[1].request.cpu: '2x' is not a
+quantity``. Checks that need server state (does the queue exist, who owns the node) live in the
+cache, which runs them before applying anything.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+
+from muster.v1 import muster_pb2 as pb
+from server.api.errors import invalid
+from server.quantity import QuantityError, parse_resources
+
+# Ids, names, roles: DNS-label-like, plus '.' and '_' (no '/', which separates job id and role).
+_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:]{0,251}[A-Za-z0-9])?$")
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+MAX_TASKS_PER_JOB = 100_000
+REPORTABLE_TASK_STATUSES = frozenset(
+    {pb.TASK_STATUS_BOUND, pb.TASK_STATUS_RUNNING, pb.TASK_STATUS_SUCCEEDED, pb.TASK_STATUS_FAILED}
+)
+
+
+def check_name(path: str, value: str, what: str = "name") -> None:
+    if not value:
+        raise invalid(f"{path}: must not be empty")
+    if not _NAME.match(value):
+        raise invalid(
+            f"{path}: {value!r} is not a valid {what} (letters, digits, '-', '_', '.', ':'; "
+            "starts and ends with a letter or digit; at most 253 characters)"
+        )
+
+
+def check_labels(path: str, labels: Mapping[str, str]) -> None:
+    for key in labels:
+        if not _LABEL_KEY.match(key):
+            raise invalid(f"{path}[{key!r}]: not a valid label key")
+
+
+def resources(
+    path: str,
+    rl: pb.ResourceList,
+    *,
+    allow_unlimited: bool = False,
+    require_nonzero: bool = False,
+) -> dict[str, float]:
+    """Parse a ResourceList into canonical units; QuantityError -> INVALID_ARGUMENT on the field."""
+    try:
+        parsed = parse_resources(dict(rl.quantities), allow_unlimited=allow_unlimited)
+    except QuantityError as exc:
+        raise invalid(f"{path}.{exc}") from None
+    if require_nonzero and not any(v > 0 for v in parsed.values()):
+        raise invalid(f"{path}: must request a positive amount of at least one resource")
+    return parsed
+
+
+def _check_requirements(path: str, reqs: Iterable[pb.LabelSelectorRequirement]) -> None:
+    for i, req in enumerate(reqs):
+        p = f"{path}[{i}]"
+        if not req.key:
+            raise invalid(f"{p}.key: must not be empty")
+        if req.operator not in SELECTOR_OPERATORS:
+            raise invalid(f"{p}.operator: {req.operator!r} is not one of {', '.join(SELECTOR_OPERATORS)}")
+        if req.operator in ("In", "NotIn") and not req.values:
+            raise invalid(f"{p}.values: operator {req.operator} needs at least one value")
+        if req.operator in ("Exists", "DoesNotExist") and req.values:
+            raise invalid(f"{p}.values: operator {req.operator} takes no values")
+        if req.operator in ("Gt", "Lt"):
+            if len(req.values) != 1:
+                raise invalid(f"{p}.values: operator {req.operator} takes exactly one integer value")
+            try:
+                int(req.values[0])
+            except ValueError:
+                raise invalid(f"{p}.values[0]: {req.values[0]!r} is not an integer") from None
+
+
+def _check_pod_affinity(path: str, pa: pb.PodAffinity) -> None:
+    for i, term in enumerate(pa.required):
+        _check_pod_affinity_term(f"{path}.required[{i}]", term)
+    for i, wterm in enumerate(pa.preferred):
+        if not 1 <= wterm.weight <= 100:
+            raise invalid(f"{path}.preferred[{i}].weight: {wterm.weight} is not in 1..100")
+        _check_pod_affinity_term(f"{path}.preferred[{i}].term", wterm.term)
+
+
+def _check_pod_affinity_term(path: str, term: pb.PodAffinityTerm) -> None:
+    if not term.topology_key:
+        raise invalid(f"{path}.topology_key: must not be empty")
+    check_labels(f"{path}.label_selector.match_labels", term.label_selector.match_labels)
+    _check_requirements(f"{path}.label_selector.match_expressions", term.label_selector.match_expressions)
+
+
+def check_affinity(path: str, aff: pb.Affinity) -> None:
+    na = aff.node_affinity
+    for i, term in enumerate(na.required):
+        if not term.match_expressions and not term.match_fields:
+            raise invalid(f"{path}.node_affinity.required[{i}]: a term needs at least one requirement")
+        _check_requirements(f"{path}.node_affinity.required[{i}].match_expressions", term.match_expressions)
+        _check_requirements(f"{path}.node_affinity.required[{i}].match_fields", term.match_fields)
+    for i, pref in enumerate(na.preferred):
+        if not 1 <= pref.weight <= 100:
+            raise invalid(f"{path}.node_affinity.preferred[{i}].weight: {pref.weight} is not in 1..100")
+        p = f"{path}.node_affinity.preferred[{i}].preference"
+        _check_requirements(f"{p}.match_expressions", pref.preference.match_expressions)
+        _check_requirements(f"{p}.match_fields", pref.preference.match_fields)
+    _check_pod_affinity(f"{path}.pod_affinity", aff.pod_affinity)
+    _check_pod_affinity(f"{path}.pod_anti_affinity", aff.pod_anti_affinity)
+
+
+def check_tolerations(path: str, tolerations: Iterable[pb.Toleration]) -> None:
+    for i, tol in enumerate(tolerations):
+        p = f"{path}[{i}]"
+        if tol.operator not in ("", "Equal", "Exists"):
+            raise invalid(f"{p}.operator: {tol.operator!r} is not Equal or Exists")
+        if tol.operator == "Exists" and tol.value:
+            raise invalid(f"{p}.value: must be empty when operator is Exists")
+        if not tol.key and tol.operator != "Exists":
+            raise invalid(f"{p}.key: an empty key needs operator Exists")
+        if tol.effect and tol.effect not in TAINT_EFFECTS:
+            raise invalid(f"{p}.effect: {tol.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+
+
+def normalize_job(spec: pb.JobSpec) -> pb.JobSpec:
+    """Validate a submitted JobSpec and return a copy with defaults filled in.
+
+    The normalized form is what is stored and compared for idempotent resubmission.
+    """
+    job = pb.JobSpec()
+    job.CopyFrom(spec)
+    check_name("job.id", job.id, "job id")
+    if not job.namespace:
+        job.namespace = "default"
+    check_name("job.namespace", job.namespace, "namespace")
+    if not job.name:
+        job.name = job.id
+    check_name("job.name", job.name)
+    if not job.queue:
+        job.queue = "default"
+    check_name("job.queue", job.queue, "queue name")
+    if job.queue == "root":
+        raise invalid("job.queue: the root queue cannot hold jobs; use a leaf queue such as 'default'")
+    if not job.task_groups:
+        raise invalid("job.task_groups: a job needs at least one task group")
+    sub_groups: set[str] = set()
+    for i, sg in enumerate(job.sub_groups):
+        check_name(f"job.sub_groups[{i}].name", sg.name, "sub-group name")
+        if sg.name in sub_groups:
+            raise invalid(f"job.sub_groups[{i}].name: duplicate sub-group {sg.name!r}")
+        if sg.min_member < 0:
+            raise invalid(f"job.sub_groups[{i}].min_member: {sg.min_member} is negative")
+        sub_groups.add(sg.name)
+    replicas: dict[str, int] = {}
+    total = 0
+    for i, tg in enumerate(job.task_groups):
+        p = f"job.task_groups[{i}]"
+        check_name(f"{p}.role", tg.role, "role")
+        if tg.role in replicas:
+            raise invalid(f"{p}.role: duplicate role {tg.role!r}")
+        if tg.replicas <= 0:
+            raise invalid(f"{p}.replicas: {tg.replicas} must be at least 1")
+        replicas[tg.role] = tg.replicas
+        total += tg.replicas
+        resources(f"{p}.request", tg.request, require_nonzero=True)
+        check_labels(f"{p}.node_selector", tg.node_selector)
+        check_labels(f"{p}.labels", tg.labels)
+        check_tolerations(f"{p}.tolerations", tg.tolerations)
+        check_affinity(f"{p}.affinity", tg.affinity)
+        if not math.isfinite(tg.duration_seconds) or tg.duration_seconds < 0:
+            raise invalid(f"{p}.duration_seconds: {tg.duration_seconds} must be a finite number >= 0")
+        if tg.sub_group and tg.sub_group not in sub_groups:
+            raise invalid(f"{p}.sub_group: no sub-group named {tg.sub_group!r} in job.sub_groups")
+    if total > MAX_TASKS_PER_JOB:
+        raise invalid(f"job.task_groups: {total} tasks exceed the limit of {MAX_TASKS_PER_JOB} per job")
+    if job.min_member < 0:
+        raise invalid(f"job.min_member: {job.min_member} is negative")
+    if job.min_member > total:
+        raise invalid(f"job.min_member: {job.min_member} is more than the job's {total} tasks")
+    for role, count in job.min_task_member.items():
+        if role not in replicas:
+            raise invalid(f"job.min_task_member[{role!r}]: no task group has role {role!r}")
+        if count < 0:
+            raise invalid(f"job.min_task_member[{role!r}]: {count} is negative")
+        if count > replicas[role]:
+            raise invalid(
+                f"job.min_task_member[{role!r}]: {count} is more than the role's {replicas[role]} replicas"
+            )
+    resources("job.min_resources", job.min_resources)
+    if job.network_topology.mode not in ("", "hard", "soft"):
+        raise invalid(f"job.network_topology.mode: {job.network_topology.mode!r} is not hard or soft")
+    if job.network_topology.highest_tier_allowed < 0:
+        raise invalid("job.network_topology.highest_tier_allowed: must be >= 0")
+    return job
+
+
+def check_node(path: str, node: pb.Node) -> dict[str, float]:
+    """Validate a Node; returns its allocatable in canonical units."""
+    check_name(f"{path}.name", node.name, "node name")
+    allocatable = resources(f"{path}.allocatable", node.allocatable)
+    check_labels(f"{path}.labels", node.labels)
+    for i, taint in enumerate(node.taints):
+        if not taint.key:
+            raise invalid(f"{path}.taints[{i}].key: must not be empty")
+        if taint.effect not in TAINT_EFFECTS:
+            raise invalid(f"{path}.taints[{i}].effect: {taint.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+    ids: set[str] = set()
+    for i, dev in enumerate(node.devices):
+        if not dev.id:
+            raise invalid(f"{path}.devices[{i}].id: must not be empty")
+        if dev.id in ids:
+            raise invalid(f"{path}.devices[{i}].id: duplicate device {dev.id!r}")
+        ids.add(dev.id)
+    return allocatable
+
+
+def normalize_queue(queue: pb.Queue, path: str = "queue") -> pb.Queue:
+    """Validate a Queue and fill defaults (parent root, weight 1, reclaimable true)."""
+    q = pb.Queue()
+    q.CopyFrom(queue)
+    check_name(f"{path}.name", q.name, "queue name")
+    if q.name == "root":
+        q.parent = ""
+    elif not q.parent:
+        q.parent = "root"
+    else:
+        check_name(f"{path}.parent", q.parent, "queue name")
+        if q.parent == q.name:
+            raise invalid(f"{path}.parent: a queue cannot be its own parent")
+    if q.weight < 0:
+        raise invalid(f"{path}.weight: {q.weight} is negative")
+    if q.weight == 0:
+        q.weight = 1
+    if not q.HasField("reclaimable"):
+        q.reclaimable = True
+    if q.state == pb.QUEUE_STATE_UNSPECIFIED:
+        q.state = pb.QUEUE_STATE_OPEN
+    if q.state not in (pb.QUEUE_STATE_OPEN, pb.QUEUE_STATE_CLOSING, pb.QUEUE_STATE_CLOSED):
+        raise invalid(f"{path}.state: {q.state} is not a known queue state")
+    resources(f"{path}.guarantee", q.guarantee)
+    resources(f"{path}.deserved", q.deserved, allow_unlimited=True)
+    resources(f"{path}.capability", q.capability, allow_unlimited=True)
+    return q
+
+
+def check_backend_task(path: str, task: pb.BackendTask) -> dict[str, float]:
+    if not task.task_id:
+        raise invalid(f"{path}.task_id: must not be empty")
+    if not task.node:
+        raise invalid(f"{path}.node: must not be empty")
+    return resources(f"{path}.request", task.request)

@@ -1,0 +1,107 @@
+"""Server state -> API messages (Job, NodeView, QueueView, page tokens)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from muster.v1 import muster_pb2 as pb
+from server.api.convert import resource_list, timestamp
+from server.api.errors import invalid
+from server.model import ENDED, TaskStatus
+
+if TYPE_CHECKING:
+    from server.cache import JobRecord
+
+PENDING_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.ALLOCATED, TaskStatus.PIPELINED})
+
+
+def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
+    status = rec.status
+    counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
+    for t in rec.tasks:
+        if t.status in PENDING_STATUSES:
+            counts["pending"] += 1
+        elif t.status == TaskStatus.SUCCEEDED:
+            counts["succeeded"] += 1
+        elif t.status == TaskStatus.FAILED:
+            counts["failed"] += 1
+        else:  # placed: binding, bound, running, releasing
+            counts["running"] += 1
+    js = pb.JobStatus(phase=status.phase, **counts)
+    for cond in status.conditions:
+        c = js.conditions.add(
+            type=cond.type, status=cond.status, reason=cond.reason, message=cond.message, cycle_id=cond.cycle_id
+        )
+        if ts := timestamp(cond.transition_time):
+            c.last_transition_time.CopyFrom(ts)
+    for name in ("submit_time", "start_time", "finish_time"):
+        if ts := timestamp(getattr(status, name)):
+            getattr(js, name).CopyFrom(ts)
+    job = pb.Job(spec=rec.spec, status=js)
+    if with_tasks:
+        for t in rec.tasks:
+            job.tasks.add(
+                id=t.uid,
+                job_id=t.job_id,
+                role=t.role,
+                index=t.index,
+                status=int(t.status),
+                node=t.node or "",
+                devices=t.devices,
+                backend=t.backend,
+                message=t.message,
+                exit_code=t.exit_code,
+            )
+    return job
+
+
+def is_terminal_phase(phase: int) -> bool:
+    return phase in (pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED)
+
+
+def task_is_ended(status: TaskStatus) -> bool:
+    return status in ENDED
+
+
+def node_view(node: pb.Node, used: dict[str, float], allocatable: dict[str, float], task_count: int) -> pb.NodeView:
+    idle = {r: max(0.0, allocatable.get(r, 0.0) - used.get(r, 0.0)) for r in allocatable}
+    return pb.NodeView(
+        node=node,
+        used=resource_list({r: v for r, v in used.items() if v > 0}),
+        idle=resource_list(idle),
+        task_count=task_count,
+    )
+
+
+# --- page tokens ---------------------------------------------------------------------------------
+
+
+def _filter_digest(parts: Iterable[object]) -> str:
+    return hashlib.sha256(json.dumps(list(parts), default=str).encode()).hexdigest()[:12]
+
+
+def encode_page_token(after_index: int, filters: Iterable[object]) -> str:
+    raw = json.dumps({"after": after_index, "f": _filter_digest(filters)}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_page_token(token: str, filters: Iterable[object]) -> int:
+    """Token -> the creation index to continue after; INVALID_ARGUMENT if forged or reused."""
+    if not token:
+        return -1
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        after = raw["after"]
+        digest = raw["f"]
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        raise invalid(f"page_token: {token!r} is not a token returned by ListJobs") from None
+    if not isinstance(after, int) or isinstance(after, bool):
+        raise invalid(f"page_token: {token!r} is not a token returned by ListJobs")
+    if digest != _filter_digest(filters):
+        raise invalid("page_token: was issued for different filters; repeat the request without a token")
+    return after

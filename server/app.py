@@ -1,0 +1,235 @@
+"""Assembling and running a Muster server: store -> cache -> cycle loop -> gRPC service.
+
+Three ways to run one:
+
+* ``MusterServer(options).run()`` -- structured: returns after ``request_stop()`` (``server.main``
+  uses it under a task group with a signal watcher);
+* ``await start_server(options)`` -> ``ServerHandle`` for async code (tests): the server runs in a
+  background task of the current event loop; ``await handle.stop()``;
+* ``ServerThread(options)`` for synchronous code: the server runs its own event loop in a thread;
+  ``with ServerThread(opts) as srv: srv.address``.
+
+Use ``listen="127.0.0.1:0"`` to get a free ephemeral port; ``address`` / ``port`` tell which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from muster.v1 import muster_pb2 as pb
+from muster.v1 import muster_pb2_grpc as pb_grpc
+from server.cache import ClusterCache
+from server.decisions import DecisionLog
+from server.loop import ConfigManager, CycleLoop
+from server.service import SchedulerService
+from server.store import SqliteStore, StoreWriter
+
+log = structlog.get_logger("muster.server")
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Scheduler"].full_name
+
+
+@dataclass
+class ServerOptions:
+    listen: str = "127.0.0.1:50051"
+    state: str = "./var/muster.db"  # SQLite file; ":memory:" for throwaway servers
+    config_path: str | None = None  # Volcano-format scheduler config; None: built-in
+    cycle_period: float = 1.0
+    bind_timeout: float = 30.0  # seconds a backend has to ack a bind before it expires
+    expire_interval: float | None = None  # how often deadlines are checked; None: derived
+    shutdown_grace: float = 2.0
+    max_message_bytes: int = 64 * 1024 * 1024
+
+
+class MusterServer:
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.port = 0
+        self.cache: ClusterCache | None = None
+        self.loop: CycleLoop | None = None
+        self.service: SchedulerService | None = None
+        # asyncio (not anyio) events: they may be created before the loop runs (ServerThread).
+        self.ready = asyncio.Event()
+        self._stop = asyncio.Event()
+
+    @property
+    def address(self) -> str:
+        host = self.options.listen.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Serve until ``request_stop()`` (or cancellation), then shut down cleanly."""
+        opts = self.options
+        store = SqliteStore(opts.state)
+        writer = StoreWriter(store)
+        try:
+            state = await anyio.to_thread.run_sync(store.load)
+            cache = ClusterCache(DecisionLog(bind_timeout=opts.bind_timeout))
+            cache.restore(state)
+            configs = ConfigManager(
+                opts.config_path,
+                stored_yaml=state.meta.get("config_yaml"),
+                generation=int(state.meta.get("config_generation", 0)),
+            )
+            expire_interval = opts.expire_interval or max(0.05, min(1.0, opts.bind_timeout / 4))
+            loop = CycleLoop(cache, writer, configs, period=opts.cycle_period, expire_interval=expire_interval)
+            cache.on_change = loop.wake
+            await writer.flush(cache.commit)  # server id, restored deadlines
+            service = SchedulerService(cache, writer, loop, configs)
+            self.cache, self.loop, self.service = cache, loop, service
+            await self._serve(service, loop, state_jobs=len(cache.jobs))
+        finally:
+            if self.cache is not None:
+                await writer.flush(self.cache.commit)
+            await writer.close()
+            log.info("server.stopped")
+
+    async def _serve(self, service: SchedulerService, loop: CycleLoop, *, state_jobs: int) -> None:
+        opts = self.options
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", opts.max_message_bytes),
+                ("grpc.max_send_message_length", opts.max_message_bytes),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        pb_grpc.add_SchedulerServicer_to_server(service, server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            server,
+        )
+        try:
+            self.port = server.add_insecure_port(opts.listen)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {opts.listen}: {exc}") from None
+        if self.port == 0:
+            raise OSError(f"cannot listen on {opts.listen}")
+        await server.start()
+        try:
+            for name in ("", SERVICE_NAME):
+                await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(loop.run)
+                log.info("server.listening", address=self.address, state=opts.state, jobs=state_jobs)
+                self.ready.set()
+                await self._stop.wait()
+                log.info("server.stopping")
+                await health_servicer.enter_graceful_shutdown()
+                service.close_streams()
+                with anyio.CancelScope(shield=True):
+                    await server.stop(opts.shutdown_grace)
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                service.close_streams()
+                await server.stop(0)
+
+
+class ServerHandle:
+    """A server running in a background task of the current asyncio loop."""
+
+    def __init__(self, server: MusterServer, task: asyncio.Task[None]) -> None:
+        self.server = server
+        self._task = task
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def cache(self) -> ClusterCache:
+        assert self.server.cache is not None
+        return self.server.cache
+
+    @property
+    def loop(self) -> CycleLoop:
+        assert self.server.loop is not None
+        return self.server.loop
+
+    async def stop(self) -> None:
+        self.server.request_stop()
+        await self._task
+
+
+async def start_server(options: ServerOptions) -> ServerHandle:
+    """Start a server in the background and return once it listens (errors propagate)."""
+    return await start_server_with(MusterServer(options))
+
+
+class ServerThread:
+    """A server with its own event loop in a daemon thread, for synchronous callers."""
+
+    def __init__(self, options: ServerOptions, start_timeout: float = 30.0) -> None:
+        self.options = options
+        self.start_timeout = start_timeout
+        self.server = MusterServer(options)
+        self._thread = threading.Thread(target=self._main, name="muster-server", daemon=True)
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._aio_loop: asyncio.AbstractEventLoop | None = None
+
+    def _main(self) -> None:
+        async def body() -> None:
+            self._aio_loop = asyncio.get_running_loop()
+            handle = await start_server_with(self.server)
+            self._started.set()
+            await handle._task
+
+        try:
+            asyncio.run(body())
+        except BaseException as exc:  # reported to the starting thread
+            self._error = exc
+        finally:
+            self._started.set()
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+        if not self._started.wait(self.start_timeout):
+            raise TimeoutError("muster server did not start in time")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self._aio_loop is not None and self._thread.is_alive():
+            self._aio_loop.call_soon_threadsafe(self.server.request_stop)
+        self._thread.join(timeout)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+async def start_server_with(server: MusterServer) -> ServerHandle:
+    task = asyncio.create_task(server.run(), name=f"muster-server {server.options.listen}")
+    ready = asyncio.create_task(server.ready.wait())
+    await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+    if not server.ready.is_set():
+        ready.cancel()
+        await task  # raises the startup error
+        raise RuntimeError("server stopped before it was ready")
+    return ServerHandle(server, task)

@@ -1,0 +1,213 @@
+"""The decision log and the server's streaming feeds.
+
+``DecisionLog`` issues Bind / Evict decisions with ids that are monotonic across restarts (the
+next id is persisted), keeps every unacknowledged decision in memory (and in the store with its
+outcome), and fans each new decision out to the subscribers of the owning backend's feed.
+``JobWatchHub`` fans job events out to WatchJobs subscribers.
+
+Both feeds use bounded per-subscriber buffers filled with ``send_nowait`` from the event loop: a
+subscriber that falls behind is dropped (its stream is closed and flagged) instead of blocking the
+server or growing memory. A dropped decision subscriber loses nothing: unacknowledged decisions are
+resent when the backend reconnects.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from muster.v1 import muster_pb2 as pb
+from server.api.convert import timestamp
+from server.store import DecisionRow
+
+T = TypeVar("T")
+
+DECISION_BUFFER = 10_000
+WATCH_BUFFER = 1_000
+RECENT_OUTCOMES = 100_000
+
+
+@dataclass(eq=False)
+class Subscriber(Generic[T]):
+    """One streaming RPC's view of a feed."""
+
+    send: MemoryObjectSendStream[T]
+    receive: MemoryObjectReceiveStream[T]
+    dropped: bool = False
+    accepts: Callable[[T], bool] = field(default=lambda _item: True)
+
+    @classmethod
+    def open(cls, buffer: int, accepts: Callable[[T], bool] | None = None) -> Subscriber[T]:
+        send, receive = anyio.create_memory_object_stream[T](buffer)
+        sub = cls(send, receive)
+        if accepts is not None:
+            sub.accepts = accepts
+        return sub
+
+    def offer(self, item: T) -> bool:
+        """Queue ``item`` without blocking; False (and the subscriber is dropped) when full."""
+        if self.dropped:
+            return False
+        try:
+            self.send.send_nowait(item)
+        except anyio.WouldBlock:
+            self.dropped = True
+            self.send.close()
+            return False
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return False
+        return True
+
+    def close(self) -> None:
+        self.send.close()
+
+
+@dataclass(slots=True)
+class PendingDecision:
+    row: DecisionRow
+    decision: pb.Decision
+
+
+class DecisionLog:
+    def __init__(self, next_id: int = 1, bind_timeout: float = 30.0) -> None:
+        self.next_id = next_id
+        self.bind_timeout = bind_timeout
+        self.pending: dict[int, PendingDecision] = {}
+        self._subscribers: dict[str, set[Subscriber[pb.Decision]]] = {}
+        self.dirty: dict[int, DecisionRow] = {}
+        self.counter_dirty = False
+        # Outcomes of recently settled decisions: id -> (backend, state, serialized decision), so
+        # (duplicate) acks rarely need the store.
+        self.recent: OrderedDict[int, tuple[str, str, bytes]] = OrderedDict()
+
+    # --- issuing ---------------------------------------------------------------------------------
+
+    def issue(self, backend: str, cycle_id: int, task_id: str, *, bind: pb.BindDecision | None = None,
+              evict: pb.EvictDecision | None = None, now: float | None = None) -> pb.Decision:
+        now = time.time() if now is None else now
+        decision_id = self.next_id
+        self.next_id += 1
+        self.counter_dirty = True
+        decision = pb.Decision(id=decision_id, cycle_id=cycle_id, backend=backend)
+        decision.created.CopyFrom(timestamp(now))
+        deadline = 0.0
+        if bind is not None:
+            decision.bind.CopyFrom(bind)
+            deadline = now + self.bind_timeout
+            decision.deadline.CopyFrom(timestamp(deadline))
+        elif evict is not None:
+            decision.evict.CopyFrom(evict)
+        kind = "bind" if bind is not None else "evict"
+        row = DecisionRow(decision_id, backend, cycle_id, task_id, kind, b"", "pending", "", deadline)
+        self.pending[decision_id] = PendingDecision(row, decision)
+        self.dirty[decision_id] = row
+        for sub in list(self._subscribers.get(backend, ())):
+            if not sub.offer(decision):
+                self._subscribers[backend].discard(sub)
+        return decision
+
+    def settle(self, decision_id: int, state: str, reason: str = "") -> PendingDecision | None:
+        """Record the outcome (applied | rejected | expired) of a pending decision."""
+        pending = self.pending.pop(decision_id, None)
+        if pending is None:
+            return None
+        pending.row.state = state
+        pending.row.reason = reason
+        if not pending.row.payload:
+            pending.row.payload = pending.decision.SerializeToString()
+        self.dirty[decision_id] = pending.row
+        self.recent[decision_id] = (pending.row.backend, state, pending.row.payload)
+        if len(self.recent) > RECENT_OUTCOMES:
+            self.recent.popitem(last=False)
+        return pending
+
+    def restore(self, rows: Iterable[DecisionRow], now: float) -> None:
+        """Reload unacknowledged decisions after a restart.
+
+        Bind deadlines restart from ``now``: backends need time to reconnect before their binds
+        may expire.
+        """
+        for row in rows:
+            decision = pb.Decision.FromString(row.payload)
+            if row.kind == "bind":
+                row.deadline = now + self.bind_timeout
+                decision.deadline.CopyFrom(timestamp(row.deadline))
+                self.dirty[row.id] = row
+            self.pending[row.id] = PendingDecision(row, decision)
+
+    def expired(self, now: float) -> list[PendingDecision]:
+        return [p for p in self.pending.values() if p.row.kind == "bind" and p.row.deadline <= now]
+
+    def pending_for_task(self, task_id: str) -> list[PendingDecision]:
+        return [p for p in self.pending.values() if p.row.task_id == task_id]
+
+    def drain_rows(self) -> list[tuple]:
+        rows = []
+        for decision_id, row in self.dirty.items():
+            if not row.payload:
+                row.payload = self.pending[decision_id].decision.SerializeToString()
+            rows.append(row.row())
+        self.dirty.clear()
+        return rows
+
+    # --- feeds -----------------------------------------------------------------------------------
+
+    def subscribe(self, backend: str, after_id: int) -> Subscriber[pb.Decision]:
+        """A new feed subscriber, pre-loaded with the backend's unacked decisions with id > after_id."""
+        backlog = sorted(
+            (p.decision for p in self.pending.values() if p.row.backend == backend and p.row.id > after_id),
+            key=lambda d: d.id,
+        )
+        sub: Subscriber[pb.Decision] = Subscriber.open(max(DECISION_BUFFER, len(backlog) + DECISION_BUFFER))
+        for decision in backlog:
+            sub.offer(decision)
+        self._subscribers.setdefault(backend, set()).add(sub)
+        return sub
+
+    def unsubscribe(self, backend: str, sub: Subscriber[pb.Decision]) -> None:
+        self._subscribers.get(backend, set()).discard(sub)
+        sub.close()
+
+    def subscriber_count(self, backend: str) -> int:
+        return len(self._subscribers.get(backend, ()))
+
+    def close_all(self) -> None:
+        for subs in self._subscribers.values():
+            for sub in subs:
+                sub.close()
+        self._subscribers.clear()
+
+
+class JobWatchHub:
+    """WatchJobs fan-out: events are only built when someone is watching."""
+
+    def __init__(self) -> None:
+        self._subscribers: set[Subscriber[pb.JobEvent]] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self._subscribers)
+
+    def subscribe(self, accepts: Callable[[pb.JobEvent], bool]) -> Subscriber[pb.JobEvent]:
+        sub: Subscriber[pb.JobEvent] = Subscriber.open(WATCH_BUFFER, accepts)
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber[pb.JobEvent]) -> None:
+        self._subscribers.discard(sub)
+        sub.close()
+
+    def publish(self, event: pb.JobEvent) -> None:
+        for sub in list(self._subscribers):
+            if sub.accepts(event) and not sub.offer(event):
+                self._subscribers.discard(sub)
+
+    def close_all(self) -> None:
+        for sub in self._subscribers:
+            sub.close()
+        self._subscribers.clear()

@@ -1,0 +1,187 @@
+"""The cycle loop and the scheduler configuration it runs with.
+
+One cycle at a time: periodic (``period`` seconds) and woken early by submissions and cluster
+changes. Wake-ups are coalesced: any number of ``wake()`` calls while a cycle runs (or while the
+loop waits) cause one more cycle, not one each. The CPU work (materializing the snapshot and
+``SchedulerCore.run_cycle``) runs in a worker thread so the API stays responsive.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from server.api.errors import invalid
+from server.cache import ClusterCache
+from server.config import DEFAULT_CONFIG_YAML, ConfigError, SchedulerConfig, load_config
+from server.model import PriorityClass
+from server.scheduler import SchedulerCore
+from server.store import StoreWriter
+
+log = structlog.get_logger("muster.loop")
+
+
+class ConfigManager:
+    """The active scheduler config: built-in, a file (hot reloaded on mtime change) or UpdateConfig.
+
+    A new config is validated when it arrives and swapped in at the start of the next cycle.
+    """
+
+    def __init__(self, path: str | None = None, stored_yaml: str | None = None, generation: int = 0) -> None:
+        self.path = Path(path) if path else None
+        self._mtime: float | None = None
+        self.generation = generation
+        if self.path is not None:
+            text = self.path.read_text()
+            self._mtime = self.path.stat().st_mtime
+            self.config = load_config(text)  # a bad file at startup is fatal (ConfigError)
+            self.generation += 1
+        elif stored_yaml:
+            self.config = load_config(stored_yaml)
+        else:
+            self.config = load_config(DEFAULT_CONFIG_YAML)
+        self.yaml = self.config.yaml_text or DEFAULT_CONFIG_YAML
+        self.pending: SchedulerConfig | None = self.config
+
+    def update(self, text: str) -> SchedulerConfig:
+        """UpdateConfig: ConfigError -> INVALID_ARGUMENT; nothing changes on error."""
+        if not text.strip():
+            raise invalid("yaml: must not be empty")
+        try:
+            config = load_config(text)
+        except ConfigError as exc:
+            raise invalid(f"yaml: {exc}") from None
+        self._set(config, text)
+        return config
+
+    def _set(self, config: SchedulerConfig, text: str) -> None:
+        self.config = config
+        self.yaml = text
+        self.generation += 1
+        self.pending = config
+
+    def poll_file(self) -> bool:
+        """Re-read ``--config FILE`` if its mtime changed; a broken file is logged and ignored."""
+        if self.path is None:
+            return False
+        try:
+            mtime = self.path.stat().st_mtime
+            if mtime == self._mtime:
+                return False
+            self._mtime = mtime
+            text = self.path.read_text()
+            config = load_config(text)
+        except (OSError, ConfigError) as exc:
+            log.error("config.reload_failed", path=str(self.path), error=str(exc))
+            return False
+        self._set(config, text)
+        log.info("config.reloaded", path=str(self.path), generation=self.generation)
+        return True
+
+    def take_pending(self) -> SchedulerConfig | None:
+        config, self.pending = self.pending, None
+        return config
+
+
+def priority_classes_of(config: SchedulerConfig) -> Iterable[PriorityClass]:
+    """The config's priority classes, whatever container the loader uses (absent: none)."""
+    classes: Any = getattr(config, "priority_classes", None) or {}
+    items = classes.values() if isinstance(classes, dict) else classes
+    return [c for c in items if isinstance(c, PriorityClass)]
+
+
+class CycleLoop:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        writer: StoreWriter,
+        configs: ConfigManager,
+        *,
+        period: float = 1.0,
+        expire_interval: float = 1.0,
+    ) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.configs = configs
+        self.core = SchedulerCore(configs.config)
+        self.period = period
+        self.expire_interval = expire_interval
+        self.cycles = 0
+        self.failures = 0
+        self.last_cycle_seconds = 0.0
+        self._wake = anyio.Event()
+        self._cycle_done = anyio.Event()
+        self._running = False
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._expiry_loop)
+            while True:
+                with anyio.move_on_after(self.period):
+                    await self._wake.wait()
+                self._wake = anyio.Event()  # wakes from here on ask for another cycle
+                await self.run_once()
+
+    async def _expiry_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.expire_interval)
+            self.configs.poll_file()
+            if self.cache.expire():
+                await self.writer.flush(self.cache.commit)
+
+    async def run_once(self) -> None:
+        """One cycle: capture, schedule in a thread, apply, persist."""
+        config = self.configs.take_pending()
+        if config is not None:
+            self.core.update_config(config)
+            self.cache.set_priority_classes(priority_classes_of(config))
+        started = time.perf_counter()
+        capture = self.cache.capture()
+        try:
+            snapshot = await anyio.to_thread.run_sync(capture.materialize)
+            result = await anyio.to_thread.run_sync(
+                self.core.run_cycle, snapshot, capture.cycle_id, abandon_on_cancel=True
+            )
+        except Exception:  # a broken cycle must not take the server down; the next one retries
+            self.failures += 1
+            log.exception("cycle.failed", cycle=capture.cycle_id)
+            await self.writer.flush(self.cache.commit)
+            self._finish_cycle()
+            return
+        stats = self.cache.apply(capture, result)
+        await self.writer.flush(self.cache.commit)
+        self.last_cycle_seconds = time.perf_counter() - started
+        event = "cycle.done" if stats.binds or stats.evictions or stats.dropped_binds else "cycle.idle"
+        logger = log.info if event == "cycle.done" else log.debug
+        logger(
+            event,
+            cycle=capture.cycle_id,
+            jobs=len(capture.jobs),
+            nodes=len(capture.nodes),
+            binds=stats.binds,
+            evictions=stats.evictions,
+            dropped=stats.dropped_binds + stats.dropped_evictions,
+            seconds=round(self.last_cycle_seconds, 4),
+        )
+        self._finish_cycle()
+
+    def _finish_cycle(self) -> None:
+        self.cycles += 1
+        self._cycle_done.set()
+        self._cycle_done = anyio.Event()
+
+    async def wait_cycles(self, count: int) -> None:
+        """Wait until at least ``count`` more cycles have finished (tests, tools)."""
+        target = self.cycles + count
+        while self.cycles < target:
+            await self._cycle_done.wait()
+
+

@@ -1,0 +1,115 @@
+"""``muster-server``: the Muster scheduler as a gRPC service.
+
+    muster-server --listen 127.0.0.1:50051 --state ./var/muster.db [--config FILE]
+                  [--cycle-period 1.0] [--bind-timeout 30] [--log-format console|json]
+                  [--log-level info]
+
+Stops cleanly on SIGTERM / SIGINT. Once listening it logs ``server.listening`` with the bound
+address and prints one line ``muster-server listening on HOST:PORT`` to stdout (useful with
+``--listen 127.0.0.1:0``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+import anyio
+import structlog
+
+from server.app import MusterServer, ServerOptions
+from server.config import ConfigError
+
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def configure_logging(fmt: str = "console", level: str = "info") -> None:
+    """structlog to stderr: readable on a terminal, one JSON object per line with ``json``."""
+    renderer: structlog.typing.Processor
+    if fmt == "json":
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info if fmt == "json" else structlog.dev.set_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be > 0")
+    return value
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="muster-server", description="Muster batch / gang scheduler (gRPC)")
+    p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT to serve on (port 0: any free port)")
+    p.add_argument("--config", default=None, help="Volcano-format scheduler config file (hot reloaded)")
+    p.add_argument("--state", default="./var/muster.db", help="SQLite state file")
+    p.add_argument("--cycle-period", type=positive_float, default=1.0, help="seconds between cycles")
+    p.add_argument("--bind-timeout", type=positive_float, default=30.0, help="seconds to ack a bind")
+    p.add_argument("--log-format", choices=("console", "json"), default="console")
+    p.add_argument("--log-level", choices=LEVELS, default="info")
+    return p.parse_args(argv)
+
+
+async def serve(options: ServerOptions) -> None:
+    server = MusterServer(options)
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    structlog.get_logger("muster.server").info("server.signal", signal=signal.Signals(signum).name)
+                    server.request_stop()
+                    return
+
+        async def announce() -> None:
+            await server.ready.wait()
+            sys.stdout.write(f"muster-server listening on {server.address}\n")
+            sys.stdout.flush()
+
+        tg.start_soon(stop_on_signal)
+        tg.start_soon(announce)
+        await server.run()
+        tg.cancel_scope.cancel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging(args.log_format, args.log_level)
+    options = ServerOptions(
+        listen=args.listen,
+        state=args.state,
+        config_path=args.config,
+        cycle_period=args.cycle_period,
+        bind_timeout=args.bind_timeout,
+    )
+    try:
+        anyio.run(serve, options, backend="asyncio")
+    except ConfigError as exc:
+        sys.stderr.write(f"muster-server: --config {args.config}: {exc}\n")
+        return 2
+    except OSError as exc:
+        sys.stderr.write(f"muster-server: {exc}\n")
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
