@@ -165,6 +165,7 @@ class JobSpec:
     annotations: dict[str, str] = field(default_factory=dict)
     stale_seconds: float | None = None
     creation_index: int = 0  # submission order (Volcano orders equal jobs by creation time)
+    created_at: float | None = None  # submission time, epoch seconds (sla waiting time); None: unknown
 
 
 @dataclass(slots=True)
