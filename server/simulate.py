@@ -1,8 +1,37 @@
-"""``muster simulate``: run the real scheduling core on a scenario file. INTERIM signature."""
+"""``muster simulate``: run the real scheduling core on a scenario file, with no side effects.
+
+The scenario format and the output are documented in docs/simulate.md. Loading validates every
+field and reports every problem at once, one line each, naming the field's path
+(``jobs[2].tasks[0].request.cpu: '2x' is not a quantity``); keys starting with ``x-`` are ignored.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass, field
 from typing import Any
+
+import yaml
+
+from server.config import ConfigError, SchedulerConfig, parse_config, parse_priority_classes
+from server.model import (
+    ClusterSnapshot,
+    CycleResult,
+    HyperNodeSpec,
+    JobSpec,
+    NodeSpec,
+    PodGroupPhase,
+    PriorityClass,
+    QueueSpec,
+    SubGroupSpec,
+    Taint,
+    TaskSpec,
+    TaskStatus,
+    Toleration,
+)
+from server.quantity import QuantityError, parse_resources
+from server.scheduler import SchedulerCore
 
 
 class ScenarioError(ValueError):
@@ -13,6 +42,459 @@ class ScenarioError(ValueError):
         self.problems = problems
 
 
+@dataclass
+class Scenario:
+    name: str
+    config: SchedulerConfig
+    snapshot: ClusterSnapshot
+    cycles: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_TOP = {"name", "config", "priorityClasses", "topologies", "hypernodes", "nodes", "queues", "jobs"}
+_NODE = {"name", "allocatable", "labels", "taints", "unschedulable", "devices"}
+_QUEUE = {"name", "parent", "weight", "guarantee", "deserved", "capability", "priority", "reclaimable", "state", "annotations"}
+_JOB = {
+    "name", "namespace", "queue", "minMember", "minTaskMember", "minResources", "priority", "priorityClass",
+    "preemptible", "phase", "staleFor", "subGroups", "topology", "networkTopology", "annotations", "tasks",
+}
+_TASK = {
+    "name", "role", "subGroup", "request", "status", "node", "gpu_groups", "priority", "preemptable",
+    "preemptionPolicy", "labels", "annotations", "nodeSelector", "tolerations", "affinity", "gpu_fraction",
+}
+_TAINT = {"key", "value", "effect"}
+_TOLERATION = {"key", "operator", "value", "effect", "tolerationSeconds"}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+
+class _Loader:
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append(f"{path}: {message}")
+
+    def keys(self, obj: Any, allowed: set[str], path: str) -> bool:
+        if not isinstance(obj, dict):
+            self.problem(path, "must be a mapping")
+            return False
+        for k in obj:
+            if str(k).startswith("x-"):
+                continue
+            if k not in allowed:
+                self.problem(f"{path}.{k}", "unknown field")
+        return True
+
+    def resources(self, obj: Any, path: str, *, unlimited: bool = False) -> dict[str, float]:
+        if obj is None:
+            return {}
+        if not isinstance(obj, dict):
+            self.problem(path, "must be a mapping of resource name to quantity")
+            return {}
+        out: dict[str, float] = {}
+        for name, raw in obj.items():
+            try:
+                out.update(parse_resources({str(name): raw}, allow_unlimited=unlimited))
+            except QuantityError as exc:
+                self.problem(f"{path}.{name}", str(exc).split(": ", 1)[-1])
+        return out
+
+    def string_map(self, obj: Any, path: str) -> dict[str, str]:
+        if obj is None:
+            return {}
+        if not isinstance(obj, dict):
+            self.problem(path, "must be a mapping")
+            return {}
+        return {str(k): str(v) for k, v in obj.items()}
+
+    def integer(self, obj: Any, path: str, default: int = 0) -> int:
+        if obj is None:
+            return default
+        if isinstance(obj, bool) or not isinstance(obj, int):
+            self.problem(path, f"{obj!r} is not an integer")
+            return default
+        return obj
+
+    def boolean(self, obj: Any, path: str, default: bool) -> bool:
+        if obj is None:
+            return default
+        if not isinstance(obj, bool):
+            self.problem(path, f"{obj!r} is not a boolean")
+            return default
+        return obj
+
+    def duration(self, obj: Any, path: str) -> float | None:
+        if obj is None:
+            return None
+        if isinstance(obj, int | float) and not isinstance(obj, bool):
+            return float(obj)
+        m = _DURATION.match(str(obj))
+        if not m:
+            self.problem(path, f"{obj!r} is not a duration (e.g. 90s, 5m)")
+            return None
+        scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+        return float(m.group(1)) * scale
+
+    def taints(self, obj: Any, path: str) -> list[Taint]:
+        out = []
+        for i, t in enumerate(obj or []):
+            p = f"{path}[{i}]"
+            if self.keys(t, _TAINT, p):
+                if not t.get("key"):
+                    self.problem(f"{p}.key", "required")
+                effect = t.get("effect", "NoSchedule")
+                if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+                    self.problem(f"{p}.effect", f"{effect!r} is not NoSchedule, PreferNoSchedule or NoExecute")
+                out.append(Taint(str(t.get("key", "")), str(t.get("value", "")), effect))
+        return out
+
+    def tolerations(self, obj: Any, path: str) -> list[Toleration]:
+        out = []
+        for i, t in enumerate(obj or []):
+            p = f"{path}[{i}]"
+            if self.keys(t, _TOLERATION, p):
+                op = t.get("operator", "Equal")
+                if op not in ("Equal", "Exists"):
+                    self.problem(f"{p}.operator", f"{op!r} is not Equal or Exists")
+                out.append(Toleration(str(t.get("key", "")), op, str(t.get("value", "")), str(t.get("effect", ""))))
+        return out
+
+
+def _phase(loader: _Loader, raw: Any, path: str) -> PodGroupPhase:
+    if raw is None:
+        return PodGroupPhase.PENDING
+    try:
+        return PodGroupPhase(raw)
+    except ValueError:
+        loader.problem(path, f"{raw!r} is not one of Pending, Inqueue, Running, Unknown, Completed")
+        return PodGroupPhase.PENDING
+
+
+def load_scenario(raw: Any) -> Scenario:
+    """Validate a parsed scenario document; raise ScenarioError listing every problem."""
+    L = _Loader()
+    if not isinstance(raw, dict):
+        raise ScenarioError(["scenario: must be a mapping"])
+    L.keys(raw, _TOP, "scenario")
+    cfg_raw = raw.get("config") or {}
+    config: SchedulerConfig | None = None
+    cycles = 1
+    try:
+        config = parse_config(cfg_raw, path="config")
+        if isinstance(cfg_raw, dict) and "cycles" in cfg_raw:
+            cycles = L.integer(cfg_raw.get("cycles"), "config.cycles", 1)
+            if cycles < 1:
+                L.problem("config.cycles", "must be at least 1")
+    except ConfigError as exc:
+        L.problems.append(str(exc))
+    priority_classes: dict[str, PriorityClass] = {}
+    try:
+        priority_classes = parse_priority_classes(raw.get("priorityClasses"), "priorityClasses")
+    except ConfigError as exc:
+        L.problems.append(str(exc))
+    if config is not None:
+        priority_classes = {**config.priority_classes, **priority_classes}
+
+    nodes: list[NodeSpec] = []
+    seen_nodes: set[str] = set()
+    for i, n in enumerate(raw.get("nodes") or []):
+        p = f"nodes[{i}]"
+        if not L.keys(n, _NODE, p):
+            continue
+        name = n.get("name")
+        if not isinstance(name, str) or not name:
+            L.problem(f"{p}.name", "required")
+            continue
+        if name in seen_nodes:
+            L.problem(f"{p}.name", f"duplicate node {name!r}")
+        seen_nodes.add(name)
+        devices = n.get("devices") or {}
+        nodes.append(
+            NodeSpec(
+                name=name,
+                allocatable=L.resources(n.get("allocatable"), f"{p}.allocatable"),
+                labels=L.string_map(n.get("labels"), f"{p}.labels"),
+                taints=L.taints(n.get("taints"), f"{p}.taints"),
+                unschedulable=L.boolean(n.get("unschedulable"), f"{p}.unschedulable", False),
+                devices=[{"id": k, **(v if isinstance(v, dict) else {"value": v})} for k, v in devices.items()]
+                if isinstance(devices, dict)
+                else list(devices),
+            )
+        )
+
+    queues: list[QueueSpec] = []
+    queue_names: set[str] = set()
+    for i, q in enumerate(raw.get("queues") or []):
+        p = f"queues[{i}]"
+        if not L.keys(q, _QUEUE, p):
+            continue
+        name = q.get("name")
+        if not isinstance(name, str) or not name:
+            L.problem(f"{p}.name", "required")
+            continue
+        if name in queue_names:
+            L.problem(f"{p}.name", f"duplicate queue {name!r}")
+        queue_names.add(name)
+        state = q.get("state", "Open")
+        if state not in ("Open", "Closing", "Closed"):
+            L.problem(f"{p}.state", f"{state!r} is not Open, Closing or Closed")
+        weight = L.integer(q.get("weight"), f"{p}.weight", 1)
+        queues.append(
+            QueueSpec(
+                name=name,
+                parent=q.get("parent"),
+                weight=weight if weight > 0 else 1,
+                guarantee=L.resources(q.get("guarantee"), f"{p}.guarantee"),
+                deserved=L.resources(q.get("deserved"), f"{p}.deserved"),
+                capability=L.resources(q.get("capability"), f"{p}.capability", unlimited=True),
+                priority=L.integer(q.get("priority"), f"{p}.priority", 0),
+                reclaimable=L.boolean(q.get("reclaimable"), f"{p}.reclaimable", True),
+                state=state,
+                annotations=L.string_map(q.get("annotations"), f"{p}.annotations"),
+            )
+        )
+    for i, q in enumerate(queues):
+        if q.parent and q.parent not in queue_names and q.parent != "root":
+            L.problem(f"queues[{i}].parent", f"unknown queue {q.parent!r}")
+
+    jobs: list[JobSpec] = []
+    task_uids: set[str] = set()
+    job_uids: set[str] = set()
+    creation = 0
+    default_class = next((pc for pc in priority_classes.values() if pc.global_default), None)
+    for i, j in enumerate(raw.get("jobs") or []):
+        p = f"jobs[{i}]"
+        if not L.keys(j, _JOB, p):
+            continue
+        name = j.get("name")
+        if not isinstance(name, str) or not name:
+            L.problem(f"{p}.name", "required")
+            continue
+        namespace = str(j.get("namespace") or "default")
+        uid = f"{namespace}/{name}"
+        if uid in job_uids:
+            L.problem(f"{p}.name", f"duplicate job {uid!r}")
+        job_uids.add(uid)
+        queue = str(j.get("queue") or "default")
+        priority = L.integer(j.get("priority"), f"{p}.priority", 0)
+        pclass = j.get("priorityClass")
+        if pclass is not None:
+            if pclass not in priority_classes:
+                L.problem(f"{p}.priorityClass", f"unknown priority class {pclass!r}")
+            else:
+                priority = priority_classes[pclass].value
+        elif j.get("priority") is None and default_class is not None:
+            priority = default_class.value
+        tasks: list[TaskSpec] = []
+        for k, t in enumerate(j.get("tasks") or []):
+            tp = f"{p}.tasks[{k}]"
+            if not L.keys(t, _TASK, tp):
+                continue
+            tname = t.get("name")
+            if not isinstance(tname, str) or not tname:
+                L.problem(f"{tp}.name", "required")
+                continue
+            tuid = f"{namespace}/{tname}"
+            if tuid in task_uids:
+                L.problem(f"{tp}.name", f"duplicate task {tuid!r}")
+            task_uids.add(tuid)
+            status_raw = t.get("status", "Pending")
+            try:
+                status = TaskStatus.from_title(str(status_raw))
+            except KeyError:
+                L.problem(f"{tp}.status", f"{status_raw!r} is not a task status")
+                status = TaskStatus.PENDING
+            node = t.get("node")
+            if node is not None and node not in seen_nodes:
+                L.problem(f"{tp}.node", f"node {node!r} does not exist")
+            if node is None and status not in (TaskStatus.PENDING, TaskStatus.SUCCEEDED, TaskStatus.FAILED):
+                L.problem(f"{tp}.node", f"a {status.title} task needs a node")
+            affinity = t.get("affinity") or {}
+            if not isinstance(affinity, dict):
+                L.problem(f"{tp}.affinity", "must be a mapping")
+                affinity = {}
+            policy = t.get("preemptionPolicy", "PreemptLowerPriority")
+            tasks.append(
+                TaskSpec(
+                    uid=tuid,
+                    name=tname,
+                    namespace=namespace,
+                    job=uid,
+                    request=L.resources(t.get("request"), f"{tp}.request"),
+                    role=str(t.get("role") or ""),
+                    status=status,
+                    node=node,
+                    priority=L.integer(t.get("priority"), f"{tp}.priority", priority),
+                    preemptable=L.boolean(t.get("preemptable"), f"{tp}.preemptable", True),
+                    preemption_policy=policy,
+                    labels=L.string_map(t.get("labels"), f"{tp}.labels"),
+                    annotations=L.string_map(t.get("annotations"), f"{tp}.annotations"),
+                    node_selector=L.string_map(t.get("nodeSelector"), f"{tp}.nodeSelector"),
+                    tolerations=L.tolerations(t.get("tolerations"), f"{tp}.tolerations"),
+                    affinity=affinity,
+                    sub_group=t.get("subGroup"),
+                    gpu_groups=list(t.get("gpu_groups") or []),
+                    creation_index=creation,
+                )
+            )
+            creation += 1
+        min_task_member = j.get("minTaskMember") or {}
+        if not isinstance(min_task_member, dict):
+            L.problem(f"{p}.minTaskMember", "must be a mapping of role to count")
+            min_task_member = {}
+        min_member = L.integer(j.get("minMember"), f"{p}.minMember", 0)
+        if min_member < 0:
+            L.problem(f"{p}.minMember", "must not be negative")
+        sub_groups = []
+        for s, sg in enumerate(j.get("subGroups") or []):
+            if isinstance(sg, dict) and sg.get("name"):
+                sub_groups.append(SubGroupSpec(str(sg["name"]), L.integer(sg.get("minMember"), f"{p}.subGroups[{s}].minMember", 0), sg.get("topology") or {}))
+            else:
+                L.problem(f"{p}.subGroups[{s}].name", "required")
+        min_resources = j.get("minResources")
+        jobs.append(
+            JobSpec(
+                uid=uid,
+                name=name,
+                namespace=namespace,
+                queue=queue,
+                tasks=tasks,
+                min_member=min_member,
+                min_task_member={str(r): L.integer(v, f"{p}.minTaskMember.{r}") for r, v in min_task_member.items()},
+                min_resources=L.resources(min_resources, f"{p}.minResources") if min_resources is not None else None,
+                priority=priority,
+                priority_class=str(pclass or ""),
+                preemptible=j.get("preemptible"),
+                phase=_phase(L, j.get("phase"), f"{p}.phase"),
+                sub_groups=sub_groups,
+                topology=j.get("topology") or {},
+                network_topology=j.get("networkTopology") or {},
+                annotations=L.string_map(j.get("annotations"), f"{p}.annotations"),
+                stale_seconds=L.duration(j.get("staleFor"), f"{p}.staleFor"),
+                creation_index=i,
+            )
+        )
+    if "default" not in queue_names and any(j.queue == "default" for j in jobs):
+        queues.insert(0, QueueSpec("default"))
+
+    hypernodes: list[HyperNodeSpec] = []
+    for i, h in enumerate(raw.get("hypernodes") or []):
+        p = f"hypernodes[{i}]"
+        if not L.keys(h, {"name", "tier", "members"}, p):
+            continue
+        members = h.get("members") or {}
+        if not L.keys(members, {"nodes", "hypernodes"}, f"{p}.members"):
+            members = {}
+        for k, nname in enumerate(members.get("nodes") or []):
+            if nname not in seen_nodes:
+                L.problem(f"{p}.members.nodes[{k}]", f"node {nname!r} does not exist")
+        hypernodes.append(
+            HyperNodeSpec(
+                str(h.get("name", "")),
+                L.integer(h.get("tier"), f"{p}.tier", 1),
+                [str(x) for x in members.get("nodes") or []],
+                [str(x) for x in members.get("hypernodes") or []],
+            )
+        )
+    known_hn = {h.name for h in hypernodes}
+    for i, h in enumerate(hypernodes):
+        for k, child in enumerate(h.hypernodes):
+            if child not in known_hn:
+                L.problem(f"hypernodes[{i}].members.hypernodes[{k}]", f"hypernode {child!r} does not exist")
+    topologies = raw.get("topologies") or []
+    if not isinstance(topologies, list):
+        L.problem("topologies", "must be a list")
+        topologies = []
+
+    if L.problems or config is None:
+        raise ScenarioError(L.problems or ["config: invalid"])
+    snapshot = ClusterSnapshot(
+        nodes=nodes,
+        queues=queues,
+        jobs=jobs,
+        priority_classes=priority_classes,
+        hypernodes=hypernodes,
+        topologies=topologies,
+    )
+    return Scenario(str(raw.get("name") or ""), config, snapshot, cycles)
+
+
+def parse_scenario_text(text: str) -> Scenario:
+    try:
+        raw = yaml.safe_load(text)  # JSON is YAML
+    except yaml.YAMLError as exc:
+        raise ScenarioError([f"scenario: not valid YAML or JSON: {exc}"]) from None
+    return load_scenario(raw)
+
+
+def _advance(snapshot: ClusterSnapshot, result: CycleResult) -> None:
+    """Between cycles, act as a cluster would: bound tasks run, released tasks go away,
+    pipelined tasks wait again, and job phases carry over."""
+    for job in snapshot.jobs:
+        outcome = result.jobs.get(job.uid)
+        if outcome is not None:
+            job.phase = outcome.phase
+        kept = []
+        for task in job.tasks:
+            status, node = result.task_status.get(task.uid, (task.status, task.node))
+            if status == TaskStatus.RELEASING:
+                continue
+            if status in (TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND):
+                status = TaskStatus.RUNNING
+            if status == TaskStatus.PIPELINED:
+                status, node = TaskStatus.PENDING, None
+            task.status, task.node = status, node
+            kept.append(task)
+        job.tasks = kept
+
+
+def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any]:
+    core = SchedulerCore(scenario.config)
+    total = cycles or scenario.cycles
+    binds: dict[str, str] = {}
+    evictions: list[str] = []
+    moved: dict[str, dict[str, str]] = {}
+    released: dict[str, tuple[TaskStatus, str | None]] = {}
+    result = CycleResult(cycle_id=0)
+    for cycle in range(1, total + 1):
+        result = core.run_cycle(scenario.snapshot, cycle)
+        binds.update(result.binds)
+        for uid in result.evictions:
+            if uid not in evictions:
+                evictions.append(uid)
+        for uid, (src, dst) in result.moved.items():
+            moved[uid] = {"from": src, "to": dst}
+        for uid, state in result.task_status.items():
+            if state[0] == TaskStatus.RELEASING:
+                released[uid] = state
+        if cycle < total:
+            _advance(scenario.snapshot, result)
+    tasks = {uid: {"status": s.title, "node": n, "gpu_groups": []} for uid, (s, n) in released.items()}
+    for uid, (status, node) in result.task_status.items():
+        tasks[uid] = {"status": status.title, "node": node, "gpu_groups": []}
+    jobs = {
+        uid: {
+            "phase": str(outcome.phase),
+            "conditions": [{"type": c.type, "reason": c.reason, "message": c.message} for c in outcome.conditions],
+        }
+        for uid, outcome in result.jobs.items()
+    }
+    return {
+        "binds": binds,
+        "pipelined": dict(result.pipelined),
+        "evictions": evictions,
+        "moved": moved,
+        "tasks": tasks,
+        "jobs": jobs,
+    }
+
+
 def simulate_text(text: str, cycles: int | None = None) -> dict[str, Any]:
     """Run a scenario (YAML or JSON text); returns the output object of docs/simulate.md."""
-    raise ScenarioError(["simulate: not implemented yet"])
+    if cycles is not None and cycles < 0:
+        raise ScenarioError([f"cycles: {cycles} must not be negative"])
+    return run_scenario(parse_scenario_text(text), cycles or None)
+
+
+def to_json(result: dict[str, Any]) -> str:
+    return json.dumps(result, indent=2, sort_keys=True)

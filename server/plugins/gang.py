@@ -79,7 +79,9 @@ class GangPlugin(Plugin):
                 continue
             if _releasing_covers_gang(job):
                 continue
-            schedulable = job.ready_task_num()
+            schedulable = job.ready_task_num() + sum(
+                1 for t in job.index[TaskStatus.PENDING].values() if t.last_tx_status in ALLOCATED
+            )
             unready = job.min_available - schedulable
             msg = f"{unready}/{len(job.tasks)} tasks in gang unschedulable: {job.fit_error()}"
             ssn.set_condition(job, "Unschedulable", "NotEnoughResources", msg)

@@ -74,7 +74,7 @@ class TaskInfo:
     __slots__ = (
         "uid", "name", "namespace", "job", "role", "spec", "resreq", "best_effort", "status",
         "node", "priority", "preemptable", "sub_group", "shape_key", "static_key", "creation_index",
-        "original_status", "original_node", "evict_reason",
+        "original_status", "original_node", "evict_reason", "last_tx_status",
     )
 
     def __init__(self, spec: TaskSpec, space: ResourceSpace) -> None:
@@ -99,6 +99,9 @@ class TaskInfo:
         self.original_status = spec.status
         self.original_node = spec.node
         self.evict_reason = ""
+        # Status of the last discarded placement (Volcano LastTransaction): the gang plugin counts
+        # such tasks as schedulable in its Unschedulable message.
+        self.last_tx_status: TaskStatus | None = None
 
     def __repr__(self) -> str:
         return f"<Task {self.uid} {self.status.title} {self.node}>"

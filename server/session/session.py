@@ -143,10 +143,12 @@ class Session:
             self.result.plugin_seconds[f"{plugin.name}.open"] = time.perf_counter() - started
         self._build_chains()
         # Volcano drops invalid jobs at session open, with an Unschedulable condition.
+        self.dropped_jobs: list[JobInfo] = []
         for uid in list(self.jobs):
             vr = self.job_valid(self.jobs[uid])
             if vr is not None and not vr.passed:
                 job = self.jobs.pop(uid)
+                self.dropped_jobs.append(job)
                 self.result.jobs[uid] = JobOutcome(
                     job.phase,
                     [Condition("Unschedulable", "True", vr.reason, vr.message)],
@@ -345,6 +347,7 @@ class Session:
     def unplace_task(self, task: TaskInfo, previous: TaskStatus) -> None:
         assert task.node is not None
         self.nodes.remove_task(self.nodes.index[task.node], task)
+        task.last_tx_status = task.status
         self.jobs[task.job].update_task_status(task, previous)
         task.node = None
         for h in self.event_handlers:
@@ -393,6 +396,9 @@ class Session:
             plugin.on_session_close(self)
             self.result.plugin_seconds[f"{plugin.name}.close"] = time.perf_counter() - started
         result = self.result
+        for job in self.dropped_jobs:
+            for task in job.tasks.values():
+                result.task_status[task.uid] = (task.status, task.node)
         for job in self.jobs.values():
             unschedulable = any(c[0] == "Unschedulable" for c in job.conditions)
             phase = job_phase_after(job, unschedulable)
