@@ -22,7 +22,8 @@ Restarts:
   agent re-adopts running tasks, reports the ones that ended meanwhile, and re-acks (never
   re-applies) decisions the server resends.
 
-Each task gets MUSTER_TASK_ID, MUSTER_JOB_ID, MUSTER_NODE, MUSTER_AGENT and, when it holds GPUs,
+Each task gets MUSTER_TASK_ID, MUSTER_JOB_ID, MUSTER_NODE, MUSTER_AGENT, MUSTER_DECISION_ID,
+MUSTER_CYCLE_ID and, when it holds GPUs,
 CUDA_VISIBLE_DEVICES / MUSTER_DEVICES in its environment.
 """
 
@@ -185,9 +186,13 @@ class FakeAgent:
                 devices=t.devices,
             )
             for t in self.live.values()
-            if not t.evicted
+            if not t.evicted and t.node in self.nodes  # a snapshot may only name its own nodes
         ]
-        tasks += [pb.BackendTask(task_id=e.task_id, node=e.node, status=e.status) for e in self.ended.values()]
+        tasks += [
+            pb.BackendTask(task_id=e.task_id, node=e.node, status=e.status)
+            for e in self.ended.values()
+            if e.node in self.nodes and e.task_id not in self.live
+        ]
         return tasks
 
     async def apply_bind(self, decision: pb.Decision) -> Outcome:
@@ -201,6 +206,7 @@ class FakeAgent:
             MUSTER_NODE=bind.node,
             MUSTER_AGENT=self.name,
             MUSTER_DECISION_ID=str(decision.id),
+            MUSTER_CYCLE_ID=str(decision.cycle_id),
         )
         if devices:
             env["CUDA_VISIBLE_DEVICES"] = env["MUSTER_DEVICES"] = ",".join(devices)
