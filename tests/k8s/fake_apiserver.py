@@ -796,12 +796,14 @@ class FakeApiServer:
                 if item is None:
                     break
                 await resp.write(json.dumps(item).encode() + b"\n")
-        except (ConnectionResetError, asyncio.CancelledError):
-            self.watchers.discard(w)
-            raise
+        except ConnectionResetError:
+            return resp  # the client went away
         finally:
             self.watchers.discard(w)
-        await resp.write_eof()
+        try:
+            await resp.write_eof()
+        except ConnectionResetError:
+            pass
         return resp
 
 

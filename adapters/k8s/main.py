@@ -1,0 +1,84 @@
+"""``muster-k8s-adapter``: schedule Kubernetes pods (``spec.schedulerName``) with Muster.
+
+    muster-k8s-adapter --server HOST:PORT [--kubeconfig FILE | --in-cluster | --api-server URL]
+                       [--scheduler-name muster] [--name kubernetes] [--ledger PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+import anyio
+import structlog
+
+from adapters.k8s.adapter import K8sBackend
+from adapters.k8s.kube import make_api_client
+from adapters.runtime import DecisionLedger, FileDecisionLedger
+
+log = structlog.get_logger("muster.k8s")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="muster-k8s-adapter", description=__doc__.split("\n\n")[0])
+    p.add_argument("--server", default="127.0.0.1:50051", help="Muster server address (HOST:PORT)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    source.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
+    source.add_argument("--api-server", help="plain API server URL without auth (tests, kubectl proxy)")
+    p.add_argument("--scheduler-name", default="muster", help="pods with this spec.schedulerName are Muster's")
+    p.add_argument("--name", default="kubernetes", help="backend name registered with the server")
+    p.add_argument("--ledger", help="file remembering applied decisions across adapter restarts")
+    p.add_argument("--bind-concurrency", type=int, default=64)
+    p.add_argument("--log-format", choices=("console", "json"), default="console")
+    p.add_argument("--log-level", default="info")
+    return p.parse_args(argv)
+
+
+def configure_logging(fmt: str, level: str) -> None:
+    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(
+        colors=sys.stderr.isatty())
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                    structlog.processors.format_exc_info, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
+
+
+async def run(args: argparse.Namespace) -> None:
+    api = await make_api_client(host=args.api_server, kubeconfig=args.kubeconfig, in_cluster=args.in_cluster)
+    ledger: DecisionLedger = FileDecisionLedger(args.ledger) if args.ledger else DecisionLedger()
+    backend = K8sBackend(api, server=args.server, scheduler_name=args.scheduler_name, name=args.name,
+                         ledger=ledger, bind_concurrency=args.bind_concurrency)
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for signum in signals:
+                        log.info("stopping", signal=signal.Signals(signum).name)
+                        backend.stop()
+                        return
+
+            tg.start_soon(on_signal)
+            log.info("starting", server=args.server, scheduler_name=args.scheduler_name)
+            await backend.run()
+            tg.cancel_scope.cancel()
+    finally:
+        await api.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    configure_logging(args.log_format, args.log_level)
+    try:
+        anyio.run(run, args)
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
