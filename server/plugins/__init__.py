@@ -12,6 +12,7 @@ from server.plugins.overcommit import OvercommitPlugin
 from server.plugins.predicates import PredicatesPlugin
 from server.plugins.priority import PriorityPlugin
 from server.plugins.proportion import ProportionPlugin
+from server.plugins.sla import SlaPlugin
 
 PLUGINS: dict[str, type[Plugin]] = {
     cls.name: cls
@@ -25,6 +26,7 @@ PLUGINS: dict[str, type[Plugin]] = {
         PredicatesPlugin,
         PriorityPlugin,
         ProportionPlugin,
+        SlaPlugin,
     )
 }
 
