@@ -24,11 +24,9 @@ SHARE_DELTA = 0.000001
 
 
 def dominant_share(allocated: np.ndarray, total: np.ndarray) -> float:
-    out = 0.0
-    for a, t in zip(allocated, total, strict=True):
-        s = (0.0 if a == 0 else 1.0) if t == 0 else a / t
-        out = max(out, s)
-    return out
+    """max over resources of allocated / total (Volcano helpers.Share: x/0 is 1, 0/0 is 0)."""
+    shares = np.divide(allocated, total, out=(allocated != 0).astype(float), where=total != 0)
+    return float(shares.max(initial=0.0))
 
 
 class DrfPlugin(Plugin):

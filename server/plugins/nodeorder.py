@@ -76,33 +76,24 @@ class NodeOrderPlugin(Plugin):
         taint_w = self.arg_int("tainttoleration.weight", 3)
         pod_affinity_w = self.arg_int("podaffinity.weight", 2)
 
-        def requested(task: TaskInfo, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-            req_cpu = task.resreq[cpu] or DEFAULT_MILLI_CPU
-            req_mem = task.resreq[mem] or DEFAULT_MEMORY
-            return (
-                nodes.used[rows, cpu] + req_cpu,
-                nodes.used[rows, mem] + req_mem,
-                nodes.allocatable[rows, cpu],
-                nodes.allocatable[rows, mem],
-            )
+        cols = [cpu, mem]
+        alloc = nodes.allocatable[:, cols]
+        # 1/allocatable (0 where nothing is allocatable): no division on the hot path.
+        inv = np.divide(1.0, alloc, out=np.zeros_like(alloc), where=alloc > 0)
+        has = inv > 0
 
         def resource_scores(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
-            rc, rm, ac, am = requested(task, rows)
+            req = np.array([task.resreq[cpu] or DEFAULT_MILLI_CPU, task.resreq[mem] or DEFAULT_MEMORY])
+            frac = (nodes.used[np.ix_(rows, cols)] + req) * inv[rows]  # used fraction after placing
+            fits = has[rows] & (frac <= 1.0)
             total = np.zeros(len(rows))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                fc = np.where(ac > 0, rc / ac, 1.0)
-                fm = np.where(am > 0, rm / am, 1.0)
-                if least:
-                    lc = np.where((ac > 0) & (rc <= ac), np.floor((ac - rc) * MAX_NODE_SCORE / np.where(ac > 0, ac, 1)), 0)
-                    lm = np.where((am > 0) & (rm <= am), np.floor((am - rm) * MAX_NODE_SCORE / np.where(am > 0, am, 1)), 0)
-                    total += np.floor((lc + lm) / 2) * least
-                if most:
-                    mc = np.where((ac > 0) & (rc <= ac), np.floor(rc * MAX_NODE_SCORE / np.where(ac > 0, ac, 1)), 0)
-                    mm = np.where((am > 0) & (rm <= am), np.floor(rm * MAX_NODE_SCORE / np.where(am > 0, am, 1)), 0)
-                    total += np.floor((mc + mm) / 2) * most
-                if balanced:
-                    std = np.abs(np.minimum(fc, 1.0) - np.minimum(fm, 1.0)) / 2
-                    total += np.floor((1 - std) * MAX_NODE_SCORE) * balanced
+            if least:
+                total += np.floor(np.where(fits, np.floor((1.0 - frac) * MAX_NODE_SCORE), 0.0).sum(axis=1) / 2) * least
+            if most:
+                total += np.floor(np.where(fits, np.floor(frac * MAX_NODE_SCORE), 0.0).sum(axis=1) / 2) * most
+            if balanced:
+                capped = np.where(has[rows], np.minimum(frac, 1.0), 1.0)
+                total += np.floor((1 - np.abs(capped[:, 0] - capped[:, 1]) / 2) * MAX_NODE_SCORE) * balanced
             return total
 
         scorers = [Scorer("shape", resource_scores)]

@@ -65,7 +65,20 @@ class _ShapeEntry:
     idle_ok: np.ndarray  # future_ok & fits idle
     score: np.ndarray  # static + shape scores
     log_position: int
-    extra: dict[str, Any] = field(default_factory=dict)
+    # score where idle_ok (else -inf), and where future_ok but not idle_ok (else -inf): one argmax
+    # picks the node when no task-scope plugin is active.
+    idle_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    future_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def refresh(self, rows: np.ndarray | None = None) -> None:
+        if rows is None:
+            self.idle_score = np.where(self.idle_ok, self.score, -np.inf)
+            self.future_score = np.where(self.future_ok & ~self.idle_ok, self.score, -np.inf)
+        else:
+            self.idle_score[rows] = np.where(self.idle_ok[rows], self.score[rows], -np.inf)
+            self.future_score[rows] = np.where(
+                self.future_ok[rows] & ~self.idle_ok[rows], self.score[rows], -np.inf
+            )
 
 
 class NodeEvaluator:
@@ -133,6 +146,7 @@ class NodeEvaluator:
             static = self._static_entry(task)
             future_ok, idle_ok, score = self._shape_rows(task, static, self._all_rows)
             entry = _ShapeEntry(future_ok, idle_ok, score, len(log))
+            entry.refresh()
             self._shape[task.shape_key] = entry
         elif entry.log_position < len(log):
             dirty = np.unique(np.asarray(log[entry.log_position :], dtype=np.int64))
@@ -141,6 +155,7 @@ class NodeEvaluator:
             entry.future_ok[dirty] = f
             entry.idle_ok[dirty] = i
             entry.score[dirty] = s
+            entry.refresh(dirty)
             entry.log_position = len(log)
         return entry
 
@@ -174,6 +189,13 @@ class NodeEvaluator:
         """Volcano ``prioritizeNodes``: the best node that fits idle now, else the best that fits
         future idle (pipelining). Returns (row, fits_idle) or None. Ties go to the first node by
         name (Volcano picks one of the tied nodes at random)."""
+        if restrict is None and not self.predicates["task"] and not self.scorers["task"]:
+            entry = self._shape_entry(task)
+            for masked, on_idle in ((entry.idle_score, True), (entry.future_score, False)):
+                best = int(np.argmax(masked))
+                if masked[best] > -np.inf:
+                    return best, on_idle
+            return None
         future_ok, idle_ok = self.feasible(task, restrict)
         for mask, on_idle in ((idle_ok, True), (future_ok & ~idle_ok, False)):
             rows = np.nonzero(mask)[0]
@@ -207,11 +229,11 @@ class NodeEvaluator:
         if len(remaining):
             future = n.future_idle(remaining)
             short = task.resreq > future + MIN_RESOURCE
-            failed_any = short.any(axis=1)
-            for row_short in short[failed_any]:
-                names = [self.ssn.space.dims[d] for d in np.nonzero(row_short)[0]]
-                count([f"Insufficient {name}" for name in names])
-            remaining = remaining[~failed_any]
+            for d, nodes_short in enumerate(short.sum(axis=0)):
+                if nodes_short:
+                    reason = f"Insufficient {self.ssn.space.dims[d]}"
+                    fe.reasons[reason] = fe.reasons.get(reason, 0) + int(nodes_short)
+            remaining = remaining[~short.any(axis=1)]
         for p in (*self.predicates["shape"], *self.predicates["task"]):
             if not len(remaining):
                 break

@@ -154,6 +154,7 @@ class JobInfo:
         self.index: dict[TaskStatus, dict[str, TaskInfo]] = {s: {} for s in TaskStatus}
         self.allocated: Vec = space.zeros()
         self.total_request: Vec = space.zeros()
+        self.pending_best_effort = 0  # kept by the task index: is_ready() is on the hot path
         for ts in spec.tasks:
             self.add_task(TaskInfo(ts, space))
         self.min_available = spec.min_member if spec.min_member > 0 else len(spec.tasks)
@@ -175,6 +176,8 @@ class JobInfo:
         self.total_request += task.resreq
         if task.status in ALLOCATED:
             self.allocated += task.resreq
+        if task.best_effort and task.status == TaskStatus.PENDING:
+            self.pending_best_effort += 1
 
     def update_task_status(self, task: TaskInfo, status: TaskStatus) -> None:
         old = task.status
@@ -187,19 +190,25 @@ class JobInfo:
         self.index[status][task.uid] = task
         if status in ALLOCATED:
             self.allocated += task.resreq
+        if task.best_effort:
+            self.pending_best_effort += (status == TaskStatus.PENDING) - (old == TaskStatus.PENDING)
 
     def count(self, *statuses: TaskStatus) -> int:
         return sum(len(self.index[s]) for s in statuses)
 
     # -- Volcano JobInfo readiness -----------------------------------------------------------
     def ready_task_num(self) -> int:
-        return self.count(*_READY)
+        idx = self.index
+        return (
+            len(idx[TaskStatus.BOUND]) + len(idx[TaskStatus.BINDING]) + len(idx[TaskStatus.RUNNING])
+            + len(idx[TaskStatus.ALLOCATED]) + len(idx[TaskStatus.SUCCEEDED])
+        )
 
     def waiting_task_num(self) -> int:
         return len(self.index[TaskStatus.PIPELINED])
 
     def pending_best_effort_num(self) -> int:
-        return sum(1 for t in self.index[TaskStatus.PENDING].values() if t.best_effort)
+        return self.pending_best_effort
 
     def valid_task_num(self) -> int:
         return self.count(*_VALID)
@@ -228,7 +237,7 @@ class JobInfo:
         return all(counts.get(role, 0) >= n for role, n in self.task_min_available.items() if n > 0)
 
     def check_task_valid(self) -> bool:
-        if self.min_available < self.task_min_available_total:
+        if not self.task_min_available or self.min_available < self.task_min_available_total:
             return True
         return self._roles_meet_minimum(self._roles(_VALID))
 
@@ -236,18 +245,20 @@ class JobInfo:
         return self._roles((*ALLOCATED, TaskStatus.SUCCEEDED), pending_best_effort=True)
 
     def check_task_ready(self) -> bool:
-        if self.min_available < self.task_min_available_total:
+        if not self.task_min_available or self.min_available < self.task_min_available_total:
             return True
         return self._roles_meet_minimum(self.allocated_roles())
 
     def check_task_pipelined(self) -> bool:
-        if self.min_available < self.task_min_available_total:
+        if not self.task_min_available or self.min_available < self.task_min_available_total:
             return True
         return self._roles_meet_minimum(
             self._roles((*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED), pending_best_effort=True)
         )
 
     def check_task_starving(self) -> bool:
+        if not self.task_min_available:
+            return False
         if self.min_available < self.task_min_available_total:
             return True
         return not self._roles_meet_minimum(
