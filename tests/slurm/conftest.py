@@ -139,8 +139,10 @@ class Muster:
 
     def start_server(self) -> None:
         log = open(self.workdir / "server.log", "ab")  # noqa: SIM115 - closed with the process
+        # MUSTER_SERVER_CMD: another way to start a server (e.g. a development build).
+        command = os.environ.get("MUSTER_SERVER_CMD", str(BIN / "muster-server")).split()
         self.server = subprocess.Popen(
-            [str(BIN / "muster-server"), "--listen", self.address, "--state", str(self.workdir / "state")],
+            [*command, "--listen", self.address, "--state", str(self.workdir / "muster.db")],
             stdout=log, stderr=log, cwd=REPO,
         )
         wait_until("the Muster server to answer", self._server_up, timeout=30)
