@@ -87,3 +87,50 @@ async def test_not_ready_node_gets_no_new_binds(env: Env) -> None:
     # The kubelet comes back: the waiting pod goes there.
     env.kube.put_object(make_node("bad", cpu="16", ready=True))
     await eventually(lambda: {env.pod(f"p{i}")["spec"].get("nodeName") for i in range(2)} == {"good", "bad"})
+
+
+async def test_coscheduling_podgroup_and_singleton_pods(env: Env) -> None:
+    env.kube.put_object(make_node("n0", cpu="4"))
+    env.kube.put_object({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                         "metadata": {"name": "cg", "namespace": "ml"}, "spec": {"minMember": 2}})
+    for i in range(2):
+        env.kube.put_object(make_pod(f"c{i}", namespace="ml", cpu="1", coscheduling_group="cg"))
+    env.kube.put_object(make_pod("alone", cpu="1"))
+    env.kube.put_object(make_pod("not-mine", cpu="1", scheduler="default-scheduler"))
+    await env.start_adapter()
+    await eventually(lambda: all(env.pod(f"c{i}", "ml")["spec"].get("nodeName") for i in range(2))
+                     and env.pod("alone")["spec"].get("nodeName"))
+    jobs = env.muster.servicer.jobs
+    assert set(jobs) == {"k8s:ml:cg", "k8s:default:pod:alone"}
+    assert jobs["k8s:ml:cg"].spec.min_member == 2
+    assert not env.pod("not-mine")["spec"].get("nodeName")  # another scheduler's pending pod is left alone
+    await eventually(lambda: (env.kube.get_object("scheduling.x-k8s.io/v1alpha1", "PodGroup", "cg", "ml")
+                              or {}).get("status", {}).get("phase") == "Running")
+
+
+async def test_roles_and_min_task_member_map_onto_the_job(env: Env) -> None:
+    env.kube.put_object(make_node("n0", cpu="16"))
+    env.kube.put_object(make_volcano_podgroup("mpi", min_member=3, min_task_member={"master": 1, "worker": 2}))
+    env.kube.put_object(make_pod("mpi-master-0", cpu="1", group="mpi", task_spec="master"))
+    for i in range(2):
+        env.kube.put_object(make_pod(f"mpi-worker-{i}", cpu="2", group="mpi", task_spec="worker"))
+    backend = await env.start_adapter()
+    await eventually(lambda: "k8s:default:mpi" in env.muster.servicer.jobs)
+    spec = env.muster.servicer.jobs["k8s:default:mpi"].spec
+    assert [(g.role, g.replicas, g.request.quantities["cpu"]) for g in spec.task_groups] == [
+        ("master", 1, "1"), ("worker", 2, "2")]
+    assert dict(spec.min_task_member) == {"master": 1, "worker": 2}
+    await eventually(lambda: len(backend.pod_task) == 3)
+    assert backend.pod_task["default/mpi-worker-1"] == "k8s:default:mpi/worker-1"
+    await eventually(lambda: env.pod("mpi-worker-1")["spec"].get("nodeName") == "n0")
+
+
+async def test_podgroup_deleted_cancels_the_job(env: Env) -> None:
+    env.kube.put_object(make_node("n0", cpu="1"))
+    env.kube.put_object(make_volcano_podgroup("big", min_member=2))
+    for i in range(2):
+        env.kube.put_object(make_pod(f"b{i}", cpu="1", group="big"))
+    await env.start_adapter()
+    await eventually(lambda: "k8s:default:big" in env.muster.servicer.jobs)
+    env.kube.delete_object("scheduling.volcano.sh/v1beta1", "PodGroup", "big", "default")
+    await eventually(lambda: env.muster.servicer.jobs["k8s:default:big"].phase == 6)  # JOB_PHASE_CANCELLED
