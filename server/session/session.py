@@ -203,6 +203,10 @@ class Session:
                     return r
         return 0
 
+    def job_order_compare(self, left: JobInfo, right: JobInfo) -> int:
+        """Volcano ``JobOrderCompareFn``: the first non-zero plugin answer, 0 on a tie."""
+        return self._compare("job_order", left, right)
+
     def job_order_fn(self, left: JobInfo, right: JobInfo) -> bool:
         r = self._compare("job_order", left, right)
         if r:
@@ -312,7 +316,9 @@ class Session:
                     victims = list(chosen)
                 else:
                     keep = {t.uid for t in chosen}
-                    victims = [v for v in victims if v.uid in keep]
+                    # Volcano: an empty intersection is nil again, so the next plugin of the
+                    # tier starts afresh and an all-empty tier falls through to the next tier.
+                    victims = [v for v in victims if v.uid in keep] or None
             if victims is not None:
                 return victims
         return victims or []
