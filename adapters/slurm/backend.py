@@ -48,8 +48,9 @@ log = structlog.get_logger("muster.slurm")
 MARKER = "muster:"
 # Slurm reasons meaning the job is waiting for its own hold, not for nodes.
 _HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin", "job_requeued_in_held_state"})
-_FAILED_STATES = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
-                  "PREEMPTED", "CANCELLED", "REVOKED", "SPECIAL_EXIT"}
+# Reasons a placed job can never start where Muster put it (Slurm evaluates the node list only
+# at its next scheduling pass, after the update was accepted and verified).
+_BAD_PLACEMENT_REASONS = ("BadConstraints", "ReqNodeNotAvail", "PartitionConfig", "NodeDown")
 
 
 @dataclass(slots=True)
@@ -224,8 +225,8 @@ class SlurmBackend:
             return f"placement mismatch: Slurm shows ReqNodeList={','.join(record.required_nodes)}"
         if record.nodes and sorted(record.nodes) != sorted(nodes):
             return f"placement mismatch: Slurm runs the job on {','.join(record.nodes)}"
-        if record.reason == "BadConstraints":
-            return "Slurm refused the node list: BadConstraints (a node lacks what the job requests)"
+        if record.reason.startswith(_BAD_PLACEMENT_REASONS):
+            return f"Slurm cannot start the job on these nodes: {record.reason}"
         return ""
 
     async def _evict(self, job: TrackedJob, reason: str) -> Outcome:
@@ -375,12 +376,14 @@ class SlurmBackend:
             job.ran = True
             for task_id, node in zip(job.tasks, job.placed, strict=True):
                 self._report(job, task_id, pb.TASK_STATUS_RUNNING, node)
-        elif sj.state == "PENDING" and job.ran:
-            # Slurm requeued it by itself (node failure): this attempt failed; run it again
-            # through Muster as a new attempt.
+        elif sj.state == "PENDING" and (job.ran or sj.reason.startswith(_BAD_PLACEMENT_REASONS)):
+            # Slurm requeued it by itself (node failure), or it can never start on the chosen
+            # nodes: this attempt failed; back to staging, and through Muster again as a new attempt.
+            why = f"requeued by Slurm ({sj.reason})" if job.ran else f"Slurm cannot start it there: {sj.reason}"
             for task_id, node in zip(job.tasks, job.placed, strict=True):
-                self._report(job, task_id, pb.TASK_STATUS_FAILED, node, message=f"requeued by Slurm ({sj.reason})")
+                self._report(job, task_id, pb.TASK_STATUS_FAILED, node, message=why)
             job.done = True
+            log.warning("placement attempt failed", slurm_job=sj.job_id, job=job.muster_id, reason=why)
             await self._unstage_quietly(sj.job_id)
             self._track(sj.job_id, sj.num_nodes, attempt=job.attempt + 1)
 
