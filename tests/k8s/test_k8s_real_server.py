@@ -1,0 +1,94 @@
+"""The adapter against the real Muster server (server/app.py, in-process) and the fake API server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from server.app import ServerOptions, start_server
+
+from .conftest import Env, eventually
+from .fake_apiserver import FakeApiServer, make_node, make_pod, make_volcano_podgroup
+
+
+class _Real:
+    """Looks like MiniMusterHandle to the Env fixture helpers."""
+
+    def __init__(self, state: str) -> None:
+        self.state = state
+        self.handle = None
+        self.port = 0
+
+    async def start(self) -> None:
+        listen = f"127.0.0.1:{self.port}"
+        self.handle = await start_server(ServerOptions(listen=listen, state=self.state, cycle_period=0.1))
+        self.port = self.handle.port
+
+    async def stop(self) -> None:
+        if self.handle is not None:
+            await self.handle.stop()
+            self.handle = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@pytest.fixture
+async def real_env(tmp_path):
+    kube = FakeApiServer(bookmark_interval=0.2)
+    await kube.start()
+    muster = _Real(str(tmp_path / "muster.db"))
+    await muster.start()
+    env = Env(kube, muster)  # type: ignore[arg-type]
+    try:
+        yield env
+    finally:
+        for backend, task in list(env.adapters):
+            backend.stop()
+            try:
+                await asyncio.wait_for(task, 10)
+            except Exception:  # noqa: BLE001 - teardown
+                task.cancel()
+            await backend._api.close()  # type: ignore[attr-defined]
+        await muster.stop()
+        await kube.stop()
+
+
+def _pg(env: Env, name: str = "pg") -> dict:
+    return env.kube.get_object("scheduling.volcano.sh/v1beta1", "PodGroup", name, "default") or {}
+
+
+async def test_gang_of_four_with_the_real_server(real_env: Env) -> None:
+    env = real_env
+    for i in range(3):
+        env.kube.put_object(make_node(f"n{i}", cpu="4"))
+    env.kube.put_object(make_volcano_podgroup("pg", min_member=4))
+    for i in range(4):
+        env.kube.put_object(make_pod(f"w{i}", cpu="3", group="pg", task_spec="worker"))
+    await env.start_adapter()
+    await eventually(lambda: all(env.events("FailedScheduling", f"w{i}") for i in range(4)))
+    await eventually(lambda: (_pg(env).get("status", {}).get("conditions") or [{}])[0].get("type") == "Unschedulable")
+    assert env.bind_posts() == 0
+
+    env.kube.put_object(make_node("n3", cpu="4"))
+    await eventually(lambda: all(env.pod(f"w{i}")["spec"].get("nodeName") for i in range(4)))
+    assert {env.pod(f"w{i}")["spec"]["nodeName"] for i in range(4)} == {"n0", "n1", "n2", "n3"}
+    await eventually(lambda: _pg(env)["status"]["phase"] == "Running")
+    assert env.bind_posts() == 4
+
+
+async def test_real_server_restart_adapter_reconnects(real_env: Env) -> None:
+    env = real_env
+    env.kube.put_object(make_node("n0", cpu="8"))
+    env.kube.put_object(make_pod("before", cpu="1"))
+    backend = await env.start_adapter()
+    await eventually(lambda: env.pod("before")["spec"].get("nodeName") == "n0")
+    await env.muster.stop()
+    env.kube.put_object(make_pod("during", cpu="1"))
+    await eventually(lambda: not backend.runtime.connected)
+    await env.muster.start()  # same port, same SQLite state
+    await eventually(lambda: backend.runtime.sessions >= 2)
+    await eventually(lambda: env.pod("during")["spec"].get("nodeName") == "n0")
+    assert env.bind_posts("before") == 1
