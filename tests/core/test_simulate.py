@@ -1,0 +1,97 @@
+"""`muster simulate` scenario loading and running (docs/simulate.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from server.simulate import ScenarioError, simulate_text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BASE = """
+config:
+  actions: "enqueue, allocate, backfill"
+  tiers:
+  - plugins: [{name: priority}, {name: gang}]
+  - plugins: [{name: predicates}, {name: nodeorder}]
+nodes:
+- {name: n1, allocatable: {cpu: "4", memory: 8Gi}}
+- {name: n2, allocatable: {cpu: "4", memory: 8Gi}}
+queues: [{name: q1}]
+jobs:
+- name: pg1
+  namespace: ns1
+  queue: q1
+  minMember: 2
+  tasks:
+  - {name: p1, request: {cpu: "3"}}
+  - {name: p2, request: {cpu: "3"}}
+"""
+
+
+def test_gang_fits_and_binds_all_members() -> None:
+    out = simulate_text(BASE)
+    assert set(out["binds"]) == {"ns1/p1", "ns1/p2"}
+    assert set(out["binds"].values()) == {"n1", "n2"}
+    assert out["jobs"]["ns1/pg1"]["phase"] == "Running"
+    assert out["tasks"]["ns1/p1"]["status"] == "Binding"
+    assert set(out) == {"binds", "pipelined", "evictions", "moved", "tasks", "jobs"}
+
+
+def test_gang_that_does_not_fit_binds_nothing() -> None:
+    out = simulate_text(BASE.replace("minMember: 2", "minMember: 3").replace(
+        "  - {name: p2, request: {cpu: \"3\"}}", "  - {name: p2, request: {cpu: \"3\"}}\n  - {name: p3, request: {cpu: \"3\"}}"))
+    assert out["binds"] == {}
+    cond = out["jobs"]["ns1/pg1"]["conditions"][0]
+    assert cond["type"] == "Unschedulable" and "Insufficient cpu" in cond["message"]
+
+
+def test_every_problem_is_reported_with_its_path() -> None:
+    bad = BASE.replace('{cpu: "3"}}\n  - {name: p2', '{cpu: "2x"}}\n  - {name: p2') + """
+- name: pg2
+  tasks:
+  - {name: q1, status: Running, node: n9, request: {cpu: "1"}}
+  - {name: q2, reqest: {cpu: "1"}}
+"""
+    with pytest.raises(ScenarioError) as err:
+        simulate_text(bad)
+    problems = err.value.problems
+    assert "jobs[0].tasks[0].request.cpu: '2x' is not a quantity" in problems
+    assert "jobs[1].tasks[0].node: node 'n9' does not exist" in problems
+    assert "jobs[1].tasks[1].reqest: unknown field" in problems
+
+
+def test_unknown_plugin_in_scenario_config() -> None:
+    with pytest.raises(ScenarioError) as err:
+        simulate_text(BASE.replace("{name: nodeorder}", "{name: nodeordr}"))
+    assert any("config.tiers[1].plugins[1].name: unknown plugin 'nodeordr'" in p for p in err.value.problems)
+
+
+def test_cycles_run_bound_tasks_and_release_evicted_ones() -> None:
+    text = BASE.replace("minMember: 2", "minMember: 1").replace('{cpu: "3"}}\n  - {name: p2, request: {cpu: "3"}}',
+                                                            '{cpu: "3"}}\n  - {name: p2, request: {cpu: "3"}}\n  - {name: p3, request: {cpu: "3"}}')
+    one = simulate_text(text, cycles=1)
+    assert len(one["binds"]) == 2 and one["tasks"]["ns1/p3"]["status"] == "Pending"
+    two = simulate_text(text, cycles=2)
+    # In cycle 2 the bound tasks run; p3 still has no room.
+    assert two["tasks"]["ns1/p1"]["status"] == "Running"
+    assert two["tasks"]["ns1/p3"]["status"] == "Pending"
+
+
+def test_x_keys_are_ignored_and_json_is_accepted() -> None:
+    import json
+
+    import yaml
+
+    doc = yaml.safe_load(BASE)
+    doc["x-comment"] = "ignored"
+    out = simulate_text(json.dumps(doc))
+    assert len(out["binds"]) == 2
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples" / "scenarios").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_example_scenarios_run(path: Path) -> None:
+    out = simulate_text(path.read_text())
+    assert out["tasks"], path
