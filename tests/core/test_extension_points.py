@@ -59,9 +59,9 @@ def test_every_point_declares_a_rule() -> None:
 
 def test_order_first_non_zero_answer_in_tier_order_wins() -> None:
     REGISTRATIONS.update(
-        a={"job_order": lambda l, r: 0},  # abstains
-        b={"job_order": lambda l, r: 1 if l.name == "j1" else -1},  # prefers j2
-        c={"job_order": lambda l, r: -1 if l.name == "j1" else 1},  # would prefer j1: never asked
+        a={"job_order": lambda a, b: 0},  # abstains
+        b={"job_order": lambda a, b: 1 if a.name == "j1" else -1},  # prefers j2
+        c={"job_order": lambda a, b: -1 if a.name == "j1" else 1},  # would prefer j1: never asked
     )
     ssn = open_session()
     j1, j2 = ssn.jobs["ns/j1"], ssn.jobs["ns/j2"]
@@ -70,7 +70,7 @@ def test_order_first_non_zero_answer_in_tier_order_wins() -> None:
 
 
 def test_order_ties_fall_back_to_creation_order() -> None:
-    REGISTRATIONS.update(a={"job_order": lambda l, r: 0})
+    REGISTRATIONS.update(a={"job_order": lambda a, b: 0})
     ssn = open_session()
     j1, j2 = ssn.jobs["ns/j1"], ssn.jobs["ns/j2"]
     assert ssn.job_order_fn(j1, j2) is True and ssn.job_order_fn(j2, j1) is False
