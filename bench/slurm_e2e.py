@@ -1,0 +1,208 @@
+"""End-to-end rate of Muster placing jobs on a real local Slurm, beside Slurm's own scheduler.
+
+    .venv/bin/python bench/slurm_e2e.py [--nodes 64] [--singles 600] [--gangs 40] [--gang-size 8]
+
+Needs root (it runs scripts/slurm-up.sh). For each workload (single-node jobs, then K-node
+gangs) and each scheduler:
+
+* muster: jobs go to the DOWN staging partition; muster-server + muster-slurm-adapter decide
+  and move them to ``batch`` on the chosen nodes;
+* slurm: the same jobs submitted by root straight to ``batch`` (job_submit.lua lets root
+  choose), so Slurm's own scheduler (sched/backfill + cons_tres) places them.
+
+Latency per job = first time an observer (``squeue`` every 0.1 s) sees it RUNNING minus the
+time its ``sbatch`` returned. Rate = jobs / (last start - first submit). For Muster it also
+checks every running job's node list against Muster's binds (``mismatches``). Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from muster.v1 import muster_pb2 as pb  # noqa: E402
+from muster.v1 import muster_pb2_grpc as pb_grpc  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def sh(*argv: str, check: bool = True) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def drain_cluster(timeout: float = 120) -> None:
+    sh("scancel", "-u", "root", check=False)
+    deadline = time.monotonic() + timeout
+    while sh("squeue", "-h", "-t", "PD,R,CG,S,CF", "-o", "%i").strip():
+        if time.monotonic() > deadline:
+            raise RuntimeError("jobs did not end")
+        time.sleep(0.3)
+
+
+class Observer(threading.Thread):
+    """Records when each job is first seen RUNNING, and on which nodes."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.started: dict[int, float] = {}
+        self.nodes: dict[int, str] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            out = sh("squeue", "-h", "-t", "R", "-o", "%i|%N", check=False)
+            now = time.time()
+            for line in out.splitlines():
+                jid, _, nodes = line.partition("|")
+                if jid.isdigit() and int(jid) not in self.started:
+                    self.started[int(jid)] = now
+                    self.nodes[int(jid)] = nodes
+            time.sleep(0.1)
+
+
+def submit_all(args_list: list[list[str]], parallel: int = 4) -> dict[int, float]:
+    submitted: dict[int, float] = {}
+    lock = threading.Lock()
+
+    def one(extra: list[str]) -> None:
+        jid = int(sh("sbatch", "--parsable", "-o", "/dev/null", "--chdir=/tmp", *extra,
+                     "--wrap", "sleep 300").strip().split(";")[0])
+        with lock:
+            submitted[jid] = time.time()
+
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(one, args_list))
+    return submitted
+
+
+def measure(name: str, args_list: list[list[str]], timeout: float) -> dict[str, object]:
+    observer = Observer()
+    observer.start()
+    submitted = submit_all(args_list)
+    deadline = time.monotonic() + timeout
+    while len([j for j in submitted if j in observer.started]) < len(submitted):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    observer.stop.set()
+    observer.join()
+    lat = sorted(observer.started[j] - t for j, t in submitted.items() if j in observer.started)
+    done = len(lat)
+    first = min(submitted.values())
+    last = max((observer.started[j] for j in submitted if j in observer.started), default=first)
+    return {
+        "workload": name,
+        "jobs": len(submitted),
+        "running": done,
+        "seconds": round(last - first, 2),
+        "jobs_per_s": round(done / (last - first), 1) if last > first else None,
+        "p50_s": round(statistics.median(lat), 3) if lat else None,
+        "p95_s": round(lat[int(0.95 * (len(lat) - 1))], 3) if lat else None,
+        "_nodes": {j: observer.nodes[j] for j in submitted if j in observer.nodes},
+    }
+
+
+def expand(nodes: str) -> list[str]:
+    from adapters.slurm.parse import expand_hostlist
+
+    return sorted(expand_hostlist(nodes))
+
+
+def run_muster(workloads: list[tuple[str, list[list[str]]]], timeout: float) -> list[dict[str, object]]:
+    workdir = Path(tempfile.mkdtemp(prefix="muster-bench-"))
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    server = subprocess.Popen([str(BIN / "muster-server"), "--listen", address, "--state", str(workdir / "m.db")],
+                              stdout=open(workdir / "server.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    channel = grpc.insecure_channel(address)
+    stub = pb_grpc.SchedulerStub(channel)
+    adapter = None
+    try:
+        grpc.channel_ready_future(channel).result(timeout=30)
+        adapter = subprocess.Popen(
+            [str(BIN / "muster-slurm-adapter"), "--server", address, "--poll-interval", "0.2s",
+             "--log-level", "warning"],
+            stdout=open(workdir / "adapter.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+        results = []
+        for name, args_list in workloads:
+            result = measure(name, args_list, timeout)
+            mismatches = 0
+            for jid, nodes in result["_nodes"].items():  # type: ignore[union-attr]
+                job = stub.GetJob(pb.GetJobRequest(id=f"slurm-{jid}"), timeout=10)
+                if sorted(t.node for t in job.tasks) != expand(nodes):
+                    mismatches += 1
+            result["mismatches"] = mismatches
+            results.append(result)
+            drain_cluster()
+        return results
+    finally:
+        for proc in (adapter, server):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        channel.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", type=int, default=64)
+    p.add_argument("--singles", type=int, default=600)
+    p.add_argument("--gangs", type=int, default=40)
+    p.add_argument("--gang-size", type=int, default=8)
+    p.add_argument("--timeout", type=float, default=300)
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        print("bench/slurm_e2e.py needs root (it starts a local Slurm)", file=sys.stderr)
+        return 2
+    env = {**os.environ, "SLURM_NODES": str(args.nodes), "SLURM_GPU_NODES": "0"}
+    subprocess.run(["bash", str(REPO / "scripts" / "slurm-up.sh")], env=env, check=True)
+    drain_cluster()
+    single = [["-N1", "-c", "1", "--mem=1G"]] * args.singles
+    gang = [[f"-N{args.gang_size}", "--ntasks-per-node=1", "-c", "1", "--mem=1G"]] * args.gangs
+    workloads = [(f"{args.singles} single-node jobs", single), (f"{args.gangs} {args.gang_size}-node gangs", gang)]
+    out: dict[str, object] = {"nodes": args.nodes, "cpus": os.cpu_count()}
+    out["muster"] = run_muster(workloads, args.timeout)
+    slurm_results = []
+    for name, args_list in workloads:
+        slurm_results.append(measure(name, [["-p", "batch", *a] for a in args_list], args.timeout))
+        drain_cluster()
+    out["slurm"] = slurm_results
+    for results in (out["muster"], out["slurm"]):
+        for r in results:  # type: ignore[union-attr]
+            r.pop("_nodes", None)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
