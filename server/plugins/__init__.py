@@ -13,6 +13,7 @@ from server.plugins.predicates import PredicatesPlugin
 from server.plugins.priority import PriorityPlugin
 from server.plugins.proportion import ProportionPlugin
 from server.plugins.sla import SlaPlugin
+from server.plugins.task_topology import TaskTopologyPlugin
 from server.plugins.tdm import TdmPlugin
 
 PLUGINS: dict[str, type[Plugin]] = {
@@ -28,6 +29,7 @@ PLUGINS: dict[str, type[Plugin]] = {
         PriorityPlugin,
         ProportionPlugin,
         SlaPlugin,
+        TaskTopologyPlugin,
         TdmPlugin,
     )
 }
