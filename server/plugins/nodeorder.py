@@ -76,15 +76,15 @@ class NodeOrderPlugin(Plugin):
         taint_w = self.arg_int("tainttoleration.weight", 3)
         pod_affinity_w = self.arg_int("podaffinity.weight", 2)
 
-        cols = [cpu, mem]
-        alloc = nodes.allocatable[:, cols]
+        assert (cpu, mem) == (0, 1), "ResourceSpace puts cpu and memory first"
+        alloc = nodes.allocatable[:, :2]
         # 1/allocatable (0 where nothing is allocatable): no division on the hot path.
         inv = np.divide(1.0, alloc, out=np.zeros_like(alloc), where=alloc > 0)
         has = inv > 0
 
         def resource_scores(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
             req = np.array([task.resreq[cpu] or DEFAULT_MILLI_CPU, task.resreq[mem] or DEFAULT_MEMORY])
-            frac = (nodes.used[np.ix_(rows, cols)] + req) * inv[rows]  # used fraction after placing
+            frac = (nodes.used[rows, :2] + req) * inv[rows]  # used fraction after placing
             fits = has[rows] & (frac <= 1.0)
             total = np.zeros(len(rows))
             if least:

@@ -36,8 +36,7 @@ def share(allocated: np.ndarray, deserved: np.ndarray) -> float:
 
 def less_equal_on(left: np.ndarray, right: np.ndarray, req: np.ndarray) -> bool:
     """Volcano LessEqualWithDimension: compare only the dimensions ``req`` asks for."""
-    dims = req > MIN_RESOURCE
-    return bool(np.all(left[dims] <= right[dims] + MIN_RESOURCE))
+    return not ((left > right + MIN_RESOURCE) & (req > MIN_RESOURCE)).any()
 
 
 def exceeded(left: np.ndarray, right: np.ndarray) -> np.ndarray:

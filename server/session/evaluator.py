@@ -127,10 +127,13 @@ class NodeEvaluator:
 
     def _shape_rows(self, task: TaskInfo, static: _StaticEntry, rows: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = self.nodes
-        req = task.resreq
-        future = n.idle[rows] + n.releasing[rows] - n.pipelined[rows]
-        fits_future = np.all(req <= future + MIN_RESOURCE, axis=1)
-        fits_idle = np.all(req <= n.idle[rows] + MIN_RESOURCE, axis=1)
+        limit = task.resreq - MIN_RESOURCE
+        idle = n.idle[rows]
+        fits_idle = (idle >= limit).all(axis=1)
+        if n.has_future_resources():
+            fits_future = (idle + n.releasing[rows] - n.pipelined[rows] >= limit).all(axis=1)
+        else:
+            fits_future = fits_idle
         ok = static.mask[rows] & fits_future
         for p in self.predicates["shape"]:
             ok &= p.check(task, rows)
@@ -149,7 +152,8 @@ class NodeEvaluator:
             entry.refresh()
             self._shape[task.shape_key] = entry
         elif entry.log_position < len(log):
-            dirty = np.unique(np.asarray(log[entry.log_position :], dtype=np.int64))
+            changed = log[entry.log_position :]
+            dirty = np.array(sorted(set(changed)) if len(changed) > 1 else changed, dtype=np.int64)
             static = self._static_entry(task)
             f, i, s = self._shape_rows(task, static, dirty)
             entry.future_ok[dirty] = f

@@ -353,11 +353,17 @@ class NodeTable:
         self.labels: list[dict[str, str]] = [s.labels for s in specs]
         self.taints: list[list[Taint]] = [s.taints for s in specs]
         self.tasks: list[dict[str, TaskInfo]] = [{} for _ in specs]
+        self._releasing_tasks = 0
+        self._pipelined_tasks = 0
         # Rows changed since the session opened, in order: evaluation caches replay it.
         self.change_log: list[int] = []
 
     def __len__(self) -> int:
         return len(self.names)
+
+    def has_future_resources(self) -> bool:
+        """Is any node releasing or expecting pipelined resources? (If not, future idle == idle.)"""
+        return self._releasing_tasks > 0 or self._pipelined_tasks > 0
 
     def future_idle(self, i: int | slice | np.ndarray | None = None) -> np.ndarray:
         if i is None:
@@ -371,8 +377,10 @@ class NodeTable:
             self.idle[i] -= r
             self.releasing[i] += r
             self.used[i] += r
+            self._releasing_tasks += 1
         elif task.status == TaskStatus.PIPELINED:
             self.pipelined[i] += r
+            self._pipelined_tasks += 1
         else:
             self.idle[i] -= r
             self.used[i] += r
@@ -386,8 +394,10 @@ class NodeTable:
             self.idle[i] += r
             self.releasing[i] -= r
             self.used[i] -= r
+            self._releasing_tasks -= 1
         elif task.status == TaskStatus.PIPELINED:
             self.pipelined[i] -= r
+            self._pipelined_tasks -= 1
         else:
             self.idle[i] += r
             self.used[i] -= r
