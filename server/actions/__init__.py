@@ -6,6 +6,9 @@ from server.actions.allocate import AllocateAction
 from server.actions.backfill import BackfillAction
 from server.actions.base import Action
 from server.actions.enqueue import EnqueueAction
+from server.actions.preempt import PreemptAction
+from server.actions.reclaim import ReclaimAction
+from server.actions.shuffle import ShuffleAction
 
 ACTIONS: dict[str, type[Action]] = {
     cls.name: cls
@@ -13,6 +16,9 @@ ACTIONS: dict[str, type[Action]] = {
         AllocateAction,
         BackfillAction,
         EnqueueAction,
+        PreemptAction,
+        ReclaimAction,
+        ShuffleAction,
     )
 }
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from server.model import TaskStatus
 from server.plugins.base import Plugin
 from server.session.evaluator import Predicate
 from server.session.info import TaskInfo
@@ -103,7 +104,32 @@ class PredicatesPlugin(Plugin):
 
             preds.append(Predicate("static", taint_ok, reasons=taint_reasons))
 
-        preds.append(Predicate("shape", lambda task, rows: nodes.task_count[rows] < nodes.max_tasks[rows], reason=POD_NUMBER))
+        # Volcano's predicates plugin drops a pod from its node view when the session evicts it
+        # (deallocate event) and puts it back on unevict, so pod count and pod (anti-)affinity no
+        # longer see a victim: that is what lets preemption resolve them.
+        evicted_per_row = np.zeros(len(nodes), dtype=np.int64)
+        self.evicted: set[str] = set()
+
+        def on_allocate(task: TaskInfo) -> None:
+            if task.uid in self.evicted and task.node is not None:
+                self.evicted.discard(task.uid)
+                evicted_per_row[nodes.index[task.node]] -= 1
+
+        def on_deallocate(task: TaskInfo) -> None:
+            if task.status == TaskStatus.RELEASING and task.node is not None and task.uid not in self.evicted:
+                self.evicted.add(task.uid)
+                evicted_per_row[nodes.index[task.node]] += 1
+
+        from server.session.session import EventHandler
+
+        ssn.add_event_handler(EventHandler(on_allocate, on_deallocate))
+        preds.append(
+            Predicate(
+                "shape",
+                lambda task, rows: nodes.task_count[rows] - evicted_per_row[rows] < nodes.max_tasks[rows],
+                reason=POD_NUMBER,
+            )
+        )
 
         if self.arg_bool("predicate.PodAffinityEnable", True):
             preds.extend(self._pod_affinity(ssn))
@@ -124,7 +150,7 @@ class PredicatesPlugin(Plugin):
             found: set[str] = set()
             for i, tasks in enumerate(nodes.tasks):
                 for t in tasks.values():
-                    if t.uid == exclude or t.namespace not in namespaces:
+                    if t.uid == exclude or t.namespace not in namespaces or t.uid in self.evicted:
                         continue
                     if match_label_selector(t.spec.labels, term.get("labelSelector")):
                         d = domain(i, key)
@@ -158,6 +184,8 @@ class PredicatesPlugin(Plugin):
             # Symmetry: an existing pod's anti-affinity that matches the incoming task.
             for i, tasks in enumerate(nodes.tasks):
                 for t in tasks.values():
+                    if t.uid in self.evicted:
+                        continue
                     for term in _terms(t.spec.affinity, "podAntiAffinity"):
                         namespaces = set(term.get("namespaces") or [t.namespace])
                         if task.namespace in namespaces and match_label_selector(task.spec.labels, term.get("labelSelector")):

@@ -1,0 +1,100 @@
+"""Helpers shared by the eviction actions (preempt, reclaim): candidate nodes, victim checks and
+the victim order (Volcano ``util.ValidateVictims``, ``Session.BuildVictimsPriorityQueue``,
+``api.PreemptableStatus``, ``Session.PredicateForPreemptAction``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from server.model import TaskStatus
+from server.session.info import less_equal
+
+if TYPE_CHECKING:
+    from server.session.info import QueueInfo, TaskInfo
+    from server.session.session import PriorityQueue, Session
+
+# Volcano ``api.PreemptableStatus``: only tasks holding a node and not already leaving it.
+PREEMPTABLE_STATUSES = frozenset({TaskStatus.BOUND, TaskStatus.RUNNING})
+PREEMPT_NEVER = "Never"
+
+
+def preemption_allowed(task: TaskInfo) -> bool:
+    """A pod whose ``preemptionPolicy`` is ``Never`` may not evict others (Volcano #3642)."""
+    return task.spec.preemption_policy != PREEMPT_NEVER
+
+
+def contains_network_topology(ssn: Session, job_uid: str) -> bool:
+    job = ssn.jobs.get(job_uid)
+    return bool(job is not None and job.spec.network_topology)
+
+
+def candidate_rows(ssn: Session, task: TaskInfo) -> np.ndarray:
+    """Rows that could host ``task`` once victims leave (Volcano ``PredicateForPreemptAction``).
+
+    Only failures eviction cannot resolve rule a node out: the session's static predicates
+    (unschedulable node, node selector / affinity, untolerated taints), Kubernetes'
+    UnschedulableAndUnresolvable. Resource fit, pod count and inter-pod anti-affinity are left to
+    the per-node check after evictions (``fits_on``)."""
+    # The static cache entry is exactly that mask, computed once per static key per session.
+    return np.nonzero(ssn.evaluator._static_entry(task).mask)[0]
+
+
+def fits_on(ssn: Session, task: TaskInfo, row: int) -> bool:
+    """Resources (future idle) and every predicate pass for ``task`` on node ``row`` now."""
+    restrict = np.zeros(len(ssn.nodes), dtype=bool)
+    restrict[row] = True
+    future_ok, _ = ssn.evaluator.feasible(task, restrict)
+    return bool(future_ok[row])
+
+
+def preemptor_fits(ssn: Session, queue: QueueInfo, task: TaskInfo, row: int) -> bool:
+    """Volcano ``preemptorFitsOnNode``: the queue may take the task, it fits future idle, and the
+    predicates pass (the last two in one vectorised query)."""
+    return ssn.allocatable(queue, task) and fits_on(ssn, task, row)
+
+
+def validate_victims(ssn: Session, task: TaskInfo, row: int, victims: list[TaskInfo]) -> bool:
+    """Volcano ``ValidateVictims``: node future idle plus every victim's request covers the task.
+    An empty victim list is valid when the node alone suffices."""
+    future = ssn.nodes.future_idle(row).copy()
+    for v in victims:
+        future += v.resreq
+    return less_equal(task.resreq, future)
+
+
+def victims_queue(ssn: Session, victims: list[TaskInfo], preemptor: TaskInfo) -> PriorityQueue:
+    """Volcano ``BuildVictimsPriorityQueue``: the first popped is evicted first.
+
+    Same job: reverse task order. A task whose job left the session goes first. Different
+    queues (preemptor job known): the victim queue order. Otherwise: reverse job order, then
+    reverse task order."""
+    from server.session.session import PriorityQueue
+
+    jobs = ssn.jobs
+    preemptor_job = jobs.get(preemptor.job)
+
+    def job_then_task(lj, rj, left: TaskInfo, right: TaskInfo) -> bool:  # noqa: ANN001
+        cmp = ssn.job_order_compare(lj, rj)
+        if cmp != 0:
+            return cmp > 0
+        return not ssn.task_order_fn(left, right)
+
+    def less(left: TaskInfo, right: TaskInfo) -> bool:
+        if left.job == right.job:
+            return not ssn.task_order_fn(left, right)
+        lj, rj = jobs.get(left.job), jobs.get(right.job)
+        if lj is None or rj is None:
+            if lj is None and rj is None:
+                return not ssn.task_order_fn(left, right)
+            return lj is None
+        if preemptor_job is None:
+            return job_then_task(lj, rj, left, right)
+        if lj.queue != rj.queue:
+            return ssn.victim_queue_order_fn(
+                ssn.queues[lj.queue], ssn.queues[rj.queue], ssn.queues.get(preemptor_job.queue)
+            )
+        return job_then_task(lj, rj, left, right)
+
+    return PriorityQueue(less, victims)
