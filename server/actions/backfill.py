@@ -1,5 +1,11 @@
 """backfill: place best-effort tasks (no resource request) on any node that passes the
-predicates (Volcano ``actions/backfill``). Each placement is committed at once."""
+predicates (Volcano ``actions/backfill``).
+
+Tasks are taken in queue order, then job order, then task order (Volcano ``pickUpPendingTasks``),
+from admitted (not Pending), valid jobs of existing queues. A task that fits no node records its
+fit errors and the next task is tried. Like Volcano's ``Session.Allocate``, a placement becomes a
+bind only once its job is ready; until then it stays Allocated in the session.
+"""
 
 from __future__ import annotations
 
@@ -9,27 +15,62 @@ from server.actions.base import Action
 from server.model import PodGroupPhase, TaskStatus
 
 if TYPE_CHECKING:
+    from server.session.info import TaskInfo
     from server.session.session import Session
+    from server.session.statement import Statement
 
 
 class BackfillAction(Action):
     name = "backfill"
 
-    def execute(self, ssn: Session) -> None:
-        names = ssn.nodes.names
-        for job in list(ssn.jobs.values()):
+    def pending_tasks(self, ssn: Session) -> list[TaskInfo]:
+        """Best-effort pending tasks in queue, job, task order."""
+        from server.session.session import PriorityQueue
+
+        queues = PriorityQueue(ssn.queue_order_fn)
+        jobs_by_queue: dict[str, PriorityQueue] = {}
+        tasks_by_job: dict[str, PriorityQueue] = {}
+        for job in ssn.jobs.values():
             if job.phase == PodGroupPhase.PENDING:
                 continue
             vr = ssn.job_valid(job)
             if vr is not None and not vr.passed:
                 continue
-            for task in list(job.index[TaskStatus.PENDING].values()):
-                if not task.best_effort:
-                    continue
-                choice = ssn.evaluator.select(task)
-                if choice is None:
-                    job.fit_errors[task.uid] = ssn.evaluator.fit_errors(task)
-                    break
-                stmt = ssn.statement()
-                stmt.allocate(task, names[choice[0]])
-                stmt.commit()
+            queue = ssn.queues.get(job.queue)
+            if queue is None:
+                continue
+            best_effort = [t for t in job.index[TaskStatus.PENDING].values() if t.best_effort]
+            if not best_effort:
+                continue
+            tasks_by_job[job.uid] = PriorityQueue(ssn.task_order_fn, best_effort)
+            if queue.uid not in jobs_by_queue:
+                jobs_by_queue[queue.uid] = PriorityQueue(ssn.job_order_fn)
+                queues.push(queue)
+            jobs_by_queue[queue.uid].push(job)
+        ordered: list[TaskInfo] = []
+        while not queues.empty():
+            jobs = jobs_by_queue[queues.pop().uid]
+            while not jobs.empty():
+                tasks = tasks_by_job[jobs.pop().uid]
+                while not tasks.empty():
+                    ordered.append(tasks.pop())
+        return ordered
+
+    def execute(self, ssn: Session) -> None:
+        names = ssn.nodes.names
+        # Placements of jobs that are not ready yet: bound together once the job is.
+        waiting: dict[str, list[Statement]] = {}
+        for task in self.pending_tasks(ssn):
+            job = ssn.jobs[task.job]
+            choice = ssn.evaluator.select(task)
+            if choice is None:
+                job.fit_errors[task.uid] = ssn.evaluator.fit_errors(task)
+                continue
+            stmt = ssn.statement()
+            stmt.allocate(task, names[choice[0]])
+            held = waiting.setdefault(job.uid, [])
+            held.append(stmt)
+            if ssn.job_ready(job):
+                for s in held:
+                    s.commit()
+                held.clear()

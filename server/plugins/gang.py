@@ -87,10 +87,16 @@ class GangPlugin(Plugin):
             ssn.set_condition(job, "Unschedulable", "NotEnoughResources", msg)
 
 
+# Volcano ``api.ScheduledStatus``: tasks that reached a node for good (or finished there).
+_SCHEDULED = (TaskStatus.RUNNING, TaskStatus.BOUND, TaskStatus.FAILED, TaskStatus.SUCCEEDED)
+
+
 def _releasing_covers_gang(job: JobInfo) -> bool:
     """Volcano ``shouldSkipUnschedulableForReleasing``: a gang whose placed tasks are only being
-    released (rescheduling) is not reported unschedulable."""
-    releasing = len(job.index[TaskStatus.RELEASING])
+    released (rescheduling) is not reported unschedulable. Only releasing tasks that hold a node
+    count (a pod deleted while still pending never occupied a gang slot), added to the scheduled
+    ones (Running, Bound, Failed, Succeeded)."""
+    releasing = sum(1 for t in job.index[TaskStatus.RELEASING].values() if t.node)
     if not releasing or job.index[TaskStatus.PENDING] or job.index[TaskStatus.PIPELINED]:
         return False
-    return job.count(*ALLOCATED, TaskStatus.SUCCEEDED) + releasing >= job.min_available
+    return job.count(*_SCHEDULED) + releasing >= job.min_available

@@ -3,7 +3,9 @@ minResources (Volcano ``plugins/overcommit``).
 
 Argument ``overcommit-factor`` (default 1.2, values below 1 fall back to the default). Registers
 job_enqueueable (inqueue + minResources <= total * factor - used, on the dimensions the job asks
-for) and job_enqueued (the admitted job's minResources count as inqueue).
+for) and job_enqueued (the admitted job's minResources count as inqueue). At session open,
+inqueue holds every Inqueue job's minResources, and the uncovered part of the minResources of
+Running jobs that hold at least minMember allocated tasks.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from server.model import PodGroupPhase
+from server.model import ALLOCATED, PodGroupPhase
 from server.plugins.base import Plugin
 from server.quantity import MIN_RESOURCE
 from server.session.extension_points import PERMIT, REJECT
@@ -34,9 +36,16 @@ class OvercommitPlugin(Plugin):
             factor = DEFAULT_FACTOR
         used = ssn.nodes.used.sum(axis=0) if len(ssn.nodes) else ssn.space.zeros()
         idle = np.maximum(ssn.total_resource * factor - used, 0.0)
+        # Volcano counts an Inqueue job's whole minResources (unlike proportion, which deducts
+        # what is already allocated), and a Running job's minResources not yet covered by its
+        # allocations once it holds minMember tasks.
         inqueue = ssn.space.zeros()
         for job in ssn.jobs.values():
-            if job.phase == PodGroupPhase.INQUEUE and job.min_resources is not None:
+            if job.min_resources is None:
+                continue
+            if job.phase == PodGroupPhase.INQUEUE:
+                inqueue += job.min_resources
+            elif job.phase == PodGroupPhase.RUNNING and job.count(*ALLOCATED) >= job.min_available:
                 inqueue += np.maximum(job.min_resources - job.allocated, 0.0)
 
         def enqueueable(job: JobInfo) -> int:

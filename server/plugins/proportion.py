@@ -26,12 +26,12 @@ if TYPE_CHECKING:
 
 
 def share(allocated: np.ndarray, deserved: np.ndarray) -> float:
-    """Volcano helpers.Share, maximised over dimensions: 0/0 = 0, x/0 = 1."""
-    out = 0.0
-    for a, d in zip(allocated, deserved, strict=True):
-        s = (0.0 if a == 0 else 1.0) if d == 0 else a / d
-        out = max(out, s)
-    return out
+    """Volcano ``updateQueueAttrShare``: max of allocated / deserved over the dimensions of
+    ``deserved.ResourceNames()`` (those >= the epsilon); a dimension the queue deserves none of
+    does not count."""
+    present = deserved >= MIN_RESOURCE
+    shares = np.divide(allocated, deserved, out=np.zeros(len(allocated)), where=present)
+    return float(shares.max(initial=0.0))
 
 
 def less_equal_on(left: np.ndarray, right: np.ndarray, req: np.ndarray) -> bool:
