@@ -1,0 +1,297 @@
+"""reclaim action: cases re-expressed from Volcano's ``actions/reclaim/reclaim_test.go`` plus the
+checks its loop makes (overused queues skipped, only Running preemptable tasks of other reclaimable
+queues, commit only when the reclaiming job is pipelined)."""
+
+from __future__ import annotations
+
+from eviction_helpers import evicted, node, pg, plugin, pod, queue, run, uid
+
+# Volcano TestReclaim's tier (the capacity entry is omitted: Muster's capacity plugin is tested on
+# its own); every switch it does not set is off.
+TIERS = [[
+    plugin("conformance", "enableReclaimable"),
+    plugin("gang", "enableReclaimable", "enableJobStarving"),
+    plugin("proportion", "enableReclaimable", "enableQueueOrder", "enablePreemptive"),
+    plugin("priority", "enableReclaimable", "enableJobOrder", "enableTaskOrder"),
+]]
+CLASSES = [
+    {"name": "low-priority", "value": 100},
+    {"name": "mid-priority", "value": 500},
+    {"name": "high-priority", "value": 1000},
+]
+
+
+def reclaim(nodes, queues, jobs, *, tiers=None, priority_classes=None):  # noqa: ANN001, ANN202
+    tiers = tiers or TIERS
+    # Muster reads minMember 0 as "every task"; Volcano's gang lets every task of a minMember-0
+    # victim job go, which is what gang's reclaimable switched off gives here.
+    if any(j["minMember"] == 0 for j in jobs):
+        tiers = [[plugin("gang", "enableJobStarving") if p["name"] == "gang" else p for p in t] for t in tiers]
+    return run(["reclaim"], tiers, nodes, queues, jobs, priority_classes=priority_classes or CLASSES)
+
+
+def test_reclaims_from_overusing_queue() -> None:
+    """'Two Queue with one Queue overusing resource, should reclaim': q1 holds the whole node
+    beyond its deserved half; only its preemptable pod is taken."""
+    out = reclaim(
+        [node("n1", "3", "3Gi")],
+        [queue("q1"), queue("q2")],
+        [
+            pg("pg1", "q1", 1, [
+                pod("preemptee1", "1", "1G", "n1", preemptable=False),
+                pod("preemptee2", "1", "1G", "n1"),
+                pod("preemptee3", "1", "1G", "n1", preemptable=False),
+            ], priority_class="low-priority"),
+            pg("pg2", "q2", 1, [pod("preemptor1", "1", "1G")], priority_class="high-priority"),
+        ],
+    )
+    assert evicted(out) == {uid("preemptee2")}
+    assert out["pipelined"] == {uid("preemptor1"): "n1"}
+    assert out["tasks"][uid("preemptee2")]["status"] == "Releasing"
+
+
+def test_victims_of_lower_priority_job_go_first() -> None:
+    """'sort reclaimees when reclaiming from overusing queue': both q1 and q2 are over their
+    share; the victim order (reverse queue order, equal queues by creation) takes q2's pod."""
+    out = reclaim(
+        [node("n1", "4", "4Gi")],
+        [queue("q1"), queue("q2"), queue("q3")],
+        [
+            pg("pg1", "q1", 1, [pod("preemptee1-1", "1", "1G", "n1"), pod("preemptee1-2", "1", "1G", "n1")],
+               priority_class="mid-priority"),
+            pg("pg2", "q2", 1, [pod("preemptee2-1", "1", "1G", "n1"), pod("preemptee2-2", "1", "1G", "n1", preemptable=False)],
+               priority_class="low-priority"),
+            pg("pg3", "q3", 1, [pod("preemptor1", "1", "1G")], priority_class="high-priority"),
+        ],
+    )
+    assert evicted(out) == {uid("preemptee2-1")}
+
+
+def test_victims_of_lowest_priority_queue_go_first() -> None:
+    """'sort reclaimees when reclaiming from overusing queues with different queue priority':
+    q2 has the highest queue priority, so q1's pod is reclaimed."""
+    out = reclaim(
+        [node("n1", "4", "4Gi")],
+        [queue("q1", priority=5), queue("q2", priority=10), queue("q3", priority=1)],
+        [
+            pg("pg1", "q1", 1, [pod("preemptee1-1", "1", "1G", "n1"), pod("preemptee1-2", "1", "1G", "n1", preemptable=False)]),
+            pg("pg2", "q2", 1, [pod("preemptee2-1", "1", "1G", "n1"), pod("preemptee2-2", "1", "1G", "n1", preemptable=False)]),
+            pg("pg3", "q3", 1, [pod("preemptor1", "1", "1G")]),
+        ],
+    )
+    assert evicted(out) == {uid("preemptee1-1")}
+
+
+def test_preemption_policy_never_does_not_reclaim() -> None:
+    """Volcano #3642, 'can not reclaim resources when task preemption policy is never'."""
+    out = reclaim(
+        [node("n1", "1", "1Gi", pods=1)],
+        [queue("q1", weight=5), queue("q2", weight=10)],
+        [
+            pg("pg1", "q1", 0, [pod("preemptee1", "1", "1G", "n1")], priority_class="low-priority"),
+            pg("pg2", "q2", 0, [pod("preemptor1", "1", "1G", preemptionPolicy="Never")], priority_class="high-priority"),
+        ],
+    )
+    assert evicted(out) == set()
+    assert out["pipelined"] == {}
+
+
+def test_closed_queue_cannot_reclaim() -> None:
+    """'can not reclaim resources when queue is not open (proportion plugin)': proportion's
+    preemptive refuses a queue that is not Open."""
+    out = reclaim(
+        [node("n1", "3", "3Gi")],
+        [queue("q1"), queue("q2", state="Closed")],
+        [
+            pg("pg1", "q1", 1, [
+                pod("preemptee1", "1", "1G", "n1", preemptable=False),
+                pod("preemptee2", "1", "1G", "n1"),
+                pod("preemptee3", "1", "1G", "n1", preemptable=False),
+            ], phase="Running", priority_class="low-priority"),
+            pg("pg2", "q2", 1, [pod("preemptor1", "1", "1G")], priority_class="high-priority"),
+        ],
+    )
+    assert evicted(out) == set()
+
+
+def test_node_idle_resources_count_towards_the_reclaim() -> None:
+    """'Node available resources should be included in reclaimed resources': cpu is idle, memory
+    is short by less than one victim, so exactly one pod (the lowest queue priority's) goes."""
+    out = reclaim(
+        [node("n1", "10", "2Gi")],
+        [queue("q1", priority=1), queue("q2", priority=2), queue("q3", weight=3)],
+        [
+            pg("pg1", "q1", 0, [pod("preemptee1-1", "1", "1G", "n1")], phase="Running", priority_class="mid-priority"),
+            pg("pg2", "q2", 0, [pod("preemptee2-1", "1", "1G", "n1")], phase="Running", priority_class="mid-priority"),
+            pg("pg3", "q3", 1, [pod("preemptor1", "2", "1G")], priority_class="mid-priority"),
+        ],
+    )
+    assert evicted(out) == {uid("preemptee1-1")}
+    assert out["pipelined"] == {uid("preemptor1"): "n1"}
+
+
+def test_second_task_reclaims_when_first_may_not() -> None:
+    """'Reclaim succeeds for second task when first task has PreemptionPolicy=Never'."""
+    out = reclaim(
+        [node("n1", "2", "2G")],
+        [queue("q1"), queue("q2")],
+        [
+            pg("pg-victim", "q1", 1, [
+                pod("victim-pod-no", "1", "1G", "n1", preemptable=False),
+                pod("victim-pod", "1", "1G", "n1"),
+            ], phase="Running", priority_class="low-priority"),
+            pg("pg-preemptor", "q2", 2, [
+                pod("preemptor-task1-non-preemptable", "1", "1G", preemptionPolicy="Never"),
+                pod("preemptor-task2-preemptable", "1", "1G"),
+            ], priority_class="high-priority"),
+        ],
+    )
+    assert evicted(out) == {uid("victim-pod")}
+    assert out["pipelined"] == {uid("preemptor-task2-preemptable"): "n1"}
+
+
+def test_no_eviction_when_node_already_fits() -> None:
+    """'only commit evictions on the node where reclaim succeeds': the node's idle resources
+    already hold the task, so it is pipelined without evicting the (reclaimable) victim."""
+    out = reclaim(
+        [node("n1", "10", "10G")],
+        [queue("q1"), queue("q2", weight=9)],
+        [
+            pg("pg-victim", "q1", 0, [pod("victim-n1", "2", "2G", "n1")], phase="Running", priority_class="low-priority"),
+            pg("pg-preemptor", "q2", 1, [pod("preemptor1", "3", "3G")], priority_class="low-priority"),
+        ],
+    )
+    assert evicted(out) == set()
+    assert out["pipelined"] == {uid("preemptor1"): "n1"}
+
+
+# -- the loop's own checks ----------------------------------------------------------------------------
+
+def _two_queue_case(**victim_queue: object) -> list[list[dict]]:
+    return [
+        [node("n1", "2", "2G")],
+        [queue("q1", **victim_queue), queue("q2")],
+        [
+            pg("pg1", "q1", 1, [pod("victim-1", "1", "1G", "n1"), pod("victim-2", "1", "1G", "n1")]),
+            pg("pg2", "q2", 1, [pod("reclaimer", "1", "1G")]),
+        ],
+    ]
+
+
+def test_baseline_two_queue_case_reclaims() -> None:
+    out = reclaim(*_two_queue_case())
+    assert len(evicted(out)) == 1
+
+
+def test_unreclaimable_queue_keeps_its_tasks() -> None:
+    """A queue with reclaimable: false is never a source of reclaimees."""
+    out = reclaim(*_two_queue_case(reclaimable=False))
+    assert evicted(out) == set()
+    assert out["pipelined"] == {}
+
+
+def test_same_queue_tasks_are_not_reclaimed() -> None:
+    """Reclaim works across queues only (preempt handles the preemptor's own queue)."""
+    out = reclaim(
+        [node("n1", "2", "2G")],
+        [queue("q1"), queue("q2")],
+        [
+            pg("pg1", "q1", 1, [pod("victim-1", "1", "1G", "n1"), pod("victim-2", "1", "1G", "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("reclaimer", "1", "1G")], priority_class="high-priority"),
+        ],
+    )
+    assert evicted(out) == set()
+
+
+def test_only_running_tasks_are_reclaimees() -> None:
+    """Volcano's reclaim takes Running tasks only (Bound ones are not yet running)."""
+    nodes, queues, jobs = _two_queue_case()
+    for t in jobs[0]["tasks"]:
+        t["status"] = "Bound"
+    out = reclaim(nodes, queues, jobs)
+    assert evicted(out) == set()
+
+
+def test_overused_queue_does_not_reclaim(monkeypatch) -> None:  # noqa: ANN001
+    """A queue the overused functions call overused is skipped: same case as the baseline, with a
+    plugin that calls q2 overused."""
+    from server.plugins import PLUGINS
+    from server.plugins.base import Plugin
+
+    class Overuse(Plugin):
+        name = "test-overuse"
+
+        def on_session_open(self, ssn) -> None:  # noqa: ANN001
+            ssn.register("overused", self.name, lambda q: q.name == "q2")
+
+    monkeypatch.setitem(PLUGINS, Overuse.name, Overuse)
+    tiers = [[*TIERS[0], plugin("test-overuse", "enabledOverused")]]
+    assert evicted(reclaim(*_two_queue_case(), tiers=TIERS)) != set()
+    assert evicted(reclaim(*_two_queue_case(), tiers=tiers)) == set()
+
+
+def test_discards_when_gang_cannot_be_pipelined() -> None:
+    """With gang's job_pipelined on, a reclaimer gang of 3 that finds room for only 2 tasks is
+    discarded: no eviction is committed."""
+    tiers = [[TIERS[0][0], plugin("gang", "enableReclaimable", "enableJobStarving", "enableJobPipelined"), *TIERS[0][2:]]]
+    out = reclaim(
+        [node("n1", "3", "3G")],
+        [queue("q1"), queue("q2", weight=2)],
+        [
+            pg("pg1", "q1", 1, [pod(f"victim-{i}", "1", "1G", "n1") for i in range(3)]),
+            pg("pg2", "q2", 3, [pod(f"gang-{i}", "1", "1G") for i in range(3)]),
+        ],
+        tiers=tiers,
+    )
+    assert evicted(out) == set()
+    assert out["pipelined"] == {}
+    assert all(out["tasks"][uid(f"victim-{i}")]["status"] == "Running" for i in range(3))
+
+
+def test_commits_when_gang_is_pipelined() -> None:
+    """A gang of 2 (q2 deserves 2 of the 3 cpus) fits after two evictions and is committed: both
+    tasks are pipelined."""
+    tiers = [[TIERS[0][0], plugin("gang", "enableReclaimable", "enableJobStarving", "enableJobPipelined"), *TIERS[0][2:]]]
+    out = reclaim(
+        [node("n1", "3", "3G")],
+        [queue("q1"), queue("q2", weight=2)],
+        [
+            pg("pg1", "q1", 1, [pod(f"victim-{i}", "1", "1G", "n1") for i in range(3)]),
+            pg("pg2", "q2", 2, [pod(f"gang-{i}", "1", "1G") for i in range(2)]),
+        ],
+        tiers=tiers,
+    )
+    assert len(evicted(out)) == 2
+    assert set(out["pipelined"]) == {uid("gang-0"), uid("gang-1")}
+
+
+def test_reclaim_result_reason() -> None:
+    from server.config import load_config
+    from server.model import (
+        ClusterSnapshot,
+        JobSpec,
+        NodeSpec,
+        PodGroupPhase,
+        QueueSpec,
+        TaskSpec,
+        TaskStatus,
+    )
+    from server.quantity import parse_resources
+    from server.scheduler import SchedulerCore
+
+    req = parse_resources({"cpu": "1", "memory": "1Gi"})
+    holder = JobSpec("ns/a", "a", "ns", "qa", [
+        TaskSpec(f"ns/a-{i}", f"a-{i}", "ns", "ns/a", req, status=TaskStatus.RUNNING, node="n1", creation_index=i)
+        for i in range(2)
+    ], min_member=1, phase=PodGroupPhase.RUNNING)
+    starving = JobSpec("ns/b", "b", "ns", "qb", [TaskSpec("ns/b-0", "b-0", "ns", "ns/b", req)], min_member=1,
+                       phase=PodGroupPhase.INQUEUE, creation_index=1)
+    snap = ClusterSnapshot([NodeSpec("n1", parse_resources({"cpu": "2", "memory": "4Gi", "pods": "10"}))],
+                           [QueueSpec("qa"), QueueSpec("qb")], [holder, starving])
+    config = load_config(
+        'actions: "enqueue, reclaim, allocate, backfill"\ntiers:\n- plugins:\n  - name: priority\n  - name: gang\n'
+        '  - name: conformance\n- plugins:\n  - name: drf\n  - name: predicates\n  - name: proportion\n  - name: nodeorder\n'
+    )
+    result = SchedulerCore(config).run_cycle(snap, 1)
+    assert list(result.evictions.values()) == ["reclaim"]
+    assert result.pipelined == {"ns/b-0": "n1"}
