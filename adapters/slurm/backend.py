@@ -294,6 +294,7 @@ class SlurmBackend:
         seen: set[int] = set()
         foreign: dict[str, pb.BackendTask] = {}
         to_submit: list[tuple[TrackedJob, SlurmJob]] = []
+        ended: list[tuple[TrackedJob, SlurmJob]] = []
         for sj in jobs:
             seen.add(sj.job_id)
             tracked = self.jobs.get(sj.job_id)
@@ -309,11 +310,18 @@ class SlurmBackend:
                     continue
                 else:
                     continue
+            if sj.finished:
+                if not tracked.done:
+                    ended.append((tracked, sj))
+                continue
             await self._observe(tracked, sj, to_submit)
         for sid, tracked in list(self.jobs.items()):
             if sid not in seen and versions.get(sid, -1) == tracked.version and sid in versions:
                 self._vanished(tracked)
         self._foreign = foreign
+        async with anyio.create_task_group() as tg:  # exit codes are looked up concurrently
+            for tracked, sj in ended:
+                tg.start_soon(self._finished, tracked, sj)
         await self._submit(to_submit)
         self._send_deltas()
         self.polls += 1
@@ -363,9 +371,6 @@ class SlurmBackend:
 
     async def _observe(self, job: TrackedJob, sj: SlurmJob, to_submit: list[tuple[TrackedJob, SlurmJob]]) -> None:
         staging, run = self.settings.staging_partition, self.settings.run_partition
-        if sj.finished:
-            await self._finished(job, sj)
-            return
         if sj.partition == staging and sj.state == "PENDING":
             if not job.submitted and sj.reason not in _HELD_REASONS:
                 to_submit.append((job, sj))
@@ -401,7 +406,7 @@ class SlurmBackend:
                     log.info("cancel of an ended job failed", job=job.muster_id, code=exc.code().name)
             return
         exit_code, message = 0, sj.state
-        if sj.state != "COMPLETED":
+        if sj.state not in ("COMPLETED", "CANCELLED"):  # cancelled: nothing more to learn
             try:
                 record = await self.cli.show_job(sj.job_id)
                 exit_code = record.exit_code or record.signal
