@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from server.plugins.base import Plugin
 from server.plugins.binpack import BinpackPlugin
+from server.plugins.capacity import CapacityPlugin
 from server.plugins.conformance import ConformancePlugin
 from server.plugins.drf import DrfPlugin
 from server.plugins.gang import GangPlugin
@@ -20,6 +21,7 @@ PLUGINS: dict[str, type[Plugin]] = {
     cls.name: cls
     for cls in (
         BinpackPlugin,
+        CapacityPlugin,
         ConformancePlugin,
         DrfPlugin,
         GangPlugin,

@@ -1,0 +1,484 @@
+"""capacity: queues with deserved / guarantee / capability, flat or hierarchical
+(Volcano ``plugins/capacity``).
+
+Per queue: *deserved* (its fair amount, reclaimable above it), *guarantee* (never reclaimed below
+it; reserved out of everybody else's capability) and *capability* (hard limit). The real capability
+of a queue is ``(parent real capability - sum of sibling guarantees) + own guarantee``, capped by its
+capability (flat mode: the cluster is the parent). Registers:
+
+* queue_order -- higher queue priority first, then the lower share (allocated / deserved, max over
+  the deserved resources; a queue without deserved has share 1), then a queue with deserved first.
+  Hierarchical: leaf queues before inner ones; two leaves compare by their ancestors just below
+  their deepest common ancestor.
+* victim_queue_order (hierarchical) -- victims first from queues closer to the preemptor's queue.
+* allocatable -- Open (and, hierarchical, leaf) queue; allocated + request stays within the real
+  capability of the queue and every ancestor, on the requested dimensions.
+* preemptive -- within the real capability, and allocated + request <= deserved on at least one
+  requested dimension (the queue is still under its deserved share somewhere).
+* reclaimable -- in victim order: a victim with a resource in common with the reclaimer, whose
+  queue stays at or above its guarantee without it, and whose queue either has no deserved amount
+  of the victim's resources or is above deserved on one of them (then deducted, so later victims
+  see the smaller allocation). ``ancestorReclaimLevel`` (hierarchical) also requires the victim's
+  ancestors up to that level (those not shared with the reclaimer) to be above deserved.
+* job_enqueueable / job_enqueued -- minResources + allocated + inqueue - elastic within the real
+  capability of the queue and its ancestors; admitted jobs count as inqueue.
+* allocate / deallocate events keep queue (and ancestor) allocations incremental.
+
+Hierarchy (``enableHierarchy: true``) follows ``QueueSpec.parent``; queues without a parent hang
+under ``root`` (created implicitly when the snapshot has no queue of that name). A job in a
+non-leaf queue, an unknown parent or a cycle make the plugin refuse everything this session, as
+Volcano does.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import structlog
+
+from server.model import PodGroupPhase, QueueSpec, TaskStatus
+from server.plugins.base import Plugin
+from server.plugins.proportion import elastic_resource, inqueue_resource
+from server.quantity import CPU, MEMORY, MIN_RESOURCE
+from server.session.extension_points import PERMIT, REJECT
+from server.session.info import JobInfo, QueueInfo, TaskInfo
+
+if TYPE_CHECKING:
+    from server.session.session import Session
+
+ROOT = "root"
+ANCESTOR_RECLAIM_LEVEL = "ancestorReclaimLevel"
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class QueueAttr:
+    name: str
+    deserved: np.ndarray
+    guarantee: np.ndarray
+    capability: np.ndarray  # nan: not set (inherits in hierarchical mode)
+    deserved_keys: np.ndarray  # bool per dim: deserved names this resource (Volcano map key present)
+    allocated: np.ndarray
+    request: np.ndarray
+    inqueue: np.ndarray
+    elastic: np.ndarray
+    real_capability: np.ndarray
+    ancestors: list[str] = field(default_factory=list)  # root first
+    children: dict[str, QueueAttr] = field(default_factory=dict)
+    share: float = 0.0
+
+    def update_share(self) -> None:
+        """Volcano updateQueueAttrShare: max allocated / deserved over the deserved resources."""
+        dims = self.deserved >= MIN_RESOURCE
+        if not dims.any():
+            self.share = 1.0
+            return
+        self.share = float(np.max(self.allocated[dims] / self.deserved[dims]))
+
+
+def within(used: np.ndarray, limit: np.ndarray, req: np.ndarray) -> bool:
+    """Volcano LessEqualWithDimensionAndResourcesName: ``used <= limit`` on the requested dims."""
+    dims = req > 0
+    return bool(np.all(used[dims] <= limit[dims] + MIN_RESOURCE))
+
+
+def short_dims(used: np.ndarray, limit: np.ndarray, req: np.ndarray) -> np.ndarray:
+    return (req > 0) & (used > limit + MIN_RESOURCE)
+
+
+def _compare_share(left: QueueAttr, right: QueueAttr) -> int:
+    """Volcano compareShareWithDeserved."""
+    if left.share == right.share:
+        lh, rh = bool(np.any(left.deserved >= MIN_RESOURCE)), bool(np.any(right.deserved >= MIN_RESOURCE))
+        if lh == rh:
+            return 0
+        return -1 if lh else 1
+    return -1 if left.share < right.share else 1
+
+
+class CapacityPlugin(Plugin):
+    name = "capacity"
+    ARGUMENTS = {ANCESTOR_RECLAIM_LEVEL: 0}
+
+    # -- building -----------------------------------------------------------------------------
+    def _new_attr(self, ssn: Session, spec: QueueSpec) -> QueueAttr:
+        space = ssn.space
+        cap = np.full(space.size, np.nan)
+        for name, value in spec.capability.items():
+            i = space.index.get(name)
+            if i is not None and value >= 0 and value != np.inf:
+                cap[i] = value
+        keys = np.zeros(space.size, dtype=bool)
+        for name in (*spec.deserved, *spec.guarantee):
+            if name in space.index:
+                keys[space.index[name]] = True
+        zeros = space.zeros
+        return QueueAttr(spec.name, space.vec(spec.deserved), space.vec(spec.guarantee), cap, keys,
+                         zeros(), zeros(), zeros(), zeros(), np.full(space.size, np.inf))
+
+    @staticmethod
+    def _add_job(attr: QueueAttr, job: JobInfo) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A job's contribution to its queue: allocated, request, inqueue, elastic."""
+        allocated = job.allocated.copy()
+        request = allocated + sum((t.resreq for t in job.index[TaskStatus.PENDING].values()),
+                                  np.zeros_like(allocated))
+        inqueue = np.zeros_like(allocated)
+        if job.min_resources is not None:
+            if job.phase == PodGroupPhase.INQUEUE:
+                inqueue += inqueue_resource(job)
+            placed = job.count(TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING,
+                               TaskStatus.SUCCEEDED)
+            if job.phase == PodGroupPhase.RUNNING and placed >= job.spec.min_member:
+                inqueue += inqueue_resource(job)
+        elastic = elastic_resource(job)
+        attr.allocated += allocated
+        attr.request += request
+        attr.inqueue += inqueue
+        attr.elastic += elastic
+        return allocated, request, inqueue, elastic
+
+    def _build_flat(self, ssn: Session) -> dict[str, QueueAttr]:
+        total = ssn.total_resource
+        total_guarantee = ssn.space.zeros()
+        for q in ssn.snapshot.queues:
+            total_guarantee += ssn.space.vec(q.guarantee)
+        attrs: dict[str, QueueAttr] = {}
+        for job in ssn.jobs.values():
+            queue = ssn.queues.get(job.queue)
+            if queue is None:
+                continue
+            attr = attrs.get(queue.name)
+            if attr is None:
+                attr = self._new_attr(ssn, queue.spec)
+                cap = np.where(np.isnan(attr.capability), np.inf, attr.capability)
+                for dim in (ssn.space.index[CPU], ssn.space.index[MEMORY]):
+                    if cap[dim] <= 0:
+                        cap[dim] = np.inf
+                attr.real_capability = np.minimum(np.maximum(total - total_guarantee, 0) + attr.guarantee, cap)
+                attrs[queue.name] = attr
+            self._add_job(attr, job)
+        for attr in attrs.values():
+            attr.deserved = np.maximum(np.minimum(attr.deserved, attr.real_capability), attr.guarantee)
+            attr.update_share()
+        return attrs
+
+    def _build_hierarchical(self, ssn: Session) -> tuple[dict[str, QueueAttr], bool]:
+        attrs: dict[str, QueueAttr] = {q.name: self._new_attr(ssn, q.spec) for q in ssn.queues.values()}
+        if ROOT not in attrs:
+            attrs[ROOT] = self._new_attr(ssn, QueueSpec(ROOT))
+        specs = {q.name: q.spec for q in ssn.queues.values()}
+
+        def ancestors(name: str) -> list[str] | None:
+            chain: list[str] = []
+            current = name
+            while current != ROOT:
+                parent = specs[current].parent or ROOT if current in specs else ROOT
+                if parent not in attrs or parent in chain or parent == name:
+                    return None
+                chain.append(parent)
+                current = parent
+            return list(reversed(chain))
+
+        for name, attr in attrs.items():
+            if name == ROOT:
+                continue
+            chain = ancestors(name)
+            if chain is None:
+                log.warning("capacity: invalid queue hierarchy", queue=name)
+                return attrs, False
+            attr.ancestors = chain
+            attrs[chain[-1]].children[name] = attr
+        for job in ssn.jobs.values():
+            attr = attrs.get(job.queue)
+            if attr is None:
+                continue
+            if attr.children:
+                log.warning("capacity: job in a non-leaf queue", job=job.uid, queue=job.queue)
+                return attrs, False
+            deltas = self._add_job(attr, job)
+            for a in attr.ancestors:
+                up = attrs[a]
+                up.allocated += deltas[0]
+                up.request += deltas[1]
+                up.inqueue += deltas[2]
+                up.elastic += deltas[3]
+        root = attrs[ROOT]
+        root.capability = np.where(np.isnan(root.capability), np.inf, root.capability)
+        for dim in (ssn.space.index[CPU], ssn.space.index[MEMORY]):
+            if root.capability[dim] <= 0:
+                root.capability[dim] = np.inf
+        root.real_capability = root.capability.copy()
+        self._check_hierarchy(root, ssn)
+        for attr in attrs.values():
+            attr.update_share()
+        return attrs, True
+
+    def _check_hierarchy(self, attr: QueueAttr, ssn: Session) -> None:
+        """Volcano checkHierarchicalQueue: children inherit unset capability; deserved >= guarantee;
+        real capability = parent's minus all children's guarantees, plus own guarantee."""
+        total_guarantee = ssn.space.zeros()
+        total_deserved = ssn.space.zeros()
+        cpu, mem = ssn.space.index[CPU], ssn.space.index[MEMORY]
+        for child in attr.children.values():
+            child.deserved = np.maximum(child.deserved, child.guarantee)
+            total_deserved += child.deserved
+            total_guarantee += child.guarantee
+            cap = child.capability
+            unset = np.isnan(cap)
+            unset[cpu] |= not unset[cpu] and cap[cpu] <= 0
+            unset[mem] |= not unset[mem] and cap[mem] <= 0
+            child.capability = np.where(unset, attr.capability, cap)
+        if attr.name == ROOT:
+            attr.guarantee = total_guarantee
+            attr.deserved = total_deserved
+        for child in attr.children.values():
+            real = np.maximum(attr.real_capability - total_guarantee, 0) + child.guarantee
+            child.real_capability = np.minimum(real, child.capability)
+        for child in attr.children.values():
+            self._check_hierarchy(child, ssn)
+
+    # -- session ------------------------------------------------------------------------------
+    def on_session_open(self, ssn: Session) -> None:
+        option = ssn.option(self.name)
+        hierarchical = option is not None and option.enabled("hierarchy")
+        level = max(self.arg_int(ANCESTOR_RECLAIM_LEVEL, 0), 0)
+        if hierarchical:
+            attrs, ready = self._build_hierarchical(ssn)
+        else:
+            attrs, ready = self._build_flat(ssn), True
+        self.attrs = attrs
+
+        def is_leaf(name: str) -> bool:
+            attr = attrs.get(name)
+            return attr is None or not attr.children
+
+        def chain(queue_name: str) -> list[QueueAttr]:
+            """The queue, then its ancestors up to the root (Volcano checks leaf first)."""
+            attr = attrs[queue_name]
+            if not hierarchical:
+                return [attr]
+            return [attr, *(attrs[a] for a in reversed(attr.ancestors))]
+
+        def queue_order(left: QueueInfo, right: QueueInfo) -> int:
+            if left.priority != right.priority:
+                return right.priority - left.priority
+            la, ra = attrs.get(left.name), attrs.get(right.name)
+            if la is None or ra is None:
+                return 0
+            if not hierarchical:
+                return _compare_share(la, ra)
+            ll, rl = is_leaf(left.name), is_leaf(right.name)
+            if ll != rl:
+                return -1 if ll else 1
+            if not ll:
+                return _compare_share(la, ra)
+            lvl = common_level(la, ra)
+            lp = attrs[la.ancestors[lvl + 1]] if lvl + 1 < len(la.ancestors) else la
+            rp = attrs[ra.ancestors[lvl + 1]] if lvl + 1 < len(ra.ancestors) else ra
+            return _compare_share(lp, rp)
+
+        def victim_queue_order(left: QueueInfo, right: QueueInfo, preemptor: QueueInfo | None) -> int:
+            if preemptor is None or not all(q.name in attrs for q in (left, right, preemptor)):
+                return 0
+            ll = common_level(attrs[left.name], attrs[preemptor.name])
+            rl = common_level(attrs[right.name], attrs[preemptor.name])
+            return 0 if ll == rl else (-1 if ll > rl else 1)
+
+        def allocatable(queue: QueueInfo, task: TaskInfo) -> bool:
+            if not queue.is_open() or not ready or queue.name not in attrs:
+                return False
+            if hierarchical and not is_leaf(queue.name):
+                return False
+            return all(within(a.allocated + task.resreq, a.real_capability, task.resreq) for a in chain(queue.name))
+
+        def preemptive(queue: QueueInfo, task: TaskInfo) -> bool:
+            if not ready or not queue.is_open() or queue.name not in attrs:
+                return False
+            attr = attrs[queue.name]
+            future = attr.allocated + task.resreq
+            if not within(future, attr.real_capability, task.resreq):
+                return False
+            if under_deserved(future, attr.deserved, task.resreq):
+                return True
+            if hierarchical and level > 0:
+                for depth in range(1, level + 1):
+                    if depth > len(attr.ancestors) or attr.ancestors[-depth] == ROOT:
+                        continue
+                    up = attrs[attr.ancestors[-depth]]
+                    if under_deserved(up.allocated + task.resreq, up.deserved, task.resreq):
+                        return True
+            return False
+
+        def relevant(task: TaskInfo, attr: QueueAttr) -> bool:
+            """Volcano hasRelevantDeserved: the task requests a resource the queue deserves."""
+            return bool(np.any((task.resreq >= MIN_RESOURCE) & (attr.deserved >= MIN_RESOURCE)))
+
+        def above_deserved(allocated: np.ndarray, attr: QueueAttr, req: np.ndarray) -> bool:
+            """Volcano GreaterPartlyWithRelevantDimensions."""
+            dims = (req > 0) & attr.deserved_keys
+            cpu, mem = ssn.space.index[CPU], ssn.space.index[MEMORY]
+            dims[cpu] = req[cpu] > 0 and attr.deserved[cpu] >= MIN_RESOURCE
+            dims[mem] = req[mem] > 0 and attr.deserved[mem] >= MIN_RESOURCE
+            return bool(np.any(allocated[dims] > attr.deserved[dims]))
+
+        def reclaimee_ancestor(reclaimer: QueueAttr, reclaimee: QueueAttr, depth: int) -> tuple[QueueAttr | None, bool]:
+            """Volcano getReclaimeeAncestorToCheck."""
+            if depth > len(reclaimee.ancestors):
+                return None, False
+            theirs = reclaimee.ancestors[-depth]
+            if theirs == ROOT:
+                return None, False
+            if depth <= len(reclaimer.ancestors) and reclaimer.ancestors[-depth] == theirs:
+                return None, False
+            return attrs.get(theirs), True
+
+        def shares_ancestor(a: QueueAttr, b: QueueAttr) -> bool:
+            mine = {a.ancestors[-d] for d in range(1, level + 1) if d <= len(a.ancestors)}
+            theirs = {b.ancestors[-d] for d in range(1, level + 1) if d <= len(b.ancestors)}
+            return bool((mine & theirs) - {ROOT})
+
+        def reclaimable(reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+            if not ready:
+                return [], REJECT
+            rjob = ssn.jobs.get(reclaimer.job)
+            if rjob is None or rjob.queue not in attrs:
+                return [], REJECT
+            reclaimer_attr = attrs[rjob.queue]
+            allocations: dict[str, np.ndarray] = {}
+            victims: list[TaskInfo] = []
+            for t in victim_order(ssn, reclaimees, reclaimer):
+                job = ssn.jobs.get(t.job)
+                if job is None or job.queue not in attrs:
+                    continue
+                attr = attrs[job.queue]
+                # shouldSkipReclaimee: no resource in common with the reclaimer.
+                if not np.any((t.resreq >= MIN_RESOURCE) & (reclaimer.resreq >= MIN_RESOURCE)):
+                    continue
+                allocated = allocations.setdefault(job.queue, attr.allocated.copy())
+                if not np.all(attr.guarantee <= allocated - t.resreq + MIN_RESOURCE):
+                    continue
+                if not relevant(t, attr):
+                    if hierarchical and level > 0 and shares_ancestor(reclaimer_attr, attr) and \
+                            not relevant(reclaimer, reclaimer_attr):
+                        continue
+                elif not above_deserved(allocated, attr, t.resreq):
+                    continue
+                touched: list[np.ndarray] = []
+                eligible = True
+                if hierarchical and level > 0:
+                    for depth in range(1, level + 1):
+                        up, check = reclaimee_ancestor(reclaimer_attr, attr, depth)
+                        if not check:
+                            continue
+                        if up is None:
+                            eligible = False
+                            break
+                        up_alloc = allocations.setdefault(up.name, up.allocated.copy())
+                        touched.append(up_alloc)
+                        if not relevant(t, up):
+                            continue
+                        if not above_deserved(up_alloc, up, t.resreq):
+                            eligible = False
+                            break
+                if not eligible:
+                    continue
+                allocated -= t.resreq
+                for up_alloc in touched:
+                    up_alloc -= t.resreq
+                victims.append(t)
+            return victims, PERMIT
+
+        def enqueueable(job: JobInfo) -> int:
+            if not ready:
+                return REJECT
+            if hierarchical and not is_leaf(job.queue):
+                return REJECT
+            queue = ssn.queues.get(job.queue)
+            if queue is None or job.queue not in attrs:
+                return REJECT
+            if not queue.is_open():
+                job.enqueue_verdict = f"queue {queue.name} is {queue.state}"
+                return REJECT
+            if job.min_resources is None:
+                return PERMIT
+            for a in chain(job.queue):
+                need = job.min_resources + a.allocated + a.inqueue - a.elastic
+                if not within(need, a.real_capability, job.min_resources):
+                    short = short_dims(need, a.real_capability, job.min_resources)
+                    names = ", ".join(ssn.space.dims[i] for i in np.nonzero(short)[0])
+                    job.enqueue_verdict = f"queue resource quota insufficient: insufficient {names}"
+                    return REJECT
+            return PERMIT
+
+        def enqueued(job: JobInfo) -> None:
+            if job.queue not in attrs or job.min_resources is None:
+                return
+            for a in chain(job.queue):
+                a.inqueue += job.min_resources
+
+        def on_event(task: TaskInfo, sign: float) -> None:
+            job = ssn.jobs.get(task.job)
+            if job is None or job.queue not in attrs:
+                return
+            attr = attrs[job.queue]
+            attr.allocated += sign * task.resreq
+            attr.update_share()  # Volcano refreshes only the leaf's share here
+            if hierarchical:
+                for a in attr.ancestors:
+                    attrs[a].allocated += sign * task.resreq
+
+        from server.session.session import EventHandler
+
+        ssn.register("queue_order", self.name, queue_order)
+        if hierarchical:
+            ssn.register("victim_queue_order", self.name, victim_queue_order)
+        ssn.register("allocatable", self.name, allocatable)
+        ssn.register("preemptive", self.name, preemptive)
+        ssn.register("reclaimable", self.name, reclaimable)
+        ssn.register("job_enqueueable", self.name, enqueueable)
+        ssn.register("job_enqueued", self.name, enqueued)
+        ssn.add_event_handler(EventHandler(lambda t: on_event(t, 1.0), lambda t: on_event(t, -1.0)))
+
+
+def common_level(left: QueueAttr, right: QueueAttr) -> int:
+    """Volcano getQueueLevel: index of the deepest common entry of the two ancestor lists."""
+    level = 0
+    for i in range(min(len(left.ancestors), len(right.ancestors))):
+        if left.ancestors[i] != right.ancestors[i]:
+            return level
+        level = i
+    return level
+
+
+def under_deserved(future: np.ndarray, deserved: np.ndarray, req: np.ndarray) -> bool:
+    """Volcano LessEqualPartlyWithDimensionZeroFiltered: some requested dimension (not zero on
+    both sides) with ``future <= deserved``."""
+    dims = (req > 0) & ~((future < MIN_RESOURCE) & (deserved < MIN_RESOURCE))
+    return bool(np.any(future[dims] < deserved[dims] + MIN_RESOURCE))
+
+
+def victim_order(ssn: Session, victims: list[TaskInfo], preemptor: TaskInfo) -> list[TaskInfo]:
+    """Volcano BuildVictimsPriorityQueue order (the shared helper of the eviction actions)."""
+    try:
+        from server.actions.victims import victims_queue
+    except ImportError:  # pragma: no cover - the helper ships with the eviction actions
+        return _fallback_victim_order(ssn, victims, preemptor)
+    queue = victims_queue(ssn, list(victims), preemptor)
+    out = []
+    while not queue.empty():
+        out.append(queue.pop())
+    return out
+
+
+def _fallback_victim_order(ssn: Session, victims: list[TaskInfo], preemptor: TaskInfo) -> list[TaskInfo]:
+    def cmp(left: TaskInfo, right: TaskInfo) -> int:
+        if left.job == right.job or left.job not in ssn.jobs or right.job not in ssn.jobs:
+            return -1 if not ssn.task_order_fn(left, right) else 1
+        lj, rj = ssn.jobs[left.job], ssn.jobs[right.job]
+        return -1 if not ssn.job_order_fn(lj, rj) else 1
+
+    return sorted(victims, key=functools.cmp_to_key(cmp))
