@@ -8,6 +8,7 @@ from server.plugins.capacity import CapacityPlugin
 from server.plugins.conformance import ConformancePlugin
 from server.plugins.drf import DrfPlugin
 from server.plugins.gang import GangPlugin
+from server.plugins.network_topology import NetworkTopologyPlugin
 from server.plugins.nodeorder import NodeOrderPlugin
 from server.plugins.overcommit import OvercommitPlugin
 from server.plugins.predicates import PredicatesPlugin
@@ -25,6 +26,7 @@ PLUGINS: dict[str, type[Plugin]] = {
         ConformancePlugin,
         DrfPlugin,
         GangPlugin,
+        NetworkTopologyPlugin,
         NodeOrderPlugin,
         OvercommitPlugin,
         PredicatesPlugin,
