@@ -2,7 +2,8 @@
 predicates (Volcano ``actions/backfill``).
 
 Tasks are taken in queue order, then job order, then task order (Volcano ``pickUpPendingTasks``),
-from admitted (not Pending), valid jobs of existing queues. A task that fits no node records its
+from admitted (not Pending), valid jobs of existing queues; pipelined best-effort tasks are
+unpipelined and taken too. A task that fits no node records its
 fit errors and the next task is tried. Like Volcano's ``Session.Allocate``, a placement becomes a
 bind only once its job is ready; until then it stays Allocated in the session.
 """
@@ -40,6 +41,10 @@ class BackfillAction(Action):
             if queue is None:
                 continue
             best_effort = [t for t in job.index[TaskStatus.PENDING].values() if t.best_effort]
+            # Volcano unpipelines best-effort tasks and backfills them like pending ones.
+            for t in [t for t in job.index[TaskStatus.PIPELINED].values() if t.best_effort]:
+                ssn.unplace_task(t, TaskStatus.PENDING)
+                best_effort.append(t)
             if not best_effort:
                 continue
             tasks_by_job[job.uid] = PriorityQueue(ssn.task_order_fn, best_effort)
