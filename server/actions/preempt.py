@@ -36,10 +36,12 @@ from server.actions.victims import (
     PREEMPTABLE_STATUSES,
     candidate_rows,
     contains_network_topology,
+    could_fit,
     fits_on,
     preemption_allowed,
     preemptor_fits,
     validate_victims,
+    victim_capacity,
     victims_queue,
 )
 from server.model import PodGroupPhase, TaskStatus
@@ -69,6 +71,10 @@ class PreemptAction(Action):
         "minCandidateNodesAbsolute": 1,
         "maxCandidateNodesAbsolute": 100,
     }
+
+    def __init__(self, arguments: dict | None = None) -> None:
+        super().__init__(arguments)
+        self._capacity: dict[str, np.ndarray] = {}
 
     def arg_int(self, key: str) -> int:
         try:
@@ -100,6 +106,7 @@ class PreemptAction(Action):
             under_request.setdefault(job.queue, []).append(job)
             preemptor_tasks[job.uid] = PriorityQueue(ssn.task_order_fn, job.index[TaskStatus.PENDING].values())
 
+        self._capacity = victim_capacity(ssn, PREEMPTABLE_STATUSES)
         queues = PriorityQueue(ssn.queue_order_fn, (ssn.queues[q] for q in preemptors))
         while not queues.empty():
             queue = queues.pop()
@@ -144,7 +151,9 @@ class PreemptAction(Action):
         if job is None:
             return False
         queue = ssn.queues[job.queue]
-        rows = candidate_rows(ssn, preemptor)
+        # Both phases take victims from the preemptor's queue only: nodes whose future idle plus
+        # that queue's preemptable tasks cannot hold the preemptor are no candidates.
+        rows = could_fit(ssn, preemptor, candidate_rows(ssn, preemptor), self._capacity.get(job.queue))
         if not len(rows):
             return False
         if self.arg_bool("enableTopologyAwarePreemption"):

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from server.actions.base import Action
 from server.actions.victims import (
     candidate_rows,
+    could_fit,
     preemption_allowed,
     validate_victims,
+    victim_capacity,
     victims_queue,
 )
 from server.model import PodGroupPhase, TaskStatus
@@ -38,6 +42,10 @@ REASON = "reclaim"
 class ReclaimAction(Action):
     name = "reclaim"
     ARGUMENTS = {"predicateErrorCacheEnable": True}
+
+    def __init__(self, arguments: dict | None = None) -> None:
+        super().__init__(arguments)
+        self._capacity: dict[str, np.ndarray] = {}
 
     def execute(self, ssn: Session) -> None:
         from server.session.session import PriorityQueue
@@ -62,6 +70,7 @@ class ReclaimAction(Action):
                 preemptors.setdefault(queue.uid, PriorityQueue(ssn.job_order_fn)).push(job)
                 preemptor_tasks[job.uid] = PriorityQueue(ssn.task_order_fn, job.index[TaskStatus.PENDING].values())
 
+        self._capacity = self._reclaimable_capacity(ssn)
         while not queues.empty():
             queue = queues.pop()
             if ssn.overused(queue):
@@ -89,7 +98,8 @@ class ReclaimAction(Action):
 
     def reclaim_for_task(self, ssn: Session, stmt: Statement, task: TaskInfo, job: JobInfo) -> bool:
         nodes = ssn.nodes
-        for row in candidate_rows(ssn, task):
+        capacity = self._capacity.get(job.queue, self._capacity.get("", None))
+        for row in could_fit(ssn, task, candidate_rows(ssn, task), capacity):
             row = int(row)
             reclaimees = [t for t in nodes.tasks[row].values() if self._reclaimee(ssn, t, job)]
             if not reclaimees:
@@ -111,6 +121,17 @@ class ReclaimAction(Action):
             stmt.merge(node_stmt)
             return True
         return False
+
+    @staticmethod
+    def _reclaimable_capacity(ssn: Session) -> dict[str, np.ndarray]:
+        """Per reclaiming queue: the requests other reclaimable queues' Running preemptable tasks
+        hold on each node (an upper bound of what reclaim can free there; key "" = all)."""
+        per_queue = victim_capacity(ssn, frozenset({TaskStatus.RUNNING}))
+        per_queue = {q: a for q, a in per_queue.items() if q in ssn.queues and ssn.queues[q].reclaimable}
+        if not per_queue:
+            return {"": np.zeros((len(ssn.nodes), ssn.space.size))}
+        total = sum(per_queue.values())
+        return {"": total, **{q: total - a for q, a in per_queue.items()}}
 
     @staticmethod
     def _reclaimee(ssn: Session, task: TaskInfo, reclaimer_job: JobInfo) -> bool:

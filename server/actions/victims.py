@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from server.model import TaskStatus
+from server.quantity import MIN_RESOURCE
 from server.session.info import less_equal
 
 if TYPE_CHECKING:
@@ -39,6 +40,39 @@ def candidate_rows(ssn: Session, task: TaskInfo) -> np.ndarray:
     the per-node check after evictions (``fits_on``)."""
     # The static cache entry is exactly that mask, computed once per static key per session.
     return np.nonzero(ssn.evaluator._static_entry(task).mask)[0]
+
+
+def victim_capacity(ssn: Session, statuses: frozenset[TaskStatus]) -> dict[str, np.ndarray]:
+    """Per queue, per node: the summed requests of the preemptable tasks in ``statuses``.
+
+    Computed once per action. A node can only host a preemptor if its future idle plus the
+    requests of the victims it could offer holds the task, so ``future idle + capacity`` of the
+    victim queues is a vectorised upper bound that rules nodes out before any victim is looked at.
+    It stays an upper bound during the action: an evicted task moves its request into future idle
+    while still being counted here, and pipelining lowers future idle itself."""
+    nodes = ssn.nodes
+    out: dict[str, np.ndarray] = {}
+    for job in ssn.jobs.values():
+        for status in statuses:
+            for t in job.index[status].values():
+                if not t.preemptable or t.node is None:
+                    continue
+                row = nodes.index.get(t.node)
+                if row is None:
+                    continue
+                arr = out.get(job.queue)
+                if arr is None:
+                    arr = out[job.queue] = np.zeros((len(nodes), ssn.space.size))
+                arr[row] += t.resreq
+    return out
+
+
+def could_fit(ssn: Session, task: TaskInfo, rows: np.ndarray, capacity: np.ndarray | None) -> np.ndarray:
+    """The rows among ``rows`` where future idle plus ``capacity`` holds the task."""
+    room = ssn.nodes.future_idle(rows)
+    if capacity is not None:
+        room = room + capacity[rows]
+    return rows[np.all(task.resreq <= room + MIN_RESOURCE, axis=1)]
 
 
 def fits_on(ssn: Session, task: TaskInfo, row: int) -> bool:
