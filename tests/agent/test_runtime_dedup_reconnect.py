@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import anyio
 import pytest
 from muster_fake_server import FakeScheduler, FakeServerHandle, bind, eventually, evict
@@ -170,9 +172,13 @@ async def test_refused_delta_is_dropped_others_delivered(handle):
 
 
 async def test_gives_up_after_max_attempts():
-    runtime = BackendRuntime(
-        RecordingBackend(), server="127.0.0.1:1", name="x", backoff_initial=0.01, backoff_max=0.02, max_attempts=2
-    )
-    with anyio.fail_after(20):
-        await runtime.run()
+    # A port bound but never listening: connections to it are refused for the whole test.
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        runtime = BackendRuntime(
+            RecordingBackend(), server=address, name="x", backoff_initial=0.01, backoff_max=0.02, max_attempts=2
+        )
+        with anyio.fail_after(20):
+            await runtime.run()
     assert runtime.sessions == 0
