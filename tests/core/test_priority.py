@@ -1,0 +1,113 @@
+"""priority plugin: Volcano's plugins/priority/priority_test.go and the functions priority.go
+registers (task_order, job_order, preemptable, job_starving)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from server.config import load_config
+from server.model import (
+    ClusterSnapshot,
+    JobSpec,
+    NodeSpec,
+    PodGroupPhase,
+    QueueSpec,
+    TaskSpec,
+    TaskStatus,
+)
+from server.session.session import Session
+from server.simulate import simulate_text
+
+
+def _config(preemptable: bool = True) -> str:
+    return f"""
+extension_points_not_listed: disabled
+tiers:
+- plugins:
+  - {{name: priority, enableTaskOrder: true, enableJobOrder: true, enablePreemptable: {str(preemptable).lower()},
+     enableReclaimable: {str(preemptable).lower()}, enableJobStarving: true}}
+"""
+
+
+def _job(name: str, priority: int, tasks: list[tuple[str, int, TaskStatus]], index: int = 0) -> JobSpec:
+    return JobSpec(
+        uid=f"ns/{name}", name=name, namespace="ns", queue="q1", priority=priority, min_member=1,
+        phase=PodGroupPhase.RUNNING, creation_index=index,
+        tasks=[
+            TaskSpec(uid=f"ns/{t}", name=t, namespace="ns", job=f"ns/{name}", request={"cpu": 1000.0},
+                     priority=p, status=s, node=None if s == TaskStatus.PENDING else "n1")
+            for t, p, s in tasks
+        ],
+    )
+
+
+def _session(*jobs: JobSpec, preemptable: bool = True) -> Session:
+    snap = ClusterSnapshot(nodes=[NodeSpec("n1", {"cpu": 8000.0, "memory": 8e9})], queues=[QueueSpec("q1")],
+                           jobs=list(jobs))
+    return Session(snap, load_config(_config(preemptable)), 1)
+
+
+def test_higher_priority_job_and_task_order_first() -> None:
+    """priority job_order / task_order: higher priority first, whatever the submission order."""
+    ssn = _session(
+        _job("low", 100, [("low-a", 1, TaskStatus.PENDING), ("low-b", 5, TaskStatus.PENDING)], index=0),
+        _job("high", 1000, [("high-a", 1, TaskStatus.PENDING)], index=1),
+    )
+    assert ssn.job_order_fn(ssn.jobs["ns/high"], ssn.jobs["ns/low"])
+    assert not ssn.job_order_fn(ssn.jobs["ns/low"], ssn.jobs["ns/high"])
+    assert ssn.task_order_fn(ssn.tasks["ns/low-b"], ssn.tasks["ns/low-a"])
+
+
+def test_preemptable_victims_are_lower_priority_jobs_or_lower_priority_tasks_of_the_same_job() -> None:
+    """priority preemptableFn: another job's task is a victim only if that job's priority is lower
+    (equal is not enough); within the preemptor's own job, a task of lower task priority."""
+    ssn = _session(
+        _job("low", 100, [("low-0", 1, TaskStatus.RUNNING)]),
+        _job("peer", 1000, [("peer-0", 1, TaskStatus.RUNNING)]),
+        _job("high", 1000, [("high-run", 1, TaskStatus.RUNNING), ("high-run-top", 9, TaskStatus.RUNNING),
+                            ("high-new", 5, TaskStatus.PENDING)]),
+    )
+    candidates = [ssn.tasks[u] for u in ("ns/low-0", "ns/peer-0", "ns/high-run", "ns/high-run-top")]
+    victims = ssn.preemptable(ssn.tasks["ns/high-new"], candidates)
+    assert [v.uid for v in victims] == ["ns/low-0", "ns/high-run"]
+
+
+def test_disabled_preemptable_switch_contributes_no_victims() -> None:
+    """priority_test.go TestPreempt "disable preempt low priority: enablePreemptable:false": with
+    the switch off the plugin's preemptable function is not consulted (no plugin: no victims)."""
+    ssn = _session(_job("low", 100, [("low-0", 1, TaskStatus.RUNNING)]),
+                   _job("high", 1000, [("high-new", 1, TaskStatus.PENDING)]), preemptable=False)
+    assert ssn.preemptable(ssn.tasks["ns/high-new"], [ssn.tasks["ns/low-0"]]) == []
+
+
+def test_job_is_starving_while_some_task_is_neither_ready_nor_pipelined() -> None:
+    """priority jobStarvingFn: ReadyTaskNum + WaitingTaskNum < len(tasks)."""
+    ssn = _session(
+        _job("partial", 1, [("p-0", 1, TaskStatus.RUNNING), ("p-1", 1, TaskStatus.PENDING)]),
+        _job("full", 1, [("f-0", 1, TaskStatus.RUNNING), ("f-1", 1, TaskStatus.PIPELINED)]),
+    )
+    assert ssn.job_starving(ssn.jobs["ns/partial"])
+    assert not ssn.job_starving(ssn.jobs["ns/full"])
+
+
+def test_high_priority_job_is_allocated_first_on_a_small_cluster() -> None:
+    """priority job_order drives allocate: the priorityClass of the later-submitted job wins the
+    only free slot."""
+    out = simulate_text(textwrap.dedent("""
+        config:
+          actions: [enqueue, allocate]
+          tiers:
+          - plugins: [{name: priority}, {name: gang}]
+          - plugins: [{name: predicates}]
+        priorityClasses:
+        - {name: low-priority, value: 100}
+        - {name: high-priority, value: 1000}
+        nodes: [{name: node1, allocatable: {cpu: "3", memory: 3G, pods: 10}}]
+        queues: [{name: q1}]
+        jobs:
+        - {name: pg1, namespace: ns1, queue: q1, minMember: 1, priorityClass: low-priority, phase: Inqueue,
+           tasks: [{name: t1, request: {cpu: "3", memory: 3G}}]}
+        - {name: pg2, namespace: ns2, queue: q1, minMember: 1, priorityClass: high-priority, phase: Inqueue,
+           tasks: [{name: t2, request: {cpu: "3", memory: 3G}}]}
+    """))
+    assert out["binds"] == {"ns2/t2": "node1"}
