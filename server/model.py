@@ -152,7 +152,7 @@ class JobSpec:
     namespace: str
     queue: str
     tasks: list[TaskSpec]
-    min_member: int = 0  # 0: every task
+    min_member: int | None = None  # None: every task (an explicit 0 is Volcano's minMember 0)
     min_task_member: dict[str, int] = field(default_factory=dict)
     min_resources: Resources | None = None
     priority: int = 0

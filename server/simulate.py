@@ -342,8 +342,8 @@ def load_scenario(raw: Any) -> Scenario:
         if not isinstance(min_task_member, dict):
             L.problem(f"{p}.minTaskMember", "must be a mapping of role to count")
             min_task_member = {}
-        min_member = L.integer(j.get("minMember"), f"{p}.minMember", 0)
-        if min_member < 0:
+        min_member: int | None = L.integer(j.get("minMember"), f"{p}.minMember", 0) if "minMember" in j else None
+        if min_member is not None and min_member < 0:
             L.problem(f"{p}.minMember", "must not be negative")
         sub_groups = []
         for s, sg in enumerate(j.get("subGroups") or []):

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 class BackfillAction(Action):
     name = "backfill"
+    ARGUMENTS = {"predicateErrorCacheEnable": True}
 
     def pending_tasks(self, ssn: Session) -> list[TaskInfo]:
         """Best-effort pending tasks in queue, job, task order."""

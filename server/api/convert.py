@@ -151,7 +151,7 @@ def job_to_model(spec: pb.JobSpec, creation_index: int) -> model.JobSpec:
         namespace=spec.namespace,
         queue=spec.queue,
         tasks=tasks,
-        min_member=spec.min_member,
+        min_member=spec.min_member or None,  # API: 0 means every task
         min_task_member=dict(spec.min_task_member),
         min_resources=min_resources,
         priority=spec.priority,

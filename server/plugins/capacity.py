@@ -132,7 +132,7 @@ class CapacityPlugin(Plugin):
                 inqueue += inqueue_resource(job)
             placed = job.count(TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING,
                                TaskStatus.SUCCEEDED)
-            if job.phase == PodGroupPhase.RUNNING and placed >= job.spec.min_member:
+            if job.phase == PodGroupPhase.RUNNING and placed >= job.min_available:
                 inqueue += inqueue_resource(job)
         elastic = elastic_resource(job)
         attr.allocated += allocated

@@ -121,7 +121,9 @@ def _static_key(spec: TaskSpec) -> tuple[Any, ...]:
 
 
 # Statuses counted by Volcano's ReadyTaskNum.
-_READY = (TaskStatus.BOUND, TaskStatus.BINDING, TaskStatus.RUNNING, TaskStatus.ALLOCATED, TaskStatus.SUCCEEDED)
+_READY = frozenset(
+    {TaskStatus.BOUND, TaskStatus.BINDING, TaskStatus.RUNNING, TaskStatus.ALLOCATED, TaskStatus.SUCCEEDED}
+)
 _VALID = (*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED, TaskStatus.PENDING)
 
 
@@ -154,10 +156,12 @@ class JobInfo:
         self.index: dict[TaskStatus, dict[str, TaskInfo]] = {s: {} for s in TaskStatus}
         self.allocated: Vec = space.zeros()
         self.total_request: Vec = space.zeros()
-        self.pending_best_effort = 0  # kept by the task index: is_ready() is on the hot path
+        # Kept by the task index: is_ready() is on the hot path (job order, gang checks).
+        self.pending_best_effort = 0
+        self.ready_count = 0
         for ts in spec.tasks:
             self.add_task(TaskInfo(ts, space))
-        self.min_available = spec.min_member if spec.min_member > 0 else len(spec.tasks)
+        self.min_available = spec.min_member if spec.min_member is not None else len(spec.tasks)
         self.task_min_available: dict[str, int] = dict(spec.min_task_member)
         self.task_min_available_total = sum(self.task_min_available.values())
         self.min_resources: Vec | None = space.vec(spec.min_resources) if spec.min_resources else None
@@ -178,6 +182,8 @@ class JobInfo:
             self.allocated += task.resreq
         if task.best_effort and task.status == TaskStatus.PENDING:
             self.pending_best_effort += 1
+        if task.status in _READY:
+            self.ready_count += 1
 
     def update_task_status(self, task: TaskInfo, status: TaskStatus) -> None:
         old = task.status
@@ -192,17 +198,14 @@ class JobInfo:
             self.allocated += task.resreq
         if task.best_effort:
             self.pending_best_effort += (status == TaskStatus.PENDING) - (old == TaskStatus.PENDING)
+        self.ready_count += (status in _READY) - (old in _READY)
 
     def count(self, *statuses: TaskStatus) -> int:
         return sum(len(self.index[s]) for s in statuses)
 
     # -- Volcano JobInfo readiness -----------------------------------------------------------
     def ready_task_num(self) -> int:
-        idx = self.index
-        return (
-            len(idx[TaskStatus.BOUND]) + len(idx[TaskStatus.BINDING]) + len(idx[TaskStatus.RUNNING])
-            + len(idx[TaskStatus.ALLOCATED]) + len(idx[TaskStatus.SUCCEEDED])
-        )
+        return self.ready_count
 
     def waiting_task_num(self) -> int:
         return len(self.index[TaskStatus.PIPELINED])
