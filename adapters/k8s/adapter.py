@@ -40,7 +40,9 @@ log = structlog.get_logger("muster.k8s")
 
 Obj = dict[str, Any]
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
-REPORTED_STATUSES = (pb.TASK_STATUS_RUNNING, pb.TASK_STATUS_SUCCEEDED, pb.TASK_STATUS_FAILED)
+# BOUND too: if a bind decision expired on the server while the pod was in fact bound, this
+# tells the server where the pod really is (it ignores BOUND for tasks it already knows placed).
+REPORTED_STATUSES = (pb.TASK_STATUS_BOUND, pb.TASK_STATUS_RUNNING, pb.TASK_STATUS_SUCCEEDED, pb.TASK_STATUS_FAILED)
 _ITEM_ERRORS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
 PODGROUP_APIS = {
     tr.VOLCANO_PODGROUP: ("scheduling.volcano.sh", "v1beta1"),
@@ -271,6 +273,8 @@ class K8sBackend:
         if current == b.node:
             return APPLIED  # a resent decision after an adapter restart: already done, never bind twice
         if current:
+            if tr.pod_node(pod):  # tell the server where the pod really is (e.g. after an expired bind)
+                self._report_pod(b.task_id, pod, deleted=False, force=True)
             return self._reject_bind(f"pod {key} is already assigned to node {current}")
         ns, name = key.split("/", 1)
         result = await self.writer.bind(ns, name, b.node, uid=tr.meta(pod).get("uid", ""))
@@ -381,17 +385,16 @@ class K8sBackend:
         elif self.sent_foreign.pop(key, None) is not None:
             self.runtime.remove_foreign_task(tr.foreign_task_id(pod))
 
-    def _report_pod(self, task_id: str, pod: Obj, *, deleted: bool, adopting: bool = False) -> None:
+    def _report_pod(self, task_id: str, pod: Obj, *, deleted: bool, force: bool = False) -> None:
         if not self._streaming:
             return
         status = tr.pod_task_status(pod)
-        reportable = (pb.TASK_STATUS_BOUND, *REPORTED_STATUSES) if adopting else REPORTED_STATUSES
         message = ""
         if deleted and status not in (pb.TASK_STATUS_SUCCEEDED, pb.TASK_STATUS_FAILED):
             if not tr.pod_node(pod):
                 return  # a pending pod went away: the job controller cancels or shrinks the job
             status, message = pb.TASK_STATUS_FAILED, "pod deleted"
-        if status not in reportable or self.reported.get(task_id) == status:
+        if status not in REPORTED_STATUSES or (self.reported.get(task_id) == status and not force):
             return
         self.reported[task_id] = status
         self.runtime.report_task_status(task_id, status, node=tr.pod_node(pod), message=message,
@@ -637,7 +640,7 @@ class K8sBackend:
             if pod is not None and task_id not in self.reported and tr.pod_node(pod):
                 if self.sent_foreign.pop(pod_key, None) is not None:
                     self.runtime.remove_foreign_task(tr.foreign_task_id(pod))
-                self._report_pod(task_id, pod, deleted=False, adopting=True)
+                self._report_pod(task_id, pod, deleted=False)
 
     async def _cancel(self, job_id: str, why: str) -> None:
         submitted = self.jobs.pop(job_id, None)

@@ -154,3 +154,21 @@ async def test_volcano_queue_becomes_a_muster_queue(env: Env) -> None:
     queue = env.muster.servicer.queues["research"]
     assert queue.weight == 3 and queue.capability.quantities["cpu"] == "4" and not queue.reclaimable
     assert env.muster.servicer.jobs["k8s:default:pg"].spec.queue == "research"
+
+
+async def test_expired_bind_then_rebind_elsewhere_reports_where_the_pod_really_is(env: Env) -> None:
+    env.kube.put_object(make_node("n0", cpu="1"))
+    env.kube.put_object(make_node("n1", cpu="1"))
+    env.kube.put_object(make_pod("p", cpu="1"))
+    await env.start_adapter()
+    await eventually(lambda: env.pod("p")["spec"].get("nodeName") == "n0")
+    servicer = env.muster.servicer
+    await eventually(lambda: len(servicer.acked) == 1)
+    # The server lost track (its bind deadline passed) and now wants the pod on n1.
+    task = servicer.jobs["k8s:default:pod:p"].tasks[0]
+    task.status, task.node = pb.TASK_STATUS_PENDING, ""
+    servicer.nodes["n0"].unschedulable = True
+    servicer.poke()
+    await eventually(lambda: any(not a.applied for a in servicer.acked.values()))
+    await eventually(lambda: task.status == pb.TASK_STATUS_BOUND and task.node == "n0")
+    assert env.pod("p")["spec"]["nodeName"] == "n0" and env.bind_posts("p") == 1
