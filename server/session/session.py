@@ -378,11 +378,9 @@ class Session:
                 fn(task)
 
     def dispatch_bind(self, task: TaskInfo) -> None:
-        """Commit of an allocation: the task is Binding, and a bind decision is emitted."""
-        i = self.nodes.index[task.node]  # type: ignore[index]
-        self.nodes.remove_task(i, task)
+        """Commit of an allocation: the task is Binding, and a bind decision is emitted. Allocated
+        and Binding hold a node the same way, so the node arrays (and evaluation caches) stay."""
         self.jobs[task.job].update_task_status(task, TaskStatus.BINDING)
-        self.nodes.add_task(i, task)
         self.result.binds[task.uid] = task.node  # type: ignore[assignment]
 
     def dispatch_evict(self, task: TaskInfo, reason: str) -> None:
