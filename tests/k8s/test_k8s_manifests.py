@@ -1,0 +1,78 @@
+"""deploy/kubernetes: manifests parse, the ConfigMap is a valid scheduler config, and the RBAC
+rules grant every API request the adapter makes in a scenario (and nothing broad)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from muster.v1 import muster_pb2 as pb
+from server.config import load_config
+
+from .conftest import Env, eventually
+from .fake_apiserver import make_node, make_pod, make_volcano_podgroup
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+
+
+def _docs() -> list[dict]:
+    return [d for f in sorted(DEPLOY.glob("*.yaml")) if f.name != "kustomization.yaml"
+            for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def test_manifests_parse_and_config_map_is_a_valid_scheduler_config() -> None:
+    kinds = sorted(d["kind"] for d in _docs())
+    for kind in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+                 "ConfigMap"):
+        assert kind in kinds
+    config_map = next(d for d in _docs() if d["kind"] == "ConfigMap")
+    load_config(config_map["data"]["scheduler.yaml"])
+    listed = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
+    assert sorted(listed) == sorted(f.name for f in DEPLOY.glob("*.yaml") if f.name != "kustomization.yaml")
+
+
+def _rules() -> list[dict]:
+    role = next(d for d in _docs() if d["kind"] == "ClusterRole")
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+    return role["rules"]
+
+
+def _needed(method: str, path: str) -> list[tuple[str, str, str]]:
+    parts = path.strip("/").split("/")
+    if parts[0] == "api":
+        group, rest = "", parts[2:]
+    else:
+        group, rest = parts[1], parts[3:]
+    if rest and rest[0] == "namespaces" and len(rest) >= 3:
+        rest = rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    if method == "GET":
+        verbs = ["get"] if len(rest) > 1 else ["list", "watch"]
+    else:
+        verbs = [{"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]]
+    return [(group, resource, v) for v in verbs]
+
+
+async def test_rbac_grants_every_request_the_adapter_makes(env: Env) -> None:
+    env.kube.put_object(make_node("n0", cpu="2"))
+    env.kube.put_object(make_volcano_podgroup("pg", min_member=2))
+    env.kube.put_object({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                         "metadata": {"name": "cg", "namespace": "default"}, "spec": {"minMember": 1}})
+    for i in range(2):
+        env.kube.put_object(make_pod(f"w{i}", cpu="1", group="pg"))
+    env.kube.put_object(make_pod("c0", cpu="1", coscheduling_group="cg"))  # does not fit: FailedScheduling
+    await env.start_adapter()
+    await eventually(lambda: all(env.pod(f"w{i}")["spec"].get("nodeName") for i in range(2)))
+    await eventually(lambda: env.events("FailedScheduling", "c0") != [])
+    await env.muster.servicer.CancelJob(pb.CancelJobRequest(id="k8s:default:pg"), None)
+    await eventually(lambda: env.kube.get_object("v1", "Pod", "w0", "default") is None)
+
+    rules = _rules()
+    made = {n for m, p in env.kube.requests if p.startswith(("/api/", "/apis/")) for n in _needed(m, p)}
+    assert ("", "pods/binding", "create") in made and ("", "pods/eviction", "create") in made
+    assert ("scheduling.volcano.sh", "podgroups/status", "patch") in made
+    for group, resource, verb in made:
+        assert any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules), (
+            f"RBAC does not grant {verb} {resource} in group {group!r}")
