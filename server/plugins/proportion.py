@@ -99,14 +99,12 @@ class ProportionPlugin(Plugin):
                 real = np.minimum(exceeded(total, total_guarantee) + queue.guarantee, cap)
                 attr = QueueAttr(queue.name, queue.weight, zeros(), zeros(), zeros(), zeros(), zeros(), queue.guarantee.copy(), real)
                 attrs[queue.name] = attr
-            for status, tasks in job.index.items():
-                if status in (TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING):
-                    for t in tasks.values():
-                        attr.allocated += t.resreq
-                        attr.request += t.resreq
-                elif status == TaskStatus.PENDING:
-                    for t in tasks.values():
-                        attr.request += t.resreq
+            # job.allocated sums the tasks in Volcano's AllocatedStatus; request adds the pending ones.
+            attr.allocated += job.allocated
+            attr.request += job.allocated
+            pending = job.index[TaskStatus.PENDING]
+            if pending:
+                attr.request += np.sum([t.resreq for t in pending.values()], axis=0)
             if job.phase == PodGroupPhase.INQUEUE and job.min_resources is not None:
                 attr.inqueue += inqueue_resource(job)
             allocated_num = job.count(TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.SUCCEEDED)

@@ -37,8 +37,10 @@ class ResourceSpace:
         self.dims: list[str] = [CPU, MEMORY, *rest]
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.dims)}
         self.size = len(self.dims)
+        self._requests: dict[tuple[tuple[str, float], ...], tuple[Vec, bool]] = {}
 
     def vec(self, resources: Mapping[str, float] | None) -> Vec:
+        """A fresh vector (callers may mutate it)."""
         v = np.zeros(self.size)
         if resources:
             for name, value in resources.items():
@@ -46,6 +48,17 @@ class ResourceSpace:
                 if i is not None:
                     v[i] = value
         return v
+
+    def request(self, resources: Mapping[str, float]) -> tuple[Vec, bool]:
+        """A task request as a shared, read-only vector (many tasks ask for the same), and
+        whether it is best-effort (empty)."""
+        key = tuple(resources.items())
+        known = self._requests.get(key)
+        if known is None:
+            v = self.vec(resources)
+            v.flags.writeable = False
+            known = self._requests[key] = (v, is_empty(v))
+        return known
 
     def to_dict(self, v: Vec) -> dict[str, float]:
         return {n: float(v[i]) for i, n in enumerate(self.dims) if v[i] != 0.0}
@@ -84,8 +97,8 @@ class TaskInfo:
         self.namespace = spec.namespace
         self.job = spec.job
         self.role = spec.role
-        self.resreq: Vec = space.vec(spec.request)
-        self.best_effort = is_empty(self.resreq)
+        # Read-only after construction: tasks of one shape share the vector.
+        self.resreq, self.best_effort = space.request(spec.request)
         self.status = spec.status
         self.node: str | None = spec.node
         self.priority = spec.priority
@@ -115,7 +128,12 @@ def _freeze(value: Any) -> Any:
     return value
 
 
+_NO_CONSTRAINTS: tuple[Any, ...] = ((), (), ())
+
+
 def _static_key(spec: TaskSpec) -> tuple[Any, ...]:
+    if not spec.node_selector and not spec.tolerations and not spec.affinity:
+        return _NO_CONSTRAINTS
     tolerations = tuple((t.key, t.operator, t.value, t.effect) for t in spec.tolerations)
     return (_freeze(spec.node_selector), tolerations, _freeze(spec.affinity))
 
