@@ -6,15 +6,22 @@ idle resources, else to one whose resources are being released (pipelined). A jo
 form one Statement: committed when the job is ready (gang satisfied), kept in the session without
 binding when it is only pipelined, discarded otherwise. A ready job with tasks left goes back into
 its queue, so queues and jobs interleave fairly.
+
+A job with a hard network topology is placed inside one hypernode: the hypernode gradients (from
+the network-topology-aware plugin) are tried tier by tier, the whole gang is tried in every
+hypernode of a tier, and the best-scoring hypernode that satisfies the gang wins (Volcano's
+allocateForJob).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from server.actions.base import Action
 from server.model import PodGroupPhase, TaskStatus
-from server.session.info import FitErrors, JobInfo
+from server.session.info import FitErrors, JobInfo, TaskInfo
 
 if TYPE_CHECKING:
     from server.session.session import PriorityQueue, Session
@@ -62,14 +69,60 @@ class AllocateAction(Action):
                 continue
             job = jobs.pop()
             tasks = pending[job.uid]
-            stmt = self.allocate_tasks(ssn, job, tasks)
+            gradients = ssn.hypernode_gradients(job) if job.spec.network_topology else None
+            if gradients is not None:
+                stmt = self.allocate_in_hypernodes(ssn, job, tasks, gradients)
+            else:
+                stmt = self.allocate_tasks(ssn, job, tasks)
             if stmt is not None and ssn.job_ready(job):
                 stmt.commit()
                 if not tasks.empty():
                     jobs.push(job)
             queues.push(queue)
 
-    def allocate_tasks(self, ssn: Session, job: JobInfo, tasks: PriorityQueue) -> Statement | None:
+    def allocate_in_hypernodes(
+        self, ssn: Session, job: JobInfo, tasks: PriorityQueue, gradients: list[list[tuple[str, np.ndarray]]]
+    ) -> Statement | None:
+        from server.session.session import PriorityQueue
+        from server.session.statement import Op
+
+        waiting = []
+        while not tasks.empty():
+            waiting.append(tasks.pop())
+        for gradient in gradients:
+            solutions: dict[str, tuple[list[tuple[Op, TaskInfo, str]], list[TaskInfo]]] = {}
+            masks = dict(gradient)
+            for name, mask in gradient:
+                job.fit_errors.clear()
+                trial = PriorityQueue(ssn.task_order_fn, waiting)
+                stmt = self.allocate_tasks(ssn, job, trial, restrict=mask)
+                if stmt is None or not len(stmt):
+                    continue
+                if ssn.job_ready(job) or ssn.job_pipelined(job):
+                    left = []
+                    while not trial.empty():
+                        left.append(trial.pop())
+                    solutions[name] = ([(o.op, o.task, o.node) for o in stmt.operations], left)
+                stmt.discard()
+            if not solutions:
+                continue
+            scores = ssn.hypernode_order(job, {n: masks[n] for n in solutions})
+            best = max(solutions, key=lambda n: (scores.get(n, 0.0), [-ord(c) for c in n]))
+            operations, left = solutions[best]
+            job.allocated_hypernode = best
+            stmt = ssn.statement()
+            for op, task, node in operations:
+                (stmt.allocate if op is Op.ALLOCATE else stmt.pipeline)(task, node)
+            for task in left:
+                tasks.push(task)
+            return stmt
+        for task in waiting:
+            tasks.push(task)
+        return None
+
+    def allocate_tasks(
+        self, ssn: Session, job: JobInfo, tasks: PriorityQueue, restrict: np.ndarray | None = None
+    ) -> Statement | None:
         queue = ssn.queues[job.queue]
         stmt = ssn.statement()
         names = ssn.nodes.names
@@ -86,9 +139,9 @@ class AllocateAction(Action):
                     message=f"Task {task.name} with role spec {task.role} has already predicated failed, skip"
                 )
                 continue
-            choice = ssn.evaluator.select(task)
+            choice = ssn.evaluator.select(task, restrict)
             if choice is None:
-                job.fit_errors[task.uid] = ssn.evaluator.fit_errors(task)
+                job.fit_errors[task.uid] = ssn.evaluator.fit_errors(task, restrict)
                 if job.need_continue_allocating():
                     continue
                 break

@@ -12,11 +12,14 @@ HyperNodes form a tree: a tier-1 hypernode lists nodes, a higher tier lists hype
   the tier of the smallest hypernode it shares with all of them: ``weight * 100 * (maxTier - tier
   + 1) / maxTier``; 0 with no common hypernode or before the first placement.
 
-Muster differs from Volcano in how the hypernode is chosen: Volcano's allocate action tries each
-candidate hypernode (gradient by tier) for the whole job and keeps the best-scoring one
-(HyperNodeOrderFn, hypernode binpacking); here the first task's node fixes the region greedily
-and the gang is discarded if the region cannot hold it. Arguments are accepted with Volcano's
-defaults; ``weight`` scales the score, the ``hypernode.binpack.*`` ones are not used yet.
+* hypernode_gradient -- for a hard-mode job, the eligible hypernodes by tier (lowest first); the
+  allocate action tries the whole gang in each hypernode of a tier and keeps the best one, as
+  Volcano's allocateForJob does.
+* hypernode_order -- Volcano's hypernode bin-packing score: (used + job request) / allocatable
+  over cpu and memory, weighted by ``hypernode.binpack.cpu`` / ``hypernode.binpack.memory``.
+
+Arguments are accepted with Volcano's defaults; ``hypernode.binpack.resources*`` (extended
+resources in the hypernode score) and the normal-pod / eviction-gradient ones are not used yet.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 from server.model import TaskStatus
 from server.plugins.base import Plugin
 from server.session.evaluator import Predicate, Scorer
-from server.session.info import TaskInfo
+from server.session.info import JobInfo, TaskInfo, less_equal
 
 if TYPE_CHECKING:
     from server.session.session import Session
@@ -133,6 +136,65 @@ class NetworkTopologyPlugin(Plugin):
                 done |= hit
             return out
 
+        def gradients(job: JobInfo) -> list[list[tuple[str, np.ndarray]]] | None:
+            """Volcano hyperNodeGradientFn: eligible hypernodes of tier <= highestTierAllowed, by
+            tier, lowest first. A job already holding nodes may only use hypernodes holding them all;
+            otherwise a hypernode must have room (idle or future idle) for the job's minimum."""
+            nt = job.spec.network_topology
+            if str(nt.get("mode", "hard")).lower() != "hard":
+                return None
+            try:
+                highest = int(nt.get("highestTierAllowed", nt.get("highest_tier_allowed", max_tier)))
+            except (TypeError, ValueError):
+                highest = max_tier
+            held = sorted({nodes.index[t.node] for s in _HOLDING for t in job.index[s].values()
+                           if t.node is not None and t.node in nodes.index})
+            need = job.min_resources
+            if need is None:
+                pending = sorted(job.index[TaskStatus.PENDING].values(), key=lambda t: t.creation_index)
+                missing = max(job.min_available - job.ready_task_num(), 0)
+                need = np.sum([t.resreq for t in pending[:missing]], axis=0) if missing and pending else None
+            by_tier: dict[int, list[tuple[str, np.ndarray]]] = {}
+            for h in ordered:
+                if h.tier > highest:
+                    continue
+                m = members[h.name]
+                if held:
+                    if not m[held].all():
+                        continue
+                elif need is not None:
+                    idle = nodes.idle[m].sum(axis=0)
+                    future = nodes.future_idle()[m].sum(axis=0)
+                    if not (less_equal(need, idle) or less_equal(need, future)):
+                        continue
+                by_tier.setdefault(h.tier, []).append((h.name, m))
+            return [by_tier[t] for t in sorted(by_tier)]
+
+        def hypernode_order(job: JobInfo, candidates: dict[str, np.ndarray]) -> dict[str, float]:
+            """Volcano HyperNodeOrderFn: bin-packing of the job's request into each hypernode,
+            (used + request) / allocatable weighted over cpu and memory; 0 if it overflows."""
+            request = np.sum([t.resreq for t in job.tasks.values()], axis=0) if job.tasks else ssn.space.zeros()
+            out: dict[str, float] = {}
+            for name, m in candidates.items():
+                alloc = nodes.allocatable[m].sum(axis=0)
+                used = nodes.used[m].sum(axis=0)
+                total, weights = 0.0, 0
+                overflow = False
+                for d, w in ((0, binpack_cpu), (1, binpack_memory)):
+                    if request[d] <= 0 or w <= 0:
+                        continue
+                    if used[d] + request[d] > alloc[d]:
+                        overflow = True
+                        break
+                    total += w * (used[d] + request[d]) / alloc[d]
+                    weights += w
+                out[name] = 0.0 if overflow or weights == 0 else weight * MAX_NODE_SCORE * total / weights
+            return out
+
+        binpack_cpu = self.arg_int("hypernode.binpack.cpu", 1)
+        binpack_memory = self.arg_int("hypernode.binpack.memory", 1)
+        ssn.register("hypernode_gradient", self.name, gradients)
+        ssn.register("hypernode_order", self.name, hypernode_order)
         ssn.register(
             "predicate",
             self.name,

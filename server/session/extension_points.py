@@ -27,6 +27,9 @@ preemptable           per tier, the victim lists of the enabled plugins are inte
 reclaimable           that returns no victims empties the result); an abstaining plugin is skipped;
                       the first tier that yields a non-empty list decides.
 victim                victim task fns: union within a tier; the first tier with victims decides.
+hypernode_gradient    the first enabled plugin with a function answers: the hypernodes a job may be
+                      placed in, as gradients (lists tried in order; within one, the best wins).
+hypernode_order       hypernode scores of every enabled plugin add up.
 job_enqueued          notification: every enabled plugin is called.
 allocate/deallocate   event handlers: every plugin's handler is called, in registration order, on
                       every Statement operation and its undo, so plugins keep incremental state.
@@ -50,6 +53,7 @@ class Rule(StrEnum):
     INTERSECT_FIRST_TIER = "intersect within a tier; first tier with victims decides"
     UNION_FIRST_TIER = "union within a tier; first tier with victims decides"
     CALL_ALL = "every enabled plugin is called"
+    FIRST_ANSWER = "the first enabled plugin with a function answers"
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ POINTS: dict[str, Point] = {
         Point("preemptable", "preemptable", Rule.INTERSECT_FIRST_TIER),
         Point("reclaimable", "reclaimable", Rule.INTERSECT_FIRST_TIER),
         Point("victim", "victim", Rule.UNION_FIRST_TIER),
+        Point("hypernode_gradient", "hypernode_gradient", Rule.FIRST_ANSWER),
+        Point("hypernode_order", "hypernode_order", Rule.SCORES_ADD),
         Point("job_enqueued", "job_enqueued", Rule.CALL_ALL),
     )
 }

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from server.config import PluginOption, SchedulerConfig
 from server.model import (
     ClusterSnapshot,
@@ -339,6 +341,23 @@ class Session:
             if found:
                 return list(found.values())
         return []
+
+    # -- hypernodes ----------------------------------------------------------------------------
+    def hypernode_gradients(self, job: JobInfo) -> list[list[tuple[str, np.ndarray]]] | None:
+        """Where a job with a network topology may go: gradients of (hypernode, node mask); None
+        when no plugin constrains the job."""
+        for row in self._chains["hypernode_gradient"]:
+            for _, fn in row:
+                return fn(job)
+        return None
+
+    def hypernode_order(self, job: JobInfo, candidates: dict[str, np.ndarray]) -> dict[str, float]:
+        scores = dict.fromkeys(candidates, 0.0)
+        for row in self._chains["hypernode_order"]:
+            for _, fn in row:
+                for name, value in fn(job, candidates).items():
+                    scores[name] += value
+        return scores
 
     # -- state changes (used by Statement) ------------------------------------------------------
     def place_task(self, task: TaskInfo, node: str, status: TaskStatus) -> None:
