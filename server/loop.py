@@ -144,6 +144,7 @@ class CycleLoop:
             self.core.update_config(config)
             self.cache.set_priority_classes(priority_classes_of(config))
         started = time.perf_counter()
+        self._running = True
         capture = self.cache.capture()
         try:
             snapshot = await anyio.to_thread.run_sync(capture.materialize)
@@ -174,9 +175,16 @@ class CycleLoop:
         self._finish_cycle()
 
     def _finish_cycle(self) -> None:
+        self._running = False
         self.cycles += 1
         self._cycle_done.set()
         self._cycle_done = anyio.Event()
+
+    async def next_cycle(self) -> None:
+        """Wake the loop and wait for a cycle that captured its snapshot after this call."""
+        count = 2 if self._running else 1
+        self.wake()
+        await self.wait_cycles(count)
 
     async def wait_cycles(self, count: int) -> None:
         """Wait until at least ``count`` more cycles have finished (tests, tools)."""

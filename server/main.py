@@ -15,12 +15,13 @@ import argparse
 import logging
 import signal
 import sys
+from pathlib import Path
 
 import anyio
 import structlog
 
 from server.app import MusterServer, ServerOptions
-from server.config import ConfigError
+from server.config import ConfigError, load_config
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -98,16 +99,26 @@ def main(argv: list[str] | None = None) -> int:
         cycle_period=args.cycle_period,
         bind_timeout=args.bind_timeout,
     )
+    if args.config:  # fail fast, before anything listens
+        try:
+            load_config(Path(args.config).read_text())
+        except (OSError, ConfigError) as exc:
+            sys.stderr.write(f"muster-server: --config {args.config}: {exc}\n")
+            return 2
     try:
         anyio.run(serve, options, backend="asyncio")
-    except ConfigError as exc:
-        sys.stderr.write(f"muster-server: --config {args.config}: {exc}\n")
-        return 2
+    except KeyboardInterrupt:
+        return 0
     except OSError as exc:
         sys.stderr.write(f"muster-server: {exc}\n")
         return 1
-    except KeyboardInterrupt:
-        pass
+    except BaseExceptionGroup as group:  # from the task group around the server
+        matched, rest = group.split(OSError)
+        if rest is not None or matched is None:
+            raise
+        for exc in matched.exceptions:
+            sys.stderr.write(f"muster-server: {exc}\n")
+        return 1
     return 0
 
 

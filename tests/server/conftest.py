@@ -8,7 +8,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 from server.app import ServerHandle, ServerOptions, start_server
 

@@ -38,8 +38,7 @@ async def register(stub, backend: str = "agent-a", nodes: list[pb.Node] | None =
 async def next_cycle(server: ServerHandle) -> None:
     """Wait for a cycle that started after this call (wakes the loop)."""
     with anyio.fail_after(WAIT):
-        server.loop.wake()
-        await server.loop.wait_cycles(2)
+        await server.loop.next_cycle()
 
 
 async def rpc_error(call: Awaitable[object]) -> grpc.aio.AioRpcError:
