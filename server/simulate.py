@@ -14,7 +14,13 @@ from typing import Any
 
 import yaml
 
-from server.config import ConfigError, SchedulerConfig, parse_config, parse_priority_classes
+from server.config import (
+    DEFAULT_CONFIG_YAML,
+    ConfigError,
+    SchedulerConfig,
+    parse_config,
+    parse_priority_classes,
+)
 from server.model import (
     ClusterSnapshot,
     CycleResult,
@@ -176,7 +182,8 @@ def load_scenario(raw: Any) -> Scenario:
     if not isinstance(raw, dict):
         raise ScenarioError(["scenario: must be a mapping"])
     L.keys(raw, _TOP, "scenario")
-    cfg_raw = raw.get("config") or {}
+    # No config at all: Muster's (= Volcano's) default configuration.
+    cfg_raw = raw["config"] if raw.get("config") is not None else yaml.safe_load(DEFAULT_CONFIG_YAML)
     config: SchedulerConfig | None = None
     cycles = 1
     try:

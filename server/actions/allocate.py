@@ -130,9 +130,15 @@ class AllocateAction(Action):
         while not tasks.empty():
             task = tasks.pop()
             if not ssn.allocatable(queue, task):
-                job.queue_verdict = (
-                    f"queue {queue.name}: placing {task.name} would exceed the queue's deserved or capability share"
-                )
+                missing = [ssn.space.dims[d] for d in np.nonzero((task.resreq > 0) & (ssn.total_resource <= 0))[0]]
+                if missing:
+                    job.fit_errors[task.uid] = FitErrors(
+                        total_nodes=len(ssn.nodes), message=f"no node in the cluster offers {', '.join(missing)}"
+                    )
+                else:
+                    job.queue_verdict = (
+                        f"queue {queue.name}: placing {task.name} would exceed the queue's deserved or capability share"
+                    )
                 continue
             if use_role_cache and job.task_has_fit_errors(task):
                 job.fit_errors[task.uid] = FitErrors(
