@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from server.simulate import simulate_text
 
 ANTI_WORKER = """
@@ -278,3 +280,58 @@ def test_anti_affine_gang_spreads_one_per_node_and_fails_when_nodes_run_out() ->
     assert sorted(three["binds"].values()) == ["a", "b", "c"]
     four = run(PREDICATES_ONLY, gang(4))
     assert four["binds"] == {}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Muster's topology-aware preempt takes victims by the priority plugin's job priority; Volcano's "
+    "(kube SelectVictimsOnNode) only removes pods of lower pod priority, so worker-1 (pod priority equal to "
+    "the preemptor's) stays and the node is not viable",
+)
+def test_preemption_does_not_resolve_anti_affinity_against_an_equal_priority_pod() -> None:
+    """predicates_test.go TestPodAntiAffinity "pod-anti-affinity": worker-3 is anti-affine to
+    worker-1 (same pod priority) on the only node; evicting the low-priority worker-2 would not
+    help, so Volcano evicts nothing and pipelines nothing."""
+    out = run("""
+        config:
+          actions: [allocate, preempt]
+          extension_points_not_listed: disabled
+          action_arguments: {preempt: {enableTopologyAwarePreemption: true}}
+          tiers:
+          - plugins:
+            - {name: predicates, enablePredicate: true}
+            - {name: priority, enablePreemptable: true, enableJobStarving: true}
+    """, f"""
+        priorityClasses: [{{name: high-priority, value: 100000}}, {{name: low-priority, value: 10}}]
+        nodes:
+        - {{name: n1, allocatable: {{cpu: "12", memory: 12G, pods: 2}}, labels: {{kubernetes.io/hostname: node1}}}}
+        queues: [{{name: q1, weight: 1, capability: {{cpu: "9", memory: 9G}}}}]
+        jobs:
+        - name: pg1
+          namespace: ns1
+          queue: q1
+          minMember: 1
+          priorityClass: low-priority
+          phase: Running
+          tasks:
+          - name: worker-1
+            request: {{cpu: "3", memory: 3G}}
+            status: Running
+            node: n1
+            priority: 100000
+            labels: {{role: worker}}{ANTI_WORKER}
+          - {{name: worker-2, request: {{cpu: "3", memory: 3G}}, status: Running, node: n1, priority: 10}}
+        - name: pg2
+          namespace: ns1
+          queue: q1
+          minMember: 1
+          priorityClass: high-priority
+          phase: Inqueue
+          tasks:
+          - name: worker-3
+            request: {{cpu: "3", memory: 3G}}
+            priority: 100000
+            labels: {{role: worker}}{ANTI_WORKER}
+    """)
+    assert out["evictions"] == []
+    assert out["pipelined"] == {}
