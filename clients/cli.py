@@ -37,6 +37,12 @@ class UsageError(Exception):
         self.problems = list(problems)
 
 
+class ScenarioProblems(UsageError):
+    """An invalid scenario: its problem lines already name their field paths; printed bare,
+    one per line, as docs/simulate.md specifies."""
+
+
+
 # ---------------------------------------------------------------------------------------------
 # Rendering helpers
 # ---------------------------------------------------------------------------------------------
@@ -388,14 +394,14 @@ async def cmd_simulate(client: MusterClient | None, args: argparse.Namespace, ou
         try:
             result = await anyio.to_thread.run_sync(simulate_text, text, args.cycles or None)
         except ScenarioError as exc:
-            raise UsageError(exc.problems) from None
+            raise ScenarioProblems(exc.problems) from None
     else:
         assert client is not None
         try:
             result = await client.simulate(text, args.cycles or 0)
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise UsageError((exc.details() or "invalid scenario").splitlines()) from None
+                raise ScenarioProblems((exc.details() or "invalid scenario").splitlines()) from None
             raise
     out.emit(result, lambda: _render_simulation(out, result))
     return 0
@@ -545,8 +551,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return anyio.run(_run, args, out, backend="asyncio")
     except UsageError as exc:
+        prefix = "" if isinstance(exc, ScenarioProblems) else "error: "
         for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
+            print(f"{prefix}{problem}", file=sys.stderr)
         return 2
     except grpc.aio.AioRpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
