@@ -994,6 +994,11 @@ class ClusterCache:
     # Cycles
     # =============================================================================================
 
+    def job_of_task(self, uid: str) -> str:
+        """The id of the job owning task ``uid`` ("" if unknown)."""
+        job = self.task_job.get(uid)
+        return job.id if job is not None else ""
+
     def capture(self) -> Capture:
         cycle_id = self.next_cycle_id
         self.next_cycle_id += 1

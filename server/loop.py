@@ -9,7 +9,7 @@ loop waits) cause one more cycle, not one each. The CPU work (materializing the 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +17,52 @@ import anyio
 import structlog
 
 from server.api.errors import invalid
-from server.cache import ClusterCache
+from server.cache import ApplyStats, ClusterCache
 from server.config import DEFAULT_CONFIG_YAML, ConfigError, SchedulerConfig, load_config
-from server.model import PriorityClass
+from server.model import CycleResult, PriorityClass
 from server.scheduler import SchedulerCore
 from server.store import StoreWriter
 
 log = structlog.get_logger("muster.loop")
+
+# Decisions applied per event-loop turn. Each job's part of a result is applied whole (the gang
+# checks are per job), so splitting by job keeps apply's all-or-nothing guarantees.
+APPLY_CHUNK = 500
+
+
+def split_result(
+    result: CycleResult, job_of_task: Callable[[str], str], max_items: int
+) -> Iterator[CycleResult]:
+    """Split a CycleResult into parts of about ``max_items`` binds/evictions/outcomes, by job."""
+    by_job: dict[str, CycleResult] = {}
+
+    def part(job_id: str) -> CycleResult:
+        if job_id not in by_job:
+            by_job[job_id] = CycleResult(result.cycle_id)
+        return by_job[job_id]
+
+    for uid, node in result.binds.items():
+        p = part(job_of_task(uid))
+        p.binds[uid] = node
+        if uid in result.bind_devices:
+            p.bind_devices[uid] = result.bind_devices[uid]
+    for uid, reason in result.evictions.items():
+        part(job_of_task(uid)).evictions[uid] = reason
+    for job_id, outcome in result.jobs.items():
+        part(job_id).jobs[job_id] = outcome
+    chunk = CycleResult(result.cycle_id)
+    size = 0
+    for p in by_job.values():
+        chunk.binds.update(p.binds)
+        chunk.bind_devices.update(p.bind_devices)
+        chunk.evictions.update(p.evictions)
+        chunk.jobs.update(p.jobs)
+        size += len(p.binds) + len(p.evictions) + len(p.jobs)
+        if size >= max_items:
+            yield chunk
+            chunk, size = CycleResult(result.cycle_id), 0
+    if size or not by_job:
+        yield chunk
 
 
 class ConfigManager:
@@ -157,7 +196,12 @@ class CycleLoop:
             await self.writer.flush(self.cache.commit)
             self._finish_cycle()
             return
-        stats = self.cache.apply(capture, result)
+        stats = ApplyStats()
+        for part in split_result(result, self.cache.job_of_task, APPLY_CHUNK):
+            part_stats = self.cache.apply(capture, part)
+            for name in ("binds", "evictions", "dropped_binds", "dropped_evictions"):
+                setattr(stats, name, getattr(stats, name) + getattr(part_stats, name))
+            await anyio.sleep(0)  # let RPCs in between chunks: big cycles must not stall the API
         await self.writer.flush(self.cache.commit)
         self.last_cycle_seconds = time.perf_counter() - started
         event = "cycle.done" if stats.binds or stats.evictions or stats.dropped_binds else "cycle.idle"
