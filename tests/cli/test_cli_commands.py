@@ -166,8 +166,8 @@ def test_simulate_invalid_scenario_prints_each_problem(api, capsys, tmp_path):
     code, _, err = run(api, capsys, "simulate", str(path))
     assert code == 2
     assert err.strip().splitlines() == [
-        "error: nodes[0].allocatable.cpu: '4x' is not a quantity",
-        "error: jobs[1].queue: unknown queue 'q'",
+        "nodes[0].allocatable.cpu: '4x' is not a quantity",
+        "jobs[1].queue: unknown queue 'q'",
     ]
     path.write_text("ok: true\n")
     code, out, _ = run(api, capsys, "simulate", str(path), "--output", "json")
