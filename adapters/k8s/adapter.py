@@ -355,6 +355,7 @@ class K8sBackend:
             self.group_members.get(old_group, set()).discard(key)
         if kind == "DELETED":
             self.bound_by_us.pop(key, None)
+            self.event_messages.pop(key, None)
         if tr.pod_node(pod):
             self.bound_by_us.pop(key, None)
         if self._is_own(pod):
@@ -427,7 +428,12 @@ class K8sBackend:
             await self._wake_queues.wait()
             self._wake_queues = anyio.Event()
             if self._server_id_seen:
-                await self._sync_queues(set(self._dirty_queues))
+                try:
+                    await self._sync_queues(set(self._dirty_queues))
+                except grpc.aio.AioRpcError as exc:
+                    log.info("queue sync failed, retrying", code=exc.code().name)
+                    await anyio.sleep(1.0)
+                    self._wake_queues.set()
 
     async def _sync_all_queues(self) -> None:
         await self._sync_queues({tr.meta(q)["name"] for q in self.queues.cache.values()})
@@ -469,11 +475,14 @@ class K8sBackend:
                     for key in sorted(keys):
                         await self._reconcile(key)
                 attempt = 0
-            except grpc.aio.AioRpcError as exc:
+            except Exception as exc:  # noqa: BLE001 - server away (or a bug): retry, never die
                 self._dirty_jobs |= keys
                 attempt += 1
                 delay = min(5.0, 0.2 * 2 ** attempt) * random.uniform(0.5, 1)
-                log.info("job sync failed, retrying", code=exc.code().name, delay=round(delay, 2))
+                if isinstance(exc, grpc.aio.AioRpcError):
+                    log.info("job sync failed, retrying", code=exc.code().name, delay=round(delay, 2))
+                else:
+                    log.exception("job sync failed, retrying", delay=round(delay, 2))
                 await anyio.sleep(delay)
                 self._wake_jobs.set()
 
