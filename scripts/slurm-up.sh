@@ -210,6 +210,9 @@ stop_all() {
         sleep 0.1
     done
     for pid in "${pids[@]}"; do alive "$pid" && kill -KILL "$pid" 2>/dev/null || true; done
+    # A slurmctld started by hand (no pid file) would answer in place of the new one.
+    for _ in $(seq 1 50); do pgrep -x slurmctld >/dev/null || break; sleep 0.1; done
+    rm -f "$RUN/muster-conf.sha256"
 }
 
 main() {
@@ -234,6 +237,12 @@ main() {
         if [ "${name#n}" -gt "$NODES" ] 2>/dev/null; then changed=1; fi
     done
 
+    # Restart when the running slurmctld was started with another configuration (recorded at
+    # start, so a bring-up that failed half-way is redone on the next run).
+    local want_sum running_sum
+    want_sum=$(cat "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC/job_submit.lua" | sha256sum | cut -d' ' -f1)
+    running_sum=$(cat "$RUN/muster-conf.sha256" 2>/dev/null || true)
+    [ "$want_sum" != "$running_sum" ] && changed=1
     local ctld_pid; ctld_pid=$(pid_of "$RUN/slurmctld.pid")
     if ((changed)) || ! alive "$ctld_pid"; then
         ((changed)) && log "configuration changed: restarting the cluster"
@@ -242,6 +251,7 @@ main() {
         /usr/sbin/slurmctld -c -i
         for _ in $(seq 1 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
         scontrol ping >/dev/null 2>&1 || die "slurmctld did not come up (see $LOGS/slurmctld.log)"
+        echo "$want_sum" >"$RUN/muster-conf.sha256"
     fi
 
     for ((i = 1; i <= NODES; i++)); do

@@ -66,20 +66,48 @@ def _skip_reason() -> str:
     return ""
 
 
+LOCK_PATH = "/run/lock/muster-slurm.lock"  # shared with bench/slurm_e2e.py
+
+
+def hold_cluster_lock(timeout: float) -> Any:
+    """One user of the local Slurm cluster at a time (test runs scancel every job)."""
+    import fcntl
+
+    Path(LOCK_PATH).parent.mkdir(parents=True, exist_ok=True)
+    handle = open(LOCK_PATH, "w")  # noqa: SIM115 - held for the whole session
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                handle.close()
+                return None
+            time.sleep(1)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[list[str]]:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
+    lock = hold_cluster_lock(timeout=600)
+    if lock is None:
+        pytest.skip(f"another run has held the local Slurm cluster ({LOCK_PATH}) for 10 minutes")
     env = {**os.environ, **CLUSTER_ENV}
     proc = subprocess.run(["bash", str(REPO / "scripts" / "slurm-up.sh")], env=env, capture_output=True,
                           text=True, timeout=600)
     if proc.returncode != 0:
+        lock.close()
         pytest.fail(f"scripts/slurm-up.sh failed:\n{proc.stderr[-3000:]}")
-    yield [f"n{i}" for i in range(1, NODES + 1)]
-    # Keep the daemons (fast re-runs); leave no job behind.
-    subprocess.run(["scancel", "-u", "root"], capture_output=True)
-    subprocess.run(["scancel", "-u", "nobody"], capture_output=True)
+    try:
+        yield [f"n{i}" for i in range(1, NODES + 1)]
+    finally:
+        # Keep the daemons (fast re-runs); leave no job behind.
+        subprocess.run(["scancel", "-u", "root"], capture_output=True)
+        subprocess.run(["scancel", "-u", "nobody"], capture_output=True)
+        lock.close()
 
 
 def active_jobs() -> list[str]:
