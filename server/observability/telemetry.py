@@ -1,0 +1,193 @@
+"""``Telemetry``: the one object the server wires in for traces and metrics.
+
+    telemetry = Telemetry(otlp_endpoint=opts.otlp_endpoint, metrics_listen=opts.metrics_listen)
+    server = grpc.aio.server(interceptors=telemetry.interceptors())
+    telemetry.attach(cache)                     # state metrics, decision hooks
+    tg.start_soon(telemetry.run)                # /metrics until cancelled
+    with telemetry.cycle(capture) as obs: ...   # in the cycle loop
+    telemetry.shutdown()                        # flush spans
+
+With neither tracing nor metrics configured every hook is a cheap no-op: no interceptor is
+installed, no span is built, no decision is touched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+import grpc
+import structlog
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+from muster.v1 import muster_pb2 as pb
+from server.model import TaskStatus
+from server.observability.cycletrace import CycleObservation
+from server.observability.http import MetricsServer
+from server.observability.interceptor import TelemetryInterceptor
+from server.observability.metrics import ServerMetrics
+from server.observability.tracing import build_provider, inject_current, tracing_settings
+
+if TYPE_CHECKING:
+    from server.cache import Capture, ClusterCache
+
+log = structlog.get_logger("muster.telemetry")
+
+SUBMISSIONS_KEPT = 100_000
+_PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+
+
+class SubmissionIndex:
+    """Job id -> span context of its SubmitJob, until the cycle that places the job links to it.
+
+    Bounded (oldest dropped first): a job that waits behind 100,000 newer submissions loses its
+    link, nothing else. In memory only: jobs restored after a restart have no link.
+    """
+
+    def __init__(self, capacity: int = SUBMISSIONS_KEPT) -> None:
+        self.capacity = capacity
+        self._contexts: OrderedDict[str, trace.SpanContext] = OrderedDict()
+
+    def remember(self, job_id: str, ctx: trace.SpanContext) -> None:
+        if not ctx.is_valid:
+            return
+        self._contexts[job_id] = ctx
+        self._contexts.move_to_end(job_id)
+        while len(self._contexts) > self.capacity:
+            self._contexts.popitem(last=False)
+
+    def take(self, job_id: str) -> trace.SpanContext | None:
+        return self._contexts.pop(job_id, None)
+
+    def __len__(self) -> int:
+        return len(self._contexts)
+
+
+class Telemetry:
+    def __init__(
+        self,
+        *,
+        otlp_endpoint: str | None = None,
+        metrics_listen: str | None = None,
+        service_name: str = "muster-server",
+        tracer_provider: TracerProvider | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._owns_provider = tracer_provider is None
+        if tracer_provider is None:
+            settings = tracing_settings(otlp_endpoint, service_name, env)
+            if settings is not None:
+                tracer_provider = build_provider(settings)
+                log.info("tracing.enabled", endpoint=settings.endpoint, service=settings.service_name)
+        self.provider = tracer_provider
+        self.tracer: trace.Tracer | None = tracer_provider.get_tracer("muster.server") if tracer_provider else None
+        self.metrics: ServerMetrics | None = ServerMetrics() if metrics_listen else None
+        self.metrics_server = (
+            MetricsServer(self.metrics.registry, metrics_listen) if self.metrics and metrics_listen else None
+        )
+        self.submissions = SubmissionIndex()
+        self.cache: ClusterCache | None = None
+        # Computed deserved share per queue from the last cycle, if the core reports it.
+        self.deserved: dict[str, dict[str, float]] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return self.tracer is not None or self.metrics is not None
+
+    @property
+    def metrics_port(self) -> int:
+        return self.metrics_server.port if self.metrics_server else 0
+
+    # --- wiring ------------------------------------------------------------------------------------
+
+    def interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        if not self.enabled:
+            return []
+        hooks = {"SubmitJob": self._submitted} if self.tracer is not None else {}
+        return [TelemetryInterceptor(self.tracer, self.metrics, hooks)]
+
+    def attach(self, cache: ClusterCache) -> None:
+        """Observe ``cache``: state metrics at scrape time; decisions counted and given the
+        current trace context (the cycle's ``apply`` span, or the RPC that caused them)."""
+        self.cache = cache
+        if self.metrics is not None:
+            self.metrics.watch_cache(cache, lambda: self.deserved)
+        if self.enabled:
+            cache.decisions.observer = self
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve /metrics (if configured) until cancelled."""
+        if self.metrics_server is None:
+            task_status.started()
+            await anyio.sleep_forever()
+            return
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.metrics_server.run)
+            task_status.started()
+
+    def shutdown(self) -> None:
+        """Export what is buffered and stop the exporter (only a provider we built)."""
+        if self.provider is not None and self._owns_provider:
+            self.provider.shutdown()
+
+    # --- hooks -------------------------------------------------------------------------------------
+
+    def _submitted(self, request: pb.SubmitJobRequest, response: pb.SubmitJobResponse, span: trace.Span) -> None:
+        if response.created:
+            self.submissions.remember(response.job.spec.id, span.get_span_context())
+
+    def on_issue(self, decision: pb.Decision, kind: str) -> None:
+        """DecisionLog observer: a decision is being issued (before it is sent)."""
+        if self.tracer is not None:
+            carrier = inject_current()
+            if carrier:
+                decision.trace_context.update(carrier)
+        if self.metrics is not None:
+            self.metrics.decision_issued(kind)
+
+    def on_settle(self, decision: pb.Decision, kind: str, outcome: str) -> None:
+        """DecisionLog observer: a pending decision was applied, rejected or expired."""
+        if self.metrics is not None:
+            created = decision.created.seconds + decision.created.nanos / 1e9
+            self.metrics.decision_settled(kind, outcome, time.time() - created if created else 0.0)
+
+    # --- cycles ------------------------------------------------------------------------------------
+
+    def cycle(self, capture: Capture) -> CycleObservation:
+        attributes: dict[str, Any] = {}
+        if self.tracer is not None:
+            attributes = {
+                "muster.cycle.jobs": len(capture.jobs),
+                "muster.cycle.nodes": len(capture.nodes),
+                "muster.cycle.queues": len(capture.queues),
+            }
+        return CycleObservation(
+            capture.cycle_id,
+            tracer=self.tracer,
+            metrics=self.metrics,
+            attributes=attributes,
+            submission_of=self.submissions.take,
+        )
+
+    def placed_jobs(self, binds: Mapping[str, str]) -> list[str]:
+        """Jobs whose binds of this cycle the cache kept (only computed when tracing)."""
+        if self.tracer is None or self.cache is None:
+            return []
+        placed: dict[str, None] = {}
+        for uid, node in binds.items():
+            job = self.cache.task_job.get(uid)
+            if job is None or job.id in placed:
+                continue
+            task = self.cache.tasks.get(uid)
+            if task is not None and task.node == node and task.status in _PLACED:
+                placed[job.id] = None
+        return list(placed)
+
+    def record_deserved(self, deserved: Mapping[str, Mapping[str, float]] | None) -> None:
+        if deserved:
+            self.deserved = {q: dict(r) for q, r in deserved.items()}
