@@ -80,6 +80,15 @@ class _Loader:
     def problem(self, path: str, message: str) -> None:
         self.problems.append(f"{path}: {message}")
 
+    def items(self, obj: Any, path: str) -> list[Any]:
+        """A list field (absent: empty); anything else is a problem, not a crash."""
+        if obj is None:
+            return []
+        if not isinstance(obj, list):
+            self.problem(path, "must be a list")
+            return []
+        return obj
+
     def keys(self, obj: Any, allowed: set[str], path: str) -> bool:
         if not isinstance(obj, dict):
             self.problem(path, "must be a mapping")
@@ -143,7 +152,7 @@ class _Loader:
 
     def taints(self, obj: Any, path: str) -> list[Taint]:
         out = []
-        for i, t in enumerate(obj or []):
+        for i, t in enumerate(self.items(obj, path)):
             p = f"{path}[{i}]"
             if self.keys(t, _TAINT, p):
                 if not t.get("key"):
@@ -156,7 +165,7 @@ class _Loader:
 
     def tolerations(self, obj: Any, path: str) -> list[Toleration]:
         out = []
-        for i, t in enumerate(obj or []):
+        for i, t in enumerate(self.items(obj, path)):
             p = f"{path}[{i}]"
             if self.keys(t, _TOLERATION, p):
                 op = t.get("operator", "Equal")
@@ -204,7 +213,7 @@ def load_scenario(raw: Any) -> Scenario:
 
     nodes: list[NodeSpec] = []
     seen_nodes: set[str] = set()
-    for i, n in enumerate(raw.get("nodes") or []):
+    for i, n in enumerate(L.items(raw.get("nodes"), "nodes")):
         p = f"nodes[{i}]"
         if not L.keys(n, _NODE, p):
             continue
@@ -231,7 +240,7 @@ def load_scenario(raw: Any) -> Scenario:
 
     queues: list[QueueSpec] = []
     queue_names: set[str] = set()
-    for i, q in enumerate(raw.get("queues") or []):
+    for i, q in enumerate(L.items(raw.get("queues"), "queues")):
         p = f"queues[{i}]"
         if not L.keys(q, _QUEUE, p):
             continue
@@ -269,7 +278,7 @@ def load_scenario(raw: Any) -> Scenario:
     job_uids: set[str] = set()
     creation = 0
     default_class = next((pc for pc in priority_classes.values() if pc.global_default), None)
-    for i, j in enumerate(raw.get("jobs") or []):
+    for i, j in enumerate(L.items(raw.get("jobs"), "jobs")):
         p = f"jobs[{i}]"
         if not L.keys(j, _JOB, p):
             continue
@@ -293,7 +302,7 @@ def load_scenario(raw: Any) -> Scenario:
         elif j.get("priority") is None and default_class is not None:
             priority = default_class.value
         tasks: list[TaskSpec] = []
-        for k, t in enumerate(j.get("tasks") or []):
+        for k, t in enumerate(L.items(j.get("tasks"), f"{p}.tasks")):
             tp = f"{p}.tasks[{k}]"
             if not L.keys(t, _TASK, tp):
                 continue
@@ -340,7 +349,7 @@ def load_scenario(raw: Any) -> Scenario:
                     tolerations=L.tolerations(t.get("tolerations"), f"{tp}.tolerations"),
                     affinity=affinity,
                     sub_group=t.get("subGroup"),
-                    gpu_groups=list(t.get("gpu_groups") or []),
+                    gpu_groups=[str(g) for g in L.items(t.get("gpu_groups"), f"{tp}.gpu_groups")],
                     creation_index=creation,
                 )
             )
@@ -353,7 +362,7 @@ def load_scenario(raw: Any) -> Scenario:
         if min_member is not None and min_member < 0:
             L.problem(f"{p}.minMember", "must not be negative")
         sub_groups = []
-        for s, sg in enumerate(j.get("subGroups") or []):
+        for s, sg in enumerate(L.items(j.get("subGroups"), f"{p}.subGroups")):
             if isinstance(sg, dict) and sg.get("name"):
                 sub_groups.append(SubGroupSpec(str(sg["name"]), L.integer(sg.get("minMember"), f"{p}.subGroups[{s}].minMember", 0), sg.get("topology") or {}))
             else:
@@ -367,7 +376,7 @@ def load_scenario(raw: Any) -> Scenario:
                 queue=queue,
                 tasks=tasks,
                 min_member=min_member,
-                min_task_member={str(r): L.integer(v, f"{p}.minTaskMember.{r}") for r, v in min_task_member.items()},
+                min_task_member={str(r): L.integer(v, f"{p}.minTaskMember.{r}") for r, v in min_task_member.items()},  # noqa: E501
                 min_resources=L.resources(min_resources, f"{p}.minResources") if min_resources is not None else None,
                 priority=priority,
                 priority_class=str(pclass or ""),
@@ -385,23 +394,22 @@ def load_scenario(raw: Any) -> Scenario:
         queues.insert(0, QueueSpec("default"))
 
     hypernodes: list[HyperNodeSpec] = []
-    for i, h in enumerate(raw.get("hypernodes") or []):
+    for i, h in enumerate(L.items(raw.get("hypernodes"), "hypernodes")):
         p = f"hypernodes[{i}]"
         if not L.keys(h, {"name", "tier", "members"}, p):
             continue
         members = h.get("members") or {}
         if not L.keys(members, {"nodes", "hypernodes"}, f"{p}.members"):
             members = {}
-        for k, nname in enumerate(members.get("nodes") or []):
+        member_nodes = [str(x) for x in L.items(members.get("nodes"), f"{p}.members.nodes")]
+        member_hypernodes = [str(x) for x in L.items(members.get("hypernodes"), f"{p}.members.hypernodes")]
+        for k, nname in enumerate(member_nodes):
             if nname not in seen_nodes:
                 L.problem(f"{p}.members.nodes[{k}]", f"node {nname!r} does not exist")
+        if not h.get("name"):
+            L.problem(f"{p}.name", "required")
         hypernodes.append(
-            HyperNodeSpec(
-                str(h.get("name", "")),
-                L.integer(h.get("tier"), f"{p}.tier", 1),
-                [str(x) for x in members.get("nodes") or []],
-                [str(x) for x in members.get("hypernodes") or []],
-            )
+            HyperNodeSpec(str(h.get("name", "")), L.integer(h.get("tier"), f"{p}.tier", 1), member_nodes, member_hypernodes)
         )
     known_hn = {h.name for h in hypernodes}
     for i, h in enumerate(hypernodes):
@@ -446,9 +454,10 @@ def _advance(snapshot: ClusterSnapshot, result: CycleResult) -> None:
             status, node = result.task_status.get(task.uid, (task.status, task.node))
             if status == TaskStatus.RELEASING:
                 continue
-            if status in (TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND):
+            if status in (TaskStatus.BINDING, TaskStatus.BOUND):
                 status = TaskStatus.RUNNING
-            if status == TaskStatus.PIPELINED:
+            elif status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED):
+                # Placements of a job that was only pipelined were never bound: they wait again.
                 status, node = TaskStatus.PENDING, None
             task.status, task.node = status, node
             kept.append(task)

@@ -132,9 +132,14 @@ class AllocateAction(Action):
             if not ssn.allocatable(queue, task):
                 missing = [ssn.space.dims[d] for d in np.nonzero((task.resreq > 0) & (ssn.total_resource <= 0))[0]]
                 if missing:
-                    job.fit_errors[task.uid] = FitErrors(
+                    job.explain_fit_errors[task.uid] = FitErrors(
                         total_nodes=len(ssn.nodes), message=f"no node in the cluster offers {', '.join(missing)}"
                     )
+                elif ssn.evaluator.select(task, restrict) is None:
+                    # The queue's share is not the only obstacle: no node has room either. Say so
+                    # in the explanation (Volcano records nothing here, so the gang condition and the
+                    # role fit-error cache stay as they are).
+                    job.explain_fit_errors.setdefault(task.uid, ssn.evaluator.fit_errors(task, restrict))
                 else:
                     job.queue_verdict = (
                         f"queue {queue.name}: placing {task.name} would exceed the queue's deserved or capability share"

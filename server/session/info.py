@@ -189,6 +189,7 @@ class JobInfo:
         self.conditions: list[tuple[str, str, str]] = []  # (type, reason, message) set this session
         self.enqueue_verdict = ""
         self.queue_verdict = ""
+        self.explain_fit_errors: dict[str, FitErrors] = {}  # for `muster explain` only
         self.allocated_hypernode = ""
 
     # -- task index -------------------------------------------------------------------------
@@ -315,10 +316,13 @@ class JobInfo:
         msg = f"{ready}, " + ", ".join(sorted(f"{v} {k}" for k, v in hist.items()))
         if self.job_fit_error:
             return msg + ". Origin reason is: " + self.job_fit_error
-        for uid in self.tasks:
-            fe = self.fit_errors.get(uid)
-            if fe is not None:
-                return msg + f". Origin reason is {self.tasks[uid].name}: {fe.describe()}"
+        # Volcano reports the first task's node-fit error; when the queue stopped every task before
+        # any node was tried, Muster reports the node-level reason it found for the explanation.
+        for errors in (self.fit_errors, self.explain_fit_errors):
+            for uid in self.tasks:
+                fe = errors.get(uid)
+                if fe is not None:
+                    return msg + f". Origin reason is {self.tasks[uid].name}: {fe.describe()}"
         return msg
 
     def __repr__(self) -> str:

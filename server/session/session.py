@@ -116,11 +116,17 @@ class Session:
         self.queues: dict[str, QueueInfo] = new_queue_infos(snapshot.queues, self.space)
         self.jobs: dict[str, JobInfo] = {}
         self.tasks: dict[str, TaskInfo] = {}
+        # Volcano's snapshot leaves out jobs whose queue does not exist; they are reported, not scheduled.
+        self.orphan_jobs: list[JobInfo] = []
         for spec in snapshot.jobs:
             job = JobInfo(spec, self.space)
+            if job.queue not in self.queues:
+                self.orphan_jobs.append(job)
+                continue
             self.jobs[job.uid] = job
             self.tasks.update(job.tasks)
-        for job in self.jobs.values():
+        # Tasks holding nodes hold them whatever their job's fate (orphans included).
+        for job in (*self.jobs.values(), *self.orphan_jobs):
             for task in job.tasks.values():
                 self._attach_existing(task)
         for spec in snapshot.foreign_tasks:
@@ -419,7 +425,11 @@ class Session:
             plugin.on_session_close(self)
             self.result.plugin_seconds[f"{plugin.name}.close"] = time.perf_counter() - started
         result = self.result
-        for job in self.dropped_jobs:
+        for job in self.orphan_jobs:
+            result.jobs[job.uid] = JobOutcome(
+                job.phase, [], Explanation("queue", f"queue {job.queue!r} does not exist")
+            )
+        for job in (*self.dropped_jobs, *self.orphan_jobs):
             for task in job.tasks.values():
                 result.task_status[task.uid] = (task.status, task.node)
         for job in self.jobs.values():
@@ -445,10 +455,11 @@ class Session:
             return Explanation("queue", f"queue {queue.name} is {queue.state}")
         if phase == PodGroupPhase.PENDING and job.enqueue_verdict:
             return Explanation("enqueue", job.enqueue_verdict)
-        for uid in job.tasks:
-            fe = job.fit_errors.get(uid)
-            if fe is not None:
-                return Explanation("placement", fe.describe(), dict(fe.reasons))
+        for errors in (job.fit_errors, job.explain_fit_errors):
+            for uid in job.tasks:
+                fe = errors.get(uid)
+                if fe is not None:
+                    return Explanation("placement", fe.describe(), dict(fe.reasons))
         if job.job_fit_error:
             return Explanation("gang", job.job_fit_error)
         if job.queue_verdict:

@@ -95,3 +95,55 @@ def test_x_keys_are_ignored_and_json_is_accepted() -> None:
 def test_shipped_example_scenarios_run(path: Path) -> None:
     out = simulate_text(path.read_text())
     assert out["tasks"], path
+
+
+def test_wrong_types_anywhere_are_problems_not_crashes() -> None:
+    """Every field replaced by a value of the wrong type yields ScenarioError, never a crash."""
+    import copy
+
+    import yaml
+
+    doc = {
+        "nodes": [{"name": "n1", "allocatable": {"cpu": "4"}, "labels": {"a": "b"}, "taints": [{"key": "k"}]}],
+        "queues": [{"name": "q", "capability": {"cpu": "8"}}],
+        "jobs": [{"name": "j", "queue": "q", "minTaskMember": {"w": 1}, "tasks": [
+            {"name": "t", "role": "w", "request": {"cpu": "1"}, "tolerations": [{"key": "k"}], "affinity": {}}]}],
+        "hypernodes": [{"name": "h", "tier": 1, "members": {"nodes": ["n1"]}}],
+    }
+
+    def paths(obj, prefix=()):
+        yield prefix
+        items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+        for k, v in items:
+            yield from paths(v, (*prefix, k))
+
+    checked = 0
+    for path in list(paths(doc))[1:]:
+        for wrong in (5, "x", [1], {"a": 1}, True, -1):
+            bad = copy.deepcopy(doc)
+            target = bad
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = wrong
+            try:
+                simulate_text(yaml.safe_dump(bad))
+            except ScenarioError:
+                pass
+            checked += 1
+    assert checked > 150
+
+
+def test_job_of_a_missing_queue_is_not_scheduled_but_still_holds_its_nodes() -> None:
+    """Volcano's snapshot leaves out jobs whose queue does not exist; their pods still use nodes."""
+    text = """
+nodes: [{name: n1, allocatable: {cpu: "4", memory: 8Gi}}]
+queues: [{name: q1}]
+jobs:
+- {name: ghost, queue: nope, phase: Running, tasks: [{name: g0, status: Running, node: n1, request: {cpu: "3"}}]}
+- {name: ghost2, queue: nope, phase: Inqueue, tasks: [{name: h0, request: {cpu: "1"}}]}
+- {name: real, queue: q1, phase: Inqueue, tasks: [{name: r0, request: {cpu: "2"}}]}
+"""
+    out = simulate_text(text)
+    assert out["binds"] == {}  # 1 cpu left: r0 does not fit; h0 is never considered
+    assert out["tasks"]["default/h0"]["status"] == "Pending"
+    assert out["tasks"]["default/g0"]["status"] == "Running"
