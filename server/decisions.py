@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -68,6 +68,12 @@ class Subscriber(Generic[T]):
         self.send.close()
 
 
+class DecisionObserver(Protocol):
+    def on_issue(self, decision: pb.Decision, kind: str) -> None: ...
+
+    def on_settle(self, decision: pb.Decision, kind: str, outcome: str) -> None: ...
+
+
 @dataclass(slots=True)
 class PendingDecision:
     row: DecisionRow
@@ -85,6 +91,8 @@ class DecisionLog:
         # Outcomes of recently settled decisions: id -> (backend, state, serialized decision), so
         # (duplicate) acks rarely need the store.
         self.recent: OrderedDict[int, tuple[str, str, bytes]] = OrderedDict()
+        # Telemetry (server.observability): counts decisions and stamps their trace context.
+        self.observer: DecisionObserver | None = None
 
     # --- issuing ---------------------------------------------------------------------------------
 
@@ -104,6 +112,8 @@ class DecisionLog:
         elif evict is not None:
             decision.evict.CopyFrom(evict)
         kind = "bind" if bind is not None else "evict"
+        if self.observer is not None:
+            self.observer.on_issue(decision, kind)
         row = DecisionRow(decision_id, backend, cycle_id, task_id, kind, b"", "pending", "", deadline)
         self.pending[decision_id] = PendingDecision(row, decision)
         self.dirty[decision_id] = row
@@ -119,6 +129,8 @@ class DecisionLog:
             return None
         pending.row.state = state
         pending.row.reason = reason
+        if self.observer is not None:
+            self.observer.on_settle(pending.decision, pending.row.kind, state)
         if not pending.row.payload:
             pending.row.payload = pending.decision.SerializeToString()
         self.dirty[decision_id] = pending.row
