@@ -24,12 +24,14 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from opentelemetry.sdk.trace import TracerProvider
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 from server.cache import ClusterCache
 from server.decisions import DecisionLog
 from server.loop import ConfigManager, CycleLoop
+from server.observability import Telemetry
 from server.service import SchedulerService
 from server.store import SqliteStore, StoreWriter
 
@@ -48,6 +50,11 @@ class ServerOptions:
     expire_interval: float | None = None  # how often deadlines are checked; None: derived
     shutdown_grace: float = 2.0
     max_message_bytes: int = 64 * 1024 * 1024
+    # Observability (docs/observability.md): OTLP/gRPC trace export (also OTEL_* env vars; off
+    # by default), /metrics on HOST:PORT (off by default), or a ready-made provider (tests).
+    otlp_endpoint: str | None = None
+    metrics_listen: str | None = None
+    tracer_provider: TracerProvider | None = None
 
 
 class MusterServer:
@@ -57,6 +64,7 @@ class MusterServer:
         self.cache: ClusterCache | None = None
         self.loop: CycleLoop | None = None
         self.service: SchedulerService | None = None
+        self.telemetry: Telemetry | None = None
         # asyncio (not anyio) events: they may be created before the loop runs (ServerThread).
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
@@ -66,6 +74,10 @@ class MusterServer:
         host = self.options.listen.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
 
+    @property
+    def metrics_port(self) -> int:
+        return self.telemetry.metrics_port if self.telemetry else 0
+
     def request_stop(self) -> None:
         self._stop.set()
 
@@ -74,6 +86,9 @@ class MusterServer:
         opts = self.options
         store = SqliteStore(opts.state)
         writer = StoreWriter(store)
+        self.telemetry = Telemetry(
+            otlp_endpoint=opts.otlp_endpoint, metrics_listen=opts.metrics_listen, tracer_provider=opts.tracer_provider
+        )
         try:
             state = await anyio.to_thread.run_sync(store.load)
             cache = ClusterCache(DecisionLog(bind_timeout=opts.bind_timeout))
@@ -86,6 +101,8 @@ class MusterServer:
             expire_interval = opts.expire_interval or max(0.05, min(1.0, opts.bind_timeout / 4))
             loop = CycleLoop(cache, writer, configs, period=opts.cycle_period, expire_interval=expire_interval)
             cache.on_change = loop.wake
+            self.telemetry.attach(cache)
+            loop.telemetry = self.telemetry
             await writer.flush(cache.commit)  # server id, restored deadlines
             service = SchedulerService(cache, writer, loop, configs)
             self.cache, self.loop, self.service = cache, loop, service
@@ -94,6 +111,8 @@ class MusterServer:
             if self.cache is not None:
                 await writer.flush(self.cache.commit)
             await writer.close()
+            with anyio.CancelScope(shield=True):  # export buffered spans (bounded by the exporter timeout)
+                await anyio.to_thread.run_sync(self.telemetry.shutdown)
             log.info("server.stopped")
 
     async def _serve(self, service: SchedulerService, loop: CycleLoop, *, state_jobs: int) -> None:
@@ -103,7 +122,8 @@ class MusterServer:
                 ("grpc.max_receive_message_length", opts.max_message_bytes),
                 ("grpc.max_send_message_length", opts.max_message_bytes),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
+            interceptors=self.telemetry.interceptors() if self.telemetry else (),
         )
         pb_grpc.add_SchedulerServicer_to_server(service, server)
         health_servicer = health.aio.HealthServicer()
@@ -123,6 +143,8 @@ class MusterServer:
             for name in ("", SERVICE_NAME):
                 await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
             async with anyio.create_task_group() as tg:
+                if self.telemetry is not None:
+                    await tg.start(self.telemetry.run)  # /metrics listens before we say ready
                 tg.start_soon(loop.run)
                 log.info("server.listening", address=self.address, state=opts.state, jobs=state_jobs)
                 self.ready.set()
@@ -153,6 +175,10 @@ class ServerHandle:
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def metrics_port(self) -> int:
+        return self.server.metrics_port
 
     @property
     def cache(self) -> ClusterCache:
