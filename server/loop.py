@@ -17,9 +17,11 @@ import anyio
 import structlog
 
 from server.api.errors import invalid
-from server.cache import ApplyStats, ClusterCache
+from server.cache import ApplyStats, Capture, ClusterCache
 from server.config import DEFAULT_CONFIG_YAML, ConfigError, SchedulerConfig, load_config
 from server.model import CycleResult, PriorityClass
+from server.observability import Telemetry
+from server.observability.cycletrace import CycleObservation
 from server.scheduler import SchedulerCore
 from server.store import StoreWriter
 
@@ -156,6 +158,7 @@ class CycleLoop:
         self._wake = anyio.Event()
         self._cycle_done = anyio.Event()
         self._running = False
+        self.telemetry = Telemetry.disabled()  # the server sets its own (traces, metrics)
 
     def wake(self) -> None:
         self._wake.set()
@@ -185,24 +188,38 @@ class CycleLoop:
         started = time.perf_counter()
         self._running = True
         capture = self.cache.capture()
+        with self.telemetry.cycle(capture) as obs:  # trace + metrics; cycle_id on every log line
+            await self._cycle(capture, obs, started)
+
+    async def _cycle(self, capture: Capture, obs: CycleObservation, started: float) -> None:
         try:
             snapshot = await anyio.to_thread.run_sync(capture.materialize)
+            obs.snapshot_done()
             result = await anyio.to_thread.run_sync(
                 self.core.run_cycle, snapshot, capture.cycle_id, abandon_on_cancel=True
             )
-        except Exception:  # a broken cycle must not take the server down; the next one retries
+            obs.core_done()
+        except Exception as exc:  # a broken cycle must not take the server down; the next one retries
+            obs.fail(exc)
             self.failures += 1
             log.exception("cycle.failed", cycle=capture.cycle_id)
             await self.writer.flush(self.cache.commit)
             self._finish_cycle()
             return
         stats = ApplyStats()
-        for part in split_result(result, self.cache.job_of_task, APPLY_CHUNK):
-            part_stats = self.cache.apply(capture, part)
-            for name in ("binds", "evictions", "dropped_binds", "dropped_evictions"):
-                setattr(stats, name, getattr(stats, name) + getattr(part_stats, name))
-            await anyio.sleep(0)  # let RPCs in between chunks: big cycles must not stall the API
+        with obs.applying():  # decisions issued here carry the cycle's trace context
+            for part in split_result(result, self.cache.job_of_task, APPLY_CHUNK):
+                part_stats = self.cache.apply(capture, part)
+                for name in ("binds", "evictions", "dropped_binds", "dropped_evictions"):
+                    setattr(stats, name, getattr(stats, name) + getattr(part_stats, name))
+                await anyio.sleep(0)  # let RPCs in between chunks: big cycles must not stall the API
         await self.writer.flush(self.cache.commit)
+        obs.finish(
+            result,
+            binds=stats.binds,
+            evictions=stats.evictions,
+            dropped=stats.dropped_binds + stats.dropped_evictions,
+        )
         self.last_cycle_seconds = time.perf_counter() - started
         event = "cycle.done" if stats.binds or stats.evictions or stats.dropped_binds else "cycle.idle"
         logger = log.info if event == "cycle.done" else log.debug
