@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -55,6 +55,8 @@ class CycleObservation:
         metrics: ServerMetrics | None,
         attributes: dict[str, Any],
         submission_of: Callable[[str], trace.SpanContext | None] = lambda _job: None,
+        placed_of: Callable[[CycleResult], list[str]] = lambda _result: [],
+        on_finish: Callable[[CycleResult], None] = lambda _result: None,
         max_job_events: int = MAX_JOB_EVENTS,
         max_links: int = MAX_LINKS,
     ) -> None:
@@ -62,6 +64,8 @@ class CycleObservation:
         self.tracer = tracer
         self.metrics = metrics
         self.submission_of = submission_of
+        self.placed_of = placed_of
+        self.on_finish = on_finish
         self.max_job_events = max_job_events
         self.max_links = max_links
         self.started_ns = time.time_ns()
@@ -148,12 +152,12 @@ class CycleObservation:
         binds: int,
         evictions: int,
         dropped: int,
-        placed_jobs: Iterable[str] = (),
     ) -> None:
         """The cycle is done (applied and persisted): record metrics, complete the trace."""
         if self._finished:
             return
         self._finished = True
+        self.on_finish(result)
         end_ns = time.time_ns()
         e2e = time.perf_counter() - self._perf0
         snapshot_ns = self._snapshot_ns or self.started_ns
@@ -179,7 +183,7 @@ class CycleObservation:
                 "muster.cycle.seconds": e2e,
             }
         )
-        self._job_detail(result, list(placed_jobs))
+        self._job_detail(result, self.placed_of(result))
         root.end(end_time=end_ns)
 
     def _core_spans(self, result: CycleResult, parent: Any, start_ns: int) -> None:

@@ -26,7 +26,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from muster.v1 import muster_pb2 as pb
-from server.model import TaskStatus
+from server.model import CycleResult, TaskStatus
 from server.observability.cycletrace import CycleObservation
 from server.observability.http import MetricsServer
 from server.observability.interceptor import TelemetryInterceptor
@@ -94,6 +94,11 @@ class Telemetry:
         self.cache: ClusterCache | None = None
         # Computed deserved share per queue from the last cycle, if the core reports it.
         self.deserved: dict[str, dict[str, float]] = {}
+
+    @classmethod
+    def disabled(cls) -> Telemetry:
+        """No tracing, no metrics, whatever the environment says (components built alone)."""
+        return cls(env={})
 
     @property
     def enabled(self) -> bool:
@@ -172,14 +177,22 @@ class Telemetry:
             metrics=self.metrics,
             attributes=attributes,
             submission_of=self.submissions.take,
+            placed_of=self.placed_jobs,
+            on_finish=self._cycle_finished,
         )
 
-    def placed_jobs(self, binds: Mapping[str, str]) -> list[str]:
+    def _cycle_finished(self, result: CycleResult) -> None:
+        # The core may report each queue's computed deserved share (proportion / capacity).
+        deserved = getattr(result, "queue_deserved", None)
+        if deserved:
+            self.deserved = {q: dict(r) for q, r in deserved.items()}
+
+    def placed_jobs(self, result: CycleResult) -> list[str]:
         """Jobs whose binds of this cycle the cache kept (only computed when tracing)."""
         if self.tracer is None or self.cache is None:
             return []
         placed: dict[str, None] = {}
-        for uid, node in binds.items():
+        for uid, node in result.binds.items():
             job = self.cache.task_job.get(uid)
             if job is None or job.id in placed:
                 continue
@@ -187,7 +200,3 @@ class Telemetry:
             if task is not None and task.node == node and task.status in _PLACED:
                 placed[job.id] = None
         return list(placed)
-
-    def record_deserved(self, deserved: Mapping[str, Mapping[str, float]] | None) -> None:
-        if deserved:
-            self.deserved = {q: dict(r) for q, r in deserved.items()}
