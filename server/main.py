@@ -2,7 +2,7 @@
 
     muster-server --listen 127.0.0.1:50051 --state ./var/muster.db [--config FILE]
                   [--cycle-period 1.0] [--bind-timeout 30] [--log-format console|json]
-                  [--log-level info]
+                  [--log-level info] [--otlp-endpoint HOST:4317] [--metrics-listen HOST:PORT]
 
 Stops cleanly on SIGTERM / SIGINT. Once listening it logs ``server.listening`` with the bound
 address and prints one line ``muster-server listening on HOST:PORT`` to stdout (useful with
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import logging
 import signal
 import sys
 from pathlib import Path
@@ -23,30 +22,9 @@ import structlog
 
 from server.app import MusterServer, ServerOptions
 from server.config import ConfigError, load_config
-
-LEVELS = ("debug", "info", "warning", "error")
-
-
-def configure_logging(fmt: str = "console", level: str = "info") -> None:
-    """structlog to stderr: readable on a terminal, one JSON object per line with ``json``."""
-    renderer: structlog.typing.Processor
-    if fmt == "json":
-        renderer = structlog.processors.JSONRenderer()
-    else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.StackInfoRenderer(),
-            structlog.processors.format_exc_info if fmt == "json" else structlog.dev.set_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+from server.observability.http import split_listen
+from server.observability.logging import LEVELS, configure_logging
+from server.observability.tracing import tracing_settings
 
 
 def tune_gc() -> None:
@@ -62,6 +40,14 @@ def positive_float(text: str) -> float:
     return value
 
 
+def listen_address(text: str) -> str:
+    try:
+        split_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="muster-server", description="Muster batch / gang scheduler (gRPC)")
     p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT to serve on (port 0: any free port)")
@@ -71,6 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bind-timeout", type=positive_float, default=30.0, help="seconds to ack a bind")
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     p.add_argument("--log-level", choices=LEVELS, default="info")
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        help="export traces over OTLP/gRPC to HOST:PORT (e.g. Jaeger's 4317); also OTEL_EXPORTER_OTLP_ENDPOINT",
+    )
+    p.add_argument("--metrics-listen", default=None, type=listen_address, help="serve Prometheus /metrics on HOST:PORT")
     return p.parse_args(argv)
 
 
@@ -106,7 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         config_path=args.config,
         cycle_period=args.cycle_period,
         bind_timeout=args.bind_timeout,
+        otlp_endpoint=args.otlp_endpoint,
+        metrics_listen=args.metrics_listen,
     )
+    try:
+        tracing_settings(args.otlp_endpoint, "muster-server")
+    except ValueError as exc:
+        sys.stderr.write(f"muster-server: {exc}\n")
+        return 2
     if args.config:  # fail fast, before anything listens
         try:
             load_config(Path(args.config).read_text())
