@@ -13,6 +13,7 @@ installed, no span is built, no decision is touched.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("muster.telemetry")
 
 SUBMISSIONS_KEPT = 100_000
+SHUTDOWN_SECONDS = 3.0
 _PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
 
 
@@ -135,10 +137,17 @@ class Telemetry:
             await tg.start(self.metrics_server.run)
             task_status.started()
 
-    def shutdown(self) -> None:
-        """Export what is buffered and stop the exporter (only a provider we built)."""
-        if self.provider is not None and self._owns_provider:
-            self.provider.shutdown()
+    def shutdown(self, timeout: float = SHUTDOWN_SECONDS) -> None:
+        """Export what is buffered and stop the exporter (only a provider we built), waiting at
+        most ``timeout`` seconds: an unreachable collector (the exporter retries for up to
+        OTEL_EXPORTER_OTLP_TIMEOUT) must not hold up the server's exit."""
+        if self.provider is None or not self._owns_provider:
+            return
+        closer = threading.Thread(target=self.provider.shutdown, name="otel-shutdown", daemon=True)
+        closer.start()
+        closer.join(timeout)
+        if closer.is_alive():
+            log.warning("tracing.shutdown_timeout", seconds=timeout, note="unexported spans dropped")
 
     # --- hooks -------------------------------------------------------------------------------------
 
