@@ -47,6 +47,12 @@ Deltas
     *after* that decision's ack, so the server sees "bind acknowledged" before "task Running".
     A batch the server refuses as a whole (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION) is
     retried one item at a time and the offending items are dropped with a log line.
+
+Tracing
+    Decisions carry the server's W3C trace context (``Decision.trace_context``: the cycle's
+    ``apply`` span). With a ``tracer_provider``, or an OTLP endpoint in the standard ``OTEL_*``
+    variables, each ``apply_bind`` / ``apply_evict`` call (or ``apply_batch`` call) runs in a span
+    that continues that trace, so the cycle and its application on the cluster are one trace.
 """
 
 from __future__ import annotations
@@ -67,9 +73,11 @@ import anyio
 import grpc
 import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from opentelemetry import trace
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
+from server.observability.tracing import extract, provider_from_env
 
 log = structlog.get_logger("muster.adapter")
 
@@ -242,6 +250,7 @@ class BackendRuntime:
         max_batch: int = 500,
         flush_interval: float = 0.05,
         channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.backend = backend
         self.server = server
@@ -265,6 +274,9 @@ class BackendRuntime:
         self.server_id = ""
         self.sessions = 0  # successful syncs, for tests and logs
         self.applied_count = 0
+        # Tracing: a given provider, else one from OTEL_* (built in run()), else none (no spans).
+        self._tracer_provider = tracer_provider
+        self._tracer: trace.Tracer | None = tracer_provider.get_tracer("muster.adapter") if tracer_provider else None
 
     # -- deltas -------------------------------------------------------------------------------
 
@@ -317,6 +329,24 @@ class BackendRuntime:
 
     async def run(self) -> None:
         """Connect, sync, serve decisions; reconnect with backoff until :meth:`stop`."""
+        owned_provider = self._open_tracing()
+        try:
+            await self._run_sessions()
+        finally:
+            if owned_provider is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(owned_provider.shutdown)
+
+    def _open_tracing(self) -> Any:
+        """An OTLP provider from the standard OTEL_* variables when none was given (or None)."""
+        if self._tracer_provider is not None:
+            return None
+        provider = provider_from_env(f"muster-adapter-{self.kind}")
+        if provider is not None:
+            self._tracer = provider.get_tracer("muster.adapter")
+        return provider
+
+    async def _run_sessions(self) -> None:
         attempt = 0
         async with anyio.create_task_group() as tg:
 
@@ -471,6 +501,33 @@ class BackendRuntime:
             self._outbox_event.set()
 
     async def _call_backend(self, decisions: list[pb.Decision]) -> list[Outcome]:
+        if self._tracer is None or not hasattr(self.backend, "apply_batch"):
+            return await self._call_backend_untraced(decisions)
+        # One span per batch, continuing the server's trace (a run shares the cycle's apply span).
+        with self._traced("apply_batch", decisions) as span:
+            outcomes = await self._call_backend_untraced(decisions)
+            _record_outcomes(span, outcomes)
+            return outcomes
+
+    def _traced(self, name: str, decisions: list[pb.Decision]) -> Any:
+        """A span continuing the trace context the server put in the (first) decision."""
+        assert self._tracer is not None
+        first = decisions[0]
+        attributes: dict[str, Any] = {
+            "muster.backend": self.name,
+            "muster.cycle.id": first.cycle_id,
+            "muster.decisions": len(decisions),
+            "muster.decision.ids": [d.id for d in decisions[:32]],
+            "muster.tasks": [_task_of(d) for d in decisions[:32]],
+        }
+        action = first.WhichOneof("action")
+        if len(decisions) == 1 and action:
+            attributes["muster.node"] = getattr(first, action).node
+        return self._tracer.start_as_current_span(
+            name, context=extract(first.trace_context), kind=trace.SpanKind.CONSUMER, attributes=attributes
+        )
+
+    async def _call_backend_untraced(self, decisions: list[pb.Decision]) -> list[Outcome]:
         apply_batch = getattr(self.backend, "apply_batch", None)
         if apply_batch is not None:
             try:
@@ -486,6 +543,14 @@ class BackendRuntime:
         return [await self._apply_one(decision) for decision in decisions]
 
     async def _apply_one(self, decision: pb.Decision) -> Outcome:
+        if self._tracer is None:
+            return await self._apply_one_untraced(decision)
+        with self._traced(f"apply_{decision.WhichOneof('action')}", [decision]) as span:
+            outcome = await self._apply_one_untraced(decision)
+            _record_outcomes(span, [outcome])
+            return outcome
+
+    async def _apply_one_untraced(self, decision: pb.Decision) -> Outcome:
         action = decision.WhichOneof("action")
         try:
             if action == "bind":
@@ -602,6 +667,13 @@ def _expired(decision: pb.Decision) -> bool:
         return False
     deadline = decision.deadline.seconds + decision.deadline.nanos / 1e9
     return deadline > 0 and time.time() > deadline
+
+
+def _record_outcomes(span: trace.Span, outcomes: list[Outcome]) -> None:
+    rejected = [o.reason for o in outcomes if not o.applied]
+    span.set_attribute("muster.decisions.rejected", len(rejected))
+    if rejected:
+        span.set_status(trace.Status(trace.StatusCode.ERROR, rejected[0] or "rejected"))
 
 
 def _task_of(decision: pb.Decision) -> str:
