@@ -127,15 +127,13 @@ class Telemetry:
         if self.enabled:
             cache.decisions.observer = self
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve /metrics (if configured) until cancelled."""
         if self.metrics_server is None:
             task_status.started()
             await anyio.sleep_forever()
             return
-        async with anyio.create_task_group() as tg:
-            await tg.start(self.metrics_server.run)
-            task_status.started()
+        await self.metrics_server.run(task_status=task_status)
 
     def shutdown(self, timeout: float = SHUTDOWN_SECONDS) -> None:
         """Export what is buffered and stop the exporter (only a provider we built), waiting at
