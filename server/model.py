@@ -226,3 +226,5 @@ class CycleResult:
     task_status: dict[str, tuple[TaskStatus, str | None]] = field(default_factory=dict)
     action_seconds: dict[str, float] = field(default_factory=dict)
     plugin_seconds: dict[str, float] = field(default_factory=dict)
+    # Deserved share per queue computed by proportion (metrics: volcano_queue_deserved_*).
+    queue_deserved: dict[str, Resources] = field(default_factory=dict)

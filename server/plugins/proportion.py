@@ -138,6 +138,8 @@ class ProportionPlugin(Plugin):
             remaining = exceeded(remaining + decreased, increased)
             if np.all(remaining < MIN_RESOURCE) or np.array_equal(remaining, old_remaining):
                 break
+        # Volcano reports each queue's deserved share as a metric here (UpdateQueueDeserved).
+        ssn.result.queue_deserved.update({a.name: ssn.space.to_dict(a.deserved) for a in attrs.values()})
 
         def queue_order(left: QueueInfo, right: QueueInfo) -> int:
             if left.priority != right.priority:
