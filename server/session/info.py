@@ -156,8 +156,10 @@ class FitErrors:
     def describe(self) -> str:
         if self.message:
             return self.message
-        parts = sorted(f"{n} {r}" for r, n in self.reasons.items())
-        return f"0/{self.total_nodes} nodes are unavailable: {', '.join(parts)}."
+        # Most common reason first (what matters on 5,000 nodes), counts with thousands separators.
+        ranked = sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+        parts = [f"{n:,} {r}" for r, n in ranked]
+        return f"0/{self.total_nodes:,} nodes are unavailable: {', '.join(parts)}."
 
 
 class JobInfo:

@@ -437,6 +437,10 @@ class Session:
             phase = job_phase_after(job, unschedulable)
             conditions = [Condition(t, "True", r, m) for t, r, m in job.conditions]
             explanation = self.explain(job, phase)
+            if explanation.gate != "none":  # the verdict of `muster explain` is in the condition too
+                for c in conditions:
+                    if c.type == "Unschedulable" and explanation.summary not in c.message:
+                        c.message = f"{c.message}. {explanation.summary}" if c.message else explanation.summary
             result.jobs[job.uid] = JobOutcome(phase, conditions, explanation)
             for task in job.tasks.values():
                 if task.status == TaskStatus.PIPELINED and task.node:
