@@ -271,16 +271,19 @@ class TaskTopologyPlugin(Plugin):
         weight = self.arg_int(WEIGHT, 1)
         managers: dict[str, JobManager] = {}
         self.managers = managers
+        ignored: list[tuple[str, str]] = []
         for job in ssn.jobs.values():
             if not job.index[TaskStatus.PENDING]:
                 continue
             try:
                 topo = read_topology(job)
             except ValueError as exc:
-                log.warning("task-topology annotations ignored", job=job.uid, error=str(exc))
+                ignored.append((job.uid, str(exc)))
                 continue
             if topo is not None:
                 managers[job.uid] = JobManager(job, topo, ssn.space.size)
+        if ignored:  # one line per cycle, however many jobs are wrong
+            log.warning("task-topology annotations ignored", jobs=len(ignored), first=ignored[:3])
         if not managers:
             return
         nodes = ssn.nodes
