@@ -93,6 +93,8 @@ class Telemetry:
             MetricsServer(self.metrics.registry, metrics_listen) if self.metrics and metrics_listen else None
         )
         self.submissions = SubmissionIndex()
+        self._stamped_ctx: trace.SpanContext | None = None
+        self._stamp: dict[str, str] = {}
         self.cache: ClusterCache | None = None
         # Computed deserved share per queue from the last cycle, if the core reports it.
         self.deserved: dict[str, dict[str, float]] = {}
@@ -156,9 +158,12 @@ class Telemetry:
     def on_issue(self, decision: pb.Decision, kind: str) -> None:
         """DecisionLog observer: a decision is being issued (before it is sent)."""
         if self.tracer is not None:
-            carrier = inject_current()
-            if carrier:
-                decision.trace_context.update(carrier)
+            # Every decision of a cycle has the same parent (the apply span): format it once.
+            ctx = trace.get_current_span().get_span_context()
+            if ctx is not self._stamped_ctx:
+                self._stamped_ctx, self._stamp = ctx, inject_current()
+            if self._stamp:
+                decision.trace_context.update(self._stamp)
         if self.metrics is not None:
             self.metrics.decision_issued(kind)
 
