@@ -108,6 +108,7 @@ class ServerMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
             registry=r,
         )
+        self._issued: dict[str, Any] = {}
         # --- API ----------------------------------------------------------------------------------
         self.api_requests = PromCounter(
             "muster_api_requests", "gRPC requests handled, by method and status code", ["method", "code"], registry=r
@@ -144,7 +145,11 @@ class ServerMetrics:
     # --- decision events (DecisionLog observer) ------------------------------------------------
 
     def decision_issued(self, kind: str) -> None:
-        self.decisions_issued.labels(kind).inc()
+        # Called per decision (10,000 in a big cycle): keep the labelled child, skip the lookup.
+        child = self._issued.get(kind)
+        if child is None:
+            child = self._issued[kind] = self.decisions_issued.labels(kind)
+        child.inc()
 
     def decision_settled(self, kind: str, outcome: str, seconds: float) -> None:
         self.decisions_settled.labels(kind, outcome).inc()
