@@ -227,9 +227,13 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
 
 
 def _render_explanation(out: Output, exp: pb.ExplainResponse) -> None:
-    out.console.print(f"Why pending (cycle {exp.cycle_id}, gate {exp.gate or 'none'}): {exp.summary}")
-    for reason, count in sorted(exp.node_reasons.items(), key=lambda kv: -kv[1]):
-        out.console.print(f"  {count:>5} node(s): {reason}")
+    if exp.gate in ("", "none"):  # placed, or nothing blocks it: no "why pending"
+        where = f"cycle {exp.cycle_id}" if exp.cycle_id else "no cycle yet"
+        out.console.print(f"Verdict ({where}): {exp.summary}")
+        return
+    out.console.print(f"Why pending (cycle {exp.cycle_id}, gate {exp.gate}): {exp.summary}")
+    for reason, count in sorted(exp.node_reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+        out.console.print(f"  {count:>7,} node(s): {reason}")
 
 
 async def cmd_explain(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
