@@ -46,6 +46,7 @@ class ServerOptions:
     state: str = "./var/muster.db"  # SQLite file; ":memory:" for throwaway servers
     config_path: str | None = None  # Volcano-format scheduler config; None: built-in
     cycle_period: float = 1.0
+    cycle_worker: str = "process"  # where the core runs: "process" (API never waits on it) or "thread"
     bind_timeout: float = 30.0  # seconds a backend has to ack a bind before it expires
     expire_interval: float | None = None  # how often deadlines are checked; None: derived
     shutdown_grace: float = 2.0
@@ -99,7 +100,14 @@ class MusterServer:
                 generation=int(state.meta.get("config_generation", 0)),
             )
             expire_interval = opts.expire_interval or max(0.05, min(1.0, opts.bind_timeout / 4))
-            loop = CycleLoop(cache, writer, configs, period=opts.cycle_period, expire_interval=expire_interval)
+            loop = CycleLoop(
+                cache,
+                writer,
+                configs,
+                period=opts.cycle_period,
+                expire_interval=expire_interval,
+                worker=opts.cycle_worker,  # type: ignore[arg-type]
+            )
             cache.on_change = loop.wake
             self.telemetry.attach(cache)
             loop.telemetry = self.telemetry

@@ -3,7 +3,8 @@
 One cycle at a time: periodic (``period`` seconds) and woken early by submissions and cluster
 changes. Wake-ups are coalesced: any number of ``wake()`` calls while a cycle runs (or while the
 loop waits) cause one more cycle, not one each. The CPU work (materializing the snapshot and
-``SchedulerCore.run_cycle``) runs in a worker thread so the API stays responsive.
+``SchedulerCore.run_cycle``) runs in a worker process (or thread, see ``core_runner``) so the API
+stays responsive.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import structlog
 from server.api.errors import invalid
 from server.cache import ApplyStats, Capture, ClusterCache
 from server.config import DEFAULT_CONFIG_YAML, ConfigError, SchedulerConfig, load_config
+from server.core_runner import CoreRunner, CycleWorker
 from server.model import CycleResult, PriorityClass
 from server.observability import Telemetry
 from server.observability.cycletrace import CycleObservation
@@ -145,11 +147,13 @@ class CycleLoop:
         *,
         period: float = 1.0,
         expire_interval: float = 1.0,
+        worker: CycleWorker = "process",
     ) -> None:
         self.cache = cache
         self.writer = writer
         self.configs = configs
         self.core = SchedulerCore(configs.config)
+        self.runner = CoreRunner(worker)
         self.period = period
         self.expire_interval = expire_interval
         self.cycles = 0
@@ -164,13 +168,16 @@ class CycleLoop:
         self._wake.set()
 
     async def run(self) -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._expiry_loop)
-            while True:
-                with anyio.move_on_after(self.period):
-                    await self._wake.wait()
-                self._wake = anyio.Event()  # wakes from here on ask for another cycle
-                await self.run_once()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._expiry_loop)
+                while True:
+                    with anyio.move_on_after(self.period):
+                        await self._wake.wait()
+                    self._wake = anyio.Event()  # wakes from here on ask for another cycle
+                    await self.run_once()
+        finally:
+            await self.runner.aclose()  # the core's worker process goes with the loop
 
     async def _expiry_loop(self) -> None:
         while True:
@@ -180,7 +187,7 @@ class CycleLoop:
                 await self.writer.flush(self.cache.commit)
 
     async def run_once(self) -> None:
-        """One cycle: capture, schedule in a thread, apply, persist."""
+        """One cycle: capture, schedule in a worker, apply, persist."""
         config = self.configs.take_pending()
         if config is not None:
             self.core.update_config(config)
@@ -195,9 +202,7 @@ class CycleLoop:
         try:
             snapshot = await anyio.to_thread.run_sync(capture.materialize)
             obs.snapshot_done()
-            result = await anyio.to_thread.run_sync(
-                self.core.run_cycle, snapshot, capture.cycle_id, abandon_on_cancel=True
-            )
+            result = await self.runner.run(self.core, snapshot, capture.cycle_id)
             obs.core_done()
         except Exception as exc:  # a broken cycle must not take the server down; the next one retries
             obs.fail(exc)

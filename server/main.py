@@ -1,7 +1,7 @@
 """``muster-server``: the Muster scheduler as a gRPC service.
 
     muster-server --listen 127.0.0.1:50051 --state ./var/muster.db [--config FILE]
-                  [--cycle-period 1.0] [--bind-timeout 30] [--log-format console|json]
+                  [--cycle-period 1.0] [--cycle-worker process|thread] [--bind-timeout 30] [--log-format console|json]
                   [--log-level info] [--otlp-endpoint HOST:4317] [--metrics-listen HOST:PORT]
 
 Stops cleanly on SIGTERM / SIGINT. Once listening it logs ``server.listening`` with the bound
@@ -54,6 +54,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--config", default=None, help="Volcano-format scheduler config file (hot reloaded)")
     p.add_argument("--state", default="./var/muster.db", help="SQLite state file")
     p.add_argument("--cycle-period", type=positive_float, default=1.0, help="seconds between cycles")
+    p.add_argument(
+        "--cycle-worker",
+        choices=("process", "thread"),
+        default="process",
+        help="run the scheduling core in a worker process (default: the API never waits on it) or a thread",
+    )
     p.add_argument("--bind-timeout", type=positive_float, default=30.0, help="seconds to ack a bind")
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     p.add_argument("--log-level", choices=LEVELS, default="info")
@@ -97,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         state=args.state,
         config_path=args.config,
         cycle_period=args.cycle_period,
+        cycle_worker=args.cycle_worker,
         bind_timeout=args.bind_timeout,
         otlp_endpoint=args.otlp_endpoint,
         metrics_listen=args.metrics_listen,

@@ -50,7 +50,8 @@ class FailingCore(BlockingCore):
 def make_loop(tmp_path: Path, core: object) -> tuple[CycleLoop, ClusterCache, SqliteStore]:
     store = SqliteStore(tmp_path / "s.db")
     cache = ClusterCache()
-    loop = CycleLoop(cache, StoreWriter(store), ConfigManager(), period=3600, expire_interval=3600)
+    # Test doubles of the core live in this process: run them in a thread.
+    loop = CycleLoop(cache, StoreWriter(store), ConfigManager(), period=3600, expire_interval=3600, worker="thread")
     loop.core = core  # type: ignore[assignment]
     cache.on_change = loop.wake
     return loop, cache, store

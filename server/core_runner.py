@@ -1,0 +1,154 @@
+"""Where a cycle's CPU work runs: a worker process (the default) or a thread.
+
+The scheduling core is pure Python and numpy. Run in a thread of the server process it shares the
+GIL with the gRPC event loop, and every RPC waits behind it (bench/api_latency.py measured
+seconds of stall). In a worker process only the snapshot's serialisation (in a helper thread) and
+the result's are paid in the server process.
+
+The worker is one long-lived child, ``python -m server.core_runner``, speaking length-prefixed
+pickles over its stdin / stdout: ``(config, snapshot, cycle id)`` in, ``("ok", CycleResult)`` or
+``("error", traceback)`` out. The core keeps no state between cycles (plugins are built per
+session), so a worker that dies is simply started again for the next cycle.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import sys
+import traceback
+from typing import Any, BinaryIO, Literal
+
+import anyio
+from anyio.abc import Process
+
+from server.model import ClusterSnapshot, CycleResult
+from server.scheduler import SchedulerCore
+
+CycleWorker = Literal["process", "thread"]
+_HEADER = struct.Struct("!Q")
+
+
+class CoreWorkerError(RuntimeError):
+    """The worker process failed a cycle (its traceback is the message) or died."""
+
+
+def _dumps(obj: Any) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class CoreRunner:
+    def __init__(self, worker: CycleWorker = "process") -> None:
+        if worker not in ("process", "thread"):
+            raise ValueError(f"cycle worker must be process or thread, not {worker!r}")
+        self.worker = worker
+        self._process: Process | None = None
+        self._lock = anyio.Lock()
+
+    async def run(self, core: SchedulerCore, snapshot: ClusterSnapshot, cycle_id: int) -> CycleResult:
+        if self.worker == "thread":
+            return await anyio.to_thread.run_sync(core.run_cycle, snapshot, cycle_id, abandon_on_cancel=True)
+        payload = await anyio.to_thread.run_sync(_dumps, (core.config, snapshot, cycle_id))
+        async with self._lock:
+            try:
+                reply = await self._exchange(payload)
+            except BaseException:
+                # Cancelled (shutdown) or broken pipe: the worker's state is unknown; start afresh.
+                await self._kill()
+                raise
+        status, value = await anyio.to_thread.run_sync(pickle.loads, reply)
+        if status != "ok":
+            raise CoreWorkerError(str(value))
+        result: CycleResult = value
+        return result
+
+    async def _exchange(self, payload: bytes) -> bytes:
+        if self._process is None or self._process.returncode is not None:
+            self._process = await anyio.open_process(
+                [sys.executable, "-m", "server.core_runner"], stderr=None
+            )
+        proc = self._process
+        assert proc.stdin is not None and proc.stdout is not None
+        await proc.stdin.send(_HEADER.pack(len(payload)) + payload)
+        header = await _receive_exactly(proc, _HEADER.size)
+        (size,) = _HEADER.unpack(header)
+        return await _receive_exactly(proc, size)
+
+    async def _kill(self) -> None:
+        proc, self._process = self._process, None
+        if proc is None:
+            return
+        with anyio.CancelScope(shield=True):
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+            await proc.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the worker: end its input, then kill it if it does not exit promptly."""
+        proc, self._process = self._process, None
+        if proc is None:
+            return
+        with anyio.CancelScope(shield=True):
+            if proc.stdin is not None:
+                await proc.stdin.aclose()
+            with anyio.move_on_after(2):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await proc.aclose()
+
+
+async def _receive_exactly(proc: Process, size: int) -> bytes:
+    assert proc.stdout is not None
+    chunks: list[bytes] = []
+    left = size
+    while left:
+        try:
+            chunk = await proc.stdout.receive(min(left, 1 << 20))
+        except anyio.EndOfStream:
+            raise CoreWorkerError(f"core worker exited (code {proc.returncode})") from None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
+    data = stream.read(size)
+    if len(data) < size:
+        return None
+    return data
+
+
+def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
+    """The worker loop: one cycle per request until stdin closes."""
+    while True:
+        header = _read_exactly(stdin, _HEADER.size)
+        if header is None:
+            return
+        (size,) = _HEADER.unpack(header)
+        payload = _read_exactly(stdin, size)
+        if payload is None:
+            return
+        try:
+            config, snapshot, cycle_id = pickle.loads(payload)
+            reply = _dumps(("ok", SchedulerCore(config).run_cycle(snapshot, cycle_id)))
+        except Exception:  # reported to the server, which logs it and retries next cycle
+            reply = _dumps(("error", traceback.format_exc()))
+        stdout.write(_HEADER.pack(len(reply)) + reply)
+        stdout.flush()
+
+
+def main() -> None:
+    import os
+
+    # The protocol owns the original stdout; anything the core prints or logs goes to stderr.
+    protocol_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    serve(sys.stdin.buffer, protocol_out)
+
+
+if __name__ == "__main__":
+    main()
