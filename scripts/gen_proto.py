@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from grpc_tools import protoc
 import grpc_tools
+from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOS = sorted(str(p.relative_to(ROOT / "proto")) for p in (ROOT / "proto").rglob("*.proto"))

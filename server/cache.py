@@ -298,7 +298,7 @@ class ClusterCache:
             if self.watch:
                 for job_id, kind in self._events.items():
                     if job_id in self.jobs:
-                        self.watch.publish(pb.JobEvent(type=kind, job=job_proto(self.jobs[job_id])))
+                        self.watch.publish(pb.JobEvent(type=kind, job=job_proto(self.jobs[job_id])))  # type: ignore[arg-type]
             self._events.clear()
         return batch
 
@@ -826,7 +826,7 @@ class ClusterCache:
         after = decode_page_token(req.page_token, filters)
         phases = set(req.phases)
         out = pb.ListJobsResponse()
-        last = None
+        last = after
         for rec in self.jobs.values():
             if rec.creation_index <= after:
                 continue
@@ -864,7 +864,7 @@ class ClusterCache:
     def explain(self, job_id: str) -> pb.ExplainResponse:
         rec = self.get_job_record(job_id, "job_id")
         exp = rec.status.explanation
-        resp = pb.ExplainResponse(job_id=job_id, phase=rec.status.phase)
+        resp = pb.ExplainResponse(job_id=job_id, phase=rec.status.phase)  # type: ignore[arg-type]
         if exp:
             resp.cycle_id = exp.get("cycle_id", 0)
             resp.gate = exp.get("gate", "")
@@ -1057,12 +1057,12 @@ class ClusterCache:
         for uid, reason in result.evictions.items():
             rec = self.tasks.get(uid)
             job = self.task_job.get(uid)
-            entry = captured.get(job.id) if job else None
-            if rec is None or job is None or entry is None or entry[0] is not job:
+            then = captured.get(job.id) if job else None
+            if rec is None or job is None or then is None or then[0] is not job:
                 stats.dropped_evictions += 1
                 continue
             pos = next(i for i, t in enumerate(job.tasks) if t is rec)
-            status_then, node_then = entry[1][pos]
+            status_then, node_then = then[1][pos]
             if rec.status not in PLACED or rec.node != node_then or status_then not in PLACED:
                 stats.dropped_evictions += 1
                 continue

@@ -130,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         matched, rest = group.split(OSError)
         if rest is not None or matched is None:
             raise
-        for exc in matched.exceptions:
-            sys.stderr.write(f"muster-server: {exc}\n")
+        for failure in matched.exceptions:
+            sys.stderr.write(f"muster-server: {failure}\n")
         return 1
     return 0
 

@@ -485,7 +485,9 @@ def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any
                 released[uid] = state
         if cycle < total:
             _advance(scenario.snapshot, result)
-    tasks = {uid: {"status": s.title, "node": n, "gpu_groups": []} for uid, (s, n) in released.items()}
+    tasks: dict[str, dict[str, Any]] = {
+        uid: {"status": s.title, "node": n, "gpu_groups": []} for uid, (s, n) in released.items()
+    }
     for uid, (status, node) in result.task_status.items():
         tasks[uid] = {"status": status.title, "node": node, "gpu_groups": []}
     jobs = {

@@ -130,7 +130,7 @@ class ReclaimAction(Action):
         per_queue = {q: a for q, a in per_queue.items() if q in ssn.queues and ssn.queues[q].reclaimable}
         if not per_queue:
             return {"": np.zeros((len(ssn.nodes), ssn.space.size))}
-        total = sum(per_queue.values())
+        total: np.ndarray = np.sum(list(per_queue.values()), axis=0)
         return {"": total, **{q: total - a for q, a in per_queue.items()}}
 
     @staticmethod

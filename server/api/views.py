@@ -32,7 +32,7 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
             counts["failed"] += 1
         else:  # placed: binding, bound, running, releasing
             counts["running"] += 1
-    js = pb.JobStatus(phase=status.phase, **counts)
+    js = pb.JobStatus(phase=status.phase, **counts)  # type: ignore[arg-type]  # proto enums are ints
     for cond in status.conditions:
         c = js.conditions.add(
             type=cond.type, status=cond.status, reason=cond.reason, message=cond.message, cycle_id=cond.cycle_id

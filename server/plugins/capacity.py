@@ -193,14 +193,14 @@ class CapacityPlugin(Plugin):
             attr.ancestors = chain
             attrs[chain[-1]].children[name] = attr
         for job in ssn.jobs.values():
-            attr = attrs.get(job.queue)
-            if attr is None:
+            job_attr = attrs.get(job.queue)
+            if job_attr is None:
                 continue
-            if attr.children:
+            if job_attr.children:
                 log.warning("capacity: job in a non-leaf queue", job=job.uid, queue=job.queue)
                 return attrs, False
-            deltas = self._add_job(attr, job)
-            for a in attr.ancestors:
+            deltas = self._add_job(job_attr, job)
+            for a in job_attr.ancestors:
                 up = attrs[a]
                 up.allocated += deltas[0]
                 up.request += deltas[1]

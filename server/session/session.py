@@ -129,8 +129,8 @@ class Session:
         for job in (*self.jobs.values(), *self.orphan_jobs):
             for task in job.tasks.values():
                 self._attach_existing(task)
-        for spec in snapshot.foreign_tasks:
-            self._attach_existing(TaskInfo(spec, self.space))
+        for foreign in snapshot.foreign_tasks:
+            self._attach_existing(TaskInfo(foreign, self.space))
         self.total_resource = self.nodes.allocatable.sum(axis=0) if len(self.nodes) else self.space.zeros()
         self.hypernodes = snapshot.hypernodes
 
