@@ -87,6 +87,7 @@ class NodeEvaluator:
         self.nodes = ssn.nodes
         self._static: dict[Any, _StaticEntry] = {}
         self._shape: dict[Any, _ShapeEntry] = {}
+        self._fit_errors: dict[Any, tuple[int, FitErrors]] = {}
         self.predicates: dict[Scope, list[Predicate]] = {"static": [], "shape": [], "task": []}
         self.scorers: dict[Scope, list[Scorer]] = {"static": [], "shape": [], "task": []}
         self._all_rows = np.arange(len(self.nodes))
@@ -104,6 +105,7 @@ class NodeEvaluator:
                     self.scorers[s.scope].append(s)
         self._static.clear()
         self._shape.clear()
+        self._fit_errors.clear()
 
     # -- caches -------------------------------------------------------------------------------
     def _static_entry(self, task: TaskInfo) -> _StaticEntry:
@@ -212,7 +214,19 @@ class NodeEvaluator:
         return None
 
     def fit_errors(self, task: TaskInfo, restrict: np.ndarray | None = None) -> FitErrors:
-        """Per-reason node counts for a task that fits nowhere (first failing check per node)."""
+        """Per-reason node counts for a task that fits nowhere (first failing check per node).
+        Cached per shape until a node changes: a saturated cluster asks this for job after job."""
+        cacheable = restrict is None and not self.predicates["task"]
+        if cacheable:
+            known = self._fit_errors.get(task.shape_key)
+            if known is not None and known[0] == len(self.nodes.change_log):
+                return known[1]
+        fe = self._compute_fit_errors(task, restrict)
+        if cacheable:
+            self._fit_errors[task.shape_key] = (len(self.nodes.change_log), fe)
+        return fe
+
+    def _compute_fit_errors(self, task: TaskInfo, restrict: np.ndarray | None) -> FitErrors:
         n = self.nodes
         rows = self._all_rows if restrict is None else np.nonzero(restrict)[0]
         fe = FitErrors(total_nodes=len(n))
@@ -251,3 +265,4 @@ class NodeEvaluator:
     def invalidate(self) -> None:
         """Drop the caches (a plugin changed state the scopes do not track)."""
         self._shape.clear()
+        self._fit_errors.clear()
