@@ -18,6 +18,7 @@ import numpy as np
 
 from server.config import PluginOption, SchedulerConfig
 from server.model import (
+    ALLOCATED,
     ClusterSnapshot,
     Condition,
     CycleResult,
@@ -459,11 +460,20 @@ class Session:
             return Explanation("queue", f"queue {queue.name} is {queue.state}")
         if phase == PodGroupPhase.PENDING and job.enqueue_verdict:
             return Explanation("enqueue", job.enqueue_verdict)
+        # Tasks that are placed, or were placed before the gang was discarded this cycle.
+        fitting = job.ready_task_num() + sum(1 for t in pending.values() if t.last_tx_status in ALLOCATED)
         for errors in (job.fit_errors, job.explain_fit_errors):
             for uid in job.tasks:
                 fe = errors.get(uid)
-                if fe is not None:
-                    return Explanation("placement", fe.describe(), dict(fe.reasons))
+                if fe is None:
+                    continue
+                if fitting:  # part of the gang fits: the gang rule, not the nodes, holds it back
+                    return Explanation(
+                        "gang",
+                        f"{fitting}/{job.min_available} tasks of the gang fit; the rest: {fe.describe()}",
+                        dict(fe.reasons),
+                    )
+                return Explanation("placement", fe.describe(), dict(fe.reasons))
         if job.job_fit_error:
             return Explanation("gang", job.job_fit_error)
         if job.queue_verdict:
