@@ -21,7 +21,8 @@ gen: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
-test: $(STAMP)
+# Lint first (seconds), then the whole suite.
+test: lint
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
