@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from server.actions.base import Action
-from server.model import PodGroupPhase, TaskStatus
+from server.model import TaskStatus
 
 if TYPE_CHECKING:
     from server.session.info import TaskInfo
@@ -32,15 +32,7 @@ class BackfillAction(Action):
         queues = PriorityQueue(ssn.queue_order_fn)
         jobs_by_queue: dict[str, PriorityQueue] = {}
         tasks_by_job: dict[str, PriorityQueue] = {}
-        for job in ssn.jobs.values():
-            if job.phase == PodGroupPhase.PENDING:
-                continue
-            vr = ssn.job_valid(job)
-            if vr is not None and not vr.passed:
-                continue
-            queue = ssn.queues.get(job.queue)
-            if queue is None:
-                continue
+        for job, queue in ssn.admitted_jobs():
             best_effort = [t for t in job.index[TaskStatus.PENDING].values() if t.best_effort]
             # Volcano unpipelines best-effort tasks and backfills them like pending ones.
             for t in [t for t in job.index[TaskStatus.PIPELINED].values() if t.best_effort]:

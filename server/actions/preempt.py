@@ -44,7 +44,7 @@ from server.actions.victims import (
     victim_capacity,
     victims_queue,
 )
-from server.model import PodGroupPhase, TaskStatus
+from server.model import TaskStatus
 
 if TYPE_CHECKING:
     from server.session.info import JobInfo, QueueInfo, TaskInfo
@@ -89,14 +89,7 @@ class PreemptAction(Action):
         preemptors: dict[str, PriorityQueue] = {}
         preemptor_tasks: dict[str, PriorityQueue] = {}
         under_request: dict[str, list[JobInfo]] = {}
-        for job in ssn.jobs.values():
-            if job.phase == PodGroupPhase.PENDING:
-                continue
-            vr = ssn.job_valid(job)
-            if vr is not None and not vr.passed:
-                continue
-            if job.queue not in ssn.queues:
-                continue
+        for job, _queue in ssn.admitted_jobs():
             if not ssn.job_starving(job):
                 continue
             # Volcano does not preempt for jobs with a network topology (volcano#4374).

@@ -28,7 +28,7 @@ from server.actions.victims import (
     victim_capacity,
     victims_queue,
 )
-from server.model import PodGroupPhase, TaskStatus
+from server.model import TaskStatus
 from server.session.info import less_equal
 
 if TYPE_CHECKING:
@@ -54,15 +54,7 @@ class ReclaimAction(Action):
         seen: set[str] = set()
         preemptors: dict[str, PriorityQueue] = {}
         preemptor_tasks: dict[str, PriorityQueue] = {}
-        for job in ssn.jobs.values():
-            if job.phase == PodGroupPhase.PENDING:
-                continue
-            vr = ssn.job_valid(job)
-            if vr is not None and not vr.passed:
-                continue
-            queue = ssn.queues.get(job.queue)
-            if queue is None:
-                continue
+        for job, queue in ssn.admitted_jobs():
             if queue.uid not in seen:
                 seen.add(queue.uid)
                 queues.push(queue)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -348,6 +348,20 @@ class Session:
             if found:
                 return list(found.values())
         return []
+
+    # -- job selection shared by actions ---------------------------------------------------------
+    def admitted_jobs(self) -> Iterator[tuple[JobInfo, QueueInfo]]:
+        """Jobs past enqueue (not Pending) that pass job_valid, with their queue: what backfill,
+        preempt and reclaim work on (Volcano repeats this filter in each of them)."""
+        for job in list(self.jobs.values()):
+            if job.phase == PodGroupPhase.PENDING:
+                continue
+            vr = self.job_valid(job)
+            if vr is not None and not vr.passed:
+                continue
+            queue = self.queues.get(job.queue)
+            if queue is not None:
+                yield job, queue
 
     # -- hypernodes ----------------------------------------------------------------------------
     def hypernode_gradients(self, job: JobInfo) -> list[list[tuple[str, np.ndarray]]] | None:
