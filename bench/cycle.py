@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from server.config import default_config, load_config  # noqa: E402
+from server.main import tune_gc  # noqa: E402
 from server.model import (  # noqa: E402
     ClusterSnapshot,
     JobSpec,
@@ -90,6 +91,7 @@ def main() -> None:
     ap.add_argument("--config", type=Path, default=None)
     args = ap.parse_args()
     config = load_config(args.config.read_text()) if args.config else default_config()
+    tune_gc()  # as the server's core worker process does
     for _ in range(args.repeat):
         snapshot = build(args.nodes, args.tasks, args.seed)
         core = SchedulerCore(config)

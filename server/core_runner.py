@@ -143,6 +143,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
 def main() -> None:
     import os
 
+    from server.main import tune_gc
+
+    tune_gc()  # a cycle allocates ~10 objects per task: full collections would dominate
     # The protocol owns the original stdout; anything the core prints or logs goes to stderr.
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
