@@ -29,6 +29,10 @@ class GangPlugin(Plugin):
         def job_valid(job: JobInfo) -> ValidateResult | None:
             if not job.check_task_valid():
                 return ValidateResult(False, "NotEnoughPodsOfTask", "Not enough valid pods of each task for gang-scheduling")
+            if not job.check_subjob_valid():
+                return ValidateResult(
+                    False, "NotEnoughPodsOfTask", "Not enough valid subGroups of each task for gang-scheduling"
+                )
             valid = job.valid_task_num()
             if valid < job.min_available:
                 return ValidateResult(
@@ -62,11 +66,11 @@ class GangPlugin(Plugin):
         ssn.register("preemptable", self.name, evictable)
         ssn.register("reclaimable", self.name, evictable)
         ssn.register("job_order", self.name, job_order)
-        ssn.register("job_ready", self.name, lambda j: j.check_task_ready() and j.is_ready())
+        ssn.register("job_ready", self.name, lambda j: j.check_task_ready() and j.check_subjob_ready() and j.is_ready())
         ssn.register(
             "job_pipelined",
             self.name,
-            lambda j: PERMIT if j.check_task_pipelined() and j.is_pipelined() else REJECT,
+            lambda j: PERMIT if j.check_task_pipelined() and j.check_subjob_pipelined() and j.is_pipelined() else REJECT,
         )
         ssn.register("job_starving", self.name, lambda j: j.is_starving())
 

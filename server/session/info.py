@@ -185,6 +185,7 @@ class JobInfo:
         self.task_min_available: dict[str, int] = dict(spec.min_task_member)
         self.task_min_available_total = sum(self.task_min_available.values())
         self.min_resources: Vec | None = space.vec(spec.min_resources) if spec.min_resources else None
+        self.subgroup_min_member: dict[str, int] = {g.name: g.min_member for g in spec.sub_groups if g.min_member > 0}
         self.preemptible = spec.preemptible
         self.fit_errors: dict[str, FitErrors] = {}
         self.job_fit_error = ""
@@ -288,6 +289,27 @@ class JobInfo:
         return not self._roles_meet_minimum(
             self._roles((*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED))
         )
+
+    # -- sub-groups (KAI PodGroup subGroups / Volcano sub-jobs): each needs its own minimum -----
+    def _subgroups_meet(self, statuses: Iterable[TaskStatus]) -> bool:
+        minimums = self.subgroup_min_member
+        if not minimums:
+            return True
+        counts: dict[str, int] = {}
+        for s in statuses:
+            for t in self.index[s].values():
+                if t.sub_group is not None:
+                    counts[t.sub_group] = counts.get(t.sub_group, 0) + 1
+        return all(counts.get(name, 0) >= n for name, n in minimums.items())
+
+    def check_subjob_valid(self) -> bool:
+        return self._subgroups_meet(_VALID)
+
+    def check_subjob_ready(self) -> bool:
+        return self._subgroups_meet((*ALLOCATED, TaskStatus.SUCCEEDED))
+
+    def check_subjob_pipelined(self) -> bool:
+        return self._subgroups_meet((*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED))
 
     def fit_failed_roles(self) -> set[str]:
         return {self.tasks[uid].role for uid in self.fit_errors if uid in self.tasks and self.tasks[uid].role}

@@ -194,3 +194,29 @@ def test_pipelined_gang_keeps_its_placements_without_binding() -> None:
     assert out["pipelined"] == {"ns/g2": "n3"}
     assert {out["tasks"][f"ns/g{i}"]["status"] for i in (0, 1)} == {"Allocated"}
     assert out["jobs"]["ns/gang"]["phase"] == "Inqueue"
+
+
+def test_each_subgroup_needs_its_own_minimum() -> None:
+    """Volcano gang job ready = CheckTaskReady && CheckSubJobReady && IsReady: a gang whose overall
+    minMember is met but one of whose sub-groups is short is not ready (and is not bound)."""
+    from server.simulate import simulate_text
+
+    text = """
+nodes:
+- {name: n1, allocatable: {cpu: "2", memory: 8Gi}}
+jobs:
+- name: sg
+  phase: Inqueue
+  minMember: 2
+  subGroups: [{name: a, minMember: 1}, {name: b, minMember: 2}]
+  tasks:
+  - {name: a0, subGroup: a, request: {cpu: "1"}}
+  - {name: b0, subGroup: b, request: {cpu: "1"}}
+  - {name: b1, subGroup: b, request: {cpu: "1"}}
+"""
+    out = simulate_text(text)
+    # Two tasks fit (minMember 2), but sub-group b needs both of its tasks: nothing is bound.
+    assert out["binds"] == {}
+    assert out["jobs"]["default/sg"]["conditions"][0]["type"] == "Unschedulable"
+    roomy = simulate_text(text.replace('cpu: "2", memory', 'cpu: "3", memory'))
+    assert len(roomy["binds"]) == 3
