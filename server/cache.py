@@ -371,7 +371,9 @@ class ClusterCache:
         for task_id, (task, request) in reported.items():
             rec = self.tasks.get(task_id)
             if rec is None or task.foreign_task:
-                self._put_foreign(backend, task, request)
+                # Ended work holds no capacity, whoever placed it.
+                if task.status not in (pb.TASK_STATUS_SUCCEEDED, pb.TASK_STATUS_FAILED):
+                    self._put_foreign(backend, task, request)
                 continue
             touched.add(rec.job_id)
             self._backend_reports(rec, task.status or pb.TASK_STATUS_RUNNING, task.node, backend, "", 0)

@@ -236,6 +236,8 @@ def test_sync_reconciles_running_lost_and_foreign(cache: ClusterCache) -> None:
     cache.sync_snapshot(pb.SyncSnapshotRequest(backend="a", nodes=[node(f"n{i}") for i in range(4)], tasks=[
         pb.BackendTask(task_id="g/worker-0", node="n0", request=rl(cpu="4"), status=pb.TASK_STATUS_RUNNING),
         pb.BackendTask(task_id="other-pod", node="n2", request=rl(cpu="3")),
+        # Ended work of someone else holds nothing.
+        pb.BackendTask(task_id="done-pod", node="n3", request=rl(cpu="4"), status=pb.TASK_STATUS_SUCCEEDED),
     ]))
     st = statuses(cache, "g")
     assert st[1] == TaskStatus.PENDING and "lost" in cache.jobs["g"].tasks[1].message
