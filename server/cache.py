@@ -127,6 +127,7 @@ class Capture:
                     network_topology=dict(tmpl.network_topology),
                     annotations=dict(tmpl.annotations),
                     creation_index=tmpl.creation_index,
+                    created_at=rec.status.submit_time or None,  # sla's waiting time
                 )
             )
         return model.ClusterSnapshot(
