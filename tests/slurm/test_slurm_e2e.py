@@ -182,8 +182,13 @@ def test_higher_priority_preempts_and_victim_is_replaced(muster: Muster, stub: p
     # The victim waits in staging, then runs again once the high-priority job ends.
     wait_until("the victim to run again", lambda: running(victim), timeout=90)
     assert job_info(victim)["Partition"] == "batch"
-    job = muster_job(stub, f"slurm-{victim}")
-    assert job is not None and all(t.status == pb.TASK_STATUS_RUNNING for t in job.tasks)
+    # Muster learns it from the adapter's next poll.
+    wait_until(
+        "Muster to see the victim running again",
+        lambda: (job := muster_job(stub, f"slurm-{victim}")) is not None
+        and all(t.status == pb.TASK_STATUS_RUNNING for t in job.tasks),
+        timeout=30,
+    )
 
 
 def test_killed_slurmd_makes_node_unschedulable(muster: Muster, stub: pb_grpc.SchedulerStub) -> None:
