@@ -17,7 +17,7 @@ from .mini_muster import MiniMusterHandle
 FAST_RUNTIME = {"backoff_initial": 0.05, "backoff_max": 0.3, "batch_linger": 0.02, "flush_interval": 0.01}
 
 
-async def eventually(predicate: Callable[[], bool], timeout: float = 15.0, interval: float = 0.02) -> None:
+async def eventually(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.02) -> None:
     """Poll until true; the timeout is a bound against hangs, never the verdict of a test."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
