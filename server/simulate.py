@@ -80,6 +80,17 @@ class _Loader:
     def problem(self, path: str, message: str) -> None:
         self.problems.append(f"{path}: {message}")
 
+    def unique_name(self, obj: dict[str, Any], path: str, seen: set[str], what: str) -> str | None:
+        """The ``name`` of a listed object: required, and unique among its kind."""
+        name = obj.get("name")
+        if not isinstance(name, str) or not name:
+            self.problem(f"{path}.name", "required")
+            return None
+        if name in seen:
+            self.problem(f"{path}.name", f"duplicate {what} {name!r}")
+        seen.add(name)
+        return name
+
     def items(self, obj: Any, path: str) -> list[Any]:
         """A list field (absent: empty); anything else is a problem, not a crash."""
         if obj is None:
@@ -217,13 +228,9 @@ def load_scenario(raw: Any) -> Scenario:
         p = f"nodes[{i}]"
         if not L.keys(n, _NODE, p):
             continue
-        name = n.get("name")
-        if not isinstance(name, str) or not name:
-            L.problem(f"{p}.name", "required")
+        name = L.unique_name(n, p, seen_nodes, "node")
+        if name is None:
             continue
-        if name in seen_nodes:
-            L.problem(f"{p}.name", f"duplicate node {name!r}")
-        seen_nodes.add(name)
         devices = n.get("devices") or {}
         nodes.append(
             NodeSpec(
@@ -234,7 +241,7 @@ def load_scenario(raw: Any) -> Scenario:
                 unschedulable=L.boolean(n.get("unschedulable"), f"{p}.unschedulable", False),
                 devices=[{"id": k, **(v if isinstance(v, dict) else {"value": v})} for k, v in devices.items()]
                 if isinstance(devices, dict)
-                else list(devices),
+                else L.items(devices, f"{p}.devices"),
             )
         )
 
@@ -244,13 +251,9 @@ def load_scenario(raw: Any) -> Scenario:
         p = f"queues[{i}]"
         if not L.keys(q, _QUEUE, p):
             continue
-        name = q.get("name")
-        if not isinstance(name, str) or not name:
-            L.problem(f"{p}.name", "required")
+        name = L.unique_name(q, p, queue_names, "queue")
+        if name is None:
             continue
-        if name in queue_names:
-            L.problem(f"{p}.name", f"duplicate queue {name!r}")
-        queue_names.add(name)
         state = q.get("state", "Open")
         if state not in ("Open", "Closing", "Closed"):
             L.problem(f"{p}.state", f"{state!r} is not Open, Closing or Closed")

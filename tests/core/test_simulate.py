@@ -104,7 +104,8 @@ def test_wrong_types_anywhere_are_problems_not_crashes() -> None:
     import yaml
 
     doc = {
-        "nodes": [{"name": "n1", "allocatable": {"cpu": "4"}, "labels": {"a": "b"}, "taints": [{"key": "k"}]}],
+        "nodes": [{"name": "n1", "allocatable": {"cpu": "4"}, "labels": {"a": "b"}, "taints": [{"key": "k"}],
+                   "devices": {"0": {"healthy": True}}}],
         "queues": [{"name": "q", "capability": {"cpu": "8"}}],
         "jobs": [{"name": "j", "queue": "q", "minTaskMember": {"w": 1}, "tasks": [
             {"name": "t", "role": "w", "request": {"cpu": "1"}, "tolerations": [{"key": "k"}], "affinity": {}}]}],
