@@ -12,7 +12,10 @@ gangs) and each scheduler:
 
 Latency per job = first time an observer (``squeue`` every 0.1 s) sees it RUNNING minus the
 time its ``sbatch`` returned. Rate = jobs / (last start - first submit). For Muster it also
-checks every running job's node list against Muster's binds (``mismatches``). Prints JSON.
+checks every running job's node list against Muster's binds (``mismatches``) and breaks the
+latency down by step (``breakdown``: p50 / p95 seconds of sbatch -> adapter's poll sees the job ->
+SubmitJob returned -> binds reach the adapter -> ``scontrol update`` returned -> verified ->
+observed RUNNING), from the stamps of the adapter's "placed" log lines. Prints JSON.
 """
 
 from __future__ import annotations
@@ -125,7 +128,37 @@ def measure(name: str, args_list: list[list[str]], timeout: float) -> dict[str, 
         "p50_s": round(statistics.median(lat), 3) if lat else None,
         "p95_s": round(lat[int(0.95 * (len(lat) - 1))], 3) if lat else None,
         "_nodes": {j: observer.nodes[j] for j in submitted if j in observer.nodes},
+        "_submitted": submitted,
+        "_started": {j: observer.started[j] for j in submitted if j in observer.started},
     }
+
+
+# The adapter's "placed" log line stamps each step of a placement (wall clock, seconds).
+_STEPS = (("sbatch->seen", "sbatch", "seen_at"), ("seen->submitted", "seen_at", "submitted_at"),
+          ("submitted->bind", "submitted_at", "bind_at"), ("bind->updated", "bind_at", "updated_at"),
+          ("updated->verified", "updated_at", "verified_at"), ("verified->running", "verified_at", "running"))
+
+
+def breakdown(log_path: Path, result: dict[str, object]) -> dict[str, dict[str, float]]:
+    """p50 / p95 of each step of the Muster path, for the jobs of this workload."""
+    submitted: dict[int, float] = result["_submitted"]  # type: ignore[assignment]
+    started: dict[int, float] = result["_started"]  # type: ignore[assignment]
+    stamps: dict[int, dict[str, float]] = {}
+    for line in log_path.read_text(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        jid = event.get("slurm_job") if event.get("event") == "placed" else None
+        if jid in submitted and jid in started:
+            stamps[jid] = {**event, "sbatch": submitted[jid], "running": started[jid]}
+    out: dict[str, dict[str, float]] = {}
+    for name, begin, end in _STEPS:
+        values = sorted(s[end] - s[begin] for s in stamps.values() if s.get(begin) and s.get(end))
+        if values:
+            out[name] = {"p50": round(statistics.median(values), 3),
+                         "p95": round(values[int(0.95 * (len(values) - 1))], 3)}
+    return out
 
 
 def expand(nodes: str) -> list[str]:
@@ -147,7 +180,7 @@ def run_muster(workloads: list[tuple[str, list[list[str]]]], timeout: float) -> 
         grpc.channel_ready_future(channel).result(timeout=30)
         adapter = subprocess.Popen(
             [str(BIN / "muster-slurm-adapter"), "--server", address, "--poll-interval", "0.2s",
-             "--log-level", "warning"],
+             "--log-level", "info"],
             stdout=open(workdir / "adapter.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
         results = []
         for name, args_list in workloads:
@@ -162,6 +195,7 @@ def run_muster(workloads: list[tuple[str, list[list[str]]]], timeout: float) -> 
                 if sorted(t.node for t in job.tasks) != expand(nodes):
                     mismatches += 1
             result["mismatches"] = mismatches
+            result["breakdown"] = breakdown(workdir / "adapter.log", result)
             results.append(result)
             drain_cluster()
         return results
@@ -207,7 +241,8 @@ def main() -> int:
     out["slurm"] = slurm_results
     for results in (out["muster"], out["slurm"]):
         for r in results:  # type: ignore[union-attr]
-            r.pop("_nodes", None)
+            for key in ("_nodes", "_submitted", "_started"):
+                r.pop(key, None)
     print(json.dumps(out, indent=2))
     return 0
 

@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 import anyio
 import grpc
 import structlog
+from anyio.abc import TaskGroup
 
 from adapters.runtime import APPLIED, BackendRuntime, Outcome, group_by_job
 from adapters.slurm.cli import SlurmCLI, SlurmError
-from adapters.slurm.parse import SlurmJob, SlurmNode
+from adapters.slurm.parse import JobRecord, SlurmJob, SlurmNode
 from adapters.slurm.translate import (
     foreign_tasks,
     job_to_spec,
@@ -46,6 +47,10 @@ from muster.v1 import muster_pb2_grpc as pb_grpc
 log = structlog.get_logger("muster.slurm")
 
 MARKER = "muster:"
+# Updates per `scontrol` process (stdin); chunks run side by side within the CLI's parallelism.
+_UPDATES_PER_PROCESS = 64
+# A longer node list is placed with its own process (scontrol's stdin line buffer is finite).
+_MAX_BATCHED_NODELIST = 2000
 # Slurm reasons meaning the job is waiting for its own hold, not for nodes.
 _HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin", "job_requeued_in_held_state"})
 # Reasons a placed job can never start where Muster put it (Slurm evaluates the node list only
@@ -73,15 +78,31 @@ class TrackedJob:
     size: int  # K: nodes = tasks
     attempt: int = 0
     submitted: bool = False
+    submitting: bool = False  # a SubmitJob is under way
     placed: list[str] | None = None  # node of task i, once enforced
     ran: bool = False  # seen RUNNING since the last placement
     reported: dict[str, int] = field(default_factory=dict)  # task id -> last status sent
     version: int = 0  # bumped by every action, so a poll read before it is not applied after it
     done: bool = False
+    # Wall-clock stamps of the latest placement's path (logged with "placed"; 0 = unknown).
+    seen_at: float = 0.0  # first poll that listed it
+    submitted_at: float = 0.0  # SubmitJob returned
+    bind_at: float = 0.0  # its binds reached the backend
+    updated_at: float = 0.0  # `scontrol update` returned
 
     @property
     def tasks(self) -> list[str]:
         return task_ids(self.muster_id, self.size)
+
+
+@dataclass(slots=True)
+class _Placement:
+    """A gang whose binds are consistent, to be enforced with the rest of its burst."""
+
+    job: TrackedJob
+    nodes: list[str]
+    binds: list[pb.Decision]
+    started: float  # perf_counter when the binds were checked
 
 
 class SlurmBackend:
@@ -105,6 +126,8 @@ class SlurmBackend:
         self.polls = 0
         self.placements = 0  # successful enforcement RPCs (tests: nothing placed twice)
         self.place_seconds: list[float] = []
+        # Shared by overlapping submission bursts, so together they stay within submit_parallel.
+        self._submit_limiter = anyio.CapacityLimiter(settings.submit_parallel)
 
     def attach(self, runtime: BackendRuntime, client: pb_grpc.SchedulerStub) -> None:
         self.runtime = runtime
@@ -145,11 +168,13 @@ class SlurmBackend:
         return (await self.apply_batch([decision]))[0]
 
     async def apply_batch(self, decisions: list[pb.Decision]) -> list[Outcome]:
+        received = time.time()
         outcomes: dict[int, Outcome] = {}
+        updated: list[_Placement] = []  # `scontrol update` accepted, not verified yet
 
         async def one_job(job_id: str, group: list[pb.Decision]) -> None:
             try:
-                outcomes.update(await self._apply_job(job_id, group))
+                outcomes.update(await self._apply_job(job_id, group, updated, received))
             except Exception as exc:  # noqa: BLE001 - one job's failure must not sink the batch
                 log.exception("apply failed", job=job_id)
                 outcomes.update({d.id: Outcome.reject(f"adapter error: {exc}") for d in group})
@@ -157,9 +182,77 @@ class SlurmBackend:
         async with anyio.create_task_group() as tg:
             for job_id, group in group_by_job(decisions).items():
                 tg.start_soon(one_job, job_id, group)
+        if updated:
+            for placement, outcome in zip(updated, await self._place_all(updated), strict=True):
+                outcomes.update({d.id: outcome for d in placement.binds})
         return [outcomes.get(d.id, Outcome.reject("not handled")) for d in decisions]
 
-    async def _apply_job(self, job_id: str, group: list[pb.Decision]) -> dict[int, Outcome]:
+    async def _place_all(self, placements: list[_Placement]) -> list[Outcome]:
+        """Enforce a burst's gangs in few processes: the updates as ``scontrol`` stdin chunks, then
+        one ``squeue`` verifying them all. A gang the batch did not place is retried on its own,
+        so its rejection carries Slurm's own message."""
+        short = [p for p in placements if sum(len(n) + 1 for n in p.nodes) <= _MAX_BATCHED_NODELIST]
+        single = [p for p in placements if sum(len(n) + 1 for n in p.nodes) > _MAX_BATCHED_NODELIST]
+        batch_failed = False
+
+        async def place_chunk(chunk: list[_Placement]) -> None:
+            nonlocal batch_failed
+            result = await self.cli.place_many(
+                [(p.job.slurm_id, p.nodes, MARKER + p.job.muster_id) for p in chunk], self.settings.run_partition)
+            batch_failed |= result.returncode != 0
+            now = time.time()
+            for p in chunk:
+                p.job.updated_at = now
+
+        async with anyio.create_task_group() as tg:
+            for i in range(0, len(short), _UPDATES_PER_PROCESS):
+                tg.start_soon(place_chunk, short[i:i + _UPDATES_PER_PROCESS])
+        outcomes: dict[int, Outcome] = {}
+        retry: list[_Placement] = []
+        records = await self._read_records(short) if short else {}
+        for p in short:
+            problem = self._check_placement(records.get(p.job.slurm_id), p.nodes) if records is not None else "?"
+            if not problem:
+                outcomes[id(p)] = self._settle(p)
+            elif batch_failed or records is None:
+                retry.append(p)  # the update itself may have failed: learn why, one by one
+            else:
+                await self._unstage_quietly(p.job.slurm_id)
+                p.job.version += 1
+                outcomes[id(p)] = Outcome.reject(problem)
+
+        async def one(p: _Placement) -> None:
+            outcomes[id(p)] = await self._place_one(p)
+
+        async with anyio.create_task_group() as tg:
+            for p in single + retry:
+                tg.start_soon(one, p)
+        return [outcomes[id(p)] for p in placements]
+
+    async def _read_records(self, placements: list[_Placement]) -> dict[int, SlurmJob] | None:
+        try:
+            return {sj.job_id: sj for sj in await self.cli.jobs_by_id([p.job.slurm_id for p in placements])}
+        except SlurmError as exc:
+            # squeue refuses a list naming a job that has just vanished: verify one by one.
+            log.info("batch verification failed, verifying one by one", error=exc.message)
+            return None
+
+    async def _place_one(self, placement: _Placement) -> Outcome:
+        job, nodes = placement.job, placement.nodes
+        try:
+            await self.cli.place(job.slurm_id, self.settings.run_partition, nodes, marker=MARKER + job.muster_id)
+        except SlurmError as exc:
+            return Outcome.reject(f"scontrol update refused: {exc.message}")
+        job.updated_at = time.time()
+        problem = await self._verify_one(job.slurm_id, nodes)
+        if problem:
+            await self._unstage_quietly(job.slurm_id)
+            job.version += 1
+            return Outcome.reject(problem)
+        return self._settle(placement)
+
+    async def _apply_job(self, job_id: str, group: list[pb.Decision], updated: list[_Placement],
+                         received: float) -> dict[int, Outcome]:
         job = self._by_muster_id.get(job_id)
         out: dict[int, Outcome] = {}
         evicts = [d for d in group if d.WhichOneof("action") == "evict"]
@@ -171,11 +264,16 @@ class SlurmBackend:
             outcome = await self._evict(job, evicts[0].evict.reason)
             out.update({d.id: outcome for d in evicts})
         if binds:
-            outcome = await self._bind(job, binds)
-            out.update({d.id: outcome for d in binds})
+            job.bind_at = received
+            placement_or_outcome = await self._bind(job, binds)
+            if isinstance(placement_or_outcome, _Placement):
+                updated.append(placement_or_outcome)
+            else:
+                out.update({d.id: placement_or_outcome for d in binds})
         return out
 
-    async def _bind(self, job: TrackedJob, binds: list[pb.Decision]) -> Outcome:
+    async def _bind(self, job: TrackedJob, binds: list[pb.Decision]) -> Outcome | _Placement:
+        """Check the binds; the burst's gangs are then enforced together (``_place_all``)."""
         chosen: dict[int, str] = {}
         for decision in binds:
             index = task_index(decision.bind.task_id)
@@ -195,30 +293,28 @@ class SlurmBackend:
         nodes = [chosen[i] for i in range(job.size)]
         if len(set(nodes)) != job.size:
             return Outcome.reject(f"Slurm needs {job.size} distinct nodes for job {job.slurm_id}, got {','.join(nodes)}")
-        job.version += 1
-        started = time.perf_counter()
-        try:
-            await self.cli.place(job.slurm_id, self.settings.run_partition, nodes, marker=MARKER + job.muster_id)
-        except SlurmError as exc:
-            return Outcome.reject(f"scontrol update refused: {exc.message}")
-        problem = await self._verify(job.slurm_id, nodes)
-        if problem:
-            await self._unstage_quietly(job.slurm_id)
-            return Outcome.reject(problem)
+        job.version += 1  # a poll read from now on must not act on this job
+        return _Placement(job, nodes, binds, time.perf_counter())
+
+    def _settle(self, placement: _Placement) -> Outcome:
+        """Slurm shows the placement: record it."""
+        job, nodes = placement.job, placement.nodes
         job.placed = nodes
         job.ran = False
         job.version += 1
         self.placements += 1
-        self.place_seconds.append(time.perf_counter() - started)
-        log.info("placed", slurm_job=job.slurm_id, job=job.muster_id, nodes=",".join(nodes))
+        now = time.time()
+        self.place_seconds.append(time.perf_counter() - placement.started)
+        # The latency breakdown (bench/slurm_e2e.py reads these wall-clock stamps from the log).
+        log.info("placed", slurm_job=job.slurm_id, job=job.muster_id, nodes=",".join(nodes),
+                 seen_at=round(job.seen_at, 4), submitted_at=round(job.submitted_at, 4),
+                 bind_at=round(job.bind_at, 4), updated_at=round(job.updated_at, 4), verified_at=round(now, 4))
         return APPLIED
 
-    async def _verify(self, slurm_id: int, nodes: list[str]) -> str:
-        """'' when ``scontrol show job`` shows exactly the placement, else what is wrong."""
-        try:
-            record = await self.cli.show_job(slurm_id)
-        except SlurmError as exc:
-            return f"cannot verify placement: {exc.message}"
+    def _check_placement(self, record: SlurmJob | JobRecord | None, nodes: list[str]) -> str:
+        """'' when Slurm's record shows exactly the placement, else what is wrong."""
+        if record is None:
+            return "cannot verify placement: Slurm no longer lists the job"
         if record.partition != self.settings.run_partition:
             return f"placement mismatch: Slurm shows partition {record.partition!r}"
         if sorted(record.required_nodes) != sorted(nodes):
@@ -228,6 +324,13 @@ class SlurmBackend:
         if record.reason.startswith(_BAD_PLACEMENT_REASONS):
             return f"Slurm cannot start the job on these nodes: {record.reason}"
         return ""
+
+    async def _verify_one(self, slurm_id: int, nodes: list[str]) -> str:
+        try:
+            record = await self.cli.show_job(slurm_id)
+        except SlurmError as exc:
+            return f"cannot verify placement: {exc.message}"
+        return self._check_placement(record, nodes)
 
     async def _evict(self, job: TrackedJob, reason: str) -> Outcome:
         job.version += 1
@@ -278,14 +381,18 @@ class SlurmBackend:
 
     async def run_poller(self) -> None:
         """Poll Slurm forever (cancel to stop); one failed poll is logged and retried."""
-        while True:
-            try:
-                await self.poll_once()
-            except SlurmError as exc:
-                log.warning("poll failed", error=exc.message)
-            await anyio.sleep(self.settings.poll_interval)
+        async with anyio.create_task_group() as submitter:
+            while True:
+                try:
+                    await self.poll_once(submitter=submitter)
+                except SlurmError as exc:
+                    log.warning("poll failed", error=exc.message)
+                await anyio.sleep(self.settings.poll_interval)
 
-    async def poll_once(self) -> None:
+    async def poll_once(self, *, submitter: TaskGroup | None = None) -> None:
+        """One poll. New jobs are submitted to Muster before it returns, or, with ``submitter``,
+        in that task group while the next polls go on (a big burst of sbatch then does not
+        delay the poll that sees the next jobs)."""
         if not self._adopted:
             await self._adopt()
         versions = {sid: job.version for sid, job in self.jobs.items()}
@@ -322,7 +429,12 @@ class SlurmBackend:
         async with anyio.create_task_group() as tg:  # exit codes are looked up concurrently
             for tracked, sj in ended:
                 tg.start_soon(self._finished, tracked, sj)
-        await self._submit(to_submit)
+        for job, _ in to_submit:
+            job.submitting = True
+        if submitter is None:
+            await self._submit(to_submit)
+        elif to_submit:
+            submitter.start_soon(self._submit, to_submit)
         self._send_deltas()
         self.polls += 1
         self._polled.set()
@@ -361,7 +473,8 @@ class SlurmBackend:
         base = f"{self.settings.job_prefix}{slurm_id}"
         if not muster_id:
             muster_id = base if attempt == 0 else f"{base}.a{attempt}"
-        job = TrackedJob(slurm_id=slurm_id, muster_id=muster_id, size=max(1, size), attempt=attempt)
+        job = TrackedJob(slurm_id=slurm_id, muster_id=muster_id, size=max(1, size), attempt=attempt,
+                         seen_at=time.time())
         old = self.jobs.get(slurm_id)
         if old is not None:
             self._by_muster_id.pop(old.muster_id, None)
@@ -372,7 +485,7 @@ class SlurmBackend:
     async def _observe(self, job: TrackedJob, sj: SlurmJob, to_submit: list[tuple[TrackedJob, SlurmJob]]) -> None:
         staging, run = self.settings.staging_partition, self.settings.run_partition
         if sj.partition == staging and sj.state == "PENDING":
-            if not job.submitted and sj.reason not in _HELD_REASONS:
+            if not job.submitted and not job.submitting and sj.reason not in _HELD_REASONS:
                 to_submit.append((job, sj))
             return
         if sj.partition != run or job.placed is None:
@@ -434,9 +547,16 @@ class SlurmBackend:
             self.runtime.report_task_status(task_id, status, node=node, message=message, exit_code=exit_code)
 
     async def _submit(self, items: list[tuple[TrackedJob, SlurmJob]]) -> None:
+        try:
+            await self._submit_all(items)
+        finally:
+            for job, _ in items:
+                job.submitting = False
+
+    async def _submit_all(self, items: list[tuple[TrackedJob, SlurmJob]]) -> None:
         if not items or self.client is None:
             return
-        limiter = anyio.CapacityLimiter(self.settings.submit_parallel)
+        limiter = self._submit_limiter
 
         async def submit(job: TrackedJob, sj: SlurmJob) -> None:
             async with limiter:
@@ -447,6 +567,7 @@ class SlurmBackend:
                     spec = job_to_spec(sj, muster_id=job.muster_id, queue=queue)
                     await self.client.SubmitJob(pb.SubmitJobRequest(job=spec))
                     job.submitted = True
+                    job.submitted_at = time.time()
                     log.info("submitted", slurm_job=sj.job_id, job=job.muster_id, queue=queue, gang=job.size)
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() == grpc.StatusCode.ALREADY_EXISTS:

@@ -59,14 +59,15 @@ class SlurmCLI:
     def _argv(self, argv: Sequence[str]) -> list[str]:
         return [os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0], *argv[1:]]
 
-    async def run(self, *argv: str, check: bool = True) -> Result:
+    async def run(self, *argv: str, check: bool = True, stdin: bytes | None = None) -> Result:
         full = self._argv(argv)
         started = time.perf_counter()
         async with self._limit:
             self.calls += 1
             try:
                 with anyio.fail_after(self.timeout):
-                    proc = await anyio.run_process(full, check=False, env={**os.environ, "LC_ALL": "C"})
+                    proc = await anyio.run_process(full, input=stdin, check=False,
+                                                    env={**os.environ, "LC_ALL": "C"})
             except TimeoutError:
                 raise SlurmError(full, -1, f"{argv[0]} timed out after {self.timeout:.0f} s") from None
             except OSError as exc:
@@ -97,6 +98,12 @@ class SlurmCLI:
         out = await self.run("squeue", "-h", "-a", "-t", states, "-O", SQUEUE_FORMAT)
         return parse_squeue_format(out.stdout)
 
+    async def jobs_by_id(self, job_ids: Sequence[int]) -> list[SlurmJob]:
+        """The poll's fields for just these jobs, any state: one process verifies a whole burst."""
+        ids = ",".join(str(i) for i in job_ids)
+        out = await self.run("squeue", "-h", "-a", "-t", "all", "-j", ids, "-O", SQUEUE_FORMAT)
+        return parse_squeue_format(out.stdout)
+
     async def jobs_full(self) -> list[SlurmJob]:
         """Every job with every field (incl. AdminComment); used for the start-up re-sync."""
         return parse_squeue_json((await self.run("squeue", "--json")).stdout)
@@ -116,6 +123,17 @@ class SlurmCLI:
         if marker:
             argv.append(f"AdminComment={marker}")
         await self.run(*argv)
+
+    async def place_many(self, placements: Sequence[tuple[int, Sequence[str], str]], partition: str) -> Result:
+        """Many ``place`` updates in ONE ``scontrol`` process (commands on stdin; it runs them all,
+        carrying on past a failed one). Returns the result unchecked: a nonzero status means at
+        least one update failed, and the caller finds which by verifying."""
+        lines = [
+            " ".join(["update", f"JobId={job_id}", f"Partition={partition}", f"NodeList={','.join(nodes)}",
+                      "StartTime=now", *([f"AdminComment={marker}"] if marker else [])])
+            for job_id, nodes, marker in placements
+        ]
+        return await self.run("scontrol", check=False, stdin=("\n".join(lines) + "\n").encode())
 
     async def unstage(self, job_id: int, staging: str) -> None:
         """Back to the staging partition with no node list (after an eviction or a bad placement)."""
