@@ -151,18 +151,13 @@ class Session:
             plugin.on_session_open(self)
             self.result.plugin_seconds[f"{plugin.name}.open"] = time.perf_counter() - started
         self._build_chains()
-        # Volcano drops invalid jobs at session open, with an Unschedulable condition.
-        self.dropped_jobs: list[JobInfo] = []
-        for uid in list(self.jobs):
-            vr = self.job_valid(self.jobs[uid])
+        # Volcano keeps invalid jobs in the session (enqueue may still admit them); each action
+        # skips them through job_valid, and they close with the validation's Unschedulable reason.
+        self.invalid_jobs: dict[str, ValidateResult] = {}
+        for uid, job in self.jobs.items():
+            vr = self.job_valid(job)
             if vr is not None and not vr.passed:
-                job = self.jobs.pop(uid)
-                self.dropped_jobs.append(job)
-                self.result.jobs[uid] = JobOutcome(
-                    job.phase,
-                    [Condition("Unschedulable", "True", vr.reason, vr.message)],
-                    Explanation("gang", vr.message),
-                )
+                self.invalid_jobs[uid] = vr
 
     # -- building ---------------------------------------------------------------------------
     def _attach_existing(self, task: TaskInfo) -> None:
@@ -444,10 +439,20 @@ class Session:
             result.jobs[job.uid] = JobOutcome(
                 job.phase, [], Explanation("queue", f"queue {job.queue!r} does not exist")
             )
-        for job in (*self.dropped_jobs, *self.orphan_jobs):
+        for job in self.orphan_jobs:
             for task in job.tasks.values():
                 result.task_status[task.uid] = (task.status, task.node)
         for job in self.jobs.values():
+            invalid = self.invalid_jobs.get(job.uid)
+            if invalid is not None:
+                result.jobs[job.uid] = JobOutcome(
+                    job.phase,
+                    [Condition("Unschedulable", "True", invalid.reason, invalid.message)],
+                    Explanation("gang", invalid.message),
+                )
+                for task in job.tasks.values():
+                    result.task_status[task.uid] = (task.status, task.node)
+                continue
             unschedulable = any(c[0] == "Unschedulable" for c in job.conditions)
             phase = job_phase_after(job, unschedulable)
             conditions = [Condition(t, "True", r, m) for t, r, m in job.conditions]

@@ -146,9 +146,9 @@ def test_job_valid_first_failure_decides() -> None:
         a={"job_valid": lambda j: ValidateResult(False, "first", "")},
     )
     ssn = open_session()
-    # Both jobs are invalid: dropped at session open with the first tier's reason.
-    assert ssn.jobs == {}
-    assert ssn.result.jobs["ns/j1"].conditions[0].reason == "first"
+    # Both jobs are invalid: recorded at session open with the first tier's reason.
+    assert set(ssn.invalid_jobs) == {"ns/j1", "ns/j2"}
+    assert ssn.close().jobs["ns/j1"].conditions[0].reason == "first"
 
 
 def _victims(ssn, point: str):

@@ -85,11 +85,11 @@ def _spec(name: str, min_member: int, statuses: list[TaskStatus], roles: list[st
                    min_task_member=min_task_member or {}, phase=PodGroupPhase.INQUEUE)
 
 
-def test_job_with_fewer_valid_tasks_than_min_available_is_dropped_with_reason() -> None:
-    """gang job_valid: ValidTaskNum < MinAvailable -> NotEnoughTasks; the session drops the job
-    and reports the condition (Volcano records it as Unschedulable)."""
+def test_job_with_fewer_valid_tasks_than_min_available_is_invalid_with_reason() -> None:
+    """gang job_valid: ValidTaskNum < MinAvailable -> NotEnoughTasks; the job stays in the session
+    (Volcano's actions skip it through JobValid) and closes with the condition as Unschedulable."""
     ssn = _session([_spec("j", 3, [TaskStatus.PENDING, TaskStatus.FAILED, TaskStatus.PENDING])])
-    assert "ns/j" not in ssn.jobs
+    assert ssn.invalid_jobs["ns/j"].reason == "NotEnoughTasks"
     outcome = ssn.close().jobs["ns/j"]
     assert outcome.conditions[0].reason == "NotEnoughTasks"
     assert outcome.conditions[0].message == "Not enough valid tasks for gang-scheduling, valid: 2, min: 3"
