@@ -359,3 +359,160 @@ def test_hier_case12_reclaim_on_a_single_scalar_dimension() -> None:
                     pg("pg17", "case12_queue12", "Running", [pod("p17", A100_POD, "n3")]),
                     pg("pg18", "case12_queue12", "Running", [pod("p18", A100_POD, "n3", preemptable=False)])])
     assert_outcome(out, pipelined={"ns1/p16": "n3"}, evicted=["ns1/p17"])
+
+
+# --- Test_capacityPlugin_AncestorReclaimScenarios -----------------------------------------------------
+
+def ancestor_config(level: int, with_priority: bool) -> dict:
+    config = capacity_config(["enqueue", "reclaim", "allocate"], hierarchy=True, enableJobEnqueued=True)
+    config["tiers"][0]["plugins"][0]["arguments"] = {"ancestorReclaimLevel": level}
+    if with_priority:
+        config["tiers"][0]["plugins"].append({"name": "priority", "enableJobOrder": True, "enableTaskOrder": True})
+    return config
+
+
+BIG_N1 = {"name": "n1", "allocatable": {"pods": 11, **r("16", "16Gi", nvidia_com__a100=4, rdma__hca=1001)}}
+A1 = r("1", "1Gi", nvidia_com__a100=1, rdma__hca=1)
+
+
+def a100(n: int) -> Res:
+    return r(nvidia_com__a100=n)
+
+
+def project_tree() -> list[dict]:
+    return [ROOT2,
+            queue("project1_root", a100(1), a100(2), parent="root"),
+            queue("project1_non-preemptable", a100(1), a100(1), parent="project1_root"),
+            queue("project1_preemptable", parent="project1_root"),
+            queue("project2_root", a100(3), a100(4), parent="root"),
+            queue("project2_non-preemptable", a100(3), a100(3), parent="project2_root"),
+            queue("project2_preemptable", parent="project2_root")]
+
+
+def prio_pod(name: str, node_name: str | None, priority: int | None = None) -> dict:
+    p = pod(name, A1, node_name)
+    if priority is not None:
+        p["priority"] = priority
+    return p
+
+
+def test_ancestor_case1_reclaim_on_parent_deserved_at_level1() -> None:
+    """case1: case1_queue11 has no deserved, its parent deserves 1 A100: with level 1 it reclaims
+    p1 (4 A100) of case1_queue2."""
+    out = simulate(ancestor_config(1, True), [BIG_N1],
+                   [ROOT2, queue("case1_queue1", a100(1), parent="root"),
+                    queue("case1_queue11", parent="case1_queue1"), queue("case1_queue2", parent="root")],
+                   [pg("pg1", "case1_queue2", "Running", [pod("p1", r("1", "1Gi", nvidia_com__a100=4, rdma__hca=1), "n1")]),
+                    pg("pg2", "case1_queue11", "Inqueue", [pod("p2", A1)])])
+    assert_outcome(out, pipelined={"ns1/p2": "n1"}, evicted=["ns1/p1"])
+
+
+def test_ancestor_case2_cross_parent_reclaim_takes_the_lowest_priority_victim() -> None:
+    """case2: project2 (child and parent over deserved) holds all 4 A100; project1's pending job
+    (enqueued this cycle) reclaims p4, the lowest-priority pod."""
+    out = simulate(ancestor_config(1, True), [BIG_N1], project_tree(),
+                   [*(pg(f"pg{i}", "project2_preemptable", "Running", [prio_pod(f"p{i}", "n1", 2 if i < 4 else 1)])
+                      for i in range(1, 5)),
+                    pg("pg5", "project1_preemptable", "Pending", [prio_pod("p5", None)])])
+    assert_outcome(out, pipelined={"ns1/p5": "n1"}, evicted=["ns1/p4"])
+
+
+def test_ancestor_case3_cross_parent_reclaim_can_take_a_sibling_queue_victim() -> None:
+    """case3: project2_non-preemptable's pending job reclaims p3 from its sibling
+    project2_preemptable (p4 there is still pending)."""
+    out = simulate(ancestor_config(1, True), [BIG_N1], project_tree(),
+                   [*(pg(f"pg{i}", "project2_preemptable", "Running", [prio_pod(f"p{i}", "n1", 2)]) for i in range(1, 4)),
+                    pg("pg4_reclaimed", "project2_preemptable", "Inqueue", [prio_pod("p4", None)]),
+                    pg("pg5_pipelined", "project1_preemptable", "Running", [prio_pod("p5", "n1")]),
+                    pg("pg6", "project2_non-preemptable", "Pending", [prio_pod("p6", None)])])
+    assert_outcome(out, pipelined={"ns1/p6": "n1"}, evicted=["ns1/p3"])
+
+
+def test_ancestor_case4_blocked_when_victim_child_not_over_deserved() -> None:
+    """case4: the only A100 is held by case4_child1 at its deserved (and a non-preemptable
+    sibling pod): case4_child2 cannot reclaim."""
+    n1 = {"name": "n1", "allocatable": {"pods": 11, **r("8", "8Gi", nvidia_com__a100=1, rdma__hca=1001)}}
+    out = simulate(ancestor_config(1, True), [n1],
+                   [ROOT2, queue("case4_parent1", a100(1), parent="root"),
+                    queue("case4_child1", a100(1), parent="case4_parent1"),
+                    queue("case4_child1_sibling", parent="case4_parent1"),
+                    queue("case4_parent2", a100(1), parent="root"),
+                    queue("case4_child2", a100(1), parent="case4_parent2")],
+                   [pg("pg1", "case4_child1", "Running", [pod("p1", A1, "n1")]),
+                    pg("pg2", "case4_child2", "Pending", [pod("p2", A1)]),
+                    pg("pg3", "case4_child1_sibling", "Running", [pod("p3", A1, "n1", preemptable=False)])])
+    assert_outcome(out)
+
+
+def level_tree() -> list[dict]:
+    return [ROOT,
+            queue("grand-a", r("2", "2Gi"), r("4", "4Gi"), parent="root"),
+            queue("parent-a", r("2", "2Gi"), r("2", "2Gi"), parent="grand-a"),
+            queue("queue-a", r("2", "2Gi"), r("2", "2Gi"), parent="parent-a"),
+            queue("grand-b", r("3", "3Gi"), r("4", "4Gi"), parent="root"),
+            queue("parent-b", r("1", "1Gi"), r("2", "2Gi"), parent="grand-b"),
+            queue("queue-b", r("1", "1Gi"), r("2", "2Gi"), parent="parent-b")]
+
+
+def victim_and_reclaimer(victim_queue: str, reclaimer_queue: str, req: Res | None = None,
+                         reclaimer_req: Res | None = None) -> list[dict]:
+    return [pg("pg-victim", victim_queue, "Running", [pod("p-victim", req or r("2", "2Gi"), "n1")]),
+            pg("pg-reclaimer", reclaimer_queue, "Inqueue", [pod("p-reclaimer", reclaimer_req or req or r("2", "2Gi"))])]
+
+
+SMALL_N1 = node("n1", r("2", "2Gi"))
+
+
+@pytest.mark.parametrize(("level", "reclaims"), [(0, True), (1, True), (2, False)])
+def test_ancestor_cases5_to_7_level_semantics(level: int, reclaims: bool) -> None:
+    """cases 5-7: queue-b and parent-b are over deserved, grand-b is not. Level 0 (leaf) and 1
+    (parent) allow the reclaim; level 2 (grandparent) blocks it."""
+    out = simulate(ancestor_config(level, False), [SMALL_N1], level_tree(), victim_and_reclaimer("queue-b", "queue-a"))
+    if reclaims:
+        assert_outcome(out, pipelined={"ns1/p-reclaimer": "n1"}, evicted=["ns1/p-victim"])
+    else:
+        assert_outcome(out)
+
+
+def test_ancestor_case8_level1_sibling_without_leaf_deserved() -> None:
+    """case8: siblings without deserved under one parent: level 1 blocks the reclaim."""
+    out = simulate(ancestor_config(1, False), [SMALL_N1],
+                   [ROOT, queue("parent", r("4", "4Gi"), r("4", "4Gi"), parent="root"),
+                    queue("queue-a", parent="parent"), queue("queue-b", parent="parent")],
+                   victim_and_reclaimer("queue-b", "queue-a"))
+    assert_outcome(out)
+
+
+def test_ancestor_case9_level2_shared_grandparent_without_leaf_deserved() -> None:
+    """case9: leaves without deserved sharing a grandparent: level 2 blocks the reclaim."""
+    out = simulate(ancestor_config(2, False), [SMALL_N1],
+                   [ROOT, queue("grand", r("2", "2Gi"), r("2", "2Gi"), parent="root"),
+                    queue("parent-a", parent="grand"), queue("queue-a", parent="parent-a"),
+                    queue("parent-b", parent="grand"), queue("queue-b", parent="parent-b")],
+                   victim_and_reclaimer("queue-b", "queue-a"))
+    assert_outcome(out)
+
+
+def test_ancestor_case10_level2_unbalanced_shared_grandparent() -> None:
+    """case10: an unbalanced tree under one grandparent, leaves without deserved: level 2 blocks."""
+    out = simulate(ancestor_config(2, False), [SMALL_N1],
+                   [ROOT, queue("grand", r("1", "1Gi"), r("2", "2Gi"), parent="root"),
+                    queue("parent-deep", r("1", "1Gi"), r("2", "2Gi"), parent="grand"),
+                    queue("queue-deep", parent="parent-deep"), queue("queue-shallow", parent="grand")],
+                   victim_and_reclaimer("queue-deep", "queue-shallow"))
+    assert_outcome(out)
+
+
+def test_ancestor_case11_level2_depth2_ancestor_not_over_deserved() -> None:
+    """case11: the victim's depth-2 ancestor (deep-grand, 2 A100 deserved) is not over deserved:
+    level 2 blocks the reclaim."""
+    n1 = node("n1", r("4", "4Gi", nvidia_com__a100=2))
+    out = simulate(ancestor_config(2, False), [n1],
+                   [ROOT, queue("shallow-parent", a100(1), parent="root"),
+                    queue("queue-shallow", a100(1), parent="shallow-parent"),
+                    queue("deep-grand", a100(2), parent="root"),
+                    queue("deep-parent", a100(1), parent="deep-grand"),
+                    queue("queue-deep", a100(1), parent="deep-parent")],
+                   victim_and_reclaimer("queue-deep", "queue-shallow", r("1", "1Gi", nvidia_com__a100=2),
+                                        r("1", "1Gi", nvidia_com__a100=1)))
+    assert_outcome(out)
