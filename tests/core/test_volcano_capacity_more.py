@@ -516,3 +516,18 @@ def test_ancestor_case11_level2_depth2_ancestor_not_over_deserved() -> None:
                    victim_and_reclaimer("queue-deep", "queue-shallow", r("1", "1Gi", nvidia_com__a100=2),
                                         r("1", "1Gi", nvidia_com__a100=1)))
     assert_outcome(out)
+
+
+# --- TestNoDoubleCountingForInqueueJobWithBindingTasks ------------------------------------------------
+
+def test_inqueue_job_with_binding_tasks_is_not_counted_twice() -> None:
+    """TestNoDoubleCountingForInqueueJobWithBindingTasks, second cycle: pgA (Inqueue, minResources
+    3 cpu) has its 3 tasks Binding; q1's 4 cpu capability still admits and places pgB's 1 cpu."""
+    config = {"actions": ["enqueue", "allocate"], "extension_points_not_listed": "disabled",
+              "tiers": [{"plugins": [{"name": "capacity", "enabledAllocatable": True, "enabledOverused": True,
+                                      "enableJobEnqueued": True}]}]}
+    binding = [{"name": f"pA{i}", "request": r("1", "1Gi"), "status": "Binding", "node": "n1"} for i in (1, 2, 3)]
+    out = simulate(config, [node("n1", r("4", "8Gi"))], [queue("q1", None, r("4", "8Gi"))],
+                   [pg("pgA", "q1", "Inqueue", binding, min_member=3, min_resources=r("3", "3Gi")),
+                    pg("pgB", "q1", "Pending", [pod("pB1", r("1", "1Gi"))], min_resources=r("1", "1Gi"))])
+    assert out["binds"] == {"ns1/pB1": "n1"}
