@@ -1,7 +1,7 @@
 """``muster-slurm-adapter``: Muster places the jobs of a real Slurm cluster.
 
     muster-slurm-adapter --server 127.0.0.1:50051 --staging-partition staging \\
-        --run-partition batch [--poll-interval 0.5s] [--queue-from account|qos|partition|comment]
+        --run-partition batch [--poll-interval 0.25s] [--queue-from account|qos|partition|comment]
 
 Polls Slurm (it has no event stream), sends the server deltas, and enforces binds / evictions
 through ``scontrol`` (see ``adapters/slurm/backend.py`` and docs/slurm.md).
@@ -47,7 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="slurm", help="backend name registered with the server (default slurm)")
     p.add_argument("--staging-partition", default="staging", help="DOWN partition jobs wait in (default staging)")
     p.add_argument("--run-partition", default="batch", help="partition Muster places jobs into (default batch)")
-    p.add_argument("--poll-interval", type=parse_duration, default=0.5, help="Slurm poll period (default 0.5s)")
+    p.add_argument("--poll-interval", type=parse_duration, default=0.25,
+                   help="Slurm job poll period (default 0.25s)")
+    p.add_argument("--node-poll-interval", type=parse_duration, default=1.0,
+                   help="Slurm node poll period (default 1s; `sinfo --json` is the costly read)")
     p.add_argument("--queue-from", choices=QUEUE_SOURCES, default="account",
                    help="which job field names the Muster queue (default account)")
     p.add_argument("--default-queue", default="default", help="queue for jobs with an empty queue field")
@@ -85,6 +88,7 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
         default_queue=args.default_queue,
         job_prefix=args.job_prefix,
         poll_interval=args.poll_interval,
+        node_poll_interval=args.node_poll_interval,
     )
     backend = SlurmBackend(cli, settings, name=args.name)
     ledger: DecisionLedger = (

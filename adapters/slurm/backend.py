@@ -47,8 +47,8 @@ from muster.v1 import muster_pb2_grpc as pb_grpc
 log = structlog.get_logger("muster.slurm")
 
 MARKER = "muster:"
-# Updates per `scontrol` process (stdin); chunks run side by side within the CLI's parallelism.
-_UPDATES_PER_PROCESS = 64
+# Fewest updates worth their own `scontrol` process (a process costs about as much as 2 updates).
+_MIN_UPDATES_PER_PROCESS = 8
 # A longer node list is placed with its own process (scontrol's stdin line buffer is finite).
 _MAX_BATCHED_NODELIST = 2000
 # Slurm reasons meaning the job is waiting for its own hold, not for nodes.
@@ -65,7 +65,8 @@ class Settings:
     queue_from: str = "account"
     default_queue: str = "default"
     job_prefix: str = "slurm-"
-    poll_interval: float = 0.5
+    poll_interval: float = 0.25
+    node_poll_interval: float = 1.0
     submit_parallel: int = 16
 
 
@@ -120,6 +121,8 @@ class SlurmBackend:
         self._nodes: dict[str, pb.Node] = {}  # last poll
         self._foreign: dict[str, pb.BackendTask] = {}  # last poll
         self._sent_nodes: dict[str, pb.Node] = {}  # what the server has
+        self._node_cache: list[SlurmNode] | None = None
+        self._node_read_at = 0.0
         self._sent_foreign: dict[str, pb.BackendTask] = {}
         self._polled = anyio.Event()
         self._adopted = False
@@ -204,9 +207,11 @@ class SlurmBackend:
             for p in chunk:
                 p.job.updated_at = now
 
+        # Spread over the CLI's parallelism: slurmctld overlaps the RPCs of concurrent processes.
+        size = max(_MIN_UPDATES_PER_PROCESS, -(-len(short) // max(1, self.cli.parallel)))
         async with anyio.create_task_group() as tg:
-            for i in range(0, len(short), _UPDATES_PER_PROCESS):
-                tg.start_soon(place_chunk, short[i:i + _UPDATES_PER_PROCESS])
+            for i in range(0, len(short), size):
+                tg.start_soon(place_chunk, short[i:i + size])
         outcomes: dict[int, Outcome] = {}
         retry: list[_Placement] = []
         records = await self._read_records(short) if short else {}
@@ -444,7 +449,13 @@ class SlurmBackend:
         jobs: list[SlurmJob] = []
 
         async def read_nodes() -> None:
-            nodes.extend(await self.cli.nodes())
+            # Nodes change rarely and `sinfo --json` is the costliest read: every
+            # node_poll_interval, the last answer in between (jobs are read every poll).
+            now = time.monotonic()
+            if self._node_cache is None or now - self._node_read_at >= self.settings.node_poll_interval:
+                self._node_cache = await self.cli.nodes()
+                self._node_read_at = now
+            nodes.extend(self._node_cache)
 
         async def read_jobs() -> None:
             jobs.extend(await self.cli.jobs())

@@ -53,6 +53,7 @@ class SlurmCLI:
     def __init__(self, *, bin_dir: str = "", timeout: float = 30.0, parallel: int = 4) -> None:
         self.bin_dir = bin_dir
         self.timeout = timeout
+        self.parallel = parallel
         self._limit = anyio.CapacityLimiter(parallel)
         self.calls = 0
 
