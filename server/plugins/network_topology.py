@@ -18,8 +18,11 @@ HyperNodes form a tree: a tier-1 hypernode lists nodes, a higher tier lists hype
 * hypernode_order -- Volcano's hypernode bin-packing score: (used + job request) / allocatable
   over cpu and memory, weighted by ``hypernode.binpack.cpu`` / ``hypernode.binpack.memory``.
 
-Arguments are accepted with Volcano's defaults; ``hypernode.binpack.resources*`` (extended
-resources in the hypernode score) and the normal-pod / eviction-gradient ones are not used yet.
+* node_order for normal pods (jobs without a network topology) -- Volcano's hypernode-level
+  bin-packing by tier, faded by ``hypernode.binpack.normal-pod.fading`` (see normal_pod_score).
+
+Arguments are accepted with Volcano's defaults; extended resources in the job-level hypernode
+score and the eviction-gradient argument are not used yet.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 
 from server.model import TaskStatus
 from server.plugins.base import Plugin
+from server.quantity import MIN_RESOURCE
 from server.session.evaluator import Predicate, Scorer
 from server.session.info import JobInfo, TaskInfo, less_equal
 
@@ -49,7 +53,7 @@ class NetworkTopologyPlugin(Plugin):
         "hypernode.binpack.memory": 1,
         "hypernode.binpack.resources": "",
         "hypernode.binpack.resources.*": 1,
-        "hypernode.binpack.normal-pod.enable": False,
+        "hypernode.binpack.normal-pod.enable": True,
         "hypernode.binpack.normal-pod.fading": 0.8,
         "hypernode.gradient.evict.max-hypernodes": 0,
     }
@@ -119,10 +123,49 @@ class NetworkTopologyPlugin(Plugin):
                 return np.ones(len(rows), dtype=bool)
             return region(task, topo[1])[rows]
 
+        # Volcano batchNodeOrderFnForNormalPods: a task of a job without a network topology scores
+        # a node by how well it bin-packs each enclosing hypernode, tier by tier (tier t weighted
+        # fading^(t-1)), over Volcano's tiers plus the virtual cluster-top hypernode (every node)
+        # Volcano adds one tier above the highest; a tier where no hypernode holds the node
+        # scores full.
+        normal_enable = self.arg_bool("hypernode.binpack.normal-pod.enable", True)
+        fading = self.arg_float("hypernode.binpack.normal-pod.fading", 0.8)
+        if fading < 0:
+            fading = 0.8
+        top_tier = max_tier + 1
+        tier_range = range(min(h.tier for h in specs.values()), top_tier + 1)
+        tier_weights = np.array([fading ** (t - 1) for t in tier_range])
+        # owner[k][row]: index into hn_masks of the tier-k hypernode holding the row, -1 if none.
+        hn_masks: list[np.ndarray] = [np.ones(n, dtype=bool)]  # 0: the cluster top
+        owner = np.full((len(tier_range), n), -1, dtype=np.int64)
+        owner[-1, :] = 0
+        for h in sorted(specs.values(), key=lambda h: (h.tier, h.name), reverse=True):
+            k = h.tier - tier_range.start
+            hn_masks.append(members[h.name])
+            owner[k, members[h.name]] = len(hn_masks) - 1  # ties: the first by name wins
+        hn_matrix = np.array(hn_masks, dtype=float)
+
+        def normal_pod_score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+            dims = [d for d, w in binpack_weights.items() if task.resreq[d] >= MIN_RESOURCE and w > 0]
+            hn_scores = np.zeros(len(hn_masks))
+            if dims:
+                w = np.array([binpack_weights[d] for d in dims], dtype=float)
+                alloc = hn_matrix @ nodes.allocatable[:, dims]
+                after = hn_matrix @ nodes.used[:, dims] + task.resreq[dims]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratio = np.where(alloc > 0, after / alloc, np.inf)
+                fits = (ratio <= 1.0).all(axis=1)
+                hn_scores = np.where(fits, (np.where(np.isfinite(ratio), ratio, 0.0) @ w) / w.sum(), 0.0)
+            owners = owner[:, rows]
+            per_tier = np.where(owners >= 0, hn_scores[np.maximum(owners, 0)], 1.0)
+            return weight * MAX_NODE_SCORE * (tier_weights @ per_tier) / tier_weights.sum()
+
         def score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
             out = np.zeros(len(rows))
-            if topology(task) is None or weight == 0:
+            if weight == 0:
                 return out
+            if topology(task) is None:
+                return normal_pod_score(task, rows) if normal_enable else out
             used = used_rows(task)
             if len(used) == 0:
                 return out
@@ -193,6 +236,14 @@ class NetworkTopologyPlugin(Plugin):
 
         binpack_cpu = self.arg_int("hypernode.binpack.cpu", 1)
         binpack_memory = self.arg_int("hypernode.binpack.memory", 1)
+        # Volcano priorityWeight: cpu, memory and the listed extended resources (negative -> 1).
+        binpack_weights: dict[int, int] = {0: binpack_cpu if binpack_cpu >= 0 else 1,
+                                           1: binpack_memory if binpack_memory >= 0 else 1}
+        for res_name in str(self.arguments.get("hypernode.binpack.resources") or "").split(","):
+            res_name = res_name.strip()
+            if res_name and res_name in ssn.space.index:
+                w = self.arg_int(f"hypernode.binpack.resources.{res_name}", 1)
+                binpack_weights[ssn.space.index[res_name]] = w if w >= 0 else 1
         ssn.register("hypernode_gradient", self.name, gradients)
         ssn.register("hypernode_order", self.name, hypernode_order)
         ssn.register(
