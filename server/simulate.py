@@ -419,6 +419,18 @@ def load_scenario(raw: Any) -> Scenario:
         for k, child in enumerate(h.hypernodes):
             if child not in known_hn:
                 L.problem(f"hypernodes[{i}].members.hypernodes[{k}]", f"hypernode {child!r} does not exist")
+    children = {h.name: h.hypernodes for h in hypernodes}
+    for i, h in enumerate(hypernodes):
+        # A hypernode may not contain itself, directly or through its members.
+        stack, seen = list(h.hypernodes), set()
+        while stack:
+            member = stack.pop()
+            if member == h.name:
+                L.problem(f"hypernodes[{i}].members", f"hypernode {h.name!r} contains itself")
+                break
+            if member not in seen:
+                seen.add(member)
+                stack.extend(children.get(member, []))
     topologies = raw.get("topologies") or []
     if not isinstance(topologies, list):
         L.problem("topologies", "must be a list")

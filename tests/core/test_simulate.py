@@ -148,3 +148,17 @@ jobs:
     assert out["binds"] == {}  # 1 cpu left: r0 does not fit; h0 is never considered
     assert out["tasks"]["default/h0"]["status"] == "Pending"
     assert out["tasks"]["default/g0"]["status"] == "Running"
+
+
+def test_hypernode_cycles_are_problems() -> None:
+    text = """
+nodes: [{name: n1, allocatable: {cpu: "1"}}]
+hypernodes:
+- {name: a, tier: 2, members: {hypernodes: [b]}}
+- {name: b, tier: 1, members: {hypernodes: [a], nodes: [n1]}}
+- {name: c, tier: 1, members: {hypernodes: [c]}}
+"""
+    with pytest.raises(ScenarioError) as err:
+        simulate_text(text)
+    assert "hypernodes[0].members: hypernode 'a' contains itself" in err.value.problems
+    assert "hypernodes[2].members: hypernode 'c' contains itself" in err.value.problems
