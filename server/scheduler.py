@@ -23,9 +23,6 @@ class SchedulerCore:
         """Takes effect at the next cycle."""
         self.config = config
 
-    def open_session(self, snapshot: ClusterSnapshot, cycle_id: int) -> Session:
-        return Session(snapshot, self.config, cycle_id)
-
     def run_cycle(self, snapshot: ClusterSnapshot, cycle_id: int) -> CycleResult:
         config = self.config  # one config for the whole cycle, even if swapped meanwhile
         started = time.perf_counter()

@@ -7,9 +7,8 @@ field and reports every problem at once, one line each, naming the field's path
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -54,7 +53,6 @@ class Scenario:
     config: SchedulerConfig
     snapshot: ClusterSnapshot
     cycles: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 _TOP = {"name", "config", "priorityClasses", "topologies", "hypernodes", "nodes", "queues", "jobs"}
@@ -527,7 +525,3 @@ def simulate_text(text: str, cycles: int | None = None) -> dict[str, Any]:
     if cycles is not None and cycles < 0:
         raise ScenarioError([f"cycles: {cycles} must not be negative"])
     return run_scenario(parse_scenario_text(text), cycles or None)
-
-
-def to_json(result: dict[str, Any]) -> str:
-    return json.dumps(result, indent=2, sort_keys=True)

@@ -109,7 +109,6 @@ class AllocateAction(Action):
             scores = ssn.hypernode_order(job, {n: masks[n] for n in solutions})
             best = max(solutions, key=lambda n: (scores.get(n, 0.0), [-ord(c) for c in n]))
             operations, left = solutions[best]
-            job.allocated_hypernode = best
             stmt = ssn.statement()
             for op, task, node in operations:
                 (stmt.allocate if op is Op.ALLOCATE else stmt.pipeline)(task, node)

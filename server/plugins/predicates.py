@@ -35,7 +35,6 @@ NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 POD_NUMBER = "node(s) pod number exceeded"
 POD_AFFINITY = "node(s) didn't match pod affinity rules"
 POD_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
-EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
 
 
 def _terms(affinity: dict[str, Any], kind: str) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ fit under the real capability, counting what is already allocated and inqueue) a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -70,7 +70,6 @@ class QueueAttr:
     guarantee: np.ndarray
     real_capability: np.ndarray
     share: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
 
     def update_share(self) -> None:
         self.share = share(self.allocated, self.deserved)

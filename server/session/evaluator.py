@@ -261,8 +261,3 @@ class NodeEvaluator:
                 count(p.reasons(task, failed) if p.reasons else [p.reason] * len(failed))
             remaining = remaining[ok]
         return fe
-
-    def invalidate(self) -> None:
-        """Drop the caches (a plugin changed state the scopes do not track)."""
-        self._shape.clear()
-        self._fit_errors.clear()

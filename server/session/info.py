@@ -24,7 +24,7 @@ from server.model import (
     TaskSpec,
     TaskStatus,
 )
-from server.quantity import CPU, MEMORY, MIN_RESOURCE, PODS, format_resources
+from server.quantity import CPU, MEMORY, MIN_RESOURCE, PODS
 
 Vec = np.ndarray
 
@@ -63,9 +63,6 @@ class ResourceSpace:
     def to_dict(self, v: Vec) -> dict[str, float]:
         return {n: float(v[i]) for i, n in enumerate(self.dims) if v[i] != 0.0}
 
-    def format(self, v: Vec) -> str:
-        return ", ".join(f"{k} {q}" for k, q in format_resources(self.to_dict(v)).items()) or "empty"
-
     def zeros(self) -> Vec:
         return np.zeros(self.size)
 
@@ -73,10 +70,6 @@ class ResourceSpace:
 def less_equal(left: Vec, right: Vec) -> bool:
     """Volcano ``Resource.LessEqual(right, Zero)``: every dimension within epsilon."""
     return bool(np.all(left <= right + MIN_RESOURCE))
-
-
-def insufficient(left: Vec, right: Vec, space: ResourceSpace) -> list[str]:
-    return [space.dims[i] for i in np.nonzero(left > right + MIN_RESOURCE)[0]]
 
 
 def is_empty(v: Vec) -> bool:
@@ -87,7 +80,7 @@ class TaskInfo:
     __slots__ = (
         "uid", "name", "namespace", "job", "role", "spec", "resreq", "best_effort", "status",
         "node", "priority", "preemptable", "sub_group", "shape_key", "static_key", "creation_index",
-        "original_status", "original_node", "evict_reason", "last_tx_status",
+        "last_tx_status",
     )
 
     def __init__(self, spec: TaskSpec, space: ResourceSpace) -> None:
@@ -109,9 +102,6 @@ class TaskInfo:
         # same shape key they also compete identically for resources (cache key for evaluation).
         self.static_key = _static_key(spec)
         self.shape_key = (self.static_key, self.resreq.tobytes())
-        self.original_status = spec.status
-        self.original_node = spec.node
-        self.evict_reason = ""
         # Status of the last discarded placement (Volcano LastTransaction): the gang plugin counts
         # such tasks as schedulable in its Unschedulable message.
         self.last_tx_status: TaskStatus | None = None
@@ -193,7 +183,6 @@ class JobInfo:
         self.enqueue_verdict = ""
         self.queue_verdict = ""
         self.explain_fit_errors: dict[str, FitErrors] = {}  # for `muster explain` only
-        self.allocated_hypernode = ""
 
     # -- task index -------------------------------------------------------------------------
     def add_task(self, task: TaskInfo) -> None:
@@ -279,15 +268,6 @@ class JobInfo:
             return True
         return self._roles_meet_minimum(
             self._roles((*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED), pending_best_effort=True)
-        )
-
-    def check_task_starving(self) -> bool:
-        if not self.task_min_available:
-            return False
-        if self.min_available < self.task_min_available_total:
-            return True
-        return not self._roles_meet_minimum(
-            self._roles((*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED))
         )
 
     # -- sub-groups (KAI PodGroup subGroups / Volcano sub-jobs): each needs its own minimum -----
@@ -454,8 +434,6 @@ class NodeTable:
         self.tasks[i].pop(task.uid, None)
         self.change_log.append(i)
 
-    def describe(self, i: int) -> str:
-        return f"{self.names[i]} idle: {self.space.format(self.idle[i])}"
 
 
 def new_queue_infos(specs: list[QueueSpec], space: ResourceSpace) -> dict[str, QueueInfo]:

@@ -54,8 +54,6 @@ class EventHandler:
     deallocate: Callable[[TaskInfo], None] | None = None
 
 
-Compare = Callable[[Any, Any], int]
-
 
 class PriorityQueue:
     """A heap ordered by a ``less(l, r)`` function (Volcano ``util.PriorityQueue``)."""
@@ -419,7 +417,6 @@ class Session:
         self.result.binds[task.uid] = task.node  # type: ignore[assignment]
 
     def dispatch_evict(self, task: TaskInfo, reason: str) -> None:
-        task.evict_reason = reason
         self.result.evictions[task.uid] = reason
 
     def statement(self) -> Statement:

@@ -58,9 +58,6 @@ class Statement:
         self.ssn.change_status_on_node(task, TaskStatus.RELEASING)
         self.operations.append(Operation(Op.EVICT, task, task.node, prev, reason))
 
-    def has_evictions(self) -> bool:
-        return any(o.op is Op.EVICT for o in self.operations)
-
     def checkpoint(self) -> int:
         return len(self.operations)
 
