@@ -61,7 +61,6 @@ import json
 import math
 import os
 import random
-import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -617,29 +616,6 @@ class BackendRuntime:
                 return
         for item in run:  # find the offending item(s); the rest still go through
             await self._send_run(stub, [item], acks)
-
-
-def configure_logging(fmt: str = "console", level: str = "info") -> None:
-    """structlog for adapters: readable on a terminal, one JSON object per line with ``json``."""
-    import logging
-
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
-        if fmt == "json"
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-    )
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info if fmt == "json" else structlog.dev.set_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
-    )
 
 
 def _first_error(group: BaseExceptionGroup) -> BaseException:

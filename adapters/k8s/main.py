@@ -7,9 +7,7 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
-import sys
 
 import anyio
 import structlog
@@ -17,6 +15,7 @@ import structlog
 from adapters.k8s.adapter import K8sBackend
 from adapters.k8s.kube import make_api_client
 from adapters.runtime import DecisionLedger, FileDecisionLedger
+from server.observability.logging import configure_logging
 
 log = structlog.get_logger("muster.k8s")
 
@@ -35,17 +34,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
-
-
-def configure_logging(fmt: str, level: str) -> None:
-    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(
-        colors=sys.stderr.isatty())
-    structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
-                    structlog.processors.format_exc_info, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-    )
 
 
 async def run(args: argparse.Namespace) -> None:

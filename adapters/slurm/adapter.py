@@ -10,7 +10,6 @@ through ``scontrol`` (see ``adapters/slurm/backend.py`` and docs/slurm.md).
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import signal
 import sys
@@ -26,6 +25,7 @@ from adapters.slurm.backend import Settings, SlurmBackend
 from adapters.slurm.cli import SlurmCLI
 from adapters.slurm.translate import QUEUE_SOURCES
 from muster.v1 import muster_pb2_grpc as pb_grpc
+from server.observability.logging import configure_logging
 
 log = structlog.get_logger("muster.slurm")
 
@@ -61,19 +61,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=int, default=4, help="concurrent Slurm commands (default 4)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
-
-
-def configure_logging(level: str) -> None:
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-    )
 
 
 async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -> None:
@@ -124,7 +111,7 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging(args.log_level)
+    configure_logging("json", args.log_level)
     try:
         anyio.run(serve, args)
     except KeyboardInterrupt:

@@ -50,10 +50,10 @@ from adapters.runtime import (
     FileDecisionLedger,
     Outcome,
     Rejected,
-    configure_logging,
 )
 from adapters.slurm.inventory import GPU, InventoryError, InventoryNode, load_inventory
 from muster.v1 import muster_pb2 as pb
+from server.observability.logging import configure_logging
 from server.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
 
 log = structlog.get_logger("muster.agent")
