@@ -204,11 +204,3 @@ def queue_to_model(queue: pb.Queue) -> model.QueueSpec:
         annotations=dict(queue.annotations),
     )
 
-
-def condition_to_proto(cond: model.Condition, cycle_id: int, transition_time: float) -> pb.Condition:
-    out = pb.Condition(
-        type=cond.type, status=cond.status, reason=cond.reason, message=cond.message, cycle_id=cycle_id
-    )
-    if ts := timestamp(transition_time):
-        out.last_transition_time.CopyFrom(ts)
-    return out

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from muster.v1 import muster_pb2 as pb
 from server.api.convert import resource_list, timestamp
 from server.api.errors import invalid
-from server.model import ENDED, TaskStatus
+from server.model import TaskStatus
 
 if TYPE_CHECKING:
     from server.cache import JobRecord
@@ -62,10 +62,6 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
 
 def is_terminal_phase(phase: int) -> bool:
     return phase in (pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED)
-
-
-def task_is_ended(status: TaskStatus) -> bool:
-    return status in ENDED
 
 
 def node_view(node: pb.Node, used: dict[str, float], allocatable: dict[str, float], task_count: int) -> pb.NodeView:

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -103,17 +102,7 @@ def inject_current() -> dict[str, str]:
     return carrier
 
 
-def inject_span(span: trace.Span) -> dict[str, str]:
-    carrier: dict[str, str] = {}
-    PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
-    return carrier
-
-
 def extract(carrier: Mapping[str, str]) -> otel_context.Context:
     """A context whose parent is the remote span in ``carrier`` (empty context if none)."""
     return PROPAGATOR.extract(dict(carrier))
 
-
-def remote_span_context(carrier: Mapping[str, str]) -> trace.SpanContext | None:
-    ctx = trace.get_current_span(extract(carrier)).get_span_context()
-    return ctx if ctx.is_valid else None
