@@ -44,7 +44,7 @@ from server.plugins.base import Plugin
 from server.plugins.proportion import elastic_resource, inqueue_resource
 from server.quantity import CPU, MEMORY, MIN_RESOURCE
 from server.session.extension_points import PERMIT, REJECT
-from server.session.info import JobInfo, QueueInfo, TaskInfo
+from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share
 
 if TYPE_CHECKING:
     from server.session.session import Session
@@ -73,11 +73,7 @@ class QueueAttr:
 
     def update_share(self) -> None:
         """Volcano updateQueueAttrShare: max allocated / deserved over the deserved resources."""
-        dims = self.deserved >= MIN_RESOURCE
-        if not dims.any():
-            self.share = 1.0
-            return
-        self.share = float(np.max(self.allocated[dims] / self.deserved[dims]))
+        self.share = dominant_share(self.allocated, self.deserved, empty=1.0)
 
 
 def within(used: np.ndarray, limit: np.ndarray, req: np.ndarray) -> bool:

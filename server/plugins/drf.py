@@ -27,7 +27,7 @@ from server.model import ALLOCATED
 from server.plugins.base import Plugin
 from server.quantity import MIN_RESOURCE
 from server.session.extension_points import PERMIT
-from server.session.info import JobInfo, QueueInfo, TaskInfo
+from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share
 
 if TYPE_CHECKING:
     from server.session.session import Session
@@ -35,14 +35,6 @@ if TYPE_CHECKING:
 SHARE_DELTA = 0.000001
 HIERARCHY = "volcano.sh/hierarchy"
 HIERARCHY_WEIGHTS = "volcano.sh/hierarchy-weights"
-
-
-def dominant_share(allocated: np.ndarray, total: np.ndarray) -> float:
-    """Volcano calculateShare: max of allocated / total over the resources the cluster has."""
-    dims = total >= MIN_RESOURCE
-    if not dims.any():
-        return 0.0
-    return float(np.max(allocated[dims] / total[dims]))
 
 
 class HNode:

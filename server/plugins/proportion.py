@@ -19,19 +19,10 @@ from server.model import PodGroupPhase, TaskStatus
 from server.plugins.base import Plugin
 from server.quantity import MIN_RESOURCE
 from server.session.extension_points import PERMIT, REJECT
-from server.session.info import JobInfo, QueueInfo, TaskInfo, less_equal
+from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share, less_equal
 
 if TYPE_CHECKING:
     from server.session.session import Session
-
-
-def share(allocated: np.ndarray, deserved: np.ndarray) -> float:
-    """Volcano ``updateQueueAttrShare``: max of allocated / deserved over the dimensions of
-    ``deserved.ResourceNames()`` (those >= the epsilon); a dimension the queue deserves none of
-    does not count."""
-    present = deserved >= MIN_RESOURCE
-    shares = np.divide(allocated, deserved, out=np.zeros(len(allocated)), where=present)
-    return float(shares.max(initial=0.0))
 
 
 def less_equal_on(left: np.ndarray, right: np.ndarray, req: np.ndarray) -> bool:
@@ -72,7 +63,7 @@ class QueueAttr:
     share: float = 0.0
 
     def update_share(self) -> None:
-        self.share = share(self.allocated, self.deserved)
+        self.share = dominant_share(self.allocated, self.deserved)
 
 
 class ProportionPlugin(Plugin):

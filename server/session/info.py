@@ -72,6 +72,15 @@ def less_equal(left: Vec, right: Vec) -> bool:
     return bool(np.all(left <= right + MIN_RESOURCE))
 
 
+def dominant_share(amount: Vec, base: Vec, empty: float = 0.0) -> float:
+    """max over resources of amount / base, counting only the resources ``base`` has (>= the
+    epsilon); ``empty`` when it has none. DRF's job share, proportion's and capacity's queue share."""
+    dims = base >= MIN_RESOURCE
+    if not dims.any():
+        return empty
+    return float(np.max(amount[dims] / base[dims]))
+
+
 def is_empty(v: Vec) -> bool:
     return bool(np.all(v < MIN_RESOURCE))
 

@@ -12,7 +12,7 @@ import pytest
 
 from server.config import load_config
 from server.model import ClusterSnapshot, JobSpec, NodeSpec, QueueSpec, TaskSpec, TaskStatus
-from server.plugins.drf import dominant_share
+from server.session.info import dominant_share
 from server.session.session import Session
 from server.simulate import simulate_text
 

@@ -158,7 +158,7 @@ def test_reclaimable_when_reclaimer_queue_stays_lower(victim_cpu: float, reclaim
 
 def test_flat_dominant_share_ignores_resources_the_cluster_lacks() -> None:
     """calculateShare only looks at the cluster's resource names (total >= epsilon)."""
-    from server.plugins.drf import dominant_share
+    from server.session.info import dominant_share
 
     assert dominant_share(np.array([500.0, 0.0, 1.0]), np.array([1000.0, 4.0, 0.0])) == 0.5
 

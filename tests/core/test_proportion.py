@@ -11,7 +11,8 @@ import pytest
 
 from server.config import load_config
 from server.model import ClusterSnapshot, JobSpec, NodeSpec, PodGroupPhase, QueueSpec, TaskSpec
-from server.plugins.proportion import ProportionPlugin, share
+from server.plugins.proportion import ProportionPlugin
+from server.session.info import dominant_share as share
 from server.session.session import Session
 from server.simulate import simulate_text
 
