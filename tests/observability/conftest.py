@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
@@ -67,6 +67,17 @@ async def flush(handle: ServerHandle) -> None:
     assert telemetry is not None and telemetry.provider is not None
     ok = await anyio.to_thread.run_sync(telemetry.provider.force_flush, 10_000)
     assert ok, "span export did not finish"
+
+
+async def flush_until(handle: ServerHandle, arrived: Callable[[], bool]) -> None:
+    """Flush until ``arrived()``: an RPC's span ends after its reply is sent, so the client can
+    see the reply before the span exists. Bounded by WAIT."""
+    with anyio.fail_after(WAIT):
+        while True:
+            await flush(handle)
+            if arrived():
+                return
+            await anyio.sleep(0.02)
 
 
 async def next_cycle(handle: ServerHandle) -> None:

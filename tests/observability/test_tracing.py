@@ -21,7 +21,17 @@ from server.model import CycleResult, Explanation, JobOutcome, PodGroupPhase
 from server.observability.cycletrace import CycleObservation
 from server.observability.tracing import normalize_endpoint, tracing_settings
 
-from .conftest import WAIT, flush, gang, next_cycle, node, options, read_decisions, register
+from .conftest import (
+    WAIT,
+    flush,
+    flush_until,
+    gang,
+    next_cycle,
+    node,
+    options,
+    read_decisions,
+    register,
+)
 from .otlp_receiver import ReceivedSpan, Receiver
 
 SERVER_KIND = 2  # opentelemetry.proto SPAN_KIND_SERVER
@@ -138,7 +148,7 @@ async def test_rpc_span_continues_caller_context_and_records_errors(
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.GetJob(pb.GetJobRequest(id="nope"), metadata=metadata)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    await flush(traced)
+    await flush_until(traced, lambda: bool(receiver.named("muster.v1.Scheduler/GetJob")))
     [span] = receiver.named("muster.v1.Scheduler/GetJob")
     assert (span.trace_id, span.parent_span_id) == (caller_trace, caller_span)
     assert span.attributes["rpc.grpc.status_code"] == "NOT_FOUND"
