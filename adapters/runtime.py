@@ -74,9 +74,9 @@ import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from opentelemetry import trace
 
+from muster.tracing import extract, provider_from_env
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.observability.tracing import extract, provider_from_env
 
 log = structlog.get_logger("muster.adapter")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from muster.quantity import parse_resources  # noqa: E402
 from server.config import default_config, load_config  # noqa: E402
 from server.main import tune_gc  # noqa: E402
 from server.model import (  # noqa: E402
@@ -32,7 +33,6 @@ from server.model import (  # noqa: E402
     Taint,
     TaskSpec,
 )
-from server.quantity import parse_resources  # noqa: E402
 from server.scheduler import SchedulerCore  # noqa: E402
 
 SHAPES = [

@@ -40,11 +40,11 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tsp  # n
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tsg  # noqa: E402
 
 from bench.cycle import build  # noqa: E402
+from muster.logs import configure_logging  # noqa: E402
 from muster.v1 import muster_pb2 as pb  # noqa: E402
 from server.config import default_config  # noqa: E402
 from server.model import TaskStatus  # noqa: E402
 from server.observability import Telemetry  # noqa: E402
-from server.observability.logging import configure_logging  # noqa: E402
 from server.scheduler import SchedulerCore  # noqa: E402
 
 

@@ -8,7 +8,7 @@ friendly forms are reshaped before ``json_format.ParseDict``:
 * ``tasks`` is an alias of ``task_groups``; ``duration`` of ``duration_seconds``;
 * ``command`` may be a string (run through ``sh -c``) or a list.
 
-Every quantity is checked with ``server.quantity`` so a typo fails here, naming the field:
+Every quantity is checked with ``muster.quantity`` so a typo fails here, naming the field:
 ``jobs[0].tasks[1].request.cpu: '2x' is not a quantity``.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 from google.protobuf import json_format
 
+from muster.quantity import QuantityError, parse_resources
 from muster.v1 import muster_pb2 as pb
-from server.quantity import QuantityError, parse_resources
 
 # Proto field names and their JSON (camelCase) spellings, per message, for friendly renames.
 _JOB_ALIASES = {"tasks": "task_groups", "taskGroups": "task_groups"}

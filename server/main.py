@@ -20,11 +20,11 @@ from pathlib import Path
 import anyio
 import structlog
 
+from muster.logs import LEVELS, configure_logging
+from muster.tracing import tracing_settings
 from server.app import MusterServer, ServerOptions
 from server.config import ConfigError, load_config
 from server.observability.http import split_listen
-from server.observability.logging import LEVELS, configure_logging
-from server.observability.tracing import tracing_settings
 
 
 def tune_gc() -> None:

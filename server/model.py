@@ -3,7 +3,7 @@
 This is the one contract between the server's cluster cache (fed by adapters and submissions),
 the scenario loader of ``muster simulate`` and the scheduling core (``server/session``,
 ``server/actions``, ``server/plugins``). It is plain data: the core never talks to the cache,
-the store or the network. Resources are in canonical units (see ``server.quantity``).
+the store or the network. Resources are in canonical units (see ``muster.quantity``).
 """
 
 from __future__ import annotations

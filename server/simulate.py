@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from muster.quantity import QuantityError, parse_resources
 from server.config import (
     DEFAULT_CONFIG_YAML,
     ConfigError,
@@ -35,7 +36,6 @@ from server.model import (
     TaskStatus,
     Toleration,
 )
-from server.quantity import QuantityError, parse_resources
 from server.scheduler import SchedulerCore
 
 

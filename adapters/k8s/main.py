@@ -15,7 +15,7 @@ import structlog
 from adapters.k8s.adapter import K8sBackend
 from adapters.k8s.kube import make_api_client
 from adapters.runtime import DecisionLedger, FileDecisionLedger
-from server.observability.logging import configure_logging
+from muster.logs import configure_logging
 
 log = structlog.get_logger("muster.k8s")
 

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.quantity import QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
-from server.quantity import QuantityError, format_resources, parse_resources
 
 Obj = dict[str, Any]
 

@@ -24,8 +24,8 @@ from adapters.runtime import BackendRuntime, DecisionLedger, FileDecisionLedger
 from adapters.slurm.backend import Settings, SlurmBackend
 from adapters.slurm.cli import SlurmCLI
 from adapters.slurm.translate import QUEUE_SOURCES
+from muster.logs import configure_logging
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.observability.logging import configure_logging
 
 log = structlog.get_logger("muster.slurm")
 

@@ -52,9 +52,9 @@ from adapters.runtime import (
     Rejected,
 )
 from adapters.slurm.inventory import GPU, InventoryError, InventoryNode, load_inventory
+from muster.logs import configure_logging
+from muster.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
-from server.observability.logging import configure_logging
-from server.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
 
 log = structlog.get_logger("muster.agent")
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
+from muster.quantity import QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
-from server.quantity import QuantityError, format_resources, parse_resources
 
 GPU = "nvidia.com/gpu"
 _NODE_KEYS = {"name", "count", "cpu", "memory", "gpus", "labels", "taints", "resources", "unschedulable"}

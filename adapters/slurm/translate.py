@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 
 from adapters.slurm.parse import SlurmJob, SlurmNode
+from muster.quantity import format_resources
 from muster.v1 import muster_pb2 as pb
-from server.quantity import format_resources
 
 ROLE = "node"
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from muster.quantity import MIN_RESOURCE
 from server.model import TaskStatus
-from server.quantity import MIN_RESOURCE
 from server.session.info import less_equal
 
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from muster.quantity import format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
 from server import model
-from server.quantity import format_resources, parse_resources
 
 _QUEUE_STATE_NAMES = {
     pb.QUEUE_STATE_UNSPECIFIED: "Open",

@@ -12,9 +12,9 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 
+from muster.quantity import QuantityError, parse_resources
 from muster.v1 import muster_pb2 as pb
 from server.api.errors import invalid
-from server.quantity import QuantityError, parse_resources
 
 # Ids, names, roles: DNS-label-like, plus '.' and '_' (no '/', which separates job id and role).
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:]{0,251}[A-Za-z0-9])?$")

@@ -18,8 +18,8 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from muster.tracing import extract
 from server.observability.metrics import ServerMetrics
-from server.observability.tracing import extract
 
 # (request, response, span) after a successful unary call.
 ResponseHook = Callable[[Any, Any, trace.Span], None]

@@ -25,9 +25,9 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from muster.quantity import CPU, MEMORY
 from muster.v1 import muster_pb2 as pb
 from server.model import CycleResult, TaskStatus
-from server.quantity import CPU, MEMORY
 
 if TYPE_CHECKING:
     from server.cache import ClusterCache

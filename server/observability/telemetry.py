@@ -26,13 +26,13 @@ import structlog
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
+from muster.tracing import build_provider, inject_current, tracing_settings
 from muster.v1 import muster_pb2 as pb
 from server.model import CycleResult, TaskStatus
 from server.observability.cycletrace import CycleObservation
 from server.observability.http import MetricsServer
 from server.observability.interceptor import TelemetryInterceptor
 from server.observability.metrics import ServerMetrics
-from server.observability.tracing import build_provider, inject_current, tracing_settings
 
 if TYPE_CHECKING:
     from server.cache import Capture, ClusterCache

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from muster.quantity import CPU, MEMORY
 from server.plugins.base import Plugin
-from server.quantity import CPU, MEMORY
 from server.session.evaluator import Scorer
 from server.session.info import TaskInfo
 

@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import structlog
 
+from muster.quantity import CPU, MEMORY, MIN_RESOURCE
 from server.model import PodGroupPhase, QueueSpec, TaskStatus
 from server.plugins.base import Plugin
 from server.plugins.proportion import elastic_resource, inqueue_resource
-from server.quantity import CPU, MEMORY, MIN_RESOURCE
 from server.session.extension_points import PERMIT, REJECT
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share
 

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from muster.quantity import MIN_RESOURCE
 from server.model import ALLOCATED
 from server.plugins.base import Plugin
-from server.quantity import MIN_RESOURCE
 from server.session.extension_points import PERMIT
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share
 

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from muster.quantity import MIN_RESOURCE
 from server.model import TaskStatus
 from server.plugins.base import Plugin
-from server.quantity import MIN_RESOURCE
 from server.session.evaluator import Predicate, Scorer
 from server.session.info import JobInfo, TaskInfo, less_equal
 

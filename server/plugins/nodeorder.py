@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from muster.quantity import CPU, MEMORY
 from server.plugins.base import Plugin
-from server.quantity import CPU, MEMORY
 from server.session.evaluator import Scorer
 from server.session.info import TaskInfo
 from server.session.k8s import (

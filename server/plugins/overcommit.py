@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from muster.quantity import MIN_RESOURCE
 from server.model import ALLOCATED, PodGroupPhase
 from server.plugins.base import Plugin
-from server.quantity import MIN_RESOURCE
 from server.session.extension_points import PERMIT, REJECT
 from server.session.info import JobInfo
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from muster.quantity import MIN_RESOURCE
 from server.model import PodGroupPhase, TaskStatus
 from server.plugins.base import Plugin
-from server.quantity import MIN_RESOURCE
 from server.session.extension_points import PERMIT, REJECT
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share, less_equal
 

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import structlog
 
+from muster.quantity import MIN_RESOURCE
 from server.model import TaskStatus
 from server.plugins.base import Plugin
-from server.quantity import MIN_RESOURCE
 from server.session.evaluator import Scorer
 from server.session.info import JobInfo, TaskInfo
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from server.quantity import MIN_RESOURCE
+from muster.quantity import MIN_RESOURCE
 from server.session.info import FitErrors, TaskInfo
 
 if TYPE_CHECKING:

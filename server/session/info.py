@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from muster.quantity import CPU, MEMORY, MIN_RESOURCE, PODS
 from server.model import (
     ALLOCATED,
     JobSpec,
@@ -24,7 +25,6 @@ from server.model import (
     TaskSpec,
     TaskStatus,
 )
-from server.quantity import CPU, MEMORY, MIN_RESOURCE, PODS
 
 Vec = np.ndarray
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from muster.quantity import parse_resources
 from server.config import load_config
 from server.model import (
     ClusterSnapshot,
@@ -12,7 +13,6 @@ from server.model import (
     TaskSpec,
     TaskStatus,
 )
-from server.quantity import parse_resources
 from server.session.session import Session
 
 

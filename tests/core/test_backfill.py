@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
+from muster.quantity import parse_resources
 from server.actions.backfill import BackfillAction
 from server.config import load_config
 from server.model import (
@@ -16,7 +17,6 @@ from server.model import (
     TaskSpec,
     TaskStatus,
 )
-from server.quantity import parse_resources
 from server.session.session import Session
 from server.simulate import simulate_text
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from muster.quantity import parse_resources
 from server.config import load_config
 from server.model import ClusterSnapshot, JobSpec, NodeSpec, QueueSpec, TaskSpec, TaskStatus
 from server.plugins.binpack import BinpackPlugin
-from server.quantity import parse_resources
 from server.session.session import Session
 
 

@@ -7,6 +7,7 @@ import random
 import numpy as np
 from core_helpers import session
 
+from muster.quantity import parse_resources
 from server.config import DEFAULT_CONFIG_YAML
 from server.model import (
     ClusterSnapshot,
@@ -18,7 +19,6 @@ from server.model import (
     TaskSpec,
     Toleration,
 )
-from server.quantity import parse_resources
 
 CONFIG = DEFAULT_CONFIG_YAML + """
 - plugins:

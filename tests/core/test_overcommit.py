@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from muster.quantity import parse_resources
 from server.config import load_config
 from server.model import (
     ClusterSnapshot,
@@ -18,7 +19,6 @@ from server.model import (
     TaskSpec,
     TaskStatus,
 )
-from server.quantity import parse_resources
 from server.session.session import Session
 from server.simulate import simulate_text
 

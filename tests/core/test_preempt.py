@@ -442,6 +442,7 @@ def test_preempt_arguments_are_validated() -> None:
 def test_default_tiers_preempt_after_allocate() -> None:
     """Volcano's usual order with its default tiers (all switches on): allocate places what fits,
     preempt evicts for the starving high-priority gang; the victim is reported with its reason."""
+    from muster.quantity import parse_resources
     from server.model import (
         ClusterSnapshot,
         JobSpec,
@@ -451,7 +452,6 @@ def test_default_tiers_preempt_after_allocate() -> None:
         TaskSpec,
         TaskStatus,
     )
-    from server.quantity import parse_resources
     from server.scheduler import SchedulerCore
 
     req = parse_resources({"cpu": "1", "memory": "1Gi"})

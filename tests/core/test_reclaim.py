@@ -266,6 +266,7 @@ def test_commits_when_gang_is_pipelined() -> None:
 
 
 def test_reclaim_result_reason() -> None:
+    from muster.quantity import parse_resources
     from server.config import load_config
     from server.model import (
         ClusterSnapshot,
@@ -276,7 +277,6 @@ def test_reclaim_result_reason() -> None:
         TaskSpec,
         TaskStatus,
     )
-    from server.quantity import parse_resources
     from server.scheduler import SchedulerCore
 
     req = parse_resources({"cpu": "1", "memory": "1Gi"})

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from muster.quantity import MIN_RESOURCE, QuantityError, parse_resources
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.quantity import MIN_RESOURCE, QuantityError, parse_resources
 
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:]{0,251}[A-Za-z0-9])?$")
 OCCUPYING = (pb.TASK_STATUS_BINDING, pb.TASK_STATUS_BOUND, pb.TASK_STATUS_RUNNING)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from muster.quantity import parse_resources
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 from server.app import ServerHandle
@@ -16,7 +17,6 @@ from server.model import (
     Taint,
     TaskSpec,
 )
-from server.quantity import parse_resources
 from server.scheduler import SchedulerCore
 
 from .conftest import next_cycle, register

@@ -10,9 +10,9 @@ import pytest
 import structlog
 from opentelemetry.sdk.trace import TracerProvider
 
+from muster.logs import configure_logging
 from server.model import CycleResult
 from server.observability.cycletrace import CycleObservation
-from server.observability.logging import configure_logging
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from adapters.runtime import BackendRuntime
+from muster.tracing import normalize_endpoint, tracing_settings
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 from server.app import ServerHandle, start_server
 from server.model import CycleResult, Explanation, JobOutcome, PodGroupPhase
 from server.observability.cycletrace import CycleObservation
-from server.observability.tracing import normalize_endpoint, tracing_settings
 
 from .conftest import (
     WAIT,

@@ -27,7 +27,7 @@ from adapters.slurm.translate import (
     task_ids,
     task_index,
 )
-from server.quantity import parse_resources
+from muster.quantity import parse_resources
 
 DATA = Path(__file__).parent / "data"
 
