@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from muster.quantity import parse_resources  # noqa: E402
 from server.config import default_config, load_config  # noqa: E402
-from server.main import tune_gc  # noqa: E402
+from server.gctune import tune_gc  # noqa: E402
 from server.model import (  # noqa: E402
     ClusterSnapshot,
     JobSpec,

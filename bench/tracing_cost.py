@@ -43,7 +43,6 @@ from bench.cycle import build  # noqa: E402
 from muster.logs import configure_logging  # noqa: E402
 from muster.v1 import muster_pb2 as pb  # noqa: E402
 from server.config import default_config  # noqa: E402
-from server.model import TaskStatus  # noqa: E402
 from server.observability import Telemetry  # noqa: E402
 from server.scheduler import SchedulerCore  # noqa: E402
 
@@ -72,7 +71,7 @@ def one_cycle(telemetry: Telemetry, nodes: int, tasks: int, seed: int, cycle_id:
         submit.end()
         for job in snapshot.jobs:
             telemetry.submissions.remember(job.uid, submit.get_span_context())
-    job_of = {t.uid: SimpleNamespace(id=j.uid) for j in snapshot.jobs for t in j.tasks}
+    job_of = {t.uid: j.uid for j in snapshot.jobs for t in j.tasks}
     capture = SimpleNamespace(cycle_id=cycle_id, jobs=snapshot.jobs, nodes=snapshot.nodes, queues=snapshot.queues)
     started = time.perf_counter()
     with telemetry.cycle(capture) as obs:  # type: ignore[arg-type]
@@ -87,10 +86,9 @@ def one_cycle(telemetry: Telemetry, nodes: int, tasks: int, seed: int, cycle_id:
                 decision.bind.task_id = uid
                 decision.bind.node = node
                 telemetry.on_issue(decision, "bind")
-        # The cache after apply: every bound task is Binding on its node.
-        telemetry.cache = SimpleNamespace(  # type: ignore[assignment]
-            task_job=job_of,
-            tasks={uid: SimpleNamespace(node=node, status=TaskStatus.BINDING) for uid, node in result.binds.items()},
+        # The state after apply: every bound task is Binding on its node, so every job is placed.
+        telemetry.state = SimpleNamespace(  # type: ignore[assignment]
+            jobs_placed_by=lambda binds: list(dict.fromkeys(job_of[uid] for uid in binds)),
         )
         obs.finish(result, binds=len(result.binds), evictions=len(result.evictions), dropped=0)
     seconds = time.perf_counter() - started

@@ -1,4 +1,4 @@
-"""Assembling and running a Muster server: store -> cache -> cycle loop -> gRPC service.
+"""Assembling and running a Muster server: store -> state -> cycle loop -> gRPC service.
 
 Three ways to run one:
 
@@ -28,11 +28,11 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.cache import ClusterCache
 from server.decisions import DecisionLog
 from server.loop import ConfigManager, CycleLoop
 from server.observability import Telemetry
 from server.service import SchedulerService
+from server.state import ClusterState
 from server.store import SqliteStore, StoreWriter
 
 log = structlog.get_logger("muster.server")
@@ -62,7 +62,7 @@ class MusterServer:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.port = 0
-        self.cache: ClusterCache | None = None
+        self.state: ClusterState | None = None
         self.loop: CycleLoop | None = None
         self.service: SchedulerService | None = None
         self.telemetry: Telemetry | None = None
@@ -91,33 +91,33 @@ class MusterServer:
             otlp_endpoint=opts.otlp_endpoint, metrics_listen=opts.metrics_listen, tracer_provider=opts.tracer_provider
         )
         try:
-            state = await anyio.to_thread.run_sync(store.load)
-            cache = ClusterCache(DecisionLog(bind_timeout=opts.bind_timeout))
-            cache.restore(state)
+            stored = await anyio.to_thread.run_sync(store.load)
+            cluster = ClusterState(DecisionLog(bind_timeout=opts.bind_timeout))
+            cluster.restore(stored)
             configs = ConfigManager(
                 opts.config_path,
-                stored_yaml=state.meta.get("config_yaml"),
-                generation=int(state.meta.get("config_generation", 0)),
+                stored_yaml=stored.meta.get("config_yaml"),
+                generation=int(stored.meta.get("config_generation", 0)),
             )
             expire_interval = opts.expire_interval or max(0.05, min(1.0, opts.bind_timeout / 4))
             loop = CycleLoop(
-                cache,
+                cluster,
                 writer,
                 configs,
                 period=opts.cycle_period,
                 expire_interval=expire_interval,
                 worker=opts.cycle_worker,  # type: ignore[arg-type]
             )
-            cache.on_change = loop.wake
-            self.telemetry.attach(cache)
+            cluster.on_change = loop.wake
+            self.telemetry.attach(cluster)
             loop.telemetry = self.telemetry
-            await writer.flush(cache.commit)  # server id, restored deadlines
-            service = SchedulerService(cache, writer, loop, configs)
-            self.cache, self.loop, self.service = cache, loop, service
-            await self._serve(service, loop, state_jobs=len(cache.jobs))
+            await writer.flush(cluster.commit)  # server id, restored deadlines
+            service = SchedulerService(cluster, writer, loop, configs)
+            self.state, self.loop, self.service = cluster, loop, service
+            await self._serve(service, loop, state_jobs=len(cluster.jobs))
         finally:
-            if self.cache is not None:
-                await writer.flush(self.cache.commit)
+            if self.state is not None:
+                await writer.flush(self.state.commit)
             await writer.close()
             with anyio.CancelScope(shield=True):  # export buffered spans (bounded by the exporter timeout)
                 await anyio.to_thread.run_sync(self.telemetry.shutdown)
@@ -189,9 +189,9 @@ class ServerHandle:
         return self.server.metrics_port
 
     @property
-    def cache(self) -> ClusterCache:
-        assert self.server.cache is not None
-        return self.server.cache
+    def state(self) -> ClusterState:
+        assert self.server.state is not None
+        return self.server.state
 
     @property
     def loop(self) -> CycleLoop:

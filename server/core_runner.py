@@ -13,6 +13,7 @@ session), so a worker that dies is simply started again for the next cycle.
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
 import sys
@@ -22,6 +23,7 @@ from typing import Any, BinaryIO, Literal
 import anyio
 from anyio.abc import Process
 
+from server.gctune import tune_gc
 from server.model import ClusterSnapshot, CycleResult
 from server.scheduler import SchedulerCore
 
@@ -141,10 +143,6 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
 
 
 def main() -> None:
-    import os
-
-    from server.main import tune_gc
-
     tune_gc()  # a cycle allocates ~10 objects per task: full collections would dominate
     # The protocol owns the original stdout; anything the core prints or logs goes to stderr.
     protocol_out = os.fdopen(os.dup(1), "wb")

@@ -24,7 +24,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from muster.v1 import muster_pb2 as pb
 from server.api.convert import timestamp
-from server.store import DecisionRow
+from server.records import DecisionRow
 
 T = TypeVar("T")
 

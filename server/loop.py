@@ -10,63 +10,27 @@ stays responsive.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import structlog
 
-from server.api.errors import invalid
-from server.cache import ApplyStats, Capture, ClusterCache
+from server import ingest
+from server.apply import apply_result
 from server.config import DEFAULT_CONFIG_YAML, ConfigError, SchedulerConfig, load_config
 from server.core_runner import CoreRunner, CycleWorker
-from server.model import CycleResult, PriorityClass
+from server.errors import invalid
+from server.model import PriorityClass
 from server.observability import Telemetry
 from server.observability.cycletrace import CycleObservation
 from server.scheduler import SchedulerCore
+from server.snapshot import Capture, capture
+from server.state import ClusterState
 from server.store import StoreWriter
 
 log = structlog.get_logger("muster.loop")
-
-# Decisions applied per event-loop turn. Each job's part of a result is applied whole (the gang
-# checks are per job), so splitting by job keeps apply's all-or-nothing guarantees.
-APPLY_CHUNK = 500
-
-
-def split_result(
-    result: CycleResult, job_of_task: Callable[[str], str], max_items: int
-) -> Iterator[CycleResult]:
-    """Split a CycleResult into parts of about ``max_items`` binds/evictions/outcomes, by job."""
-    by_job: dict[str, CycleResult] = {}
-
-    def part(job_id: str) -> CycleResult:
-        if job_id not in by_job:
-            by_job[job_id] = CycleResult(result.cycle_id)
-        return by_job[job_id]
-
-    for uid, node in result.binds.items():
-        p = part(job_of_task(uid))
-        p.binds[uid] = node
-        if uid in result.bind_devices:
-            p.bind_devices[uid] = result.bind_devices[uid]
-    for uid, reason in result.evictions.items():
-        part(job_of_task(uid)).evictions[uid] = reason
-    for job_id, outcome in result.jobs.items():
-        part(job_id).jobs[job_id] = outcome
-    chunk = CycleResult(result.cycle_id)
-    size = 0
-    for p in by_job.values():
-        chunk.binds.update(p.binds)
-        chunk.bind_devices.update(p.bind_devices)
-        chunk.evictions.update(p.evictions)
-        chunk.jobs.update(p.jobs)
-        size += len(p.binds) + len(p.evictions) + len(p.jobs)
-        if size >= max_items:
-            yield chunk
-            chunk, size = CycleResult(result.cycle_id), 0
-    if size or not by_job:
-        yield chunk
 
 
 class ConfigManager:
@@ -141,7 +105,7 @@ def priority_classes_of(config: SchedulerConfig) -> Iterable[PriorityClass]:
 class CycleLoop:
     def __init__(
         self,
-        cache: ClusterCache,
+        state: ClusterState,
         writer: StoreWriter,
         configs: ConfigManager,
         *,
@@ -149,7 +113,7 @@ class CycleLoop:
         expire_interval: float = 1.0,
         worker: CycleWorker = "process",
     ) -> None:
-        self.cache = cache
+        self.state = state
         self.writer = writer
         self.configs = configs
         self.core = SchedulerCore(configs.config)
@@ -183,42 +147,37 @@ class CycleLoop:
         while True:
             await anyio.sleep(self.expire_interval)
             self.configs.poll_file()
-            if self.cache.expire():
-                await self.writer.flush(self.cache.commit)
+            if ingest.expire(self.state):
+                await self.writer.flush(self.state.commit)
 
     async def run_once(self) -> None:
         """One cycle: capture, schedule in a worker, apply, persist."""
         config = self.configs.take_pending()
         if config is not None:
             self.core.update_config(config)
-            self.cache.set_priority_classes(priority_classes_of(config))
+            self.state.set_priority_classes(priority_classes_of(config))
         started = time.perf_counter()
         self._running = True
-        capture = self.cache.capture()
-        with self.telemetry.cycle(capture) as obs:  # trace + metrics; cycle_id on every log line
-            await self._cycle(capture, obs, started)
+        captured = capture(self.state)
+        with self.telemetry.cycle(captured) as obs:  # trace + metrics; cycle_id on every log line
+            await self._cycle(captured, obs, started)
 
-    async def _cycle(self, capture: Capture, obs: CycleObservation, started: float) -> None:
+    async def _cycle(self, captured: Capture, obs: CycleObservation, started: float) -> None:
         try:
-            snapshot = await anyio.to_thread.run_sync(capture.materialize)
+            snapshot = await anyio.to_thread.run_sync(captured.materialize)
             obs.snapshot_done()
-            result = await self.runner.run(self.core, snapshot, capture.cycle_id)
+            result = await self.runner.run(self.core, snapshot, captured.cycle_id)
             obs.core_done()
         except Exception as exc:  # a broken cycle must not take the server down; the next one retries
             obs.fail(exc)
             self.failures += 1
-            log.exception("cycle.failed", cycle=capture.cycle_id)
-            await self.writer.flush(self.cache.commit)
+            log.exception("cycle.failed", cycle=captured.cycle_id)
+            await self.writer.flush(self.state.commit)
             self._finish_cycle()
             return
-        stats = ApplyStats()
         with obs.applying():  # decisions issued here carry the cycle's trace context
-            for part in split_result(result, self.cache.job_of_task, APPLY_CHUNK):
-                part_stats = self.cache.apply(capture, part)
-                for name in ("binds", "evictions", "dropped_binds", "dropped_evictions"):
-                    setattr(stats, name, getattr(stats, name) + getattr(part_stats, name))
-                await anyio.sleep(0)  # let RPCs in between chunks: big cycles must not stall the API
-        await self.writer.flush(self.cache.commit)
+            stats = await apply_result(self.state, captured, result)
+        await self.writer.flush(self.state.commit)
         obs.finish(
             result,
             binds=stats.binds,
@@ -230,9 +189,9 @@ class CycleLoop:
         logger = log.info if event == "cycle.done" else log.debug
         logger(
             event,
-            cycle=capture.cycle_id,
-            jobs=len(capture.jobs),
-            nodes=len(capture.nodes),
+            cycle=captured.cycle_id,
+            jobs=len(captured.jobs),
+            nodes=len(captured.nodes),
             binds=stats.binds,
             evictions=stats.evictions,
             dropped=stats.dropped_binds + stats.dropped_evictions,

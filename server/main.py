@@ -12,7 +12,6 @@ address and prints one line ``muster-server listening on HOST:PORT`` to stdout (
 from __future__ import annotations
 
 import argparse
-import gc
 import signal
 import sys
 from pathlib import Path
@@ -24,13 +23,8 @@ from muster.logs import LEVELS, configure_logging
 from muster.tracing import tracing_settings
 from server.app import MusterServer, ServerOptions
 from server.config import ConfigError, load_config
+from server.gctune import tune_gc
 from server.observability.http import split_listen
-
-
-def tune_gc() -> None:
-    """The cache holds ~10 objects per task; default GC thresholds make full collections (tens to
-    hundreds of ms on the event loop) frequent. Collect young objects far less often."""
-    gc.set_threshold(100_000, 50, 100)
 
 
 def positive_float(text: str) -> float:

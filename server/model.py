@@ -1,8 +1,8 @@
 """The cluster model handed to a scheduling cycle.
 
-This is the one contract between the server's cluster cache (fed by adapters and submissions),
+This is the one contract between the server's cluster state (fed by adapters and submissions),
 the scenario loader of ``muster simulate`` and the scheduling core (``server/session``,
-``server/actions``, ``server/plugins``). It is plain data: the core never talks to the cache,
+``server/actions``, ``server/plugins``). It is plain data: the core never talks to the server state,
 the store or the network. Resources are in canonical units (see ``muster.quantity``).
 """
 

@@ -1,9 +1,10 @@
 """The gRPC service ``muster.v1.Scheduler``.
 
-Each handler validates and applies its request through the cache (synchronously, so atomically),
-then persists the resulting changes before it answers. ``ApiError`` becomes the gRPC status it
-names; any other exception is logged and answered with INTERNAL: a bad request never takes the
-server down.
+Each handler validates and applies its request through ``ingest`` (backends), ``commands`` (jobs
+and queues) or ``api.queries`` (reads) on the ``ClusterState`` -- synchronously, so atomically --
+then persists the resulting changes before it answers. This is the one place where domain errors
+(``server.errors.DomainError``) become gRPC status codes; any other exception is logged and
+answered with INTERNAL: a bad request never takes the server down.
 """
 
 from __future__ import annotations
@@ -19,26 +20,30 @@ import structlog
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.api.errors import ApiError, invalid
-from server.cache import ClusterCache
+from server import commands, ingest
+from server.api import queries
+from server.errors import DomainError, ErrorCode, invalid
 from server.loop import ConfigManager, CycleLoop
 from server.simulate import ScenarioError, simulate_text
+from server.state import ClusterState
 from server.store import StoreWriter
 
 log = structlog.get_logger("muster.service")
 
 R = TypeVar("R")
 
+STATUS_CODES: dict[ErrorCode, grpc.StatusCode] = {code: grpc.StatusCode[code.name] for code in ErrorCode}
+
 
 def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    """Map ApiError to its status; anything unexpected to INTERNAL (logged), never a crash."""
+    """Map a DomainError to its status; anything unexpected to INTERNAL (logged), never a crash."""
 
     @functools.wraps(handler)
     async def wrapper(self: SchedulerService, request: Any, context: grpc.aio.ServicerContext) -> R:
         try:
             return await handler(self, request, context)
-        except ApiError as exc:
-            await context.abort(exc.code, exc.message)
+        except DomainError as exc:
+            await context.abort(STATUS_CODES[exc.code], exc.message)
         except (anyio.get_cancelled_exc_class(), grpc.aio.AbortError):
             raise
         except Exception as exc:
@@ -50,40 +55,40 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
 
 
 class SchedulerService(pb_grpc.SchedulerServicer):
-    def __init__(self, cache: ClusterCache, writer: StoreWriter, loop: CycleLoop, configs: ConfigManager) -> None:
-        self.cache = cache
+    def __init__(self, state: ClusterState, writer: StoreWriter, loop: CycleLoop, configs: ConfigManager) -> None:
+        self.state = state
         self.writer = writer
         self.loop = loop
         self.configs = configs
         self._closing = anyio.Event()
 
     async def _persist(self) -> None:
-        await self.writer.flush(self.cache.commit)
+        await self.writer.flush(self.state.commit)
 
     def close_streams(self) -> None:
         """Shutdown: end every streaming RPC so the server can stop."""
         self._closing.set()
-        self.cache.decisions.close_all()
-        self.cache.watch.close_all()
+        self.state.decisions.close_all()
+        self.state.watch.close_all()
 
     # --- backends ----------------------------------------------------------------------------
 
     @unary
     async def RegisterBackend(self, request: pb.RegisterBackendRequest, context: Any) -> pb.RegisterBackendResponse:
-        resp = self.cache.register_backend(request)
+        resp = ingest.register_backend(self.state, request)
         await self._persist()
         log.info("backend.registered", backend=request.name, kind=request.kind)
         return resp
 
     @unary
     async def SyncSnapshot(self, request: pb.SyncSnapshotRequest, context: Any) -> pb.SyncSnapshotResponse:
-        resp = self.cache.sync_snapshot(request)
+        resp = ingest.sync_snapshot(self.state, request)
         await self._persist()
         return resp
 
     @unary
     async def SendDeltas(self, request: pb.SendDeltasRequest, context: Any) -> pb.SendDeltasResponse:
-        resp = self.cache.send_deltas(request)
+        resp = ingest.send_deltas(self.state, request)
         await self._persist()
         return resp
 
@@ -91,18 +96,18 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         self, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Decision]:
         try:
-            self.cache.require_backend(request.backend)
-        except ApiError as exc:
-            await context.abort(exc.code, exc.message)
+            ingest.require_backend(self.state, request.backend)
+        except DomainError as exc:
+            await context.abort(STATUS_CODES[exc.code], exc.message)
         if self._closing.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down")
-        sub = self.cache.decisions.subscribe(request.backend, request.after_decision_id)
+        sub = self.state.decisions.subscribe(request.backend, request.after_decision_id)
         log.info("decisions.subscribed", backend=request.backend, after=request.after_decision_id)
         try:
             async for decision in sub.receive:
                 yield decision
         finally:
-            self.cache.decisions.unsubscribe(request.backend, sub)
+            self.state.decisions.unsubscribe(request.backend, sub)
             log.info("decisions.unsubscribed", backend=request.backend, dropped=sub.dropped)
         if sub.dropped:
             await context.abort(
@@ -111,11 +116,11 @@ class SchedulerService(pb_grpc.SchedulerServicer):
 
     @unary
     async def AckDecisions(self, request: pb.AckDecisionsRequest, context: Any) -> pb.AckDecisionsResponse:
-        missing = self.cache.check_acks(request)
+        missing = ingest.check_acks(self.state, request)
         # Decisions settled long ago are only in the store. Meanwhile pending ones may settle in
         # memory; ack() finds those in the decision log's recent outcomes.
         settled = await self.writer.decision_states(missing)
-        resp = self.cache.ack(request, settled)
+        resp = ingest.ack(self.state, request, settled)
         await self._persist()
         return resp
 
@@ -125,33 +130,33 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     async def SubmitJob(self, request: pb.SubmitJobRequest, context: Any) -> pb.SubmitJobResponse:
         if not request.HasField("job"):
             raise invalid("job: required")
-        job, created = self.cache.submit_job(request.job)
+        job, created = commands.submit_job(self.state, request.job)
         await self._persist()
         return pb.SubmitJobResponse(job=job, created=created)
 
     @unary
     async def CancelJob(self, request: pb.CancelJobRequest, context: Any) -> pb.CancelJobResponse:
-        job = self.cache.cancel_job(request.id)
+        job = commands.cancel_job(self.state, request.id)
         await self._persist()
         return pb.CancelJobResponse(job=job)
 
     @unary
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
-        return self.cache.get_job(request.id)
+        return queries.get_job(self.state, request.id)
 
     @unary
     async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:
-        return self.cache.list_jobs(request)
+        return queries.list_jobs(self.state, request)
 
     async def WatchJobs(
         self, request: pb.WatchJobsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.JobEvent]:
         try:
-            sub, initial = self.cache.watch_jobs(request)
-        except ApiError as exc:
-            await context.abort(exc.code, exc.message)
+            sub, initial = queries.watch_jobs(self.state, request)
+        except DomainError as exc:
+            await context.abort(STATUS_CODES[exc.code], exc.message)
         if self._closing.is_set():
-            self.cache.watch.unsubscribe(sub)
+            self.state.watch.unsubscribe(sub)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down")
         try:
             for event in initial:
@@ -159,7 +164,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             async for event in sub.receive:
                 yield event
         finally:
-            self.cache.watch.unsubscribe(sub)
+            self.state.watch.unsubscribe(sub)
         if sub.dropped:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, "watch fell behind; watch again with send_initial"
@@ -167,7 +172,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
 
     @unary
     async def Explain(self, request: pb.ExplainRequest, context: Any) -> pb.ExplainResponse:
-        return self.cache.explain(request.job_id)
+        return queries.explain(self.state, request.job_id)
 
     # --- queues ------------------------------------------------------------------------------
 
@@ -175,7 +180,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     async def CreateQueue(self, request: pb.QueueRequest, context: Any) -> pb.Queue:
         if not request.HasField("queue"):
             raise invalid("queue: required")
-        q = self.cache.create_queue(request.queue)
+        q = commands.create_queue(self.state, request.queue)
         await self._persist()
         return q
 
@@ -183,25 +188,25 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     async def UpdateQueue(self, request: pb.QueueRequest, context: Any) -> pb.Queue:
         if not request.HasField("queue"):
             raise invalid("queue: required")
-        q = self.cache.update_queue(request.queue)
+        q = commands.update_queue(self.state, request.queue)
         await self._persist()
         return q
 
     @unary
     async def DeleteQueue(self, request: pb.DeleteQueueRequest, context: Any) -> pb.DeleteQueueResponse:
-        self.cache.delete_queue(request.name)
+        commands.delete_queue(self.state, request.name)
         await self._persist()
         return pb.DeleteQueueResponse()
 
     @unary
     async def ListQueues(self, request: pb.ListQueuesRequest, context: Any) -> pb.ListQueuesResponse:
-        return self.cache.list_queues()
+        return queries.list_queues(self.state)
 
     # --- cluster and configuration -----------------------------------------------------------
 
     @unary
     async def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesResponse:
-        return self.cache.list_nodes(request.backend)
+        return queries.list_nodes(self.state, request.backend)
 
     @unary
     async def GetConfig(self, request: pb.GetConfigRequest, context: Any) -> pb.SchedulerConfig:
@@ -210,8 +215,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     @unary
     async def UpdateConfig(self, request: pb.UpdateConfigRequest, context: Any) -> pb.SchedulerConfig:
         self.configs.update(request.yaml)
-        self.cache.set_meta("config_yaml", self.configs.yaml)
-        self.cache.set_meta("config_generation", str(self.configs.generation))
+        self.state.set_meta("config_yaml", self.configs.yaml)
+        self.state.set_meta("config_generation", str(self.configs.generation))
         await self._persist()
         self.loop.wake()
         log.info("config.updated", generation=self.configs.generation)

@@ -5,7 +5,7 @@ task statuses, the decision log with each decision's outcome, backend registrati
 id counters (next decision id, next cycle id, job creation index) plus the server id. Nodes are not
 stored: adapters re-send them (RegisterBackend + SyncSnapshot) after a restart.
 
-The cache hands the store ``WriteBatch``es (rows already serialized on the event loop); the store
+The state hands the store ``WriteBatch``es (rows already serialized on the event loop); the store
 writes each in one transaction. ``SqliteStore`` uses a single connection; the caller serializes
 access (one write at a time, from a worker thread), so the connection is opened with
 ``check_same_thread=False``.
@@ -22,7 +22,8 @@ from typing import Any, Protocol
 
 import anyio
 
-from server.model import PodGroupPhase, TaskStatus
+from server.model import TaskStatus
+from server.records import BackendRecord, DecisionRow, JobStatusRecord, TaskRecord
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -41,122 +42,6 @@ CREATE INDEX IF NOT EXISTS decisions_pending ON decisions (state) WHERE state = 
 CREATE TABLE IF NOT EXISTS backends (
     name TEXT PRIMARY KEY, kind TEXT NOT NULL, labels TEXT NOT NULL, last_decision_id INTEGER NOT NULL);
 """
-
-
-# --- records: the cache's in-memory state, one per persisted row ------------------------------
-
-
-@dataclass(slots=True)
-class TaskRecord:
-    uid: str
-    job_id: str
-    role: str
-    index: int
-    status: TaskStatus = TaskStatus.PENDING
-    node: str | None = None
-    backend: str = ""
-    devices: list[str] = field(default_factory=list)
-    message: str = ""
-    exit_code: int = 0
-
-    def row(self) -> tuple[Any, ...]:
-        return (
-            self.uid,
-            self.job_id,
-            int(self.status),
-            self.node,
-            self.backend,
-            json.dumps(self.devices),
-            self.message,
-            self.exit_code,
-        )
-
-
-@dataclass(slots=True)
-class ConditionRecord:
-    type: str
-    status: str
-    reason: str
-    message: str
-    cycle_id: int
-    transition_time: float
-
-
-@dataclass(slots=True)
-class JobStatusRecord:
-    """Everything about a job that changes after submission (the spec never does)."""
-
-    phase: int  # pb.JobPhase
-    sched_phase: PodGroupPhase = PodGroupPhase.PENDING
-    cancelled: bool = False
-    conditions: list[ConditionRecord] = field(default_factory=list)
-    explanation: dict[str, Any] | None = None  # {gate, summary, node_reasons, cycle_id}
-    submit_time: float = 0.0
-    start_time: float = 0.0
-    finish_time: float = 0.0
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "phase": self.phase,
-                "sched_phase": self.sched_phase.value,
-                "cancelled": self.cancelled,
-                "conditions": [
-                    [c.type, c.status, c.reason, c.message, c.cycle_id, c.transition_time]
-                    for c in self.conditions
-                ],
-                "explanation": self.explanation,
-                "times": [self.submit_time, self.start_time, self.finish_time],
-            }
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> JobStatusRecord:
-        raw = json.loads(text)
-        return cls(
-            phase=raw["phase"],
-            sched_phase=PodGroupPhase(raw["sched_phase"]),
-            cancelled=raw["cancelled"],
-            conditions=[ConditionRecord(*c) for c in raw["conditions"]],
-            explanation=raw["explanation"],
-            submit_time=raw["times"][0],
-            start_time=raw["times"][1],
-            finish_time=raw["times"][2],
-        )
-
-
-@dataclass(slots=True)
-class DecisionRow:
-    id: int
-    backend: str
-    cycle_id: int
-    task_id: str
-    kind: str  # bind | evict
-    payload: bytes  # serialized pb.Decision
-    state: str  # pending | applied | rejected | expired
-    reason: str
-    deadline: float  # wall-clock seconds; 0 for evictions (they never expire)
-
-    def row(self) -> tuple[Any, ...]:
-        return (
-            self.id,
-            self.backend,
-            self.cycle_id,
-            self.task_id,
-            self.kind,
-            self.payload,
-            self.state,
-            self.reason,
-            self.deadline,
-        )
-
-
-@dataclass(slots=True)
-class BackendRecord:
-    name: str
-    kind: str
-    labels: dict[str, str] = field(default_factory=dict)
-    last_decision_id: int = 0
 
 
 @dataclass
@@ -335,7 +220,7 @@ class SqliteStore:
 class StoreWriter:
     """Serializes store access from async code: one batch at a time, in a worker thread.
 
-    The batch is drained from the cache inside the lock, so batches reach the store in the order
+    The batch is drained from the state inside the lock, so batches reach the store in the order
     their changes happened and a later batch always carries the newer value of a row.
     """
 

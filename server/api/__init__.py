@@ -1,9 +1,6 @@
-"""Request validation and proto <-> model conversion for the gRPC service.
+"""The protobuf side of the server state: request validation, proto <-> model conversion, views
+of the state as API messages, and the read RPCs (``queries``).
 
-Everything here is pure: it never touches the cache, the store or the network, so the service can
-validate a whole request before it changes any state.
+``validate`` and ``convert`` are pure: they never touch the state, the store or the network, so a
+whole request is validated before any state changes.
 """
-
-from server.api.errors import ApiError
-
-__all__ = ["ApiError"]

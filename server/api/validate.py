@@ -1,9 +1,9 @@
 """Stateless validation of API messages.
 
-Each function checks one message completely and raises ``ApiError`` (INVALID_ARGUMENT) whose
+Each function checks one message completely and raises ``DomainError`` (INVALID_ARGUMENT) whose
 message starts with the field path, e.g. ``job.task_groups[1].request.cpu: '2x' is not a
-quantity``. Checks that need server state (does the queue exist, who owns the node) live in the
-cache, which runs them before applying anything.
+quantity``. Checks that need server state (does the queue exist, who owns the node) live in
+``server.ingest`` and ``server.commands``, which run them before applying anything.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from muster.quantity import QuantityError, parse_resources
 from muster.v1 import muster_pb2 as pb
-from server.api.errors import invalid
+from server.errors import invalid
 
 # Ids, names, roles: DNS-label-like, plus '.' and '_' (no '/', which separates job id and role).
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:]{0,251}[A-Za-z0-9])?$")

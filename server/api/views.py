@@ -7,15 +7,12 @@ import binascii
 import hashlib
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from muster.v1 import muster_pb2 as pb
 from server.api.convert import resource_list, timestamp
-from server.api.errors import invalid
+from server.errors import invalid
 from server.model import TaskStatus
-
-if TYPE_CHECKING:
-    from server.cache import JobRecord
+from server.records import JobRecord
 
 PENDING_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.ALLOCATED, TaskStatus.PIPELINED})
 
@@ -58,10 +55,6 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
                 exit_code=t.exit_code,
             )
     return job
-
-
-def is_terminal_phase(phase: int) -> bool:
-    return phase in (pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED)
 
 
 def node_view(node: pb.Node, used: dict[str, float], allocatable: dict[str, float], task_count: int) -> pb.NodeView:

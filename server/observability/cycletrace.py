@@ -3,7 +3,7 @@
 The trace of a cycle::
 
     cycle                              root; counts as attributes, per-job events, links
-    ├── snapshot                       deep copy of the captured cache (worker thread)
+    ├── snapshot                       deep copy of the captured state (worker thread)
     ├── session.open                   plugin open timings as attributes
     ├── action.enqueue / action.allocate / action.preempt / ...
     ├── session.close                  plugin close timings as attributes

@@ -1,6 +1,6 @@
 """The ``/metrics`` endpoint (``--metrics-listen HOST:PORT``), served by aiohttp on the event loop.
 
-On the loop (not prometheus_client's threaded server) so that a scrape reads the cluster cache
+On the loop (not prometheus_client's threaded server) so that a scrape reads the cluster state
 between two of its atomic updates, never in the middle of one.
 """
 

@@ -5,10 +5,10 @@ Two kinds of series:
 * *event* series, updated as things happen: cycle and per-action / per-plugin latency
   histograms (Volcano's names and buckets), decisions issued / settled and their ack latency,
   API requests by method and code;
-* *state* series, computed from the cluster cache when ``/metrics`` is scraped (jobs and tasks
+* *state* series, computed from the cluster state when ``/metrics`` is scraped (jobs and tasks
   by phase and queue, unschedulable jobs and tasks, queue allocated / deserved / capability,
   backends): nothing is maintained between scrapes, and the scrape runs on the event loop
-  (the aiohttp handler), so it reads a consistent cache.
+  (the aiohttp handler), so it reads a consistent state.
 
 Every server has its own ``CollectorRegistry``: several servers in one process do not mix.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
@@ -28,9 +28,7 @@ from prometheus_client.registry import Collector
 from muster.quantity import CPU, MEMORY
 from muster.v1 import muster_pb2 as pb
 from server.model import CycleResult, TaskStatus
-
-if TYPE_CHECKING:
-    from server.cache import ClusterCache
+from server.state import ClusterState
 
 
 def exponential_buckets_range(low: float, high: float, count: int) -> list[float]:
@@ -87,7 +85,7 @@ class ServerMetrics:
         )
         self.cycle_dropped = PromCounter(
             "muster_cycle_dropped_decisions",
-            "Binds / evictions a cycle decided but the cache dropped (the world changed meanwhile)",
+            "Binds / evictions a cycle decided but apply dropped (the world changed meanwhile)",
             registry=r,
         )
         self.last_cycle = Gauge("muster_last_cycle_id", "Id of the last finished cycle", registry=r)
@@ -165,9 +163,9 @@ class ServerMetrics:
 
     # --- state ------------------------------------------------------------------------------------
 
-    def watch_cache(self, cache: ClusterCache, deserved: Callable[[], Mapping[str, Mapping[str, float]]]) -> None:
-        """Serve the cache's state series at every scrape (``deserved``: the last cycle's)."""
-        self.registry.register(CacheStateCollector(cache, deserved))
+    def watch_state(self, state: ClusterState, deserved: Callable[[], Mapping[str, Mapping[str, float]]]) -> None:
+        """Serve the state series at every scrape (``deserved``: the last cycle's)."""
+        self.registry.register(StateCollector(state, deserved))
 
 
 JOB_PHASES = {v: pb.JobPhase.Name(v).removeprefix("JOB_PHASE_").capitalize() for v in pb.JobPhase.values()}
@@ -194,18 +192,18 @@ def _add_resources(families: tuple[GaugeMetricFamily, ...], queue: str, resource
             scalar.add_metric([queue, name], float(value))
 
 
-class CacheStateCollector(Collector):
-    """State series computed from the cache at scrape time (one pass over jobs and tasks)."""
+class StateCollector(Collector):
+    """State series computed from the state at scrape time (one pass over jobs and tasks)."""
 
-    def __init__(self, cache: ClusterCache, deserved: Callable[[], Mapping[str, Mapping[str, float]]]) -> None:
-        self.cache = cache
+    def __init__(self, state: ClusterState, deserved: Callable[[], Mapping[str, Mapping[str, float]]]) -> None:
+        self.state = state
         self.deserved = deserved
 
     def describe(self) -> Iterable[Metric]:
         return []  # computed at scrape; no duplicate checks needed
 
     def collect(self) -> Iterator[Metric]:
-        cache = self.cache
+        state = self.state
         jobs = Counter[tuple[str, str]]()
         tasks = Counter[tuple[str, str]]()
         unschedulable_jobs = Counter[tuple[str, str]]()
@@ -213,7 +211,7 @@ class CacheStateCollector(Collector):
             "volcano_unschedule_task_count", "Number of tasks could not be scheduled", labels=["job_id"]
         )
         allocated: dict[str, dict[str, float]] = defaultdict(dict)
-        for rec in cache.jobs.values():
+        for rec in state.jobs.values():
             queue = rec.spec.queue
             jobs[(queue, JOB_PHASES.get(rec.status.phase, str(rec.status.phase)))] += 1
             active = rec.active
@@ -253,7 +251,7 @@ class CacheStateCollector(Collector):
         capacity_f = _resource_families("capacity", "Capacity")
         weight = GaugeMetricFamily("volcano_queue_weight", "Weight for one queue", labels=["queue_name"])
         computed = self.deserved()
-        for name, entry in self.cache.queues.items():
+        for name, entry in self.state.queues.items():
             spec = entry.spec
             _add_resources(alloc_f, name, allocated.get(name, {}))
             deserved = computed.get(name)
@@ -268,10 +266,10 @@ class CacheStateCollector(Collector):
         yield from (*alloc_f, *deserved_f, *capacity_f, weight)
 
     def _backends(self) -> Iterator[Metric]:
-        decisions = self.cache.decisions
+        decisions = self.state.decisions
         registered = Counter[str]()
         connected = Counter[str]()
-        for name, rec in self.cache.backends.items():
+        for name, rec in self.state.backends.items():
             registered[rec.kind] += 1
             if decisions.subscriber_count(name):
                 connected[rec.kind] += 1

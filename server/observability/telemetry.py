@@ -2,7 +2,7 @@
 
     telemetry = Telemetry(otlp_endpoint=opts.otlp_endpoint, metrics_listen=opts.metrics_listen)
     server = grpc.aio.server(interceptors=telemetry.interceptors())
-    telemetry.attach(cache)                     # state metrics, decision hooks
+    telemetry.attach(state)                     # state metrics, decision hooks
     tg.start_soon(telemetry.run)                # /metrics until cancelled
     with telemetry.cycle(capture) as obs: ...   # in the cycle loop
     telemetry.shutdown()                        # flush spans
@@ -17,7 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -28,20 +28,18 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from muster.tracing import build_provider, inject_current, tracing_settings
 from muster.v1 import muster_pb2 as pb
-from server.model import CycleResult, TaskStatus
+from server.model import CycleResult
 from server.observability.cycletrace import CycleObservation
 from server.observability.http import MetricsServer
 from server.observability.interceptor import TelemetryInterceptor
 from server.observability.metrics import ServerMetrics
-
-if TYPE_CHECKING:
-    from server.cache import Capture, ClusterCache
+from server.snapshot import Capture
+from server.state import ClusterState
 
 log = structlog.get_logger("muster.telemetry")
 
 SUBMISSIONS_KEPT = 100_000
 SHUTDOWN_SECONDS = 3.0
-_PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
 
 
 class SubmissionIndex:
@@ -95,7 +93,7 @@ class Telemetry:
         self.submissions = SubmissionIndex()
         self._stamped_ctx: trace.SpanContext | None = None
         self._stamp: dict[str, str] = {}
-        self.cache: ClusterCache | None = None
+        self.state: ClusterState | None = None
         # Computed deserved share per queue from the last cycle, if the core reports it.
         self.deserved: dict[str, dict[str, float]] = {}
 
@@ -120,14 +118,14 @@ class Telemetry:
         hooks = {"SubmitJob": self._submitted} if self.tracer is not None else {}
         return [TelemetryInterceptor(self.tracer, self.metrics, hooks)]
 
-    def attach(self, cache: ClusterCache) -> None:
-        """Observe ``cache``: state metrics at scrape time; decisions counted and given the
+    def attach(self, state: ClusterState) -> None:
+        """Observe ``state``: state metrics at scrape time; decisions counted and given the
         current trace context (the cycle's ``apply`` span, or the RPC that caused them)."""
-        self.cache = cache
+        self.state = state
         if self.metrics is not None:
-            self.metrics.watch_cache(cache, lambda: self.deserved)
+            self.metrics.watch_state(state, lambda: self.deserved)
         if self.enabled:
-            cache.decisions.observer = self
+            state.decisions.observer = self
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve /metrics (if configured) until cancelled."""
@@ -200,15 +198,7 @@ class Telemetry:
             self.deserved = {q: dict(r) for q, r in deserved.items()}
 
     def placed_jobs(self, result: CycleResult) -> list[str]:
-        """Jobs whose binds of this cycle the cache kept (only computed when tracing)."""
-        if self.tracer is None or self.cache is None:
+        """Jobs whose binds of this cycle the state kept (only computed when tracing)."""
+        if self.tracer is None or self.state is None:
             return []
-        placed: dict[str, None] = {}
-        for uid, node in result.binds.items():
-            job = self.cache.task_job.get(uid)
-            if job is None or job.id in placed:
-                continue
-            task = self.cache.tasks.get(uid)
-            if task is not None and task.node == node and task.status in _PLACED:
-                placed[job.id] = None
-        return list(placed)
+        return self.state.jobs_placed_by(result.binds)

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
+from server import ingest
 from server.app import ServerHandle, start_server
 from server.observability.http import split_listen
 from server.observability.metrics import exponential_buckets_range
@@ -128,7 +129,7 @@ async def test_expired_binds_are_counted(metered: ServerHandle) -> None:
         await stub.SubmitJob(pb.SubmitJobRequest(job=gang("j", replicas=1, cpu="1")))
         await next_cycle(metered)
         assert value(await scrape(metered), "muster_decisions_pending", type="bind") == 1
-        expired = metered.cache.expire(now=metered.cache.clock() + 3600)
+        expired = ingest.expire(metered.state, now=metered.state.clock() + 3600)
         assert expired == 1
         samples = await scrape(metered)
         assert value(samples, "muster_decisions_total", type="bind", outcome="expired") == 1

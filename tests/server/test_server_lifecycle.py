@@ -13,6 +13,7 @@ from server_test_helpers import WAIT, gang, next_cycle, node, read_decisions, re
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
+from server import commands
 from server.app import start_server
 
 
@@ -52,7 +53,7 @@ async def test_restart_keeps_jobs_and_resends_only_unacked(tmp_path: Path) -> No
         stream.cancel()
         await stub.AckDecisions(pb.AckDecisionsRequest(backend="a", acks=[
             pb.DecisionAck(decision_id=decisions[0].id, applied=True)]))
-        cycles_before = first.cache.next_cycle_id
+        cycles_before = first.state.next_cycle_id
     await first.stop()
 
     second = await start_server(opts)
@@ -65,7 +66,7 @@ async def test_restart_keeps_jobs_and_resends_only_unacked(tmp_path: Path) -> No
             assert by_id[decisions[1].bind.task_id] == pb.TASK_STATUS_BINDING
             assert {q.queue.name: q.queue.weight for q in (await stub.ListQueues(pb.ListQueuesRequest())).queues}[
                 "team"] == 3
-            assert second.cache.next_cycle_id >= cycles_before
+            assert second.state.next_cycle_id >= cycles_before
             reg = await stub.RegisterBackend(pb.RegisterBackendRequest(name="a", kind="fake-agent"))
             assert reg.last_decision_id == decisions[1].id
             stream = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="a"))
@@ -121,12 +122,12 @@ async def test_slow_watcher_is_dropped_cleanly(server, stub) -> None:
     watch = stub.WatchJobs(pb.WatchJobsRequest())
     await anyio.sleep(0)  # let the subscription start
     with anyio.fail_after(WAIT):
-        while not server.cache.watch:
+        while not server.state.watch:
             await anyio.sleep(0.01)
     for i in range(WATCH_BUFFER + 10):  # nobody reads: the buffer overflows
-        server.cache.submit_job(gang(f"j{i}", replicas=1))
-        server.cache.commit()
-    assert not server.cache.watch  # dropped, not blocking the server
+        commands.submit_job(server.state, gang(f"j{i}", replicas=1))
+        server.state.commit()
+    assert not server.state.watch  # dropped, not blocking the server
     with anyio.fail_after(WAIT):
         try:
             while True:

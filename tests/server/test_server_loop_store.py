@@ -16,9 +16,11 @@ from server_test_helpers import WAIT, gang, node
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.cache import ClusterCache
+from server import commands, ingest, snapshot
+from server.apply import apply
 from server.loop import ConfigManager, CycleLoop
 from server.model import CycleResult
+from server.state import ClusterState
 from server.store import SqliteStore, StoreWriter
 
 
@@ -47,26 +49,26 @@ class FailingCore(BlockingCore):
         raise RuntimeError("core bug")
 
 
-def make_loop(tmp_path: Path, core: object) -> tuple[CycleLoop, ClusterCache, SqliteStore]:
+def make_loop(tmp_path: Path, core: object) -> tuple[CycleLoop, ClusterState, SqliteStore]:
     store = SqliteStore(tmp_path / "s.db")
-    cache = ClusterCache()
+    state = ClusterState()
     # Test doubles of the core live in this process: run them in a thread.
-    loop = CycleLoop(cache, StoreWriter(store), ConfigManager(), period=3600, expire_interval=3600, worker="thread")
+    loop = CycleLoop(state, StoreWriter(store), ConfigManager(), period=3600, expire_interval=3600, worker="thread")
     loop.core = core  # type: ignore[assignment]
-    cache.on_change = loop.wake
-    return loop, cache, store
+    state.on_change = loop.wake
+    return loop, state, store
 
 
 async def test_wakeups_are_coalesced(tmp_path: Path) -> None:
     core = BlockingCore()
-    loop, cache, store = make_loop(tmp_path, core)
+    loop, state, store = make_loop(tmp_path, core)
     async with anyio.create_task_group() as tg:
         tg.start_soon(loop.run)
         loop.wake()
         with anyio.fail_after(WAIT):
             await anyio.to_thread.run_sync(core.entered.wait)
         for i in range(100):  # 100 wake-ups while a cycle runs ...
-            cache.submit_job(gang(f"j{i}", replicas=1))
+            commands.submit_job(state, gang(f"j{i}", replicas=1))
         core.release.set()
         with anyio.fail_after(WAIT):
             await loop.wait_cycles(2)
@@ -78,7 +80,7 @@ async def test_wakeups_are_coalesced(tmp_path: Path) -> None:
 
 async def test_a_failing_core_does_not_stop_the_loop(tmp_path: Path) -> None:
     core = FailingCore()
-    loop, cache, store = make_loop(tmp_path, core)
+    loop, state, store = make_loop(tmp_path, core)
     async with anyio.create_task_group() as tg:
         tg.start_soon(loop.run)
         with anyio.fail_after(WAIT):
@@ -91,28 +93,28 @@ async def test_a_failing_core_does_not_stop_the_loop(tmp_path: Path) -> None:
 
 def test_store_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
-    cache = ClusterCache()
-    cache.register_backend(pb.RegisterBackendRequest(name="a", kind="slurm", labels={"site": "x"}))
-    cache.sync_snapshot(pb.SyncSnapshotRequest(backend="a", nodes=[node("n0")]))
-    cache.create_queue(pb.Queue(name="team", capability=pb.ResourceList(quantities={"cpu": "-1"})))
-    cache.submit_job(gang("g", replicas=2, queue="team"))
-    capture = cache.capture()
-    cache.apply(capture, CycleResult(capture.cycle_id, binds={"g/worker-0": "n0"}))
+    state = ClusterState()
+    ingest.register_backend(state, pb.RegisterBackendRequest(name="a", kind="slurm", labels={"site": "x"}))
+    ingest.sync_snapshot(state, pb.SyncSnapshotRequest(backend="a", nodes=[node("n0")]))
+    commands.create_queue(state, pb.Queue(name="team", capability=pb.ResourceList(quantities={"cpu": "-1"})))
+    commands.submit_job(state, gang("g", replicas=2, queue="team"))
+    capture = snapshot.capture(state)
+    apply(state, capture, CycleResult(capture.cycle_id, binds={"g/worker-0": "n0"}))
     store = SqliteStore(path)
-    store.write(cache.commit())
+    store.write(state.commit())
     store.close()
 
-    again = ClusterCache()
+    again = ClusterState()
     store = SqliteStore(path)
     again.restore(store.load())
-    assert again.server_id == cache.server_id
+    assert again.server_id == state.server_id
     assert again.queues["team"].spec.capability == {"cpu": float("inf")}
     rec = again.jobs["g"]
-    assert rec.spec == cache.jobs["g"].spec
+    assert rec.spec == state.jobs["g"].spec
     assert [(t.status.name, t.node) for t in rec.tasks] == [("BINDING", "n0"), ("PENDING", None)]
-    assert list(again.decisions.pending) == list(cache.decisions.pending)
-    assert again.next_cycle_id == cache.next_cycle_id
-    assert again.decisions.next_id == cache.decisions.next_id
+    assert list(again.decisions.pending) == list(state.decisions.pending)
+    assert again.next_cycle_id == state.next_cycle_id
+    assert again.decisions.next_id == state.decisions.next_id
     assert again.backends["a"].labels == {"site": "x"}
     assert not again.nodes  # nodes come back with the adapters' re-sync
     states = store.decision_states([1, 99])

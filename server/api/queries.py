@@ -1,0 +1,140 @@
+"""The read RPCs: jobs (get, list, watch, explain), queues and nodes, answered from the state.
+
+Nothing here changes the state; bad arguments raise ``DomainError`` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from muster.v1 import muster_pb2 as pb
+from server.api import convert
+from server.api.views import decode_page_token, encode_page_token, job_proto, node_view
+from server.decisions import Subscriber
+from server.errors import invalid, not_found
+from server.model import ALLOCATED, OCCUPYING
+from server.state import ClusterState
+
+
+def get_job(state: ClusterState, job_id: str) -> pb.Job:
+    return job_proto(state.job_or_error(job_id))
+
+
+def list_jobs(state: ClusterState, req: pb.ListJobsRequest) -> pb.ListJobsResponse:
+    if req.page_size < 0:
+        raise invalid(f"page_size: {req.page_size} is negative")
+    for i, phase in enumerate(req.phases):
+        if phase not in pb.JobPhase.values() or phase == pb.JOB_PHASE_UNSPECIFIED:
+            raise invalid(f"phases[{i}]: {phase} is not a job phase")
+    size = min(req.page_size or 100, 1000)
+    filters = (req.queue, req.namespace, sorted(req.phases))
+    after = decode_page_token(req.page_token, filters)
+    phases = set(req.phases)
+    out = pb.ListJobsResponse()
+    last = after
+    for rec in state.jobs.values():
+        if rec.creation_index <= after:
+            continue
+        if (req.queue and rec.spec.queue != req.queue) or (req.namespace and rec.spec.namespace != req.namespace):
+            continue
+        if phases and rec.status.phase not in phases:
+            continue
+        if len(out.jobs) == size:
+            out.next_page_token = encode_page_token(last, filters)
+            break
+        out.jobs.append(job_proto(rec))
+        last = rec.creation_index
+    return out
+
+
+def watch_jobs(state: ClusterState, req: pb.WatchJobsRequest) -> tuple[Subscriber[pb.JobEvent], list[pb.JobEvent]]:
+    """A subscription to job events matching the request, and the initial events to send first."""
+    if req.job_id and req.job_id not in state.jobs:
+        raise not_found(f"job_id: job {req.job_id!r} does not exist")
+
+    def accepts(event: pb.JobEvent) -> bool:
+        spec = event.job.spec
+        return not (
+            (req.job_id and spec.id != req.job_id)
+            or (req.queue and spec.queue != req.queue)
+            or (req.namespace and spec.namespace != req.namespace)
+        )
+
+    initial = []
+    if req.send_initial:
+        for rec in state.jobs.values():
+            event = pb.JobEvent(type=pb.JobEvent.TYPE_ADDED, job=job_proto(rec))
+            if accepts(event):
+                initial.append(event)
+    return state.watch.subscribe(accepts), initial
+
+
+def explain(state: ClusterState, job_id: str) -> pb.ExplainResponse:
+    rec = state.job_or_error(job_id, "job_id")
+    exp = rec.status.explanation
+    resp = pb.ExplainResponse(job_id=job_id, phase=rec.status.phase)  # type: ignore[arg-type]
+    if exp:
+        resp.cycle_id = exp.get("cycle_id", 0)
+        resp.gate = exp.get("gate", "")
+        resp.summary = exp.get("summary", "")
+        resp.node_reasons.update(exp.get("node_reasons", {}))
+    else:
+        resp.gate = "none"
+        resp.summary = f"job is {pb.JobPhase.Name(rec.status.phase).removeprefix('JOB_PHASE_').lower()}" + (
+            "; no cycle has considered it yet" if rec.active else ""
+        )
+    return resp
+
+
+def list_queues(state: ClusterState) -> pb.ListQueuesResponse:
+    allocated: dict[str, dict[str, float]] = {n: {} for n in state.queues}
+    pending = Counter[str]()
+    running = Counter[str]()
+    for rec in state.jobs.values():
+        qname = rec.spec.queue
+        if rec.status.phase in (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE):
+            pending[qname] += 1
+        elif rec.status.phase == pb.JOB_PHASE_RUNNING:
+            running[qname] += 1
+        if not rec.active or qname not in allocated:
+            continue
+        alloc = allocated[qname]
+        for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
+            if t.status in ALLOCATED:
+                for r, v in tmpl.request.items():
+                    alloc[r] = alloc.get(r, 0.0) + v
+    out = pb.ListQueuesResponse()
+    for name, entry in state.queues.items():
+        out.queues.add(
+            queue=entry.proto,
+            allocated=convert.resource_list(allocated[name]),
+            pending_jobs=pending[name],
+            running_jobs=running[name],
+        )
+    return out
+
+
+def list_nodes(state: ClusterState, backend: str) -> pb.ListNodesResponse:
+    if backend and backend not in state.backends:
+        raise not_found(f"backend: backend {backend!r} is not registered")
+    used: dict[str, dict[str, float]] = {}
+    count = Counter[str]()
+    for rec in state.jobs.values():
+        for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
+            if t.status in OCCUPYING and t.node in state.nodes:
+                u = used.setdefault(t.node, {})
+                for r, v in tmpl.request.items():
+                    u[r] = u.get(r, 0.0) + v
+                count[t.node] += 1
+    for f in state.foreign.values():
+        if f.spec.node in state.nodes:
+            u = used.setdefault(f.spec.node, {})
+            for r, v in f.spec.request.items():
+                u[r] = u.get(r, 0.0) + v
+            count[f.spec.node] += 1
+    out = pb.ListNodesResponse()
+    for name, entry in state.nodes.items():
+        if backend and entry.spec.backend != backend:
+            continue
+        out.nodes.append(node_view(entry.proto, used.get(name, {}), entry.spec.allocatable, count[name]))
+    return out

@@ -1,0 +1,192 @@
+"""Applying a cycle's result to the state: binds, evictions and each job's outcome.
+
+The result was computed on a ``Capture`` while the world went on; whatever changed since is
+dropped here (job cancelled or replaced, node gone or cordoned, task no longer pending, victim
+moved). Binds are all or nothing per job: a partial gang would hold resources uselessly.
+``apply_result`` applies a large result in chunks, by job, yielding to the event loop in between
+so big cycles never stall the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import anyio
+
+from server import model
+from server.model import CycleResult, PodGroupPhase, TaskStatus
+from server.records import ConditionRecord, JobRecord, TaskRecord
+from server.snapshot import Capture
+from server.state import PLACED, ClusterState
+
+# Decisions applied per event-loop turn. Each job's part of a result is applied whole (the gang
+# checks are per job), so splitting by job keeps apply's all-or-nothing guarantees.
+APPLY_CHUNK = 500
+
+
+@dataclass
+class ApplyStats:
+    binds: int = 0
+    evictions: int = 0
+    dropped_binds: int = 0
+    dropped_evictions: int = 0
+
+    def add(self, other: ApplyStats) -> None:
+        self.binds += other.binds
+        self.evictions += other.evictions
+        self.dropped_binds += other.dropped_binds
+        self.dropped_evictions += other.dropped_evictions
+
+
+async def apply_result(
+    state: ClusterState, capture: Capture, result: CycleResult, chunk: int = APPLY_CHUNK
+) -> ApplyStats:
+    """``apply`` in parts of about ``chunk`` items (whole jobs), letting RPCs in between parts."""
+    stats = ApplyStats()
+    for part in split_result(result, state.job_of_task, chunk):
+        stats.add(apply(state, capture, part))
+        await anyio.sleep(0)
+    return stats
+
+
+def split_result(
+    result: CycleResult, job_of_task: Callable[[str], str], max_items: int
+) -> Iterator[CycleResult]:
+    """Split a CycleResult into parts of about ``max_items`` binds/evictions/outcomes, by job."""
+    by_job: dict[str, CycleResult] = {}
+
+    def part(job_id: str) -> CycleResult:
+        if job_id not in by_job:
+            by_job[job_id] = CycleResult(result.cycle_id)
+        return by_job[job_id]
+
+    for uid, node in result.binds.items():
+        p = part(job_of_task(uid))
+        p.binds[uid] = node
+        if uid in result.bind_devices:
+            p.bind_devices[uid] = result.bind_devices[uid]
+    for uid, reason in result.evictions.items():
+        part(job_of_task(uid)).evictions[uid] = reason
+    for job_id, outcome in result.jobs.items():
+        part(job_id).jobs[job_id] = outcome
+    chunk = CycleResult(result.cycle_id)
+    size = 0
+    for p in by_job.values():
+        chunk.binds.update(p.binds)
+        chunk.bind_devices.update(p.bind_devices)
+        chunk.evictions.update(p.evictions)
+        chunk.jobs.update(p.jobs)
+        size += len(p.binds) + len(p.evictions) + len(p.jobs)
+        if size >= max_items:
+            yield chunk
+            chunk, size = CycleResult(result.cycle_id), 0
+    if size or not by_job:
+        yield chunk
+
+
+def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplyStats:
+    """Apply a cycle's decisions, dropping whatever the world changed since ``capture``."""
+    stats = ApplyStats()
+    cycle_id = capture.cycle_id
+    captured = {rec.id: (rec, states) for rec, _, states in capture.jobs}
+    binds_by_job: dict[str, list[tuple[TaskRecord, str]]] = {}
+    for uid, node in result.binds.items():
+        rec = state.tasks.get(uid)
+        job = state.task_job.get(uid)
+        if rec is None or job is None:
+            stats.dropped_binds += 1
+            continue
+        binds_by_job.setdefault(job.id, []).append((rec, node))
+    touched: set[str] = set()
+    bound_jobs: set[str] = set()
+    for job_id, binds in binds_by_job.items():
+        job = state.jobs[job_id]
+        ok = captured.get(job_id, (None,))[0] is job and job.active
+        for rec, node in binds if ok else ():
+            entry = state.nodes.get(node)
+            if (
+                rec.status != TaskStatus.PENDING
+                or entry is None
+                or entry.spec.unschedulable
+                or not entry.spec.ready
+                or entry.spec.backend not in state.backends
+            ):
+                ok = False
+                break
+        if not ok:  # all or nothing per job: a partial gang would hold resources uselessly
+            stats.dropped_binds += len(binds)
+            continue
+        for rec, node in binds:
+            state.bind(job, rec, node, result.bind_devices.get(rec.uid, []), cycle_id)
+            stats.binds += 1
+        touched.add(job_id)
+        bound_jobs.add(job_id)
+    for uid, reason in result.evictions.items():
+        rec = state.tasks.get(uid)
+        owner = state.task_job.get(uid)
+        then = captured.get(owner.id) if owner else None
+        if rec is None or owner is None or then is None or then[0] is not owner:
+            stats.dropped_evictions += 1
+            continue
+        pos = next(i for i, t in enumerate(owner.tasks) if t is rec)
+        status_then, node_then = then[1][pos]
+        if rec.status not in PLACED or rec.node != node_then or status_then not in PLACED:
+            stats.dropped_evictions += 1
+            continue
+        state.evict(rec, reason or "preempt", cycle_id)
+        stats.evictions += 1
+        touched.add(owner.id)
+    now = state.clock()
+    outcomes = dict(result.jobs)
+    for job_id in bound_jobs:
+        outcomes.setdefault(job_id, model.JobOutcome(PodGroupPhase.RUNNING))
+    for job_id, outcome in outcomes.items():
+        current = state.jobs.get(job_id)
+        if current is None or captured.get(job_id, (None,))[0] is not current or not current.active:
+            continue
+        _record_outcome(state, current, outcome, cycle_id, now, placed=job_id in bound_jobs)
+        state.refresh_phase(current)
+    for job_id in touched:
+        state.after_task_change(state.jobs[job_id])
+    return stats
+
+
+def _record_outcome(
+    state: ClusterState, job: JobRecord, outcome: model.JobOutcome, cycle_id: int, now: float, *, placed: bool
+) -> None:
+    """The cycle's verdict on a job: its scheduling phase, conditions and explanation."""
+    st = job.status
+    before = (st.sched_phase, [(c.type, c.status, c.reason, c.message) for c in st.conditions])
+    st.sched_phase = outcome.phase
+    conditions = list(outcome.conditions)
+    if placed and not any(c.type == "Scheduled" for c in conditions):
+        conditions.append(model.Condition("Scheduled", "True", "Placed", f"tasks bound in cycle {cycle_id}"))
+        if not any(c.type == "Unschedulable" for c in conditions):
+            conditions.append(model.Condition("Unschedulable", "False", "Placed", ""))
+    for cond in conditions:
+        old = next((c for c in st.conditions if c.type == cond.type), None)
+        if old is not None and (old.status, old.reason, old.message) == (cond.status, cond.reason, cond.message):
+            continue
+        new = ConditionRecord(
+            cond.type,
+            cond.status,
+            cond.reason,
+            cond.message,
+            cycle_id,
+            old.transition_time if old is not None and old.status == cond.status else now,
+        )
+        st.conditions = [c for c in st.conditions if c.type != cond.type] + [new]
+    if outcome.explanation is not None:
+        exp = outcome.explanation
+        st.explanation = {
+            "gate": exp.gate,
+            "summary": exp.summary,
+            "node_reasons": dict(exp.node_reasons),
+            "cycle_id": cycle_id,
+        }
+    elif placed:
+        st.explanation = {"gate": "none", "summary": "placed", "node_reasons": {}, "cycle_id": cycle_id}
+    after = (st.sched_phase, [(c.type, c.status, c.reason, c.message) for c in st.conditions])
+    if after != before:
+        state.changes.job_modified(job.id)

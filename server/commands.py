@@ -1,0 +1,121 @@
+"""What users ask of the server that changes state: submit and cancel jobs, create, update and
+delete queues.
+
+Each function validates the whole request first (``DomainError`` naming the field), then changes
+the ``ClusterState`` and calls ``state.on_change()``.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from muster.v1 import muster_pb2 as pb
+from server.api import validate
+from server.api.views import job_proto
+from server.errors import already_exists, invalid, not_found, precondition
+from server.model import TaskStatus
+from server.records import JobStatusRecord
+from server.state import PLACED, ClusterState, new_job_record
+
+log = structlog.get_logger("muster.commands")
+
+
+def submit_job(state: ClusterState, spec: pb.JobSpec) -> tuple[pb.Job, bool]:
+    """Returns the job and whether it was created (False: the same spec was submitted before)."""
+    normalized = validate.normalize_job(spec)
+    existing = state.jobs.get(normalized.id)
+    if existing is not None:
+        if existing.spec_bytes == normalized.SerializeToString(deterministic=True):
+            return job_proto(existing), False
+        raise already_exists(f"job.id: job {normalized.id!r} already exists with a different spec")
+    queue = state.queues.get(normalized.queue)
+    if queue is None:
+        raise not_found(f"job.queue: queue {normalized.queue!r} does not exist")
+    if queue.proto.state in (pb.QUEUE_STATE_CLOSED, pb.QUEUE_STATE_CLOSING):
+        raise precondition(f"job.queue: queue {normalized.queue!r} is {pb.QueueState.Name(queue.proto.state)}")
+    if state.priority_classes and normalized.priority_class and normalized.priority_class not in state.priority_classes:
+        raise invalid(f"job.priority_class: {normalized.priority_class!r} is not a configured priority class")
+    rec = new_job_record(
+        normalized, state.next_creation_index, JobStatusRecord(phase=pb.JOB_PHASE_PENDING, submit_time=state.clock())
+    )
+    state.next_creation_index += 1
+    state.set_meta("next_creation_index", str(state.next_creation_index))
+    state.index_job(rec)
+    state.changes.jobs.add(rec.id)
+    state.changes.tasks.update(t.uid for t in rec.tasks)
+    state.changes.events[rec.id] = pb.JobEvent.TYPE_ADDED
+    log.info("job.submitted", job=rec.id, queue=rec.spec.queue, tasks=len(rec.tasks), min_member=rec.min_member)
+    state.on_change()
+    return job_proto(rec), True
+
+
+def cancel_job(state: ClusterState, job_id: str) -> pb.Job:
+    rec = state.job_or_error(job_id)
+    if rec.status.cancelled:
+        return job_proto(rec)
+    if not rec.active:
+        raise precondition(f"id: job {job_id!r} already ended ({pb.JobPhase.Name(rec.status.phase)})")
+    rec.status.cancelled = True
+    rec.status.phase = pb.JOB_PHASE_CANCELLED
+    rec.status.finish_time = state.clock()
+    for t in rec.tasks:
+        if t.status in PLACED:
+            state.evict(t, "cancel", 0)
+        elif t.status == TaskStatus.PENDING:
+            t.message = "cancelled"
+            state.changes.tasks.add(t.uid)
+    state.changes.jobs.add(rec.id)
+    state.changes.events[rec.id] = pb.JobEvent.TYPE_MODIFIED
+    log.info("job.cancelled", job=job_id)
+    state.on_change()
+    return job_proto(rec)
+
+
+def _check_parent(state: ClusterState, q: pb.Queue) -> None:
+    if q.name == "root":
+        return
+    if q.parent not in state.queues:
+        raise not_found(f"queue.parent: queue {q.parent!r} does not exist")
+    seen, cur = {q.name}, q.parent
+    while cur:
+        if cur in seen:
+            raise invalid(f"queue.parent: {q.parent!r} would make a cycle in the queue tree")
+        seen.add(cur)
+        cur = state.queues[cur].proto.parent if cur in state.queues else ""
+
+
+def create_queue(state: ClusterState, queue: pb.Queue) -> pb.Queue:
+    q = validate.normalize_queue(queue)
+    if q.name in state.queues:
+        raise already_exists(f"queue.name: queue {q.name!r} already exists")
+    _check_parent(state, q)
+    state.put_queue(q)
+    state.on_change()
+    return q
+
+
+def update_queue(state: ClusterState, queue: pb.Queue) -> pb.Queue:
+    q = validate.normalize_queue(queue)
+    if q.name not in state.queues:
+        raise not_found(f"queue.name: queue {q.name!r} does not exist")
+    _check_parent(state, q)
+    state.put_queue(q)
+    state.on_change()
+    return q
+
+
+def delete_queue(state: ClusterState, name: str) -> None:
+    if not name:
+        raise invalid("name: must not be empty")
+    if name not in state.queues:
+        raise not_found(f"name: queue {name!r} does not exist")
+    if name in ("root", "default"):
+        raise precondition(f"name: queue {name!r} is built in and cannot be deleted")
+    children = sorted(n for n, e in state.queues.items() if e.proto.parent == name)
+    if children:
+        raise precondition(f"name: queue {name!r} still has child queues: {', '.join(children[:5])}")
+    jobs = [r.id for r in state.jobs.values() if r.spec.queue == name and r.active]
+    if jobs:
+        raise precondition(f"name: queue {name!r} still has {len(jobs)} active jobs (e.g. {jobs[0]!r})")
+    state.remove_queue(name)
+    state.on_change()

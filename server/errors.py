@@ -1,0 +1,42 @@
+"""Domain errors: a rejected request, with a code and a message that names the offending field.
+
+State, ingest, commands and queries raise these; only the gRPC service maps them onto status codes
+(``server.service``), so nothing below the service imports grpc. The codes carry gRPC's names
+because that is the vocabulary clients see.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ErrorCode(Enum):
+    INVALID_ARGUMENT = "invalid argument"
+    NOT_FOUND = "not found"
+    ALREADY_EXISTS = "already exists"
+    FAILED_PRECONDITION = "failed precondition"
+
+
+class DomainError(Exception):
+    """A request the server refuses; nothing was changed."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def invalid(message: str) -> DomainError:
+    return DomainError(ErrorCode.INVALID_ARGUMENT, message)
+
+
+def not_found(message: str) -> DomainError:
+    return DomainError(ErrorCode.NOT_FOUND, message)
+
+
+def already_exists(message: str) -> DomainError:
+    return DomainError(ErrorCode.ALREADY_EXISTS, message)
+
+
+def precondition(message: str) -> DomainError:
+    return DomainError(ErrorCode.FAILED_PRECONDITION, message)

@@ -1,0 +1,177 @@
+"""The server state's record types: what the server keeps per backend, node, queue, job and task.
+
+Mutable records, changed only through ``server.state.ClusterState`` (and the modules that work on
+it: ingest, commands, apply); the store persists the ones with a ``row()`` / ``to_json()``.
+Specs stay in their API form (protobuf) because that is what is stored and answered; the
+scheduling core sees ``server.model`` copies made by ``server.snapshot``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from muster.v1 import muster_pb2 as pb
+from server import model
+from server.model import PodGroupPhase, TaskStatus
+
+TERMINAL_PHASES = frozenset({pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED})
+
+
+def is_terminal_phase(phase: int) -> bool:
+    return phase in TERMINAL_PHASES
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    uid: str
+    job_id: str
+    role: str
+    index: int
+    status: TaskStatus = TaskStatus.PENDING
+    node: str | None = None
+    backend: str = ""
+    devices: list[str] = field(default_factory=list)
+    message: str = ""
+    exit_code: int = 0
+
+    def row(self) -> tuple[Any, ...]:
+        return (
+            self.uid,
+            self.job_id,
+            int(self.status),
+            self.node,
+            self.backend,
+            json.dumps(self.devices),
+            self.message,
+            self.exit_code,
+        )
+
+
+@dataclass(slots=True)
+class ConditionRecord:
+    type: str
+    status: str
+    reason: str
+    message: str
+    cycle_id: int
+    transition_time: float
+
+
+@dataclass(slots=True)
+class JobStatusRecord:
+    """Everything about a job that changes after submission (the spec never does)."""
+
+    phase: int  # pb.JobPhase
+    sched_phase: PodGroupPhase = PodGroupPhase.PENDING
+    cancelled: bool = False
+    conditions: list[ConditionRecord] = field(default_factory=list)
+    explanation: dict[str, Any] | None = None  # {gate, summary, node_reasons, cycle_id}
+    submit_time: float = 0.0
+    start_time: float = 0.0
+    finish_time: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "phase": self.phase,
+                "sched_phase": self.sched_phase.value,
+                "cancelled": self.cancelled,
+                "conditions": [
+                    [c.type, c.status, c.reason, c.message, c.cycle_id, c.transition_time]
+                    for c in self.conditions
+                ],
+                "explanation": self.explanation,
+                "times": [self.submit_time, self.start_time, self.finish_time],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> JobStatusRecord:
+        raw = json.loads(text)
+        return cls(
+            phase=raw["phase"],
+            sched_phase=PodGroupPhase(raw["sched_phase"]),
+            cancelled=raw["cancelled"],
+            conditions=[ConditionRecord(*c) for c in raw["conditions"]],
+            explanation=raw["explanation"],
+            submit_time=raw["times"][0],
+            start_time=raw["times"][1],
+            finish_time=raw["times"][2],
+        )
+
+
+@dataclass(slots=True)
+class DecisionRow:
+    id: int
+    backend: str
+    cycle_id: int
+    task_id: str
+    kind: str  # bind | evict
+    payload: bytes  # serialized pb.Decision
+    state: str  # pending | applied | rejected | expired
+    reason: str
+    deadline: float  # wall-clock seconds; 0 for evictions (they never expire)
+
+    def row(self) -> tuple[Any, ...]:
+        return (
+            self.id,
+            self.backend,
+            self.cycle_id,
+            self.task_id,
+            self.kind,
+            self.payload,
+            self.state,
+            self.reason,
+            self.deadline,
+        )
+
+
+@dataclass(slots=True)
+class BackendRecord:
+    name: str
+    kind: str
+    labels: dict[str, str] = field(default_factory=dict)
+    last_decision_id: int = 0
+
+
+@dataclass(slots=True)
+class NodeEntry:
+    proto: pb.Node
+    spec: model.NodeSpec  # immutable once built: replaced on every change
+
+
+@dataclass(slots=True)
+class QueueEntry:
+    proto: pb.Queue
+    spec: model.QueueSpec
+
+
+@dataclass(slots=True)
+class ForeignTask:
+    backend: str
+    spec: model.TaskSpec  # status RUNNING on spec.node
+
+
+@dataclass(eq=False)
+class JobRecord:
+    spec: pb.JobSpec  # normalized
+    spec_bytes: bytes  # deterministic serialization: identity for idempotent resubmission
+    template: model.JobSpec  # never mutated; tasks aligned with ``tasks``
+    creation_index: int
+    tasks: list[TaskRecord]
+    status: JobStatusRecord
+    groups: dict[str, pb.TaskGroup] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def min_member(self) -> int:
+        return self.spec.min_member or len(self.tasks)
+
+    @property
+    def active(self) -> bool:
+        return not is_terminal_phase(self.status.phase)

@@ -1,0 +1,403 @@
+"""The server's in-memory cluster state and the task / job lifecycle.
+
+``ClusterState`` holds the records (``server.records``) of backends, nodes, queues, jobs, tasks and
+foreign work, the decision log and the WatchJobs hub, and owns every lifecycle transition: a task
+going back to Pending, being released, evicted or bound, a gang falling below its minimum, a job's
+phase following its tasks. Each transition notes what it changed in ``changes`` (a ``ChangeSet``);
+``commit()`` turns the change set into one ``WriteBatch`` for the store and publishes the job
+events it collected.
+
+Who changes it: ``server.ingest`` (backend RPCs), ``server.commands`` (jobs and queues),
+``server.apply`` (a cycle's result); ``server.snapshot`` reads it for a cycle and
+``server.api.queries`` for the read RPCs. All of them run on the event loop, one call at a time,
+so each call is atomic with respect to the others. Every mutating call validates its whole request
+first (raising ``server.errors.DomainError``) and only then changes state, so a rejected request
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from muster.v1 import muster_pb2 as pb
+from server import model
+from server.api import convert, validate
+from server.api.views import job_proto
+from server.decisions import DecisionLog, JobWatchHub
+from server.errors import invalid, not_found
+from server.model import ALLOCATED, OCCUPYING, PodGroupPhase, TaskStatus
+from server.records import (
+    BackendRecord,
+    ForeignTask,
+    JobRecord,
+    JobStatusRecord,
+    NodeEntry,
+    QueueEntry,
+    TaskRecord,
+    is_terminal_phase,
+)
+from server.store import StoredState, WriteBatch
+
+log = structlog.get_logger("muster.state")
+
+# Placed on a node by Muster and not yet released.
+PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+# Statuses a backend may hold a task in (it knows about it).
+ON_BACKEND = frozenset({TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING})
+
+
+@dataclass
+class ChangeSet:
+    """What changed since the last commit: the rows to write and the job events to publish."""
+
+    jobs: set[str] = field(default_factory=set)
+    tasks: set[str] = field(default_factory=set)
+    queues: set[str] = field(default_factory=set)
+    deleted_queues: set[str] = field(default_factory=set)
+    backends: set[str] = field(default_factory=set)
+    meta: dict[str, str] = field(default_factory=dict)
+    events: dict[str, int] = field(default_factory=dict)  # job id -> pb.JobEvent type
+
+    def job_modified(self, job_id: str) -> None:
+        self.jobs.add(job_id)
+        self.events.setdefault(job_id, pb.JobEvent.TYPE_MODIFIED)
+
+    def clear(self) -> None:
+        for s in (self.jobs, self.tasks, self.queues, self.deleted_queues, self.backends):
+            s.clear()
+        self.meta.clear()
+        self.events.clear()
+
+
+class ClusterState:
+    def __init__(self, decisions: DecisionLog | None = None, *, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.decisions = decisions or DecisionLog()
+        self.watch = JobWatchHub()
+        self.server_id = uuid.uuid4().hex
+        self.backends: dict[str, BackendRecord] = {}
+        self.nodes: dict[str, NodeEntry] = {}
+        self.queues: dict[str, QueueEntry] = {}
+        self.jobs: dict[str, JobRecord] = {}  # in creation order
+        self.tasks: dict[str, TaskRecord] = {}
+        self.task_job: dict[str, JobRecord] = {}
+        self.foreign: dict[str, ForeignTask] = {}  # key "<backend>/<task id>"
+        self.priority_classes: dict[str, model.PriorityClass] = {}
+        self.next_cycle_id = 1
+        self.next_creation_index = 1
+        # Called on every change that may let a cycle do something new (the loop's wake()).
+        self.on_change: Callable[[], None] = lambda: None
+        self.changes = ChangeSet()
+        for name, parent in (("root", ""), ("default", "root")):
+            self.put_queue(validate.normalize_queue(pb.Queue(name=name, parent=parent)))
+        self.changes.meta["server_id"] = self.server_id
+
+    # -- restore and commit -------------------------------------------------------------------
+
+    def restore(self, stored: StoredState) -> None:
+        """Rebuild from the store (on an empty state, before serving)."""
+        meta = stored.meta
+        self.changes.meta.clear()
+        if "server_id" in meta:
+            self.server_id = meta["server_id"]
+        else:
+            self.changes.meta["server_id"] = self.server_id
+        self.next_cycle_id = int(meta.get("next_cycle_id", 1))
+        self.next_creation_index = int(meta.get("next_creation_index", 1))
+        self.decisions.next_id = max(self.decisions.next_id, int(meta.get("next_decision_id", 1)))
+        for name, blob in sorted(stored.queues.items()):
+            q = pb.Queue.FromString(blob)
+            self.queues[name] = QueueEntry(q, convert.queue_to_model(q))
+        for job in stored.jobs:
+            spec = pb.JobSpec.FromString(job.spec)
+            rec = new_job_record(spec, job.creation_index, job.status)
+            by_uid = {t.uid: t for t in job.tasks}
+            for i, t in enumerate(rec.tasks):
+                if t.uid in by_uid:
+                    rec.tasks[i] = by_uid[t.uid]
+            self.index_job(rec)
+            self.next_creation_index = max(self.next_creation_index, job.creation_index + 1)
+        for b in stored.backends:
+            self.backends[b.name] = b
+        self.decisions.restore(stored.pending_decisions, self.clock())
+
+    def commit(self) -> WriteBatch:
+        """The change set -> a WriteBatch (rows serialized now); publishes pending WatchJobs events."""
+        changes = self.changes
+        batch = WriteBatch()
+        if self.decisions.counter_dirty:
+            changes.meta["next_decision_id"] = str(self.decisions.next_id)
+            self.decisions.counter_dirty = False
+        batch.meta = dict(changes.meta)
+        for name in changes.queues:
+            if name in self.queues:
+                batch.queues[name] = self.queues[name].proto.SerializeToString()
+        batch.deleted_queues = set(changes.deleted_queues)
+        for job_id in changes.jobs:
+            rec = self.jobs[job_id]
+            batch.jobs[job_id] = (job_id, rec.creation_index, rec.spec_bytes, rec.status.to_json())
+        for uid in changes.tasks:
+            batch.tasks[uid] = self.tasks[uid].row()
+        for row in self.decisions.drain_rows():
+            batch.decisions[row[0]] = row
+        for name in changes.backends:
+            b = self.backends[name]
+            batch.backends[name] = (b.name, b.kind, json.dumps(b.labels), b.last_decision_id)
+        if changes.events and self.watch:
+            for job_id, kind in changes.events.items():
+                if job_id in self.jobs:
+                    self.watch.publish(pb.JobEvent(type=kind, job=job_proto(self.jobs[job_id])))  # type: ignore[arg-type]
+        changes.clear()
+        return batch
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.changes.meta[key] = value
+
+    def set_priority_classes(self, classes: Iterable[model.PriorityClass]) -> None:
+        self.priority_classes = {c.name: c for c in classes}
+
+    # -- lookups ------------------------------------------------------------------------------
+
+    def job_of_task(self, uid: str) -> str:
+        """The id of the job owning task ``uid`` ("" if unknown)."""
+        job = self.task_job.get(uid)
+        return job.id if job is not None else ""
+
+    def jobs_placed_by(self, binds: Mapping[str, str]) -> list[str]:
+        """The jobs with a task still placed where ``binds`` (task -> node) put it."""
+        placed: dict[str, None] = {}
+        for uid, node in binds.items():
+            job = self.task_job.get(uid)
+            if job is None or job.id in placed:
+                continue
+            task = self.tasks.get(uid)
+            if task is not None and task.node == node and task.status in PLACED:
+                placed[job.id] = None
+        return list(placed)
+
+    def job_or_error(self, job_id: str, path: str = "id") -> JobRecord:
+        if not job_id:
+            raise invalid(f"{path}: must not be empty")
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            raise not_found(f"{path}: job {job_id!r} does not exist")
+        return rec
+
+    # -- building -----------------------------------------------------------------------------
+
+    def index_job(self, rec: JobRecord) -> None:
+        self.jobs[rec.id] = rec
+        for t in rec.tasks:
+            self.tasks[t.uid] = t
+            self.task_job[t.uid] = rec
+
+    def put_queue(self, q: pb.Queue) -> None:
+        self.queues[q.name] = QueueEntry(q, convert.queue_to_model(q))
+        self.changes.queues.add(q.name)
+        self.changes.deleted_queues.discard(q.name)
+
+    def remove_queue(self, name: str) -> None:
+        del self.queues[name]
+        self.changes.queues.discard(name)
+        self.changes.deleted_queues.add(name)
+
+    # -- task transitions (no validation: callers checked) --------------------------------------
+
+    def report_task(
+        self, rec: TaskRecord, status: int, node: str | None, backend: str, message: str, exit_code: int
+    ) -> None:
+        """A backend says where a task is and how it is doing."""
+        new = TaskStatus(status)
+        job = self.task_job[rec.uid]
+        if rec.status == TaskStatus.RELEASING and new not in (TaskStatus.SUCCEEDED, TaskStatus.FAILED):
+            return  # an eviction is under way; its ack settles the task
+        if rec.status in (TaskStatus.SUCCEEDED, TaskStatus.FAILED) and new not in (TaskStatus.SUCCEEDED, TaskStatus.FAILED):
+            return  # an ended task does not come back
+        if new == TaskStatus.BOUND and rec.status not in (TaskStatus.BINDING, TaskStatus.PENDING):
+            return  # older news than what we know
+        rec.status = new
+        if node:
+            rec.node = node
+        rec.backend = backend
+        if message:
+            rec.message = message
+        if new in (TaskStatus.SUCCEEDED, TaskStatus.FAILED):
+            rec.exit_code = exit_code
+        self.changes.tasks.add(rec.uid)
+        if not job.active and new in PLACED:
+            # Still running for a job that is over (cancelled, failed): stop it.
+            self.evict(rec, "cancel" if job.status.cancelled else "job-finished", 0)
+
+    def remove_node(self, name: str, why: str) -> set[str]:
+        """Drop a node; its tasks are lost. Returns the ids of jobs whose tasks changed."""
+        self.nodes.pop(name, None)
+        for key in [k for k, f in self.foreign.items() if f.spec.node == name]:
+            del self.foreign[key]
+        touched: set[str] = set()
+        for rec in self.tasks.values():
+            if rec.node != name or rec.status not in OCCUPYING:
+                continue
+            touched.add(rec.job_id)
+            if rec.status == TaskStatus.BINDING:
+                for p in self.decisions.pending_for_task(rec.uid):
+                    if p.row.kind == "bind":
+                        self.decisions.settle(p.row.id, "expired", why)
+            self.task_gone(rec, f"lost: {why}")
+        return touched
+
+    def task_gone(self, rec: TaskRecord, why: str) -> None:
+        """The task no longer exists on its node: releasing -> released, otherwise back to Pending."""
+        if rec.status == TaskStatus.RELEASING:
+            for p in self.decisions.pending_for_task(rec.uid):
+                if p.row.kind == "evict":
+                    self.decisions.settle(p.row.id, "applied", "task gone")
+            self.released(rec)
+        else:
+            self.to_pending(rec, why)
+
+    def to_pending(self, rec: TaskRecord, why: str) -> None:
+        rec.status = TaskStatus.PENDING
+        rec.node = None
+        rec.devices = []
+        rec.message = why
+        self.changes.tasks.add(rec.uid)
+        job = self.task_job[rec.uid]
+        if job.active:
+            self.gang_check(job)
+
+    def released(self, rec: TaskRecord) -> None:
+        job = self.task_job[rec.uid]
+        if job.status.cancelled or not job.active:
+            rec.status = TaskStatus.FAILED
+            rec.message = "cancelled" if job.status.cancelled else rec.message
+        else:
+            rec.status = TaskStatus.PENDING
+            rec.node = None
+            rec.devices = []
+        self.changes.tasks.add(rec.uid)
+        if job.active:
+            self.gang_check(job)
+
+    def gang_check(self, job: JobRecord) -> None:
+        """All or nothing: if fewer than min_member tasks remain placed, release the rest too."""
+        placed = [t for t in job.tasks if t.status in PLACED]
+        if not placed:
+            return
+        succeeded = sum(1 for t in job.tasks if t.status == TaskStatus.SUCCEEDED)
+        if len(placed) + succeeded >= job.min_member:
+            return
+        for t in placed:
+            self.evict(t, "gang-broken", 0)
+        job.status.sched_phase = PodGroupPhase.INQUEUE
+        self.changes.jobs.add(job.id)
+
+    def bind(self, job: JobRecord, rec: TaskRecord, node: str, devices: list[str], cycle_id: int) -> None:
+        """Pending -> Binding on ``node``, and the bind decision to the node's backend."""
+        entry = self.nodes[node]
+        rec.status = TaskStatus.BINDING
+        rec.node = node
+        rec.backend = entry.spec.backend
+        rec.devices = list(devices)
+        rec.message = ""
+        self.changes.tasks.add(rec.uid)
+        group = job.groups[rec.role]
+        self.issue(
+            entry.spec.backend,
+            cycle_id,
+            rec.uid,
+            bind=pb.BindDecision(
+                task_id=rec.uid,
+                job_id=job.id,
+                node=node,
+                devices=devices,
+                request=group.request,
+                command=group.command,
+                duration_seconds=group.duration_seconds,
+                annotations=group.annotations,
+            ),
+        )
+
+    def evict(self, rec: TaskRecord, reason: str, cycle_id: int) -> None:
+        rec.status = TaskStatus.RELEASING
+        rec.message = f"evicting: {reason}"
+        self.changes.tasks.add(rec.uid)
+        self.issue(
+            rec.backend,
+            cycle_id,
+            rec.uid,
+            evict=pb.EvictDecision(task_id=rec.uid, job_id=rec.job_id, node=rec.node or "", reason=reason),
+        )
+
+    def issue(self, backend: str, cycle_id: int, task_id: str, **action: Any) -> pb.Decision:
+        decision = self.decisions.issue(backend, cycle_id, task_id, now=self.clock(), **action)
+        if backend in self.backends:
+            self.backends[backend].last_decision_id = decision.id
+            self.changes.backends.add(backend)
+        return decision
+
+    # -- job phase ------------------------------------------------------------------------------
+
+    def after_task_change(self, job: JobRecord) -> None:
+        self.refresh_phase(job)
+        self.changes.job_modified(job.id)
+
+    def refresh_phase(self, job: JobRecord) -> None:
+        """The job's phase from its tasks (terminal phases stay)."""
+        st = job.status
+        if is_terminal_phase(st.phase):
+            return
+        n = len(job.tasks)
+        counts = Counter(t.status for t in job.tasks)
+        succeeded, failed = counts[TaskStatus.SUCCEEDED], counts[TaskStatus.FAILED]
+        placed = sum(counts[s] for s in ALLOCATED) + succeeded
+        if succeeded + failed == n and succeeded >= job.min_member:
+            phase = pb.JOB_PHASE_COMPLETED
+        elif n - failed < job.min_member:
+            phase = pb.JOB_PHASE_FAILED
+        elif placed >= job.min_member:
+            phase = pb.JOB_PHASE_RUNNING
+        elif st.sched_phase in (PodGroupPhase.INQUEUE, PodGroupPhase.RUNNING):
+            phase = pb.JOB_PHASE_INQUEUE
+        else:
+            phase = pb.JOB_PHASE_PENDING
+        if phase == st.phase:
+            return
+        now = self.clock()
+        st.phase = phase
+        if phase == pb.JOB_PHASE_RUNNING and not st.start_time:
+            st.start_time = now
+        if is_terminal_phase(phase):
+            st.finish_time = now
+            st.sched_phase = PodGroupPhase.COMPLETED if phase == pb.JOB_PHASE_COMPLETED else st.sched_phase
+            if phase == pb.JOB_PHASE_FAILED:
+                for t in job.tasks:
+                    if t.status in PLACED:
+                        self.evict(t, "job-failed", 0)
+            log.info("job.finished", job=job.id, phase=pb.JobPhase.Name(phase))
+        self.changes.job_modified(job.id)
+
+
+def new_job_record(spec: pb.JobSpec, creation_index: int, status: JobStatusRecord) -> JobRecord:
+    """A job's record from its normalized spec, one pending task per replica."""
+    template = convert.job_to_model(spec, creation_index)
+    tasks = []
+    for tg in spec.task_groups:
+        for i in range(tg.replicas):
+            tasks.append(TaskRecord(convert.task_uid(spec.id, tg.role, i), spec.id, tg.role, i))
+    return JobRecord(
+        spec=spec,
+        spec_bytes=spec.SerializeToString(deterministic=True),
+        template=template,
+        creation_index=creation_index,
+        tasks=tasks,
+        status=status,
+        groups={tg.role: tg for tg in spec.task_groups},
+    )
