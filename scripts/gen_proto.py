@@ -29,10 +29,10 @@ def generate(out_dir: Path) -> None:
     ]
     if protoc.main(args) != 0:
         raise SystemExit("protoc failed")
+    # Only the versioned packages (muster/v1) are generated; muster/ itself is the hand-written
+    # shared package.
     for pkg in {out_dir / Path(p).parent for p in PROTOS}:
-        while pkg != out_dir:
-            (pkg / "__init__.py").touch()
-            pkg = pkg.parent
+        (pkg / "__init__.py").touch()
 
 
 if __name__ == "__main__":
