@@ -19,12 +19,20 @@ errors naming the field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from server.actions import ACTIONS
 from server.model import PriorityClass
+from server.plugins import PLUGINS
+from server.session.extension_points import ALL_SWITCHES
+from server.session.options import PluginOption, SchedulerConfig
+
+__all__ = [
+    "DEFAULT_CONFIG_YAML", "SWITCHES", "ConfigError", "PluginOption", "SchedulerConfig",
+    "default_config", "load_config", "parse_config", "parse_priority_classes",
+]
 
 DEFAULT_CONFIG_YAML = """\
 actions: "enqueue, allocate, backfill"
@@ -41,68 +49,14 @@ tiers:
   - name: nodeorder
 """
 
-# YAML key -> extension point switch (Volcano conf.PluginOption).
-SWITCHES: dict[str, str] = {
-    "enableJobOrder": "job_order",
-    "enableHierarchy": "hierarchy",
-    "enableJobReady": "job_ready",
-    "enableJobPipelined": "job_pipelined",
-    "enableTaskOrder": "task_order",
-    "enablePreemptable": "preemptable",
-    "enableReclaimable": "reclaimable",
-    "enablePreemptive": "preemptive",
-    "enableQueueOrder": "queue_order",
-    "enabledClusterOrder": "cluster_order",
-    "enablePredicate": "predicate",
-    "enableBestNode": "best_node",
-    "enableNodeOrder": "node_order",
-    "enableTargetJob": "target_job",
-    "enableReservedNodes": "reserved_nodes",
-    "enableJobEnqueued": "job_enqueued",
-    "enabledVictim": "victim",
-    "enableJobStarving": "job_starving",
-    "enabledOverused": "overused",
-    "enabledAllocatable": "allocatable",
-    "enabledHyperNodeOrder": "hypernode_order",
-    "enabledSubJobReady": "subjob_ready",
-    "enabledSubJobPipelined": "subjob_pipelined",
-    "enabledSubJobOrder": "subjob_order",
-    "enabledHyperNodeGradient": "hypernode_gradient",
-}
+# YAML key -> switch name (Volcano conf.PluginOption), from the extension point table.
+SWITCHES: dict[str, str] = {s.key: s.name for s in ALL_SWITCHES}
 # Volcano's defaulting leaves hierarchy off unless asked for; every other switch defaults to on.
-_DEFAULT_OFF = {"hierarchy"}
+_DEFAULT_OFF = {s.name for s in ALL_SWITCHES if not s.default}
 
 
 class ConfigError(ValueError):
     """Invalid configuration; the message names the offending field."""
-
-
-@dataclass
-class PluginOption:
-    name: str
-    switches: dict[str, bool]
-    arguments: dict[str, Any] = field(default_factory=dict)
-
-    def enabled(self, point: str) -> bool:
-        return self.switches.get(point, False)
-
-
-@dataclass
-class SchedulerConfig:
-    actions: list[str]
-    tiers: list[list[PluginOption]]
-    action_arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
-    profile: str = "volcano"
-    session: dict[str, Any] = field(default_factory=dict)
-    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
-    yaml_text: str = ""
-
-    def plugin(self, name: str) -> PluginOption | None:
-        for tier in self.tiers:
-            for p in tier:
-                if p.name == name:
-                    return p
-        return None
 
 
 _TOP_KEYS = {
@@ -142,11 +96,8 @@ def parse_priority_classes(raw: Any, path: str) -> dict[str, PriorityClass]:
 
 
 def parse_config(raw: Any, *, path: str = "config", text: str = "") -> SchedulerConfig:
-    """Validate a configuration mapping (already parsed from YAML/JSON)."""
-    # Imported here: the registries import the plugin and action modules, which import the framework.
-    from server.actions import ACTIONS
-    from server.plugins import PLUGINS
-
+    """Validate a configuration mapping (already parsed from YAML/JSON). Each plugin option
+    carries its plugin class, resolved here from the registry."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -210,7 +161,7 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
                 plugin_cls.validate_arguments(args)
             except ValueError as exc:
                 raise ConfigError(f"{pp}.arguments.{exc}") from None
-            options.append(PluginOption(name, switches, dict(args)))
+            options.append(PluginOption(name, switches, dict(args), plugin_class=plugin_cls))
         tiers.append(options)
 
     action_arguments: dict[str, dict[str, Any]] = {}

@@ -15,17 +15,14 @@ allocateForJob).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from server.actions.base import Action
 from server.model import PodGroupPhase, TaskStatus
 from server.session.info import FitErrors, JobInfo, TaskInfo
-
-if TYPE_CHECKING:
-    from server.session.session import PriorityQueue, Session
-    from server.session.statement import Statement
+from server.session.priority_queue import PriorityQueue
+from server.session.session import Session
+from server.session.statement import Op, Statement
 
 
 class AllocateAction(Action):
@@ -33,8 +30,6 @@ class AllocateAction(Action):
     ARGUMENTS = {"predicateErrorCacheEnable": True}
 
     def execute(self, ssn: Session) -> None:
-        from server.session.session import PriorityQueue
-
         enqueue_enabled = "enqueue" in ssn.config.actions
         queues = PriorityQueue(ssn.queue_order_fn)
         jobs_by_queue: dict[str, PriorityQueue] = {}
@@ -83,9 +78,6 @@ class AllocateAction(Action):
     def allocate_in_hypernodes(
         self, ssn: Session, job: JobInfo, tasks: PriorityQueue, gradients: list[list[tuple[str, np.ndarray]]]
     ) -> Statement | None:
-        from server.session.session import PriorityQueue
-        from server.session.statement import Op
-
         waiting = []
         while not tasks.empty():
             waiting.append(tasks.pop())

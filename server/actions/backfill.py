@@ -10,15 +10,12 @@ bind only once its job is ready; until then it stays Allocated in the session.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from server.actions.base import Action
 from server.model import TaskStatus
-
-if TYPE_CHECKING:
-    from server.session.info import TaskInfo
-    from server.session.session import Session
-    from server.session.statement import Statement
+from server.session.info import TaskInfo
+from server.session.priority_queue import PriorityQueue
+from server.session.session import Session
+from server.session.statement import Statement
 
 
 class BackfillAction(Action):
@@ -27,8 +24,6 @@ class BackfillAction(Action):
 
     def pending_tasks(self, ssn: Session) -> list[TaskInfo]:
         """Best-effort pending tasks in queue, job, task order."""
-        from server.session.session import PriorityQueue
-
         queues = PriorityQueue(ssn.queue_order_fn)
         jobs_by_queue: dict[str, PriorityQueue] = {}
         tasks_by_job: dict[str, PriorityQueue] = {}

@@ -7,21 +7,16 @@ job_enqueued tells plugins (proportion, overcommit ...) to count it as inqueue.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from server.actions.base import Action
 from server.model import PodGroupPhase
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.priority_queue import PriorityQueue
+from server.session.session import Session
 
 
 class EnqueueAction(Action):
     name = "enqueue"
 
     def execute(self, ssn: Session) -> None:
-        from server.session.session import PriorityQueue
-
         queues = PriorityQueue(ssn.queue_order_fn)
         seen: set[str] = set()
         jobs_by_queue: dict[str, PriorityQueue] = {}

@@ -27,12 +27,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from server.actions.base import Action
-from server.actions.victims import (
+from server.model import TaskStatus
+from server.session.eviction import (
     PREEMPTABLE_STATUSES,
     candidate_rows,
     contains_network_topology,
@@ -42,16 +42,13 @@ from server.actions.victims import (
     preemptor_fits,
     validate_victims,
     victim_capacity,
-    victims_queue,
 )
-from server.model import TaskStatus
+from server.session.info import JobInfo, QueueInfo, TaskInfo
+from server.session.priority_queue import PriorityQueue
+from server.session.session import Session
+from server.session.statement import Statement
 
-if TYPE_CHECKING:
-    from server.session.info import JobInfo, QueueInfo, TaskInfo
-    from server.session.session import PriorityQueue, Session
-    from server.session.statement import Statement
-
-VictimFilter = Callable[["TaskInfo"], bool]
+VictimFilter = Callable[[TaskInfo], bool]
 REASON = "preempt"
 
 
@@ -84,8 +81,6 @@ class PreemptAction(Action):
 
     # -- the action ---------------------------------------------------------------------------
     def execute(self, ssn: Session) -> None:
-        from server.session.session import PriorityQueue
-
         preemptors: dict[str, PriorityQueue] = {}
         preemptor_tasks: dict[str, PriorityQueue] = {}
         under_request: dict[str, list[JobInfo]] = {}
@@ -123,8 +118,6 @@ class PreemptAction(Action):
                 stmt.discard()
 
     def _within_job(self, ssn: Session, job: JobInfo) -> None:
-        from server.session.session import PriorityQueue
-
         tasks = PriorityQueue(ssn.task_order_fn, job.index[TaskStatus.PENDING].values())
         while not tasks.empty():
             preemptor = tasks.pop()
@@ -166,7 +159,7 @@ class PreemptAction(Action):
             if not validate_victims(ssn, preemptor, row, victims):
                 continue
             node_stmt = ssn.statement()
-            order = victims_queue(ssn, victims, preemptor)
+            order = ssn.victims_queue(victims, preemptor)
             fits = preemptor_fits(ssn, queue, preemptor, row)
             while not fits and not order.empty():
                 node_stmt.evict(order.pop(), REASON)
@@ -225,7 +218,7 @@ class PreemptAction(Action):
             return []
         trial = ssn.statement()
         try:
-            order = victims_queue(ssn, victims, preemptor)
+            order = ssn.victims_queue(victims, preemptor)
             potential: list[TaskInfo] = []
             while not order.empty():
                 task = order.pop()

@@ -15,26 +15,21 @@ it is pipelined (``ssn.job_pipelined``), else discarded.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from server.actions.base import Action
-from server.actions.victims import (
+from server.model import TaskStatus
+from server.session.eviction import (
     candidate_rows,
     could_fit,
     preemption_allowed,
     validate_victims,
     victim_capacity,
-    victims_queue,
 )
-from server.model import TaskStatus
-from server.session.info import less_equal
-
-if TYPE_CHECKING:
-    from server.session.info import JobInfo, TaskInfo
-    from server.session.session import PriorityQueue, Session
-    from server.session.statement import Statement
+from server.session.info import JobInfo, TaskInfo, less_equal
+from server.session.priority_queue import PriorityQueue
+from server.session.session import Session
+from server.session.statement import Statement
 
 REASON = "reclaim"
 
@@ -48,8 +43,6 @@ class ReclaimAction(Action):
         self._capacity: dict[str, np.ndarray] = {}
 
     def execute(self, ssn: Session) -> None:
-        from server.session.session import PriorityQueue
-
         queues = PriorityQueue(ssn.queue_order_fn)
         seen: set[str] = set()
         preemptors: dict[str, PriorityQueue] = {}
@@ -99,7 +92,7 @@ class ReclaimAction(Action):
             victims = ssn.reclaimable(task, reclaimees)
             if not validate_victims(ssn, task, row, victims):
                 continue
-            order = victims_queue(ssn, victims, task)
+            order = ssn.victims_queue(victims, task)
             available = nodes.future_idle(row).copy()
             node_stmt = ssn.statement()
             while not order.empty() and not less_equal(task.resreq, available):

@@ -8,13 +8,9 @@ Volcano walks a Go map here; Muster evicts in task uid order so that a cycle is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from server.actions.base import Action
 from server.model import TaskStatus
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 REASON = "shuffle"
 

@@ -1,16 +1,17 @@
 """Plugin base class: arguments with defaults, validation, session hooks.
 
 A plugin is one small module: it registers functions for extension points on the session in
-``on_session_open`` (``ssn.register(point, self.name, fn)``) and may report in
-``on_session_close``. Plugins never call each other; they only talk to the session.
+``on_session_open`` (``ssn.register(point, self.name, fn)``; the points, the type of each one's
+function and how the answers combine are the table in ``server/session/extension_points.py``) and
+may report in ``on_session_close``. Plugins never import each other's modules (what several need
+is in ``server/plugins/util.py``); they only talk to the session.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 
 class Plugin:

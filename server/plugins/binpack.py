@@ -9,17 +9,13 @@ a weight: ``(used + request) * weight / allocatable``; the weighted mean times 1
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from muster.quantity import CPU, MEMORY
 from server.plugins.base import Plugin
 from server.session.evaluator import Scorer
 from server.session.info import TaskInfo
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 MAX_NODE_SCORE = 100.0
 

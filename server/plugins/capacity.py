@@ -32,9 +32,7 @@ Volcano does.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import structlog
@@ -42,12 +40,10 @@ import structlog
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE
 from server.model import PodGroupPhase, QueueSpec, TaskStatus
 from server.plugins.base import Plugin
-from server.plugins.proportion import elastic_resource, inqueue_resource
-from server.session.extension_points import PERMIT, REJECT
+from server.plugins.util import elastic_resource, inqueue_resource
+from server.session.extension_points import HIERARCHY_SWITCH, PERMIT, REJECT, EventHandler
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 ROOT = "root"
 ANCESTOR_RECLAIM_LEVEL = "ancestorReclaimLevel"
@@ -240,7 +236,7 @@ class CapacityPlugin(Plugin):
     # -- session ------------------------------------------------------------------------------
     def on_session_open(self, ssn: Session) -> None:
         option = ssn.option(self.name)
-        hierarchical = option is not None and option.enabled("hierarchy")
+        hierarchical = option is not None and option.enabled(HIERARCHY_SWITCH.name)
         level = max(self.arg_int(ANCESTOR_RECLAIM_LEVEL, 0), 0)
         if hierarchical:
             attrs, ready = self._build_hierarchical(ssn)
@@ -427,8 +423,6 @@ class CapacityPlugin(Plugin):
                 for a in attr.ancestors:
                     attrs[a].allocated += sign * task.resreq
 
-        from server.session.session import EventHandler
-
         ssn.register("queue_order", self.name, queue_order)
         if hierarchical:
             ssn.register("victim_queue_order", self.name, victim_queue_order)
@@ -458,23 +452,9 @@ def under_deserved(future: np.ndarray, deserved: np.ndarray, req: np.ndarray) ->
 
 
 def victim_order(ssn: Session, victims: list[TaskInfo], preemptor: TaskInfo) -> list[TaskInfo]:
-    """Volcano BuildVictimsPriorityQueue order (the shared helper of the eviction actions)."""
-    try:
-        from server.actions.victims import victims_queue
-    except ImportError:  # pragma: no cover - the helper ships with the eviction actions
-        return _fallback_victim_order(ssn, victims, preemptor)
-    queue = victims_queue(ssn, list(victims), preemptor)
+    """Volcano BuildVictimsPriorityQueue order (``Session.victims_queue``, as the eviction actions)."""
+    queue = ssn.victims_queue(list(victims), preemptor)
     out = []
     while not queue.empty():
         out.append(queue.pop())
     return out
-
-
-def _fallback_victim_order(ssn: Session, victims: list[TaskInfo], preemptor: TaskInfo) -> list[TaskInfo]:
-    def cmp(left: TaskInfo, right: TaskInfo) -> int:
-        if left.job == right.job or left.job not in ssn.jobs or right.job not in ssn.jobs:
-            return -1 if not ssn.task_order_fn(left, right) else 1
-        lj, rj = ssn.jobs[left.job], ssn.jobs[right.job]
-        return -1 if not ssn.job_order_fn(lj, rj) else 1
-
-    return sorted(victims, key=functools.cmp_to_key(cmp))

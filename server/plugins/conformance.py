@@ -6,14 +6,10 @@ Registers preemptable and reclaimable: tasks in ``kube-system`` or with the prio
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from server.plugins.base import Plugin
 from server.session.extension_points import PERMIT
 from server.session.info import TaskInfo
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 CRITICAL_CLASSES = {"system-cluster-critical", "system-node-critical"}
 SYSTEM_NAMESPACE = "kube-system"

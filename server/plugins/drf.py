@@ -19,18 +19,14 @@ queue would still compare lower than the victim's queue).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from muster.quantity import MIN_RESOURCE
 from server.model import ALLOCATED
 from server.plugins.base import Plugin
-from server.session.extension_points import PERMIT
+from server.session.extension_points import HIERARCHY_SWITCH, PERMIT, EventHandler
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 SHARE_DELTA = 0.000001
 HIERARCHY = "volcano.sh/hierarchy"
@@ -169,7 +165,7 @@ class DrfPlugin(Plugin):
         allocated: dict[str, np.ndarray] = {}
         shares: dict[str, float] = {}
         option = ssn.option(self.name)
-        hierarchy_enabled = option is not None and option.enabled("hierarchy")
+        hierarchy_enabled = option is not None and option.enabled(HIERARCHY_SWITCH.name)
         hdrf = HierarchicalDrf(total)
         self.shares = shares
         self.hdrf = hdrf if hierarchy_enabled else None
@@ -252,8 +248,6 @@ class DrfPlugin(Plugin):
             if hierarchy_enabled and job.queue in ssn.queues:
                 hdrf.total_allocated += sign * task.resreq
                 rehang(hdrf.root, hdrf.total_allocated, job, allocated[task.job])
-
-        from server.session.session import EventHandler
 
         ssn.register("preemptable", self.name, preemptable)
         ssn.register("job_order", self.name, job_order)

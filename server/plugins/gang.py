@@ -9,23 +9,17 @@ Scheduled condition, as Volcano does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from server.model import ALLOCATED, TaskStatus
 from server.plugins.base import Plugin
-from server.session.extension_points import PERMIT, REJECT
+from server.session.extension_points import PERMIT, REJECT, ValidateResult
 from server.session.info import JobInfo, TaskInfo
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 
 class GangPlugin(Plugin):
     name = "gang"
 
     def on_session_open(self, ssn: Session) -> None:
-        from server.session.session import ValidateResult
-
         def job_valid(job: JobInfo) -> ValidateResult | None:
             if not job.check_task_valid():
                 return ValidateResult(False, "NotEnoughPodsOfTask", "Not enough valid pods of each task for gang-scheduling")

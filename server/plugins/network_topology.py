@@ -27,8 +27,6 @@ score and the eviction-gradient argument are not used yet.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from muster.quantity import MIN_RESOURCE
@@ -36,9 +34,7 @@ from server.model import TaskStatus
 from server.plugins.base import Plugin
 from server.session.evaluator import Predicate, Scorer
 from server.session.info import JobInfo, TaskInfo, less_equal
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 MAX_NODE_SCORE = 100.0
 # Statuses in which a task's node counts as used by the job.

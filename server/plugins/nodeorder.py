@@ -14,7 +14,7 @@ spread constraints to score, so they add nothing.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -28,9 +28,7 @@ from server.session.k8s import (
     match_node_selector_term,
     node_affinity_preferred,
 )
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 MAX_NODE_SCORE = 100.0
 # kube-scheduler's non-zero defaults for a pod that requests no cpu / memory.

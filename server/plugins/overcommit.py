@@ -10,8 +10,6 @@ Running jobs that hold at least minMember allocated tasks.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from muster.quantity import MIN_RESOURCE
@@ -19,9 +17,7 @@ from server.model import ALLOCATED, PodGroupPhase
 from server.plugins.base import Plugin
 from server.session.extension_points import PERMIT, REJECT
 from server.session.info import JobInfo
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 DEFAULT_FACTOR = 1.2
 

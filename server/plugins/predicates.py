@@ -12,13 +12,14 @@ Arguments (``predicate.NodeAffinityEnable``, ``predicate.TaintTolerationEnable``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from server.model import TaskStatus
 from server.plugins.base import Plugin
 from server.session.evaluator import Predicate
+from server.session.extension_points import EventHandler
 from server.session.info import TaskInfo
 from server.session.k8s import (
     REQUIRED,
@@ -26,9 +27,7 @@ from server.session.k8s import (
     matches_node_selector_and_affinity,
     untolerated_taint,
 )
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 NODE_UNSCHEDULABLE = "node(s) were unschedulable"
 NODE_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
@@ -118,8 +117,6 @@ class PredicatesPlugin(Plugin):
             if task.status == TaskStatus.RELEASING and task.node is not None and task.uid not in self.evicted:
                 self.evicted.add(task.uid)
                 evicted_per_row[nodes.index[task.node]] += 1
-
-        from server.session.session import EventHandler
 
         ssn.add_event_handler(EventHandler(on_allocate, on_deallocate))
         preds.append(

@@ -8,14 +8,10 @@ job, a lower task priority), job_starving (fewer ready + pipelined tasks than ta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from server.plugins.base import Plugin
 from server.session.extension_points import PERMIT
 from server.session.info import JobInfo, TaskInfo
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 
 def _desc(left: int, right: int) -> int:

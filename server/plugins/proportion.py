@@ -11,42 +11,21 @@ fit under the real capability, counting what is already allocated and inqueue) a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from muster.quantity import MIN_RESOURCE
 from server.model import PodGroupPhase, TaskStatus
 from server.plugins.base import Plugin
-from server.session.extension_points import PERMIT, REJECT
+from server.plugins.util import elastic_resource, exceeded, inqueue_resource
+from server.session.extension_points import PERMIT, REJECT, EventHandler
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share, less_equal
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 
 def less_equal_on(left: np.ndarray, right: np.ndarray, req: np.ndarray) -> bool:
     """Volcano LessEqualWithDimension: compare only the dimensions ``req`` asks for."""
     return not ((left > right + MIN_RESOURCE) & (req > MIN_RESOURCE)).any()
-
-
-def exceeded(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    return np.maximum(left - right, 0.0)
-
-
-def inqueue_resource(job: JobInfo) -> np.ndarray:
-    """Volcano util.GetInqueueResource: minResources not yet covered by allocations."""
-    if job.min_resources is None:
-        return np.zeros_like(job.allocated)
-    return exceeded(job.min_resources, job.allocated)
-
-
-def elastic_resource(job: JobInfo) -> np.ndarray:
-    if job.min_resources is None:
-        return np.zeros_like(job.allocated)
-    if less_equal(job.allocated, job.min_resources):
-        return np.zeros_like(job.allocated)
-    return exceeded(job.allocated, job.min_resources)
 
 
 @dataclass
@@ -198,8 +177,6 @@ class ProportionPlugin(Plugin):
             if attr is not None:
                 attr.allocated -= task.resreq
                 attr.update_share()
-
-        from server.session.session import EventHandler
 
         ssn.register("queue_order", self.name, queue_order)
         ssn.register("reclaimable", self.name, reclaimable)

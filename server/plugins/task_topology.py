@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import structlog
@@ -38,10 +37,9 @@ from muster.quantity import MIN_RESOURCE
 from server.model import TaskStatus
 from server.plugins.base import Plugin
 from server.session.evaluator import Scorer
+from server.session.extension_points import EventHandler
 from server.session.info import JobInfo, TaskInfo
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 WEIGHT = "task-topology.weight"
 AFFINITY = "volcano.sh/task-topology-affinity"
@@ -339,8 +337,6 @@ class TaskTopologyPlugin(Plugin):
             manager = managers.get(task.job)
             if manager is not None:
                 manager.task_bound(task)
-
-        from server.session.session import EventHandler
 
         ssn.register("task_order", self.name, task_order)
         ssn.register("node_order", self.name, Scorer("task", score))

@@ -25,19 +25,16 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from server.model import TaskStatus
 from server.plugins.base import Plugin
-from server.plugins.sla import parse_go_duration
+from server.plugins.util import parse_go_duration
 from server.session.evaluator import Predicate, Scorer
 from server.session.extension_points import PERMIT, REJECT
 from server.session.info import JobInfo, TaskInfo
-
-if TYPE_CHECKING:
-    from server.session.session import Session
+from server.session.session import Session
 
 REVOCABLE_ZONE = "volcano.sh/revocable-zone"
 PREEMPTABLE = "volcano.sh/preemptable"

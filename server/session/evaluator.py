@@ -1,7 +1,8 @@
 """Vectorised predicate and score evaluation over every node at once, with caches.
 
 Plugins register ``Predicate`` and ``Scorer`` objects (extension points ``predicate`` and
-``node_order``). Each declares its *scope*, which tells the evaluator what it may cache:
+``node_order``, declared with their combining functions in ``extension_points.py``: masks are ANDed,
+scores add up). Each declares its *scope*, which tells the evaluator what it may cache:
 
 * ``static`` -- depends on the task's static key (selector, tolerations, affinity) and on node
   attributes that never change within a session (labels, taints, schedulability). Computed once
@@ -18,39 +19,25 @@ pass over the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import numpy as np
 
 from muster.quantity import MIN_RESOURCE
-from server.session.info import FitErrors, TaskInfo
+from server.session.extension_points import (
+    POINTS,
+    Chain,
+    Predicate,
+    Predicates,
+    Rows,
+    Scope,
+    Scorer,
+    Scorers,
+)
+from server.session.info import FitErrors, NodeTable, ResourceSpace, TaskInfo
 
-if TYPE_CHECKING:
-    from server.session.session import Session
-
-Scope = Literal["static", "shape", "task"]
-Rows = np.ndarray  # int64 node row indices
-
-
-@dataclass
-class Predicate:
-    scope: Scope
-    check: Callable[[TaskInfo, Rows], np.ndarray]  # -> bool per row
-    # Reason per failing row (kube-scheduler wording); default: ``reason`` for every row.
-    reasons: Callable[[TaskInfo, Rows], list[str]] | None = None
-    reason: str = "node(s) didn't pass the predicate"
-    plugin: str = ""
-
-
-@dataclass
-class Scorer:
-    scope: Scope
-    score: Callable[[TaskInfo, Rows], np.ndarray]  # -> float per row
-    # Applied to a static scorer's raw scores over the nodes that pass the static predicates.
-    normalize: Callable[[np.ndarray], np.ndarray] | None = None
-    plugin: str = ""
+__all__ = ["NodeEvaluator", "Predicate", "Rows", "Scope", "Scorer"]
 
 
 @dataclass
@@ -82,24 +69,28 @@ class _ShapeEntry:
 
 
 class NodeEvaluator:
-    def __init__(self, ssn: Session) -> None:
-        self.ssn = ssn
-        self.nodes = ssn.nodes
+    def __init__(self, nodes: NodeTable, space: ResourceSpace) -> None:
+        self.nodes = nodes
+        self.space = space
         self._static: dict[Any, _StaticEntry] = {}
         self._shape: dict[Any, _ShapeEntry] = {}
         self._fit_errors: dict[Any, tuple[int, FitErrors]] = {}
         self.predicates: dict[Scope, list[Predicate]] = {"static": [], "shape": [], "task": []}
         self.scorers: dict[Scope, list[Scorer]] = {"static": [], "shape": [], "task": []}
         self._all_rows = np.arange(len(self.nodes))
+        # The table's combining functions of the two vectorised points, applied per scope.
+        self._all_pass = POINTS["predicate"].combine
+        self._add = POINTS["node_order"].combine
 
-    def configure(self, predicate_chain: list[list[tuple[str, Any]]], score_chain: list[list[tuple[str, Any]]]) -> None:
+    def configure(self, predicate_chain: Chain[Predicates], score_chain: Chain[Scorers]) -> None:
+        """Flatten the enabled chains by cache scope (tiers do not matter for an AND or a sum)."""
         for row in predicate_chain:
             for name, preds in row:
                 for p in preds if isinstance(preds, list) else [preds]:
                     p.plugin = p.plugin or name
                     self.predicates[p.scope].append(p)
-        for row in score_chain:
-            for name, scorers in row:
+        for score_row in score_chain:
+            for name, scorers in score_row:
                 for s in scorers if isinstance(scorers, list) else [scorers]:
                     s.plugin = s.plugin or name
                     self.scorers[s.scope].append(s)
@@ -112,17 +103,8 @@ class NodeEvaluator:
         entry = self._static.get(task.static_key)
         if entry is None:
             rows = self._all_rows
-            mask = np.ones(len(rows), dtype=bool)
-            for p in self.predicates["static"]:
-                mask &= p.check(task, rows)
-            score = np.zeros(len(rows))
-            for s in self.scorers["static"]:
-                raw = s.score(task, rows)
-                if s.normalize is not None and mask.any():
-                    normalized = np.zeros(len(rows))
-                    normalized[mask] = s.normalize(raw[mask])
-                    raw = normalized
-                score += raw
+            mask = self._all_pass(self.predicates["static"], task, rows, np.ones(len(rows), dtype=bool))
+            score = self._add(self.scorers["static"], task, rows, np.zeros(len(rows)), passing=mask)
             entry = _StaticEntry(mask, score)
             self._static[task.static_key] = entry
         return entry
@@ -136,12 +118,8 @@ class NodeEvaluator:
             fits_future = (idle + n.releasing[rows] - n.pipelined[rows] >= limit).all(axis=1)
         else:
             fits_future = fits_idle
-        ok = static.mask[rows] & fits_future
-        for p in self.predicates["shape"]:
-            ok &= p.check(task, rows)
-        score = static.score[rows].copy()
-        for s in self.scorers["shape"]:
-            score += s.score(task, rows)
+        ok = self._all_pass(self.predicates["shape"], task, rows, static.mask[rows] & fits_future)
+        score = self._add(self.scorers["shape"], task, rows, static.score[rows].copy())
         return ok, ok & fits_idle, score
 
     def _shape_entry(self, task: TaskInfo) -> _ShapeEntry:
@@ -166,6 +144,11 @@ class NodeEvaluator:
         return entry
 
     # -- queries --------------------------------------------------------------------------------
+    def static_mask(self, task: TaskInfo) -> np.ndarray:
+        """Nodes that pass the static predicates (schedulability, node selector / affinity,
+        taints): what no eviction can change. Cached per static key for the session."""
+        return self._static_entry(task).mask
+
     def feasible(self, task: TaskInfo, restrict: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Rows that pass every predicate and fit future idle, and the subset that fits idle now."""
         entry = self._shape_entry(task)
@@ -176,9 +159,7 @@ class NodeEvaluator:
         if self.predicates["task"]:
             rows = np.nonzero(future_ok)[0]
             if len(rows):
-                ok = np.ones(len(rows), dtype=bool)
-                for p in self.predicates["task"]:
-                    ok &= p.check(task, rows)
+                ok = self._all_pass(self.predicates["task"], task, rows, np.ones(len(rows), dtype=bool))
                 future_ok = np.zeros(len(self.nodes), dtype=bool)
                 future_ok[rows[ok]] = True
                 idle_ok = idle_ok & future_ok
@@ -186,10 +167,7 @@ class NodeEvaluator:
 
     def scores(self, task: TaskInfo, rows: Rows) -> np.ndarray:
         entry = self._shape_entry(task)
-        score = entry.score[rows].copy()
-        for s in self.scorers["task"]:
-            score += s.score(task, rows)
-        return score
+        return self._add(self.scorers["task"], task, rows, entry.score[rows].copy())
 
     def select(self, task: TaskInfo, restrict: np.ndarray | None = None) -> tuple[int, bool] | None:
         """Volcano ``prioritizeNodes``: the best node that fits idle now, else the best that fits
@@ -249,7 +227,7 @@ class NodeEvaluator:
             short = task.resreq > future + MIN_RESOURCE
             for d, nodes_short in enumerate(short.sum(axis=0)):
                 if nodes_short:
-                    reason = f"Insufficient {self.ssn.space.dims[d]}"
+                    reason = f"Insufficient {self.space.dims[d]}"
                     fe.reasons[reason] = fe.reasons.get(reason, 0) + int(nodes_short)
             remaining = remaining[~short.any(axis=1)]
         for p in (*self.predicates["shape"], *self.predicates["task"]):

@@ -3,20 +3,20 @@
 Opened from a ``ClusterSnapshot`` and a ``SchedulerConfig``; every plugin of the configured tiers
 is built with its arguments and registers functions in ``on_session_open``; actions run against
 the session; ``close`` lets plugins report (``on_session_close``) and produces the ``CycleResult``.
-The combination rule of each extension point is declared in ``extension_points.py``.
+Every query of an extension point (``job_order_fn``, ``job_ready``, ``preemptable`` ...) runs the
+point's combining function from the table in ``extension_points.py`` on the chain of the plugins
+whose switch is on; the session adds only the order points' tie-breaks (noted in the table).
 """
 
 from __future__ import annotations
 
-import heapq
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any, Literal, overload
 
 import numpy as np
 
-from server.config import PluginOption, SchedulerConfig
 from server.model import (
     ALLOCATED,
     ClusterSnapshot,
@@ -28,7 +28,29 @@ from server.model import (
     TaskStatus,
 )
 from server.session.evaluator import NodeEvaluator
-from server.session.extension_points import POINTS
+from server.session.extension_points import (
+    POINTS,
+    Chain,
+    EventHandler,
+    EvictableFn,
+    Gradients,
+    HyperNodeGradientFn,
+    HyperNodeOrderFn,
+    JobCheckFn,
+    JobCompareFn,
+    JobNotifyFn,
+    JobValidFn,
+    Predicates,
+    QueueCheckFn,
+    QueueCompareFn,
+    QueueTaskCheckFn,
+    Scorers,
+    TaskCompareFn,
+    ValidateResult,
+    VictimQueueCompareFn,
+    VictimTasksFns,
+    VoteFn,
+)
 from server.session.info import (
     JobInfo,
     NodeTable,
@@ -38,66 +60,16 @@ from server.session.info import (
     job_phase_after,
     new_queue_infos,
 )
+from server.session.options import PluginOption, SchedulerConfig, SessionPlugin
+from server.session.priority_queue import PriorityQueue
 from server.session.statement import Statement
 
-
-@dataclass
-class ValidateResult:
-    passed: bool
-    reason: str = ""
-    message: str = ""
-
-
-@dataclass
-class EventHandler:
-    allocate: Callable[[TaskInfo], None] | None = None
-    deallocate: Callable[[TaskInfo], None] | None = None
-
-
-
-class PriorityQueue:
-    """A heap ordered by a ``less(l, r)`` function (Volcano ``util.PriorityQueue``)."""
-
-    __slots__ = ("_heap", "_less", "_seq")
-
-    class _Item:
-        __slots__ = ("value", "less", "seq")
-
-        def __init__(self, value: Any, less: Callable[[Any, Any], bool], seq: int) -> None:
-            self.value, self.less, self.seq = value, less, seq
-
-        def __lt__(self, other: PriorityQueue._Item) -> bool:
-            if self.less(self.value, other.value):
-                return True
-            if self.less(other.value, self.value):
-                return False
-            return self.seq < other.seq
-
-    def __init__(self, less: Callable[[Any, Any], bool], items: Iterable[Any] = ()) -> None:
-        self._less = less
-        self._seq = 0
-        self._heap: list[PriorityQueue._Item] = []
-        for it in items:
-            self.push(it)
-
-    def push(self, value: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, PriorityQueue._Item(value, self._less, self._seq))
-
-    def pop(self) -> Any:
-        return heapq.heappop(self._heap).value
-
-    def empty(self) -> bool:
-        return not self._heap
-
-    def __len__(self) -> int:
-        return len(self._heap)
+# Re-exported: plugins and tests have always found these here.
+__all__ = ["EventHandler", "PriorityQueue", "Session", "ValidateResult"]
 
 
 class Session:
     def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, cycle_id: int = 0) -> None:
-        from server.plugins import PLUGINS
-
         self.cycle_id = cycle_id
         self.config = config
         self.priority_classes = {**config.priority_classes, **snapshot.priority_classes}
@@ -136,14 +108,17 @@ class Session:
         self.tiers: list[list[PluginOption]] = config.tiers
         self._fns: dict[str, dict[str, Any]] = {p: {} for p in POINTS}
         self.event_handlers: list[EventHandler] = []
-        self.evaluator = NodeEvaluator(self)
+        self.evaluator = NodeEvaluator(self.nodes, self.space)
         self.result = CycleResult(cycle_id=cycle_id)
-        self.plugins = []
+        self.plugins: list[SessionPlugin] = []
         for tier in self.tiers:
             for option in tier:
-                plugin = PLUGINS[option.name](option.arguments)
-                self.plugins.append(plugin)
-        self._chains: dict[str, list[list[tuple[str, Any]]]] = {}
+                if option.plugin_class is None:
+                    raise ValueError(f"plugin option {option.name!r} was not resolved by the config parser")
+                self.plugins.append(option.plugin_class(option.arguments))
+        self._chains: dict[str, Chain[Any]] = {}
+        # Per point: its combining function bound to its chain (vectorised points: the evaluator).
+        self._combined: dict[str, Callable[..., Any]] = {}
         for plugin in self.plugins:
             started = time.perf_counter()
             plugin.on_session_open(self)
@@ -166,9 +141,43 @@ class Session:
         if i is not None:
             self.nodes.add_task(i, task)
 
+    # The function a plugin registers has the point's signature (``extension_points.POINTS``).
+    @overload
+    def register(self, point: Literal["job_order"], plugin: str, fn: JobCompareFn) -> None: ...
+    @overload
+    def register(self, point: Literal["task_order"], plugin: str, fn: TaskCompareFn) -> None: ...
+    @overload
+    def register(self, point: Literal["queue_order"], plugin: str, fn: QueueCompareFn) -> None: ...
+    @overload
+    def register(self, point: Literal["victim_queue_order"], plugin: str, fn: VictimQueueCompareFn) -> None: ...
+    @overload
+    def register(self, point: Literal["job_ready", "job_starving"], plugin: str, fn: JobCheckFn) -> None: ...
+    @overload
+    def register(self, point: Literal["allocatable", "preemptive"], plugin: str, fn: QueueTaskCheckFn) -> None: ...
+    @overload
+    def register(self, point: Literal["predicate"], plugin: str, fn: Predicates) -> None: ...
+    @overload
+    def register(self, point: Literal["node_order"], plugin: str, fn: Scorers) -> None: ...
+    @overload
+    def register(self, point: Literal["job_valid"], plugin: str, fn: JobValidFn) -> None: ...
+    @overload
+    def register(self, point: Literal["job_pipelined", "job_enqueueable"], plugin: str, fn: VoteFn) -> None: ...
+    @overload
+    def register(self, point: Literal["job_enqueued"], plugin: str, fn: JobNotifyFn) -> None: ...
+    @overload
+    def register(self, point: Literal["overused"], plugin: str, fn: QueueCheckFn) -> None: ...
+    @overload
+    def register(self, point: Literal["preemptable", "reclaimable"], plugin: str, fn: EvictableFn) -> None: ...
+    @overload
+    def register(self, point: Literal["victim"], plugin: str, fn: VictimTasksFns) -> None: ...
+    @overload
+    def register(self, point: Literal["hypernode_gradient"], plugin: str, fn: HyperNodeGradientFn) -> None: ...
+    @overload
+    def register(self, point: Literal["hypernode_order"], plugin: str, fn: HyperNodeOrderFn) -> None: ...
+
     def register(self, point: str, plugin: str, fn: Any) -> None:
         if point not in POINTS:
-            raise KeyError(f"unknown extension point {point!r}")
+            raise KeyError(f"unknown extension point {point!r} (known: {', '.join(POINTS)})")
         self._fns[point][plugin] = fn
 
     def add_event_handler(self, handler: EventHandler) -> None:
@@ -176,171 +185,150 @@ class Session:
 
     def _build_chains(self) -> None:
         for name, point in POINTS.items():
-            chain: list[list[tuple[str, Any]]] = []
+            chain: Chain[Any] = []
             for tier in self.tiers:
                 row = []
                 for option in tier:
                     fn = self._fns[name].get(option.name)
                     if fn is None:
                         continue
-                    if point.switch is not None and not option.enabled(point.switch):
+                    if point.switch is not None and not option.enabled(point.switch.name):
                         continue
                     row.append((option.name, fn))
                 chain.append(row)
             self._chains[name] = chain
+            if not point.vectorised:
+                self._combined[name] = partial(point.combine, chain)
         self.evaluator.configure(self._chains["predicate"], self._chains["node_order"])
+        c = self._combined
+        # The order points are asked hundreds of thousands of times a cycle: bound once.
+        self._job_order, self._task_order, self._queue_order = c["job_order"], c["task_order"], c["queue_order"]
 
-    def chain(self, point: str) -> list[list[tuple[str, Any]]]:
+    def chain(self, point: str) -> Chain[Any]:
         return self._chains[point]
 
     def option(self, plugin: str) -> PluginOption | None:
         return self.config.plugin(plugin)
 
-    # -- order functions: first non-zero wins ----------------------------------------------
-    def _compare(self, point: str, left: Any, right: Any) -> int:
-        for row in self._chains[point]:
-            for _, fn in row:
-                r = fn(left, right)
-                if r:
-                    return r
-        return 0
-
+    # -- extension points: each the table's combining function over its chain ----------------------
     def job_order_compare(self, left: JobInfo, right: JobInfo) -> int:
         """Volcano ``JobOrderCompareFn``: the first non-zero plugin answer, 0 on a tie."""
-        return self._compare("job_order", left, right)
+        return self._job_order(left, right)
 
+    # The order points' tie-breaks (Volcano's defaults when no plugin decides), written out here
+    # rather than called: these run hundreds of thousands of times a cycle.
     def job_order_fn(self, left: JobInfo, right: JobInfo) -> bool:
-        r = self._compare("job_order", left, right)
+        r = self._job_order(left, right)
         if r:
             return r < 0
+        # Ties: creation order, then uid.
         if left.creation_index != right.creation_index:
             return left.creation_index < right.creation_index
         return left.uid < right.uid
 
     def queue_order_fn(self, left: QueueInfo, right: QueueInfo) -> bool:
-        r = self._compare("queue_order", left, right)
+        r = self._queue_order(left, right)
         if r:
             return r < 0
+        # Ties: creation order, then uid.
         if left.creation_index != right.creation_index:
             return left.creation_index < right.creation_index
         return left.uid < right.uid
 
-    def victim_queue_order_fn(self, left: QueueInfo, right: QueueInfo, preemptor: Any) -> bool:
-        for row in self._chains["victim_queue_order"]:
-            for _, fn in row:
-                r = fn(left, right, preemptor)
-                if r:
-                    return r < 0
+    def victim_queue_order_fn(self, left: QueueInfo, right: QueueInfo, preemptor: QueueInfo | None) -> bool:
+        r = self._combined["victim_queue_order"](left, right, preemptor)
+        if r:
+            return r < 0
         return not self.queue_order_fn(left, right)
 
     def task_order_fn(self, left: TaskInfo, right: TaskInfo) -> bool:
-        r = self._compare("task_order", left, right)
+        r = self._task_order(left, right)
         if r:
             return r < 0
-        # Volcano helpers.CompareTask: higher pod priority first, then creation order, then uid.
+        # Ties: Volcano helpers.CompareTask: higher pod priority first, then creation order, then uid.
         if left.priority != right.priority:
             return left.priority > right.priority
         if left.creation_index != right.creation_index:
             return left.creation_index < right.creation_index
         return left.uid < right.uid
 
-    # -- all must pass ------------------------------------------------------------------------
-    def _all(self, point: str, *args: Any) -> bool:
-        for row in self._chains[point]:
-            for _, fn in row:
-                if not fn(*args):
-                    return False
-        return True
-
     def job_ready(self, job: JobInfo) -> bool:
-        return self._all("job_ready", job)
+        return self._combined["job_ready"](job)
 
     def allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
-        return self._all("allocatable", queue, task)
+        return self._combined["allocatable"](queue, task)
 
     def preemptive(self, queue: QueueInfo, task: TaskInfo) -> bool:
-        return self._all("preemptive", queue, task)
+        return self._combined["preemptive"](queue, task)
 
     def job_valid(self, job: JobInfo) -> ValidateResult | None:
-        for row in self._chains["job_valid"]:
-            for _, fn in row:
-                vr = fn(job)
-                if vr is not None and not vr.passed:
-                    return vr
-        return None
-
-    # -- votes --------------------------------------------------------------------------------
-    def _vote(self, point: str, job: JobInfo) -> bool:
-        for row in self._chains[point]:
-            permitted = False
-            for _, fn in row:
-                r = fn(job)
-                if r < 0:
-                    return False
-                if r > 0:
-                    permitted = True
-            if permitted:
-                return True
-        return True
+        return self._combined["job_valid"](job)
 
     def job_pipelined(self, job: JobInfo) -> bool:
-        return self._vote("job_pipelined", job)
+        return self._combined["job_pipelined"](job)
 
     def job_enqueueable(self, job: JobInfo) -> bool:
-        return self._vote("job_enqueueable", job)
+        return self._combined["job_enqueueable"](job)
 
     def job_enqueued(self, job: JobInfo) -> None:
-        for row in self._chains["job_enqueued"]:
-            for _, fn in row:
-                fn(job)
+        self._combined["job_enqueued"](job)
 
     def job_starving(self, job: JobInfo) -> bool:
-        for row in self._chains["job_starving"]:
-            if row:
-                return all(fn(job) for _, fn in row)
-        return False
+        return self._combined["job_starving"](job)
 
     def overused(self, queue: QueueInfo) -> bool:
-        return any(fn(queue) for row in self._chains["overused"] for _, fn in row)
-
-    # -- victims ------------------------------------------------------------------------------
-    def _victims(self, point: str, evictor: TaskInfo, candidates: list[TaskInfo]) -> list[TaskInfo]:
-        victims: list[TaskInfo] | None = None
-        for row in self._chains[point]:
-            for _, fn in row:
-                chosen, verdict = fn(evictor, candidates)
-                if verdict == 0:
-                    continue
-                if not chosen:
-                    victims = None
-                    break
-                if victims is None:
-                    victims = list(chosen)
-                else:
-                    keep = {t.uid for t in chosen}
-                    # Volcano: an empty intersection is nil again, so the next plugin of the
-                    # tier starts afresh and an all-empty tier falls through to the next tier.
-                    victims = [v for v in victims if v.uid in keep] or None
-            if victims is not None:
-                return victims
-        return victims or []
+        return self._combined["overused"](queue)
 
     def preemptable(self, preemptor: TaskInfo, preemptees: list[TaskInfo]) -> list[TaskInfo]:
-        return self._victims("preemptable", preemptor, preemptees)
+        return self._combined["preemptable"](preemptor, preemptees)
 
     def reclaimable(self, reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> list[TaskInfo]:
-        return self._victims("reclaimable", reclaimer, reclaimees)
+        return self._combined["reclaimable"](reclaimer, reclaimees)
 
     def victim_tasks(self, tasks: list[TaskInfo]) -> list[TaskInfo]:
-        for row in self._chains["victim"]:
-            found: dict[str, TaskInfo] = {}
-            for _, fns in row:
-                for fn in fns if isinstance(fns, list) else [fns]:
-                    for v in fn(tasks):
-                        found[v.uid] = v
-            if found:
-                return list(found.values())
-        return []
+        return self._combined["victim"](tasks)
+
+    def hypernode_gradients(self, job: JobInfo) -> Gradients | None:
+        """Where a job with a network topology may go: gradients of (hypernode, node mask); None
+        when no plugin constrains the job."""
+        return self._combined["hypernode_gradient"](job)
+
+    def hypernode_order(self, job: JobInfo, candidates: dict[str, np.ndarray]) -> dict[str, float]:
+        return self._combined["hypernode_order"](job, candidates)
+
+    # -- victims (Volcano ``Session.BuildVictimsPriorityQueue``) -----------------------------------
+    def victims_queue(self, victims: list[TaskInfo], preemptor: TaskInfo) -> PriorityQueue:
+        """The victims in eviction order: the first popped is evicted first.
+
+        Same job: reverse task order. A task whose job left the session goes first. Different
+        queues (preemptor job known): the victim queue order. Otherwise: reverse job order, then
+        reverse task order."""
+        jobs = self.jobs
+        preemptor_job = jobs.get(preemptor.job)
+
+        def job_then_task(lj: JobInfo, rj: JobInfo, left: TaskInfo, right: TaskInfo) -> bool:
+            cmp = self.job_order_compare(lj, rj)
+            if cmp != 0:
+                return cmp > 0
+            return not self.task_order_fn(left, right)
+
+        def less(left: TaskInfo, right: TaskInfo) -> bool:
+            if left.job == right.job:
+                return not self.task_order_fn(left, right)
+            lj, rj = jobs.get(left.job), jobs.get(right.job)
+            if lj is None or rj is None:
+                if lj is None and rj is None:
+                    return not self.task_order_fn(left, right)
+                return lj is None
+            if preemptor_job is None:
+                return job_then_task(lj, rj, left, right)
+            if lj.queue != rj.queue:
+                return self.victim_queue_order_fn(
+                    self.queues[lj.queue], self.queues[rj.queue], self.queues.get(preemptor_job.queue)
+                )
+            return job_then_task(lj, rj, left, right)
+
+        return PriorityQueue(less, victims)
 
     # -- job selection shared by actions ---------------------------------------------------------
     def admitted_jobs(self) -> Iterator[tuple[JobInfo, QueueInfo]]:
@@ -355,23 +343,6 @@ class Session:
             queue = self.queues.get(job.queue)
             if queue is not None:
                 yield job, queue
-
-    # -- hypernodes ----------------------------------------------------------------------------
-    def hypernode_gradients(self, job: JobInfo) -> list[list[tuple[str, np.ndarray]]] | None:
-        """Where a job with a network topology may go: gradients of (hypernode, node mask); None
-        when no plugin constrains the job."""
-        for row in self._chains["hypernode_gradient"]:
-            for _, fn in row:
-                return fn(job)
-        return None
-
-    def hypernode_order(self, job: JobInfo, candidates: dict[str, np.ndarray]) -> dict[str, float]:
-        scores = dict.fromkeys(candidates, 0.0)
-        for row in self._chains["hypernode_order"]:
-            for _, fn in row:
-                for name, value in fn(job, candidates).items():
-                    scores[name] += value
-        return scores
 
     # -- state changes (used by Statement) ------------------------------------------------------
     def place_task(self, task: TaskInfo, node: str, status: TaskStatus) -> None:

@@ -13,9 +13,9 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from server.model import TaskStatus
+from server.session.info import TaskInfo
 
-if TYPE_CHECKING:
-    from server.session.info import TaskInfo
+if TYPE_CHECKING:  # the session builds statements: annotation only
     from server.session.session import Session
 
 

@@ -10,9 +10,7 @@ gives the same decisions there.
 
 from __future__ import annotations
 
-import textwrap
-
-from server.simulate import simulate_text
+from core_helpers import simulate_yaml
 
 # TestAllocate's tier: gang, drf, proportion, predicates, nodeorder with the switches it sets.
 ALLOCATE_TIERS = """
@@ -42,14 +40,10 @@ config:
 """
 
 
-def run(tiers: str, cluster: str) -> dict:
-    return simulate_text(textwrap.dedent(tiers) + textwrap.dedent(cluster))
-
-
 def test_task_whose_selector_matches_no_node_does_not_stop_the_others() -> None:
     """TestAllocate "prepredicate failed: node selector does not match": the master's selector
     matches no node; minMember 1 lets the worker go alone."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "2", memory: 4Gi, pods: 10}, labels: {nodeRole: worker}}
         queues: [{name: c1, weight: 1}]
@@ -71,7 +65,7 @@ def test_failed_role_with_its_minimum_met_lets_allocation_continue() -> None:
     """TestAllocate "prepredicate failed and tasks are not used up, continue on until min member
     meet": minTaskMember master 1 / worker 1; the second master fits nowhere but the first already
     satisfies its role, so a worker is placed and the gang commits."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "1", memory: 2Gi, pods: 10}, labels: {nodeRole: master}}
         - {name: n2, allocatable: {cpu: "1", memory: 2Gi, pods: 10}, labels: {nodeRole: worker}}
@@ -97,7 +91,7 @@ def test_role_below_its_minimum_breaks_allocation_and_discards_the_gang() -> Non
     """TestAllocate "master's min member can not be allocated, break from allocating": two masters
     are required, only one master node exists: nothing is bound, the gang is reported
     Unschedulable."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "1", memory: 2Gi, pods: 10}, labels: {nodeRole: master}}
         - {name: n2, allocatable: {cpu: "2", memory: 2Gi, pods: 10}, labels: {nodeRole: worker}}
@@ -117,7 +111,7 @@ def test_role_below_its_minimum_breaks_allocation_and_discards_the_gang() -> Non
     """)
     assert out["binds"] == {}
     assert out["pipelined"] == {}
-    assert all(t["status"] == "Pending" for t in out["tasks"].values())
+    assert {uid: t["status"] for uid, t in out["tasks"].items()} == {f"c1/p{i}": "Pending" for i in range(4)}
     job = out["jobs"]["c1/pg1"]
     assert job["phase"] == "Inqueue"
     assert [c["type"] for c in job["conditions"]] == ["Unschedulable"]
@@ -125,7 +119,7 @@ def test_role_below_its_minimum_breaks_allocation_and_discards_the_gang() -> Non
 
 def test_one_job_with_two_pods_fills_one_node() -> None:
     """TestAllocate "one Job with two Pods on one node"."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "2", memory: 4Gi, pods: 10}}
         queues: [{name: c1, weight: 1}]
@@ -146,7 +140,7 @@ def test_one_job_with_two_pods_fills_one_node() -> None:
 def test_two_queues_share_one_node_by_proportion() -> None:
     """TestAllocate "two Jobs on one node": each queue deserves half the node, so each job gets
     its first task and the second is refused by proportion's allocatable."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "2", memory: 4G, pods: 10}}
         queues: [{name: c1, weight: 1}, {name: c2, weight: 1}]
@@ -174,7 +168,7 @@ def test_two_queues_share_one_node_by_proportion() -> None:
 def test_job_that_fits_nowhere_does_not_block_another_queue() -> None:
     """TestAllocate "high priority queue should not block others": a 3-cpu task on a 2-cpu node
     fails; the other queue's 1-cpu task is still placed."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "2", memory: 4G, pods: 10}}
         queues: [{name: c1, weight: 1}, {name: c2, weight: 1}]
@@ -199,7 +193,7 @@ def test_job_that_fits_nowhere_does_not_block_another_queue() -> None:
 def test_pending_job_is_admitted_by_allocate_when_enqueue_is_not_configured() -> None:
     """Volcano ``buildAllocateContext``: without the enqueue action a Pending PodGroup is moved to
     Inqueue by allocate itself rather than being skipped."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "2", memory: 4Gi, pods: 10}}
         queues: [{name: c1, weight: 1}]
@@ -218,7 +212,7 @@ def test_pending_job_waits_for_enqueue_when_enqueue_is_configured() -> None:
     """Volcano ``buildAllocateContext``: with enqueue configured, allocate leaves Pending jobs to
     it (here enqueue runs after allocate, so the job is admitted but placed only next cycle)."""
     tiers = ALLOCATE_TIERS.replace("actions: [allocate]", "actions: [allocate, enqueue]")
-    out = run(tiers, """
+    out = simulate_yaml(tiers, """
         nodes:
         - {name: n1, allocatable: {cpu: "2", memory: 4Gi, pods: 10}}
         queues: [{name: c1, weight: 1}]
@@ -238,7 +232,7 @@ def test_gang_that_does_not_fit_entirely_is_discarded() -> None:
     """All-or-nothing (gang job_ready / job_pipelined): three 2-cpu tasks, minMember 3, two 2-cpu
     nodes: nothing is bound and every tentative placement is undone, so the small job behind it
     still gets a node."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "2", memory: 4Gi, pods: 10}}
         - {name: n2, allocatable: {cpu: "2", memory: 4Gi, pods: 10}}
@@ -272,7 +266,7 @@ def test_gang_on_releasing_resources_is_pipelined_not_bound() -> None:
     """Volcano ``prioritizeNodes`` / ``allocateResourcesForTask``: a task that fits only the
     node's future idle (idle + releasing) is pipelined; a pipelined-only gang is kept in the
     session but not committed (no bind)."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "2", memory: 4Gi, pods: 10}}
         queues: [{name: c1, weight: 1}]
@@ -298,7 +292,7 @@ def test_gang_on_releasing_resources_is_pipelined_not_bound() -> None:
 def test_idle_node_is_preferred_over_releasing_one() -> None:
     """Volcano ``prioritizeNodes``: nodes whose idle fits come first; a node that fits only with
     releasing resources is used only when no idle node fits, whatever the scores."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: a-releasing, allocatable: {cpu: "8", memory: 16Gi, pods: 10}}
         - {name: b-idle, allocatable: {cpu: "2", memory: 4Gi, pods: 10}}
@@ -324,7 +318,7 @@ def test_idle_node_is_preferred_over_releasing_one() -> None:
 def test_invalid_gang_is_not_allocated() -> None:
     """gang job_valid: fewer valid tasks than minMember makes the job invalid; allocate skips it
     and its condition says why (Volcano NotEnoughTasks)."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "4", memory: 4Gi, pods: 10}}
         queues: [{name: c1, weight: 1}]
@@ -347,7 +341,7 @@ def test_invalid_gang_is_not_allocated() -> None:
 
 def test_best_effort_tasks_are_left_to_backfill() -> None:
     """Volcano ``organizeJobWorksheet``: allocate skips tasks with an empty request."""
-    out = run(ALLOCATE_TIERS, """
+    out = simulate_yaml(ALLOCATE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "4", memory: 4Gi, pods: 10}}
         queues: [{name: c1, weight: 1}]
@@ -376,7 +370,7 @@ def test_queue_with_lower_share_allocates_first() -> None:
     """TestFareShareAllocate "queue with low DRF share value has high priority, should allocate
     first": q-1 already runs a task, so q-2's large job goes first and takes the room q-1's
     large job would have needed."""
-    out = run(FAIR_SHARE_TIERS, FAIR_SHARE_NODE + """
+    out = simulate_yaml(FAIR_SHARE_TIERS, FAIR_SHARE_NODE + """
         jobs:
         - name: pg-small-1
           namespace: ns-1
@@ -406,7 +400,7 @@ def test_queue_share_is_updated_before_the_queue_is_pushed_back() -> None:
     q-2/small-2 no longer fits. Volcano breaks the tie between q-2's two jobs (equal DRF share,
     equal creation time) by uid, pg-large-2 < pg-small-2; Muster breaks it by submission order, so
     pg-large-2 is listed first."""
-    out = run(FAIR_SHARE_TIERS, FAIR_SHARE_NODE + """
+    out = simulate_yaml(FAIR_SHARE_TIERS, FAIR_SHARE_NODE + """
         jobs:
         - name: pg-small-1
           namespace: ns-1
@@ -439,7 +433,7 @@ def test_queue_share_is_updated_before_the_queue_is_pushed_back() -> None:
 def test_queue_is_put_back_for_its_next_job() -> None:
     """TestFareShareAllocate "queue's one jobs has no pending tasks, should be put back to queues
     for next job": a Running job with nothing pending does not end the queue's turn."""
-    out = run(FAIR_SHARE_TIERS, """
+    out = simulate_yaml(FAIR_SHARE_TIERS, """
         nodes:
         - {name: node-1, allocatable: {cpu: "5", memory: 5G, pods: 10}}
         queues: [{name: q-1, weight: 1}]
@@ -479,10 +473,10 @@ def test_predicate_error_cache_skips_tasks_of_a_failed_role() -> None:
           - {name: big-1, role: big, request: {cpu: "2", memory: 1G}}
           - {name: small-0, role: small, request: {cpu: "1", memory: 1G}}
     """
-    out = run(ALLOCATE_TIERS, cluster)
+    out = simulate_yaml(ALLOCATE_TIERS, cluster)
     assert out["binds"] == {"c1/small-0": "n1"}
     off = ALLOCATE_TIERS.replace(
         "extension_points_not_listed: disabled",
         "extension_points_not_listed: disabled\n  action_arguments: {allocate: {predicateErrorCacheEnable: false}}",
     )
-    assert run(off, cluster)["binds"] == {"c1/small-0": "n1"}
+    assert simulate_yaml(off, cluster)["binds"] == {"c1/small-0": "n1"}

@@ -3,22 +3,10 @@ the behaviour of backfill.go, as a direct session test and as scenarios."""
 
 from __future__ import annotations
 
-import textwrap
+from core_helpers import job, node, queue, session, simulate_yaml, snapshot, task
 
-from muster.quantity import parse_resources
 from server.actions.backfill import BackfillAction
-from server.config import load_config
-from server.model import (
-    ClusterSnapshot,
-    JobSpec,
-    NodeSpec,
-    PodGroupPhase,
-    QueueSpec,
-    TaskSpec,
-    TaskStatus,
-)
-from server.session.session import Session
-from server.simulate import simulate_text
+from server.model import ClusterSnapshot, TaskStatus
 
 PICK_UP_TIERS = """
 extension_points_not_listed: disabled
@@ -37,27 +25,22 @@ def _pick_up_snapshot() -> ClusterSnapshot:
         tasks = []
         for k, prio in enumerate((1, 3, 2, 4)):
             for kind, request in (("besteffort", {}), ("unbesteffort", {"cpu": "500m"})):
-                name = f"{j}-{kind}-task-{prio}"
-                tasks.append(TaskSpec(
-                    uid=f"default/{name}", name=name, namespace="default", job=f"default/{j}",
-                    request=parse_resources(request), priority=prio, creation_index=k * 2 + len(tasks),
-                ))
-        jobs.append(JobSpec(uid=f"default/{j}", name=j, namespace="default", queue="q1", tasks=tasks,
-                            min_member=1, priority=job_priority, phase=PodGroupPhase.INQUEUE,
-                            creation_index=len(jobs)))
-    return ClusterSnapshot(nodes=[NodeSpec("node1", parse_resources({"cpu": "8", "memory": "8Gi"}))],
-                           queues=[QueueSpec("q1")], jobs=jobs)
+                tasks.append(task(f"{j}-{kind}-task-{prio}", j, request, ns="default", priority=prio,
+                                  creation_index=k * 2 + len(tasks)))
+        jobs.append(job(j, ns="default", queue="q1", tasks=tasks, min_member=1, priority=job_priority,
+                        index=len(jobs)))
+    return snapshot([node("node1", "8", "8Gi")], jobs, [queue("q1")])
 
 
 def test_pick_up_pending_tasks_in_job_then_task_priority_order() -> None:
     """TestPickUpPendingTasks "test": best-effort tasks only, the higher-priority job first, then
     task priority; the pipelined best-effort tasks (priorities 2 and 4) are unpipelined and taken
     too."""
-    ssn = Session(_pick_up_snapshot(), load_config(PICK_UP_TIERS), 1)
-    for job in ssn.jobs.values():
-        for task in list(job.tasks.values()):
-            if task.name.endswith(("task-2", "task-4")):
-                ssn.statement().pipeline(task, "node1")
+    ssn = session(_pick_up_snapshot(), PICK_UP_TIERS)
+    for info in ssn.jobs.values():
+        for t in list(info.tasks.values()):
+            if t.name.endswith(("task-2", "task-4")):
+                ssn.statement().pipeline(t, "node1")
     names = [t.name for t in BackfillAction().pending_tasks(ssn)]
     assert names == [
         "pg2-besteffort-task-4",
@@ -86,7 +69,7 @@ config:
 
 
 def run(cluster: str) -> dict:
-    return simulate_text(textwrap.dedent(BACKFILL_TIERS) + textwrap.dedent(cluster))
+    return simulate_yaml(BACKFILL_TIERS, cluster)
 
 
 def test_best_effort_task_goes_to_a_node_passing_the_predicates() -> None:
@@ -151,7 +134,7 @@ def test_pending_job_is_not_backfilled() -> None:
           tasks: [{name: be0, request: {}}]
     """
     backfill_only = BACKFILL_TIERS.replace("actions: [allocate, backfill]", "actions: [backfill]")
-    out = simulate_text(textwrap.dedent(backfill_only) + textwrap.dedent(cluster))
+    out = simulate_yaml(backfill_only, cluster)
     assert out["binds"] == {}
 
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from core_helpers import job, node, queue, session, snapshot, task
 
-from muster.quantity import parse_resources
-from server.config import load_config
-from server.model import ClusterSnapshot, JobSpec, NodeSpec, QueueSpec, TaskSpec, TaskStatus
+from server.model import ClusterSnapshot, PodGroupPhase, TaskStatus
 from server.plugins.binpack import BinpackPlugin
-from server.session.session import Session
 
 
 def test_arguments_set_weights_and_a_negative_resource_weight_falls_back_to_one() -> None:
@@ -25,23 +23,20 @@ def test_arguments_set_weights_and_a_negative_resource_weight_falls_back_to_one(
 
 
 def _snapshot() -> ClusterSnapshot:
-    def task(name: str, node: str | None, **request: str) -> TaskSpec:
-        return TaskSpec(uid=f"c1/{name}", name=name, namespace="c1", job="c1/pg1", request=parse_resources(request),
-                        status=TaskStatus.BOUND if node else TaskStatus.PENDING, node=node)
-
+    """TestNode's cluster: p1 bound to n1, p2 to n3, p3 and p4 pending."""
     tasks = [
-        task("p1", "n1", cpu="1", memory="1Gi"),
-        task("p2", "n3", cpu="1.5", memory="0Gi"),
-        task("p3", None, cpu="2", memory="10Gi", **{"nvidia.com/gpu": "2"}),
-        task("p4", None, cpu="3", memory="4Gi", **{"example.com/foo": "3"}),
+        task("p1", "pg1", {"cpu": "1", "memory": "1Gi"}, "n1", ns="c1", status=TaskStatus.BOUND),
+        task("p2", "pg1", {"cpu": "1.5", "memory": "0Gi"}, "n3", ns="c1", status=TaskStatus.BOUND),
+        task("p3", "pg1", {"cpu": "2", "memory": "10Gi", "nvidia.com/gpu": "2"}, ns="c1"),
+        task("p4", "pg1", {"cpu": "3", "memory": "4Gi", "example.com/foo": "3"}, ns="c1"),
     ]
     nodes = [
-        NodeSpec("n1", parse_resources({"cpu": "2", "memory": "4Gi", "pods": "10"})),
-        NodeSpec("n2", parse_resources({"cpu": "4", "memory": "16Gi", "pods": "10", "nvidia.com/gpu": "4"})),
-        NodeSpec("n3", parse_resources({"cpu": "2", "memory": "4Gi", "pods": "10", "example.com/foo": "16"})),
+        node("n1", "2", "4Gi", pods="10"),
+        node("n2", "4", "16Gi", pods="10", **{"nvidia.com/gpu": "4"}),
+        node("n3", "2", "4Gi", pods="10", **{"example.com/foo": "16"}),
     ]
-    job = JobSpec(uid="c1/pg1", name="pg1", namespace="c1", queue="c1", tasks=tasks, min_member=1)
-    return ClusterSnapshot(nodes=nodes, queues=[QueueSpec("c1")], jobs=[job])
+    pg1 = job("pg1", ns="c1", queue="c1", tasks=tasks, min_member=1, phase=PodGroupPhase.PENDING)
+    return snapshot(nodes, [pg1], [queue("c1")])
 
 
 ARGS_1 = """{binpack.weight: 10, binpack.cpu: 2, binpack.memory: 3, binpack.resources: "nvidia.com/gpu, example.com/foo",
@@ -62,13 +57,12 @@ def test_node_scores_match_volcano_table(arguments: str, expected: dict[str, lis
     """TestNode: every task (bound ones too) scored on n1, n2, n3; a node the request would
     overflow in any weighted resource scores 0; a weighted resource the node lacks adds its weight
     but no score."""
-    cfg = load_config(f"""
+    ssn = session(_snapshot(), f"""
 extension_points_not_listed: disabled
 tiers:
 - plugins:
   - {{name: binpack, enableNodeOrder: true, arguments: {arguments}}}
 """)
-    ssn = Session(_snapshot(), cfg, 1)
     rows = np.arange(len(ssn.nodes))
     assert ssn.nodes.names == ["n1", "n2", "n3"]
     for name, scores in expected.items():
@@ -78,6 +72,5 @@ tiers:
 
 def test_zero_weight_registers_no_score() -> None:
     """binpack.weight 0 multiplies every score by 0: nothing to register."""
-    cfg = load_config("tiers: [{plugins: [{name: binpack, arguments: {binpack.weight: 0}}]}]")
-    ssn = Session(_snapshot(), cfg, 1)
+    ssn = session(_snapshot(), "tiers: [{plugins: [{name: binpack, arguments: {binpack.weight: 0}}]}]")
     assert not any(ssn.evaluator.scorers.values())

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.config import DEFAULT_CONFIG_YAML, ConfigError, default_config, load_config
+from server.config import DEFAULT_CONFIG_YAML, SWITCHES, ConfigError, default_config, load_config
+from server.plugins import PLUGINS
 
 VOLCANO_STYLE = """
 actions: "enqueue, allocate, backfill"
@@ -85,3 +86,26 @@ def test_disabled_mode_only_written_switches_are_on() -> None:
 
 def test_x_prefixed_keys_are_ignored() -> None:
     assert load_config("x-note: hello\nactions: allocate").actions == ["allocate"]
+
+
+# Volcano's conf.PluginOption switches, spelled as its YAML tags are.
+VOLCANO_SWITCHES = [
+    "enableJobOrder", "enableHierarchy", "enableJobReady", "enableJobPipelined", "enableTaskOrder",
+    "enablePreemptable", "enableReclaimable", "enablePreemptive", "enableQueueOrder", "enabledClusterOrder",
+    "enablePredicate", "enableBestNode", "enableNodeOrder", "enableTargetJob", "enableReservedNodes",
+    "enableJobEnqueued", "enabledVictim", "enableJobStarving", "enabledOverused", "enabledAllocatable",
+    "enabledHyperNodeOrder", "enabledSubJobReady", "enabledSubJobPipelined", "enabledSubJobOrder",
+    "enabledHyperNodeGradient",
+]
+
+
+@pytest.mark.parametrize("key", VOLCANO_SWITCHES)
+def test_every_volcano_switch_is_accepted(key: str) -> None:
+    gang = load_config(f"tiers:\n- plugins:\n  - {{name: gang, {key}: false}}").plugin("gang")
+    assert gang is not None and not gang.enabled(SWITCHES[key])
+    assert set(SWITCHES) == set(VOLCANO_SWITCHES)
+
+
+def test_plugin_options_carry_their_plugin_class() -> None:
+    cfg = default_config()
+    assert all(option.plugin_class is PLUGINS[option.name] for tier in cfg.tiers for option in tier)

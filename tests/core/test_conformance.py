@@ -3,8 +3,9 @@ and conformance.go: critical and kube-system pods are never victims."""
 
 from __future__ import annotations
 
-from server.config import load_config
-from server.model import ClusterSnapshot, JobSpec, NodeSpec, QueueSpec, TaskSpec, TaskStatus
+from core_helpers import job, node, queue, res, session, snapshot, task
+
+from server.model import JobSpec, PodGroupPhase
 from server.session.session import Session
 
 CONFIG = """
@@ -16,17 +17,15 @@ tiers:
 
 
 def _job(name: str, namespace: str, priority_class: str = "", pod_class: str = "") -> JobSpec:
+    """One task running on test-node; ``pod_class``: the pod's priorityClassName annotation."""
     annotations = {"priorityClassName": pod_class} if pod_class else {}
-    task = TaskSpec(uid=f"{namespace}/{name}-0", name=f"{name}-0", namespace=namespace, job=f"{namespace}/{name}",
-                    request={"cpu": 1000.0}, status=TaskStatus.RUNNING, node="test-node", annotations=annotations)
-    return JobSpec(uid=f"{namespace}/{name}", name=name, namespace=namespace, queue="q", tasks=[task],
-                   min_member=1, priority_class=priority_class)
+    pod = task(f"{name}-0", name, res("1"), "test-node", ns=namespace, annotations=annotations)
+    return job(name, ns=namespace, queue="q", tasks=[pod], min_member=1, phase=PodGroupPhase.PENDING,
+               priority_class=priority_class)
 
 
 def _session(*jobs: JobSpec) -> Session:
-    snap = ClusterSnapshot(nodes=[NodeSpec("test-node", {"cpu": 4000.0, "memory": 4e9})], queues=[QueueSpec("q")],
-                           jobs=list(jobs))
-    return Session(snap, load_config(CONFIG), 1)
+    return session(snapshot([node("test-node", "4", "4G")], jobs, [queue("q")]), CONFIG)
 
 
 def test_kube_system_pod_is_not_a_victim() -> None:

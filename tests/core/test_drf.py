@@ -5,16 +5,13 @@ Hierarchical DRF is tested in test_drf_hierarchy.py."""
 
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 import pytest
+from core_helpers import job, node, queue, session, simulate_yaml, snapshot
 
-from server.config import load_config
-from server.model import ClusterSnapshot, JobSpec, NodeSpec, QueueSpec, TaskSpec, TaskStatus
+from server.model import JobSpec, PodGroupPhase, TaskStatus
 from server.session.info import dominant_share
 from server.session.session import Session
-from server.simulate import simulate_text
 
 CONFIG = """
 extension_points_not_listed: disabled
@@ -36,21 +33,20 @@ def test_dominant_share_ignores_resources_the_cluster_lacks() -> None:
     assert dominant_share(np.zeros(2), np.zeros(2)) == 0.0
 
 
-def _job(name: str, running: int, pending: int, cpu: float = 1000.0, index: int = 0) -> JobSpec:
-    tasks = [
-        TaskSpec(uid=f"ns/{name}-{i}", name=f"{name}-{i}", namespace="ns", job=f"ns/{name}", request={"cpu": cpu},
-                 status=TaskStatus.RUNNING if i < running else TaskStatus.PENDING,
-                 node="n1" if i < running else None)
-        for i in range(running + pending)
-    ]
-    return JobSpec(uid=f"ns/{name}", name=name, namespace="ns", queue="q", tasks=tasks, min_member=1,
-                   creation_index=index)
+def test_dominant_share_ignores_a_resource_with_no_total() -> None:
+    """calculateShare only looks at the cluster's resource names (total >= epsilon)."""
+    assert dominant_share(np.array([500.0, 0.0, 1.0]), np.array([1000.0, 4.0, 0.0])) == 0.5
+
+
+def _job(name: str, running: int, pending: int, cpu: str = "1", index: int = 0) -> JobSpec:
+    """``running`` tasks Running on n1, then ``pending`` Pending ones, each asking for ``cpu``."""
+    status = [TaskStatus.RUNNING] * running + [TaskStatus.PENDING] * pending
+    return job(name, cpu=cpu, memory=None, queue="q", status=status, nodes="n1", min_member=1,
+               phase=PodGroupPhase.PENDING, index=index, task_index=0)
 
 
 def _session(*jobs: JobSpec) -> Session:
-    snap = ClusterSnapshot(nodes=[NodeSpec("n1", {"cpu": 10000.0, "memory": 10e9})], queues=[QueueSpec("q")],
-                           jobs=list(jobs))
-    return Session(snap, load_config(CONFIG), 1)
+    return session(snapshot([node("n1", "10", "10G")], jobs, [queue("q")]), CONFIG)
 
 
 def test_job_with_lower_share_orders_first() -> None:
@@ -79,7 +75,7 @@ def test_preemptable_keeps_victims_whose_job_stays_at_or_above_the_preemptor_sha
     """drf preemptableFn: the preemptor's share after gaining its task is compared with each victim
     job's share after losing the candidates so far (per job, cumulatively); ties within 1e-6 count
     as victims."""
-    ssn = _session(_job("rich", 4, 0, index=0), _job("poor", 0, 1, cpu=1000.0, index=1))
+    ssn = _session(_job("rich", 4, 0, index=0), _job("poor", 0, 1, cpu="1", index=1))
     preemptor = ssn.tasks["ns/poor-0"]  # share after: 0.1
     candidates = [ssn.tasks[f"ns/rich-{i}"] for i in range(4)]  # rich: 0.4 -> 0.3, 0.2, 0.1, 0.0
     assert [v.uid for v in ssn.preemptable(preemptor, candidates)] == ["ns/rich-0", "ns/rich-1", "ns/rich-2"]
@@ -88,7 +84,7 @@ def test_preemptable_keeps_victims_whose_job_stays_at_or_above_the_preemptor_sha
 def test_jobs_of_one_queue_take_turns_by_share() -> None:
     """Allocate with drf job order: after each ready job's commit the job goes back with its new
     share, so two equal jobs alternate instead of the first filling the node."""
-    out = simulate_text(textwrap.dedent("""
+    out = simulate_yaml("""
         config:
           actions: [allocate]
           extension_points_not_listed: disabled
@@ -103,5 +99,5 @@ def test_jobs_of_one_queue_take_turns_by_share() -> None:
            tasks: [{name: a0, request: {cpu: "1"}}, {name: a1, request: {cpu: "1"}}]}
         - {name: b, namespace: ns, queue: q, minMember: 1, phase: Inqueue,
            tasks: [{name: b0, request: {cpu: "1"}}, {name: b1, request: {cpu: "1"}}]}
-    """))
+    """)
     assert out["binds"] == {"ns/a0": "n1", "ns/b0": "n1"}

@@ -7,9 +7,7 @@ of the simulate output.
 
 from __future__ import annotations
 
-import textwrap
-
-from server.simulate import simulate_text
+from core_helpers import simulate_yaml
 
 # TestEnqueue's tier: drf, proportion, sla (waiting time 3m), gang, with the switches it sets.
 ENQUEUE_TIERS = """
@@ -31,17 +29,13 @@ QUEUES_C1_C2 = """
 """
 
 
-def run(tiers: str, cluster: str) -> dict:
-    return simulate_text(textwrap.dedent(tiers) + textwrap.dedent(cluster))
-
-
 def phases(out: dict) -> dict[str, str]:
     return {uid: j["phase"] for uid, j in out["jobs"].items()}
 
 
 def test_inqueue_job_stays_inqueue() -> None:
     """TestEnqueue "when podgroup status is inqueue"."""
-    out = run(ENQUEUE_TIERS, QUEUES_C1_C2 + """
+    out = simulate_yaml(ENQUEUE_TIERS, QUEUES_C1_C2 + """
         nodes: []
         jobs:
         - name: pg1
@@ -59,7 +53,7 @@ def test_inqueue_job_stays_inqueue() -> None:
 def test_pending_jobs_without_min_resources_are_admitted_in_every_queue() -> None:
     """TestEnqueue "when podgroup status is pending": no minResources, so both jobs (one per
     queue) go Inqueue."""
-    out = run(ENQUEUE_TIERS, QUEUES_C1_C2 + """
+    out = simulate_yaml(ENQUEUE_TIERS, QUEUES_C1_C2 + """
         nodes: []
         jobs:
         - name: pg1
@@ -78,7 +72,7 @@ def test_pending_jobs_without_min_resources_are_admitted_in_every_queue() -> Non
 
 def test_running_job_stays_running() -> None:
     """TestEnqueue "when podgroup status is running"."""
-    out = run(ENQUEUE_TIERS, """
+    out = simulate_yaml(ENQUEUE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "4", memory: 4G, pods: 10}}
         queues: [{name: c1, weight: 1, capability: {cpu: "4", memory: 4G}}]
@@ -99,7 +93,7 @@ def test_job_of_a_missing_queue_is_not_admitted() -> None:
     """TestEnqueue "pggroup cannot enqueue because the specified queue is c1, but there is only
     c2". Volcano's cache drops such a job from the session altogether (no status at all); Muster
     keeps it in the output, still Pending, and explains the missing queue."""
-    out = run(ENQUEUE_TIERS, """
+    out = simulate_yaml(ENQUEUE_TIERS, """
         nodes: []
         queues: [{name: c2, weight: 1, capability: {cpu: "4", memory: 4G}}]
         jobs:
@@ -115,7 +109,7 @@ def test_job_of_a_missing_queue_is_not_admitted() -> None:
 def test_min_resources_above_queue_capability_keep_the_job_pending() -> None:
     """TestEnqueue "pggroup cannot enqueue because queue resources are less than podgroup
     MinResources": proportion rejects 8 cpu against a 1-cpu capability."""
-    out = run(ENQUEUE_TIERS, """
+    out = simulate_yaml(ENQUEUE_TIERS, """
         nodes: []
         queues: [{name: c1, weight: 1, capability: {cpu: "1", memory: 1G}}]
         jobs:
@@ -132,7 +126,7 @@ def test_min_resources_above_queue_capability_keep_the_job_pending() -> None:
 def test_admitted_jobs_consume_queue_capability_in_job_order() -> None:
     """Volcano enqueue + proportion job_enqueued: each admitted job's minResources count as
     inqueue, so of three 2-cpu jobs in a 4-cpu queue the first two (job order) are admitted."""
-    out = run(ENQUEUE_TIERS, """
+    out = simulate_yaml(ENQUEUE_TIERS, """
         nodes:
         - {name: n1, allocatable: {cpu: "8", memory: 8G, pods: 10}}
         queues: [{name: c1, weight: 1, capability: {cpu: "4", memory: 4G}}]
@@ -158,7 +152,7 @@ def test_job_rejected_by_a_co_tier_plugin_reserves_no_queue_capacity() -> None:
             - {name: proportion, enableJobEnqueued: true}
             - {name: overcommit, enableJobEnqueued: true}
     """
-    out = run(tiers, """
+    out = simulate_yaml(tiers, """
         nodes:
         - {name: n1, allocatable: {cpu: "4", memory: 8G, pods: 10}}
         queues:
@@ -182,7 +176,7 @@ def test_enqueue_then_allocate_places_admitted_job_in_the_same_cycle() -> None:
     """The default action order (enqueue, allocate): a Pending job admitted by enqueue is
     allocated in the same session."""
     tiers = ENQUEUE_TIERS.replace("actions: [enqueue]", "actions: [enqueue, allocate]")
-    out = run(tiers, """
+    out = simulate_yaml(tiers, """
         nodes:
         - {name: n1, allocatable: {cpu: "4", memory: 4G, pods: 10}}
         queues: [{name: c1, weight: 1, capability: {cpu: "4", memory: 4G}}]

@@ -5,20 +5,10 @@ from __future__ import annotations
 import random
 
 import numpy as np
-from core_helpers import session
+from core_helpers import job, node, session, snapshot, task
 
-from muster.quantity import parse_resources
 from server.config import DEFAULT_CONFIG_YAML
-from server.model import (
-    ClusterSnapshot,
-    JobSpec,
-    NodeSpec,
-    PodGroupPhase,
-    QueueSpec,
-    Taint,
-    TaskSpec,
-    Toleration,
-)
+from server.model import ClusterSnapshot, Taint, Toleration
 
 CONFIG = DEFAULT_CONFIG_YAML + """
 - plugins:
@@ -29,21 +19,18 @@ CONFIG = DEFAULT_CONFIG_YAML + """
 def _cluster(seed: int) -> ClusterSnapshot:
     rng = random.Random(seed)
     nodes = [
-        NodeSpec(f"n{i:02d}", parse_resources({"cpu": str(rng.choice([4, 8, 16])), "memory": "32Gi", "pods": "5"}),
-                 labels={"zone": f"z{i % 3}"}, taints=[Taint("t", "v", "NoSchedule")] if i % 5 == 0 else [])
+        node(f"n{i:02d}", str(rng.choice([4, 8, 16])), "32Gi", pods="5", labels={"zone": f"z{i % 3}"},
+             taints=[Taint("t", "v", "NoSchedule")] if i % 5 == 0 else [])
         for i in range(30)
     ]
     jobs = []
     for j in range(40):
-        uid = f"ns/j{j}"
-        req = parse_resources({"cpu": str(rng.choice([1, 2, 3])), "memory": "1Gi"})
+        req = {"cpu": str(rng.choice([1, 2, 3])), "memory": "1Gi"}
         sel = {"zone": "z1"} if j % 7 == 0 else {}
         tol = [Toleration("t", "Exists")] if j % 3 == 0 else []
-        tasks = [TaskSpec(f"{uid}-{k}", f"j{j}-{k}", "ns", uid, dict(req), node_selector=sel, tolerations=tol)
-                 for k in range(rng.randint(1, 4))]
-        jobs.append(JobSpec(uid, f"j{j}", "ns", "default", tasks, min_member=1, phase=PodGroupPhase.INQUEUE,
-                            creation_index=j))
-    return ClusterSnapshot(nodes, [QueueSpec("default")], jobs)
+        tasks = [task(f"j{j}-{k}", f"j{j}", req, node_selector=sel, tolerations=tol) for k in range(rng.randint(1, 4))]
+        jobs.append(job(f"j{j}", tasks=tasks, min_member=1, index=j))
+    return snapshot(nodes, jobs)
 
 
 def test_cached_selection_matches_fresh_evaluation_after_every_allocation() -> None:
@@ -52,15 +39,15 @@ def test_cached_selection_matches_fresh_evaluation_after_every_allocation() -> N
         ev = ssn.evaluator
         stmt = ssn.statement()
         placed = 0
-        for task in sorted(ssn.tasks.values(), key=lambda t: t.uid):
-            cached = ev.select(task)
+        for t in sorted(ssn.tasks.values(), key=lambda x: x.uid):
+            cached = ev.select(t)
             # A fresh evaluator (no caches) must agree, on masks, scores and choice.
             ev._shape.clear()
             ev._static.clear()
-            fresh = ev.select(task)
-            assert cached == fresh, (seed, task.uid)
+            fresh = ev.select(t)
+            assert cached == fresh, (seed, t.uid)
             if cached is not None:
-                stmt.allocate(task, ssn.nodes.names[cached[0]])
+                stmt.allocate(t, ssn.nodes.names[cached[0]])
                 placed += 1
         assert placed > 10
         # Never over-committed.

@@ -1,22 +1,59 @@
-"""Combination rules of the extension points (Volcano framework/session_plugins.go).
+"""The extension point table (``server/session/extension_points.py``): one rule test per point.
 
-Each test registers stub functions from fake plugins in chosen tiers and checks how the session
-combines their answers; a wrong rule (e.g. "last wins" or "any passes") fails them.
+Fake plugins a and b form tier 1, c and d tier 2. Each test registers stub functions for a point
+in chosen tiers and asks the session, checking the point's combining rule: tier order and tier
+semantics, a plugin whose switch is off, abstentions. ``covers`` records which points a test
+checks; ``test_every_point_has_a_rule_test`` fails when a point is added to the table without one.
+The documentation tables of docs/config.md must equal what the table renders.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import re
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar, get_args, get_type_hints
 
+import numpy as np
 import pytest
-from core_helpers import job, node, session, snapshot
+from core_helpers import job, node, snapshot
 
+from server.config import SWITCHES, load_config
+from server.model import QueueSpec
 from server.plugins import PLUGINS
 from server.plugins.base import Plugin
-from server.session.extension_points import ABSTAIN, PERMIT, POINTS, REJECT
+from server.session.evaluator import Predicate, Scope, Scorer
+from server.session.extension_points import (
+    ABSTAIN,
+    ALL_SWITCHES,
+    COMPATIBILITY_SWITCHES,
+    PERMIT,
+    PLUGIN_SWITCHES,
+    POINTS,
+    REJECT,
+    ValidateResult,
+    markdown_table,
+    render_docs,
+    switches_markdown_table,
+)
+from server.session.session import Session
 
-# Fake plugins whose registrations each test sets.
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+
+# Fake plugins whose registrations each test sets: plugin -> point -> function.
 REGISTRATIONS: dict[str, dict[str, Any]] = {}
+# point -> the tests that check its rule.
+COVERED: dict[str, list[str]] = {}
+
+
+def covers(*points: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def mark(test: Callable[..., None]) -> Callable[..., None]:
+        for p in points:
+            COVERED.setdefault(p, []).append(test.__name__)
+        return test
+
+    return mark
 
 
 def _fake(plugin_name: str) -> type[Plugin]:
@@ -47,52 +84,462 @@ tiers:
 """
 
 
-def open_session(config: str = TWO_TIERS):
-    snap = snapshot([node("n1")], [job("j1", 1, index=0), job("j2", 1, index=1)])
-    return session(snap, config)
+def switched_off(point: str, *plugins: str, config: str = TWO_TIERS) -> str:
+    """``config`` with ``point``'s YAML switch (from the table) written false for ``plugins``."""
+    switch = POINTS[point].switch
+    assert switch is not None, point
+    for p in plugins:
+        config = config.replace(f"{{name: {p}}}", f"{{name: {p}, {switch.key}: false}}")
+    return config
 
 
-def test_every_point_declares_a_rule() -> None:
-    assert {"job_order", "predicate", "node_order", "job_pipelined", "job_starving", "preemptable"} <= set(POINTS)
-    assert all(p.rule for p in POINTS.values())
+def open_session(config: str = TWO_TIERS, nodes: int = 1) -> Session:
+    """Queues q1, q2; job j1 (q1, created first, one task) and j2 (q2, one task of priority 5)."""
+    snap = snapshot(
+        [node(f"n{i + 1}") for i in range(nodes)],
+        [job("j1", 1, index=0, queue="q1"), job("j2", 1, index=1, queue="q2", priority=5)],
+        [QueueSpec("q1"), QueueSpec("q2")],
+    )
+    return Session(snap, load_config(config), 1)
 
 
-def test_order_first_non_zero_answer_in_tier_order_wins() -> None:
-    REGISTRATIONS.update(
-        a={"job_order": lambda a, b: 0},  # abstains
-        b={"job_order": lambda a, b: 1 if a.name == "j1" else -1},  # prefers j2
-        c={"job_order": lambda a, b: -1 if a.name == "j1" else 1},  # would prefer j1: never asked
+def register(**per_plugin: Any) -> None:
+    """register(a={"job_ready": fn}, ...)"""
+    REGISTRATIONS.update(per_plugin)
+
+
+# -- order points: first non-zero in tier order ---------------------------------------------------
+def _j(ssn: Session) -> tuple[Any, Any]:
+    return ssn.jobs["ns/j1"], ssn.jobs["ns/j2"]
+
+
+def _t(ssn: Session) -> tuple[Any, Any]:
+    return ssn.tasks["ns/j1-0"], ssn.tasks["ns/j2-0"]
+
+
+def _q(ssn: Session) -> tuple[Any, Any]:
+    return ssn.queues["q1"], ssn.queues["q2"]
+
+
+# point -> (the two objects compared, "is left first?" asked of the session, the tie-break answer)
+ORDERS: dict[str, tuple[Callable[[Session], tuple[Any, Any]], Callable[[Session, Any, Any], bool], bool]] = {
+    "job_order": (_j, lambda ssn, x, y: ssn.job_order_fn(x, y), True),  # creation order
+    "queue_order": (_q, lambda ssn, x, y: ssn.queue_order_fn(x, y), True),  # creation order
+    "task_order": (_t, lambda ssn, x, y: ssn.task_order_fn(x, y), False),  # j2-0 has the higher priority
+    # the reverse of the queue order
+    "victim_queue_order": (_q, lambda ssn, x, y: ssn.victim_queue_order_fn(x, y, None), False),
+}
+
+
+class prefers:  # noqa: N801 - reads as a function in the tests
+    """A compare fn preferring the left (0) or the right (1) object of ``ORDERS``' pair."""
+
+    def __init__(self, which: int) -> None:
+        self.which = which
+        self.pair: tuple[Any, Any] = (None, None)
+
+    def __call__(self, left: Any, right: Any, *_: Any) -> int:
+        first = self.pair[self.which]
+        return -1 if left is first else (1 if right is first else 0)
+
+
+def _order_session(point: str, config: str = TWO_TIERS, **fns: Callable[..., int]) -> tuple[Session, Any, Any]:
+    register(**{plugin: {point: fn} for plugin, fn in fns.items()})
+    ssn = open_session(config)
+    left, right = ORDERS[point][0](ssn)
+    for fn in fns.values():
+        if isinstance(fn, prefers):
+            fn.pair = (left, right)
+    return ssn, left, right
+
+
+@covers(*ORDERS)
+@pytest.mark.parametrize("point", list(ORDERS))
+def test_order_first_non_zero_answer_in_tier_order_wins(point: str) -> None:
+    ask, left_by_default = ORDERS[point][1], ORDERS[point][2]
+    zero = lambda *_: 0  # noqa: E731
+    # a abstains (0), b prefers the right one, c (tier 2) would prefer the left one: never asked.
+    ssn, left, right = _order_session(point, a=zero, b=prefers(1), c=prefers(0))
+    assert ask(ssn, right, left) is True and ask(ssn, left, right) is False
+    # Within a tier the first plugin decides.
+    REGISTRATIONS.clear()
+    ssn, left, right = _order_session(point, a=prefers(0), b=prefers(1))
+    assert ask(ssn, left, right) is True
+    # A tie in tier 1 goes to tier 2 (d prefers what the tie-break would put last).
+    REGISTRATIONS.clear()
+    ssn, left, right = _order_session(point, a=zero, b=zero, d=prefers(1 if left_by_default else 0))
+    assert ask(ssn, left, right) is not left_by_default
+
+
+@covers(*ORDERS)
+@pytest.mark.parametrize("point", list(ORDERS))
+def test_order_ties_fall_back_to_the_default_order(point: str) -> None:
+    pair, ask, left_first = ORDERS[point]
+    ssn, left, right = _order_session(point, a=lambda *_: 0)
+    assert ask(ssn, left, right) is left_first and ask(ssn, right, left) is not left_first
+    REGISTRATIONS.clear()
+    ssn = open_session()  # nobody registered
+    left, right = pair(ssn)
+    assert ask(ssn, left, right) is left_first
+
+
+@covers(*ORDERS)
+@pytest.mark.parametrize("point", list(ORDERS))
+def test_order_switch(point: str) -> None:
+    ask = ORDERS[point][1]
+    if POINTS[point].switch is None:
+        # Always on (as in Volcano): even with every switch off, a's answer counts.
+        cfg = TWO_TIERS + "extension_points_not_listed: disabled\n"
+        ssn, left, right = _order_session(point, cfg, a=prefers(1))
+        assert ask(ssn, right, left) is True and ask(ssn, left, right) is False
+        return
+    # b's switch is off: c decides.
+    ssn, left, right = _order_session(point, switched_off(point, "b"), b=prefers(1), c=prefers(0))
+    assert ask(ssn, left, right) is True and ask(ssn, right, left) is False
+    assert [name for row in ssn.chain(point) for name, _ in row] == ["c"]
+
+
+def test_job_order_compare_is_the_raw_combination() -> None:
+    ssn, left, right = _order_session("job_order", a=lambda *_: 0, c=lambda *_: 7)
+    assert ssn.job_order_compare(left, right) == 7
+    REGISTRATIONS.clear()
+    ssn = open_session()
+    assert ssn.job_order_compare(*_j(ssn)) == 0
+
+
+# -- every enabled plugin must pass -----------------------------------------------------------------
+CHECKS: dict[str, Callable[[Session], bool]] = {
+    "job_ready": lambda ssn: ssn.job_ready(ssn.jobs["ns/j1"]),
+    "allocatable": lambda ssn: ssn.allocatable(ssn.queues["q1"], ssn.tasks["ns/j1-0"]),
+    "preemptive": lambda ssn: ssn.preemptive(ssn.queues["q1"], ssn.tasks["ns/j1-0"]),
+}
+
+
+@covers(*CHECKS)
+@pytest.mark.parametrize("point", list(CHECKS))
+def test_every_enabled_plugin_must_pass(point: str) -> None:
+    ask = CHECKS[point]
+    yes, no = (lambda *_: True), (lambda *_: False)
+    assert ask(open_session()) is True  # no function: true
+    register(a={point: yes}, d={point: no})
+    assert ask(open_session()) is False  # a failure in a later tier still fails
+    register(d={point: yes}, b={point: yes})
+    assert ask(open_session()) is True
+    register(b={point: no})
+    assert ask(open_session()) is False
+    assert ask(open_session(switched_off(point, "b"))) is True  # b's switch off: b is not asked
+
+
+@covers("predicate")
+def test_predicates_all_must_pass() -> None:
+    register(
+        a={"predicate": Predicate("static", lambda t, rows: rows != 0, reason="not n1")},
+        d={"predicate": [Predicate("shape", lambda t, rows: rows != 1, reason="not n2")]},
+    )
+    ssn = open_session(nodes=3)
+    task = ssn.tasks["ns/j1-0"]
+    future_ok, _ = ssn.evaluator.feasible(task)
+    assert list(np.nonzero(future_ok)[0]) == [2]
+    restrict = np.array([True, True, False])
+    assert ssn.evaluator.select(task, restrict) is None
+    fe = ssn.evaluator.fit_errors(task, restrict)
+    assert fe.reasons == {"not n1": 1, "not n2": 1}
+    # d's switch off: only a's predicate filters.
+    ssn = open_session(switched_off("predicate", "d"), nodes=3)
+    future_ok, _ = ssn.evaluator.feasible(ssn.tasks["ns/j1-0"])
+    assert list(np.nonzero(future_ok)[0]) == [1, 2]
+    # Two plugins' predicates of the same scope, in different tiers: both must pass.
+    scopes: tuple[Scope, ...] = ("static", "shape", "task")
+    for scope in scopes:
+        REGISTRATIONS.clear()
+        register(
+            b={"predicate": Predicate(scope, lambda t, rows: rows != 0)},
+            c={"predicate": Predicate(scope, lambda t, rows: rows != 1)},
+        )
+        ssn = open_session(nodes=3)
+        future_ok, _ = ssn.evaluator.feasible(ssn.tasks["ns/j1-0"])
+        assert list(np.nonzero(future_ok)[0]) == [2], scope
+
+
+@covers("node_order")
+def test_node_scores_add_up_across_plugins_and_tiers() -> None:
+    register(
+        a={"node_order": Scorer("shape", lambda t, rows: np.where(rows == 0, 10.0, 0.0))},
+        c={"node_order": [Scorer("shape", lambda t, rows: np.where(rows == 1, 15.0, 0.0))]},
+        d={"node_order": Scorer("static", lambda t, rows: np.where(rows == 0, 6.0, 0.0))},
+    )
+    ssn = open_session(nodes=2)
+    task = ssn.tasks["ns/j1-0"]
+    assert list(ssn.evaluator.scores(task, np.array([0, 1]))) == [16.0, 15.0]
+    assert ssn.evaluator.select(task) == (0, True)
+    # d's switch off: n2 scores best.
+    ssn = open_session(switched_off("node_order", "d"), nodes=2)
+    task = ssn.tasks["ns/j1-0"]
+    assert list(ssn.evaluator.scores(task, np.array([0, 1]))) == [10.0, 15.0]
+    assert ssn.evaluator.select(task) == (1, True)
+
+
+# -- job valid: the first failure decides ---------------------------------------------------------------
+@covers("job_valid")
+def test_job_valid_first_failure_decides() -> None:
+    register(
+        a={"job_valid": lambda j: None},  # no opinion
+        b={"job_valid": lambda j: ValidateResult(True, "passed", "")},  # a pass is no failure
+        c={"job_valid": lambda j: ValidateResult(False, "second", "")},
+        d={"job_valid": lambda j: ValidateResult(False, "third", "")},
     )
     ssn = open_session()
-    j1, j2 = ssn.jobs["ns/j1"], ssn.jobs["ns/j2"]
-    assert ssn.job_order_fn(j2, j1) is True
-    assert ssn.job_order_fn(j1, j2) is False
-
-
-def test_order_ties_fall_back_to_creation_order() -> None:
-    REGISTRATIONS.update(a={"job_order": lambda a, b: 0})
+    vr = ssn.job_valid(ssn.jobs["ns/j1"])
+    assert vr is not None and vr.reason == "second"
+    register(b={"job_valid": lambda j: ValidateResult(False, "first", "")})
     ssn = open_session()
-    j1, j2 = ssn.jobs["ns/j1"], ssn.jobs["ns/j2"]
-    assert ssn.job_order_fn(j1, j2) is True and ssn.job_order_fn(j2, j1) is False
+    # Both jobs are invalid: recorded at session open with the first tier's reason.
+    assert set(ssn.invalid_jobs) == {"ns/j1", "ns/j2"}
+    assert ssn.close().jobs["ns/j1"].conditions[0].reason == "first"
 
 
-def test_job_ready_every_enabled_plugin_must_pass() -> None:
-    REGISTRATIONS.update(a={"job_ready": lambda j: True}, d={"job_ready": lambda j: False})
-    assert open_session().job_ready(open_session().jobs["ns/j1"]) is False
-    REGISTRATIONS.update(d={"job_ready": lambda j: True})
+@covers("job_valid")
+def test_job_valid_has_no_switch_and_no_failure_is_valid() -> None:
+    assert POINTS["job_valid"].switch is None
     ssn = open_session()
-    assert ssn.job_ready(ssn.jobs["ns/j1"]) is True
+    assert ssn.job_valid(ssn.jobs["ns/j1"]) is None and not ssn.invalid_jobs
+    register(c={"job_valid": lambda j: ValidateResult(False, "c", "")})
+    ssn = open_session(TWO_TIERS + "extension_points_not_listed: disabled\n")
+    vr = ssn.job_valid(ssn.jobs["ns/j1"])
+    assert vr is not None and vr.reason == "c"
+
+
+# -- votes ----------------------------------------------------------------------------------------------
+VOTES = ("job_pipelined", "job_enqueueable")
+
+
+def _vote(ssn: Session, point: str) -> bool:
+    j = ssn.jobs["ns/j1"]
+    return ssn.job_pipelined(j) if point == "job_pipelined" else ssn.job_enqueueable(j)
+
+
+@covers(*VOTES)
+@pytest.mark.parametrize("point", VOTES)
+@pytest.mark.parametrize(
+    ("votes", "expected"),
+    [
+        ({"a": PERMIT, "c": REJECT}, True),  # a permit ends the check at the end of its tier
+        ({"a": PERMIT, "b": REJECT}, False),  # a reject in the same tier still wins
+        ({"b": REJECT, "a": PERMIT}, False),
+        ({"a": ABSTAIN, "c": REJECT}, False),  # abstentions do not end the check
+        ({"c": REJECT}, False),
+        ({"a": ABSTAIN, "d": ABSTAIN}, True),  # nobody decides: permit
+        ({}, True),  # no function: permit
+        ({"a": ABSTAIN, "c": PERMIT, "d": REJECT}, False),
+    ],
+)
+def test_votes(point: str, votes: dict[str, int], expected: bool) -> None:
+    for plugin, v in votes.items():
+        REGISTRATIONS[plugin] = {point: lambda j, v=v: v}
+    assert _vote(open_session(), point) is expected
+
+
+@covers(*VOTES)
+@pytest.mark.parametrize("point", VOTES)
+def test_a_switched_off_vote_does_not_count(point: str) -> None:
+    register(a={point: lambda j: REJECT}, c={point: lambda j: PERMIT})
+    assert _vote(open_session(), point) is False
+    assert _vote(open_session(switched_off(point, "a")), point) is True
+
+
+@covers("job_enqueued")
+def test_job_enqueued_calls_every_enabled_plugin_in_tier_order() -> None:
+    calls: list[str] = []
+    for p in ("d", "c", "b", "a"):
+        REGISTRATIONS[p] = {"job_enqueued": lambda j, p=p: calls.append(p)}
+    ssn = open_session()
+    ssn.job_enqueued(ssn.jobs["ns/j1"])
+    assert calls == ["a", "b", "c", "d"]
+    calls.clear()
+    ssn = open_session(switched_off("job_enqueued", "b", "c"))
+    ssn.job_enqueued(ssn.jobs["ns/j1"])
+    assert calls == ["a", "d"]
+
+
+def test_enqueueable_and_enqueued_share_volcanos_switch() -> None:
+    assert POINTS["job_enqueueable"].switch == POINTS["job_enqueued"].switch
+    assert POINTS["job_enqueued"].switch is not None and POINTS["job_enqueued"].switch.key == "enableJobEnqueued"
+
+
+# -- starving: the first tier with a function decides ----------------------------------------------------
+@covers("job_starving")
+def test_starving_first_tier_with_a_function_decides() -> None:
+    register(c={"job_starving": lambda j: True}, d={"job_starving": lambda j: True})
+    ssn = open_session()
+    assert ssn.job_starving(ssn.jobs["ns/j1"]) is True
+    register(a={"job_starving": lambda j: False})
+    ssn = open_session()
+    assert ssn.job_starving(ssn.jobs["ns/j1"]) is False  # tier 1 decides; tier 2 never asked
+    register(a={"job_starving": lambda j: True}, b={"job_starving": lambda j: False})
+    ssn = open_session()
+    assert ssn.job_starving(ssn.jobs["ns/j1"]) is False  # all of the deciding tier must agree
+    register(b={"job_starving": lambda j: True}, c={"job_starving": lambda j: False})
+    ssn = open_session()
+    assert ssn.job_starving(ssn.jobs["ns/j1"]) is True  # tier 1 agrees: tier 2 never asked
+    # Switched off, tier 1 has no function: tier 2 decides.
+    ssn = open_session(switched_off("job_starving", "a", "b"))
+    assert ssn.job_starving(ssn.jobs["ns/j1"]) is False  # c answers false
+    register(c={"job_starving": lambda j: True})
+    ssn = open_session(switched_off("job_starving", "a", "b"))
+    assert ssn.job_starving(ssn.jobs["ns/j1"]) is True
+
+
+@covers("job_starving")
+def test_starving_without_functions_is_false() -> None:
+    ssn = open_session()
+    assert ssn.job_starving(ssn.jobs["ns/j1"]) is False
+
+
+# -- overused: any true -----------------------------------------------------------------------------------
+@covers("overused")
+def test_overused_any_true_wins() -> None:
+    ssn = open_session()
+    assert ssn.overused(ssn.queues["q1"]) is False  # no function: false
+    register(a={"overused": lambda q: False}, d={"overused": lambda q: q.name == "q1"})
+    ssn = open_session()
+    assert ssn.overused(ssn.queues["q1"]) is True and ssn.overused(ssn.queues["q2"]) is False
+    ssn = open_session(switched_off("overused", "d"))
+    assert ssn.overused(ssn.queues["q1"]) is False
+
+
+# -- preemptable / reclaimable: intersect within a tier -----------------------------------------------
+EVICTIONS = ("preemptable", "reclaimable")
+
+
+def _victims(ssn: Session, point: str) -> set[str]:
+    t1 = ssn.tasks["ns/j1-0"]
+    cands = [ssn.tasks["ns/j2-0"], t1]
+    fn = ssn.preemptable if point == "preemptable" else ssn.reclaimable
+    return {v.uid for v in fn(t1, cands)}
+
+
+@covers(*EVICTIONS)
+@pytest.mark.parametrize("point", EVICTIONS)
+def test_victims_intersect_within_a_tier_first_tier_with_victims_decides(point: str) -> None:
+    register(
+        a={point: lambda p, c: (c, PERMIT)},
+        b={point: lambda p, c: ([c[0]], PERMIT)},
+        c={point: lambda p, c: (c, PERMIT)},
+    )
+    assert _victims(open_session(), point) == {"ns/j2-0"}
+    # b switched off: a's victims stand.
+    assert _victims(open_session(switched_off(point, "b")), point) == {"ns/j2-0", "ns/j1-0"}
+
+
+@covers(*EVICTIONS)
+@pytest.mark.parametrize("point", EVICTIONS)
+def test_victims_empty_answer_empties_the_tier_and_next_tier_decides(point: str) -> None:
+    register(
+        a={point: lambda p, c: (c, PERMIT)},
+        b={point: lambda p, c: ([], PERMIT)},
+        d={point: lambda p, c: ([c[1]], PERMIT)},
+    )
+    assert _victims(open_session(), point) == {"ns/j1-0"}
+    # Disjoint answers intersect to nothing: the next tier decides too.
+    register(b={point: lambda p, c: ([c[1]], PERMIT)}, a={point: lambda p, c: ([c[0]], PERMIT)})
+    assert _victims(open_session(), point) == {"ns/j1-0"}
+
+
+@covers(*EVICTIONS)
+@pytest.mark.parametrize("point", EVICTIONS)
+def test_victims_abstaining_plugin_is_skipped(point: str) -> None:
+    register(a={point: lambda p, c: ([], ABSTAIN)}, b={point: lambda p, c: ([c[1]], PERMIT)})
+    assert _victims(open_session(), point) == {"ns/j1-0"}
+    REGISTRATIONS.clear()
+    register(a={point: lambda p, c: (c, ABSTAIN)})
+    assert _victims(open_session(), point) == set()  # only abstentions: no victims
+
+
+# -- victim tasks: union within a tier ---------------------------------------------------------------------
+def _victim_tasks(ssn: Session) -> set[str]:
+    return {v.uid for v in ssn.victim_tasks([ssn.tasks["ns/j1-0"], ssn.tasks["ns/j2-0"]])}
+
+
+@covers("victim")
+def test_victim_tasks_union_within_a_tier_first_tier_with_victims_decides() -> None:
+    first, second = (lambda ts: [ts[0]]), (lambda ts: [ts[1]])
+    register(a={"victim": [first]}, b={"victim": second}, c={"victim": [first, second]})
+    assert _victim_tasks(open_session()) == {"ns/j1-0", "ns/j2-0"}  # a's and b's, united
+    REGISTRATIONS.clear()
+    register(a={"victim": [first]}, c={"victim": [second]})
+    assert _victim_tasks(open_session()) == {"ns/j1-0"}  # tier 1 found victims: tier 2 never asked
+    REGISTRATIONS.clear()
+    register(a={"victim": [lambda ts: []]}, c={"victim": [second]}, d={"victim": first})
+    assert _victim_tasks(open_session()) == {"ns/j1-0", "ns/j2-0"}  # tier 1 found none: tier 2
+    assert _victim_tasks(open_session(switched_off("victim", "d"))) == {"ns/j2-0"}
+    REGISTRATIONS.clear()
+    assert _victim_tasks(open_session()) == set()
+
+
+# -- hypernodes -------------------------------------------------------------------------------------------
+@covers("hypernode_gradient")
+def test_hypernode_gradient_first_plugin_with_a_function_answers() -> None:
+    ssn = open_session()
+    assert ssn.hypernode_gradients(ssn.jobs["ns/j1"]) is None  # no function: unconstrained
+    mask = np.array([True])
+    register(b={"hypernode_gradient": lambda j: [[("hb", mask)]]}, c={"hypernode_gradient": lambda j: [[("hc", mask)]]})
+    ssn = open_session()
+    assert ssn.hypernode_gradients(ssn.jobs["ns/j1"]) == [[("hb", mask)]]
+    register(a={"hypernode_gradient": lambda j: None})  # the first answer stands, even None
+    ssn = open_session()
+    assert ssn.hypernode_gradients(ssn.jobs["ns/j1"]) is None
+    ssn = open_session(switched_off("hypernode_gradient", "a", "b"))
+    assert ssn.hypernode_gradients(ssn.jobs["ns/j1"]) == [[("hc", mask)]]
+
+
+@covers("hypernode_order")
+def test_hypernode_scores_add_up_across_plugins_and_tiers() -> None:
+    cands = {"h1": np.array([True]), "h2": np.array([True])}
+    register(
+        a={"hypernode_order": lambda j, c: {"h1": 1.0}},
+        b={"hypernode_order": lambda j, c: {"h1": 2.0, "h2": 5.0}},
+        d={"hypernode_order": lambda j, c: {"h2": 0.5}},
+    )
+    ssn = open_session()
+    assert ssn.hypernode_order(ssn.jobs["ns/j1"], cands) == {"h1": 3.0, "h2": 5.5}
+    ssn = open_session(switched_off("hypernode_order", "b"))
+    assert ssn.hypernode_order(ssn.jobs["ns/j1"], cands) == {"h1": 1.0, "h2": 0.5}
+    REGISTRATIONS.clear()
+    ssn = open_session()
+    assert ssn.hypernode_order(ssn.jobs["ns/j1"], cands) == {"h1": 0.0, "h2": 0.0}
+
+
+# -- the table itself ---------------------------------------------------------------------------------------
+def test_every_point_has_a_rule_test() -> None:
+    assert sorted(set(POINTS) - set(COVERED)) == [], "a point without a rule test"
+    assert sorted(set(COVERED) - set(POINTS)) == [], "a rule test for a point not in the table"
+
+
+def test_register_refuses_an_unknown_point() -> None:
+    register(a={"sub_job_order": lambda x, y: 0})
+    with pytest.raises(KeyError, match="sub_job_order"):
+        open_session()
+
+
+def test_register_is_typed_per_point_as_the_table_declares() -> None:
+    declared: dict[str, Any] = {}
+    for overload in typing.get_overloads(Session.register):
+        hints = get_type_hints(overload)
+        for name in get_args(hints["point"]):
+            declared[name] = hints["fn"]
+    assert declared == {name: p.signature for name, p in POINTS.items()}
 
 
 def test_a_disabled_switch_removes_the_plugin_from_the_chain() -> None:
-    REGISTRATIONS.update(a={"job_ready": lambda j: False})
+    register(a={"job_ready": lambda j: False})
     cfg = TWO_TIERS.replace("{name: a}", "{name: a, enableJobReady: false}")
     ssn = open_session(cfg)
     assert ssn.job_ready(ssn.jobs["ns/j1"]) is True
+    assert ssn.chain("job_ready") == [[], []]
 
 
 def test_disabled_mode_turns_on_only_switches_written_true() -> None:
-    REGISTRATIONS.update(a={"job_ready": lambda j: False}, b={"job_ready": lambda j: False})
+    register(a={"job_ready": lambda j: False}, b={"job_ready": lambda j: False})
     cfg = TWO_TIERS.replace("{name: a}", "{name: a, enableJobReady: true}") + "extension_points_not_listed: disabled\n"
     ssn = open_session(cfg)
     # a is on and fails; b's switch is not written, so b is off.
@@ -100,124 +547,41 @@ def test_disabled_mode_turns_on_only_switches_written_true() -> None:
     assert [name for name, _ in ssn.chain("job_ready")[0]] == ["a"]
 
 
-@pytest.mark.parametrize(
-    ("votes", "expected"),
-    [
-        ({"a": PERMIT, "c": REJECT}, True),  # a permit ends the check at the end of its tier
-        ({"a": PERMIT, "b": REJECT}, False),  # a reject in the same tier still wins
-        ({"c": REJECT}, False),
-        ({"a": ABSTAIN, "d": ABSTAIN}, True),  # nobody decides: permit
-    ],
-)
-def test_pipelined_and_enqueueable_votes(votes: dict[str, int], expected: bool) -> None:
-    for plugin, vote in votes.items():
-        REGISTRATIONS[plugin] = {"job_pipelined": lambda j, v=vote: v, "job_enqueueable": lambda j, v=vote: v}
-    ssn = open_session()
-    j = ssn.jobs["ns/j1"]
-    assert ssn.job_pipelined(j) is expected
-    assert ssn.job_enqueueable(j) is expected
+def test_the_config_accepts_exactly_the_declared_switches() -> None:
+    assert SWITCHES == {s.key: s.name for s in ALL_SWITCHES}
+    assert len({s.name for s in ALL_SWITCHES}) == len(ALL_SWITCHES)
+    point_keys = {p.switch.key for p in POINTS.values() if p.switch is not None}
+    others = {s.key for s in (*PLUGIN_SWITCHES, *COMPATIBILITY_SWITCHES)}
+    assert point_keys.isdisjoint(others) and point_keys | others == set(SWITCHES)
+    assert [s.key for s in ALL_SWITCHES if not s.default] == ["enableHierarchy"]
 
 
-def test_starving_first_tier_with_a_function_decides() -> None:
-    REGISTRATIONS.update(c={"job_starving": lambda j: True}, d={"job_starving": lambda j: True})
-    ssn = open_session()
-    assert ssn.job_starving(ssn.jobs["ns/j1"]) is True
-    REGISTRATIONS.update(a={"job_starving": lambda j: False})
-    ssn = open_session()
-    assert ssn.job_starving(ssn.jobs["ns/j1"]) is False  # tier 1 decides; tier 2 never asked
+@pytest.mark.parametrize("switch", list(COMPATIBILITY_SWITCHES), ids=lambda s: s.key)
+def test_compatibility_switches_change_no_chain(switch: Any) -> None:
+    for p in ("a", "b", "c", "d"):
+        REGISTRATIONS[p] = {point: (lambda *_: None) for point in POINTS}
+        REGISTRATIONS[p]["predicate"] = Predicate("static", lambda t, rows: rows >= 0)
+        REGISTRATIONS[p]["node_order"] = Scorer("static", lambda t, rows: np.zeros(len(rows)))
+    plain = open_session()
+    off = open_session(TWO_TIERS.replace("{name: a}", f"{{name: a, {switch.key}: false}}"))
+    assert all(off.chain(p) == plain.chain(p) for p in POINTS)
+    assert sum(len(row) for p in POINTS for row in off.chain(p)) == 4 * len(POINTS)
 
 
-def test_starving_without_functions_is_false() -> None:
-    ssn = open_session()
-    assert ssn.job_starving(ssn.jobs["ns/j1"]) is False
+def _generated(marker: str) -> str:
+    text = DOCS.read_text()
+    m = re.search(rf"<!-- {marker}:begin \(generated\) -->\n(.*?)<!-- {marker}:end -->", text, re.S)
+    assert m is not None, f"docs/config.md lacks its {marker} markers"
+    return m.group(1)
 
 
-def test_overused_any_true_wins() -> None:
-    REGISTRATIONS.update(a={"overused": lambda q: False}, d={"overused": lambda q: True})
-    ssn = open_session()
-    assert ssn.overused(ssn.queues["default"]) is True
+REGENERATE = "docs/config.md is stale: regenerate it as extension_points.render_docs says"
 
 
-def test_job_valid_first_failure_decides() -> None:
-    from server.session.session import ValidateResult
-
-    REGISTRATIONS.update(
-        c={"job_valid": lambda j: ValidateResult(False, "second", "")},
-        a={"job_valid": lambda j: ValidateResult(False, "first", "")},
-    )
-    ssn = open_session()
-    # Both jobs are invalid: recorded at session open with the first tier's reason.
-    assert set(ssn.invalid_jobs) == {"ns/j1", "ns/j2"}
-    assert ssn.close().jobs["ns/j1"].conditions[0].reason == "first"
+def test_docs_extension_point_table_is_generated_from_the_code() -> None:
+    assert _generated("extension-points") == markdown_table(), REGENERATE
 
 
-def _victims(ssn, point: str):
-    j1 = ssn.jobs["ns/j1"]
-    t1 = next(iter(j1.tasks.values()))
-    cands = list(ssn.jobs["ns/j2"].tasks.values()) + [t1]
-    fn = ssn.preemptable if point == "preemptable" else ssn.reclaimable
-    return {v.uid for v in fn(t1, cands)}
-
-
-@pytest.mark.parametrize("point", ["preemptable", "reclaimable"])
-def test_victims_intersect_within_a_tier_first_tier_with_victims_decides(point: str) -> None:
-    REGISTRATIONS.update(
-        a={point: lambda p, c: (c, PERMIT)},
-        b={point: lambda p, c: ([c[0]], PERMIT)},
-        c={point: lambda p, c: (c, PERMIT)},
-    )
-    assert _victims(open_session(), point) == {"ns/j2-0"}
-
-
-@pytest.mark.parametrize("point", ["preemptable", "reclaimable"])
-def test_victims_empty_answer_empties_the_tier_and_next_tier_decides(point: str) -> None:
-    REGISTRATIONS.update(
-        a={point: lambda p, c: (c, PERMIT)},
-        b={point: lambda p, c: ([], PERMIT)},
-        d={point: lambda p, c: ([c[1]], PERMIT)},
-    )
-    assert _victims(open_session(), point) == {"ns/j1-0"}
-
-
-@pytest.mark.parametrize("point", ["preemptable", "reclaimable"])
-def test_victims_abstaining_plugin_is_skipped(point: str) -> None:
-    REGISTRATIONS.update(a={point: lambda p, c: ([], ABSTAIN)}, b={point: lambda p, c: ([c[1]], PERMIT)})
-    assert _victims(open_session(), point) == {"ns/j1-0"}
-
-
-def test_node_scores_add_up_across_plugins_and_tiers() -> None:
-    import numpy as np
-
-    from server.session.evaluator import Scorer
-
-    REGISTRATIONS.update(
-        a={"node_order": Scorer("shape", lambda t, rows: np.where(rows == 0, 10.0, 0.0))},
-        c={"node_order": Scorer("shape", lambda t, rows: np.where(rows == 1, 15.0, 0.0))},
-        d={"node_order": Scorer("static", lambda t, rows: np.where(rows == 0, 6.0, 0.0))},
-    )
-    snap = snapshot([node("n1"), node("n2")], [job("j1", 1)])
-    ssn = session(snap, TWO_TIERS)
-    task = next(iter(ssn.jobs["ns/j1"].tasks.values()))
-    scores = ssn.evaluator.scores(task, np.array([0, 1]))
-    assert list(scores) == [16.0, 15.0]
-    assert ssn.evaluator.select(task) == (0, True)
-
-
-def test_predicates_all_must_pass() -> None:
-    import numpy as np
-
-    from server.session.evaluator import Predicate
-
-    REGISTRATIONS.update(
-        a={"predicate": Predicate("static", lambda t, rows: rows != 0, reason="not n1")},
-        d={"predicate": Predicate("shape", lambda t, rows: rows != 1, reason="not n2")},
-    )
-    snap = snapshot([node("n1"), node("n2"), node("n3")], [job("j1", 1)])
-    ssn = session(snap, TWO_TIERS)
-    task = next(iter(ssn.jobs["ns/j1"].tasks.values()))
-    future_ok, _ = ssn.evaluator.feasible(task)
-    assert list(np.nonzero(future_ok)[0]) == [2]
-    restrict = np.array([True, True, False])
-    assert ssn.evaluator.select(task, restrict) is None
-    fe = ssn.evaluator.fit_errors(task, restrict)
-    assert fe.reasons == {"not n1": 1, "not n2": 1}
+def test_docs_switch_table_is_generated_from_the_code() -> None:
+    assert _generated("switches") == switches_markdown_table(), REGENERATE
+    assert render_docs(DOCS.read_text()) == DOCS.read_text(), REGENERATE

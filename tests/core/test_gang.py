@@ -4,24 +4,13 @@ the session-close conditions)."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
+from core_helpers import job, node, queue, res, session, simulate_yaml, snapshot, task
 
-from server.config import load_config
-from server.model import (
-    ClusterSnapshot,
-    JobSpec,
-    NodeSpec,
-    PodGroupPhase,
-    QueueSpec,
-    TaskSpec,
-    TaskStatus,
-)
+from server.model import JobSpec, PodGroupPhase, TaskStatus
 from server.plugins.gang import _releasing_covers_gang
 from server.session.info import JobInfo, ResourceSpace
 from server.session.session import Session
-from server.simulate import simulate_text
 
 GANG_ONLY = """
 extension_points_not_listed: disabled
@@ -32,14 +21,11 @@ tiers:
 """
 
 
-def _task(uid: str, status: TaskStatus, node: str | None, role: str = "") -> TaskSpec:
-    return TaskSpec(uid=uid, name=uid, namespace="ns", job="ns/job-1", request={"cpu": 1000.0},
-                    status=status, node=node, role=role)
-
-
-def _job(min_member: int, *tasks: TaskSpec, **kw: object) -> JobInfo:
-    spec = JobSpec(uid="ns/job-1", name="job-1", namespace="ns", queue="q", tasks=list(tasks),
-                   min_member=min_member, **kw)  # type: ignore[arg-type]
+def _job(min_member: int, tasks: list[tuple[str, TaskStatus, str | None]]) -> JobInfo:
+    """Job ns/job-1 of the (name, status, node) tasks, as the session sees it."""
+    spec = job("job-1", queue="q", tasks=[task(name, "job-1", res("1"), where, uid=name, status=status)
+                                          for name, status, where in tasks],
+               min_member=min_member, phase=PodGroupPhase.PENDING)
     return JobInfo(spec, ResourceSpace(["cpu", "memory"]))
 
 
@@ -64,25 +50,18 @@ def _job(min_member: int, *tasks: TaskSpec, **kw: object) -> JobInfo:
 )
 def test_should_skip_unschedulable_for_releasing(min_member: int, tasks: list, expected: bool) -> None:
     """TestShouldSkipUnschedulableForReleasing: each of Volcano's five cases."""
-    job = _job(min_member, *(_task(uid, status, node) for uid, status, node in tasks))
-    assert _releasing_covers_gang(job) is expected
+    assert _releasing_covers_gang(_job(min_member, tasks)) is expected
 
 
-def _session(jobs: list[JobSpec], nodes: list[NodeSpec] | None = None) -> Session:
-    snap = ClusterSnapshot(nodes=nodes or [NodeSpec("n1", {"cpu": 8000.0, "memory": 8e9})],
-                           queues=[QueueSpec("q")], jobs=jobs)
-    return Session(snap, load_config(GANG_ONLY), 1)
+def _session(jobs: list[JobSpec]) -> Session:
+    return session(snapshot([node("n1", "8", "8G")], jobs, [queue("q")]), GANG_ONLY)
 
 
 def _spec(name: str, min_member: int, statuses: list[TaskStatus], roles: list[str] | None = None,
           min_task_member: dict[str, int] | None = None) -> JobSpec:
-    tasks = [
-        TaskSpec(uid=f"ns/{name}-{i}", name=f"{name}-{i}", namespace="ns", job=f"ns/{name}", request={"cpu": 1000.0},
-                 status=s, node=None if s == TaskStatus.PENDING else "n1", role=(roles or [""] * len(statuses))[i])
-        for i, s in enumerate(statuses)
-    ]
-    return JobSpec(uid=f"ns/{name}", name=name, namespace="ns", queue="q", tasks=tasks, min_member=min_member,
-                   min_task_member=min_task_member or {}, phase=PodGroupPhase.INQUEUE)
+    """One 1-cpu task per status, on n1 unless Pending."""
+    return job(name, cpu="1", memory=None, queue="q", status=statuses, nodes="n1", roles=roles, min_member=min_member,
+               min_task_member=min_task_member or {}, task_index=0)
 
 
 def test_job_with_fewer_valid_tasks_than_min_available_is_invalid_with_reason() -> None:
@@ -101,7 +80,7 @@ def test_role_with_fewer_valid_tasks_than_its_minimum_is_invalid() -> None:
     spec = _spec("j", 2, [TaskStatus.PENDING, TaskStatus.PENDING, TaskStatus.FAILED],
                  roles=["ps", "worker", "worker"], min_task_member={"ps": 1, "worker": 2})
     spec.min_member = 3
-    spec.tasks.append(TaskSpec(uid="ns/j-3", name="j-3", namespace="ns", job="ns/j", request={}, role="ps"))
+    spec.tasks.append(task("j-3", "j", role="ps"))
     ssn = _session([spec])
     assert ssn.close().jobs["ns/j"].conditions[0].reason == "NotEnoughPodsOfTask"
 
@@ -138,7 +117,7 @@ def test_victims_never_take_a_job_below_min_available() -> None:
 def test_conditions_written_on_close() -> None:
     """gang OnSessionClose: Scheduled for a ready gang, Unschedulable (NotEnoughResources) with
     the "x/y tasks in gang unschedulable" message otherwise."""
-    out = simulate_text(textwrap.dedent("""
+    out = simulate_yaml("""
         config:
           actions: [allocate]
           tiers:
@@ -153,7 +132,7 @@ def test_conditions_written_on_close() -> None:
           minMember: 2
           phase: Inqueue
           tasks: [{name: b0, request: {cpu: "4"}}, {name: b1, request: {cpu: "4"}}]
-    """))
+    """)
     fits = out["jobs"]["ns/fits"]["conditions"]
     assert fits == [{"type": "Scheduled", "reason": "tasks in gang are ready to be scheduled", "message": ""}]
     big = out["jobs"]["ns/big"]["conditions"][0]
@@ -166,7 +145,7 @@ def test_pipelined_gang_keeps_its_placements_without_binding() -> None:
     """Volcano allocate: a gang that is pipelined (two members on idle nodes, the third on a node
     whose task is releasing) keeps its statement in the session uncommitted: nothing is bound, the
     idle placements stay Allocated and the third is Pipelined (Volcano ExpectPipeLined)."""
-    out = simulate_text(textwrap.dedent("""
+    out = simulate_yaml("""
         config:
           actions: [allocate]
           tiers:
@@ -189,7 +168,7 @@ def test_pipelined_gang_keeps_its_placements_without_binding() -> None:
           minMember: 3
           phase: Inqueue
           tasks: [{name: g0, request: {cpu: "1"}}, {name: g1, request: {cpu: "1"}}, {name: g2, request: {cpu: "1"}}]
-    """))
+    """)
     assert out["binds"] == {}
     assert out["pipelined"] == {"ns/g2": "n3"}
     assert {out["tasks"][f"ns/g{i}"]["status"] for i in (0, 1)} == {"Allocated"}
@@ -199,8 +178,6 @@ def test_pipelined_gang_keeps_its_placements_without_binding() -> None:
 def test_each_subgroup_needs_its_own_minimum() -> None:
     """Volcano gang job ready = CheckTaskReady && CheckSubJobReady && IsReady: a gang whose overall
     minMember is met but one of whose sub-groups is short is not ready (and is not bound)."""
-    from server.simulate import simulate_text
-
     text = """
 nodes:
 - {name: n1, allocatable: {cpu: "2", memory: 8Gi}}
@@ -214,9 +191,9 @@ jobs:
   - {name: b0, subGroup: b, request: {cpu: "1"}}
   - {name: b1, subGroup: b, request: {cpu: "1"}}
 """
-    out = simulate_text(text)
+    out = simulate_yaml(text)
     # Two tasks fit (minMember 2), but sub-group b needs both of its tasks: nothing is bound.
     assert out["binds"] == {}
     assert out["jobs"]["default/sg"]["conditions"][0]["type"] == "Unschedulable"
-    roomy = simulate_text(text.replace('cpu: "2", memory', 'cpu: "3", memory'))
+    roomy = simulate_yaml(text.replace('cpu: "2", memory', 'cpu: "3", memory'))
     assert len(roomy["binds"]) == 3

@@ -5,20 +5,9 @@ plugins/network-topology-aware and the allocate action's hypernode handling)."""
 from __future__ import annotations
 
 import numpy as np
+from core_helpers import cycle, job, node, queue, res, session, snapshot, task
 
-from server.config import load_config
-from server.model import (
-    ClusterSnapshot,
-    HyperNodeSpec,
-    JobSpec,
-    NodeSpec,
-    PodGroupPhase,
-    QueueSpec,
-    TaskSpec,
-    TaskStatus,
-)
-from server.scheduler import SchedulerCore
-from server.session.session import Session
+from server.model import ClusterSnapshot, HyperNodeSpec, TaskStatus
 
 CONFIG = """
 actions: "allocate"
@@ -36,21 +25,19 @@ HYPERNODES = [
 ]
 
 
-def snapshot(topology: dict, n_tasks: int = 2, hypernodes: list[HyperNodeSpec] | None = None) -> ClusterSnapshot:
-    nodes = [NodeSpec(f"n{i}", {"cpu": 4000, "memory": 8e9, "pods": 110}) for i in range(1, 6)]
+def cluster(topology: dict, n_tasks: int = 2, hypernodes: list[HyperNodeSpec] | None = None) -> ClusterSnapshot:
+    """Five 4-cpu nodes (n1..n4 in HYPERNODES), job ns/j of ``n_tasks`` 2-cpu tasks with ``topology``."""
+    nodes = [node(f"n{i}", "4", "8G", pods=110) for i in range(1, 6)]
     # n2 is half busy: least-requested node order alone would move the second task to n3.
-    busy = TaskSpec(uid="other/busy", name="busy", namespace="other", job="", request={"cpu": 2000},
-                    status=TaskStatus.RUNNING, node="n2")
-    tasks = [TaskSpec(uid=f"ns/t{i}", name=f"t{i}", namespace="ns", job="ns/j", request={"cpu": 2000},
-                      creation_index=i) for i in range(n_tasks)]
-    job = JobSpec(uid="ns/j", name="j", namespace="ns", queue="q", tasks=tasks, phase=PodGroupPhase.INQUEUE,
-                  network_topology=topology)
-    return ClusterSnapshot(nodes=nodes, queues=[QueueSpec("q")], jobs=[job], foreign_tasks=[busy],
-                           hypernodes=HYPERNODES if hypernodes is None else hypernodes)
+    busy = task("busy", None, res("2"), "n2", ns="other")
+    tasks = [task(f"t{i}", "j", res("2"), creation_index=i) for i in range(n_tasks)]
+    gang = job("j", queue="q", tasks=tasks, min_member=None, network_topology=topology)
+    return snapshot(nodes, [gang], [queue("q")], foreign_tasks=[busy],
+                    hypernodes=HYPERNODES if hypernodes is None else hypernodes)
 
 
-def binds(snap: ClusterSnapshot, config: str = CONFIG) -> dict[str, str]:
-    return SchedulerCore(load_config(config)).run_cycle(snap, 1).binds
+def binds(snap: ClusterSnapshot) -> dict[str, str]:
+    return cycle(snap, CONFIG).binds
 
 
 def tier1_of(node: str) -> str:
@@ -59,7 +46,7 @@ def tier1_of(node: str) -> str:
 
 def test_hard_mode_keeps_the_gang_in_one_tier1_hypernode() -> None:
     """Hard mode, highestTierAllowed 1: both tasks share a tier-1 hypernode."""
-    placed = binds(snapshot({"mode": "hard", "highestTierAllowed": 1}))
+    placed = binds(cluster({"mode": "hard", "highestTierAllowed": 1}))
     assert len(placed) == 2
     assert len({tier1_of(n) for n in placed.values()}) == 1
     assert "n5" not in placed.values()  # outside every hypernode
@@ -67,21 +54,21 @@ def test_hard_mode_keeps_the_gang_in_one_tier1_hypernode() -> None:
 
 def test_without_topology_the_gang_spreads() -> None:
     """Control: no network topology -> least-requested spreads across s0 and s1."""
-    placed = binds(snapshot({}))
+    placed = binds(cluster({}))
     assert len({tier1_of(n) for n in placed.values()}) == 2
 
 
 def test_hard_mode_tier2_allows_crossing_tier1() -> None:
     """highestTierAllowed 2: the tier-2 hypernode s2 holds n1..n4, so the second task may go to
     another tier-1 hypernode (node order decides), but never to n5."""
-    placed = binds(snapshot({"mode": "hard", "highestTierAllowed": 2}))
+    placed = binds(cluster({"mode": "hard", "highestTierAllowed": 2}))
     assert len(placed) == 2 and "n5" not in placed.values()
 
 
 def test_hard_mode_gang_that_cannot_fit_is_not_placed() -> None:
     """A gang bigger than any tier-1 hypernode (3 x 4 cpu; s0 has 6 cpu free, s1 8) fails as a
     whole instead of spilling into another hypernode."""
-    snap = snapshot({"mode": "hard", "highestTierAllowed": 1}, n_tasks=3)
+    snap = cluster({"mode": "hard", "highestTierAllowed": 1}, n_tasks=3)
     for t in snap.jobs[0].tasks:
         t.request = {"cpu": 4000}
     assert binds(snap) == {}
@@ -90,17 +77,16 @@ def test_hard_mode_gang_that_cannot_fit_is_not_placed() -> None:
 def test_soft_mode_prefers_the_lowest_common_tier() -> None:
     """Soft mode: no restriction, but a node sharing a tier-1 hypernode with the job's first task
     outscores one that only shares the tier-2 hypernode."""
-    placed = binds(snapshot({"mode": "soft"}))
+    placed = binds(cluster({"mode": "soft"}))
     assert len({tier1_of(n) for n in placed.values()}) == 1
 
 
 def test_predicate_and_scores_directly() -> None:
-    snap = snapshot({"mode": "hard", "highestTierAllowed": 1})
+    snap = cluster({"mode": "hard", "highestTierAllowed": 1})
     snap.jobs[0].tasks[0].status, snap.jobs[0].tasks[0].node = TaskStatus.RUNNING, "n3"
-    cfg = load_config("extension_points_not_listed: disabled\ntiers:\n- plugins:\n"
-                      "  - name: network-topology-aware\n    enablePredicate: true\n    enableNodeOrder: true\n"
-                      "    arguments: {weight: 2}\n")
-    ssn = Session(snap, cfg)
+    ssn = session(snap, "extension_points_not_listed: disabled\ntiers:\n- plugins:\n"
+                        "  - name: network-topology-aware\n    enablePredicate: true\n    enableNodeOrder: true\n"
+                        "    arguments: {weight: 2}\n")
     t1 = ssn.tasks["ns/t1"]
     future_ok, _ = ssn.evaluator.feasible(t1)
     assert [ssn.nodes.names[i] for i in np.nonzero(future_ok)[0]] == ["n3", "n4"]
@@ -112,5 +98,5 @@ def test_predicate_and_scores_directly() -> None:
 
 
 def test_no_hypernodes_no_effect() -> None:
-    placed = binds(snapshot({"mode": "hard", "highestTierAllowed": 1}, hypernodes=[]))
+    placed = binds(cluster({"mode": "hard", "highestTierAllowed": 1}, hypernodes=[]))
     assert len(placed) == 2

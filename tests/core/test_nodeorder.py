@@ -4,11 +4,8 @@ test passes every weight explicitly)."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
-
-from server.simulate import simulate_text
+from core_helpers import simulate_yaml
 
 WEIGHTS = ("leastrequested", "mostrequested", "balancedresource", "nodeaffinity", "tainttoleration", "podaffinity",
            "podtopologyspread", "imagelocality")
@@ -25,7 +22,7 @@ config:
     - {{name: gang, enableJobReady: true}}
     - {{name: nodeorder, enableNodeOrder: true, arguments: {{{args}}}}}
 """
-    return simulate_text(textwrap.dedent(config) + textwrap.dedent(cluster))
+    return simulate_yaml(config, cluster)
 
 
 ONE_POD_TWO_SIZES = """
@@ -142,7 +139,7 @@ def test_inter_pod_affinity_prefers_node_with_matching_pod() -> None:
 def test_default_weights_spread_by_least_requested() -> None:
     """Volcano's default nodeorder weights (leastrequested 1, balancedresource 1, ...): of an
     emptier and a busier node of the same size the emptier wins."""
-    out = simulate_text(textwrap.dedent("""
+    out = simulate_yaml("""
         config:
           actions: [allocate]
           tiers:
@@ -156,5 +153,5 @@ def test_default_weights_spread_by_least_requested() -> None:
            tasks: [{name: x, request: {cpu: "2", memory: 4Gi}, status: Running, node: a}]}
         - {name: new, namespace: ns, queue: q, minMember: 1, phase: Inqueue,
            tasks: [{name: y, request: {cpu: "1", memory: 1Gi}}]}
-    """))
+    """)
     assert out["binds"] == {"ns/y": "b"}

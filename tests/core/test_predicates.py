@@ -5,11 +5,8 @@ their failure reasons."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
-
-from server.simulate import simulate_text
+from core_helpers import simulate_yaml
 
 ANTI_WORKER = """
             affinity:
@@ -17,10 +14,6 @@ ANTI_WORKER = """
                 requiredDuringSchedulingIgnoredDuringExecution:
                 - labelSelector: {matchExpressions: [{key: role, operator: In, values: [worker]}]}
                   topologyKey: kubernetes.io/hostname"""
-
-
-def run(config: str, cluster: str) -> dict:
-    return simulate_text(textwrap.dedent(config) + textwrap.dedent(cluster))
 
 
 EVENT_HANDLER_TIERS = """
@@ -40,7 +33,7 @@ def test_discarded_gang_no_longer_blocks_anti_affinity() -> None:
     fits nowhere (anti-affinity on node1, node2 too small) and the gang is discarded; the
     deallocation must clear worker-1 from node1 so pg2's worker-3, anti-affine to workers, can
     take node1."""
-    out = run(EVENT_HANDLER_TIERS, f"""
+    out = simulate_yaml(EVENT_HANDLER_TIERS, f"""
         priorityClasses: [{{name: p1, value: 1}}, {{name: p2, value: 2}}]
         nodes:
         - {{name: node1, allocatable: {{cpu: "14", memory: 14k, pods: 10}},
@@ -79,7 +72,7 @@ def test_discarded_gang_no_longer_blocks_anti_affinity() -> None:
 def test_pod_count_limit_stops_backfill() -> None:
     """TestNodeNum "pod-predicate": best-effort pods backfilled onto a node with pods: 2; the
     third does not fit."""
-    out = run("""
+    out = simulate_yaml("""
         config:
           actions: [allocate, backfill]
           extension_points_not_listed: disabled
@@ -122,7 +115,7 @@ config:
 
 
 def single_task(task_yaml: str, nodes_yaml: str) -> dict:
-    return run(PREDICATES_ONLY, nodes_yaml + """
+    return simulate_yaml(PREDICATES_ONLY, nodes_yaml + """
         queues: [{name: q}]
         jobs:
         - name: j
@@ -199,7 +192,7 @@ def test_required_node_affinity_filters() -> None:
 def test_required_pod_affinity_follows_the_matching_pod() -> None:
     """interpodaffinity: a required affinity term places the task in the topology domain of a pod
     that matches it."""
-    out = run(PREDICATES_ONLY, """
+    out = simulate_yaml(PREDICATES_ONLY, """
         nodes:
         - {name: a, allocatable: {cpu: "4", pods: 10}, labels: {rack: r1}}
         - {name: b, allocatable: {cpu: "4", pods: 10}, labels: {rack: r2}}
@@ -227,7 +220,7 @@ def test_required_pod_affinity_follows_the_matching_pod() -> None:
 def test_existing_pods_anti_affinity_is_symmetric() -> None:
     """interpodaffinity: a running pod anti-affine to app=web keeps a web task off its node even
     though the web task itself declares nothing."""
-    out = run(PREDICATES_ONLY, """
+    out = simulate_yaml(PREDICATES_ONLY, """
         nodes:
         - {name: a, allocatable: {cpu: "4", pods: 10}}
         - {name: b, allocatable: {cpu: "4", pods: 10}}
@@ -276,9 +269,9 @@ def test_anti_affine_gang_spreads_one_per_node_and_fails_when_nodes_run_out() ->
           phase: Inqueue
           tasks:{tasks}
 """
-    three = run(PREDICATES_ONLY, gang(3))
+    three = simulate_yaml(PREDICATES_ONLY, gang(3))
     assert sorted(three["binds"].values()) == ["a", "b", "c"]
-    four = run(PREDICATES_ONLY, gang(4))
+    four = simulate_yaml(PREDICATES_ONLY, gang(4))
     assert four["binds"] == {}
 
 
@@ -292,7 +285,7 @@ def test_preemption_does_not_resolve_anti_affinity_against_an_equal_priority_pod
     """predicates_test.go TestPodAntiAffinity "pod-anti-affinity": worker-3 is anti-affine to
     worker-1 (same pod priority) on the only node; evicting the low-priority worker-2 would not
     help, so Volcano evicts nothing and pipelines nothing."""
-    out = run("""
+    out = simulate_yaml("""
         config:
           actions: [allocate, preempt]
           extension_points_not_listed: disabled

@@ -5,9 +5,27 @@ of victims, commit only when the preemptor job is pipelined)."""
 from __future__ import annotations
 
 import pytest
-from eviction_helpers import evicted, node, pg, plugin, pod, queue, run, uid
+from core_helpers import (
+    PRIORITY_CLASSES,
+    config,
+    cycle,
+    evicted,
+    job,
+    node,
+    pg,
+    plugin,
+    pod,
+    queue,
+    res,
+    scenario_node,
+    scenario_queue,
+    simulate,
+    snapshot,
+    uid,
+)
 
 from server.config import ConfigError, load_config
+from server.model import PodGroupPhase, TaskStatus
 
 # Volcano TestPreempt's tier: every switch it does not set is off.
 TIERS = [[
@@ -36,14 +54,9 @@ def preempt(nodes, queues, jobs, *, topology_aware: bool = False, tiers=None, **
     tiers = tiers or (TOPOLOGY_TIERS if topology_aware else TIERS)
     if any(j["minMember"] == 0 for j in jobs):
         tiers = _without_gang_victims(tiers)
-    return run(
-        ["preempt"],
-        tiers,
-        nodes,
-        queues,
-        jobs,
-        action_arguments={"preempt": {"enableTopologyAwarePreemption": topology_aware, **arguments}},
-    )
+    preempt_arguments = {"preempt": {"enableTopologyAwarePreemption": topology_aware, **arguments}}
+    return simulate(config(["preempt"], tiers, action_arguments=preempt_arguments), nodes, queues, jobs,
+                    priority_classes=PRIORITY_CLASSES)
 
 
 MODES = pytest.mark.parametrize("topology_aware", [False, True], ids=["normal", "topology-aware"])
@@ -53,9 +66,9 @@ MODES = pytest.mark.parametrize("topology_aware", [False, True], ids=["normal", 
 def test_no_preemption_when_idle_resources_suffice(topology_aware: bool) -> None:
     """'do not preempt if there are enough idle resources'."""
     out = preempt(
-        [node("n1", "10", "10G")],
-        [queue("q1")],
-        [pg("pg1", "q1", 3, [pod("preemptee1", "1", "1G", "n1"), pod("preemptee2", "1", "1G", "n1"), pod("preemptor1", "1", "1G")])],
+        [scenario_node("n1", res("10", "10G"))],
+        [scenario_queue("q1")],
+        [pg("pg1", "q1", 3, [pod("preemptee1", res("1", "1G"), "n1"), pod("preemptee2", res("1", "1G"), "n1"), pod("preemptor1", res("1", "1G"))])],
         topology_aware=topology_aware,
     )
     assert evicted(out) == set()
@@ -68,11 +81,11 @@ def test_no_preemption_when_idle_resources_suffice(topology_aware: bool) -> None
 def test_no_preemption_when_job_is_pipelined(topology_aware: bool) -> None:
     """'do not preempt if job is pipelined': pg2 has minMember 1 running, so it is not starving."""
     out = preempt(
-        [node("n1", "3", "3G")],
-        [queue("q1")],
+        [scenario_node("n1", res("3", "3G"))],
+        [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1", "1", "1G", "n1"), pod("preemptee2", "1", "1G", "n1")]),
-            pg("pg2", "q1", 1, [pod("preemptee3", "1", "1G", "n1"), pod("preemptor2", "1", "1G")]),
+            pg("pg1", "q1", 1, [pod("preemptee1", res("1", "1G"), "n1"), pod("preemptee2", res("1", "1G"), "n1")]),
+            pg("pg2", "q1", 1, [pod("preemptee3", res("1", "1G"), "n1"), pod("preemptor2", res("1", "1G"))]),
         ],
         topology_aware=topology_aware,
     )
@@ -85,12 +98,12 @@ def test_preempts_one_task_of_another_job(topology_aware: bool) -> None:
     """'preempt one task of different job to fit both jobs on one node': only the preemptable
     victim goes, and the high-priority job ends up pipelined (gang of 1 of 2 tasks)."""
     out = preempt(
-        [node("n1", "2", "2G")],
-        [queue("q1")],
+        [scenario_node("n1", res("2", "2G"))],
+        [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1", "1", "1G", "n1"), pod("preemptee2", "1", "1G", "n1", preemptable=False)],
+            pg("pg1", "q1", 1, [pod("preemptee1", res("1", "1G"), "n1"), pod("preemptee2", res("1", "1G"), "n1", preemptable=False)],
                priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", "1", "1G"), pod("preemptor2", "1", "1G")], priority_class="high-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", res("1", "1G")), pod("preemptor2", res("1", "1G"))], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
     )
@@ -104,15 +117,15 @@ def test_preempts_just_enough_for_a_large_task(topology_aware: bool) -> None:
     """'preempt enough tasks to fit large task of different job': 5 cpu needed, 3 idle, two of
     the three 1-cpu victims (the third is not preemptable)."""
     out = preempt(
-        [node("n1", "6", "6G")],
-        [queue("q1")],
+        [scenario_node("n1", res("6", "6G"))],
+        [scenario_queue("q1")],
         [
             pg("pg1", "q1", 1, [
-                pod("preemptee1", "1", "1G", "n1"),
-                pod("preemptee2", "1", "1G", "n1"),
-                pod("preemptee3", "1", "1G", "n1", preemptable=False),
+                pod("preemptee1", res("1", "1G"), "n1"),
+                pod("preemptee2", res("1", "1G"), "n1"),
+                pod("preemptee3", res("1", "1G"), "n1", preemptable=False),
             ], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", "5", "5G")], priority_class="high-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", res("5", "5G"))], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
     )
@@ -125,11 +138,11 @@ def test_preempts_low_priority_job_when_queue_capability_is_reached(topology_awa
     """Volcano #3161, 'preempt low priority job in same queue': the node has room but the queue's
     capability (4 cpu) does not, so the 3-cpu victim must go."""
     out = preempt(
-        [node("n1", "12", "12G")],
-        [queue("q1", capability={"cpu": "4", "memory": "4G"})],
+        [scenario_node("n1", res("12", "12G"))],
+        [scenario_queue("q1", capability={"cpu": "4", "memory": "4G"})],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", "3", "3G", "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", "3", "3G")], priority_class="high-priority"),
+            pg("pg1", "q1", 0, [pod("preemptee1", res("3", "3G"), "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
     )
@@ -140,11 +153,11 @@ def test_preempts_low_priority_job_when_queue_capability_is_reached(topology_awa
 def test_no_preemption_when_queue_and_node_have_room(topology_aware: bool) -> None:
     """Volcano #3161, 'allocatable and has enough resource, don't preempt'."""
     out = preempt(
-        [node("n1", "12", "12G")],
-        [queue("q1", capability={"cpu": "6", "memory": "6G"})],
+        [scenario_node("n1", res("12", "12G"))],
+        [scenario_queue("q1", capability={"cpu": "6", "memory": "6G"})],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1", "3", "3G", "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", "3", "3G")], priority_class="high-priority"),
+            pg("pg1", "q1", 1, [pod("preemptee1", res("3", "3G"), "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
     )
@@ -156,15 +169,15 @@ def test_skips_unpreemptable_and_higher_priority_pods(topology_aware: bool) -> N
     """Volcano #2232: of a low-priority job, the preemptable=false pod is never a victim and the
     lowest-priority pod goes first, so the high-priority pod stays."""
     out = preempt(
-        [node("n1", "12", "12G")],
-        [queue("q1", capability={"cpu": "3", "memory": "3G"})],
+        [scenario_node("n1", res("12", "12G"))],
+        [scenario_queue("q1", capability={"cpu": "3", "memory": "3G"})],
         [
             pg("pg1", "q1", 1, [
-                pod("preemptee1", "1", "1G", "n1", preemptable=False),
-                pod("preemptee2", "1", "1G", "n1"),
-                pod("preemptee3", "1", "1G", "n1", priority=100000),
+                pod("preemptee1", res("1", "1G"), "n1", preemptable=False),
+                pod("preemptee2", res("1", "1G"), "n1"),
+                pod("preemptee3", res("1", "1G"), "n1", priority=100000),
             ], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", "1", "1G")], priority_class="high-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
     )
@@ -176,11 +189,11 @@ def test_besteffort_victim_frees_the_pod_slot() -> None:
     allows one pod; evicting the best-effort pod frees the slot (predicates' pod count no longer
     counts the victim)."""
     out = preempt(
-        [node("n1", "12", "12G", pods=1)],
-        [queue("q1", capability={"cpu": "6", "memory": "6G"})],
+        [scenario_node("n1", res("12", "12G"), pods=1)],
+        [scenario_queue("q1", capability={"cpu": "6", "memory": "6G"})],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", None, None, "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", "3", "3G")], priority_class="high-priority"),
+            pg("pg1", "q1", 0, [pod("preemptee1", None, "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
         ],
         topology_aware=True,
     )
@@ -192,11 +205,11 @@ def test_besteffort_victim_frees_the_pod_slot() -> None:
 def test_besteffort_preemptor_evicts_besteffort_pod(topology_aware: bool) -> None:
     """Volcano #3335, 'BestEffort high-priority pod preempt BestEffort low-priority pod'."""
     out = preempt(
-        [node("n1", "12", "12G", pods=1)],
-        [queue("q1", capability={"cpu": "6", "memory": "6G"})],
+        [scenario_node("n1", res("12", "12G"), pods=1)],
+        [scenario_queue("q1", capability={"cpu": "6", "memory": "6G"})],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", None, None, "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", None, None)], priority_class="high-priority"),
+            pg("pg1", "q1", 0, [pod("preemptee1", None, "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", None)], priority_class="high-priority"),
         ],
         topology_aware=True,
     )
@@ -206,11 +219,11 @@ def test_besteffort_preemptor_evicts_besteffort_pod(topology_aware: bool) -> Non
 def test_besteffort_preemptor_never_evicts_a_resource_pod() -> None:
     """Volcano's victim filter: a BestEffort preemptor may only evict BestEffort pods."""
     out = preempt(
-        [node("n1", "12", "12G", pods=1)],
-        [queue("q1")],
+        [scenario_node("n1", res("12", "12G"), pods=1)],
+        [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", "1", "1G", "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", None, None)], priority_class="high-priority"),
+            pg("pg1", "q1", 0, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", None)], priority_class="high-priority"),
         ],
         topology_aware=True,
     )
@@ -221,11 +234,11 @@ def test_besteffort_preemptor_never_evicts_a_resource_pod() -> None:
 def test_preemption_policy_never_does_not_preempt(topology_aware: bool) -> None:
     """Volcano #3642: a preemptor whose preemptionPolicy is Never evicts nothing."""
     out = preempt(
-        [node("n1", "1", "1Gi", pods=1)],
-        [queue("q1")],
+        [scenario_node("n1", res("1", "1Gi"), pods=1)],
+        [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", "1", "1G", "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", "1", "1G", preemptionPolicy="Never")], priority_class="high-priority"),
+            pg("pg1", "q1", 0, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", res("1", "1G"), preemptionPolicy="Never")], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
     )
@@ -238,12 +251,12 @@ def test_rolls_back_evictions_when_queue_capability_still_exceeded() -> None:
     victims are tried on the node, the queue (capability 3) still cannot take 4 cpu, so the
     node's statement is discarded and nothing is evicted."""
     out = preempt(
-        [node("n1", "10", "10G")],
-        [queue("q1", capability={"cpu": "3", "memory": "3G"})],
+        [scenario_node("n1", res("10", "10G"))],
+        [scenario_queue("q1", capability={"cpu": "3", "memory": "3G"})],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1", "1", "1G", "n1"), pod("preemptee2", "1", "1G", "n1")],
+            pg("pg1", "q1", 1, [pod("preemptee1", res("1", "1G"), "n1"), pod("preemptee2", res("1", "1G"), "n1")],
                priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", "4", "4G")], priority_class="high-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", res("4", "4G"))], priority_class="high-priority"),
         ],
     )
     assert evicted(out) == set()
@@ -255,12 +268,12 @@ def test_only_the_winning_nodes_evictions_are_committed() -> None:
     """'only commit evictions on the node where preemption succeeds': the 1-cpu victim on n1 does
     not bring the queue under its capability (discarded); the 4-cpu victim on n2 does."""
     out = preempt(
-        [node("n1", "3", "3G"), node("n2", "4", "4G")],
-        [queue("q1", capability={"cpu": "6", "memory": "6G"})],
+        [scenario_node("n1", res("3", "3G")), scenario_node("n2", res("4", "4G"))],
+        [scenario_queue("q1", capability={"cpu": "6", "memory": "6G"})],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", "1", "1G", "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", "3", "3G")], priority_class="high-priority"),
-            pg("pg3", "q1", 0, [pod("preemptee2", "4", "4G", "n2")], priority_class="low-priority"),
+            pg("pg1", "q1", 0, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
+            pg("pg3", "q1", 0, [pod("preemptee2", res("4", "4G"), "n2")], priority_class="low-priority"),
         ],
     )
     assert evicted(out) == {uid("preemptee2")}
@@ -271,12 +284,12 @@ def test_preemptors_of_every_queue_are_served() -> None:
     """'multi-queue: preemptorTasks must not be overwritten by intra-job preemption of another
     queue': q2's starving high-priority job still preempts after q1 is processed."""
     out = preempt(
-        [node("n1", "2", "2G")],
-        [queue("q1"), queue("q2", capability={"cpu": "4", "memory": "4G"})],
+        [scenario_node("n1", res("2", "2G"))],
+        [scenario_queue("q1"), scenario_queue("q2", capability={"cpu": "4", "memory": "4G"})],
         [
-            pg("pg1", "q1", 1, [pod("q1-runner1", "1", "1G", "n1")]),
-            pg("pg2", "q2", 0, [pod("q2-preemptee1", "1", "1G", "n1")], priority_class="low-priority"),
-            pg("pg3", "q2", 1, [pod("q2-preemptor1", "1", "1G")], priority_class="high-priority"),
+            pg("pg1", "q1", 1, [pod("q1-runner1", res("1", "1G"), "n1")]),
+            pg("pg2", "q2", 0, [pod("q2-preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg3", "q2", 1, [pod("q2-preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
     assert evicted(out) == {uid("q2-preemptee1")}
@@ -285,12 +298,12 @@ def test_preemptors_of_every_queue_are_served() -> None:
 def test_never_preempts_across_queues() -> None:
     """Preempt stays inside the preemptor's queue (reclaim is the cross-queue action)."""
     out = preempt(
-        [node("n1", "2", "2G")],
-        [queue("q1"), queue("q2")],
+        [scenario_node("n1", res("2", "2G"))],
+        [scenario_queue("q1"), scenario_queue("q2")],
         [
-            pg("pg1", "q1", 0, [pod("other-queue-1", "1", "1G", "n1"), pod("other-queue-2", "1", "1G", "n1")],
+            pg("pg1", "q1", 0, [pod("other-queue-1", res("1", "1G"), "n1"), pod("other-queue-2", res("1", "1G"), "n1")],
                priority_class="low-priority"),
-            pg("pg2", "q2", 1, [pod("preemptor1", "1", "1G")], priority_class="high-priority"),
+            pg("pg2", "q2", 1, [pod("preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
     assert evicted(out) == set()
@@ -301,11 +314,11 @@ def test_gang_keeps_victim_job_at_min_available() -> None:
     minMember 2 only one task can go; the preemptor needing two slots gets nothing, and the
     discarded statement leaves every victim running."""
     out = preempt(
-        [node("n1", "3", "3G")],
-        [queue("q1")],
+        [scenario_node("n1", res("3", "3G"))],
+        [scenario_queue("q1")],
         [
-            pg("low", "q1", 2, [pod(f"low-{i}", "1", "1G", "n1") for i in range(3)], priority_class="low-priority"),
-            pg("high", "q1", 2, [pod("high-0", "1", "1G"), pod("high-1", "1", "1G")], priority_class="high-priority"),
+            pg("low", "q1", 2, [pod(f"low-{i}", res("1", "1G"), "n1") for i in range(3)], priority_class="low-priority"),
+            pg("high", "q1", 2, [pod("high-0", res("1", "1G")), pod("high-1", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
     assert evicted(out) == set()
@@ -316,12 +329,12 @@ def test_gang_preemptor_commits_when_whole_gang_is_pipelined() -> None:
     """A starving gang evicts enough for all its minMember tasks; the statement is committed
     because the job is pipelined, and each preemptor is pipelined on a node."""
     out = preempt(
-        [node("n1", "2", "2G"), node("n2", "2", "2G")],
-        [queue("q1")],
+        [scenario_node("n1", res("2", "2G")), scenario_node("n2", res("2", "2G"))],
+        [scenario_queue("q1")],
         [
-            pg("low", "q1", 1, [pod(f"low-{i}", "1", "1G", f"n{1 + i // 2}") for i in range(4)],
+            pg("low", "q1", 1, [pod(f"low-{i}", res("1", "1G"), f"n{1 + i // 2}") for i in range(4)],
                priority_class="low-priority"),
-            pg("high", "q1", 3, [pod(f"high-{i}", "1", "1G") for i in range(3)], priority_class="high-priority"),
+            pg("high", "q1", 3, [pod(f"high-{i}", res("1", "1G")) for i in range(3)], priority_class="high-priority"),
         ],
     )
     assert len(evicted(out)) == 3
@@ -332,11 +345,11 @@ def test_gang_preemptor_commits_when_whole_gang_is_pipelined() -> None:
 def test_equal_priority_jobs_do_not_preempt_each_other() -> None:
     """Priority's preemptable: a victim job must have a strictly lower priority."""
     out = preempt(
-        [node("n1", "1", "1G")],
-        [queue("q1")],
+        [scenario_node("n1", res("1", "1G"))],
+        [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 0, [pod("running", "1", "1G", "n1")], priority_class="high-priority"),
-            pg("pg2", "q1", 1, [pod("waiting", "1", "1G")], priority_class="high-priority"),
+            pg("pg1", "q1", 0, [pod("running", res("1", "1G"), "n1")], priority_class="high-priority"),
+            pg("pg2", "q1", 1, [pod("waiting", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
     assert evicted(out) == set()
@@ -346,12 +359,12 @@ def test_within_job_higher_priority_task_evicts_lower_one() -> None:
     """Volcano's second phase, preemption between tasks of one job: a pending high-priority task
     evicts a running lower-priority task of the same job (priority compares task priorities)."""
     out = preempt(
-        [node("n1", "2", "2G")],
-        [queue("q1")],
+        [scenario_node("n1", res("2", "2G"))],
+        [scenario_queue("q1")],
         [pg("pg1", "q1", 1, [
-            pod("worker-0", "1", "1G", "n1", priority=1),
-            pod("worker-1", "1", "1G", "n1", priority=1),
-            pod("master", "2", "2G", priority=100),
+            pod("worker-0", res("1", "1G"), "n1", priority=1),
+            pod("worker-1", res("1", "1G"), "n1", priority=1),
+            pod("master", res("2", "2G"), priority=100),
         ])],
         tiers=[[
             plugin("priority", "enableTaskOrder", "enableJobOrder", "enablePreemptable", "enableJobStarving"),
@@ -372,13 +385,13 @@ def test_pod_anti_affinity_conflict_is_resolved_by_eviction() -> None:
         }
     }
     out = preempt(
-        [node("n1", "2", "2Gi", pods=2, labels={"kubernetes.io/hostname": "n1"})],
-        [queue("q1", capability={"cpu": "2", "memory": "2G"})],
+        [scenario_node("n1", res("2", "2Gi"), pods=2, labels={"kubernetes.io/hostname": "n1"})],
+        [scenario_queue("q1", capability={"cpu": "2", "memory": "2G"})],
         [
-            pg("pg1", "q1", 0, [pod("preemptee2", "1", "1G", "n1", labels={"test": "test"}, affinity=anti)],
+            pg("pg1", "q1", 0, [pod("preemptee2", res("1", "1G"), "n1", labels={"test": "test"}, affinity=anti)],
                priority_class="low-priority"),
-            pg("pg2", "q1", 0, [pod("preemptee1", "1", "1G", "n1")], priority_class="low-priority"),
-            pg("pg3", "q1", 1, [pod("preemptor1", "1", "1G", labels={"test": "test"}, affinity=anti)],
+            pg("pg2", "q1", 0, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg3", "q1", 1, [pod("preemptor1", res("1", "1G"), labels={"test": "test"}, affinity=anti)],
                priority_class="high-priority"),
         ],
         topology_aware=True,
@@ -392,12 +405,12 @@ def test_topology_aware_prefers_node_with_lowest_priority_victims(candidates: in
     candidates (10% of 2 nodes rounds down, so 1 by default: the first node); with 2 candidates
     the node whose highest-priority victim is lowest wins."""
     out = preempt(
-        [node("n1", "1", "1G"), node("n2", "1", "1G")],
-        [queue("q1")],
+        [scenario_node("n1", res("1", "1G")), scenario_node("n2", res("1", "1G"))],
+        [scenario_queue("q1")],
         [
-            pg("mid", "q1", 0, [pod("on-n1", "1", "1G", "n1", priority=50)], priority_class="low-priority"),
-            pg("low", "q1", 0, [pod("on-n2", "1", "1G", "n2", priority=5)], priority_class="low-priority"),
-            pg("high", "q1", 1, [pod("preemptor", "1", "1G")], priority_class="high-priority"),
+            pg("mid", "q1", 0, [pod("on-n1", res("1", "1G"), "n1", priority=50)], priority_class="low-priority"),
+            pg("low", "q1", 0, [pod("on-n2", res("1", "1G"), "n2", priority=5)], priority_class="low-priority"),
+            pg("high", "q1", 1, [pod("preemptor", res("1", "1G"))], priority_class="high-priority"),
         ],
         topology_aware=True,
         minCandidateNodesAbsolute=candidates,
@@ -409,11 +422,11 @@ def test_topology_aware_prefers_node_with_lowest_priority_victims(candidates: in
 def test_network_topology_jobs_do_not_preempt() -> None:
     """Volcano skips preemption for jobs with a network topology (volcano#4374)."""
     out = preempt(
-        [node("n1", "1", "1G")],
-        [queue("q1")],
+        [scenario_node("n1", res("1", "1G"))],
+        [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 0, [pod("victim", "1", "1G", "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor", "1", "1G")], priority_class="high-priority",
+            pg("pg1", "q1", 0, [pod("victim", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor", res("1", "1G"))], priority_class="high-priority",
                networkTopology={"mode": "hard", "highestTierAllowed": 1}),
         ],
     )
@@ -423,11 +436,11 @@ def test_network_topology_jobs_do_not_preempt() -> None:
 def test_pending_phase_jobs_do_not_preempt() -> None:
     """A job not yet admitted (PodGroup phase Pending) is no preemptor."""
     out = preempt(
-        [node("n1", "1", "1G")],
-        [queue("q1")],
+        [scenario_node("n1", res("1", "1G"))],
+        [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 0, [pod("victim", "1", "1G", "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor", "1", "1G")], priority_class="high-priority", phase="Pending"),
+            pg("pg1", "q1", 0, [pod("victim", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor", res("1", "1G"))], priority_class="high-priority", phase="Pending"),
         ],
     )
     assert evicted(out) == set()
@@ -442,34 +455,14 @@ def test_preempt_arguments_are_validated() -> None:
 def test_default_tiers_preempt_after_allocate() -> None:
     """Volcano's usual order with its default tiers (all switches on): allocate places what fits,
     preempt evicts for the starving high-priority gang; the victim is reported with its reason."""
-    from muster.quantity import parse_resources
-    from server.model import (
-        ClusterSnapshot,
-        JobSpec,
-        NodeSpec,
-        PodGroupPhase,
-        QueueSpec,
-        TaskSpec,
-        TaskStatus,
-    )
-    from server.scheduler import SchedulerCore
-
-    req = parse_resources({"cpu": "1", "memory": "1Gi"})
-    low = JobSpec("ns/low", "low", "ns", "q1", [
-        TaskSpec(f"ns/low-{i}", f"low-{i}", "ns", "ns/low", req, status=TaskStatus.RUNNING, node="n1", priority=1,
-                 creation_index=i)
-        for i in range(2)
-    ], min_member=1, priority=1, phase=PodGroupPhase.RUNNING)
-    high = JobSpec("ns/high", "high", "ns", "q1", [
-        TaskSpec("ns/high-0", "high-0", "ns", "ns/high", req, priority=100),
-    ], min_member=1, priority=100, phase=PodGroupPhase.INQUEUE, creation_index=1)
-    snap = ClusterSnapshot([NodeSpec("n1", parse_resources({"cpu": "2", "memory": "4Gi", "pods": "10"}))],
-                           [QueueSpec("q1")], [low, high])
-    config = load_config(
+    low = job("low", 2, queue="q1", status=TaskStatus.RUNNING, nodes="n1", min_member=1, priority=1,
+              phase=PodGroupPhase.RUNNING)
+    high = job("high", queue="q1", min_member=1, priority=100, index=1, task_index=0)
+    snap = snapshot([node("n1", "2", "4Gi", pods="10")], [low, high], [queue("q1")])
+    result = cycle(snap, (
         'actions: "enqueue, allocate, preempt, backfill"\ntiers:\n- plugins:\n  - name: priority\n  - name: gang\n'
         '  - name: conformance\n- plugins:\n  - name: drf\n  - name: predicates\n  - name: proportion\n  - name: nodeorder\n'
-    )
-    result = SchedulerCore(config).run_cycle(snap, 1)
+    ))
     # The gang keeps one of low's two tasks (which one follows the node's task order, a Go map
     # order in Volcano).
     assert len(result.evictions) == 1

@@ -3,48 +3,35 @@ registers (task_order, job_order, preemptable, job_starving)."""
 
 from __future__ import annotations
 
-import textwrap
-
-from server.config import load_config
-from server.model import (
-    ClusterSnapshot,
-    JobSpec,
-    NodeSpec,
-    PodGroupPhase,
-    QueueSpec,
-    TaskSpec,
-    TaskStatus,
+from core_helpers import (
+    config,
+    job,
+    node,
+    plugin,
+    queue,
+    res,
+    session,
+    simulate_yaml,
+    snapshot,
+    task,
 )
+
+from server.model import JobSpec, PodGroupPhase, TaskStatus
 from server.session.session import Session
-from server.simulate import simulate_text
-
-
-def _config(preemptable: bool = True) -> str:
-    return f"""
-extension_points_not_listed: disabled
-tiers:
-- plugins:
-  - {{name: priority, enableTaskOrder: true, enableJobOrder: true, enablePreemptable: {str(preemptable).lower()},
-     enableReclaimable: {str(preemptable).lower()}, enableJobStarving: true}}
-"""
 
 
 def _job(name: str, priority: int, tasks: list[tuple[str, int, TaskStatus]], index: int = 0) -> JobSpec:
-    return JobSpec(
-        uid=f"ns/{name}", name=name, namespace="ns", queue="q1", priority=priority, min_member=1,
-        phase=PodGroupPhase.RUNNING, creation_index=index,
-        tasks=[
-            TaskSpec(uid=f"ns/{t}", name=t, namespace="ns", job=f"ns/{name}", request={"cpu": 1000.0},
-                     priority=p, status=s, node=None if s == TaskStatus.PENDING else "n1")
-            for t, p, s in tasks
-        ],
-    )
+    """A Running job of the (name, task priority, status) 1-cpu tasks, on n1 unless Pending."""
+    specs = [task(t, name, res("1"), None if s == TaskStatus.PENDING else "n1", status=s, priority=p)
+             for t, p, s in tasks]
+    return job(name, queue="q1", tasks=specs, priority=priority, min_member=1, phase=PodGroupPhase.RUNNING,
+               index=index)
 
 
 def _session(*jobs: JobSpec, preemptable: bool = True) -> Session:
-    snap = ClusterSnapshot(nodes=[NodeSpec("n1", {"cpu": 8000.0, "memory": 8e9})], queues=[QueueSpec("q1")],
-                           jobs=list(jobs))
-    return Session(snap, load_config(_config(preemptable)), 1)
+    tier = [plugin("priority", "enableTaskOrder", "enableJobOrder", "enableJobStarving",
+                   enablePreemptable=preemptable, enableReclaimable=preemptable)]
+    return session(snapshot([node("n1", "8", "8G")], jobs, [queue("q1")]), config(None, [tier]))
 
 
 def test_higher_priority_job_and_task_order_first() -> None:
@@ -93,7 +80,7 @@ def test_job_is_starving_while_some_task_is_neither_ready_nor_pipelined() -> Non
 def test_high_priority_job_is_allocated_first_on_a_small_cluster() -> None:
     """priority job_order drives allocate: the priorityClass of the later-submitted job wins the
     only free slot."""
-    out = simulate_text(textwrap.dedent("""
+    out = simulate_yaml("""
         config:
           actions: [enqueue, allocate]
           tiers:
@@ -109,7 +96,7 @@ def test_high_priority_job_is_allocated_first_on_a_small_cluster() -> None:
            tasks: [{name: t1, request: {cpu: "3", memory: 3G}}]}
         - {name: pg2, namespace: ns2, queue: q1, minMember: 1, priorityClass: high-priority, phase: Inqueue,
            tasks: [{name: t2, request: {cpu: "3", memory: 3G}}]}
-    """))
+    """)
     assert out["binds"] == {"ns2/t2": "node1"}
 
 
@@ -138,7 +125,7 @@ def test_preempt_evicts_the_lower_priority_task_when_preemptable_is_enabled() ->
     """priority_test.go TestPreempt "enable preempt low priority: enablePreemptable:true": the
     high-priority job's task evicts preemptee1 (task priority 1, below preemptee2's 1000, so first
     in victim order) and is pipelined onto node1."""
-    out = simulate_text(textwrap.dedent(PREEMPT_CASE.format(switch="true", cluster="""
+    out = simulate_yaml(PREEMPT_CASE.format(switch="true", cluster="""
 nodes:
 - {name: node1, allocatable: {cpu: "6", memory: 6G, pods: 10}}
 - {name: node2, allocatable: {cpu: "2", memory: 2G, pods: 10}}
@@ -151,7 +138,7 @@ jobs:
   phase: Inqueue
   tasks:
   - {name: preemptee1, request: {cpu: "3", memory: 3G}, status: Running, node: node1, priority: 1}
-  - {name: preemptee2, request: {cpu: "3", memory: 3G}, status: Running, node: node1, priority: 1000}""")))
+  - {name: preemptee2, request: {cpu: "3", memory: 3G}, status: Running, node: node1, priority: 1000}"""))
     assert out["evictions"] == ["ns1/preemptee1"]
     assert out["pipelined"] == {"ns2/preemptor1": "node1"}
     assert out["binds"] == {}
@@ -159,7 +146,7 @@ jobs:
 
 def test_preempt_evicts_nothing_when_preemptable_is_disabled() -> None:
     """priority_test.go TestPreempt "disable preempt low priority: enablePreemptable:false"."""
-    out = simulate_text(textwrap.dedent(PREEMPT_CASE.format(switch="false", cluster="""
+    out = simulate_yaml(PREEMPT_CASE.format(switch="false", cluster="""
 nodes:
 - {name: node1, allocatable: {cpu: "3", memory: 3G, pods: 10}}
 - {name: node2, allocatable: {cpu: "3", memory: 3G, pods: 10}}
@@ -173,6 +160,6 @@ jobs:
   tasks:
   - {name: preemptee1, request: {cpu: "3", memory: 3G}, status: Running, node: node1, priority: 1}
   - {name: preemptee2, request: {cpu: "3", memory: 3G}, status: Running, node: node2, priority: 1,
-     preemptable: false}""")))
+     preemptable: false}"""))
     assert out["evictions"] == []
     assert out["pipelined"] == {}

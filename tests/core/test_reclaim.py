@@ -4,7 +4,25 @@ queues, commit only when the reclaiming job is pipelined)."""
 
 from __future__ import annotations
 
-from eviction_helpers import evicted, node, pg, plugin, pod, queue, run, uid
+from core_helpers import (
+    config,
+    cycle,
+    evicted,
+    job,
+    node,
+    pg,
+    plugin,
+    pod,
+    queue,
+    res,
+    scenario_node,
+    scenario_queue,
+    simulate,
+    snapshot,
+    uid,
+)
+
+from server.model import PodGroupPhase, TaskStatus
 
 # Volcano TestReclaim's tier (the capacity entry is omitted: Muster's capacity plugin is tested on
 # its own); every switch it does not set is off.
@@ -27,22 +45,22 @@ def reclaim(nodes, queues, jobs, *, tiers=None, priority_classes=None):  # noqa:
     # victim job go, which is what gang's reclaimable switched off gives here.
     if any(j["minMember"] == 0 for j in jobs):
         tiers = [[plugin("gang", "enableJobStarving") if p["name"] == "gang" else p for p in t] for t in tiers]
-    return run(["reclaim"], tiers, nodes, queues, jobs, priority_classes=priority_classes or CLASSES)
+    return simulate(config(["reclaim"], tiers), nodes, queues, jobs, priority_classes=priority_classes or CLASSES)
 
 
 def test_reclaims_from_overusing_queue() -> None:
     """'Two Queue with one Queue overusing resource, should reclaim': q1 holds the whole node
     beyond its deserved half; only its preemptable pod is taken."""
     out = reclaim(
-        [node("n1", "3", "3Gi")],
-        [queue("q1"), queue("q2")],
+        [scenario_node("n1", res("3", "3Gi"))],
+        [scenario_queue("q1"), scenario_queue("q2")],
         [
             pg("pg1", "q1", 1, [
-                pod("preemptee1", "1", "1G", "n1", preemptable=False),
-                pod("preemptee2", "1", "1G", "n1"),
-                pod("preemptee3", "1", "1G", "n1", preemptable=False),
+                pod("preemptee1", res("1", "1G"), "n1", preemptable=False),
+                pod("preemptee2", res("1", "1G"), "n1"),
+                pod("preemptee3", res("1", "1G"), "n1", preemptable=False),
             ], priority_class="low-priority"),
-            pg("pg2", "q2", 1, [pod("preemptor1", "1", "1G")], priority_class="high-priority"),
+            pg("pg2", "q2", 1, [pod("preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
     assert evicted(out) == {uid("preemptee2")}
@@ -54,14 +72,14 @@ def test_victims_of_lower_priority_job_go_first() -> None:
     """'sort reclaimees when reclaiming from overusing queue': both q1 and q2 are over their
     share; the victim order (reverse queue order, equal queues by creation) takes q2's pod."""
     out = reclaim(
-        [node("n1", "4", "4Gi")],
-        [queue("q1"), queue("q2"), queue("q3")],
+        [scenario_node("n1", res("4", "4Gi"))],
+        [scenario_queue("q1"), scenario_queue("q2"), scenario_queue("q3")],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1-1", "1", "1G", "n1"), pod("preemptee1-2", "1", "1G", "n1")],
+            pg("pg1", "q1", 1, [pod("preemptee1-1", res("1", "1G"), "n1"), pod("preemptee1-2", res("1", "1G"), "n1")],
                priority_class="mid-priority"),
-            pg("pg2", "q2", 1, [pod("preemptee2-1", "1", "1G", "n1"), pod("preemptee2-2", "1", "1G", "n1", preemptable=False)],
+            pg("pg2", "q2", 1, [pod("preemptee2-1", res("1", "1G"), "n1"), pod("preemptee2-2", res("1", "1G"), "n1", preemptable=False)],
                priority_class="low-priority"),
-            pg("pg3", "q3", 1, [pod("preemptor1", "1", "1G")], priority_class="high-priority"),
+            pg("pg3", "q3", 1, [pod("preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
     assert evicted(out) == {uid("preemptee2-1")}
@@ -71,12 +89,12 @@ def test_victims_of_lowest_priority_queue_go_first() -> None:
     """'sort reclaimees when reclaiming from overusing queues with different queue priority':
     q2 has the highest queue priority, so q1's pod is reclaimed."""
     out = reclaim(
-        [node("n1", "4", "4Gi")],
-        [queue("q1", priority=5), queue("q2", priority=10), queue("q3", priority=1)],
+        [scenario_node("n1", res("4", "4Gi"))],
+        [scenario_queue("q1", priority=5), scenario_queue("q2", priority=10), scenario_queue("q3", priority=1)],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1-1", "1", "1G", "n1"), pod("preemptee1-2", "1", "1G", "n1", preemptable=False)]),
-            pg("pg2", "q2", 1, [pod("preemptee2-1", "1", "1G", "n1"), pod("preemptee2-2", "1", "1G", "n1", preemptable=False)]),
-            pg("pg3", "q3", 1, [pod("preemptor1", "1", "1G")]),
+            pg("pg1", "q1", 1, [pod("preemptee1-1", res("1", "1G"), "n1"), pod("preemptee1-2", res("1", "1G"), "n1", preemptable=False)]),
+            pg("pg2", "q2", 1, [pod("preemptee2-1", res("1", "1G"), "n1"), pod("preemptee2-2", res("1", "1G"), "n1", preemptable=False)]),
+            pg("pg3", "q3", 1, [pod("preemptor1", res("1", "1G"))]),
         ],
     )
     assert evicted(out) == {uid("preemptee1-1")}
@@ -85,11 +103,11 @@ def test_victims_of_lowest_priority_queue_go_first() -> None:
 def test_preemption_policy_never_does_not_reclaim() -> None:
     """Volcano #3642, 'can not reclaim resources when task preemption policy is never'."""
     out = reclaim(
-        [node("n1", "1", "1Gi", pods=1)],
-        [queue("q1", weight=5), queue("q2", weight=10)],
+        [scenario_node("n1", res("1", "1Gi"), pods=1)],
+        [scenario_queue("q1", weight=5), scenario_queue("q2", weight=10)],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", "1", "1G", "n1")], priority_class="low-priority"),
-            pg("pg2", "q2", 0, [pod("preemptor1", "1", "1G", preemptionPolicy="Never")], priority_class="high-priority"),
+            pg("pg1", "q1", 0, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg2", "q2", 0, [pod("preemptor1", res("1", "1G"), preemptionPolicy="Never")], priority_class="high-priority"),
         ],
     )
     assert evicted(out) == set()
@@ -100,15 +118,15 @@ def test_closed_queue_cannot_reclaim() -> None:
     """'can not reclaim resources when queue is not open (proportion plugin)': proportion's
     preemptive refuses a queue that is not Open."""
     out = reclaim(
-        [node("n1", "3", "3Gi")],
-        [queue("q1"), queue("q2", state="Closed")],
+        [scenario_node("n1", res("3", "3Gi"))],
+        [scenario_queue("q1"), scenario_queue("q2", state="Closed")],
         [
             pg("pg1", "q1", 1, [
-                pod("preemptee1", "1", "1G", "n1", preemptable=False),
-                pod("preemptee2", "1", "1G", "n1"),
-                pod("preemptee3", "1", "1G", "n1", preemptable=False),
+                pod("preemptee1", res("1", "1G"), "n1", preemptable=False),
+                pod("preemptee2", res("1", "1G"), "n1"),
+                pod("preemptee3", res("1", "1G"), "n1", preemptable=False),
             ], phase="Running", priority_class="low-priority"),
-            pg("pg2", "q2", 1, [pod("preemptor1", "1", "1G")], priority_class="high-priority"),
+            pg("pg2", "q2", 1, [pod("preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
     assert evicted(out) == set()
@@ -118,12 +136,12 @@ def test_node_idle_resources_count_towards_the_reclaim() -> None:
     """'Node available resources should be included in reclaimed resources': cpu is idle, memory
     is short by less than one victim, so exactly one pod (the lowest queue priority's) goes."""
     out = reclaim(
-        [node("n1", "10", "2Gi")],
-        [queue("q1", priority=1), queue("q2", priority=2), queue("q3", weight=3)],
+        [scenario_node("n1", res("10", "2Gi"))],
+        [scenario_queue("q1", priority=1), scenario_queue("q2", priority=2), scenario_queue("q3", weight=3)],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1-1", "1", "1G", "n1")], phase="Running", priority_class="mid-priority"),
-            pg("pg2", "q2", 0, [pod("preemptee2-1", "1", "1G", "n1")], phase="Running", priority_class="mid-priority"),
-            pg("pg3", "q3", 1, [pod("preemptor1", "2", "1G")], priority_class="mid-priority"),
+            pg("pg1", "q1", 0, [pod("preemptee1-1", res("1", "1G"), "n1")], phase="Running", priority_class="mid-priority"),
+            pg("pg2", "q2", 0, [pod("preemptee2-1", res("1", "1G"), "n1")], phase="Running", priority_class="mid-priority"),
+            pg("pg3", "q3", 1, [pod("preemptor1", res("2", "1G"))], priority_class="mid-priority"),
         ],
     )
     assert evicted(out) == {uid("preemptee1-1")}
@@ -133,16 +151,16 @@ def test_node_idle_resources_count_towards_the_reclaim() -> None:
 def test_second_task_reclaims_when_first_may_not() -> None:
     """'Reclaim succeeds for second task when first task has PreemptionPolicy=Never'."""
     out = reclaim(
-        [node("n1", "2", "2G")],
-        [queue("q1"), queue("q2")],
+        [scenario_node("n1", res("2", "2G"))],
+        [scenario_queue("q1"), scenario_queue("q2")],
         [
             pg("pg-victim", "q1", 1, [
-                pod("victim-pod-no", "1", "1G", "n1", preemptable=False),
-                pod("victim-pod", "1", "1G", "n1"),
+                pod("victim-pod-no", res("1", "1G"), "n1", preemptable=False),
+                pod("victim-pod", res("1", "1G"), "n1"),
             ], phase="Running", priority_class="low-priority"),
             pg("pg-preemptor", "q2", 2, [
-                pod("preemptor-task1-non-preemptable", "1", "1G", preemptionPolicy="Never"),
-                pod("preemptor-task2-preemptable", "1", "1G"),
+                pod("preemptor-task1-non-preemptable", res("1", "1G"), preemptionPolicy="Never"),
+                pod("preemptor-task2-preemptable", res("1", "1G")),
             ], priority_class="high-priority"),
         ],
     )
@@ -154,11 +172,11 @@ def test_no_eviction_when_node_already_fits() -> None:
     """'only commit evictions on the node where reclaim succeeds': the node's idle resources
     already hold the task, so it is pipelined without evicting the (reclaimable) victim."""
     out = reclaim(
-        [node("n1", "10", "10G")],
-        [queue("q1"), queue("q2", weight=9)],
+        [scenario_node("n1", res("10", "10G"))],
+        [scenario_queue("q1"), scenario_queue("q2", weight=9)],
         [
-            pg("pg-victim", "q1", 0, [pod("victim-n1", "2", "2G", "n1")], phase="Running", priority_class="low-priority"),
-            pg("pg-preemptor", "q2", 1, [pod("preemptor1", "3", "3G")], priority_class="low-priority"),
+            pg("pg-victim", "q1", 0, [pod("victim-n1", res("2", "2G"), "n1")], phase="Running", priority_class="low-priority"),
+            pg("pg-preemptor", "q2", 1, [pod("preemptor1", res("3", "3G"))], priority_class="low-priority"),
         ],
     )
     assert evicted(out) == set()
@@ -169,11 +187,11 @@ def test_no_eviction_when_node_already_fits() -> None:
 
 def _two_queue_case(**victim_queue: object) -> list[list[dict]]:
     return [
-        [node("n1", "2", "2G")],
-        [queue("q1", **victim_queue), queue("q2")],
+        [scenario_node("n1", res("2", "2G"))],
+        [scenario_queue("q1", **victim_queue), scenario_queue("q2")],
         [
-            pg("pg1", "q1", 1, [pod("victim-1", "1", "1G", "n1"), pod("victim-2", "1", "1G", "n1")]),
-            pg("pg2", "q2", 1, [pod("reclaimer", "1", "1G")]),
+            pg("pg1", "q1", 1, [pod("victim-1", res("1", "1G"), "n1"), pod("victim-2", res("1", "1G"), "n1")]),
+            pg("pg2", "q2", 1, [pod("reclaimer", res("1", "1G"))]),
         ],
     ]
 
@@ -193,11 +211,11 @@ def test_unreclaimable_queue_keeps_its_tasks() -> None:
 def test_same_queue_tasks_are_not_reclaimed() -> None:
     """Reclaim works across queues only (preempt handles the preemptor's own queue)."""
     out = reclaim(
-        [node("n1", "2", "2G")],
-        [queue("q1"), queue("q2")],
+        [scenario_node("n1", res("2", "2G"))],
+        [scenario_queue("q1"), scenario_queue("q2")],
         [
-            pg("pg1", "q1", 1, [pod("victim-1", "1", "1G", "n1"), pod("victim-2", "1", "1G", "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("reclaimer", "1", "1G")], priority_class="high-priority"),
+            pg("pg1", "q1", 1, [pod("victim-1", res("1", "1G"), "n1"), pod("victim-2", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("reclaimer", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
     assert evicted(out) == set()
@@ -235,11 +253,11 @@ def test_discards_when_gang_cannot_be_pipelined() -> None:
     discarded: no eviction is committed."""
     tiers = [[TIERS[0][0], plugin("gang", "enableReclaimable", "enableJobStarving", "enableJobPipelined"), *TIERS[0][2:]]]
     out = reclaim(
-        [node("n1", "3", "3G")],
-        [queue("q1"), queue("q2", weight=2)],
+        [scenario_node("n1", res("3", "3G"))],
+        [scenario_queue("q1"), scenario_queue("q2", weight=2)],
         [
-            pg("pg1", "q1", 1, [pod(f"victim-{i}", "1", "1G", "n1") for i in range(3)]),
-            pg("pg2", "q2", 3, [pod(f"gang-{i}", "1", "1G") for i in range(3)]),
+            pg("pg1", "q1", 1, [pod(f"victim-{i}", res("1", "1G"), "n1") for i in range(3)]),
+            pg("pg2", "q2", 3, [pod(f"gang-{i}", res("1", "1G")) for i in range(3)]),
         ],
         tiers=tiers,
     )
@@ -253,11 +271,11 @@ def test_commits_when_gang_is_pipelined() -> None:
     tasks are pipelined."""
     tiers = [[TIERS[0][0], plugin("gang", "enableReclaimable", "enableJobStarving", "enableJobPipelined"), *TIERS[0][2:]]]
     out = reclaim(
-        [node("n1", "3", "3G")],
-        [queue("q1"), queue("q2", weight=2)],
+        [scenario_node("n1", res("3", "3G"))],
+        [scenario_queue("q1"), scenario_queue("q2", weight=2)],
         [
-            pg("pg1", "q1", 1, [pod(f"victim-{i}", "1", "1G", "n1") for i in range(3)]),
-            pg("pg2", "q2", 2, [pod(f"gang-{i}", "1", "1G") for i in range(2)]),
+            pg("pg1", "q1", 1, [pod(f"victim-{i}", res("1", "1G"), "n1") for i in range(3)]),
+            pg("pg2", "q2", 2, [pod(f"gang-{i}", res("1", "1G")) for i in range(2)]),
         ],
         tiers=tiers,
     )
@@ -266,32 +284,12 @@ def test_commits_when_gang_is_pipelined() -> None:
 
 
 def test_reclaim_result_reason() -> None:
-    from muster.quantity import parse_resources
-    from server.config import load_config
-    from server.model import (
-        ClusterSnapshot,
-        JobSpec,
-        NodeSpec,
-        PodGroupPhase,
-        QueueSpec,
-        TaskSpec,
-        TaskStatus,
-    )
-    from server.scheduler import SchedulerCore
-
-    req = parse_resources({"cpu": "1", "memory": "1Gi"})
-    holder = JobSpec("ns/a", "a", "ns", "qa", [
-        TaskSpec(f"ns/a-{i}", f"a-{i}", "ns", "ns/a", req, status=TaskStatus.RUNNING, node="n1", creation_index=i)
-        for i in range(2)
-    ], min_member=1, phase=PodGroupPhase.RUNNING)
-    starving = JobSpec("ns/b", "b", "ns", "qb", [TaskSpec("ns/b-0", "b-0", "ns", "ns/b", req)], min_member=1,
-                       phase=PodGroupPhase.INQUEUE, creation_index=1)
-    snap = ClusterSnapshot([NodeSpec("n1", parse_resources({"cpu": "2", "memory": "4Gi", "pods": "10"}))],
-                           [QueueSpec("qa"), QueueSpec("qb")], [holder, starving])
-    config = load_config(
+    holder = job("a", 2, queue="qa", status=TaskStatus.RUNNING, nodes="n1", min_member=1, phase=PodGroupPhase.RUNNING)
+    starving = job("b", queue="qb", min_member=1, index=1, task_index=0)
+    snap = snapshot([node("n1", "2", "4Gi", pods="10")], [holder, starving], [queue("qa"), queue("qb")])
+    result = cycle(snap, (
         'actions: "enqueue, reclaim, allocate, backfill"\ntiers:\n- plugins:\n  - name: priority\n  - name: gang\n'
         '  - name: conformance\n- plugins:\n  - name: drf\n  - name: predicates\n  - name: proportion\n  - name: nodeorder\n'
-    )
-    result = SchedulerCore(config).run_cycle(snap, 1)
+    ))
     assert list(result.evictions.values()) == ["reclaim"]
     assert result.pipelined == {"ns/b-0": "n1"}

@@ -3,43 +3,29 @@
 from __future__ import annotations
 
 import pytest
+from core_helpers import config, cycle, job, node, plugin, queue, session, snapshot
 
-from server.config import load_config
-from server.model import ClusterSnapshot, JobSpec, NodeSpec, PodGroupPhase, QueueSpec, TaskSpec
+from server.model import ClusterSnapshot, JobSpec, PodGroupPhase
 from server.plugins import sla
-from server.scheduler import SchedulerCore
 from server.session.session import Session
 
 NOW = 1_000_000.0
 
 
-def job(name: str, *, created: float | None = NOW, annotations: dict[str, str] | None = None,
-        cpu: float = 1000, n: int = 1, min_resources: dict[str, float] | None = None,
-        phase: PodGroupPhase = PodGroupPhase.PENDING, index: int = 0) -> JobSpec:
-    tasks = [TaskSpec(uid=f"ns/{name}-{i}", name=f"{name}-{i}", namespace="ns", job=f"ns/{name}",
-                      request={"cpu": cpu}) for i in range(n)]
-    return JobSpec(uid=f"ns/{name}", name=name, namespace="ns", queue="q", tasks=tasks,
-                   annotations=annotations or {}, created_at=created, min_resources=min_resources,
-                   phase=phase, creation_index=index)
+def sla_job(name: str, *, created: float | None = NOW, annotations: dict[str, str] | None = None,
+            cpu: str = "1", min_resources: dict[str, str] | None = None, index: int = 0) -> JobSpec:
+    """A Pending job of one task asking for ``cpu``, submitted at ``created``."""
+    return job(name, cpu=cpu, memory=None, queue="q", min_member=None, phase=PodGroupPhase.PENDING, index=index,
+               task_index=0, annotations=annotations or {}, created_at=created, min_resources=min_resources)
 
 
-def snapshot(*jobs: JobSpec, cpu: float = 4000) -> ClusterSnapshot:
-    return ClusterSnapshot(nodes=[NodeSpec("n1", {"cpu": cpu, "memory": 8e9, "pods": 110})],
-                           queues=[QueueSpec("q")], jobs=list(jobs))
+def sla_snapshot(*jobs: JobSpec) -> ClusterSnapshot:
+    return snapshot([node("n1", "4", "8G", pods=110)], jobs, [queue("q")])
 
 
-def session(snap: ClusterSnapshot, arguments: str = "") -> Session:
-    cfg = load_config(f"""
-extension_points_not_listed: disabled
-tiers:
-- plugins:
-  - name: sla
-    enableJobOrder: true
-    enableJobEnqueued: true
-    enableJobPipelined: true
-    {arguments}
-""")
-    return Session(snap, cfg)
+def sla_session(snap: ClusterSnapshot, **arguments: object) -> Session:
+    tier = [plugin("sla", "enableJobOrder", "enableJobEnqueued", "enableJobPipelined", arguments=arguments)]
+    return session(snap, config(None, [tier]))
 
 
 @pytest.fixture(autouse=True)
@@ -65,9 +51,9 @@ def test_malformed_durations_are_rejected(text: str) -> None:
 def test_global_waiting_time_orders_jobs_with_sla_first() -> None:
     """sla_test.go "sla normal placement": with sla-waiting-time 3m, a job without its own
     waiting time (global applies) vs one with an annotation: the earlier deadline goes first."""
-    a = job("a", created=NOW - 100)  # deadline NOW + 80 (global 3m)
-    b = job("b", created=NOW - 100, annotations={"sla-waiting-time": "10m"})  # deadline NOW + 500
-    ssn = session(snapshot(a, b), "arguments: {sla-waiting-time: 3m}")
+    a = sla_job("a", created=NOW - 100)  # deadline NOW + 80 (global 3m)
+    b = sla_job("b", created=NOW - 100, annotations={"sla-waiting-time": "10m"})  # deadline NOW + 500
+    ssn = sla_session(sla_snapshot(a, b), **{"sla-waiting-time": "3m"})
     ja, jb = ssn.jobs["ns/a"], ssn.jobs["ns/b"]
     assert ssn.job_order_fn(ja, jb) is True
     assert ssn.job_order_fn(jb, ja) is False
@@ -75,9 +61,9 @@ def test_global_waiting_time_orders_jobs_with_sla_first() -> None:
 
 def test_job_with_waiting_time_precedes_job_without() -> None:
     """sla jobOrderFn: a nil waiting time sorts after any set one (no global argument)."""
-    plain = job("plain", created=NOW - 9999, index=0)
-    timed = job("timed", annotations={"volcano.sh/sla-waiting-time": "1h"}, index=1)
-    ssn = session(snapshot(plain, timed))
+    plain = sla_job("plain", created=NOW - 9999, index=0)
+    timed = sla_job("timed", annotations={"volcano.sh/sla-waiting-time": "1h"}, index=1)
+    ssn = sla_session(sla_snapshot(plain, timed))
     assert ssn.job_order_fn(ssn.jobs["ns/timed"], ssn.jobs["ns/plain"]) is True
     assert ssn.job_order_fn(ssn.jobs["ns/plain"], ssn.jobs["ns/timed"]) is False
 
@@ -85,18 +71,18 @@ def test_job_with_waiting_time_precedes_job_without() -> None:
 def test_invalid_global_argument_is_ignored() -> None:
     """sla_test.go "sla error type placement": a non-string waiting time sets no SLA, so job order
     falls back to creation order and the job stays enqueueable (abstain -> permit)."""
-    late = job("late", created=NOW - 9999, index=1)
-    early = job("early", index=0)
-    ssn = session(snapshot(late, early), "arguments: {sla-waiting-time: 1}")
+    late = sla_job("late", created=NOW - 9999, index=1)
+    early = sla_job("early", index=0)
+    ssn = sla_session(sla_snapshot(late, early), **{"sla-waiting-time": 1})
     assert ssn.job_order_fn(ssn.jobs["ns/early"], ssn.jobs["ns/late"]) is True
     assert ssn.job_enqueueable(ssn.jobs["ns/late"]) is True
 
 
 def test_overdue_job_permits_enqueue_and_pipeline_votes() -> None:
     """permitableFn: waited longer than its waiting time -> Permit, else Abstain."""
-    overdue = job("over", created=NOW - 120, annotations={"sla-waiting-time": "1m"})
-    fresh = job("fresh", created=NOW - 10, annotations={"sla-waiting-time": "1m"})
-    ssn = session(snapshot(overdue, fresh))
+    overdue = sla_job("over", created=NOW - 120, annotations={"sla-waiting-time": "1m"})
+    fresh = sla_job("fresh", created=NOW - 10, annotations={"sla-waiting-time": "1m"})
+    ssn = sla_session(sla_snapshot(overdue, fresh))
     fns = dict(ssn.chain("job_enqueueable")[0])
     assert fns["sla"](ssn.jobs["ns/over"]) == 1
     assert fns["sla"](ssn.jobs["ns/fresh"]) == 0
@@ -105,16 +91,16 @@ def test_overdue_job_permits_enqueue_and_pipeline_votes() -> None:
 
 def test_invalid_annotation_falls_back_to_global() -> None:
     """An unparsable or non-positive job annotation means "no job setting": the global applies."""
-    j = job("j", created=NOW - 120, annotations={"sla-waiting-time": "-5m"})
-    ssn = session(snapshot(j), "arguments: {sla-waiting-time: 1m}")
+    j = sla_job("j", created=NOW - 120, annotations={"sla-waiting-time": "-5m"})
+    ssn = sla_session(sla_snapshot(j), **{"sla-waiting-time": "1m"})
     assert dict(ssn.chain("job_enqueueable")[0])["sla"](ssn.jobs["ns/j"]) == 1
 
 
 def test_overdue_job_is_enqueued_past_the_proportion_quota() -> None:
     """An overdue job's permit in an earlier tier ends the enqueue vote before proportion's
     reject (Volcano JobEnqueueable: a permit ends the check at the end of its tier)."""
-    big = job("big", created=NOW - 3600, annotations={"sla-waiting-time": "1m"}, cpu=8000,
-              min_resources={"cpu": 8000})
+    big = sla_job("big", created=NOW - 3600, annotations={"sla-waiting-time": "1m"}, cpu="8",
+                  min_resources={"cpu": "8"})
     cfg_text = """
 actions: "enqueue"
 tiers:
@@ -123,8 +109,8 @@ tiers:
 - plugins:
   - name: proportion
 """
-    result = SchedulerCore(load_config(cfg_text)).run_cycle(snapshot(big), 1)
+    result = cycle(sla_snapshot(big), cfg_text)
     assert result.jobs["ns/big"].phase == PodGroupPhase.INQUEUE
     no_sla = cfg_text.replace("  - name: sla\n", "  - name: priority\n")
-    result = SchedulerCore(load_config(no_sla)).run_cycle(snapshot(big), 1)
+    result = cycle(sla_snapshot(big), no_sla)
     assert result.jobs["ns/big"].phase == PodGroupPhase.PENDING

@@ -6,9 +6,9 @@ from datetime import datetime
 
 import numpy as np
 import pytest
+from core_helpers import config, job, node, plugin, queue, res, session, snapshot, task
 
-from server.config import load_config
-from server.model import ClusterSnapshot, JobSpec, NodeSpec, QueueSpec, TaskSpec, TaskStatus
+from server.model import JobSpec, NodeSpec, PodGroupPhase, TaskSpec, TaskStatus
 from server.plugins import tdm
 from server.session.session import Session
 
@@ -21,34 +21,25 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(tdm._last_evict_at, "at", None)
 
 
-def node(name: str, zone: str = "") -> NodeSpec:
+def zone_node(name: str, zone: str = "") -> NodeSpec:
+    """A node, in revocable zone ``zone`` if given."""
     labels = {"volcano.sh/revocable-zone": zone} if zone else {}
-    return NodeSpec(name, {"cpu": 16000, "memory": 64e9, "pods": 10}, labels=labels)
+    return node(name, "16", "64G", pods=10, labels=labels)
 
 
-def task(job: str, name: str, *, annotations: dict[str, str] | None = None, node: str | None = None,
-         status: TaskStatus = TaskStatus.PENDING) -> TaskSpec:
-    return TaskSpec(uid=f"c1/{name}", name=name, namespace="c1", job=job, request={"cpu": 1000, "memory": 1e9},
-                    annotations=annotations or {}, node=node, status=status)
+def tdm_task(name: str, job_name: str, *, annotations: dict[str, str] | None = None, node: str | None = None,
+             status: TaskStatus = TaskStatus.PENDING, uid: str | None = None) -> TaskSpec:
+    return task(name, job_name, res("1", "1G"), node, ns="c1", status=status, uid=uid, annotations=annotations or {})
 
 
-def job(name: str, tasks: list[TaskSpec], annotations: dict[str, str] | None = None, queue: str = "c1") -> JobSpec:
-    for t in tasks:
-        t.job = f"c1/{name}"
-    return JobSpec(uid=f"c1/{name}", name=name, namespace="c1", queue=queue, tasks=tasks, min_member=1,
-                   annotations=annotations or {})
+def tdm_job(name: str, tasks: list[TaskSpec], annotations: dict[str, str] | None = None, queue: str = "c1") -> JobSpec:
+    return job(name, ns="c1", queue=queue, tasks=tasks, min_member=1, phase=PodGroupPhase.PENDING,
+               annotations=annotations or {})
 
 
-def session(nodes: list[NodeSpec], jobs: list[JobSpec], arguments: str, switches: str) -> Session:
-    cfg = load_config(f"""
-extension_points_not_listed: disabled
-tiers:
-- plugins:
-  - name: tdm
-    {switches}
-    arguments: {arguments}
-""")
-    return Session(ClusterSnapshot(nodes=nodes, queues=[QueueSpec("c1"), QueueSpec("c2")], jobs=jobs), cfg)
+def tdm_session(nodes: list[NodeSpec], jobs: list[JobSpec], arguments: dict[str, str], *switches: str) -> Session:
+    tier = [plugin("tdm", *switches, arguments=arguments)]
+    return session(snapshot(nodes, jobs, [queue("c1"), queue("c2")]), config(None, [tier]))
 
 
 @pytest.mark.parametrize(
@@ -75,8 +66,8 @@ def test_parse_revocable_zone_window(raw: str, delta: int, error: bool) -> None:
     assert (end - start).total_seconds() == delta
 
 
-ZONES = '{"tdm.revocable-zone.rz1": "0:00-0:00", "tdm.revocable-zone.rz2": "0:00-0:01"}'
-NODES = [node("n1", "rz1"), node("n2", "rz1"), node("n3"), node("n4"), node("n5", "rz2")]
+ZONES = {"tdm.revocable-zone.rz1": "0:00-0:00", "tdm.revocable-zone.rz2": "0:00-0:01"}
+NODES = [zone_node("n1", "rz1"), zone_node("n2", "rz1"), zone_node("n3"), zone_node("n4"), zone_node("n5", "rz2")]
 
 
 @pytest.mark.parametrize(
@@ -95,8 +86,8 @@ NODES = [node("n1", "rz1"), node("n2", "rz1"), node("n3"), node("n4"), node("n5"
 def test_predicate_and_node_order(annotations: dict[str, str], passing: list[str], scores: list[float]) -> None:
     """tdm_test.go Test_TDM: revocable nodes pass only in an active zone and only for tasks that
     may use them; such nodes score MaxNodeScore."""
-    ssn = session(NODES, [job("pg1", [task("", "p1", annotations=annotations)])], ZONES,
-                  "enablePredicate: true\n    enableNodeOrder: true")
+    ssn = tdm_session(NODES, [tdm_job("pg1", [tdm_task("p1", "pg1", annotations=annotations)])], ZONES,
+                      "enablePredicate", "enableNodeOrder")
     t = ssn.tasks["c1/p1"]
     future_ok, _ = ssn.evaluator.feasible(t)
     names = [ssn.nodes.names[i] for i in np.nonzero(future_ok)[0]]
@@ -106,19 +97,18 @@ def test_predicate_and_node_order(annotations: dict[str, str], passing: list[str
 
 
 def test_fit_errors_name_the_zone() -> None:
-    ssn = session([node("n5", "rz2")], [job("pg1", [task("", "p1", annotations={"volcano.sh/revocable-zone": "*"})])],
-                  ZONES, "enablePredicate: true")
+    ssn = tdm_session([zone_node("n5", "rz2")],
+                      [tdm_job("pg1", [tdm_task("p1", "pg1", annotations={"volcano.sh/revocable-zone": "*"})])],
+                      ZONES, "enablePredicate")
     fe = ssn.evaluator.fit_errors(ssn.tasks["c1/p1"])
     assert fe.reasons == {"current time beyond revocable zone rz2:0:00-0:01": 1}
 
 
 def running_job(name: str, queue: str, node_name: str, preemptable: list[bool], budget: dict[str, str]) -> JobSpec:
-    tasks = [task("", f"{name}-p{i}", node=node_name, status=TaskStatus.RUNNING,
-                  annotations={"volcano.sh/preemptable": "true" if p else "false"})
+    tasks = [tdm_task(f"{name}-p{i}", name, node=node_name, status=TaskStatus.RUNNING, uid=f"{queue}/{name}-p{i}",
+                      annotations={"volcano.sh/preemptable": "true" if p else "false"})
              for i, p in enumerate(preemptable)]
-    for t in tasks:
-        t.uid = f"{queue}/{t.name}"
-    return job(name, tasks, budget, queue=queue)
+    return tdm_job(name, tasks, budget, queue=queue)
 
 
 @pytest.mark.parametrize(
@@ -134,8 +124,8 @@ def test_victims_of_an_inactive_zone_follow_the_budget(zone: str, budget: dict[s
     """tdm_test.go Test_TDM_victimsFn: preemptable Running tasks on an inactive zone's nodes, at most
     the job's disruption budget."""
     j = running_job("pg1", "c1", "n1", [True, True, True, False, False], budget)
-    ssn = session([node("n1", "rz1")], [j], f'{{"tdm.revocable-zone.rz1": "{zone}", "tdm.evict.period": "100ms"}}',
-                  "enabledVictim: true")
+    ssn = tdm_session([zone_node("n1", "rz1")], [j], {"tdm.revocable-zone.rz1": zone, "tdm.evict.period": "100ms"},
+                      "enabledVictim")
     victims = ssn.victim_tasks([])
     assert len(victims) == evicted
     assert all(v.spec.annotations["volcano.sh/preemptable"] == "true" for v in victims)
@@ -149,20 +139,20 @@ def test_victims_of_an_inactive_zone_follow_the_budget(zone: str, budget: dict[s
 def test_budget_forms(budget: dict[str, str], evicted: int) -> None:
     """tdm_test.go: max-unavailable 50% / 3 and min-available 3 of 5 running tasks."""
     j = running_job("pg2", "c2", "n2", [True] * 5, budget)
-    ssn = session([node("n2", "rz1")], [j], '{"tdm.revocable-zone.rz1": "0:00-0:01", "tdm.evict.period": "1s"}',
-                  "enabledVictim: true")
+    ssn = tdm_session([zone_node("n2", "rz1")], [j], {"tdm.revocable-zone.rz1": "0:00-0:01", "tdm.evict.period": "1s"},
+                      "enabledVictim")
     assert len(ssn.victim_tasks([])) == evicted
 
 
 def test_victims_are_rate_limited_by_evict_period(monkeypatch: pytest.MonkeyPatch) -> None:
     """victimsFn returns nothing until tdm.evict.period has passed since the last round."""
     j = running_job("pg2", "c2", "n2", [True] * 5, {})
-    args = '{"tdm.revocable-zone.rz1": "0:00-0:01", "tdm.evict.period": "1m"}'
-    ssn = session([node("n2", "rz1")], [j], args, "enabledVictim: true")
+    args = {"tdm.revocable-zone.rz1": "0:00-0:01", "tdm.evict.period": "1m"}
+    ssn = tdm_session([zone_node("n2", "rz1")], [j], args, "enabledVictim")
     assert len(ssn.victim_tasks([])) == 1
     assert ssn.victim_tasks([]) == []
     monkeypatch.setattr(tdm, "now", lambda: NOON.replace(minute=2))
-    ssn = session([node("n2", "rz1")], [j], args, "enabledVictim: true")
+    ssn = tdm_session([zone_node("n2", "rz1")], [j], args, "enabledVictim")
     assert len(ssn.victim_tasks([])) == 1
 
 
@@ -171,10 +161,10 @@ def test_preemptable_fn() -> None:
     non-revocable nodes, within the budget of each job."""
     victims_job = running_job("v", "c1", "n3", [True, True, False], {"volcano.sh/jdb-max-unavailable": "2"})
     on_revocable = running_job("r", "c1", "n1", [True], {})
-    preemptor_job = job("pre", [task("", "pre", annotations={"volcano.sh/preemptable": "false"})])
-    bad = job("bad", [task("", "bad")])  # preemptable by default
-    ssn = session([node("n1", "rz1"), node("n3")], [victims_job, on_revocable, preemptor_job, bad], ZONES,
-                  "enablePreemptable: true")
+    preemptor_job = tdm_job("pre", [tdm_task("pre", "pre", annotations={"volcano.sh/preemptable": "false"})])
+    bad = tdm_job("bad", [tdm_task("bad", "bad")])  # preemptable by default
+    ssn = tdm_session([zone_node("n1", "rz1"), zone_node("n3")], [victims_job, on_revocable, preemptor_job, bad], ZONES,
+                      "enablePreemptable")
     fn = dict(ssn.chain("preemptable")[0])["tdm"]
     candidates = [t for j in (victims_job, on_revocable) for t in ssn.jobs[j.uid].tasks.values()]
     chosen, verdict = fn(ssn.tasks["c1/pre"], candidates)
@@ -185,10 +175,9 @@ def test_preemptable_fn() -> None:
 
 def test_job_order_pipelined_and_starving() -> None:
     """jobOrderFn: non-preemptable jobs first; jobStarvingFn: non-preemptable with pending tasks."""
-    plain = job("plain", [task("", "a")])
-    elastic = job("elastic", [task("", "b")], {"volcano.sh/preemptable": "true"})
-    ssn = session([node("n3")], [plain, elastic], ZONES,
-                  "enableJobOrder: true\n    enableJobStarving: true\n    enableJobPipelined: true")
+    plain = tdm_job("plain", [tdm_task("a", "plain")])
+    elastic = tdm_job("elastic", [tdm_task("b", "elastic")], {"volcano.sh/preemptable": "true"})
+    ssn = tdm_session([zone_node("n3")], [plain, elastic], ZONES, "enableJobOrder", "enableJobStarving", "enableJobPipelined")
     p, e = ssn.jobs["c1/plain"], ssn.jobs["c1/elastic"]
     assert ssn.job_order_fn(p, e) is True and ssn.job_order_fn(e, p) is False
     assert ssn.job_starving(p) is True and ssn.job_starving(e) is False

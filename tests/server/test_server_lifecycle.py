@@ -22,7 +22,7 @@ async def test_gang_waits_for_capacity_then_binds_in_one_cycle(server, stub) -> 
     await stub.SubmitJob(pb.SubmitJobRequest(job=gang("g", replicas=4, cpu="4")))
     await next_cycle(server)
     job = await stub.GetJob(pb.GetJobRequest(id="g"))
-    assert all(t.status == pb.TASK_STATUS_PENDING for t in job.tasks)
+    assert [t.status for t in job.tasks] == [pb.TASK_STATUS_PENDING] * 4
     assert any(c.type == "Unschedulable" and c.status == "True" and c.reason for c in job.status.conditions)
     stream = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="a"))
     await stub.SendDeltas(pb.SendDeltasRequest(backend="a", deltas=[pb.Delta(node_upserted=node("n3"))]))

@@ -1,20 +1,17 @@
-"""Helpers shared by the eviction actions (preempt, reclaim): candidate nodes, victim checks and
-the victim order (Volcano ``util.ValidateVictims``, ``Session.BuildVictimsPriorityQueue``,
-``api.PreemptableStatus``, ``Session.PredicateForPreemptAction``)."""
+"""Helpers shared by the eviction actions (preempt, reclaim): candidate nodes and victim checks
+(Volcano ``util.ValidateVictims``, ``api.PreemptableStatus``, ``Session.PredicateForPreemptAction``).
+The victim order itself is ``Session.victims_queue`` (Volcano ``BuildVictimsPriorityQueue``).
+
+Part of the framework because actions never import each other."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from muster.quantity import MIN_RESOURCE
 from server.model import TaskStatus
-from server.session.info import less_equal
-
-if TYPE_CHECKING:
-    from server.session.info import QueueInfo, TaskInfo
-    from server.session.session import PriorityQueue, Session
+from server.session.info import QueueInfo, TaskInfo, less_equal
+from server.session.session import Session
 
 # Volcano ``api.PreemptableStatus``: only tasks holding a node and not already leaving it.
 PREEMPTABLE_STATUSES = frozenset({TaskStatus.BOUND, TaskStatus.RUNNING})
@@ -38,8 +35,8 @@ def candidate_rows(ssn: Session, task: TaskInfo) -> np.ndarray:
     (unschedulable node, node selector / affinity, untolerated taints), Kubernetes'
     UnschedulableAndUnresolvable. Resource fit, pod count and inter-pod anti-affinity are left to
     the per-node check after evictions (``fits_on``)."""
-    # The static cache entry is exactly that mask, computed once per static key per session.
-    return np.nonzero(ssn.evaluator._static_entry(task).mask)[0]
+    # The evaluator's static mask is exactly that, computed once per static key per session.
+    return np.nonzero(ssn.evaluator.static_mask(task))[0]
 
 
 def victim_capacity(ssn: Session, statuses: frozenset[TaskStatus]) -> dict[str, np.ndarray]:
@@ -96,39 +93,3 @@ def validate_victims(ssn: Session, task: TaskInfo, row: int, victims: list[TaskI
     for v in victims:
         future += v.resreq
     return less_equal(task.resreq, future)
-
-
-def victims_queue(ssn: Session, victims: list[TaskInfo], preemptor: TaskInfo) -> PriorityQueue:
-    """Volcano ``BuildVictimsPriorityQueue``: the first popped is evicted first.
-
-    Same job: reverse task order. A task whose job left the session goes first. Different
-    queues (preemptor job known): the victim queue order. Otherwise: reverse job order, then
-    reverse task order."""
-    from server.session.session import PriorityQueue
-
-    jobs = ssn.jobs
-    preemptor_job = jobs.get(preemptor.job)
-
-    def job_then_task(lj, rj, left: TaskInfo, right: TaskInfo) -> bool:  # noqa: ANN001
-        cmp = ssn.job_order_compare(lj, rj)
-        if cmp != 0:
-            return cmp > 0
-        return not ssn.task_order_fn(left, right)
-
-    def less(left: TaskInfo, right: TaskInfo) -> bool:
-        if left.job == right.job:
-            return not ssn.task_order_fn(left, right)
-        lj, rj = jobs.get(left.job), jobs.get(right.job)
-        if lj is None or rj is None:
-            if lj is None and rj is None:
-                return not ssn.task_order_fn(left, right)
-            return lj is None
-        if preemptor_job is None:
-            return job_then_task(lj, rj, left, right)
-        if lj.queue != rj.queue:
-            return ssn.victim_queue_order_fn(
-                ssn.queues[lj.queue], ssn.queues[rj.queue], ssn.queues.get(preemptor_job.queue)
-            )
-        return job_then_task(lj, rj, left, right)
-
-    return PriorityQueue(less, victims)

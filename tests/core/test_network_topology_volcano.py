@@ -1,6 +1,8 @@
-"""Network topology: Volcano's allocate_test.go cases ``TestAllocateWithNetWorkTopologies``,
+"""network-topology-aware plugin: Volcano's cases, ported as a table of scenarios.
+
+The first part runs the allocate_test.go cases ``TestAllocateWithNetWorkTopologies``,
 ``TestNodeLevelScoreWithNetWorkTopologies`` and ``TestHyperNodeBinpackWithNetWorkTopologies`` as
-scenarios run through ``server.simulate.simulate_text``.
+scenarios run through ``muster simulate``.
 
 The checks are Volcano's: most cases only count binds (``MinimalBindCheck``: Volcano breaks ties
 between equal nodes at random), a few name the node of each bind, and the hypernode-binpack case
@@ -21,24 +23,17 @@ from collections import Counter
 import numpy as np
 import pytest
 import yaml
+from core_helpers import config, plugin, session, simulate
 
 from server.model import TaskStatus
-from server.session.session import Session
-from server.simulate import parse_scenario_text, simulate_text
+from server.simulate import parse_scenario_text
 
-GANG = {"name": "gang", "enableJobOrder": True, "enableJobReady": True, "enableJobPipelined": True,
-        "enableJobStarving": True}
-PREDICATES = {"name": "predicates", "enablePredicate": True}
-NETWORK_TOPOLOGY = {"name": "network-topology-aware", "enableNodeOrder": True, "enabledHyperNodeOrder": True,
-                    "enabledHyperNodeGradient": True}
+GANG = plugin("gang", "enableJobOrder", "enableJobReady", "enableJobPipelined", "enableJobStarving")
+PREDICATES = plugin("predicates", "enablePredicate")
+NETWORK_TOPOLOGY = plugin("network-topology-aware", "enableNodeOrder", "enabledHyperNodeOrder", "enabledHyperNodeGradient")
 
-
-def tier_config(*plugins: dict) -> dict:
-    return {"actions": ["allocate"], "extension_points_not_listed": "disabled", "tiers": [{"plugins": list(plugins)}]}
-
-
-ALLOCATE = tier_config(GANG, PREDICATES, NETWORK_TOPOLOGY)
-NODE_LEVEL_SCORE = tier_config(GANG, PREDICATES, {"name": "binpack", "enableNodeOrder": True}, NETWORK_TOPOLOGY)
+ALLOCATE = config(["allocate"], [[GANG, PREDICATES, NETWORK_TOPOLOGY]])
+NODE_LEVEL_SCORE = config(["allocate"], [[GANG, PREDICATES, plugin("binpack", "enableNodeOrder"), NETWORK_TOPOLOGY]])
 HYPERNODE_BINPACK = ALLOCATE
 
 
@@ -727,11 +722,10 @@ jobs:
 ]
 
 
-@pytest.mark.parametrize(("config", "cluster", "expected"), CASES)
-def test_volcano_network_topology_allocate(config: dict, cluster: str, expected: dict) -> None:
+@pytest.mark.parametrize(("tiers", "cluster", "expected"), CASES)
+def test_volcano_network_topology_allocate(tiers: dict, cluster: str, expected: dict) -> None:
     scenario = yaml.safe_load(cluster)
-    out = simulate_text(yaml.safe_dump({"config": config, **scenario}))
-    binds = out["binds"]
+    binds = simulate(tiers, **scenario)["binds"]
     assert len(binds) == expected["binds_num"]
     if "bind_map" in expected:
         assert binds == expected["bind_map"]
@@ -1196,15 +1190,12 @@ jobs:
 ]
 
 
-@pytest.mark.parametrize(("plugin", "cluster", "score_nodes", "expected"), SCORE_CASES)
-def test_volcano_network_topology_node_scores(plugin: dict, cluster: str, score_nodes: list[str] | None,
+@pytest.mark.parametrize(("entry", "cluster", "score_nodes", "expected"), SCORE_CASES)
+def test_volcano_network_topology_node_scores(entry: dict, cluster: str, score_nodes: list[str] | None,
                                               expected: dict[str, float]) -> None:
-    switches = {k: v for k, v in plugin.items() if k.startswith("enable")}
-    config = {"extension_points_not_listed": "disabled",
-              "tiers": [{"plugins": [{"name": "network-topology-aware", **switches,
-                                      "arguments": plugin.get("arguments", {})}]}]}
-    scenario = parse_scenario_text(yaml.safe_dump({"config": config, **yaml.safe_load(cluster)}))
-    ssn = Session(scenario.snapshot, scenario.config)
+    switches = {k: v for k, v in entry.items() if k.startswith("enable")}
+    tier = [{"name": "network-topology-aware", **switches, "arguments": entry.get("arguments", {})}]
+    ssn = session(parse_scenario_text(cluster).snapshot, config(None, [tier]))
     task = next(t for job in ssn.jobs.values() for t in job.tasks.values() if t.status == TaskStatus.PENDING)
     names = score_nodes or list(ssn.nodes.names)
     rows = np.array([ssn.nodes.index[name] for name in names])

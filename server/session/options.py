@@ -1,0 +1,61 @@
+"""The configuration a session is opened with, as plain data (parsed by ``server/config.py``).
+
+``PluginOption.plugin_class`` is the plugin's class, resolved by the config parser from the plugin
+registry: the session builds its plugins from the options and never looks at the registry, so the
+framework does not depend on the plugin package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from server.model import PriorityClass
+
+if TYPE_CHECKING:  # the session imports this module: annotations only
+    from server.session.session import Session
+
+
+class SessionPlugin(Protocol):
+    """What the session needs of a plugin (``server.plugins.base.Plugin`` implements it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def on_session_open(self, ssn: Session) -> None: ...
+
+    def on_session_close(self, ssn: Session) -> None: ...
+
+
+# A plugin class: called with the plugin's arguments, once per session.
+PluginFactory = Callable[[dict[str, Any]], SessionPlugin]
+
+
+@dataclass
+class PluginOption:
+    name: str
+    switches: dict[str, bool]  # switch name (``Switch.name``) -> on
+    arguments: dict[str, Any] = field(default_factory=dict)
+    plugin_class: PluginFactory | None = None  # resolved by the config parser
+
+    def enabled(self, switch: str) -> bool:
+        return self.switches.get(switch, False)
+
+
+@dataclass
+class SchedulerConfig:
+    actions: list[str]
+    tiers: list[list[PluginOption]]
+    action_arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    profile: str = "volcano"
+    session: dict[str, Any] = field(default_factory=dict)
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    yaml_text: str = ""
+
+    def plugin(self, name: str) -> PluginOption | None:
+        for tier in self.tiers:
+            for p in tier:
+                if p.name == name:
+                    return p
+        return None

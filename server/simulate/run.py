@@ -1,0 +1,82 @@
+"""``muster simulate``: run scenarios on the real scheduling core, cycle after cycle, and report
+the output object of docs/simulate.md. No side effects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.model import ClusterSnapshot, CycleResult, TaskStatus
+from server.scheduler import SchedulerCore
+from server.simulate.scenario import Scenario, ScenarioError, parse_scenario_text
+
+
+def _advance(snapshot: ClusterSnapshot, result: CycleResult) -> None:
+    """Between cycles, act as a cluster would: bound tasks run, released tasks go away,
+    pipelined tasks wait again, and job phases carry over."""
+    for job in snapshot.jobs:
+        outcome = result.jobs.get(job.uid)
+        if outcome is not None:
+            job.phase = outcome.phase
+        kept = []
+        for task in job.tasks:
+            status, node = result.task_status.get(task.uid, (task.status, task.node))
+            if status == TaskStatus.RELEASING:
+                continue
+            if status in (TaskStatus.BINDING, TaskStatus.BOUND):
+                status = TaskStatus.RUNNING
+            elif status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED):
+                # Placements of a job that was only pipelined were never bound: they wait again.
+                status, node = TaskStatus.PENDING, None
+            task.status, task.node = status, node
+            kept.append(task)
+        job.tasks = kept
+
+
+def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any]:
+    core = SchedulerCore(scenario.config)
+    total = cycles or scenario.cycles
+    binds: dict[str, str] = {}
+    evictions: list[str] = []
+    moved: dict[str, dict[str, str]] = {}
+    released: dict[str, tuple[TaskStatus, str | None]] = {}
+    result = CycleResult(cycle_id=0)
+    for cycle in range(1, total + 1):
+        result = core.run_cycle(scenario.snapshot, cycle)
+        binds.update(result.binds)
+        for uid in result.evictions:
+            if uid not in evictions:
+                evictions.append(uid)
+        for uid, (src, dst) in result.moved.items():
+            moved[uid] = {"from": src, "to": dst}
+        for uid, state in result.task_status.items():
+            if state[0] == TaskStatus.RELEASING:
+                released[uid] = state
+        if cycle < total:
+            _advance(scenario.snapshot, result)
+    tasks: dict[str, dict[str, Any]] = {
+        uid: {"status": s.title, "node": n, "gpu_groups": []} for uid, (s, n) in released.items()
+    }
+    for uid, (status, node) in result.task_status.items():
+        tasks[uid] = {"status": status.title, "node": node, "gpu_groups": []}
+    jobs = {
+        uid: {
+            "phase": str(outcome.phase),
+            "conditions": [{"type": c.type, "reason": c.reason, "message": c.message} for c in outcome.conditions],
+        }
+        for uid, outcome in result.jobs.items()
+    }
+    return {
+        "binds": binds,
+        "pipelined": dict(result.pipelined),
+        "evictions": evictions,
+        "moved": moved,
+        "tasks": tasks,
+        "jobs": jobs,
+    }
+
+
+def simulate_text(text: str, cycles: int | None = None) -> dict[str, Any]:
+    """Run a scenario (YAML or JSON text); returns the output object of docs/simulate.md."""
+    if cycles is not None and cycles < 0:
+        raise ScenarioError([f"cycles: {cycles} must not be negative"])
+    return run_scenario(parse_scenario_text(text), cycles or None)

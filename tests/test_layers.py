@@ -1,0 +1,211 @@
+"""Import direction: the packages form one-way layers (docs/architecture.md).
+
+    muster (shared: API, quantities, logs, tracing)
+      <- scheduling core (model, session, plugins, actions, config, scheduler, simulate)
+      <- server I/O (state, ingest, commands, snapshot, apply, api, store, loop, service ...)
+    adapters and clients use only the shared package (the CLI's ``simulate --local`` also the core)
+
+Every import statement counts, including those inside functions and under ``TYPE_CHECKING``.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The pure scheduling core, by module name prefix.
+CORE = (
+    "server.model",
+    "server.session",
+    "server.plugins",
+    "server.actions",
+    "server.config",
+    "server.scheduler",
+    "server.simulate",
+)
+# What the core may import besides itself and the standard library.
+CORE_THIRD_PARTY = ("numpy", "yaml", "structlog", "muster.quantity")
+# Never in the core: the network, the API messages, the server's I/O, the edges.
+CORE_FORBIDDEN = ("grpc", "google", "muster.v1", "opentelemetry", "anyio", "adapters", "clients")
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the imported module (absolute)
+    line: int
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(source: str, module: str, is_package: bool = False) -> Iterator[Import]:
+    """Every import in ``source`` (any depth), resolved to absolute module names."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(module, alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                prefix = ".".join(base)
+                target = f"{prefix}.{node.module}" if node.module else prefix
+            else:
+                target = node.module or ""
+            # ``from server.plugins import gang`` imports the module server.plugins.gang
+            for alias in node.names:
+                yield Import(module, f"{target}.{alias.name}", node.lineno)
+
+
+def project_imports(*packages: str) -> list[Import]:
+    found: list[Import] = []
+    for package in packages:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "v1" in path.relative_to(ROOT).parts[:2] and package == "muster":
+                continue  # generated code
+            found.extend(imports_of(path.read_text(), module_name(path), path.name == "__init__.py"))
+    return found
+
+
+def under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def is_stdlib(name: str) -> bool:
+    return name.split(".")[0] in sys.stdlib_module_names or name.split(".")[0] == "__future__"
+
+
+def core_violations(imports: list[Import]) -> list[str]:
+    bad = []
+    for imp in imports:
+        if not under(imp.module, CORE):
+            continue
+        target = imp.target
+        if under(target, CORE) or is_stdlib(target) or under(target, CORE_THIRD_PARTY):
+            continue
+        # ``from muster.quantity import CPU`` resolves to muster.quantity.CPU: allowed above.
+        bad.append(f"{imp.module}:{imp.line} imports {target}")
+    return bad
+
+
+def direction_violations(imports: list[Import]) -> list[str]:
+    """Edges that run against the layers."""
+    bad = []
+    for imp in imports:
+        m, t = imp.module, imp.target
+        where = f"{m}:{imp.line} imports {t}"
+        if under(m, ("muster",)) and under(t, ("server", "adapters", "clients")):
+            bad.append(where)
+        elif under(m, ("server",)) and under(t, ("adapters", "clients")):
+            bad.append(where)
+        elif under(m, ("adapters",)) and under(t, ("server", "clients")):
+            bad.append(where)
+        elif under(m, ("clients",)) and under(t, ("adapters",)):
+            bad.append(where)
+        elif under(m, ("clients",)) and under(t, ("server",)) and not under(t, CORE):
+            bad.append(where)  # the CLI may run the core locally (simulate --local), nothing else
+    return bad
+
+
+def core_internal_violations(imports: list[Import]) -> list[str]:
+    """Inside the core: the framework never imports plugins, actions or config parsing; a plugin
+    imports no action and no other plugin; an action imports no plugin and no other action."""
+    bad = []
+    for imp in imports:
+        m, t = imp.module, imp.target
+        where = f"{m}:{imp.line} imports {t}"
+        if under(m, ("server.session", "server.model")) and under(
+            t, ("server.plugins", "server.actions", "server.config", "server.scheduler", "server.simulate")
+        ):
+            bad.append(where)
+        elif under(m, ("server.plugins",)) and m != "server.plugins":
+            if under(t, ("server.actions", "server.config", "server.scheduler", "server.simulate")):
+                bad.append(where)
+            elif under(t, ("server.plugins",)) and not under(t, ("server.plugins.base", "server.plugins.util")):
+                bad.append(where)
+        elif under(m, ("server.actions",)) and m != "server.actions":
+            if under(t, ("server.plugins", "server.config", "server.scheduler", "server.simulate")):
+                bad.append(where)
+            elif under(t, ("server.actions",)) and not under(t, ("server.actions.base",)):
+                bad.append(where)
+    return bad
+
+
+ALL = ("muster", "server", "adapters", "clients")
+
+
+def test_core_imports_only_itself_the_standard_library_numpy_yaml_and_quantities() -> None:
+    assert core_violations(project_imports("server")) == []
+
+
+def test_packages_import_one_way() -> None:
+    assert direction_violations(project_imports(*ALL)) == []
+
+
+def test_inside_the_core_framework_plugins_and_actions_import_one_way() -> None:
+    assert core_internal_violations(project_imports("server")) == []
+
+
+def test_importing_the_core_loads_no_network_api_or_server_io() -> None:
+    """At run time too (a static check can miss an import by ``importlib``)."""
+    code = (
+        "import sys, server.scheduler, server.simulate, server.config\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'google', 'opentelemetry', 'anyio',"
+        " 'adapters', 'clients') or m.startswith('muster.v1') or (m.startswith('server.') and not m.startswith("
+        f"{CORE!r})))\n"
+        "print(bad)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "checker"),
+    [
+        ("server.plugins.gang", "from server.actions.victims import victims_queue", core_internal_violations),
+        ("server.plugins.drf", "def f():\n    from server.plugins.proportion import x\n", core_internal_violations),
+        ("server.session.session", "from server.plugins import PLUGINS", core_internal_violations),
+        ("server.actions.allocate", "from . import preempt", core_internal_violations),
+        ("server.session.info", "import grpc", core_violations),
+        ("server.plugins.gang", "from server.state import ClusterState", core_violations),
+        ("server.model", "from muster.v1 import muster_pb2", core_violations),
+        ("adapters.k8s.adapter", "from server.api import convert", direction_violations),
+        ("clients.cli", "from server.app import ServerOptions", direction_violations),
+        ("muster.quantity", "from server import model", direction_violations),
+        ("server.state", "from adapters.runtime import x", direction_violations),
+    ],
+)
+def test_the_checks_catch_a_wrong_import(module: str, source: str, checker: object) -> None:
+    is_package = module in ("server.plugins",)
+    found = list(imports_of(source, module, is_package))
+    assert checker(found), f"{module}: {source!r} should be a violation"  # type: ignore[operator]
+
+
+def test_the_checks_allow_the_intended_imports() -> None:
+    allowed = [
+        ("server.plugins.gang", "from server.session.session import Session"),
+        ("server.plugins.drf", "from server.plugins.util import x\nfrom muster.quantity import CPU"),
+        ("server.actions.allocate", "from server.actions.base import Action\nimport numpy as np"),
+        ("server.state", "from muster.v1 import muster_pb2 as pb\nfrom server.model import TaskStatus"),
+        ("clients.cli", "from server.simulate import simulate_text"),
+        ("adapters.runtime", "from muster.tracing import extract"),
+    ]
+    for module, source in allowed:
+        found = list(imports_of(source, module))
+        assert not core_violations(found), (module, source)
+        assert not direction_violations(found), (module, source)
+        assert not core_internal_violations(found), (module, source)
