@@ -76,6 +76,7 @@ def build_provider(settings: TracingSettings, exporter: SpanExporter | None = No
     """An SDK provider exporting over OTLP/gRPC in batches (off the event loop, in the SDK's
     worker thread). An unreachable collector costs a failed export per batch, never a cycle."""
     if exporter is None:
+        # Imported only when tracing is on: the exporter loads its protobuf/gRPC stack (~0.3 s).
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter(endpoint=settings.endpoint, insecure=settings.insecure)
