@@ -27,7 +27,7 @@ test: lint
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy server
+	$(BIN)/mypy server muster adapters clients
 
 bench: $(STAMP)
 	$(BIN)/python bench/cycle.py --nodes 1000 --tasks 10000

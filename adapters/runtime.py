@@ -8,6 +8,10 @@ hands it to :class:`BackendRuntime`, which does all the talking to the server::
     backend.attach(runtime)            # optional: lets the backend queue deltas
     await runtime.run()                # until runtime.stop() or cancellation
 
+The pieces: :mod:`adapters.backend` (the protocol, :class:`Outcome`, :class:`Rejected`),
+:mod:`adapters.ledger` (decision dedup), :mod:`adapters.outbox` (acks and deltas in order) and
+:mod:`adapters.retry` (the reconnect backoff); what an adapter needs is importable from here.
+
 What the runtime does, per connection ("session"):
 
 1. ``RegisterBackend`` (name, kind, labels). The reply's ``server_id`` keys the decision ledger: a
@@ -46,7 +50,8 @@ Deltas
     batches of up to ``max_batch``. Deltas queued while a decision is being applied are sent
     *after* that decision's ack, so the server sees "bind acknowledged" before "task Running".
     A batch the server refuses as a whole (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION) is
-    retried one item at a time and the offending items are dropped with a log line.
+    retried one item at a time and the offending items are dropped with a log line
+    (:mod:`adapters.outbox`).
 
 Tracing
     Decisions carry the server's W3C trace context (``Decision.trace_context``: the cycle's
@@ -57,16 +62,9 @@ Tracing
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import random
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import grpc
@@ -74,160 +72,27 @@ import structlog
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from opentelemetry import trace
 
+from adapters.backend import APPLIED, Backend, Outcome, Rejected, group_by_job
+from adapters.ledger import DecisionLedger, FileDecisionLedger
+from adapters.outbox import Outbox
+from adapters.retry import Backoff
 from muster.tracing import extract, provider_from_env
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
+# What an adapter needs, importable from one place (docs/agent.md).
+__all__ = [
+    "APPLIED",
+    "Backend",
+    "BackendRuntime",
+    "DecisionLedger",
+    "FileDecisionLedger",
+    "Outcome",
+    "Rejected",
+    "group_by_job",
+]
+
 log = structlog.get_logger("muster.adapter")
-
-# Server answers meaning "this item is wrong", as opposed to "the connection is broken".
-_ITEM_ERRORS = frozenset(
-    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# What a backend implements
-# ---------------------------------------------------------------------------------------------
-
-
-class Rejected(Exception):
-    """Raised by ``apply_bind`` / ``apply_evict`` to reject a decision; the message is the reason."""
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """The result of applying one decision (becomes a ``DecisionAck``)."""
-
-    applied: bool
-    reason: str = ""
-
-    @classmethod
-    def reject(cls, reason: str) -> Outcome:
-        return cls(False, reason)
-
-
-APPLIED = Outcome(True)
-
-
-@runtime_checkable
-class Backend(Protocol):
-    """What a concrete adapter implements. All methods are coroutines run on the runtime's loop.
-
-    ``apply_bind`` / ``apply_evict`` return normally when the decision is applied and raise
-    :class:`Rejected` (or return an :class:`Outcome`) when it cannot be honoured. Any other
-    exception rejects the decision with the exception text. Optionally a backend may define
-    ``async def apply_batch(self, decisions: list[pb.Decision]) -> list[Outcome]`` to receive a
-    whole burst of one cycle at once (see the module docstring).
-    """
-
-    async def list_nodes(self) -> Sequence[pb.Node]: ...
-
-    async def list_tasks(self) -> Sequence[pb.BackendTask]: ...
-
-    async def apply_bind(self, decision: pb.Decision) -> Outcome | None: ...
-
-    async def apply_evict(self, decision: pb.Decision) -> Outcome | None: ...
-
-
-def group_by_job(decisions: Iterable[pb.Decision]) -> dict[str, list[pb.Decision]]:
-    """Split decisions by job id (bind or evict), keeping order within each job."""
-    groups: dict[str, list[pb.Decision]] = {}
-    for decision in decisions:
-        action = decision.WhichOneof("action")
-        job_id = getattr(decision, action).job_id if action else ""
-        groups.setdefault(job_id, []).append(decision)
-    return groups
-
-
-# ---------------------------------------------------------------------------------------------
-# Decision ledger (dedup)
-# ---------------------------------------------------------------------------------------------
-
-
-class DecisionLedger:
-    """Outcomes of applied decisions, keyed by decision id, for one server identity.
-
-    Bounded: keeps the most recent ``capacity`` ids. ``high_water`` is the highest id applied.
-    """
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self.capacity = capacity
-        self.server_id = ""
-        self.high_water = 0
-        self._outcomes: OrderedDict[int, Outcome] = OrderedDict()
-
-    def get(self, decision_id: int) -> Outcome | None:
-        return self._outcomes.get(decision_id)
-
-    def record(self, decision_id: int, outcome: Outcome) -> None:
-        self._outcomes[decision_id] = outcome
-        self._outcomes.move_to_end(decision_id)
-        self.high_water = max(self.high_water, decision_id)
-        while len(self._outcomes) > self.capacity:
-            self._outcomes.popitem(last=False)
-
-    def bind_server(self, server_id: str) -> bool:
-        """Adopt ``server_id``; returns True (and forgets everything) when it changed."""
-        if self.server_id == server_id:
-            return False
-        changed = bool(self.server_id)
-        self.server_id = server_id
-        if changed:
-            self._outcomes.clear()
-            self.high_water = 0
-        return changed
-
-    def flush(self) -> None:
-        """Persist (no-op in memory)."""
-
-    def __len__(self) -> int:
-        return len(self._outcomes)
-
-    def _dump(self) -> dict[str, Any]:
-        return {
-            "server_id": self.server_id,
-            "high_water": self.high_water,
-            "outcomes": [[k, v.applied, v.reason] for k, v in self._outcomes.items()],
-        }
-
-    def _load(self, data: dict[str, Any]) -> None:
-        self.server_id = str(data.get("server_id", ""))
-        self.high_water = int(data.get("high_water", 0))
-        for decision_id, applied, reason in data.get("outcomes", []):
-            self._outcomes[int(decision_id)] = Outcome(bool(applied), str(reason))
-
-
-class FileDecisionLedger(DecisionLedger):
-    """A ledger persisted as JSON (atomic replace) so an adapter restart never re-applies."""
-
-    def __init__(self, path: str | os.PathLike[str], capacity: int = 100_000) -> None:
-        super().__init__(capacity)
-        self.path = Path(path)
-        if self.path.exists():
-            try:
-                self._load(json.loads(self.path.read_text()))
-            except (ValueError, TypeError, OSError) as exc:
-                log.warning("ledger unreadable, starting empty", path=str(self.path), error=str(exc))
-
-    def flush(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._dump()))
-        os.replace(tmp, self.path)
-
-
-# ---------------------------------------------------------------------------------------------
-# The runtime
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Item:
-    """One queued outbound message: an ack or a delta."""
-
-    ack: pb.DecisionAck | None = None
-    delta: pb.Delta | None = None
 
 
 class BackendRuntime:
@@ -264,9 +129,7 @@ class BackendRuntime:
         self.max_batch = max_batch
         self.flush_interval = flush_interval
         self._channel_factory = channel_factory or grpc.aio.insecure_channel
-        self._outbox: list[_Item] = []
-        self._deferred: list[_Item] | None = None  # deltas raised while applying a burst
-        self._outbox_event = anyio.Event()
+        self._outbox = Outbox(name, max_batch=max_batch, flush_interval=flush_interval)
         self._stop = anyio.Event()
         self._ready = anyio.Event()
         self.connected = False
@@ -282,7 +145,7 @@ class BackendRuntime:
     def report_task_status(
         self,
         task_id: str,
-        status: int,
+        status: pb.TaskStatus,
         *,
         node: str = "",
         message: str = "",
@@ -291,30 +154,23 @@ class BackendRuntime:
         update = pb.TaskStatusUpdate(
             task_id=task_id, status=status, node=node, message=message, exit_code=exit_code
         )
-        self._queue(_Item(delta=pb.Delta(task_status=update)))
+        self._outbox.put_delta(pb.Delta(task_status=update))
 
     def upsert_node(self, node: pb.Node) -> None:
-        self._queue(_Item(delta=pb.Delta(node_upserted=node)))
+        self._outbox.put_delta(pb.Delta(node_upserted=node))
 
     def remove_node(self, name: str) -> None:
-        self._queue(_Item(delta=pb.Delta(node_removed=name)))
+        self._outbox.put_delta(pb.Delta(node_removed=name))
 
     def upsert_foreign_task(self, task: pb.BackendTask) -> None:
-        self._queue(_Item(delta=pb.Delta(foreign_task_upserted=task)))
+        self._outbox.put_delta(pb.Delta(foreign_task_upserted=task))
 
     def remove_foreign_task(self, task_id: str) -> None:
-        self._queue(_Item(delta=pb.Delta(foreign_task_removed=task_id)))
-
-    def _queue(self, item: _Item) -> None:
-        if self._deferred is not None and item.delta is not None:
-            self._deferred.append(item)
-            return
-        self._outbox.append(item)
-        self._outbox_event.set()
+        self._outbox.put_delta(pb.Delta(foreign_task_removed=task_id))
 
     @property
     def pending_outbox(self) -> int:
-        return len(self._outbox) + len(self._deferred or ())
+        return self._outbox.pending
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -346,7 +202,8 @@ class BackendRuntime:
         return provider
 
     async def _run_sessions(self) -> None:
-        attempt = 0
+        # Full jitter in [cap/2, cap], so a restarted server is not hit by every adapter at once.
+        backoff = Backoff(initial=self.backoff_initial, factor=2.0, max=self.backoff_max, jitter=0.5)
         async with anyio.create_task_group() as tg:
 
             async def watch_stop() -> None:
@@ -368,19 +225,15 @@ class BackendRuntime:
                     self.connected = False
                 if self._stop.is_set():
                     break
-                attempt = 1 if synced else attempt + 1
-                if self.max_attempts is not None and attempt > self.max_attempts:
-                    log.error("giving up", backend=self.name, attempts=attempt - 1)
+                if synced:
+                    backoff.reset()  # failures are counted from the last good session
+                if self.max_attempts is not None and backoff.attempts >= self.max_attempts:
+                    log.error("giving up", backend=self.name, attempts=backoff.attempts)
                     break
-                delay = self._backoff(attempt)
-                log.info("reconnecting", backend=self.name, attempt=attempt, delay=round(delay, 3))
+                delay = backoff.next()
+                log.info("reconnecting", backend=self.name, attempt=backoff.attempts, delay=round(delay, 3))
                 await anyio.sleep(delay)
             tg.cancel_scope.cancel()
-
-    def _backoff(self, attempt: int) -> float:
-        # Full jitter: uniform in [cap/2, cap] so a restarted server is not hit by every adapter at once.
-        cap = min(self.backoff_max, self.backoff_initial * math.pow(2, max(0, attempt - 1)))
-        return random.uniform(cap / 2, cap)
 
     async def _session(self) -> bool:
         """One connection. Returns True if it got as far as a successful sync."""
@@ -402,14 +255,14 @@ class BackendRuntime:
             self.sessions += 1
             self.connected = True
             log.info("synced", backend=self.name, server_id=reply.server_id, nodes=len(nodes), tasks=len(tasks))
-            await self._flush(stub)
+            await self._outbox.flush(stub)
             self._ready.set()
             send, receive = anyio.create_memory_object_stream[pb.Decision](10_000)
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._read_decisions, stub, send)
                     tg.start_soon(self._apply_decisions, receive)
-                    tg.start_soon(self._send_outbox, stub)
+                    tg.start_soon(self._outbox.run, stub)
             except BaseExceptionGroup as group:
                 raise _first_error(group) from None
         finally:
@@ -434,7 +287,7 @@ class BackendRuntime:
     def _resume_after(self) -> int:
         # Resume after the highest applied id only once nothing is waiting to be acked; otherwise
         # ask for everything unacknowledged and let the ledger answer the duplicates.
-        if any(item.ack is not None for item in self._outbox):
+        if self._outbox.has_acks():
             return 0
         return self.ledger.high_water
 
@@ -469,11 +322,10 @@ class BackendRuntime:
                 outcomes[decision.id] = Outcome.reject("deadline passed before the backend received it")
                 continue
             fresh.append(decision)
-        self._deferred = []
-        try:
+        with self._outbox.acks_first(acks):
             if fresh:
-                for decision, outcome in zip(fresh, await self._call_backend(fresh), strict=True):
-                    outcomes[decision.id] = outcome
+                for decision, result in zip(fresh, await self._call_backend(fresh), strict=True):
+                    outcomes[decision.id] = result
             for decision in decisions:
                 outcome = outcomes.pop(decision.id, None)
                 if outcome is None:
@@ -492,12 +344,6 @@ class BackendRuntime:
                     reason=outcome.reason,
                 )
             self.ledger.flush()
-        finally:
-            deferred, self._deferred = self._deferred, None
-            for ack in acks:
-                self._outbox.append(_Item(ack=ack))
-            self._outbox.extend(deferred)
-            self._outbox_event.set()
 
     async def _call_backend(self, decisions: list[pb.Decision]) -> list[Outcome]:
         if self._tracer is None or not hasattr(self.backend, "apply_batch"):
@@ -565,58 +411,6 @@ class BackendRuntime:
             return Outcome.reject(f"backend error: {exc}")
         return result if isinstance(result, Outcome) else APPLIED
 
-    # -- outbox -------------------------------------------------------------------------------
-
-    async def _send_outbox(self, stub: pb_grpc.SchedulerStub) -> None:
-        while True:
-            await self._outbox_event.wait()
-            self._outbox_event = anyio.Event()
-            await anyio.sleep(self.flush_interval)  # coalesce a burst into one RPC
-            await self._flush(stub)
-
-    async def _flush(self, stub: pb_grpc.SchedulerStub) -> None:
-        """Send the outbox in order: consecutive acks as one RPC, consecutive deltas as another."""
-        while self._outbox:
-            head_is_ack = self._outbox[0].ack is not None
-            run: list[_Item] = []
-            for item in self._outbox:
-                if (item.ack is not None) != head_is_ack or len(run) >= self.max_batch:
-                    break
-                run.append(item)
-            await self._send_run(stub, run, head_is_ack)
-            # Only drop what was sent: the outbox may have grown while we awaited.
-            del self._outbox[: len(run)]
-
-    async def _send_run(self, stub: pb_grpc.SchedulerStub, run: list[_Item], acks: bool) -> None:
-        async def send(items: list[_Item]) -> None:
-            if acks:
-                await stub.AckDecisions(
-                    pb.AckDecisionsRequest(backend=self.name, acks=[i.ack for i in items if i.ack])
-                )
-            else:
-                await stub.SendDeltas(
-                    pb.SendDeltasRequest(backend=self.name, deltas=[i.delta for i in items if i.delta])
-                )
-
-        try:
-            await send(run)
-            return
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() not in _ITEM_ERRORS:
-                raise
-            if len(run) == 1:
-                log.warning(
-                    "server refused item, dropping",
-                    backend=self.name,
-                    kind="ack" if acks else "delta",
-                    item=_describe(run[0]),
-                    code=exc.code().name,
-                    details=exc.details(),
-                )
-                return
-        for item in run:  # find the offending item(s); the rest still go through
-            await self._send_run(stub, [item], acks)
-
 
 def _first_error(group: BaseExceptionGroup) -> BaseException:
     """The first real error of a task group failure (cancellations are consequences)."""
@@ -655,10 +449,3 @@ def _record_outcomes(span: trace.Span, outcomes: list[Outcome]) -> None:
 def _task_of(decision: pb.Decision) -> str:
     action = decision.WhichOneof("action")
     return getattr(decision, action).task_id if action else ""
-
-
-def _describe(item: _Item) -> str:
-    if item.ack is not None:
-        return f"ack {item.ack.decision_id}"
-    assert item.delta is not None
-    return f"delta {item.delta.WhichOneof('change')}"

@@ -78,7 +78,7 @@ class MusterClient:
         *,
         queue: str = "",
         namespace: str = "",
-        phases: Iterable[int] = (),
+        phases: Iterable[pb.JobPhase] = (),
         page_size: int = 0,
         limit: int | None = None,
     ) -> AsyncIterator[pb.Job]:

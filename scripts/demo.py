@@ -37,7 +37,7 @@ from muster.v1 import muster_pb2 as pb  # noqa: E402
 
 ENDED = {pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED}
 SERVER = "import sys; from server.main import main; sys.exit(main())"
-AGENT = "import sys; from adapters.slurm.agent import main; sys.exit(main())"
+AGENT = "import sys; from adapters.agent.main import main; sys.exit(main())"
 
 
 def free_port() -> int:

@@ -13,7 +13,6 @@ visible in ``resumes`` / ``relists``.
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,6 +23,7 @@ from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from adapters.k8s.translate import key_of
+from adapters.retry import Backoff
 
 log = structlog.get_logger("muster.k8s.informer")
 
@@ -71,13 +71,14 @@ class Informer:
         self.events = 0
 
     async def run(self) -> None:
-        attempt = 0
+        # Full jitter in [cap/2, cap]; reset once a watch ran to its end.
+        backoff = Backoff(initial=self.backoff_initial, factor=2.0, max=self.backoff_max, jitter=0.5)
         while True:
             try:
                 if not self.resource_version:
                     await self._list()
                 await self._watch()
-                attempt = 0
+                backoff.reset()
                 self.resumes += 1
             except ApiException as exc:
                 if exc.status == 410:
@@ -88,15 +89,12 @@ class Informer:
                 if exc.status == 404:
                     await self._not_served()
                     continue
-                attempt += 1
-                await self._backoff(attempt, f"HTTP {exc.status} {exc.reason}")
+                await self._retry_later(backoff, f"HTTP {exc.status} {exc.reason}")
             except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-                attempt += 1
-                await self._backoff(attempt, repr(exc))
+                await self._retry_later(backoff, repr(exc))
 
-    async def _backoff(self, attempt: int, error: str) -> None:
-        cap = min(self.backoff_max, self.backoff_initial * 2 ** (attempt - 1))
-        delay = random.uniform(cap / 2, cap)
+    async def _retry_later(self, backoff: Backoff, error: str) -> None:
+        delay = backoff.next()
         log.info("informer error, retrying", informer=self.name, error=error, delay=round(delay, 3))
         await anyio.sleep(delay)
 

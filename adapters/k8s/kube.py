@@ -5,7 +5,10 @@
    So the call is made with ``_preload_content=False`` and the HTTP status is mapped here.
 2. PodGroup ``/status`` patches: a dict body would go out as ``application/json-patch+json`` (the
    first listed type) and be refused; the merge-patch content type is passed explicitly.
-3. Evictions: 429 (a PodDisruptionBudget says no) is retried with exponential backoff, then given up.
+3. Evictions: 429 (a PodDisruptionBudget says no) is retried with exponential backoff
+   (:func:`adapters.retry.retry`), then given up.
+
+Bindings, evictions and events are sent as the client's models (same JSON as the API documents).
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import anyio
 import structlog
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from adapters.retry import Backoff, retry
 
 log = structlog.get_logger("muster.k8s")
 
@@ -77,12 +81,12 @@ class KubeWriter:
         return WriteResult(False, resp.status, _status_message(resp.status, body))
 
     async def bind(self, namespace: str, name: str, node: str, uid: str = "") -> WriteResult:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
+        body = client.V1Binding(
+            api_version="v1",
+            kind="Binding",
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
         return await self._raw(
             self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
         )
@@ -91,27 +95,35 @@ class KubeWriter:
         self, namespace: str, name: str, *, attempts: int = 5, backoff_initial: float = 0.2, backoff_max: float = 5.0
     ) -> WriteResult:
         """Evict through the Eviction API; 429 (disruption budget) is retried with backoff."""
-        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
-        delay = backoff_initial
-        result = WriteResult(False, 0, "not attempted")
-        for attempt in range(1, attempts + 1):
-            result = await self._raw(
+        body = client.V1Eviction(
+            api_version="policy/v1", kind="Eviction", metadata=client.V1ObjectMeta(name=name, namespace=namespace)
+        )
+
+        async def evict_once() -> WriteResult:
+            return await self._raw(
                 self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
             )
-            if result.status != 429:
-                return result
+
+        def refused(attempt: int, delay: float, failure: object) -> None:
             log.info("eviction refused by a disruption budget, retrying", pod=f"{namespace}/{name}",
-                     attempt=attempt, delay=delay)
-            if attempt < attempts:
-                await anyio.sleep(delay)
-                delay = min(backoff_max, delay * 2)
-        return WriteResult(False, 429, f"{result.message} (gave up after {attempts} attempts)")
+                     attempt=attempt, delay=round(delay, 3))
+
+        result = await retry(
+            evict_once,
+            Backoff(initial=backoff_initial, factor=2.0, max=backoff_max, jitter=0),
+            attempts=max(1, attempts),
+            again=lambda r: r.status == 429,
+            on_retry=refused,
+        )
+        if result.status == 429:
+            return WriteResult(False, 429, f"{result.message} (gave up after {attempts} attempts)")
+        return result
 
     async def patch_podgroup_status(
         self, group: str, version: str, namespace: str, name: str, status: dict[str, Any]
     ) -> WriteResult:
         try:
-            await self.custom.patch_namespaced_custom_object_status(
+            await self.custom.patch_namespaced_custom_object_status(  # type: ignore[call-arg]  # _content_type: accepted at run time, missing from the package's stubs
                 group, version, namespace, "podgroups", name, {"status": status}, _content_type=MERGE_PATCH
             )
         except ApiException as exc:
@@ -122,25 +134,27 @@ class KubeWriter:
     async def pod_event(self, pod: dict[str, Any], *, reason: str, message: str, event_type: str = "Normal") -> WriteResult:
         """A core/v1 Event on a pod, as kube-scheduler writes ``Scheduled`` / ``FailedScheduling``."""
         m = pod.get("metadata") or {}
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{m.get('name')}.{uuid.uuid4().hex[:16]}", "namespace": m.get("namespace", "default")},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": m.get("name"),
-                               "namespace": m.get("namespace", "default"), "uid": m.get("uid", ""),
-                               "resourceVersion": m.get("resourceVersion", "")},
-            "reason": reason,
-            "message": message[:1024],
-            "type": event_type,
-            "source": {"component": self.scheduler_name},
-            "reportingComponent": self.scheduler_name,
-            "reportingInstance": self.scheduler_name,
-            "action": "Binding" if reason == "Scheduled" else "Scheduling",
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        now = datetime.now(UTC).replace(microsecond=0)
+        namespace = m.get("namespace", "default")
+        body = client.CoreV1Event(
+            api_version="v1",
+            kind="Event",
+            metadata=client.V1ObjectMeta(name=f"{m.get('name')}.{uuid.uuid4().hex[:16]}", namespace=namespace),
+            involved_object=client.V1ObjectReference(
+                api_version="v1", kind="Pod", name=m.get("name"), namespace=namespace,
+                uid=m.get("uid", ""), resource_version=m.get("resourceVersion", ""),
+            ),
+            reason=reason,
+            message=message[:1024],
+            type=event_type,
+            source=client.V1EventSource(component=self.scheduler_name),
+            reporting_component=self.scheduler_name,
+            reporting_instance=self.scheduler_name,
+            action="Binding" if reason == "Scheduled" else "Scheduling",
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
         return await self._raw(
-            self.core.create_namespaced_event(m.get("namespace", "default"), body, _preload_content=False)
+            self.core.create_namespaced_event(namespace, body, _preload_content=False)
         )

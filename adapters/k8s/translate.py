@@ -157,7 +157,7 @@ def pod_active_on_node(pod: Obj) -> bool:
     return bool(pod_node(pod)) and not pod_terminal(pod)
 
 
-def pod_task_status(pod: Obj) -> int:
+def pod_task_status(pod: Obj) -> pb.TaskStatus:
     phase = pod_phase(pod)
     if phase == "Succeeded":
         return pb.TASK_STATUS_SUCCEEDED

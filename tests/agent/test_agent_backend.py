@@ -9,9 +9,11 @@ import anyio
 import pytest
 from muster_fake_server import bind, eventually, evict
 
+from adapters.agent.agent import FakeAgent
+from adapters.agent.inventory import InventoryError, parse_inventory
+from adapters.agent.process import alive as _alive
+from adapters.agent.process import read_exit_file as _read_exit_file
 from adapters.runtime import Rejected
-from adapters.slurm.agent import FakeAgent, _alive, _read_exit_file
-from adapters.slurm.inventory import InventoryError, parse_inventory
 from muster.v1 import muster_pb2 as pb
 
 INVENTORY = """

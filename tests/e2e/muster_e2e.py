@@ -20,7 +20,7 @@ import anyio
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = "import sys; from server.main import main; sys.exit(main())"
-AGENT = "import sys; from adapters.slurm.agent import main; sys.exit(main())"
+AGENT = "import sys; from adapters.agent.main import main; sys.exit(main())"
 DEADLINE = 30.0
 
 

@@ -125,7 +125,7 @@ async def test_server_restart_loses_no_job_and_starts_nothing_twice(cluster, tmp
         await client.submit_job(job("too-big", 1, "64", "true"))
         await until(lambda: _async(len(lines(starts)) == 1), "runner to start")
 
-    assert await cluster.server.stop() is not None
+    assert await cluster.server.stop() == 0, "SIGTERM must shut the server down cleanly (exit 0)"
     cluster.start_server()
     async with await connect(cluster) as client:
         for job_id in ("runner", "too-big"):

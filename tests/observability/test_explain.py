@@ -129,14 +129,14 @@ async def test_explain_rpc_and_condition_agree(traced: ServerHandle, stub: pb_gr
 
 
 def test_cli_renders_the_verdict(capsys) -> None:  # noqa: ANN001
-    from clients.cli import Output, _render_explanation
+    from clients.render import Output, render_explanation
 
     out = Output("text")
-    _render_explanation(out, pb.ExplainResponse(
+    render_explanation(out, pb.ExplainResponse(
         job_id="j", cycle_id=9, gate="placement",
         summary="0/2,000 nodes are unavailable: 1,200 Insufficient nvidia.com/gpu, 800 node(s) had taint.",
         node_reasons={"Insufficient nvidia.com/gpu": 1200, "node(s) had taint": 800}))
-    _render_explanation(out, pb.ExplainResponse(job_id="k", cycle_id=10, gate="none", summary="placed"))
+    render_explanation(out, pb.ExplainResponse(job_id="k", cycle_id=10, gate="none", summary="placed"))
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Why pending (cycle 9, gate placement): 0/2,000 nodes are unavailable")
     assert lines[1].split() == ["1,200", "node(s):", "Insufficient", "nvidia.com/gpu"]

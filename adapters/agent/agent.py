@@ -1,35 +1,30 @@
-"""``muster-agent``: a fake bare-metal cluster that really runs what Muster binds to it.
+"""The fake bare-metal agent's backend: runs what Muster binds to it as real processes.
 
-    muster-agent --server 127.0.0.1:50051 --name rack-a --inventory examples/inventory-a.yaml \
-                 [--state-dir var/agent-a] [--kill-grace 5] [--log-format console|json]
-
-It registers its inventory's nodes through :class:`adapters.runtime.BackendRuntime`, launches each
-bound task as a real subprocess (the bind's ``command``, or ``sleep <duration_seconds>``), reports
-Running / Succeeded / Failed (with the exit code) as deltas, acknowledges every decision, and
-rejects a bind it cannot honour: unknown or cordoned node, a task already running, or a request
-that does not fit the node's *own* free resources (it never over-commits, whatever the server
-thinks). An evict kills the task's process group (SIGTERM, then SIGKILL after ``--kill-grace``);
-the applied ack is the report (the server returns the task to Pending or cancels it), so no
-Failed delta follows an eviction. The inventory file is re-read when it changes (nodes added,
-changed, removed are sent as deltas).
+:class:`FakeAgent` implements the :class:`adapters.runtime.Backend` protocol over an inventory
+(:mod:`adapters.agent.inventory`). It launches each bound task as a real subprocess (the bind's
+``command``, or ``sleep <duration_seconds>``), reports Running / Succeeded / Failed (with the exit
+code) as deltas, acknowledges every decision, and rejects a bind it cannot honour: unknown or
+cordoned node, a task already running, or a request that does not fit the node's *own* free
+resources (it never over-commits, whatever the server thinks). An evict kills the task's process
+group (SIGTERM, then SIGKILL after ``kill_grace``); the applied ack is the report (the server
+returns the task to Pending or cancels it), so no Failed delta follows an eviction. The inventory
+file is re-read when it changes (nodes added, changed, removed are sent as deltas).
 
 Restarts:
 * server restart: the runtime reconnects with backoff and re-syncs; running tasks are in the
   snapshot, so nothing is started twice.
-* agent restart: without ``--state-dir`` the agent kills its tasks on exit (they would be
-  orphans). With ``--state-dir`` tasks run in their own session and survive the agent: their pid
+* agent restart: without ``state_dir`` the agent kills its tasks on exit (they would be
+  orphans). With ``state_dir`` tasks run in their own session and survive the agent: their pid
   and the file their exit code is written to are recorded, applied decision ids too, and the next
   agent re-adopts running tasks, reports the ones that ended meanwhile, and re-acks (never
   re-applies) decisions the server resends.
 
 Each task gets MUSTER_TASK_ID, MUSTER_JOB_ID, MUSTER_NODE, MUSTER_AGENT, MUSTER_DECISION_ID,
-MUSTER_CYCLE_ID and, when it holds GPUs,
-CUDA_VISIBLE_DEVICES / MUSTER_DEVICES in its environment.
+MUSTER_CYCLE_ID and, when it holds GPUs, CUDA_VISIBLE_DEVICES / MUSTER_DEVICES in its environment.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -44,15 +39,19 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from adapters.runtime import (
-    BackendRuntime,
-    DecisionLedger,
-    FileDecisionLedger,
-    Outcome,
-    Rejected,
+from adapters.agent.inventory import GPU, InventoryError, InventoryNode, load_inventory
+from adapters.agent.process import (
+    EXIT_WRAPPER,
+    alive,
+    file_stem,
+    group_alive,
+    mtime,
+    read_exit_file,
+    seconds_arg,
+    signal_group,
+    start_ticks,
 )
-from adapters.slurm.inventory import GPU, InventoryError, InventoryNode, load_inventory
-from muster.logs import configure_logging
+from adapters.runtime import BackendRuntime, Outcome, Rejected
 from muster.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
 
@@ -62,8 +61,6 @@ log = structlog.get_logger("muster.agent")
 # delta arrives sees them ended rather than lost.
 _ENDED_TTL = 600.0
 _ENDED_MAX = 2000
-# Wrapper that records the exit code of a detached task (only used with --state-dir).
-_EXIT_WRAPPER = '"$@"; code=$?; echo "$code" > "$MUSTER_EXIT_FILE"; exit "$code"'
 
 
 @dataclass(slots=True)
@@ -84,7 +81,7 @@ class LiveTask:
 class EndedTask:
     task_id: str
     node: str
-    status: int
+    status: pb.TaskStatus
     exit_code: int
     message: str
     ended_at: float = field(default_factory=time.time)
@@ -198,7 +195,7 @@ class FakeAgent:
     async def apply_bind(self, decision: pb.Decision) -> Outcome:
         bind = decision.bind
         request, devices = self._check_bind(bind)
-        argv = list(bind.command) or ["sleep", _seconds(bind.duration_seconds)]
+        argv = list(bind.command) or ["sleep", seconds_arg(bind.duration_seconds)]
         env = dict(os.environ)
         env.update(
             MUSTER_TASK_ID=bind.task_id,
@@ -213,11 +210,11 @@ class FakeAgent:
         exit_file = ""
         stdout: Any = sys.stderr if os.environ.get("MUSTER_AGENT_TASK_OUTPUT") else open(os.devnull, "wb")
         if self.state_dir:
-            stem = _file_stem(bind.task_id)
+            stem = file_stem(bind.task_id)
             exit_file = str(self.state_dir / "tasks" / f"{stem}.exit")
             Path(exit_file).unlink(missing_ok=True)
             env["MUSTER_EXIT_FILE"] = exit_file
-            argv = ["/bin/sh", "-c", _EXIT_WRAPPER, "muster-task", *argv]
+            argv = ["/bin/sh", "-c", EXIT_WRAPPER, "muster-task", *argv]
             stdout = open(self.state_dir / "tasks" / f"{stem}.log", "ab")
         try:
             process = await anyio.open_process(
@@ -236,7 +233,7 @@ class FakeAgent:
             devices=devices,
             decision_id=decision.id,
             pid=process.pid,
-            start_ticks=_start_ticks(process.pid),
+            start_ticks=start_ticks(process.pid),
             exit_file=exit_file,
         )
         self.live[task.task_id] = task
@@ -265,11 +262,11 @@ class FakeAgent:
     async def _kill(self, task: LiveTask) -> str:
         """SIGTERM the task's process group, SIGKILL after the grace period. Returns what it took."""
         process = self._processes.get(task.task_id)
-        if not _signal_group(task.pid, signal.SIGTERM):
+        if not signal_group(task.pid, signal.SIGTERM):
             return "already gone"
         if await self._wait_gone(task, process, self.kill_grace):
             return "SIGTERM"
-        _signal_group(task.pid, signal.SIGKILL)
+        signal_group(task.pid, signal.SIGKILL)
         await self._wait_gone(task, process, 5.0)
         return "SIGKILL"
 
@@ -278,10 +275,10 @@ class FakeAgent:
             if process is not None:
                 await process.wait()
             else:
-                while _alive(task.pid, task.start_ticks):
+                while alive(task.pid, task.start_ticks):
                     await anyio.sleep(0.05)
             # The group may outlive its leader (a shell's children): wait for all of it.
-            while _group_alive(task.pid):
+            while group_alive(task.pid):
                 await anyio.sleep(0.05)
             return True
         return False
@@ -291,9 +288,9 @@ class FakeAgent:
         self._finish(task, code)
 
     async def _watch_adopted(self, task: LiveTask) -> None:
-        while _alive(task.pid, task.start_ticks):
+        while alive(task.pid, task.start_ticks):
             await anyio.sleep(0.2)
-        code = _read_exit_file(task.exit_file)
+        code = read_exit_file(task.exit_file)
         self._finish(task, code if code is not None else -1, lost=code is None)
 
     def _finish(self, task: LiveTask, code: int, *, lost: bool = False) -> None:
@@ -318,7 +315,7 @@ class FakeAgent:
         self._processes.pop(task.task_id, None)
         self._save()
 
-    def _report(self, task_id: str, status: int, node: str, message: str, exit_code: int = 0) -> None:
+    def _report(self, task_id: str, status: pb.TaskStatus, node: str, message: str, exit_code: int = 0) -> None:
         if self.runtime is not None:
             self.runtime.report_task_status(task_id, status, node=node, message=message, exit_code=exit_code)
 
@@ -365,7 +362,7 @@ class FakeAgent:
             if task.evicted:
                 continue
             self.live[task.task_id] = task
-            if _alive(task.pid, task.start_ticks):
+            if alive(task.pid, task.start_ticks):
                 running.append(task)
                 log.info("adopted running task", task=task.task_id, node=task.node, pid=task.pid)
             else:
@@ -378,10 +375,10 @@ class FakeAgent:
         if not self.inventory_path:
             return
         path = Path(self.inventory_path)
-        last = _mtime(path)
+        last = mtime(path)
         while True:
             await anyio.sleep(interval)
-            now = _mtime(path)
+            now = mtime(path)
             if now == last:
                 continue
             last = now
@@ -412,7 +409,7 @@ class FakeAgent:
         self.runtime = runtime
         running, gone = self._adopt()
         for task in gone:  # reported before the first sync is even attempted (queued deltas)
-            code = _read_exit_file(task.exit_file)
+            code = read_exit_file(task.exit_file)
             self._finish(task, code if code is not None else -1, lost=code is None)
         try:
             async with anyio.create_task_group() as tg:
@@ -437,144 +434,3 @@ class FakeAgent:
             await self._kill(task)
             self._forget(task)
         log.info("agent stopped; tasks killed")
-
-
-# ---------------------------------------------------------------------------------------------
-# Process helpers (Linux /proc)
-# ---------------------------------------------------------------------------------------------
-
-
-def _seconds(value: float) -> str:
-    return f"{max(value, 0.0):g}"
-
-
-def _file_stem(task_id: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)
-
-
-def _start_ticks(pid: int) -> int:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _alive(pid: int, start_ticks: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] == "Z":  # zombie: it has exited
-        return False
-    return not start_ticks or int(fields[19]) == start_ticks
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # killpg(0) also succeeds for zombies; look for a live member.
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> bool:
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def _read_exit_file(path: str) -> int | None:
-    if not path:
-        return None
-    try:
-        return int(Path(path).read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-# ---------------------------------------------------------------------------------------------
-# Entry point
-# ---------------------------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="muster-agent", description="Fake bare-metal Muster backend.")
-    parser.add_argument("--server", default=os.environ.get("MUSTER_SERVER", "127.0.0.1:50051"))
-    parser.add_argument("--name", required=True, help="backend name (unique per server)")
-    parser.add_argument("--inventory", required=True, help="YAML file of nodes (see docs/agent.md)")
-    parser.add_argument("--state-dir", help="keep tasks and applied decision ids across agent restarts")
-    parser.add_argument("--kill-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
-    parser.add_argument("--backoff-max", type=float, default=5.0, help="longest reconnect delay (seconds)")
-    parser.add_argument("--log-format", choices=["console", "json"], default="console")
-    parser.add_argument("--log-level", default="info")
-    return parser
-
-
-async def serve(args: argparse.Namespace) -> None:
-    inventory = load_inventory(args.inventory)
-    agent = FakeAgent(
-        args.name,
-        inventory,
-        inventory_path=args.inventory,
-        state_dir=args.state_dir,
-        kill_grace=args.kill_grace,
-    )
-    ledger: DecisionLedger = (
-        FileDecisionLedger(Path(args.state_dir) / "ledger.json") if args.state_dir else DecisionLedger()
-    )
-    runtime = BackendRuntime(
-        agent, server=args.server, name=args.name, kind="fake-agent", ledger=ledger, backoff_max=args.backoff_max
-    )
-    log.info("agent starting", name=args.name, server=args.server, nodes=len(inventory), pid=os.getpid())
-    async with anyio.create_task_group() as tg:
-
-        async def on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    log.info("signal received, stopping", name=args.name)
-                    runtime.stop()
-                    return
-
-        tg.start_soon(on_signal)
-        await agent.run(runtime)
-        tg.cancel_scope.cancel()
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args.log_format, args.log_level)
-    try:
-        anyio.run(serve, args, backend="asyncio")
-    except InventoryError as exc:
-        print(f"error: inventory {args.inventory}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

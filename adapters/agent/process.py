@@ -1,0 +1,90 @@
+"""Task processes of the fake agent, seen through Linux ``/proc``: liveness that survives pid reuse,
+process groups, and the exit-code file a detached task leaves behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+# Wrapper that records the exit code of a detached task (only used with --state-dir).
+EXIT_WRAPPER = '"$@"; code=$?; echo "$code" > "$MUSTER_EXIT_FILE"; exit "$code"'
+
+
+def seconds_arg(value: float) -> str:
+    """A duration as ``sleep`` takes it (never negative)."""
+    return f"{max(value, 0.0):g}"
+
+
+def file_stem(task_id: str) -> str:
+    """A task id made safe as a file name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)
+
+
+def start_ticks(pid: int) -> int:
+    """The process's start time (``/proc/<pid>/stat`` field 22), 0 when unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def alive(pid: int, ticks: int) -> bool:
+    """Whether ``pid`` still runs and is the same process (same start time; 0: do not check)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":  # zombie: it has exited
+        return False
+    return not ticks or int(fields[19]) == ticks
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any member of process group ``pgid`` still runs (zombies do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg(0) also succeeds for zombies; look for a live member.
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> bool:
+    """Send ``sig`` to a process group; False when the group is gone."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def read_exit_file(path: str) -> int | None:
+    """The exit code a detached task's wrapper wrote, or None (no file, still running, unreadable)."""
+    if not path:
+        return None
+    try:
+        return int(Path(path).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def mtime(path: Path) -> float:
+    """Modification time, 0 when the file cannot be read."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

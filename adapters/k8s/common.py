@@ -1,0 +1,103 @@
+"""What the Kubernetes adapter's controllers share: the pod <-> task book, the adapter's own
+channel to the Muster server, counters, and the few constants of the mapping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from adapters.k8s import translate as tr
+from adapters.retry import Backoff
+from muster.v1 import muster_pb2_grpc as pb_grpc
+
+Obj = dict[str, Any]
+# A job key: ("group", podgroup apiVersion, "ns/name") or ("pod", "", "ns/name").
+JobKey = tuple[str, str, str]
+
+# Server answers meaning "this item is wrong", as opposed to "the server is away".
+ITEM_ERRORS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
+PODGROUP_APIS = {
+    tr.VOLCANO_PODGROUP: ("scheduling.volcano.sh", "v1beta1"),
+    tr.COSCHEDULING_PODGROUP: ("scheduling.x-k8s.io", "v1alpha1"),
+}
+
+
+def server_backoff() -> Backoff:
+    """The wait before retrying a call to the Muster server: 0.4 s doubling to 5 s, jittered."""
+    return Backoff(initial=0.4, factor=2.0, max=5.0, jitter=0.5)
+
+
+@dataclass(slots=True)
+class SubmittedJob:
+    job_id: str
+    key: JobKey
+    tasks: dict[str, str] = field(default_factory=dict)  # task id -> pod key
+
+
+@dataclass(slots=True)
+class AdapterStats:
+    binds: int = 0
+    bind_rejects: int = 0
+    evictions: int = 0
+    evict_rejects: int = 0
+    submits: int = 0
+    status_patches: int = 0
+    events: int = 0
+
+
+class JobBook:
+    """Which Muster job and task each pod is. Written by the job controller; read by the others."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, SubmittedJob] = {}
+        self.task_pod: dict[str, str] = {}  # task id -> pod key
+        self.pod_task: dict[str, str] = {}  # pod key -> task id
+
+    def job(self, job_id: str, key: JobKey) -> SubmittedJob:
+        """The job ``job_id``, recorded under ``key`` if it is new."""
+        return self.jobs.setdefault(job_id, SubmittedJob(job_id, key))
+
+    def link(self, job: SubmittedJob, task_id: str, pod_key: str) -> None:
+        job.tasks[task_id] = pod_key
+        self.task_pod[task_id] = pod_key
+        self.pod_task[pod_key] = task_id
+
+    def drop(self, job_id: str) -> None:
+        """Forget a job and its tasks' pods."""
+        job = self.jobs.pop(job_id, None)
+        if job is None:
+            return
+        for task_id, pod_key in job.tasks.items():
+            self.task_pod.pop(task_id, None)
+            if self.pod_task.get(pod_key) == task_id:
+                self.pod_task.pop(pod_key, None)
+
+    def clear(self) -> None:
+        self.jobs.clear()
+        self.task_pod.clear()
+        self.pod_task.clear()
+
+
+class ServerLink:
+    """The adapter's own channel to the Muster server (jobs, queues, watches), beside the
+    runtime's; opened and closed by :meth:`K8sBackend.run <adapters.k8s.adapter.K8sBackend.run>`."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.SchedulerStub | None = None
+
+    def open(self) -> None:
+        self._channel = grpc.aio.insecure_channel(self.address)
+        self._stub = pb_grpc.SchedulerStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close(grace=None)
+
+    @property
+    def stub(self) -> pb_grpc.SchedulerStub:
+        assert self._stub is not None, "run() first"
+        return self._stub

@@ -1,0 +1,302 @@
+"""The job controller: pods and PodGroups become Muster jobs.
+
+Pods with ``spec.schedulerName == <scheduler name>`` are Muster's. A PodGroup's pods (Volcano or
+coscheduling) become one job ``k8s:<ns>:<podgroup>`` with one TaskGroup per role; a pod without a
+group becomes a job of one, ``k8s:<ns>:pod:<name>``. Gang pods wait until their PodGroup is seen
+and has ``minMember`` pods (no partial placement). Pods that join a gang after it was submitted run
+as jobs of one (Volcano's elastic pods beyond minMember are scheduled individually too). Task ids
+are the server's (``<job id>/<role>-<index>``); the pod behind each index is stored in the
+TaskGroup annotation ``muster.dev/pods``, so an adapter restart recovers the mapping from the
+server (GetJob) rather than guessing. A job whose pods (or PodGroup) are deleted is cancelled.
+
+Changes mark a job key dirty; one pass at a time reconciles the dirty keys, and a pass that fails
+(server away) is retried with backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import anyio
+import grpc
+import structlog
+
+from adapters.k8s import translate as tr
+from adapters.k8s.common import (
+    ITEM_ERRORS,
+    AdapterStats,
+    JobBook,
+    JobKey,
+    Obj,
+    ServerLink,
+    server_backoff,
+)
+from adapters.k8s.informer import Informer
+from adapters.k8s.snapshot import ClusterReporter
+from adapters.k8s.status import StatusController
+from muster.v1 import muster_pb2 as pb
+
+log = structlog.get_logger("muster.k8s")
+
+VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+
+
+class JobController:
+    """Submits, adopts and cancels the Muster jobs behind Muster's pods; see the module docstring."""
+
+    def __init__(
+        self,
+        server: ServerLink,
+        book: JobBook,
+        stats: AdapterStats,
+        *,
+        pods: Informer,
+        podgroups: dict[str, Informer],
+        priority_classes: Informer,
+        reporter: ClusterReporter,
+        status: StatusController,
+        scheduler_name: str,
+        backend_name: str,
+    ) -> None:
+        self.server = server
+        self.book = book
+        self.stats = stats
+        self.pods = pods
+        self.podgroups = podgroups
+        self.priority_classes = priority_classes
+        self.reporter = reporter
+        self.status = status
+        self.scheduler_name = scheduler_name
+        self.backend_name = backend_name
+        self.enabled = False  # set once the first snapshot has submitted everything
+        self.group_members: dict[tuple[str, str], set[str]] = {}  # (apiVersion, "ns/pg") -> pod keys
+        self.submit_errors: dict[str, str] = {}  # job id -> why the server refused it
+        self._dirty: set[JobKey] = set()
+        self._wake = anyio.Event()
+        self._lock = anyio.Lock()  # one reconciliation pass at a time
+
+    # -- informer events ----------------------------------------------------------------------
+
+    def is_own(self, pod: Obj) -> bool:
+        return (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name
+
+    def on_pod(self, kind: str, pod: Obj, old: Obj | None) -> str | None:
+        """Track gang membership and mark the pod's job dirty. Returns the pod's task id when it
+        is one of ours and already mapped to a task."""
+        key = tr.key_of(pod)
+        group = tr.pod_group_ref(pod)
+        old_group = tr.pod_group_ref(old) if old else None
+        if old_group and old_group != group:
+            self.group_members.get(old_group, set()).discard(key)
+        if not self.is_own(pod):
+            return None
+        if group:
+            members = self.group_members.setdefault(group, set())
+            if kind == "DELETED":
+                members.discard(key)
+            else:
+                members.add(key)
+            self.mark(("group", group[0], group[1]))
+        else:
+            self.mark(("pod", "", key))
+        return self.book.pod_task.get(key)
+
+    def on_podgroup(self, api_version: str, podgroup: Obj) -> None:
+        self.mark(("group", api_version, tr.key_of(podgroup)))
+
+    def mark(self, key: JobKey) -> None:
+        self._dirty.add(key)
+        self._wake.set()
+
+    # -- passes -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        backoff = server_backoff()
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            if not self.enabled:
+                continue  # the first session's list_tasks submits everything
+            keys, self._dirty = self._dirty, set()
+            try:
+                async with self._lock:
+                    for key in sorted(keys):
+                        await self._reconcile(key)
+                backoff.reset()
+            except Exception as exc:  # noqa: BLE001 - server away (or a bug): retry, never die
+                self._dirty |= keys
+                delay = backoff.next()
+                if isinstance(exc, grpc.aio.AioRpcError):
+                    log.info("job sync failed, retrying", code=exc.code().name, delay=round(delay, 2))
+                else:
+                    log.exception("job sync failed, retrying", delay=round(delay, 2))
+                await anyio.sleep(delay)
+                self._wake.set()
+
+    async def resubmit_all(self) -> None:
+        """Rebuild the mapping from scratch: every pod of ours is submitted (or adopted) again."""
+        async with self._lock:
+            self.book.clear()
+            self.reporter.forget_reports()
+            keys: set[JobKey] = set(self._dirty)
+            for pod_key, pod in self.pods.cache.items():
+                if not self.is_own(pod):
+                    continue
+                group = tr.pod_group_ref(pod)
+                keys.add(("group", group[0], group[1]) if group else ("pod", "", pod_key))
+            self._dirty.clear()
+            for key in sorted(keys):
+                await self._reconcile(key)
+
+    async def _reconcile(self, key: JobKey) -> None:
+        if key[0] == "group":
+            await self._reconcile_group(key)
+        else:
+            await self._reconcile_single(key)
+
+    def _live_own_pods(self, keys: Iterable[str]) -> list[Obj]:
+        pods = []
+        for k in keys:
+            pod = self.pods.cache.get(k)
+            if pod is not None and self.is_own(pod) and not tr.meta(pod).get("deletionTimestamp"):
+                pods.append(pod)
+        return pods
+
+    async def _reconcile_group(self, key: JobKey) -> None:
+        _, api_version, gkey = key
+        ns, name = gkey.split("/", 1)
+        job_id = tr.job_id_for_group(ns, name)
+        podgroup = self.podgroups[api_version].cache.get(gkey)
+        members = self._live_own_pods(self.group_members.get((api_version, gkey), set()))
+        submitted = self.book.jobs.get(job_id)
+        if podgroup is None:
+            if submitted is not None:
+                await self._cancel(job_id, "podgroup deleted")
+            return  # gang pods wait for their PodGroup: no partial placement
+        gang = tr.gang_spec(podgroup)
+        if submitted is None:
+            if not members:
+                return
+            anyone_bound = any(tr.pod_node(p) for p in members)
+            if len(members) < max(1, gang.min_member) and not anyone_bound:
+                return  # Volcano: a gang is not schedulable until minMember pods exist
+            queue = gang.queue or self._pod_queue(members[0])
+            priority = self._priority(gang.priority_class, members)
+            spec = self._job_spec(job_id, ns, name, members, queue, priority, gang)
+            await self._submit(key, spec)
+            self.status.mark(job_id)
+            return
+        # Pods that joined after the gang was submitted run as jobs of one (Volcano's elastic
+        # pods beyond minMember are scheduled individually too).
+        for pod in members:
+            pod_key = tr.key_of(pod)
+            if pod_key not in self.book.pod_task and not tr.pod_terminal(pod):
+                extra_id = f"{job_id}:x:{tr.meta(pod)['name']}"
+                spec = self._job_spec(extra_id, ns, tr.meta(pod)["name"], [pod], gang.queue or self._pod_queue(pod),
+                                      self._priority(gang.priority_class, [pod]), None)
+                await self._submit(("pod", "", pod_key), spec)
+        if not members and all(self.pods.cache.get(k) is None for k in submitted.tasks.values()):
+            await self._cancel(job_id, "every pod of the podgroup was deleted")
+        self.status.mark(job_id)
+
+    async def _reconcile_single(self, key: JobKey) -> None:
+        pod_key = key[2]
+        ns, name = pod_key.split("/", 1)
+        job_id = tr.job_id_for_pod(ns, name)
+        pod = self.pods.cache.get(pod_key)
+        submitted = self.book.jobs.get(job_id)
+        if pod is None or not self.is_own(pod) or tr.meta(pod).get("deletionTimestamp"):
+            if submitted is not None and not (pod is not None and tr.pod_node(pod)):
+                await self._cancel(job_id, "pod deleted")
+            return
+        if submitted is None and pod_key not in self.book.pod_task:
+            if tr.pod_terminal(pod):
+                return
+            spec = self._job_spec(job_id, ns, name, [pod], self._pod_queue(pod), self._priority("", [pod]), None)
+            await self._submit(key, spec)
+        self.status.mark(job_id)
+
+    # -- job specs ----------------------------------------------------------------------------
+
+    def _pod_queue(self, pod: Obj) -> str:
+        return (tr.meta(pod).get("annotations") or {}).get(VOLCANO_QUEUE_ANNOTATION) or "default"
+
+    def _priority(self, priority_class: str, pods: list[Obj]) -> int:
+        if priority_class:
+            pc = self.priority_classes.cache.get(priority_class)
+            if pc is not None:
+                return tr.priority_value(pc)
+        for pod in pods:
+            spec = pod.get("spec") or {}
+            if spec.get("priority") is not None:
+                return int(spec["priority"])
+            pc = self.priority_classes.cache.get(spec.get("priorityClassName") or "")
+            if pc is not None:
+                return tr.priority_value(pc)
+        return 0
+
+    def _job_spec(self, job_id: str, ns: str, name: str, pods: list[Obj], queue: str, priority: int,
+                  gang: tr.GangSpec | None) -> pb.JobSpec:
+        by_role: dict[str, list[Obj]] = {}
+        for pod in pods:
+            by_role.setdefault(tr.pod_role(pod), []).append(pod)
+        groups = [tr.task_group(role, by_role[role]) for role in sorted(by_role)]
+        total = len(pods)
+        spec = pb.JobSpec(id=job_id, namespace=ns, name=name, queue=queue, priority=priority, task_groups=groups,
+                          min_member=total, annotations={"muster.dev/backend": self.backend_name})
+        if gang is not None:
+            spec.min_member = min(total, max(1, gang.min_member))
+            for role, count in gang.min_task_member.items():
+                if role in by_role:
+                    spec.min_task_member[role] = min(count, len(by_role[role]))
+            if gang.min_resources:
+                spec.min_resources.CopyFrom(pb.ResourceList(quantities=gang.min_resources))
+        return spec
+
+    # -- server calls -------------------------------------------------------------------------
+
+    async def _submit(self, key: JobKey, spec: pb.JobSpec) -> None:
+        stub = self.server.stub
+        try:
+            reply = await stub.SubmitJob(pb.SubmitJobRequest(job=spec))
+            job = reply.job
+            self.stats.submits += 1
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                # Submitted earlier with other pods (an adapter restart after pods changed): adopt
+                # the server's job and its task <-> pod mapping.
+                job = await stub.GetJob(pb.GetJobRequest(id=spec.id))
+            elif exc.code() in ITEM_ERRORS:
+                message = f"muster refused job {spec.id}: {exc.details()}"
+                if self.submit_errors.get(spec.id) != message:
+                    self.submit_errors[spec.id] = message
+                    log.warning("job refused", job=spec.id, code=exc.code().name, details=exc.details())
+                    for pod in self._live_own_pods([f"{spec.namespace}/{n}" for tg in spec.task_groups
+                                                    for n in tg.annotations[tr.PODS_ANNOTATION].split(",")]):
+                        self.status.emit_event(pod, "FailedScheduling", message, "Warning")
+                return
+            else:
+                raise
+        self.submit_errors.pop(spec.id, None)
+        self._adopt(key, job)
+
+    def _adopt(self, key: JobKey, job: pb.Job) -> None:
+        names = {tg.role: tg.annotations.get(tr.PODS_ANNOTATION, "").split(",") for tg in job.spec.task_groups}
+        submitted = self.book.job(job.spec.id, key)
+        for task in job.tasks:
+            pods = names.get(task.role) or []
+            if task.index < len(pods) and pods[task.index]:
+                self.book.link(submitted, task.id, f"{job.spec.namespace}/{pods[task.index]}")
+        self.status.seen(job)
+        # Report what happened to the pods meanwhile (e.g. Running) once the mapping exists.
+        for task_id, pod_key in submitted.tasks.items():
+            self.reporter.mapped(task_id, pod_key)
+
+    async def _cancel(self, job_id: str, why: str) -> None:
+        self.book.drop(job_id)
+        try:
+            await self.server.stub.CancelJob(pb.CancelJobRequest(id=job_id))
+            log.info("job cancelled", job=job_id, why=why)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in ITEM_ERRORS:
+                raise

@@ -1,0 +1,272 @@
+"""Enforcement: Muster's binds and evictions applied to Slurm jobs with ``scontrol``.
+
+Slurm runs a gang as one allocation, so the K binds of a job are honoured together or not at all:
+when all K are in hand, one ``scontrol update JobId=N Partition=<run> NodeList=<K nodes>
+StartTime=now AdminComment=muster:<id>``, then Slurm's record must show exactly that partition
+and node list (else the job goes back to staging and the binds are rejected with the reason).
+A burst's gangs are placed together: the updates as ``scontrol`` stdin chunks, then one
+``squeue`` verifying them all. An evict -> ``scontrol requeuehold``, back to staging with no node
+list, ``scontrol release`` (or ``scancel`` when the job is cancelled).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import anyio
+import structlog
+
+from adapters.runtime import APPLIED, Outcome, group_by_job
+from adapters.slurm.cli import SlurmCLI, SlurmError
+from adapters.slurm.jobs import (
+    BAD_PLACEMENT_REASONS,
+    HELD_REASONS,
+    MARKER,
+    JobTable,
+    Settings,
+    TrackedJob,
+)
+from adapters.slurm.parse import JobRecord, SlurmJob
+from adapters.slurm.translate import task_index
+from muster.v1 import muster_pb2 as pb
+
+log = structlog.get_logger("muster.slurm")
+
+# Fewest updates worth their own `scontrol` process (a process costs about as much as 2 updates).
+_MIN_UPDATES_PER_PROCESS = 8
+# A longer node list is placed with its own process (scontrol's stdin line buffer is finite).
+_MAX_BATCHED_NODELIST = 2000
+
+
+@dataclass(slots=True)
+class _Placement:
+    """A gang whose binds are consistent, to be enforced with the rest of its burst."""
+
+    job: TrackedJob
+    nodes: list[str]
+    binds: list[pb.Decision]
+    started: float  # perf_counter when the binds were checked
+
+
+class Enforcer:
+    """Applies a burst of decisions to the Slurm jobs in ``table``; see the module docstring."""
+
+    def __init__(self, cli: SlurmCLI, settings: Settings, table: JobTable) -> None:
+        self.cli = cli
+        self.settings = settings
+        self.table = table
+        self.placements = 0  # successful enforcement RPCs (tests: nothing placed twice)
+        self.place_seconds: list[float] = []
+
+    async def apply_batch(self, decisions: list[pb.Decision]) -> list[Outcome]:
+        received = time.time()
+        outcomes: dict[int, Outcome] = {}
+        updated: list[_Placement] = []  # `scontrol update` accepted, not verified yet
+
+        async def one_job(job_id: str, group: list[pb.Decision]) -> None:
+            try:
+                outcomes.update(await self._apply_job(job_id, group, updated, received))
+            except Exception as exc:  # noqa: BLE001 - one job's failure must not sink the batch
+                log.exception("apply failed", job=job_id)
+                outcomes.update({d.id: Outcome.reject(f"adapter error: {exc}") for d in group})
+
+        async with anyio.create_task_group() as tg:
+            for job_id, group in group_by_job(decisions).items():
+                tg.start_soon(one_job, job_id, group)
+        if updated:
+            for placement, outcome in zip(updated, await self._place_all(updated), strict=True):
+                outcomes.update({d.id: outcome for d in placement.binds})
+        return [outcomes.get(d.id, Outcome.reject("not handled")) for d in decisions]
+
+    async def _place_all(self, placements: list[_Placement]) -> list[Outcome]:
+        """Enforce a burst's gangs in few processes: the updates as ``scontrol`` stdin chunks, then
+        one ``squeue`` verifying them all. A gang the batch did not place is retried on its own,
+        so its rejection carries Slurm's own message."""
+        short = [p for p in placements if sum(len(n) + 1 for n in p.nodes) <= _MAX_BATCHED_NODELIST]
+        single = [p for p in placements if sum(len(n) + 1 for n in p.nodes) > _MAX_BATCHED_NODELIST]
+        batch_failed = False
+
+        async def place_chunk(chunk: list[_Placement]) -> None:
+            nonlocal batch_failed
+            result = await self.cli.place_many(
+                [(p.job.slurm_id, p.nodes, MARKER + p.job.muster_id) for p in chunk], self.settings.run_partition)
+            batch_failed |= result.returncode != 0
+            now = time.time()
+            for p in chunk:
+                p.job.updated_at = now
+
+        # Spread over the CLI's parallelism: slurmctld overlaps the RPCs of concurrent processes.
+        size = max(_MIN_UPDATES_PER_PROCESS, -(-len(short) // max(1, self.cli.parallel)))
+        async with anyio.create_task_group() as tg:
+            for i in range(0, len(short), size):
+                tg.start_soon(place_chunk, short[i:i + size])
+        outcomes: dict[int, Outcome] = {}
+        retry: list[_Placement] = []
+        records = await self._read_records(short) if short else {}
+        for p in short:
+            problem = self._check_placement(records.get(p.job.slurm_id), p.nodes) if records is not None else "?"
+            if not problem:
+                outcomes[id(p)] = self._settle(p)
+            elif batch_failed or records is None:
+                retry.append(p)  # the update itself may have failed: learn why, one by one
+            else:
+                await self.unstage_quietly(p.job.slurm_id)
+                p.job.version += 1
+                outcomes[id(p)] = Outcome.reject(problem)
+
+        async def one(p: _Placement) -> None:
+            outcomes[id(p)] = await self._place_one(p)
+
+        async with anyio.create_task_group() as tg:
+            for p in single + retry:
+                tg.start_soon(one, p)
+        return [outcomes[id(p)] for p in placements]
+
+    async def _read_records(self, placements: list[_Placement]) -> dict[int, SlurmJob] | None:
+        try:
+            return {sj.job_id: sj for sj in await self.cli.jobs_by_id([p.job.slurm_id for p in placements])}
+        except SlurmError as exc:
+            # squeue refuses a list naming a job that has just vanished: verify one by one.
+            log.info("batch verification failed, verifying one by one", error=exc.message)
+            return None
+
+    async def _place_one(self, placement: _Placement) -> Outcome:
+        job, nodes = placement.job, placement.nodes
+        try:
+            await self.cli.place(job.slurm_id, self.settings.run_partition, nodes, marker=MARKER + job.muster_id)
+        except SlurmError as exc:
+            return Outcome.reject(f"scontrol update refused: {exc.message}")
+        job.updated_at = time.time()
+        problem = await self._verify_one(job.slurm_id, nodes)
+        if problem:
+            await self.unstage_quietly(job.slurm_id)
+            job.version += 1
+            return Outcome.reject(problem)
+        return self._settle(placement)
+
+    async def _apply_job(self, job_id: str, group: list[pb.Decision], updated: list[_Placement],
+                         received: float) -> dict[int, Outcome]:
+        job = self.table.by_muster_id.get(job_id)
+        out: dict[int, Outcome] = {}
+        evicts = [d for d in group if d.WhichOneof("action") == "evict"]
+        binds = [d for d in group if d.WhichOneof("action") == "bind"]
+        if job is None:
+            reason = f"job {job_id!r} is not a Slurm job this adapter manages"
+            return {d.id: Outcome.reject(reason) for d in group}
+        if evicts:
+            outcome = await self.evict(job, evicts[0].evict.reason)
+            out.update({d.id: outcome for d in evicts})
+        if binds:
+            job.bind_at = received
+            placement_or_outcome = await self._bind(job, binds)
+            if isinstance(placement_or_outcome, _Placement):
+                updated.append(placement_or_outcome)
+            else:
+                out.update({d.id: placement_or_outcome for d in binds})
+        return out
+
+    async def _bind(self, job: TrackedJob, binds: list[pb.Decision]) -> Outcome | _Placement:
+        """Check the binds; the burst's gangs are then enforced together (``_place_all``)."""
+        chosen: dict[int, str] = {}
+        for decision in binds:
+            index = task_index(decision.bind.task_id)
+            if index is None or index >= job.size or decision.bind.task_id not in job.tasks:
+                return Outcome.reject(f"task {decision.bind.task_id!r} is not a task of job {job.muster_id}")
+            chosen[index] = decision.bind.node
+        if job.done:
+            return Outcome.reject(f"Slurm job {job.slurm_id} has already ended")
+        if job.placed is not None:
+            # A resent or repeated bind: fine if it names the placement Slurm already has.
+            if all(job.placed[i] == node for i, node in chosen.items()):
+                return APPLIED
+            return Outcome.reject(f"Slurm job {job.slurm_id} is already placed on {','.join(job.placed)}")
+        if len(chosen) != job.size:
+            # Slurm runs a gang as one allocation: a partial set of binds cannot be honoured.
+            return Outcome.reject(f"gang incomplete: {len(chosen)} of {job.size} binds arrived together")
+        nodes = [chosen[i] for i in range(job.size)]
+        if len(set(nodes)) != job.size:
+            return Outcome.reject(f"Slurm needs {job.size} distinct nodes for job {job.slurm_id}, got {','.join(nodes)}")
+        job.version += 1  # a poll read from now on must not act on this job
+        return _Placement(job, nodes, binds, time.perf_counter())
+
+    def _settle(self, placement: _Placement) -> Outcome:
+        """Slurm shows the placement: record it."""
+        job, nodes = placement.job, placement.nodes
+        job.placed = nodes
+        job.ran = False
+        job.version += 1
+        self.placements += 1
+        now = time.time()
+        self.place_seconds.append(time.perf_counter() - placement.started)
+        # The latency breakdown (bench/slurm_e2e.py reads these wall-clock stamps from the log).
+        log.info("placed", slurm_job=job.slurm_id, job=job.muster_id, nodes=",".join(nodes),
+                 seen_at=round(job.seen_at, 4), submitted_at=round(job.submitted_at, 4),
+                 bind_at=round(job.bind_at, 4), updated_at=round(job.updated_at, 4), verified_at=round(now, 4))
+        return APPLIED
+
+    def _check_placement(self, record: SlurmJob | JobRecord | None, nodes: list[str]) -> str:
+        """'' when Slurm's record shows exactly the placement, else what is wrong."""
+        if record is None:
+            return "cannot verify placement: Slurm no longer lists the job"
+        if record.partition != self.settings.run_partition:
+            return f"placement mismatch: Slurm shows partition {record.partition!r}"
+        if sorted(record.required_nodes) != sorted(nodes):
+            return f"placement mismatch: Slurm shows ReqNodeList={','.join(record.required_nodes)}"
+        if record.nodes and sorted(record.nodes) != sorted(nodes):
+            return f"placement mismatch: Slurm runs the job on {','.join(record.nodes)}"
+        if record.reason.startswith(BAD_PLACEMENT_REASONS):
+            return f"Slurm cannot start the job on these nodes: {record.reason}"
+        return ""
+
+    async def _verify_one(self, slurm_id: int, nodes: list[str]) -> str:
+        try:
+            record = await self.cli.show_job(slurm_id)
+        except SlurmError as exc:
+            return f"cannot verify placement: {exc.message}"
+        return self._check_placement(record, nodes)
+
+    async def evict(self, job: TrackedJob, reason: str) -> Outcome:
+        job.version += 1
+        if job.done:
+            return APPLIED
+        if reason == "cancel":
+            try:
+                await self.cli.cancel(job.slurm_id)
+            except SlurmError as exc:
+                return Outcome.reject(f"scancel failed: {exc.message}")
+            job.done = True
+            return APPLIED
+        try:
+            record = await self.cli.show_job(job.slurm_id)
+        except SlurmError as exc:
+            return Outcome.reject(f"cannot read job {job.slurm_id}: {exc.message}")
+        held = False
+        if record.state in ("RUNNING", "SUSPENDED", "CONFIGURING"):
+            try:
+                await self.cli.requeuehold(job.slurm_id)
+                held = True
+            except SlurmError as exc:
+                return Outcome.reject(f"scontrol requeuehold refused: {exc.message}")
+        elif record.state not in ("PENDING", "COMPLETING"):
+            job.done = True  # it ended by itself meanwhile: nothing left to evict
+            return APPLIED
+        try:
+            if record.partition != self.settings.staging_partition or record.required_nodes:
+                await self.cli.unstage(job.slurm_id, self.settings.staging_partition)
+            if held or record.reason in HELD_REASONS:
+                await self.cli.release(job.slurm_id)
+        except SlurmError as exc:
+            return Outcome.reject(f"moving job {job.slurm_id} back to staging failed: {exc.message}")
+        job.placed = None
+        job.ran = False
+        job.reported.clear()
+        job.version += 1
+        log.info("evicted", slurm_job=job.slurm_id, job=job.muster_id, reason=reason)
+        return APPLIED
+
+    async def unstage_quietly(self, slurm_id: int) -> None:
+        try:
+            await self.cli.unstage(slurm_id, self.settings.staging_partition)
+        except SlurmError as exc:
+            log.warning("could not move job back to staging", slurm_job=slurm_id, error=exc.message)

@@ -1,0 +1,318 @@
+"""The ``muster`` CLI's commands: each calls the server through :class:`MusterClient` and hands
+the result to :class:`~clients.render.Output` (a table, or JSON with ``--output json``).
+
+A command returns the exit code; bad input it detects itself raises :class:`UsageError` (exit 2);
+a gRPC error propagates (exit 1, see :func:`clients.cli.main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import grpc
+
+from clients.client import MusterClient
+from clients.jobfile import JobFileError, load_job_file
+from clients.render import (
+    Output,
+    condition_line,
+    last_reason,
+    phase_name,
+    quantities,
+    render_explanation,
+    status_name,
+    to_dict,
+)
+from muster.v1 import muster_pb2 as pb
+
+PHASES = {name.removeprefix("JOB_PHASE_").lower(): value for name, value in pb.JobPhase.items() if value}
+QUEUE_STATES = {"open": pb.QUEUE_STATE_OPEN, "closing": pb.QUEUE_STATE_CLOSING, "closed": pb.QUEUE_STATE_CLOSED}
+
+
+class UsageError(Exception):
+    """Bad input detected by the CLI itself (exit 2)."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
+class ScenarioProblems(UsageError):
+    """An invalid scenario: its problem lines already name their field paths; printed bare,
+    one per line, as docs/simulate.md specifies."""
+
+
+def parse_resource_flag(text: str | None, flag: str) -> dict[str, str] | None:
+    """``cpu=8,memory=32Gi`` -> {"cpu": "8", "memory": "32Gi"} (validated by the server)."""
+    if text is None:
+        return None
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not name or not value:
+            raise UsageError([f"{flag}: expected NAME=QUANTITY[,NAME=QUANTITY...], got {part!r}"])
+        out[name.strip()] = value.strip()
+    return out
+
+
+async def cmd_submit(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    specs: list[pb.JobSpec] = []
+    problems: list[str] = []
+    for path in args.files:
+        try:
+            specs.extend(load_job_file(path))
+        except JobFileError as exc:
+            problems.extend(f"{path}: {p}" for p in exc.problems)
+    if problems:
+        raise UsageError(problems)
+    results = []
+    for spec in specs:
+        reply = await client.submit_job(spec)
+        results.append(reply)
+    out.emit(
+        [{"id": r.job.spec.id, "created": r.created, "phase": phase_name(r.job.status.phase)} for r in results],
+        lambda: out.table(
+            None,
+            ["JOB", "QUEUE", "TASKS", "RESULT"],
+            [
+                (
+                    r.job.spec.id,
+                    r.job.spec.queue,
+                    sum(g.replicas for g in r.job.spec.task_groups),
+                    "submitted" if r.created else "unchanged (already submitted)",
+                )
+                for r in results
+            ],
+        ),
+    )
+    return 0
+
+
+async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    phases = []
+    for name in args.phase or []:
+        if name.lower() not in PHASES:
+            raise UsageError([f"--phase: {name!r} is not one of {', '.join(PHASES)}"])
+        phases.append(PHASES[name.lower()])
+    jobs = [
+        job
+        async for job in client.list_jobs(
+            queue=args.queue or "", namespace=args.namespace or "", phases=phases, limit=args.limit
+        )
+    ]
+    out.emit(
+        [to_dict(j) for j in jobs],
+        lambda: out.table(
+            None,
+            ["JOB", "NAMESPACE", "QUEUE", "PHASE", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "REASON"],
+            [
+                (
+                    j.spec.id,
+                    j.spec.namespace,
+                    j.spec.queue,
+                    phase_name(j.status.phase),
+                    j.status.pending,
+                    j.status.running,
+                    j.status.succeeded,
+                    j.status.failed,
+                    last_reason(j),
+                )
+                for j in jobs
+            ],
+        ),
+    )
+    return 0
+
+
+async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    job = await client.get_job(args.id)
+    explanation: pb.ExplainResponse | None = None
+    if job.status.phase in (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE, pb.JOB_PHASE_UNSPECIFIED):
+        try:
+            explanation = await client.explain(args.id)
+        except grpc.aio.AioRpcError:
+            explanation = None  # no cycle has looked at it yet
+    data = to_dict(job)
+    if explanation is not None:
+        data["explain"] = to_dict(explanation)
+
+    def render() -> None:
+        c = out.console
+        s, st = job.spec, job.status
+        c.print(f"[bold]Job[/bold] {s.id}  namespace={s.namespace} name={s.name} queue={s.queue}")
+        c.print(
+            f"Phase: {phase_name(st.phase)}   min_member={s.min_member or len(job.tasks)}   "
+            f"pending={st.pending} running={st.running} succeeded={st.succeeded} failed={st.failed}"
+        )
+        for cond in st.conditions:
+            c.print(f"Condition: {condition_line(cond)}" + (f" (cycle {cond.cycle_id})" if cond.cycle_id else ""))
+        out.table(
+            None,
+            ["TASK", "ROLE", "STATUS", "NODE", "BACKEND", "DEVICES", "MESSAGE"],
+            [
+                (t.id, t.role, status_name(t.status), t.node, t.backend, ",".join(t.devices), t.message)
+                for t in job.tasks
+            ],
+        )
+        if explanation is not None:
+            render_explanation(out, explanation)
+
+    out.emit(data, render)
+    return 0
+
+
+async def cmd_explain(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    exp = await client.explain(args.id)
+
+    def render() -> None:
+        out.console.print(f"Job {exp.job_id}: {phase_name(exp.phase)}")
+        render_explanation(out, exp)
+
+    out.emit(to_dict(exp), render)
+    return 0
+
+
+async def cmd_cancel(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    job = await client.cancel_job(args.id)
+    out.emit(to_dict(job), lambda: out.console.print(f"{job.spec.id}: {phase_name(job.status.phase)}"))
+    return 0
+
+
+async def cmd_queues(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    queues = await client.list_queues()
+    out.emit(
+        [to_dict(q) for q in queues],
+        lambda: out.table(
+            None,
+            ["QUEUE", "PARENT", "WEIGHT", "STATE", "RECLAIMABLE", "CAPABILITY", "DESERVED", "ALLOCATED", "PENDING", "RUNNING"],
+            [
+                (
+                    q.queue.name,
+                    q.queue.parent or ("" if q.queue.name == "root" else "root"),
+                    q.queue.weight,
+                    pb.QueueState.Name(q.queue.state).removeprefix("QUEUE_STATE_").capitalize(),
+                    q.queue.reclaimable if q.queue.HasField("reclaimable") else True,
+                    quantities(q.queue.capability) or "-",
+                    quantities(q.queue.deserved) or "-",
+                    quantities(q.allocated) or "-",
+                    q.pending_jobs,
+                    q.running_jobs,
+                )
+                for q in queues
+            ],
+        ),
+    )
+    return 0
+
+
+def queue_from_flags(args: argparse.Namespace, base: pb.Queue | None = None) -> pb.Queue:
+    queue = pb.Queue()
+    if base is not None:
+        queue.CopyFrom(base)
+    queue.name = args.name
+    if args.parent is not None:
+        queue.parent = args.parent
+    if args.weight is not None:
+        queue.weight = args.weight
+    if args.priority is not None:
+        queue.priority = args.priority
+    for flag, field in (("capability", "capability"), ("deserved", "deserved"), ("guarantee", "guarantee")):
+        values = parse_resource_flag(getattr(args, flag), f"--{flag}")
+        if values is not None:
+            getattr(queue, field).Clear()
+            getattr(queue, field).quantities.update(values)
+    if args.reclaimable is not None:
+        queue.reclaimable = args.reclaimable == "true"
+    if args.state is not None:
+        queue.state = QUEUE_STATES[args.state]
+    return queue
+
+
+async def cmd_queue(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    if args.queue_command == "delete":
+        await client.delete_queue(args.name)
+        out.emit({"deleted": args.name}, lambda: out.console.print(f"queue {args.name} deleted"))
+        return 0
+    if args.queue_command == "create":
+        queue = await client.create_queue(queue_from_flags(args))
+        verb = "created"
+    else:
+        # Update is a full replace on the server: start from the current queue, change the flags given.
+        current = {q.queue.name: q.queue for q in await client.list_queues()}
+        base = current.get(args.name)
+        if base is None:
+            # Let the server produce the authoritative NOT_FOUND.
+            base = pb.Queue(name=args.name)
+        queue = await client.update_queue(queue_from_flags(args, base))
+        verb = "updated"
+    out.emit(to_dict(queue), lambda: out.console.print(f"queue {queue.name} {verb}"))
+    return 0
+
+
+async def cmd_nodes(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    nodes = await client.list_nodes(args.backend or "")
+    out.emit(
+        [to_dict(n) for n in nodes],
+        lambda: out.table(
+            None,
+            ["NODE", "BACKEND", "STATE", "ALLOCATABLE", "USED", "IDLE", "TASKS", "LABELS"],
+            [
+                (
+                    n.node.name,
+                    n.node.backend,
+                    "NotReady" if n.node.not_ready else ("Cordoned" if n.node.unschedulable else "Ready"),
+                    quantities(n.node.allocatable),
+                    quantities(n.used),
+                    quantities(n.idle),
+                    n.task_count,
+                    ",".join(f"{k}={v}" for k, v in sorted(n.node.labels.items())),
+                )
+                for n in nodes
+            ],
+        ),
+    )
+    return 0
+
+
+async def cmd_watch(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    count = 0
+    async for event in client.watch_jobs(
+        queue=args.queue or "", namespace=args.namespace or "", job_id=args.job or "", send_initial=not args.no_initial
+    ):
+        job = event.job
+        kind = pb.JobEvent.Type.Name(event.type).removeprefix("TYPE_")
+        if out.json:
+            sys.stdout.write(json.dumps({"type": kind, "job": to_dict(job)}) + "\n")
+        else:
+            st = job.status
+            out.console.print(
+                f"{kind:<8} {job.spec.id:<24} {phase_name(st.phase):<10} pending={st.pending} "
+                f"running={st.running} succeeded={st.succeeded} failed={st.failed} {last_reason(job)}"
+            )
+        sys.stdout.flush()
+        count += 1
+        if args.count and count >= args.count:
+            break
+    return 0
+
+
+async def cmd_config(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    if args.config_command == "get":
+        config = await client.get_config()
+    else:
+        try:
+            with open(args.file) as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise UsageError([f"{args.file}: {exc.strerror or exc}"]) from None
+        config = await client.update_config(text)
+
+    def render() -> None:
+        out.console.print(f"# generation {config.generation}")
+        sys.stdout.write(config.yaml if config.yaml.endswith("\n") else config.yaml + "\n")
+
+    out.emit(to_dict(config), render)
+    return 0

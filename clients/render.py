@@ -1,0 +1,110 @@
+"""How the ``muster`` CLI shows things: tables for people, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from rich.console import Console
+from rich.table import Table
+
+from muster.v1 import muster_pb2 as pb
+
+
+class Output:
+    """Where a command's result goes: the data as JSON (``--output json``), else its rendering."""
+
+    def __init__(self, fmt: str) -> None:
+        self.json = fmt == "json"
+        # Off a terminal, do not wrap at 80 columns: scripts grep these lines.
+        wide = None if sys.stdout.isatty() else 240
+        self.console = Console(highlight=False, soft_wrap=True, width=wide)
+
+    def emit(self, data: Any, render: Callable[[], None]) -> None:
+        if self.json:
+            sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        else:
+            render()
+
+    def table(self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        for column in columns:
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*("" if v is None else str(v) for v in row))
+        self.console.print(table)
+
+
+def to_dict(message: Message) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def phase_name(value: int) -> str:
+    return pb.JobPhase.Name(value).removeprefix("JOB_PHASE_").capitalize()
+
+
+def status_name(value: int) -> str:
+    return pb.TaskStatus.Name(value).removeprefix("TASK_STATUS_").capitalize()
+
+
+def quantities(resources: pb.ResourceList) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(resources.quantities.items()))
+
+
+def condition_line(cond: pb.Condition) -> str:
+    text = f"{cond.type}={cond.status}"
+    if cond.reason:
+        text += f" {cond.reason}"
+    if cond.message:
+        text += f": {cond.message}"
+    return text
+
+
+def last_reason(job: pb.Job) -> str:
+    """Why a job waits, from its latest true Unschedulable condition ('' when it does not)."""
+    for cond in reversed(job.status.conditions):
+        if cond.status == "True" and cond.type == "Unschedulable":
+            return cond.message or cond.reason
+    return ""
+
+
+def render_explanation(out: Output, exp: pb.ExplainResponse) -> None:
+    if exp.gate in ("", "none"):  # placed, or nothing blocks it: no "why pending"
+        where = f"cycle {exp.cycle_id}" if exp.cycle_id else "no cycle yet"
+        out.console.print(f"Verdict ({where}): {exp.summary}")
+        return
+    out.console.print(f"Why pending (cycle {exp.cycle_id}, gate {exp.gate}): {exp.summary}")
+    for reason, count in sorted(exp.node_reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+        out.console.print(f"  {count:>7,} node(s): {reason}")
+
+
+def render_simulation(out: Output, result: dict[str, Any]) -> None:
+    tasks = result.get("tasks", {})
+    out.table(
+        "Tasks",
+        ["TASK", "STATUS", "NODE"],
+        [(uid, t.get("status", ""), t.get("node") or "") for uid, t in sorted(tasks.items())],
+    )
+    jobs = result.get("jobs", {})
+    out.table(
+        "Jobs",
+        ["JOB", "PHASE", "CONDITIONS"],
+        [
+            (
+                uid,
+                j.get("phase", ""),
+                "; ".join(f"{c.get('type')}: {c.get('reason', '')} {c.get('message', '')}".strip() for c in j.get("conditions", [])),
+            )
+            for uid, j in sorted(jobs.items())
+        ],
+    )
+    evictions = result.get("evictions", [])
+    if evictions:
+        out.console.print("Evictions: " + ", ".join(evictions))
+    moved = result.get("moved", {})
+    for uid, move in sorted(moved.items()):
+        out.console.print(f"Moved {uid}: {move.get('from')} -> {move.get('to')}")
