@@ -4,8 +4,9 @@ channel to the Muster server, counters, and the few constants of the mapping."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+import anyio
 import grpc
 
 from adapters.k8s import translate as tr
@@ -22,6 +23,37 @@ PODGROUP_APIS = {
     tr.VOLCANO_PODGROUP: ("scheduling.volcano.sh", "v1beta1"),
     tr.COSCHEDULING_PODGROUP: ("scheduling.x-k8s.io", "v1alpha1"),
 }
+
+
+K = TypeVar("K")
+
+
+class WorkQueue(Generic[K]):
+    """Keys of objects that changed and wait for a controller's pass (client-go's workqueue, in
+    small): adding a key twice before the pass runs it once."""
+
+    def __init__(self) -> None:
+        self.keys: set[K] = set()
+        self._wake = anyio.Event()
+
+    def add(self, key: K) -> None:
+        self.keys.add(key)
+        self._wake.set()
+
+    def requeue(self, keys: set[K]) -> None:
+        """Put keys back (their pass failed) and run a pass again."""
+        self.keys |= keys
+        self._wake.set()
+
+    async def wait(self) -> None:
+        """Until a key is added (or a pass asked to run again)."""
+        await self._wake.wait()
+        self._wake = anyio.Event()
+
+    def take(self) -> set[K]:
+        """Every waiting key, removed from the queue."""
+        keys, self.keys = self.keys, set()
+        return keys
 
 
 def server_backoff() -> Backoff:

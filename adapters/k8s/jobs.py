@@ -29,6 +29,7 @@ from adapters.k8s.common import (
     JobKey,
     Obj,
     ServerLink,
+    WorkQueue,
     server_backoff,
 )
 from adapters.k8s.informer import Informer
@@ -71,8 +72,7 @@ class JobController:
         self.enabled = False  # set once the first snapshot has submitted everything
         self.group_members: dict[tuple[str, str], set[str]] = {}  # (apiVersion, "ns/pg") -> pod keys
         self.submit_errors: dict[str, str] = {}  # job id -> why the server refused it
-        self._dirty: set[JobKey] = set()
-        self._wake = anyio.Event()
+        self._dirty: WorkQueue[JobKey] = WorkQueue()
         self._lock = anyio.Lock()  # one reconciliation pass at a time
 
     # -- informer events ----------------------------------------------------------------------
@@ -106,45 +106,41 @@ class JobController:
 
     def mark(self, key: JobKey) -> None:
         self._dirty.add(key)
-        self._wake.set()
 
     # -- passes -------------------------------------------------------------------------------
 
     async def run(self) -> None:
         backoff = server_backoff()
         while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
+            await self._dirty.wait()
             if not self.enabled:
                 continue  # the first session's list_tasks submits everything
-            keys, self._dirty = self._dirty, set()
+            keys = self._dirty.take()
             try:
                 async with self._lock:
                     for key in sorted(keys):
                         await self._reconcile(key)
                 backoff.reset()
             except Exception as exc:  # noqa: BLE001 - server away (or a bug): retry, never die
-                self._dirty |= keys
+                self._dirty.requeue(keys)  # a pass runs again once the delay is over
                 delay = backoff.next()
                 if isinstance(exc, grpc.aio.AioRpcError):
                     log.info("job sync failed, retrying", code=exc.code().name, delay=round(delay, 2))
                 else:
                     log.exception("job sync failed, retrying", delay=round(delay, 2))
                 await anyio.sleep(delay)
-                self._wake.set()
 
     async def resubmit_all(self) -> None:
         """Rebuild the mapping from scratch: every pod of ours is submitted (or adopted) again."""
         async with self._lock:
             self.book.clear()
             self.reporter.forget_reports()
-            keys: set[JobKey] = set(self._dirty)
+            keys = self._dirty.take()
             for pod_key, pod in self.pods.cache.items():
                 if not self.is_own(pod):
                     continue
                 group = tr.pod_group_ref(pod)
                 keys.add(("group", group[0], group[1]) if group else ("pod", "", pod_key))
-            self._dirty.clear()
             for key in sorted(keys):
                 await self._reconcile(key)
 

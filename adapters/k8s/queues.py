@@ -12,7 +12,7 @@ import grpc
 import structlog
 
 from adapters.k8s import translate as tr
-from adapters.k8s.common import ITEM_ERRORS, Obj, ServerLink, server_backoff
+from adapters.k8s.common import ITEM_ERRORS, Obj, ServerLink, WorkQueue, server_backoff
 from adapters.k8s.informer import Informer
 from muster.v1 import muster_pb2 as pb
 
@@ -26,28 +26,25 @@ class QueueController:
         self.server = server
         self.queues = queues
         self.enabled = False  # set once the first snapshot has pushed every queue
-        self._dirty: set[str] = set()
-        self._wake = anyio.Event()
+        self._dirty: WorkQueue[str] = WorkQueue()
 
     def on_queue(self, kind: str, queue: Obj, old: Obj | None) -> None:
         self._dirty.add(tr.meta(queue)["name"])
-        self._wake.set()
 
     async def run(self) -> None:
         backoff = server_backoff()
         while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
+            await self._dirty.wait()
             if not self.enabled:
                 continue
             try:
-                await self.sync(set(self._dirty))
+                await self.sync(set(self._dirty.keys))
                 backoff.reset()
             except grpc.aio.AioRpcError as exc:
                 delay = backoff.next()
                 log.info("queue sync failed, retrying", code=exc.code().name, delay=round(delay, 2))
                 await anyio.sleep(delay)
-                self._wake.set()
+                self._dirty.requeue(set())
 
     async def sync_all(self) -> None:
         await self.sync({tr.meta(q)["name"] for q in self.queues.cache.values()})
@@ -55,7 +52,7 @@ class QueueController:
     async def sync(self, names: set[str]) -> None:
         stub = self.server.stub
         for name in sorted(names, key=lambda n: (n != "root", n)):
-            self._dirty.discard(name)
+            self._dirty.keys.discard(name)
             obj = self.queues.cache.get(name)
             try:
                 if obj is None:

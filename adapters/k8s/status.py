@@ -25,6 +25,7 @@ from adapters.k8s.common import (
     Obj,
     ServerLink,
     SubmittedJob,
+    WorkQueue,
     server_backoff,
 )
 from adapters.k8s.informer import Informer
@@ -62,8 +63,7 @@ class StatusController:
         self.job_views: dict[str, pb.Job] = {}  # from WatchJobs
         self.pg_status_written: dict[str, Obj] = {}
         self.event_messages: dict[str, str] = {}  # pod key -> last FailedScheduling message
-        self._dirty: set[str] = set()
-        self._wake = anyio.Event()
+        self._dirty: WorkQueue[str] = WorkQueue()
         self._events_send: MemoryObjectSendStream[EventItem] | None = None
 
     # -- what the other controllers call ------------------------------------------------------
@@ -71,7 +71,6 @@ class StatusController:
     def mark(self, job_id: str) -> None:
         """Job ``job_id`` changed: rewrite its status soon."""
         self._dirty.add(job_id)
-        self._wake.set()
 
     def seen(self, job: pb.Job) -> None:
         """The server's current view of a job (from SubmitJob / GetJob)."""
@@ -134,9 +133,8 @@ class StatusController:
     async def run(self) -> None:
         """Write the status of every job marked dirty, as they are marked."""
         while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            ids, self._dirty = self._dirty, set()
+            await self._dirty.wait()
+            ids = self._dirty.take()
             for job_id in sorted(ids):
                 submitted = self.book.jobs.get(job_id)
                 if submitted is None:
