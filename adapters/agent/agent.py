@@ -14,7 +14,10 @@ Restarts:
 * server restart: the runtime reconnects with backoff and re-syncs; running tasks are in the
   snapshot, so nothing is started twice.
 * agent restart: without ``state_dir`` the agent kills its tasks on exit (they would be
-  orphans). With ``state_dir`` tasks run in their own session and survive the agent: their pid
+  orphans). An agent killed with SIGKILL cannot do that, so every task carries
+  MUSTER_AGENT_INSTANCE (``name@server``) in its environment and a starting agent kills every
+  process group so tagged that it did not adopt, before it reports anything: a task never runs
+  twice at once because its first copy outlived its agent. With ``state_dir`` tasks run in their own session and survive the agent: their pid
   and the file their exit code is written to are recorded, applied decision ids too, and the next
   agent re-adopts running tasks, reports the ones that ended meanwhile, and re-acks (never
   re-applies) decisions the server resends.
@@ -50,6 +53,7 @@ from adapters.agent.process import (
     seconds_arg,
     signal_group,
     start_ticks,
+    tagged_groups,
 )
 from adapters.runtime import BackendRuntime, Outcome, Rejected
 from muster.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
@@ -109,6 +113,9 @@ class FakeAgent:
         self.runtime: BackendRuntime | None = None
         self._tg: TaskGroup | None = None
         self._processes: dict[str, anyio.abc.Process] = {}
+        # Tags every task's environment; ``run`` adds the server, so two agents of the same name
+        # serving different servers never take each other's tasks for orphans.
+        self.instance = name
         if self.state_dir:
             (self.state_dir / "tasks").mkdir(parents=True, exist_ok=True)
 
@@ -202,6 +209,7 @@ class FakeAgent:
             MUSTER_JOB_ID=bind.job_id,
             MUSTER_NODE=bind.node,
             MUSTER_AGENT=self.name,
+            MUSTER_AGENT_INSTANCE=self.instance,
             MUSTER_DECISION_ID=str(decision.id),
             MUSTER_CYCLE_ID=str(decision.cycle_id),
         )
@@ -407,7 +415,9 @@ class FakeAgent:
     async def run(self, runtime: BackendRuntime) -> None:
         """Serve until the runtime stops; on exit kill tasks unless a state dir keeps them."""
         self.runtime = runtime
+        self.instance = f"{self.name}@{runtime.server}"
         running, gone = self._adopt()
+        await self._kill_orphans({task.pid for task in running})
         for task in gone:  # reported before the first sync is even attempted (queued deltas)
             code = read_exit_file(task.exit_file)
             self._finish(task, code if code is not None else -1, lost=code is None)
@@ -423,6 +433,25 @@ class FakeAgent:
             self._tg = None
             with anyio.CancelScope(shield=True):
                 await self._shutdown()
+
+    async def _kill_orphans(self, adopted: set[int]) -> None:
+        """Kill tasks of an earlier run of this agent that nobody adopted (it was killed without a
+        state dir, or died between starting a task and recording it): the server will bind them
+        again, and the old copy must be gone first."""
+        orphans = {pgid: task for pgid, task in tagged_groups("MUSTER_AGENT_INSTANCE", self.instance).items()
+                   if pgid not in adopted}
+        for pgid, task_id in orphans.items():
+            log.warning("killing an orphaned task of an earlier agent run", task=task_id, pgid=pgid)
+            signal_group(pgid, signal.SIGTERM)
+        with anyio.move_on_after(self.kill_grace):
+            while any(group_alive(pgid) for pgid in orphans):
+                await anyio.sleep(0.05)
+        for pgid in orphans:
+            if group_alive(pgid):
+                signal_group(pgid, signal.SIGKILL)
+        with anyio.move_on_after(5.0):
+            while any(group_alive(pgid) for pgid in orphans):
+                await anyio.sleep(0.05)
 
     async def _shutdown(self) -> None:
         if self.state_dir:

@@ -63,6 +63,40 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def environ(pid: int) -> dict[str, str]:
+    """The environment ``pid`` was started with (empty when unreadable or gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def tagged_groups(variable: str, value: str) -> dict[int, str]:
+    """Process groups with a live member whose environment has ``variable=value``: pgid -> the
+    member's MUSTER_TASK_ID. Environments are inherited, so this finds a task's children too."""
+    groups: dict[int, str] = {}
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "Z":
+            continue
+        env = environ(int(entry.name))
+        if env.get(variable) == value:
+            groups.setdefault(int(fields[2]), env.get("MUSTER_TASK_ID", ""))
+    return groups
+
+
 def signal_group(pgid: int, sig: signal.Signals) -> bool:
     """Send ``sig`` to a process group; False when the group is gone."""
     try:
