@@ -7,24 +7,42 @@ directly.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from server.actions import ACTIONS
 from server.config import SchedulerConfig, default_config
 from server.model import ClusterSnapshot, CycleResult
+from server.plugins.gang_backend import NAME as GANG_BACKEND
+from server.plugins.gang_backend import GangBackendPlugin
+from server.session.options import PluginOption
 from server.session.session import Session
+
+# ``session: {gangAcrossBackends: true}`` lets a gang's tasks go to nodes of several backends.
+GANG_ACROSS_BACKENDS = "gangAcrossBackends"
+
+
+def with_backend_rule(config: SchedulerConfig) -> SchedulerConfig:
+    """``config`` plus a last tier holding the gang-backend plugin (a gang stays inside one
+    backend), unless the configuration allows spanning backends or already lists the plugin."""
+    if config.session.get(GANG_ACROSS_BACKENDS) is True or config.plugin(GANG_BACKEND) is not None:
+        return config
+    rule = PluginOption(GANG_BACKEND, {"predicate": True}, plugin_class=GangBackendPlugin)
+    return dataclasses.replace(config, tiers=[*config.tiers, [rule]])
 
 
 class SchedulerCore:
     def __init__(self, config: SchedulerConfig | None = None) -> None:
         self.config = config or default_config()
+        self._effective = with_backend_rule(self.config)
 
     def update_config(self, config: SchedulerConfig) -> None:
         """Takes effect at the next cycle."""
         self.config = config
+        self._effective = with_backend_rule(config)
 
     def run_cycle(self, snapshot: ClusterSnapshot, cycle_id: int) -> CycleResult:
-        config = self.config  # one config for the whole cycle, even if swapped meanwhile
+        config = self._effective  # one config for the whole cycle, even if swapped meanwhile
         started = time.perf_counter()
         ssn = Session(snapshot, config, cycle_id)
         ssn.result.action_seconds["session.open"] = time.perf_counter() - started

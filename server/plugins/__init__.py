@@ -8,6 +8,7 @@ from server.plugins.capacity import CapacityPlugin
 from server.plugins.conformance import ConformancePlugin
 from server.plugins.drf import DrfPlugin
 from server.plugins.gang import GangPlugin
+from server.plugins.gang_backend import GangBackendPlugin
 from server.plugins.network_topology import NetworkTopologyPlugin
 from server.plugins.nodeorder import NodeOrderPlugin
 from server.plugins.overcommit import OvercommitPlugin
@@ -26,6 +27,7 @@ PLUGINS: dict[str, type[Plugin]] = {
         ConformancePlugin,
         DrfPlugin,
         GangPlugin,
+        GangBackendPlugin,
         NetworkTopologyPlugin,
         NodeOrderPlugin,
         OvercommitPlugin,

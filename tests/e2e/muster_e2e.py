@@ -112,13 +112,15 @@ class Cluster:
         self.server: Proc | None = None
         self.agents: dict[str, Proc] = {}
 
-    def start_server(self) -> Proc:
-        self.server = Proc(
-            "server",
-            ["-c", SERVER, "--listen", self.address, "--state", str(self.state), "--cycle-period", "0.2",
-             "--log-format", "json"],
-            self.workdir / "server.log",
-        ).start()
+    def start_server(self, config: str | None = None) -> Proc:
+        """The server; ``config``: scheduler configuration YAML (default: the built-in one)."""
+        argv = ["-c", SERVER, "--listen", self.address, "--state", str(self.state), "--cycle-period", "0.2",
+                "--log-format", "json"]
+        if config is not None:
+            path = self.workdir / "scheduler.yaml"
+            path.write_text(config)
+            argv += ["--config", str(path)]
+        self.server = Proc("server", argv, self.workdir / "server.log").start()
         return self.server
 
     def start_agent(self, name: str, inventory: str, *, state_dir: bool = False) -> Proc:
