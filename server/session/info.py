@@ -75,10 +75,17 @@ def less_equal(left: Vec, right: Vec) -> bool:
 def dominant_share(amount: Vec, base: Vec, empty: float = 0.0) -> float:
     """max over resources of amount / base, counting only the resources ``base`` has (>= the
     epsilon); ``empty`` when it has none. DRF's job share, proportion's and capacity's queue share."""
-    dims = base >= MIN_RESOURCE
-    if not dims.any():
-        return empty
-    return float(np.max(amount[dims] / base[dims]))
+    # Plain floats: the vectors hold a handful of resources, where numpy's per-call overhead is
+    # ~10x the arithmetic (this runs at every placement). Same IEEE results, NaN included.
+    best: float | None = None
+    for a, b in zip(amount.tolist(), base.tolist(), strict=True):
+        if b >= MIN_RESOURCE:
+            r = a / b
+            if r != r:  # NaN (inf / inf): numpy's max propagates it
+                return r
+            if best is None or r > best:
+                best = r
+    return empty if best is None else best
 
 
 def is_empty(v: Vec) -> bool:
