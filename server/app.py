@@ -27,7 +27,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.sdk.trace import TracerProvider
 
 from muster.v1 import muster_pb2 as pb
-from muster.v1 import muster_pb2_grpc as pb_grpc
+from server.api.handlers import add_scheduler_service
 from server.decisions import DecisionLog
 from server.loop import ConfigManager, CycleLoop
 from server.observability import Telemetry
@@ -133,7 +133,7 @@ class MusterServer:
             ],
             interceptors=self.telemetry.interceptors() if self.telemetry else (),
         )
-        pb_grpc.add_SchedulerServicer_to_server(service, server)
+        add_scheduler_service(service, server)  # undecodable requests: INVALID_ARGUMENT, rate-limited log
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(

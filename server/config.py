@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
+from server import yamldoc
 from server.actions import ACTIONS
 from server.model import PriorityClass
 from server.plugins import PLUGINS
@@ -205,9 +204,12 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
 
 def load_config(text: str) -> SchedulerConfig:
     try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config: not valid YAML: {exc}") from None
+        raw = yamldoc.load(text)
+    except ValueError as exc:
+        raise ConfigError(f"config: {exc}") from None
+    if not isinstance(raw, dict):
+        # `-0`, `null`, `[]` or an empty text would otherwise pass as a configuration of nothing.
+        raise ConfigError(f"config: must be a mapping (actions, tiers ...), not {type(raw).__name__}")
     return parse_config(raw, text=text)
 
 

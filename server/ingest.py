@@ -210,13 +210,18 @@ def _with_backend(node: pb.Node, backend: str) -> pb.Node:
 # -- acknowledgements and expiry ------------------------------------------------------------------
 
 
+def check_stream(state: ClusterState, req: pb.StreamDecisionsRequest) -> None:
+    """Validate a StreamDecisions request."""
+    require_backend(state, req.backend)
+    validate.check_decision_id("after_decision_id", req.after_decision_id, zero_ok=True)
+
+
 def check_acks(state: ClusterState, req: pb.AckDecisionsRequest) -> list[int]:
     """Validate an ack request; returns the ids that are not pending in memory (ask the store)."""
     require_backend(state, req.backend)
     missing = []
     for i, ack in enumerate(req.acks):
-        if ack.decision_id == 0:
-            raise invalid(f"acks[{i}].decision_id: must not be 0")
+        validate.check_decision_id(f"acks[{i}].decision_id", ack.decision_id)
         pending = state.decisions.pending.get(ack.decision_id)
         if pending is None:
             if ack.decision_id not in state.decisions.recent:

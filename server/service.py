@@ -96,7 +96,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         self, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Decision]:
         try:
-            ingest.require_backend(self.state, request.backend)
+            ingest.check_stream(self.state, request)
         except DomainError as exc:
             await context.abort(STATUS_CODES[exc.code], exc.message)
         if self._closing.is_set():

@@ -30,6 +30,7 @@ CORE = (
     "server.config",
     "server.scheduler",
     "server.simulate",
+    "server.yamldoc",
 )
 # What the core may import besides itself and the standard library.
 CORE_THIRD_PARTY = ("numpy", "yaml", "structlog", "muster.quantity")

@@ -23,9 +23,18 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 MAX_TASKS_PER_JOB = 100_000
+# Decision ids are SQLite INTEGERs (signed 64-bit): anything above was never issued.
+MAX_DECISION_ID = 2**63 - 1
 REPORTABLE_TASK_STATUSES = frozenset(
     {pb.TASK_STATUS_BOUND, pb.TASK_STATUS_RUNNING, pb.TASK_STATUS_SUCCEEDED, pb.TASK_STATUS_FAILED}
 )
+
+
+def check_decision_id(path: str, value: int, *, zero_ok: bool = False) -> None:
+    if value == 0 and not zero_ok:
+        raise invalid(f"{path}: must not be 0")
+    if value > MAX_DECISION_ID:
+        raise invalid(f"{path}: {value} is beyond the largest decision id ({MAX_DECISION_ID})")
 
 
 def check_name(path: str, value: str, what: str = "name") -> None:

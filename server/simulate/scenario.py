@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from muster.quantity import QuantityError, parse_resources
+from server import yamldoc
 from server.config import (
     DEFAULT_CONFIG_YAML,
     ConfigError,
@@ -448,7 +449,7 @@ def load_scenario(raw: Any) -> Scenario:
 
 def parse_scenario_text(text: str) -> Scenario:
     try:
-        raw = yaml.safe_load(text)  # JSON is YAML
-    except yaml.YAMLError as exc:
-        raise ScenarioError([f"scenario: not valid YAML or JSON: {exc}"]) from None
+        raw = yamldoc.load(text)  # JSON is YAML
+    except ValueError as exc:
+        raise ScenarioError([f"scenario: {exc}"]) from None
     return load_scenario(raw)
