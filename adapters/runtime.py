@@ -76,7 +76,9 @@ from adapters.backend import APPLIED, Backend, Outcome, Rejected, group_by_job
 from adapters.ledger import DecisionLedger, FileDecisionLedger
 from adapters.outbox import Outbox
 from adapters.retry import Backoff
+from muster import transport
 from muster.tracing import extract, provider_from_env
+from muster.transport import ClientTls
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
@@ -114,6 +116,7 @@ class BackendRuntime:
         max_batch: int = 500,
         flush_interval: float = 0.05,
         channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
+        tls: ClientTls | None = None,
         tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.backend = backend
@@ -128,7 +131,7 @@ class BackendRuntime:
         self.batch_linger = batch_linger
         self.max_batch = max_batch
         self.flush_interval = flush_interval
-        self._channel_factory = channel_factory or grpc.aio.insecure_channel
+        self._channel_factory = channel_factory or (lambda address: transport.channel(address, tls))
         self._outbox = Outbox(name, max_batch=max_batch, flush_interval=flush_interval)
         self._stop = anyio.Event()
         self._ready = anyio.Event()

@@ -38,6 +38,7 @@ from clients.commands import (
     cmd_watch,
 )
 from clients.render import Output, render_simulation
+from muster.transport import add_tls_args, tls_from_args
 
 
 async def cmd_simulate(client: MusterClient | None, args: argparse.Namespace, out: Output) -> int:
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--output", "-o", choices=["table", "json"], default=None, help="output format")
     common.add_argument("--timeout", type=float, default=30.0, help="seconds per call (default 30)")
+    add_tls_args(common)
 
     parser = argparse.ArgumentParser(prog="muster", description="Muster scheduler client.", parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -167,7 +169,12 @@ def build_common_only() -> argparse.ArgumentParser:
 async def _run(args: argparse.Namespace, out: Output) -> int:
     if args.command == "simulate" and args.local:
         return await cmd_simulate(None, args, out)
-    async with MusterClient(args.server, timeout=args.timeout) as client:
+    try:
+        tls = tls_from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    async with MusterClient(args.server, timeout=args.timeout, tls=tls) as client:
         return await args.func(client, args, out)
 
 

@@ -20,6 +20,8 @@ import anyio
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from muster import transport
+from muster.transport import ClientTls
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
@@ -29,10 +31,13 @@ DEFAULT_SERVER = "127.0.0.1:50051"
 class MusterClient:
     """One channel to a Muster server. Use as an async context manager, or call ``close()``."""
 
-    def __init__(self, address: str = DEFAULT_SERVER, *, timeout: float | None = 30.0) -> None:
+    def __init__(self, address: str = DEFAULT_SERVER, *, timeout: float | None = 30.0,
+                 tls: ClientTls | None = None) -> None:
+        """``tls``: how to reach a TLS server (default: from the MUSTER_TLS_* variables, see
+        ``muster.transport``; none set: plaintext)."""
         self.address = address
         self.timeout = timeout  # per unary call; streams are unbounded
-        self._channel = grpc.aio.insecure_channel(address)
+        self._channel = transport.channel(address, tls if tls is not None else ClientTls.from_env())
         self.stub = pb_grpc.SchedulerStub(self._channel)
 
     async def __aenter__(self) -> MusterClient:

@@ -34,6 +34,7 @@ from server.observability import Telemetry
 from server.service import SchedulerService
 from server.state import ClusterState
 from server.store import SqliteStore, StoreWriter
+from server.tls import ReloadingCredentials, TlsFiles, is_loopback
 
 log = structlog.get_logger("muster.server")
 
@@ -51,6 +52,10 @@ class ServerOptions:
     expire_interval: float | None = None  # how often deadlines are checked; None: derived
     shutdown_grace: float = 2.0
     max_message_bytes: int = 64 * 1024 * 1024
+    tls_cert: str | None = None  # with tls_key: serve TLS (see server/tls.py)
+    tls_key: str | None = None
+    tls_client_ca: str | None = None  # clients must present a certificate this CA signed (mTLS)
+    insecure: bool = False  # allow plaintext on a non-loopback address (explicitly asked for)
     # Observability (docs/observability.md): OTLP/gRPC trace export (also OTEL_* env vars; off
     # by default), /metrics on HOST:PORT (off by default), or a ready-made provider (tests).
     otlp_endpoint: str | None = None
@@ -141,7 +146,16 @@ class MusterServer:
             server,
         )
         try:
-            self.port = server.add_insecure_port(opts.listen)
+            if opts.tls_cert and opts.tls_key:
+                files = TlsFiles(opts.tls_cert, opts.tls_key, opts.tls_client_ca)
+                self.port = server.add_secure_port(opts.listen, ReloadingCredentials(files).credentials)
+            elif opts.insecure or is_loopback(opts.listen):
+                self.port = server.add_insecure_port(opts.listen)
+            else:
+                raise OSError(
+                    f"refusing to serve plaintext on {opts.listen} (not loopback): give --tls-cert and "
+                    "--tls-key (docs/security.md), or --insecure to accept it"
+                )
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {opts.listen}: {exc}") from None
         if self.port == 0:

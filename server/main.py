@@ -12,6 +12,7 @@ address and prints one line ``muster-server listening on HOST:PORT`` to stdout (
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -45,6 +46,12 @@ def listen_address(text: str) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="muster-server", description="Muster batch / gang scheduler (gRPC)")
     p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT to serve on (port 0: any free port)")
+    p.add_argument("--tls-cert", default=os.environ.get("MUSTER_TLS_CERT"), help="serve TLS with this PEM certificate chain")
+    p.add_argument("--tls-key", default=os.environ.get("MUSTER_TLS_KEY"), help="its PEM private key")
+    p.add_argument("--tls-client-ca", default=os.environ.get("MUSTER_TLS_CLIENT_CA"),
+                   help="require client certificates signed by this CA (mutual TLS)")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow plaintext on a non-loopback --listen address (loopback is plaintext by default)")
     p.add_argument("--config", default=None, help="Volcano-format scheduler config file (hot reloaded)")
     p.add_argument("--state", default="./var/muster.db", help="SQLite state file")
     p.add_argument("--cycle-period", type=positive_float, default=1.0, help="seconds between cycles")
@@ -101,7 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         bind_timeout=args.bind_timeout,
         otlp_endpoint=args.otlp_endpoint,
         metrics_listen=args.metrics_listen,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        insecure=args.insecure,
     )
+    if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_client_ca and not args.tls_cert):
+        sys.stderr.write("muster-server: --tls-cert and --tls-key go together; --tls-client-ca needs them\n")
+        return 2
     try:
         tracing_settings(args.otlp_endpoint, "muster-server")
     except ValueError as exc:

@@ -22,6 +22,7 @@ from adapters.agent.agent import FakeAgent
 from adapters.agent.inventory import InventoryError, load_inventory
 from adapters.runtime import BackendRuntime, DecisionLedger, FileDecisionLedger
 from muster.logs import configure_logging
+from muster.transport import add_tls_args, tls_from_args
 
 log = structlog.get_logger("muster.agent")
 
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backoff-max", type=float, default=5.0, help="longest reconnect delay (seconds)")
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
     parser.add_argument("--log-level", default="info")
+    add_tls_args(parser)
     return parser
 
 
@@ -52,7 +54,8 @@ async def serve(args: argparse.Namespace) -> None:
         FileDecisionLedger(Path(args.state_dir) / "ledger.json") if args.state_dir else DecisionLedger()
     )
     runtime = BackendRuntime(
-        agent, server=args.server, name=args.name, kind="fake-agent", ledger=ledger, backoff_max=args.backoff_max
+        agent, server=args.server, name=args.name, kind="fake-agent", ledger=ledger, backoff_max=args.backoff_max,
+        tls=tls_from_args(args),
     )
     log.info("agent starting", name=args.name, server=args.server, nodes=len(inventory), pid=os.getpid())
     async with anyio.create_task_group() as tg:

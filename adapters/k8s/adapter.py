@@ -37,6 +37,7 @@ from adapters.k8s.queues import QueueController
 from adapters.k8s.snapshot import ClusterReporter
 from adapters.k8s.status import StatusController
 from adapters.runtime import BackendRuntime, DecisionLedger, Outcome
+from muster.transport import ClientTls
 from muster.v1 import muster_pb2 as pb
 
 log = structlog.get_logger("muster.k8s")
@@ -58,6 +59,7 @@ class K8sBackend:
         evict_backoff: float = 0.2,
         watch_timeout: int = 300,
         runtime_options: dict[str, Any] | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.server = server
         self.scheduler_name = scheduler_name
@@ -65,9 +67,9 @@ class K8sBackend:
         self.writer = KubeWriter(api, scheduler_name=scheduler_name)
         self.stats = AdapterStats()
         self.book = JobBook()
-        self.link = ServerLink(server)
+        self.link = ServerLink(server, tls)
         self.runtime = BackendRuntime(
-            self, server=server, name=name, kind="kubernetes", ledger=ledger, **(runtime_options or {})
+            self, server=server, name=name, kind="kubernetes", ledger=ledger, tls=tls, **(runtime_options or {})
         )
 
         core, custom, sched = self.writer.core, self.writer.custom, self.writer.scheduling

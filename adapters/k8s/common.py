@@ -11,6 +11,8 @@ import grpc
 
 from adapters.k8s import translate as tr
 from adapters.retry import Backoff
+from muster import transport
+from muster.transport import ClientTls
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
 Obj = dict[str, Any]
@@ -116,13 +118,14 @@ class ServerLink:
     """The adapter's own channel to the Muster server (jobs, queues, watches), beside the
     runtime's; opened and closed by :meth:`K8sBackend.run <adapters.k8s.adapter.K8sBackend.run>`."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tls: ClientTls | None = None) -> None:
         self.address = address
+        self.tls = tls
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.SchedulerStub | None = None
 
     def open(self) -> None:
-        self._channel = grpc.aio.insecure_channel(self.address)
+        self._channel = transport.channel(self.address, self.tls)
         self._stub = pb_grpc.SchedulerStub(self._channel)
 
     async def close(self) -> None:

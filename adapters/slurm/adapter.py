@@ -17,14 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
-import grpc
 import structlog
 
 from adapters.runtime import BackendRuntime, DecisionLedger, FileDecisionLedger
 from adapters.slurm.backend import Settings, SlurmBackend
 from adapters.slurm.cli import SlurmCLI
 from adapters.slurm.translate import QUEUE_SOURCES
+from muster import transport
 from muster.logs import configure_logging
+from muster.transport import add_tls_args, tls_from_args
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("muster.slurm")
@@ -44,6 +45,7 @@ def parse_duration(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="muster-slurm-adapter", description=__doc__.split("\n\n")[0])
     p.add_argument("--server", required=True, help="Muster server HOST:PORT")
+    add_tls_args(p)
     p.add_argument("--name", default="slurm", help="backend name registered with the server (default slurm)")
     p.add_argument("--staging-partition", default="staging", help="DOWN partition jobs wait in (default staging)")
     p.add_argument("--run-partition", default="batch", help="partition Muster places jobs into (default batch)")
@@ -81,9 +83,10 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
     ledger: DecisionLedger = (
         FileDecisionLedger(args.state_dir / f"{args.name}-ledger.json") if args.state_dir else DecisionLedger()
     )
-    runtime = BackendRuntime(backend, server=args.server, name=args.name, kind="slurm", ledger=ledger,
+    tls = tls_from_args(args)
+    runtime = BackendRuntime(backend, server=args.server, name=args.name, kind="slurm", ledger=ledger, tls=tls,
                              max_batch=10_000, labels={"slurm.schedmd.com/run-partition": args.run_partition})
-    async with grpc.aio.insecure_channel(args.server) as channel:
+    async with transport.channel(args.server, tls) as channel:
         backend.attach(runtime, pb_grpc.SchedulerStub(channel))
         async with anyio.create_task_group() as tg:
 
