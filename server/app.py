@@ -117,7 +117,7 @@ class MusterServer:
             self.telemetry.attach(cluster)
             loop.telemetry = self.telemetry
             await writer.flush(cluster.commit)  # server id, restored deadlines
-            service = SchedulerService(cluster, writer, loop, configs)
+            service = SchedulerService(cluster, writer, loop, configs, bind_backends=bool(opts.tls_client_ca))
             self.state, self.loop, self.service = cluster, loop, service
             await self._serve(service, loop, state_jobs=len(cluster.jobs))
         finally:

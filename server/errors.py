@@ -15,6 +15,7 @@ class ErrorCode(Enum):
     NOT_FOUND = "not found"
     ALREADY_EXISTS = "already exists"
     FAILED_PRECONDITION = "failed precondition"
+    PERMISSION_DENIED = "permission denied"
 
 
 class DomainError(Exception):
@@ -40,3 +41,7 @@ def already_exists(message: str) -> DomainError:
 
 def precondition(message: str) -> DomainError:
     return DomainError(ErrorCode.FAILED_PRECONDITION, message)
+
+
+def denied(message: str) -> DomainError:
+    return DomainError(ErrorCode.PERMISSION_DENIED, message)

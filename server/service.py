@@ -22,7 +22,7 @@ from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 from server import commands, ingest
 from server.api import queries
-from server.errors import DomainError, ErrorCode, invalid
+from server.errors import DomainError, ErrorCode, denied, invalid, precondition
 from server.loop import ConfigManager, CycleLoop
 from server.simulate import ScenarioError, simulate_text
 from server.state import ClusterState
@@ -55,12 +55,30 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
 
 
 class SchedulerService(pb_grpc.SchedulerServicer):
-    def __init__(self, state: ClusterState, writer: StoreWriter, loop: CycleLoop, configs: ConfigManager) -> None:
+    def __init__(
+        self, state: ClusterState, writer: StoreWriter, loop: CycleLoop, configs: ConfigManager,
+        *, bind_backends: bool = False,
+    ) -> None:
         self.state = state
         self.writer = writer
         self.loop = loop
         self.configs = configs
+        # Under mutual TLS a backend's certificate names it: it may act only as that backend,
+        # and only one decision stream per backend may be open at a time.
+        self.bind_backends = bind_backends
+        self._streams: dict[str, int] = {}
         self._closing = anyio.Event()
+
+    def _as_backend(self, context: grpc.aio.ServicerContext, backend: str, field: str) -> None:
+        if not self.bind_backends:
+            return
+        names = context.auth_context().get("x509_common_name") or []
+        identity = names[0].decode(errors="replace") if names else ""
+        if identity != backend:
+            raise denied(
+                f"{field}: this connection's certificate is for {identity or 'no backend'!r}, "
+                f"not for backend {backend!r}"
+            )
 
     async def _persist(self) -> None:
         await self.writer.flush(self.state.commit)
@@ -75,6 +93,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
 
     @unary
     async def RegisterBackend(self, request: pb.RegisterBackendRequest, context: Any) -> pb.RegisterBackendResponse:
+        self._as_backend(context, request.name, "name")
         resp = ingest.register_backend(self.state, request)
         await self._persist()
         log.info("backend.registered", backend=request.name, kind=request.kind)
@@ -82,12 +101,14 @@ class SchedulerService(pb_grpc.SchedulerServicer):
 
     @unary
     async def SyncSnapshot(self, request: pb.SyncSnapshotRequest, context: Any) -> pb.SyncSnapshotResponse:
+        self._as_backend(context, request.backend, "backend")
         resp = ingest.sync_snapshot(self.state, request)
         await self._persist()
         return resp
 
     @unary
     async def SendDeltas(self, request: pb.SendDeltasRequest, context: Any) -> pb.SendDeltasResponse:
+        self._as_backend(context, request.backend, "backend")
         resp = ingest.send_deltas(self.state, request)
         await self._persist()
         return resp
@@ -96,17 +117,22 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         self, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Decision]:
         try:
+            self._as_backend(context, request.backend, "backend")
             ingest.check_stream(self.state, request)
+            if self.bind_backends and self._streams.get(request.backend):
+                raise precondition(f"backend: {request.backend!r} already has a live decision stream")
         except DomainError as exc:
             await context.abort(STATUS_CODES[exc.code], exc.message)
         if self._closing.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down")
         sub = self.state.decisions.subscribe(request.backend, request.after_decision_id)
         log.info("decisions.subscribed", backend=request.backend, after=request.after_decision_id)
+        self._streams[request.backend] = self._streams.get(request.backend, 0) + 1
         try:
             async for decision in sub.receive:
                 yield decision
         finally:
+            self._streams[request.backend] -= 1
             self.state.decisions.unsubscribe(request.backend, sub)
             log.info("decisions.unsubscribed", backend=request.backend, dropped=sub.dropped)
         if sub.dropped:
@@ -116,6 +142,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
 
     @unary
     async def AckDecisions(self, request: pb.AckDecisionsRequest, context: Any) -> pb.AckDecisionsResponse:
+        self._as_backend(context, request.backend, "backend")
         missing = ingest.check_acks(self.state, request)
         # Decisions settled long ago are only in the store. Meanwhile pending ones may settle in
         # memory; ack() finds those in the decision log's recent outcomes.

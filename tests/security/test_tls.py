@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import grpc
 import pytest
 from cryptography import x509
@@ -168,3 +169,56 @@ def test_loopback_detection() -> None:
     assert is_loopback("127.0.0.1:50051") and is_loopback("localhost:1") and is_loopback("[::1]:5")
     assert not is_loopback("0.0.0.0:50051") and not is_loopback("10.0.0.4:1") and not is_loopback(":50051")
     assert not is_loopback("muster.example.com:443")
+
+
+def backend_tls(pki: dict[str, Path]) -> ClientTls:
+    return ClientTls(ca=str(pki["ca"]), cert=str(pki["client_cert"]), key=str(pki["client_key"]))  # CN=rack-a
+
+
+async def test_under_mutual_tls_a_backend_acts_only_as_the_backend_its_certificate_names(
+    mtls_server: ServerHandle, pki: dict[str, Path]
+) -> None:
+    async with transport.channel(mtls_server.address, backend_tls(pki)) as ch:
+        stub = pb_grpc.SchedulerStub(ch)
+        await stub.RegisterBackend(pb.RegisterBackendRequest(name="rack-a", kind="fake-agent"), timeout=5)
+        node = pb.Node(name="a-0", allocatable=pb.ResourceList(quantities={"cpu": "4"}))
+        await stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="rack-a", nodes=[node]), timeout=5)
+        calls = [
+            stub.RegisterBackend(pb.RegisterBackendRequest(name="rack-b", kind="fake-agent"), timeout=5),
+            stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="rack-b"), timeout=5),
+            stub.SendDeltas(pb.SendDeltasRequest(backend="rack-b"), timeout=5),
+            stub.AckDecisions(pb.AckDecisionsRequest(backend="rack-b"), timeout=5),
+        ]
+        for call in calls:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "'rack-a'" in (err.value.details() or "") and "'rack-b'" in (err.value.details() or "")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in stub.StreamDecisions(pb.StreamDecisionsRequest(backend="rack-b"), timeout=5):
+                break
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        nodes = await stub.ListNodes(pb.ListNodesRequest(), timeout=5)
+        assert [n.node.name for n in nodes.nodes] == ["a-0"]  # rack-a's node, untouched
+
+
+async def test_under_mutual_tls_a_second_decision_stream_for_a_backend_is_refused(
+    mtls_server: ServerHandle, pki: dict[str, Path]
+) -> None:
+    async with transport.channel(mtls_server.address, backend_tls(pki)) as ch:
+        stub = pb_grpc.SchedulerStub(ch)
+        await stub.RegisterBackend(pb.RegisterBackendRequest(name="rack-a", kind="fake-agent"), timeout=5)
+        first = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="rack-a"))
+        await anyio_sleep_until_streams(mtls_server, "rack-a")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in stub.StreamDecisions(pb.StreamDecisionsRequest(backend="rack-a"), timeout=5):
+                break
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "live decision stream" in (err.value.details() or "")
+        first.cancel()
+
+
+async def anyio_sleep_until_streams(server: ServerHandle, backend: str) -> None:
+    with anyio.fail_after(5):
+        while not server.server.service._streams.get(backend):  # type: ignore[union-attr]
+            await anyio.sleep(0.02)
