@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,7 @@ class ServerOptions:
     cycle_period: float = 1.0
     cycle_worker: str = "process"  # where the core runs: "process" (API never waits on it) or "thread"
     bind_timeout: float = 30.0  # seconds a backend has to ack a bind before it expires
+    job_retention: float = 600.0  # seconds a finished job stays in memory (then: from the store)
     expire_interval: float | None = None  # how often deadlines are checked; None: derived
     shutdown_grace: float = 2.0
     max_message_bytes: int = 64 * 1024 * 1024
@@ -96,8 +98,10 @@ class MusterServer:
             otlp_endpoint=opts.otlp_endpoint, metrics_listen=opts.metrics_listen, tracer_provider=opts.tracer_provider
         )
         try:
-            stored = await anyio.to_thread.run_sync(store.load)
-            cluster = ClusterState(DecisionLog(bind_timeout=opts.bind_timeout))
+            stored = await anyio.to_thread.run_sync(store.load, time.time() - opts.job_retention)
+            cluster = ClusterState(
+                DecisionLog(bind_timeout=opts.bind_timeout), retention=opts.job_retention, archive=store
+            )
             cluster.restore(stored)
             configs = ConfigManager(
                 opts.config_path,

@@ -283,8 +283,17 @@ def _late_bind(state: ClusterState, decision: pb.Decision) -> None:
     """A backend applied a bind after it expired: keep it if still possible, else undo it."""
     bind = decision.bind
     rec = state.tasks.get(bind.task_id)
-    if rec is None or (rec.node == bind.node and rec.status in OCCUPYING):
-        return  # unknown task, or already re-placed on that very node
+    if rec is None:  # its job ended and left memory (ClusterState.drop_finished): undo the bind
+        state.issue(
+            decision.backend,
+            decision.cycle_id,
+            bind.task_id,
+            evict=pb.EvictDecision(task_id=bind.task_id, job_id=bind.job_id, node=bind.node, reason="bind-expired"),
+        )
+        log.info("decision.late_ack", decision_id=decision.id, backend=decision.backend, task=bind.task_id)
+        return
+    if rec.node == bind.node and rec.status in OCCUPYING:
+        return  # already re-placed on that very node
     job = state.task_job[rec.uid]
     node = state.nodes.get(bind.node)
     if rec.status == TaskStatus.PENDING and job.active and node is not None and node.spec.backend == decision.backend:

@@ -147,8 +147,10 @@ class CycleLoop:
         while True:
             await anyio.sleep(self.expire_interval)
             self.configs.poll_file()
-            if ingest.expire(self.state):
-                await self.writer.flush(self.state.commit)
+            ingest.expire(self.state)
+            # Also where finished jobs past the retention leave memory: under the writer's lock,
+            # once everything before is written (ClusterState.commit_and_drop_finished).
+            await self.writer.flush(self.state.commit_and_drop_finished)
 
     async def run_once(self) -> None:
         """One cycle: capture, schedule in a worker, apply, persist."""

@@ -1,7 +1,8 @@
 """``muster-server``: the Muster scheduler as a gRPC service.
 
     muster-server --listen 127.0.0.1:50051 --state ./var/muster.db [--config FILE]
-                  [--cycle-period 1.0] [--cycle-worker process|thread] [--bind-timeout 30] [--log-format console|json]
+                  [--cycle-period 1.0] [--cycle-worker process|thread] [--bind-timeout 30] [--job-retention 600]
+                  [--log-format console|json]
                   [--log-level info] [--otlp-endpoint HOST:4317] [--metrics-listen HOST:PORT]
 
 Stops cleanly on SIGTERM / SIGINT. Once listening it logs ``server.listening`` with the bound
@@ -62,6 +63,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run the scheduling core in a worker process (default: the API never waits on it) or a thread",
     )
     p.add_argument("--bind-timeout", type=positive_float, default=30.0, help="seconds to ack a bind")
+    p.add_argument(
+        "--job-retention",
+        type=positive_float,
+        default=600.0,
+        help="seconds a finished job stays in memory; afterwards it is answered from the state file",
+    )
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     p.add_argument("--log-level", choices=LEVELS, default="info")
     p.add_argument(
@@ -106,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         cycle_period=args.cycle_period,
         cycle_worker=args.cycle_worker,
         bind_timeout=args.bind_timeout,
+        job_retention=args.job_retention,
         otlp_endpoint=args.otlp_endpoint,
         metrics_listen=args.metrics_listen,
         tls_cert=args.tls_cert,

@@ -14,6 +14,7 @@ from typing import Any
 
 from muster.v1 import muster_pb2 as pb
 from server import model
+from server.api.convert import job_to_model
 from server.model import PodGroupPhase, TaskStatus
 
 TERMINAL_PHASES = frozenset({pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED})
@@ -158,11 +159,20 @@ class ForeignTask:
 class JobRecord:
     spec: pb.JobSpec  # normalized
     spec_bytes: bytes  # deterministic serialization: identity for idempotent resubmission
-    template: model.JobSpec  # never mutated; tasks aligned with ``tasks``
     creation_index: int
     tasks: list[TaskRecord]
     status: JobStatusRecord
     groups: dict[str, pb.TaskGroup] = field(default_factory=dict)
+    # The core's view of the spec, built on first use: a job read back from the store to answer
+    # GetJob or ListJobs never needs it (building it costs more than answering).
+    _template: model.JobSpec | None = field(default=None, repr=False)
+
+    @property
+    def template(self) -> model.JobSpec:
+        """Never mutated; its tasks are aligned with ``tasks``."""
+        if self._template is None:
+            self._template = job_to_model(self.spec, self.creation_index)
+        return self._template
 
     @property
     def id(self) -> str:

@@ -7,6 +7,12 @@ phase following its tasks. Each transition notes what it changed in ``changes`` 
 ``commit()`` turns the change set into one ``WriteBatch`` for the store and publishes the job
 events it collected.
 
+Finished jobs do not stay in memory for ever: ``drop_finished`` removes a job (with its tasks) once
+it has been Completed, Failed or Cancelled for ``retention`` seconds and nothing of it is still
+unwritten or on a node. It stays in the store, and ``jobs.get`` (a ``JobTable``) reads through to
+the store, so lookups by id -- GetJob, Explain, CancelJob, a resubmission of the same id -- answer
+as before; ``server.api.queries.list_jobs`` merges memory and store.
+
 Who changes it: ``server.ingest`` (backend RPCs), ``server.commands`` (jobs and queues),
 ``server.apply`` (a cycle's result); ``server.snapshot`` reads it for a cycle and
 ``server.api.queries`` for the read RPCs. All of them run on the event loop, one call at a time,
@@ -21,7 +27,7 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +39,7 @@ from server.api import convert, validate
 from server.api.views import job_proto
 from server.decisions import DecisionLog, JobWatchHub
 from server.errors import invalid, not_found
-from server.model import ALLOCATED, OCCUPYING, PodGroupPhase, TaskStatus
+from server.model import ALLOCATED, ENDED, OCCUPYING, PodGroupPhase, TaskStatus
 from server.records import (
     BackendRecord,
     ForeignTask,
@@ -44,7 +50,7 @@ from server.records import (
     TaskRecord,
     is_terminal_phase,
 )
-from server.store import StoredState, WriteBatch
+from server.store import JobArchive, StoredJob, StoredState, WriteBatch
 
 log = structlog.get_logger("muster.state")
 
@@ -52,6 +58,30 @@ log = structlog.get_logger("muster.state")
 PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
 # Statuses a backend may hold a task in (it knows about it).
 ON_BACKEND = frozenset({TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING})
+# How long a finished job stays in memory by default (seconds); ``muster-server --job-retention``.
+DEFAULT_JOB_RETENTION = 600.0
+
+
+class JobTable(dict[str, JobRecord]):
+    """The jobs in memory, in creation order: the active ones and those finished within the
+    retention. ``get`` reads through to the archive (the store) for a job that left memory, so a
+    lookup by id sees every job; ``[]``, ``in``, ``len`` and iteration see memory only.
+
+    A record read from the archive is a detached, read-only copy (its job is over): nothing
+    indexes it, and changing it changes nothing.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.archive: JobArchive | None = None
+
+    def get(self, key: str, default: None = None) -> JobRecord | None:  # type: ignore[override]
+        rec = super().get(key)
+        if rec is None and self.archive is not None and key:
+            stored = self.archive.job(key)
+            if stored is not None:
+                rec = record_from_stored(stored, template=False)
+        return rec
 
 
 @dataclass
@@ -78,15 +108,31 @@ class ChangeSet:
 
 
 class ClusterState:
-    def __init__(self, decisions: DecisionLog | None = None, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        decisions: DecisionLog | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        retention: float = DEFAULT_JOB_RETENTION,
+        archive: JobArchive | None = None,
+    ) -> None:
         self.clock = clock
+        self.retention = retention  # seconds a finished job stays in memory
         self.decisions = decisions or DecisionLog()
         self.watch = JobWatchHub()
         self.server_id = uuid.uuid4().hex
         self.backends: dict[str, BackendRecord] = {}
         self.nodes: dict[str, NodeEntry] = {}
         self.queues: dict[str, QueueEntry] = {}
-        self.jobs: dict[str, JobRecord] = {}  # in creation order
+        self.jobs = JobTable()  # in creation order
+        self.jobs.archive = archive
+        # The jobs not known to be over, in creation order: what a cycle and ListQueues need,
+        # without walking the finished ones. A job leaves it when a transition or commit() sees it
+        # over, so readers still check ``rec.active``.
+        self.active_jobs: dict[str, JobRecord] = {}
+        # Finished jobs still in memory, in the order they were committed finished (about the
+        # order of their finish times): what drop_finished looks at, oldest first.
+        self.finished: dict[str, None] = {}
         self.tasks: dict[str, TaskRecord] = {}
         self.task_job: dict[str, JobRecord] = {}
         self.foreign: dict[str, ForeignTask] = {}  # key "<backend>/<task id>"
@@ -117,14 +163,11 @@ class ClusterState:
             q = pb.Queue.FromString(blob)
             self.queues[name] = QueueEntry(q, convert.queue_to_model(q))
         for job in stored.jobs:
-            spec = pb.JobSpec.FromString(job.spec)
-            rec = new_job_record(spec, job.creation_index, job.status)
-            by_uid = {t.uid: t for t in job.tasks}
-            for i, t in enumerate(rec.tasks):
-                if t.uid in by_uid:
-                    rec.tasks[i] = by_uid[t.uid]
+            rec = record_from_stored(job)
             self.index_job(rec)
             self.next_creation_index = max(self.next_creation_index, job.creation_index + 1)
+        ended = sorted((r.status.finish_time, r.creation_index, r.id) for r in self.jobs.values() if not r.active)
+        self.finished.update((job_id, None) for _t, _i, job_id in ended)
         for b in stored.backends:
             self.backends[b.name] = b
         self.decisions.restore(stored.pending_decisions, self.clock())
@@ -143,7 +186,14 @@ class ClusterState:
         batch.deleted_queues = set(changes.deleted_queues)
         for job_id in changes.jobs:
             rec = self.jobs[job_id]
-            batch.jobs[job_id] = (job_id, rec.creation_index, rec.spec_bytes, rec.status.to_json())
+            st = rec.status
+            batch.jobs[job_id] = (
+                job_id, rec.creation_index, rec.spec_bytes, st.to_json(), rec.spec.queue, rec.spec.namespace,
+                st.phase, st.finish_time,
+            )
+            if not rec.active:
+                self.active_jobs.pop(job_id, None)
+                self.finished[job_id] = None
         for uid in changes.tasks:
             batch.tasks[uid] = self.tasks[uid].row()
         for row in self.decisions.drain_rows():
@@ -157,6 +207,67 @@ class ClusterState:
                     self.watch.publish(pb.JobEvent(type=kind, job=job_proto(self.jobs[job_id])))  # type: ignore[arg-type]
         changes.clear()
         return batch
+
+    def commit_and_drop_finished(self) -> WriteBatch:
+        """``commit()``, then ``drop_finished`` for the jobs this batch does not touch.
+
+        For ``StoreWriter.flush``: it drains under the writer's lock, when every earlier batch has
+        been written, so a job dropped here has its final rows in the store; the jobs in this very
+        batch wait for the next call (their rows are not written yet)."""
+        batch = self.commit()
+        pending = set(batch.jobs)
+        for uid in batch.tasks:
+            job = self.task_job.get(uid)
+            if job is not None:
+                pending.add(job.id)
+        self.drop_finished(keep=pending)
+        return batch
+
+    def drop_finished(self, now: float | None = None, keep: Set[str] = frozenset()) -> list[str]:
+        """Remove from memory (not from the store) the jobs finished ``retention`` seconds ago or
+        more whose tasks hold no node and have no decision pending, and that have no change still
+        to commit (nor are in ``keep``). Returns their ids."""
+        if self.archive is None:
+            return []  # without a store to answer from, forgetting a job would lose it
+        now = self.clock() if now is None else now
+        cutoff = now - self.retention
+        leaving: list[JobRecord] = []
+        busy: set[str] | None = None  # tasks with a decision pending; computed once, if needed
+        for job_id in self.finished:
+            rec = dict.get(self.jobs, job_id)  # memory only
+            if rec is None:
+                continue
+            if rec.status.finish_time > cutoff:
+                break  # the rest finished later
+            if busy is None:
+                busy = {p.row.task_id for p in self.decisions.pending.values()}
+            if job_id in keep or not self._droppable(rec, busy):
+                continue  # an unacknowledged eviction or an unwritten change: a later call
+            leaving.append(rec)
+        dropped: list[str] = []
+        for rec in leaving:
+            del self.finished[rec.id]
+            del self.jobs[rec.id]
+            for t in rec.tasks:
+                self.tasks.pop(t.uid, None)
+                self.task_job.pop(t.uid, None)
+            dropped.append(rec.id)
+        if dropped:
+            log.debug("jobs.left_memory", count=len(dropped), retention=self.retention)
+        return dropped
+
+    @property
+    def archive(self) -> JobArchive | None:
+        return self.jobs.archive
+
+    def _droppable(self, rec: JobRecord, busy: Set[str]) -> bool:
+        changes = self.changes
+        if rec.id in changes.jobs or rec.id in changes.events:
+            return False
+        for t in rec.tasks:
+            if t.uid in changes.tasks or t.uid in busy or (t.status not in ENDED and t.status != TaskStatus.PENDING):
+                return False
+        return True
 
     def set_meta(self, key: str, value: str) -> None:
         self.changes.meta[key] = value
@@ -195,6 +306,8 @@ class ClusterState:
 
     def index_job(self, rec: JobRecord) -> None:
         self.jobs[rec.id] = rec
+        if rec.active:
+            self.active_jobs[rec.id] = rec
         for t in rec.tasks:
             self.tasks[t.uid] = t
             self.task_job[t.uid] = rec
@@ -375,6 +488,7 @@ class ClusterState:
         if phase == pb.JOB_PHASE_RUNNING and not st.start_time:
             st.start_time = now
         if is_terminal_phase(phase):
+            self.active_jobs.pop(job.id, None)
             st.finish_time = now
             st.sched_phase = PodGroupPhase.COMPLETED if phase == pb.JOB_PHASE_COMPLETED else st.sched_phase
             if phase == pb.JOB_PHASE_FAILED:
@@ -385,9 +499,22 @@ class ClusterState:
         self.changes.job_modified(job.id)
 
 
-def new_job_record(spec: pb.JobSpec, creation_index: int, status: JobStatusRecord) -> JobRecord:
-    """A job's record from its normalized spec, one pending task per replica."""
-    template = convert.job_to_model(spec, creation_index)
+def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
+    """A job's record as the store has it (spec, status and the stored task rows); ``template``
+    False leaves the core's view to be built if ever used (a read-only answer never does)."""
+    rec = new_job_record(pb.JobSpec.FromString(job.spec), job.creation_index, job.status, template=template)
+    by_uid = {t.uid: t for t in job.tasks}
+    for i, t in enumerate(rec.tasks):
+        if t.uid in by_uid:
+            rec.tasks[i] = by_uid[t.uid]
+    return rec
+
+
+def new_job_record(
+    spec: pb.JobSpec, creation_index: int, status: JobStatusRecord, *, template: bool = True
+) -> JobRecord:
+    """A job's record from its normalized spec, one pending task per replica; the core's view of
+    it (``template``) built now unless asked not to."""
     tasks = []
     for tg in spec.task_groups:
         for i in range(tg.replicas):
@@ -395,7 +522,7 @@ def new_job_record(spec: pb.JobSpec, creation_index: int, status: JobStatusRecor
     return JobRecord(
         spec=spec,
         spec_bytes=spec.SerializeToString(deterministic=True),
-        template=template,
+        _template=convert.job_to_model(spec, creation_index) if template else None,
         creation_index=creation_index,
         tasks=tasks,
         status=status,

@@ -6,30 +6,44 @@ id counters (next decision id, next cycle id, job creation index) plus the serve
 stored: adapters re-send them (RegisterBackend + SyncSnapshot) after a restart.
 
 The state hands the store ``WriteBatch``es (rows already serialized on the event loop); the store
-writes each in one transaction. ``SqliteStore`` uses a single connection; the caller serializes
-access (one write at a time, from a worker thread), so the connection is opened with
-``check_same_thread=False``.
+writes each in one transaction. ``SqliteStore`` writes through one connection; the caller serializes
+writes (one at a time, from a worker thread), so it is opened with ``check_same_thread=False``.
+
+Finished jobs leave the server's memory after a retention period (``ClusterState.drop_finished``)
+and are then answered from here: ``job`` and ``jobs_page`` (the ``JobArchive`` protocol) read
+through a second connection, synchronously on the event loop. A primary-key or indexed-range read
+costs well under a millisecond, less than a hop to a worker thread, and WAL lets it run while a
+write is under way. ``load`` leaves out the jobs that finished before a cutoff, so a restart does
+not bring every finished job back into memory.
+
+The state file, its ``-wal`` / ``-shm`` companions and a directory created for them are private
+to the server's user (0600 / 0700): job specs may carry commands and annotations.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
 
+from muster.v1 import muster_pb2 as pb
 from server.model import TaskStatus
-from server.records import BackendRecord, DecisionRow, JobStatusRecord, TaskRecord
+from server.records import TERMINAL_PHASES, BackendRecord, DecisionRow, JobStatusRecord, TaskRecord
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, spec BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY, creation_index INTEGER NOT NULL, spec BLOB NOT NULL, status TEXT NOT NULL);
+    id TEXT PRIMARY KEY, creation_index INTEGER NOT NULL, spec BLOB NOT NULL, status TEXT NOT NULL,
+    queue TEXT NOT NULL DEFAULT '', namespace TEXT NOT NULL DEFAULT '', phase INTEGER NOT NULL DEFAULT 0,
+    finish_time REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS tasks (
     id TEXT PRIMARY KEY, job_id TEXT NOT NULL, status INTEGER NOT NULL, node TEXT, backend TEXT,
     devices TEXT NOT NULL, message TEXT NOT NULL, exit_code INTEGER NOT NULL);
@@ -42,6 +56,24 @@ CREATE INDEX IF NOT EXISTS decisions_pending ON decisions (state) WHERE state = 
 CREATE TABLE IF NOT EXISTS backends (
     name TEXT PRIMARY KEY, kind TEXT NOT NULL, labels TEXT NOT NULL, last_decision_id INTEGER NOT NULL);
 """
+# After the columns exist (a store written before they did gains them in _migrate).
+INDEXES = """
+CREATE INDEX IF NOT EXISTS jobs_by_index ON jobs (creation_index);
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (phase, finish_time);
+"""
+# Columns the jobs table gained for reading jobs that are no longer in memory: name -> definition.
+JOB_COLUMNS = {
+    "queue": "TEXT NOT NULL DEFAULT ''",
+    "namespace": "TEXT NOT NULL DEFAULT ''",
+    "phase": "INTEGER NOT NULL DEFAULT 0",
+    "finish_time": "REAL NOT NULL DEFAULT 0",
+}
+TERMINAL_SQL = ",".join(str(int(p)) for p in sorted(TERMINAL_PHASES))
+# A finished job whose tasks may still hold a node (an eviction not yet acknowledged) stays live.
+HOLDING_SQL = ",".join(
+    str(int(s)) for s in (TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING)
+)
+JOB_SELECT = "SELECT id, creation_index, spec, status FROM jobs"
 
 
 @dataclass
@@ -67,7 +99,8 @@ class WriteBatch:
     meta: dict[str, str] = field(default_factory=dict)
     queues: dict[str, bytes] = field(default_factory=dict)
     deleted_queues: set[str] = field(default_factory=set)
-    jobs: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # id -> (id, idx, spec, status)
+    # id -> (id, creation index, spec, status json, queue, namespace, phase, finish time)
+    jobs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     tasks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     decisions: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     backends: dict[str, tuple[Any, ...]] = field(default_factory=dict)
@@ -84,8 +117,32 @@ class WriteBatch:
         )
 
 
-class Store(Protocol):
-    def load(self) -> StoredState: ...
+class JobArchive(Protocol):
+    """Reads of jobs that left the server's memory (called on the event loop)."""
+
+    def job(self, job_id: str) -> StoredJob | None: ...
+
+    def jobs_page(
+        self,
+        after_index: int,
+        queue: str,
+        namespace: str,
+        phases: Iterable[int],
+        limit: int,
+        *,
+        before_index: int | None = None,
+        skip: Container[str] = (),
+    ) -> list[StoredJob]:
+        """Up to ``limit`` jobs created after ``after_index`` (and before ``before_index``)
+        matching the filters (empty: any) and whose id is not in ``skip``, in creation order."""
+        ...
+
+
+class Store(JobArchive, Protocol):
+    def load(self, finished_before: float | None = None) -> StoredState:
+        """Everything a restart needs; jobs that ended before ``finished_before`` (and hold no
+        node) are left out: they are answered through the ``JobArchive`` reads."""
+        ...
 
     def write(self, batch: WriteBatch) -> None: ...
 
@@ -96,42 +153,116 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+def _private_file(path: Path) -> None:
+    """Create ``path`` readable by its owner only, or take group / other access off an existing one."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+def _task_record(row: tuple[Any, ...]) -> TaskRecord:
+    uid, job_id, status, node, backend, devices, message, exit_code = row
+    role, _, index = uid[len(job_id) + 1 :].rpartition("-")
+    return TaskRecord(
+        uid=uid,
+        job_id=job_id,
+        role=role,
+        index=int(index),
+        status=TaskStatus(status),
+        node=node,
+        backend=backend or "",
+        devices=json.loads(devices) if devices != "[]" else [],  # most tasks hold no device
+        message=message,
+        exit_code=exit_code,
+    )
+
+
+TASK_SELECT = "SELECT id, job_id, status, node, backend, devices, message, exit_code FROM tasks"
+
+
 class SqliteStore:
-    """SQLite in WAL mode; one connection, accessed by one thread at a time (caller's lock)."""
+    """SQLite in WAL mode: one connection for writes (one thread at a time, the caller's lock) and
+    one for the archive reads on the event loop (the same one, under a lock, for ``:memory:``)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            file = Path(self.path)
+            if not file.parent.exists():
+                file.parent.mkdir(mode=0o700, parents=True)
+                file.parent.chmod(0o700)  # mkdir's mode is filtered by the umask
+            # SQLite gives the -wal and -shm files the database file's permissions.
+            _private_file(file)
+            for suffix in ("-wal", "-shm"):
+                companion = Path(self.path + suffix)
+                if companion.exists():
+                    _private_file(companion)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=OFF")
         self._db.executescript(SCHEMA)
+        self._migrate()
+        self._db.executescript(INDEXES)
+        self._write_lock = threading.Lock()
+        if self.path == ":memory:":  # a second connection would open another, empty database
+            self._reader, self._read_lock = self._db, self._write_lock
+        else:
+            self._reader = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._reader.execute("PRAGMA query_only=ON")
+            self._read_lock = threading.Lock()
 
-    def load(self) -> StoredState:
+    def _migrate(self) -> None:
+        """Give a jobs table written before the archive columns existed those columns, filled in."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        missing = [name for name in JOB_COLUMNS if name not in have]
+        if not missing:
+            return
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            for name in missing:
+                db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {JOB_COLUMNS[name]}")
+            rows = []
+            for job_id, spec_blob, status_json in db.execute("SELECT id, spec, status FROM jobs").fetchall():
+                spec = pb.JobSpec.FromString(spec_blob)
+                status = JobStatusRecord.from_json(status_json)
+                rows.append((spec.queue, spec.namespace, status.phase, status.finish_time, job_id))
+            db.executemany(
+                "UPDATE jobs SET queue = ?, namespace = ?, phase = ?, finish_time = ? WHERE id = ?", rows
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def load(self, finished_before: float | None = None) -> StoredState:
+        with self._write_lock:
+            return self._load(finished_before)
+
+    def _load(self, finished_before: float | None) -> StoredState:
         db = self._db
         meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
         queues = {name: bytes(spec) for name, spec in db.execute("SELECT name, spec FROM queues")}
-        tasks_by_job: dict[str, list[TaskRecord]] = {}
-        for uid, job_id, status, node, backend, devices, message, exit_code in db.execute(
-            "SELECT id, job_id, status, node, backend, devices, message, exit_code FROM tasks"
-        ):
-            role, _, index = uid[len(job_id) + 1 :].rpartition("-")
-            tasks_by_job.setdefault(job_id, []).append(
-                TaskRecord(
-                    uid=uid,
-                    job_id=job_id,
-                    role=role,
-                    index=int(index),
-                    status=TaskStatus(status),
-                    node=node,
-                    backend=backend or "",
-                    devices=json.loads(devices),
-                    message=message,
-                    exit_code=exit_code,
-                )
+        live = "1"
+        params: tuple[Any, ...] = ()
+        if finished_before is not None:
+            live = (
+                f"(j.phase NOT IN ({TERMINAL_SQL}) OR j.finish_time >= ? OR EXISTS "
+                f"(SELECT 1 FROM tasks h WHERE h.job_id = j.id AND h.status IN ({HOLDING_SQL})))"
             )
+            params = (finished_before,)
+        tasks_by_job: dict[str, list[TaskRecord]] = {}
+        for row in db.execute(
+            f"SELECT t.id, t.job_id, t.status, t.node, t.backend, t.devices, t.message, t.exit_code "
+            f"FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE {live}",
+            params,
+        ):
+            task = _task_record(row)
+            tasks_by_job.setdefault(task.job_id, []).append(task)
         jobs = [
             StoredJob(
                 id=job_id,
@@ -141,7 +272,7 @@ class SqliteStore:
                 tasks=tasks_by_job.get(job_id, []),
             )
             for job_id, idx, spec, status in db.execute(
-                "SELECT id, creation_index, spec, status FROM jobs ORDER BY creation_index"
+                f"SELECT id, creation_index, spec, status FROM jobs j WHERE {live} ORDER BY creation_index", params
             )
         ]
         pending = [
@@ -162,6 +293,10 @@ class SqliteStore:
     def write(self, batch: WriteBatch) -> None:
         if batch.empty():
             return
+        with self._write_lock:
+            self._write(batch)
+
+    def _write(self, batch: WriteBatch) -> None:
         db = self._db
         db.execute("BEGIN")
         try:
@@ -177,7 +312,8 @@ class SqliteStore:
                 db.executemany("INSERT OR REPLACE INTO queues (name, spec) VALUES (?, ?)", batch.queues.items())
             if batch.jobs:
                 db.executemany(
-                    "INSERT OR REPLACE INTO jobs (id, creation_index, spec, status) VALUES (?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO jobs (id, creation_index, spec, status, queue, namespace, phase, "
+                    "finish_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     batch.jobs.values(),
                 )
             if batch.tasks:
@@ -204,17 +340,97 @@ class SqliteStore:
 
     def decision_states(self, ids: list[int]) -> dict[int, tuple[str, str, bytes]]:
         out: dict[int, tuple[str, str, bytes]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            for i, backend, state, payload in self._db.execute(
-                f"SELECT id, backend, state, payload FROM decisions WHERE id IN ({marks})", chunk
-            ):
-                out[i] = (backend, state, bytes(payload))
+        with self._write_lock:
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for i, backend, state, payload in self._db.execute(
+                    f"SELECT id, backend, state, payload FROM decisions WHERE id IN ({marks})", chunk
+                ):
+                    out[i] = (backend, state, bytes(payload))
         return out
 
+    # -- the archive: jobs no longer in memory ----------------------------------------------------
+
+    def job(self, job_id: str) -> StoredJob | None:
+        with self._read_lock:
+            row = self._reader.execute(f"{JOB_SELECT} WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                return None
+            tasks = [_task_record(t) for t in self._reader.execute(f"{TASK_SELECT} WHERE job_id = ?", (job_id,))]
+        return _stored_job(row, tasks)
+
+    def jobs_page(
+        self,
+        after_index: int,
+        queue: str,
+        namespace: str,
+        phases: Iterable[int],
+        limit: int,
+        *,
+        before_index: int | None = None,
+        skip: Container[str] = (),
+    ) -> list[StoredJob]:
+        where = ["creation_index > ?"]
+        filters: list[Any] = []
+        if before_index is not None:
+            where.append("creation_index < ?")
+            filters.append(before_index)
+        if queue:
+            where.append("queue = ?")
+            filters.append(queue)
+        if namespace:
+            where.append("namespace = ?")
+            filters.append(namespace)
+        wanted = sorted({int(p) for p in phases})
+        if wanted:
+            where.append(f"phase IN ({','.join('?' * len(wanted))})")
+            filters.extend(wanted)
+        # Ids first (the index alone), so the skipped ones -- the jobs still in memory -- cost
+        # no decoding; then the rows and tasks of the rest.
+        scan = f"SELECT id, creation_index FROM jobs WHERE {' AND '.join(where)} ORDER BY creation_index LIMIT ?"
+        chunk = max(2 * limit, 100)
+        picked: list[str] = []
+        with self._read_lock:
+            while len(picked) < limit:
+                ids = self._reader.execute(scan, [after_index, *filters, chunk]).fetchall()
+                for job_id, _index in ids:
+                    if job_id not in skip:
+                        picked.append(job_id)
+                        if len(picked) == limit:
+                            break
+                if len(ids) < chunk:
+                    break
+                after_index = ids[-1][1]
+            if not picked:
+                return []
+            rows: list[tuple[Any, ...]] = []
+            tasks: dict[str, list[TaskRecord]] = {}
+            for part in _chunks(picked, 500):
+                marks = ",".join("?" * len(part))
+                rows += self._reader.execute(f"{JOB_SELECT} WHERE id IN ({marks})", part).fetchall()
+                for t in self._reader.execute(f"{TASK_SELECT} WHERE job_id IN ({marks})", part):
+                    task = _task_record(t)
+                    tasks.setdefault(task.job_id, []).append(task)
+        rows.sort(key=lambda r: r[1])
+        return [_stored_job(r, tasks.get(r[0], [])) for r in rows]
+
     def close(self) -> None:
-        self._db.close()
+        with self._read_lock:
+            if self._reader is not self._db:
+                self._reader.close()
+        with self._write_lock:
+            self._db.close()
+
+
+def _stored_job(row: tuple[Any, ...], tasks: list[TaskRecord]) -> StoredJob:
+    job_id, idx, spec, status = row
+    return StoredJob(job_id, idx, bytes(spec), JobStatusRecord.from_json(status), tasks)
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 class StoreWriter:

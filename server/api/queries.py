@@ -1,6 +1,9 @@
 """The read RPCs: jobs (get, list, watch, explain), queues and nodes, answered from the state.
 
-Nothing here changes the state; bad arguments raise ``DomainError`` naming the field.
+Jobs that finished more than the retention ago are no longer in memory (``ClusterState.
+drop_finished``): lookups by id read through to the store (``state.jobs.get``), and ListJobs
+merges the jobs in memory with those only the store has. Nothing here changes the state; bad
+arguments raise ``DomainError`` naming the field.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from server.api.views import decode_page_token, encode_page_token, job_proto, no
 from server.decisions import Subscriber
 from server.errors import invalid, not_found
 from server.model import ALLOCATED, OCCUPYING
-from server.state import ClusterState
+from server.records import JobRecord
+from server.state import ClusterState, record_from_stored
 
 
 def get_job(state: ClusterState, job_id: str) -> pb.Job:
@@ -30,26 +34,50 @@ def list_jobs(state: ClusterState, req: pb.ListJobsRequest) -> pb.ListJobsRespon
     filters = (req.queue, req.namespace, sorted(req.phases))
     after = decode_page_token(req.page_token, filters)
     phases = set(req.phases)
-    out = pb.ListJobsResponse()
-    last = after
-    for rec in state.jobs.values():
+    memory: list[JobRecord] = []
+    for rec in state.jobs.values():  # creation order; memory only
         if rec.creation_index <= after:
             continue
         if (req.queue and rec.spec.queue != req.queue) or (req.namespace and rec.spec.namespace != req.namespace):
             continue
         if phases and rec.status.phase not in phases:
             continue
-        if len(out.jobs) == size:
-            out.next_page_token = encode_page_token(last, filters)
+        memory.append(rec)
+        if len(memory) > size:
             break
+    # Only archived jobs created before the last memory candidate can make this page.
+    upper = memory[-1].creation_index if len(memory) > size else None
+    merged = sorted([*memory, *_archived(state, after, upper, req, size + 1)], key=lambda r: r.creation_index)
+    out = pb.ListJobsResponse()
+    for rec in merged[:size]:
         out.jobs.append(job_proto(rec))
-        last = rec.creation_index
+    if len(merged) > size:
+        out.next_page_token = encode_page_token(merged[size - 1].creation_index, filters)
     return out
+
+
+def _archived(
+    state: ClusterState, after: int, upper: int | None, req: pb.ListJobsRequest, want: int
+) -> list[JobRecord]:
+    """Up to ``want`` jobs matching the request that only the store has, created after ``after``
+    (and before ``upper``), in creation order.
+
+    A job still in memory is skipped here (memory has its newer state and filtered it already); a
+    job that left memory is over, so the store's phase, queue and namespace are its final ones.
+    """
+    archive = state.archive
+    if archive is None:
+        return []
+    page = archive.jobs_page(
+        after, req.queue, req.namespace, req.phases, want, before_index=upper, skip=state.jobs
+    )
+    return [record_from_stored(stored, template=False) for stored in page]
 
 
 def watch_jobs(state: ClusterState, req: pb.WatchJobsRequest) -> tuple[Subscriber[pb.JobEvent], list[pb.JobEvent]]:
     """A subscription to job events matching the request, and the initial events to send first."""
-    if req.job_id and req.job_id not in state.jobs:
+    watched = state.jobs.get(req.job_id) if req.job_id else None
+    if req.job_id and watched is None:
         raise not_found(f"job_id: job {req.job_id!r} does not exist")
 
     def accepts(event: pb.JobEvent) -> bool:
@@ -61,7 +89,11 @@ def watch_jobs(state: ClusterState, req: pb.WatchJobsRequest) -> tuple[Subscribe
         )
 
     initial = []
-    if req.send_initial:
+    if req.send_initial and watched is not None:
+        initial.append(pb.JobEvent(type=pb.JobEvent.TYPE_ADDED, job=job_proto(watched)))
+    elif req.send_initial:
+        # The jobs in memory: every active one and those finished within the retention (older
+        # finished jobs are in ListJobs).
         for rec in state.jobs.values():
             event = pb.JobEvent(type=pb.JobEvent.TYPE_ADDED, job=job_proto(rec))
             if accepts(event):
@@ -90,7 +122,7 @@ def list_queues(state: ClusterState) -> pb.ListQueuesResponse:
     allocated: dict[str, dict[str, float]] = {n: {} for n in state.queues}
     pending = Counter[str]()
     running = Counter[str]()
-    for rec in state.jobs.values():
+    for rec in state.active_jobs.values():  # finished jobs count nowhere here
         qname = rec.spec.queue
         if rec.status.phase in (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE):
             pending[qname] += 1
