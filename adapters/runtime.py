@@ -117,6 +117,7 @@ class BackendRuntime:
         flush_interval: float = 0.05,
         channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
         tls: ClientTls | None = None,
+        token: str | None = None,
         tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.backend = backend
@@ -131,7 +132,7 @@ class BackendRuntime:
         self.batch_linger = batch_linger
         self.max_batch = max_batch
         self.flush_interval = flush_interval
-        self._channel_factory = channel_factory or (lambda address: transport.channel(address, tls))
+        self._channel_factory = channel_factory or (lambda address: transport.channel(address, tls, token=token))
         self._outbox = Outbox(name, max_batch=max_batch, flush_interval=flush_interval)
         self._stop = anyio.Event()
         self._ready = anyio.Event()

@@ -38,7 +38,7 @@ from clients.commands import (
     cmd_watch,
 )
 from clients.render import Output, render_simulation
-from muster.transport import add_tls_args, tls_from_args
+from muster.transport import add_tls_args, add_token_args, tls_from_args, token_from_args
 
 
 async def cmd_simulate(client: MusterClient | None, args: argparse.Namespace, out: Output) -> int:
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--output", "-o", choices=["table", "json"], default=None, help="output format")
     common.add_argument("--timeout", type=float, default=30.0, help="seconds per call (default 30)")
     add_tls_args(common)
+    add_token_args(common)
 
     parser = argparse.ArgumentParser(prog="muster", description="Muster scheduler client.", parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -171,10 +172,11 @@ async def _run(args: argparse.Namespace, out: Output) -> int:
         return await cmd_simulate(None, args, out)
     try:
         tls = tls_from_args(args)
-    except ValueError as exc:
+        token = token_from_args(args)
+    except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    async with MusterClient(args.server, timeout=args.timeout, tls=tls) as client:
+    async with MusterClient(args.server, timeout=args.timeout, tls=tls, token=token) as client:
         return await args.func(client, args, out)
 
 

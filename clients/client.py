@@ -13,6 +13,7 @@ Errors are ``grpc.aio.AioRpcError`` (``.code()``, ``.details()``), exactly as th
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -32,12 +33,13 @@ class MusterClient:
     """One channel to a Muster server. Use as an async context manager, or call ``close()``."""
 
     def __init__(self, address: str = DEFAULT_SERVER, *, timeout: float | None = 30.0,
-                 tls: ClientTls | None = None) -> None:
+                 tls: ClientTls | None = None, token: str | None = None) -> None:
         """``tls``: how to reach a TLS server (default: from the MUSTER_TLS_* variables, see
-        ``muster.transport``; none set: plaintext)."""
+        ``muster.transport``; none set: plaintext). ``token``: bearer token (default: MUSTER_TOKEN)."""
         self.address = address
         self.timeout = timeout  # per unary call; streams are unbounded
-        self._channel = transport.channel(address, tls if tls is not None else ClientTls.from_env())
+        self._channel = transport.channel(address, tls if tls is not None else ClientTls.from_env(),
+                                          token=token if token is not None else os.environ.get("MUSTER_TOKEN"))
         self.stub = pb_grpc.SchedulerStub(self._channel)
 
     async def __aenter__(self) -> MusterClient:

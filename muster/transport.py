@@ -6,6 +6,7 @@ and every adapter take the same options and environment variables:
     --tls-cert FILE   MUSTER_TLS_CERT   client certificate (mutual TLS; a backend's identity)
     --tls-key FILE    MUSTER_TLS_KEY    its private key
     --tls-server-name MUSTER_TLS_SERVER_NAME   name to verify when it differs from the address's host
+    --token TOKEN / --token-file FILE   MUSTER_TOKEN / MUSTER_TOKEN_FILE   bearer token (server auth policy)
 """
 
 from __future__ import annotations
@@ -53,6 +54,42 @@ def tls_from_args(args: argparse.Namespace) -> ClientTls:
     return tls
 
 
+def add_token_args(parser: argparse.ArgumentParser) -> None:
+    """The bearer-token options of command lines that act for a user."""
+    group = parser.add_argument_group("authentication (see docs/security.md)")
+    group.add_argument("--token", default=os.environ.get("MUSTER_TOKEN"), help="bearer token (env MUSTER_TOKEN)")
+    group.add_argument("--token-file", default=os.environ.get("MUSTER_TOKEN_FILE"),
+                       help="file holding the bearer token (env MUSTER_TOKEN_FILE)")
+
+
+def token_from_args(args: argparse.Namespace) -> str | None:
+    if args.token:
+        return str(args.token)
+    if args.token_file:
+        with open(args.token_file) as f:
+            return f.read().strip() or None
+    return None
+
+
+class _BearerToken(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+    """Adds ``authorization: Bearer <token>`` to every call (works on plaintext loopback too,
+    unlike grpc's access-token call credentials)."""
+
+    def __init__(self, token: str) -> None:
+        self.header = ("authorization", f"Bearer {token}")
+
+    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = grpc.aio.Metadata(*(details.metadata or ()), self.header)
+        return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
+                                          details.wait_for_ready)
+
+    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return await continuation(self._details(details), request)
+
+    async def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return await continuation(self._details(details), request)
+
+
 def _read(path: str | None) -> bytes | None:
     if not path:
         return None
@@ -61,14 +98,16 @@ def _read(path: str | None) -> bytes | None:
 
 
 def channel(address: str, tls: ClientTls | None = None,
-            options: list[tuple[str, object]] | None = None) -> grpc.aio.Channel:
-    """An asyncio channel to ``address``: TLS when ``tls`` asks for it, else plaintext."""
+            options: list[tuple[str, object]] | None = None, *, token: str | None = None) -> grpc.aio.Channel:
+    """An asyncio channel to ``address``: TLS when ``tls`` asks for it, else plaintext; with
+    ``token``, every call carries it as a bearer token."""
     opts = list(options or [])
+    interceptors = [_BearerToken(token)] if token else None
     if tls is None or not tls.enabled:
-        return grpc.aio.insecure_channel(address, options=opts)
+        return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
     credentials = grpc.ssl_channel_credentials(
         root_certificates=_read(tls.ca), private_key=_read(tls.key), certificate_chain=_read(tls.cert)
     )
     if tls.server_name:
         opts.append(("grpc.ssl_target_name_override", tls.server_name))
-    return grpc.aio.secure_channel(address, credentials, options=opts)
+    return grpc.aio.secure_channel(address, credentials, options=opts, interceptors=interceptors)

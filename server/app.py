@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from muster.v1 import muster_pb2 as pb
 from server.api.handlers import add_scheduler_service
+from server.auth import Policy
 from server.decisions import DecisionLog
 from server.loop import ConfigManager, CycleLoop
 from server.observability import Telemetry
@@ -58,6 +59,7 @@ class ServerOptions:
     tls_key: str | None = None
     tls_client_ca: str | None = None  # clients must present a certificate this CA signed (mTLS)
     insecure: bool = False  # allow plaintext on a non-loopback address (explicitly asked for)
+    auth_policy: str | None = None  # tokens and rules file (server/auth.py); None: no authentication
     # Observability (docs/observability.md): OTLP/gRPC trace export (also OTEL_* env vars; off
     # by default), /metrics on HOST:PORT (off by default), or a ready-made provider (tests).
     otlp_endpoint: str | None = None
@@ -121,7 +123,10 @@ class MusterServer:
             self.telemetry.attach(cluster)
             loop.telemetry = self.telemetry
             await writer.flush(cluster.commit)  # server id, restored deadlines
-            service = SchedulerService(cluster, writer, loop, configs, bind_backends=bool(opts.tls_client_ca))
+            service = SchedulerService(
+                cluster, writer, loop, configs, bind_backends=bool(opts.tls_client_ca),
+                policy=Policy(opts.auth_policy) if opts.auth_policy else None,
+            )
             self.state, self.loop, self.service = cluster, loop, service
             await self._serve(service, loop, state_jobs=len(cluster.jobs))
         finally:

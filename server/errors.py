@@ -16,6 +16,7 @@ class ErrorCode(Enum):
     ALREADY_EXISTS = "already exists"
     FAILED_PRECONDITION = "failed precondition"
     PERMISSION_DENIED = "permission denied"
+    UNAUTHENTICATED = "unauthenticated"
 
 
 class DomainError(Exception):
@@ -45,3 +46,7 @@ def precondition(message: str) -> DomainError:
 
 def denied(message: str) -> DomainError:
     return DomainError(ErrorCode.PERMISSION_DENIED, message)
+
+
+def unauthenticated(message: str) -> DomainError:
+    return DomainError(ErrorCode.UNAUTHENTICATED, message)

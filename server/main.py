@@ -24,6 +24,7 @@ import structlog
 from muster.logs import LEVELS, configure_logging
 from muster.tracing import tracing_settings
 from server.app import MusterServer, ServerOptions
+from server.auth import Policy, PolicyError
 from server.config import ConfigError, load_config
 from server.gctune import tune_gc
 from server.observability.http import split_listen
@@ -51,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tls-key", default=os.environ.get("MUSTER_TLS_KEY"), help="its PEM private key")
     p.add_argument("--tls-client-ca", default=os.environ.get("MUSTER_TLS_CLIENT_CA"),
                    help="require client certificates signed by this CA (mutual TLS)")
+    p.add_argument("--auth-policy", default=os.environ.get("MUSTER_AUTH_POLICY"),
+                   help="tokens and per-verb/per-queue rules (YAML, hot reloaded; docs/security.md)")
     p.add_argument("--insecure", action="store_true",
                    help="allow plaintext on a non-loopback --listen address (loopback is plaintext by default)")
     p.add_argument("--config", default=None, help="Volcano-format scheduler config file (hot reloaded)")
@@ -120,7 +123,14 @@ def main(argv: list[str] | None = None) -> int:
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         insecure=args.insecure,
+        auth_policy=args.auth_policy,
     )
+    if args.auth_policy:  # fail fast, before anything listens
+        try:
+            Policy(args.auth_policy)
+        except (OSError, PolicyError) as exc:
+            sys.stderr.write(f"muster-server: --auth-policy {args.auth_policy}: {exc}\n")
+            return 2
     if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_client_ca and not args.tls_cert):
         sys.stderr.write("muster-server: --tls-cert and --tls-key go together; --tls-client-ca needs them\n")
         return 2

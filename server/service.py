@@ -22,7 +22,8 @@ from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 from server import commands, ingest
 from server.api import queries
-from server.errors import DomainError, ErrorCode, denied, invalid, precondition
+from server.auth import Policy, Principal
+from server.errors import DomainError, ErrorCode, denied, invalid, precondition, unauthenticated
 from server.loop import ConfigManager, CycleLoop
 from server.simulate import ScenarioError, simulate_text
 from server.state import ClusterState
@@ -35,14 +36,47 @@ R = TypeVar("R")
 STATUS_CODES: dict[ErrorCode, grpc.StatusCode] = {code: grpc.StatusCode[code.name] for code in ErrorCode}
 
 
+def _job_queue(state: ClusterState, job_id: str) -> str:
+    rec = state.jobs.get(job_id)
+    return rec.spec.queue if rec is not None else ""
+
+
+# What each RPC needs under an auth policy (server/auth.py): its verb, and for submit / cancel the
+# queue it acts on. One table, so a new RPC without an entry fails the test that checks them all.
+RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str] | None]] = {
+    **{name: ("backend", None) for name in
+       ("RegisterBackend", "SyncSnapshot", "SendDeltas", "StreamDecisions", "AckDecisions")},
+    "SubmitJob": ("submit", lambda state, req: req.job.queue or "default"),
+    "CancelJob": ("cancel", lambda state, req: _job_queue(state, req.id)),
+    **{name: ("read", None) for name in
+       ("GetJob", "ListJobs", "WatchJobs", "Explain", "ListQueues", "ListNodes", "GetConfig", "Simulate")},
+    **{name: ("manage-queues", None) for name in ("CreateQueue", "UpdateQueue", "DeleteQueue")},
+    "UpdateConfig": ("configure", None),
+}
+# Calls that change state: each gets an audit line (who, what, result).
+AUDITED = frozenset({"RegisterBackend", "SyncSnapshot", "SendDeltas", "AckDecisions", "SubmitJob", "CancelJob",
+                     "CreateQueue", "UpdateQueue", "DeleteQueue", "UpdateConfig"})
+
+
 def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     """Map a DomainError to its status; anything unexpected to INTERNAL (logged), never a crash."""
 
+    name = handler.__name__
+
     @functools.wraps(handler)
     async def wrapper(self: SchedulerService, request: Any, context: grpc.aio.ServicerContext) -> R:
+        who = "?"
         try:
-            return await handler(self, request, context)
+            principal = self.identify(name, context)
+            who = principal.user if principal is not None else "anonymous"
+            self.authorize(name, principal, request)
+            reply = await handler(self, request, context)
+            if name in AUDITED:
+                log.info("audit", who=who, rpc=name, result="OK")
+            return reply
         except DomainError as exc:
+            if name in AUDITED:
+                log.info("audit", who=who, rpc=name, result=STATUS_CODES[exc.code].name, reason=exc.message)
             await context.abort(STATUS_CODES[exc.code], exc.message)
         except (anyio.get_cancelled_exc_class(), grpc.aio.AbortError):
             raise
@@ -57,7 +91,7 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
 class SchedulerService(pb_grpc.SchedulerServicer):
     def __init__(
         self, state: ClusterState, writer: StoreWriter, loop: CycleLoop, configs: ConfigManager,
-        *, bind_backends: bool = False,
+        *, bind_backends: bool = False, policy: Policy | None = None,
     ) -> None:
         self.state = state
         self.writer = writer
@@ -66,8 +100,35 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         # Under mutual TLS a backend's certificate names it: it may act only as that backend,
         # and only one decision stream per backend may be open at a time.
         self.bind_backends = bind_backends
+        self.policy = policy  # None: no authentication (loopback development default)
         self._streams: dict[str, int] = {}
         self._closing = anyio.Event()
+
+    def identify(self, rpc: str, context: grpc.aio.ServicerContext) -> Principal | None:
+        """Who calls: None without a policy, or for a backend RPC on a connection whose client
+        certificate names the backend (checked by ``_as_backend``)."""
+        if self.policy is None:
+            return None
+        if RPC_VERBS[rpc][0] == "backend" and self.bind_backends and context.auth_context().get("x509_common_name"):
+            return None
+        who = self.policy.authenticate(context.invocation_metadata() or ())
+        if who is None:
+            raise unauthenticated("authorization: a valid bearer token is required (metadata 'authorization: Bearer ...')")
+        return who
+
+    def authorize(self, rpc: str, who: Principal | None, request: Any) -> None:
+        """DomainError when the policy does not let ``who`` make this call."""
+        if self.policy is None or who is None:
+            return
+        verb, queue_of = RPC_VERBS[rpc]
+        queue = queue_of(self.state, request) if queue_of is not None else ""
+        if not self.policy.allows(who, verb, queue):
+            where = f" in queue {queue!r}" if queue_of is not None else ""
+            raise denied(f"user {who.user!r} may not {verb}{where}")
+        if verb == "backend":  # a backend token acts for the backend of its user name only
+            backend = request.name if rpc == "RegisterBackend" else request.backend
+            if backend != who.user:
+                raise denied(f"backend: the token is for {who.user!r}, not for backend {backend!r}")
 
     def _as_backend(self, context: grpc.aio.ServicerContext, backend: str, field: str) -> None:
         if not self.bind_backends:
@@ -117,6 +178,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         self, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Decision]:
         try:
+            self.authorize("StreamDecisions", self.identify("StreamDecisions", context), request)
             self._as_backend(context, request.backend, "backend")
             ingest.check_stream(self.state, request)
             if self.bind_backends and self._streams.get(request.backend):
@@ -179,6 +241,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         self, request: pb.WatchJobsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.JobEvent]:
         try:
+            self.authorize("WatchJobs", self.identify("WatchJobs", context), request)
             sub, initial = queries.watch_jobs(self.state, request)
         except DomainError as exc:
             await context.abort(STATUS_CODES[exc.code], exc.message)

@@ -22,7 +22,7 @@ from adapters.agent.agent import FakeAgent
 from adapters.agent.inventory import InventoryError, load_inventory
 from adapters.runtime import BackendRuntime, DecisionLedger, FileDecisionLedger
 from muster.logs import configure_logging
-from muster.transport import add_tls_args, tls_from_args
+from muster.transport import add_tls_args, add_token_args, tls_from_args, token_from_args
 
 log = structlog.get_logger("muster.agent")
 
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
     parser.add_argument("--log-level", default="info")
     add_tls_args(parser)
+    add_token_args(parser)
     return parser
 
 
@@ -56,6 +57,7 @@ async def serve(args: argparse.Namespace) -> None:
     runtime = BackendRuntime(
         agent, server=args.server, name=args.name, kind="fake-agent", ledger=ledger, backoff_max=args.backoff_max,
         tls=tls_from_args(args),
+        token=token_from_args(args),
     )
     log.info("agent starting", name=args.name, server=args.server, nodes=len(inventory), pid=os.getpid())
     async with anyio.create_task_group() as tg:

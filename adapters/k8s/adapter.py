@@ -60,6 +60,7 @@ class K8sBackend:
         watch_timeout: int = 300,
         runtime_options: dict[str, Any] | None = None,
         tls: ClientTls | None = None,
+        token: str | None = None,
     ) -> None:
         self.server = server
         self.scheduler_name = scheduler_name
@@ -67,9 +68,10 @@ class K8sBackend:
         self.writer = KubeWriter(api, scheduler_name=scheduler_name)
         self.stats = AdapterStats()
         self.book = JobBook()
-        self.link = ServerLink(server, tls)
+        self.link = ServerLink(server, tls, token)
         self.runtime = BackendRuntime(
-            self, server=server, name=name, kind="kubernetes", ledger=ledger, tls=tls, **(runtime_options or {})
+            self, server=server, name=name, kind="kubernetes", ledger=ledger, tls=tls, token=token,
+            **(runtime_options or {})
         )
 
         core, custom, sched = self.writer.core, self.writer.custom, self.writer.scheduling

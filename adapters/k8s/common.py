@@ -118,14 +118,15 @@ class ServerLink:
     """The adapter's own channel to the Muster server (jobs, queues, watches), beside the
     runtime's; opened and closed by :meth:`K8sBackend.run <adapters.k8s.adapter.K8sBackend.run>`."""
 
-    def __init__(self, address: str, tls: ClientTls | None = None) -> None:
+    def __init__(self, address: str, tls: ClientTls | None = None, token: str | None = None) -> None:
         self.address = address
         self.tls = tls
+        self.token = token
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.SchedulerStub | None = None
 
     def open(self) -> None:
-        self._channel = transport.channel(self.address, self.tls)
+        self._channel = transport.channel(self.address, self.tls, token=self.token)
         self._stub = pb_grpc.SchedulerStub(self._channel)
 
     async def close(self) -> None:

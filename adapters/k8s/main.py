@@ -16,7 +16,7 @@ from adapters.k8s.adapter import K8sBackend
 from adapters.k8s.kube import make_api_client
 from adapters.runtime import DecisionLedger, FileDecisionLedger
 from muster.logs import configure_logging
-from muster.transport import add_tls_args, tls_from_args
+from muster.transport import add_tls_args, add_token_args, tls_from_args, token_from_args
 
 log = structlog.get_logger("muster.k8s")
 
@@ -25,6 +25,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="muster-k8s-adapter", description=__doc__.split("\n\n")[0])
     p.add_argument("--server", default="127.0.0.1:50051", help="Muster server address (HOST:PORT)")
     add_tls_args(p)
+    add_token_args(p)
     source = p.add_mutually_exclusive_group()
     source.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     source.add_argument("--in-cluster", action="store_true", help="use the pod's service account")
@@ -42,7 +43,8 @@ async def run(args: argparse.Namespace) -> None:
     api = await make_api_client(host=args.api_server, kubeconfig=args.kubeconfig, in_cluster=args.in_cluster)
     ledger: DecisionLedger = FileDecisionLedger(args.ledger) if args.ledger else DecisionLedger()
     backend = K8sBackend(api, server=args.server, scheduler_name=args.scheduler_name, name=args.name,
-                         ledger=ledger, bind_concurrency=args.bind_concurrency, tls=tls_from_args(args))
+                         ledger=ledger, bind_concurrency=args.bind_concurrency, tls=tls_from_args(args),
+                         token=token_from_args(args))
     try:
         async with anyio.create_task_group() as tg:
 

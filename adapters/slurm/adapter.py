@@ -25,7 +25,7 @@ from adapters.slurm.cli import SlurmCLI
 from adapters.slurm.translate import QUEUE_SOURCES
 from muster import transport
 from muster.logs import configure_logging
-from muster.transport import add_tls_args, tls_from_args
+from muster.transport import add_tls_args, add_token_args, tls_from_args, token_from_args
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("muster.slurm")
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="muster-slurm-adapter", description=__doc__.split("\n\n")[0])
     p.add_argument("--server", required=True, help="Muster server HOST:PORT")
     add_tls_args(p)
+    add_token_args(p)
     p.add_argument("--name", default="slurm", help="backend name registered with the server (default slurm)")
     p.add_argument("--staging-partition", default="staging", help="DOWN partition jobs wait in (default staging)")
     p.add_argument("--run-partition", default="batch", help="partition Muster places jobs into (default batch)")
@@ -83,10 +84,10 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
     ledger: DecisionLedger = (
         FileDecisionLedger(args.state_dir / f"{args.name}-ledger.json") if args.state_dir else DecisionLedger()
     )
-    tls = tls_from_args(args)
-    runtime = BackendRuntime(backend, server=args.server, name=args.name, kind="slurm", ledger=ledger, tls=tls,
+    tls, token = tls_from_args(args), token_from_args(args)
+    runtime = BackendRuntime(backend, server=args.server, name=args.name, kind="slurm", ledger=ledger, tls=tls, token=token,
                              max_batch=10_000, labels={"slurm.schedmd.com/run-partition": args.run_partition})
-    async with transport.channel(args.server, tls) as channel:
+    async with transport.channel(args.server, tls, token=token) as channel:
         backend.attach(runtime, pb_grpc.SchedulerStub(channel))
         async with anyio.create_task_group() as tg:
 
