@@ -136,6 +136,7 @@ class TaskSpec:
     sub_group: str | None = None
     gpu_groups: list[str] = field(default_factory=list)
     creation_index: int = 0  # submission order; ties in task order break on it
+    devices: list[str] = field(default_factory=list)  # device ids held (a task on a node)
 
 
 @dataclass(slots=True)
@@ -143,6 +144,25 @@ class SubGroupSpec:
     name: str
     min_member: int
     topology: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class TYJobSpec:
+    """TY-Arranger's TYJob fields: one Leader task (role ``leader_role``) and WorkerSets (the
+    other roles); the gang is the Leader plus ``min_workers`` workers."""
+
+    leader_role: str = "leader"
+    min_workers: int = 1
+    restart_limit: int = 3
+    clean_pod_policy: str = "All"  # Running | All | None
+    job_queue_policy: str = ""  # Priority | DRF ("" : no schedulerPolicy)
+    basic_policy: str = ""  # Gang | BinPack | LeaderFirst | MinFragment | JobAffinity | JobAntiAffinity
+    leader_restarts: int = 0  # times the Leader was started again after failing
+
+
+TY_JOB_QUEUE_POLICIES = ("Priority", "DRF")
+TY_BASIC_POLICIES = ("Gang", "BinPack", "LeaderFirst", "MinFragment", "JobAffinity", "JobAntiAffinity")
+TY_CLEAN_POD_POLICIES = ("Running", "All", "None")
 
 
 @dataclass(slots=True)
@@ -166,6 +186,7 @@ class JobSpec:
     stale_seconds: float | None = None
     creation_index: int = 0  # submission order (Volcano orders equal jobs by creation time)
     created_at: float | None = None  # submission time, epoch seconds (sla waiting time); None: unknown
+    tyjob: TYJobSpec | None = None  # a TY-Arranger TYJob
 
 
 @dataclass(slots=True)
@@ -219,6 +240,8 @@ class CycleResult:
     cycle_id: int
     binds: dict[str, str] = field(default_factory=dict)  # task -> node (free resources)
     bind_devices: dict[str, list[str]] = field(default_factory=dict)
+    # Device ids of every task holding a node after the cycle (bound, running, pipelined ...).
+    task_devices: dict[str, list[str]] = field(default_factory=dict)
     pipelined: dict[str, str] = field(default_factory=dict)  # task -> node (releasing resources)
     evictions: dict[str, str] = field(default_factory=dict)  # task -> reason
     moved: dict[str, tuple[str, str]] = field(default_factory=dict)  # task -> (from, to)

@@ -120,7 +120,11 @@ class NodeEvaluator:
             fits_future = fits_idle
         ok = self._all_pass(self.predicates["shape"], task, rows, static.mask[rows] & fits_future)
         score = self._add(self.scorers["shape"], task, rows, static.score[rows].copy())
-        return ok, ok & fits_idle, score
+        idle_ok = ok & fits_idle
+        for p in self.predicates["shape"]:
+            if p.now is not None and idle_ok.any():
+                idle_ok &= p.now(task, rows)
+        return ok, idle_ok, score
 
     def _shape_entry(self, task: TaskInfo) -> _ShapeEntry:
         log = self.nodes.change_log
@@ -163,6 +167,11 @@ class NodeEvaluator:
                 future_ok = np.zeros(len(self.nodes), dtype=bool)
                 future_ok[rows[ok]] = True
                 idle_ok = idle_ok & future_ok
+                for p in self.predicates["task"]:
+                    if p.now is not None:
+                        now_rows = np.nonzero(idle_ok)[0]
+                        if len(now_rows):
+                            idle_ok[now_rows] = p.now(task, now_rows)
         return future_ok, idle_ok
 
     def scores(self, task: TaskInfo, rows: Rows) -> np.ndarray:

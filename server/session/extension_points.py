@@ -24,6 +24,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import numpy as np
 
+from server.session.devices import Device
 from server.session.info import JobInfo, QueueInfo, TaskInfo
 
 # Votes (job_pipelined, job_enqueueable) and the verdict of preemptable / reclaimable answers.
@@ -67,6 +68,10 @@ class Predicate:
     reasons: Callable[[TaskInfo, Rows], list[str]] | None = None
     reason: str = "node(s) didn't pass the predicate"
     plugin: str = ""
+    # Stricter check for placing on idle resources now rather than on resources still being
+    # released (pipelining): e.g. device topology, where a chip being released is not free yet.
+    # None: ``check`` decides both. Honoured for ``shape`` and ``task`` scope.
+    now: Callable[[TaskInfo, Rows], np.ndarray] | None = None
 
 
 @dataclass
@@ -97,6 +102,8 @@ VictimTasksFn = Callable[[list[TaskInfo]], list[TaskInfo]]
 Gradients = list[list[tuple[str, np.ndarray]]]  # tiers of (hypernode, node mask), tried in order
 HyperNodeGradientFn = Callable[[JobInfo], Gradients | None]
 HyperNodeOrderFn = Callable[[JobInfo, dict[str, np.ndarray]], dict[str, float]]
+# (task, node row, device resource, count, candidate devices best first) -> the ids, or None.
+DeviceChoiceFn = Callable[[TaskInfo, int, str, int, list[Device]], list[str] | None]
 # Points where a plugin registers several functions at once may take one or a list.
 Predicates = Predicate | list[Predicate]
 Scorers = Scorer | list[Scorer]
@@ -244,6 +251,16 @@ def first_answer(chain: Chain[Callable[..., Any]], *args: Any) -> Any:
     return None
 
 
+def first_non_none(chain: Chain[DeviceChoiceFn], *args: Any) -> list[str] | None:
+    """The first enabled plugin, in tier order, that answers (not None) decides; none answers: the first candidates."""
+    for row in chain:
+        for _, fn in row:
+            r = fn(*args)
+            if r is not None:
+                return r
+    return None
+
+
 def scores_add(chain: Chain[HyperNodeOrderFn], job: JobInfo, candidates: dict[str, np.ndarray]) -> dict[str, float]:
     """The scores of every enabled plugin add up, per candidate (each starts at 0)."""
     scores = dict.fromkeys(candidates, 0.0)
@@ -314,6 +331,8 @@ POINTS: dict[str, Point] = {
         Point("hypernode_gradient", Switch("enabledHyperNodeGradient", "hypernode_gradient"), HyperNodeGradientFn,
               first_answer, "None: the job is held to no hypernode."),
         Point("hypernode_order", Switch("enabledHyperNodeOrder", "hypernode_order"), HyperNodeOrderFn, scores_add),
+        Point("device_choice", None, DeviceChoiceFn, first_non_none,
+              "Asked when a task that needs device ids is placed; candidates exclude held and unhealthy devices."),
     )
 }
 

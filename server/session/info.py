@@ -25,6 +25,7 @@ from server.model import (
     TaskSpec,
     TaskStatus,
 )
+from server.session.devices import UNIT, DeviceLedger, device_needs
 
 Vec = np.ndarray
 
@@ -96,7 +97,7 @@ class TaskInfo:
     __slots__ = (
         "uid", "name", "namespace", "job", "role", "spec", "resreq", "best_effort", "status",
         "node", "priority", "preemptable", "sub_group", "shape_key", "static_key", "creation_index",
-        "last_tx_status",
+        "last_tx_status", "devices", "device_needs",
     )
 
     def __init__(self, spec: TaskSpec, space: ResourceSpace) -> None:
@@ -121,6 +122,9 @@ class TaskInfo:
         # Status of the last discarded placement (Volcano LastTransaction): the gang plugin counts
         # such tasks as schedulable in its Unschedulable message.
         self.last_tx_status: TaskStatus | None = None
+        # Device ids held on ``node`` (kept by the session's DeviceLedger), and whole devices asked.
+        self.devices: list[str] = list(spec.devices)
+        self.device_needs: dict[str, int] = device_needs(spec.request)
 
     def __repr__(self) -> str:
         return f"<Task {self.uid} {self.status.title} {self.node}>"
@@ -388,7 +392,6 @@ class NodeTable:
         self.allocatable = np.zeros((n, space.size))
         for i, spec in enumerate(specs):
             self.allocatable[i] = space.vec(spec.allocatable)
-        self.idle = self.allocatable.copy()
         self.used = np.zeros((n, space.size))
         self.releasing = np.zeros((n, space.size))
         self.pipelined = np.zeros((n, space.size))
@@ -398,6 +401,15 @@ class NodeTable:
         self.labels: list[dict[str, str]] = [s.labels for s in specs]
         self.taints: list[list[Taint]] = [s.taints for s in specs]
         self.tasks: list[dict[str, TaskInfo]] = [{} for _ in specs]
+        self.devices = DeviceLedger(specs)
+        # A node that lists its devices has exactly those (allocatable follows the list).
+        for i, spec in enumerate(specs):
+            if spec.devices:
+                for name, devs in self.devices.of(i).items():
+                    d = space.index.get(name)
+                    if d is not None:
+                        self.allocatable[i, d] = len(devs) * UNIT
+        self.idle = self.allocatable.copy()
         self._releasing_tasks = 0
         self._pipelined_tasks = 0
         # Rows changed since the session opened, in order: evaluation caches replay it.
@@ -431,6 +443,8 @@ class NodeTable:
             self.used[i] += r
         self.task_count[i] += 1
         self.tasks[i][task.uid] = task
+        if task.devices:
+            self.devices.attach(i, task)
         self.change_log.append(i)
 
     def remove_task(self, i: int, task: TaskInfo) -> None:
@@ -448,7 +462,20 @@ class NodeTable:
             self.used[i] -= r
         self.task_count[i] -= 1
         self.tasks[i].pop(task.uid, None)
+        if task.devices:
+            self.devices.detach(i, task)
         self.change_log.append(i)
+
+    def count_unhealthy_as_used(self) -> None:
+        """Unhealthy devices no task holds are used capacity: nothing may be placed on them."""
+        for i, spec in enumerate(self.specs):
+            if not spec.devices:  # made-up devices are all healthy
+                continue
+            for name, n in self.devices.unhealthy_unheld(i).items():
+                d = self.space.index.get(name)
+                if d is not None:
+                    self.idle[i, d] -= n * UNIT
+                    self.used[i, d] += n * UNIT
 
 
 

@@ -27,10 +27,12 @@ from server.model import (
     PodGroupPhase,
     TaskStatus,
 )
+from server.session.devices import Device
 from server.session.evaluator import NodeEvaluator
 from server.session.extension_points import (
     POINTS,
     Chain,
+    DeviceChoiceFn,
     EventHandler,
     EvictableFn,
     Gradients,
@@ -77,6 +79,7 @@ class Session:
         names: set[str] = set()
         for n in snapshot.nodes:
             names.update(n.allocatable)
+            names.update(str(d.get("type", "")) for d in n.devices if d.get("type"))
         for j in snapshot.jobs:
             for t in j.tasks:
                 names.update(t.request)
@@ -100,8 +103,16 @@ class Session:
         for job in (*self.jobs.values(), *self.orphan_jobs):
             for task in job.tasks.values():
                 self._attach_existing(task)
-        for foreign in snapshot.foreign_tasks:
-            self._attach_existing(TaskInfo(foreign, self.space))
+        foreign_tasks = [TaskInfo(f, self.space) for f in snapshot.foreign_tasks]
+        for foreign in foreign_tasks:
+            self._attach_existing(foreign)
+        # Holders that name no device ids get the lowest free ones, in snapshot order.
+        for job in (*self.jobs.values(), *self.orphan_jobs):
+            for task in job.tasks.values():
+                self._give_existing_devices(task)
+        for foreign in foreign_tasks:
+            self._give_existing_devices(foreign)
+        self.nodes.count_unhealthy_as_used()
         self.total_resource = self.nodes.allocatable.sum(axis=0) if len(self.nodes) else self.space.zeros()
         self.hypernodes = snapshot.hypernodes
 
@@ -141,6 +152,17 @@ class Session:
         if i is not None:
             self.nodes.add_task(i, task)
 
+    def _give_existing_devices(self, task: TaskInfo) -> None:
+        if not task.device_needs or task.devices or task.node is None:
+            return
+        i = self.nodes.index.get(task.node)
+        if i is None or task.uid not in self.nodes.tasks[i]:  # not holding the node
+            return
+        ledger = self.nodes.devices
+        for resource, count in task.device_needs.items():
+            task.devices += [d.id for d in ledger.free(i, resource)[:count]]
+        ledger.attach(i, task)
+
     # The function a plugin registers has the point's signature (``extension_points.POINTS``).
     @overload
     def register(self, point: Literal["job_order"], plugin: str, fn: JobCompareFn) -> None: ...
@@ -174,6 +196,8 @@ class Session:
     def register(self, point: Literal["hypernode_gradient"], plugin: str, fn: HyperNodeGradientFn) -> None: ...
     @overload
     def register(self, point: Literal["hypernode_order"], plugin: str, fn: HyperNodeOrderFn) -> None: ...
+    @overload
+    def register(self, point: Literal["device_choice"], plugin: str, fn: DeviceChoiceFn) -> None: ...
 
     def register(self, point: str, plugin: str, fn: Any) -> None:
         if point not in POINTS:
@@ -349,7 +373,10 @@ class Session:
         job = self.jobs[task.job]
         job.update_task_status(task, status)
         task.node = node
-        self.nodes.add_task(self.nodes.index[node], task)
+        row = self.nodes.index[node]
+        if task.device_needs and not task.devices:
+            task.devices = self.choose_devices(task, row, status)
+        self.nodes.add_task(row, task)
         for h in self.event_handlers:
             if h.allocate:
                 h.allocate(task)
@@ -360,6 +387,7 @@ class Session:
         task.last_tx_status = task.status
         self.jobs[task.job].update_task_status(task, previous)
         task.node = None
+        task.devices = []
         for h in self.event_handlers:
             if h.deallocate:
                 h.deallocate(task)
@@ -386,6 +414,21 @@ class Session:
         and Binding hold a node the same way, so the node arrays (and evaluation caches) stay."""
         self.jobs[task.job].update_task_status(task, TaskStatus.BINDING)
         self.result.binds[task.uid] = task.node  # type: ignore[assignment]
+        if task.devices:
+            self.result.bind_devices[task.uid] = list(task.devices)
+
+    def choose_devices(self, task: TaskInfo, row: int, status: TaskStatus) -> list[str]:
+        """Device ids for a task placed on ``row`` with ``status``: per device resource, the
+        ``device_choice`` point's answer, else the first candidates (the lowest free ids)."""
+        ledger = self.nodes.devices
+        chosen: list[str] = []
+        for resource, count in task.device_needs.items():
+            candidates: list[Device] = ledger.candidates(row, resource, status)
+            ids = self._combined["device_choice"](task, row, resource, count, candidates)
+            if ids is None:
+                ids = [d.id for d in candidates[:count]]
+            chosen += ids
+        return chosen
 
     def dispatch_evict(self, task: TaskInfo, reason: str) -> None:
         self.result.evictions[task.uid] = reason
@@ -434,6 +477,10 @@ class Session:
                 if task.status == TaskStatus.PIPELINED and task.node:
                     result.pipelined[task.uid] = task.node
                 result.task_status[task.uid] = (task.status, task.node)
+        for job in (*self.jobs.values(), *self.orphan_jobs):
+            for task in job.tasks.values():
+                if task.devices and task.node is not None:
+                    result.task_devices[task.uid] = list(task.devices)
         return result
 
     def explain(self, job: JobInfo, phase: PodGroupPhase) -> Explanation:

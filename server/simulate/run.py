@@ -28,6 +28,7 @@ def _advance(snapshot: ClusterSnapshot, result: CycleResult) -> None:
                 # Placements of a job that was only pipelined were never bound: they wait again.
                 status, node = TaskStatus.PENDING, None
             task.status, task.node = status, node
+            task.devices = list(result.task_devices.get(task.uid, [])) if node is not None else []
             kept.append(task)
         job.tasks = kept
 
@@ -39,6 +40,7 @@ def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any
     evictions: list[str] = []
     moved: dict[str, dict[str, str]] = {}
     released: dict[str, tuple[TaskStatus, str | None]] = {}
+    released_devices: dict[str, list[str]] = {}
     result = CycleResult(cycle_id=0)
     for cycle in range(1, total + 1):
         result = core.run_cycle(scenario.snapshot, cycle)
@@ -51,13 +53,20 @@ def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any
         for uid, state in result.task_status.items():
             if state[0] == TaskStatus.RELEASING:
                 released[uid] = state
+                released_devices[uid] = result.task_devices.get(uid, [])
         if cycle < total:
             _advance(scenario.snapshot, result)
     tasks: dict[str, dict[str, Any]] = {
-        uid: {"status": s.title, "node": n, "gpu_groups": []} for uid, (s, n) in released.items()
+        uid: {"status": s.title, "node": n, "gpu_groups": [], "devices": released_devices[uid]}
+        for uid, (s, n) in released.items()
     }
     for uid, (status, node) in result.task_status.items():
-        tasks[uid] = {"status": status.title, "node": node, "gpu_groups": []}
+        tasks[uid] = {
+            "status": status.title,
+            "node": node,
+            "gpu_groups": [],
+            "devices": result.task_devices.get(uid, []) if node is not None else [],
+        }
     jobs = {
         uid: {
             "phase": str(outcome.phase),

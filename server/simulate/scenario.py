@@ -31,12 +31,17 @@ from server.model import (
     PodGroupPhase,
     PriorityClass,
     QueueSpec,
+    TY_BASIC_POLICIES,
+    TY_CLEAN_POD_POLICIES,
+    TY_JOB_QUEUE_POLICIES,
     SubGroupSpec,
     Taint,
     TaskSpec,
     TaskStatus,
     Toleration,
+    TYJobSpec,
 )
+from server.session.devices import UNIT, node_devices
 
 
 class ScenarioError(ValueError):
@@ -61,10 +66,14 @@ _QUEUE = {"name", "parent", "weight", "guarantee", "deserved", "capability", "pr
 _JOB = {
     "name", "namespace", "queue", "minMember", "minTaskMember", "minResources", "priority", "priorityClass",
     "preemptible", "phase", "staleFor", "subGroups", "topology", "networkTopology", "annotations", "tasks",
+    *("leaderRole", "minWorkersNum", "restartLimit", "schedulerPolicy", "cleanPodPolicy"),
 }
+_TY_FIELDS = ("leaderRole", "minWorkersNum", "restartLimit", "schedulerPolicy", "cleanPodPolicy")
+_DEVICE = {"id", "type", "group", "healthy"}
 _TASK = {
     "name", "role", "subGroup", "request", "status", "node", "gpu_groups", "priority", "preemptable",
     "preemptionPolicy", "labels", "annotations", "nodeSelector", "tolerations", "affinity", "gpu_fraction",
+    "devices",
 }
 _TAINT = {"key", "value", "effect"}
 _TOLERATION = {"key", "operator", "value", "effect", "tolerationSeconds"}
@@ -184,6 +193,70 @@ class _Loader:
         return out
 
 
+    def devices(self, obj: Any, path: str) -> list[dict[str, Any]]:
+        """A node's devices: a list of {id, type, group, healthy}; ids unique on the node."""
+        out: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for i, d in enumerate(self.items(obj, path)):
+            p = f"{path}[{i}]"
+            if not self.keys(d, _DEVICE, p):
+                continue
+            dev_id, dev_type = d.get("id"), d.get("type")
+            if not isinstance(dev_id, str | int) or isinstance(dev_id, bool) or str(dev_id) == "":
+                self.problem(f"{p}.id", "required")
+                continue
+            if not isinstance(dev_type, str) or not dev_type:
+                self.problem(f"{p}.type", "required (the resource the device counts towards)")
+                continue
+            if str(dev_id) in seen:
+                self.problem(f"{p}.id", f"duplicate device {dev_id!r}")
+            seen.add(str(dev_id))
+            group = d.get("group")
+            out.append({
+                "id": str(dev_id),
+                "type": dev_type,
+                "group": "" if group is None else str(group),
+                "healthy": self.boolean(d.get("healthy"), f"{p}.healthy", True),
+            })
+        return out
+
+    def tyjob(self, j: dict[str, Any], path: str) -> TYJobSpec | None:
+        """TY-Arranger's fields of a job (None: not a TYJob)."""
+        if not any(k in j for k in _TY_FIELDS):
+            return None
+        ty = TYJobSpec()
+        leader = j.get("leaderRole", "leader")
+        if not isinstance(leader, str) or not leader:
+            self.problem(f"{path}.leaderRole", "must be a non-empty role name")
+        else:
+            ty.leader_role = leader
+        ty.min_workers = self.integer(j.get("minWorkersNum"), f"{path}.minWorkersNum", 1)
+        if ty.min_workers < 0:
+            self.problem(f"{path}.minWorkersNum", "must not be negative")
+        ty.restart_limit = self.integer(j.get("restartLimit"), f"{path}.restartLimit", 3)
+        if ty.restart_limit < 0:
+            self.problem(f"{path}.restartLimit", "must not be negative")
+        clean = j.get("cleanPodPolicy", "All")
+        if clean not in TY_CLEAN_POD_POLICIES:
+            self.problem(f"{path}.cleanPodPolicy", f"{clean!r} is not one of {', '.join(TY_CLEAN_POD_POLICIES)}")
+        else:
+            ty.clean_pod_policy = clean
+        policy = j.get("schedulerPolicy")
+        if policy is not None and self.keys(policy, {"jobQueuePolicy", "basicPolicy"}, f"{path}.schedulerPolicy"):
+            queue_policy = policy.get("jobQueuePolicy", "Priority")
+            if queue_policy not in TY_JOB_QUEUE_POLICIES:
+                self.problem(f"{path}.schedulerPolicy.jobQueuePolicy",
+                             f"{queue_policy!r} is not one of {', '.join(TY_JOB_QUEUE_POLICIES)}")
+            else:
+                ty.job_queue_policy = queue_policy
+            basic = policy.get("basicPolicy", "Gang")
+            if basic not in TY_BASIC_POLICIES:
+                self.problem(f"{path}.schedulerPolicy.basicPolicy", f"{basic!r} is not one of {', '.join(TY_BASIC_POLICIES)}")
+            else:
+                ty.basic_policy = basic
+        return ty
+
+
 def _phase(loader: _Loader, raw: Any, path: str) -> PodGroupPhase:
     if raw is None:
         return PodGroupPhase.PENDING
@@ -229,17 +302,22 @@ def load_scenario(raw: Any) -> Scenario:
         name = L.unique_name(n, p, seen_nodes, "node")
         if name is None:
             continue
-        devices = n.get("devices") or {}
+        allocatable = L.resources(n.get("allocatable"), f"{p}.allocatable")
+        devices = L.devices(n.get("devices"), f"{p}.devices")
+        for d in devices:  # a listed device counts towards its resource
+            if d["type"] not in allocatable:
+                allocatable[d["type"]] = 0.0
+        for d in devices:
+            if allocatable[d["type"]] < sum(1 for x in devices if x["type"] == d["type"]) * UNIT:
+                allocatable[d["type"]] = sum(1 for x in devices if x["type"] == d["type"]) * UNIT
         nodes.append(
             NodeSpec(
                 name=name,
-                allocatable=L.resources(n.get("allocatable"), f"{p}.allocatable"),
+                allocatable=allocatable,
                 labels=L.string_map(n.get("labels"), f"{p}.labels"),
                 taints=L.taints(n.get("taints"), f"{p}.taints"),
                 unschedulable=L.boolean(n.get("unschedulable"), f"{p}.unschedulable", False),
-                devices=[{"id": k, **(v if isinstance(v, dict) else {"value": v})} for k, v in devices.items()]
-                if isinstance(devices, dict)
-                else L.items(devices, f"{p}.devices"),
+                devices=devices,
             )
         )
 
@@ -294,6 +372,12 @@ def load_scenario(raw: Any) -> Scenario:
         job_uids.add(uid)
         queue = str(j.get("queue") or "default")
         priority = L.integer(j.get("priority"), f"{p}.priority", 0)
+        tyjob = L.tyjob(j, p)
+        if tyjob is not None:  # TY-Arranger priorities are 1..10, default 5
+            if j.get("priority") is None:
+                priority = 5
+            elif not 1 <= priority <= 10:
+                L.problem(f"{p}.priority", f"{priority} is not a TYJob priority (1 to 10)")
         pclass = j.get("priorityClass")
         if pclass is not None:
             if pclass not in priority_classes:
@@ -352,6 +436,7 @@ def load_scenario(raw: Any) -> Scenario:
                     sub_group=t.get("subGroup"),
                     gpu_groups=[str(g) for g in L.items(t.get("gpu_groups"), f"{tp}.gpu_groups")],
                     creation_index=creation,
+                    devices=[str(d) for d in L.items(t.get("devices"), f"{tp}.devices")],
                 )
             )
             creation += 1
@@ -360,6 +445,11 @@ def load_scenario(raw: Any) -> Scenario:
             L.problem(f"{p}.minTaskMember", "must be a mapping of role to count")
             min_task_member = {}
         min_member: int | None = L.integer(j.get("minMember"), f"{p}.minMember", 0) if "minMember" in j else None
+        if tyjob is not None:  # the gang: the Leader and minWorkersNum workers
+            if min_member is None:
+                min_member = 1 + tyjob.min_workers
+            if not min_task_member:
+                min_task_member = {tyjob.leader_role: 1}
         if min_member is not None and min_member < 0:
             L.problem(f"{p}.minMember", "must not be negative")
         sub_groups = []
@@ -389,6 +479,7 @@ def load_scenario(raw: Any) -> Scenario:
                 annotations=L.string_map(j.get("annotations"), f"{p}.annotations"),
                 stale_seconds=L.duration(j.get("staleFor"), f"{p}.staleFor"),
                 creation_index=i,
+                tyjob=tyjob,
             )
         )
     if "default" not in queue_names and any(j.queue == "default" for j in jobs):
@@ -434,6 +525,7 @@ def load_scenario(raw: Any) -> Scenario:
         L.problem("topologies", "must be a list")
         topologies = []
 
+    _check_held_devices(L, nodes, jobs)
     if L.problems or config is None:
         raise ScenarioError(L.problems or ["config: invalid"])
     snapshot = ClusterSnapshot(
@@ -445,6 +537,28 @@ def load_scenario(raw: Any) -> Scenario:
         topologies=topologies,
     )
     return Scenario(str(raw.get("name") or ""), config, snapshot, cycles)
+
+
+def _check_held_devices(L: _Loader, nodes: list[NodeSpec], jobs: list[JobSpec]) -> None:
+    """Device ids named by tasks must exist on their node, each held by one task only."""
+    by_name = {n.name: n for n in nodes}
+    known: dict[str, set[str]] = {}
+    holder: dict[tuple[str, str], str] = {}
+    for i, job in enumerate(jobs):
+        for k, task in enumerate(job.tasks):
+            if not task.devices or task.node not in by_name:
+                continue
+            node = task.node
+            if node not in known:
+                known[node] = {d.id for devs in node_devices(by_name[node]).values() for d in devs}
+            for m, dev in enumerate(task.devices):
+                path = f"jobs[{i}].tasks[{k}].devices[{m}]"
+                if dev not in known[node]:
+                    L.problem(path, f"node {node!r} has no device {dev!r}")
+                elif (node, dev) in holder:
+                    L.problem(path, f"device {dev!r} of node {node!r} is already held by {holder[node, dev]}")
+                else:
+                    holder[node, dev] = task.uid
 
 
 def parse_scenario_text(text: str) -> Scenario:

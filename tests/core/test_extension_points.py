@@ -509,6 +509,35 @@ def test_hypernode_scores_add_up_across_plugins_and_tiers() -> None:
     assert ssn.hypernode_order(ssn.jobs["ns/j1"], cands) == {"h1": 0.0, "h2": 0.0}
 
 
+@covers("device_choice")
+def test_device_choice_first_plugin_that_answers_decides() -> None:
+    from core_helpers import task as make_task
+
+    from server.model import JobSpec, TaskStatus
+
+    def open_gpu_session(config: str = TWO_TIERS) -> tuple[Session, Any]:
+        gpu_task = make_task("t", "g", {"cpu": "1", "nvidia.com/gpu": "2"})
+        snap = snapshot([node("n1", **{"nvidia.com/gpu": "4"})], [JobSpec("ns/g", "g", "ns", "default", [gpu_task])])
+        ssn = Session(snap, load_config(config), 1)
+        return ssn, ssn.tasks["ns/t"]
+
+    seen: list[list[str]] = []
+
+    def record(t: Any, row: int, res: str, n: int, cands: list[Any]) -> None:
+        seen.append([d.id for d in cands])
+
+    ssn, t = open_gpu_session()
+    assert ssn.choose_devices(t, 0, TaskStatus.ALLOCATED) == ["0", "1"]  # none answers: lowest ids
+    register(a={"device_choice": record}, b={"device_choice": lambda t, r, res, n, c: ["3", "2"]},
+             c={"device_choice": lambda t, r, res, n, c: ["0", "1"]})
+    ssn, t = open_gpu_session()
+    assert ssn.choose_devices(t, 0, TaskStatus.ALLOCATED) == ["3", "2"]  # a abstains (None), b decides
+    assert seen == [["0", "1", "2", "3"]]
+    register(b={})
+    ssn, t = open_gpu_session()
+    assert ssn.choose_devices(t, 0, TaskStatus.ALLOCATED) == ["0", "1"]  # the next tier answers
+
+
 # -- the table itself ---------------------------------------------------------------------------------------
 def test_every_point_has_a_rule_test() -> None:
     assert sorted(set(POINTS) - set(COVERED)) == [], "a point without a rule test"

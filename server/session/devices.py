@@ -1,0 +1,142 @@
+"""Device ids in a session: which accelerator (GPU, NPU chip) of a node each task holds.
+
+A node's devices come from its ``devices`` list (id, type, interconnect group, health) or, for a
+device resource it has but does not list, are made up as ids ``0 .. N-1`` (``Ascend910-0 ..`` for
+Ascend chips, whose HCCS rings are chips 0-3 and 4-7). The ledger is kept by ``NodeTable.add_task``
+and ``remove_task``, so every statement operation (allocate, pipeline, evict) and its undo keeps
+it right: a device is held by at most one task, a device of a Releasing task is not free (it is
+offered only to pipelined tasks), and an unhealthy device is never free and counts as used.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from server.model import NodeSpec, TaskStatus
+
+# Resources whose units are whole devices with ids. vNPU resources (``huawei.com/Ascend910-2c``)
+# are plain counts: they have no ids.
+DEVICE_RESOURCE = re.compile(r"^(?:nvidia\.com/gpu|amd\.com/gpu|intel\.com/gpu|huawei\.com/Ascend\d+[A-Za-z]*)$")
+ASCEND910 = "huawei.com/Ascend910"
+UNIT = 1000.0  # canonical milli-units per device
+
+
+def is_device_resource(name: str) -> bool:
+    return DEVICE_RESOURCE.match(name) is not None
+
+
+def device_needs(request: Mapping[str, float]) -> dict[str, int]:
+    """Whole devices a request asks for, per device resource (a fractional GPU share has no id)."""
+    needs: dict[str, int] = {}
+    for name, value in request.items():
+        if value > 0 and is_device_resource(name):
+            count = value / UNIT
+            if count == int(count):
+                needs[name] = int(count)
+    return needs
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    id: str
+    type: str
+    group: str = ""
+    healthy: bool = True
+
+
+def default_devices(resource: str, count: int) -> list[Device]:
+    """The devices of a node that lists none: ``0 .. N-1``; Ascend chips ``Ascend910-<i>`` in HCCS
+    rings of four (chips 0-3 ring "0", 4-7 ring "1", as on a 910 x8 module)."""
+    if resource.startswith("huawei.com/Ascend"):
+        prefix = resource.split("/", 1)[1]
+        return [Device(f"{prefix}-{i}", resource, str(i // 4)) for i in range(count)]
+    return [Device(str(i), resource) for i in range(count)]
+
+
+def node_devices(spec: NodeSpec) -> dict[str, list[Device]]:
+    """Per device resource, the node's devices in listing order (listed ones, else defaults)."""
+    out: dict[str, list[Device]] = {}
+    for raw in spec.devices:
+        d = device_from_dict(raw)
+        if d.type:
+            out.setdefault(d.type, []).append(d)
+    for name, value in spec.allocatable.items():
+        if name not in out and is_device_resource(name) and value >= UNIT:
+            out[name] = default_devices(name, int(value // UNIT))
+    return out
+
+
+def device_from_dict(raw: Mapping[str, Any]) -> Device:
+    healthy = raw.get("healthy", True)
+    return Device(str(raw.get("id", "")), str(raw.get("type", "")), str(raw.get("group", "") or ""), healthy is not False)
+
+
+class DeviceLedger:
+    """Per node row and device resource: the devices, and the task holding each.
+
+    ``held`` maps a device id to the task on it (Allocated, Binding, Running ... or Releasing);
+    ``promised`` maps a device id to the Pipelined task that will take it once it is released."""
+
+    def __init__(self, specs: list[NodeSpec]) -> None:
+        self.specs = specs
+        # Built on first use per row: most sessions never ask most nodes for device ids.
+        self._devices: list[dict[str, list[Device]] | None] = [None] * len(specs)
+        self.held: list[dict[str, Any]] = [{} for _ in specs]  # id -> TaskInfo
+        self.promised: list[dict[str, Any]] = [{} for _ in specs]
+
+    def of(self, row: int) -> dict[str, list[Device]]:
+        devs = self._devices[row]
+        if devs is None:
+            devs = self._devices[row] = node_devices(self.specs[row])
+        return devs
+
+    def attach(self, row: int, task: Any) -> None:
+        """Mark ``task.devices`` on the row (a Pipelined task's as promised)."""
+        target = self.promised[row] if task.status == TaskStatus.PIPELINED else self.held[row]
+        for d in task.devices:
+            target[d] = task
+
+    def detach(self, row: int, task: Any) -> None:
+        for target in (self.held[row], self.promised[row]):
+            for d in task.devices:
+                if target.get(d) is task:
+                    del target[d]
+
+    def free(self, row: int, resource: str) -> list[Device]:
+        """Healthy devices no task holds, in listing order."""
+        held = self.held[row]
+        return [d for d in self.of(row).get(resource, ()) if d.healthy and d.id not in held]
+
+    def releasing(self, row: int, resource: str) -> list[Device]:
+        """Devices held by a Releasing task: free once it is gone (offered to pipelined tasks only)."""
+        held = self.held[row]
+        return [
+            d for d in self.of(row).get(resource, ())
+            if d.healthy and d.id in held and held[d.id].status == TaskStatus.RELEASING
+        ]
+
+    def candidates(self, row: int, resource: str, status: TaskStatus) -> list[Device]:
+        """Devices a task placed with ``status`` may take, best first: an allocation takes free
+        devices no pipelined task waits for, then the rest of the free ones; a pipelined task takes
+        devices being released, then free ones; neither takes a device another pipelined task was
+        promised while an unpromised one is left."""
+        promised = self.promised[row]
+        free = self.free(row, resource)
+        pool = free if status != TaskStatus.PIPELINED else self.releasing(row, resource) + free
+        return [d for d in pool if d.id not in promised] + [d for d in pool if d.id in promised]
+
+    def healthy_count(self, row: int, resource: str) -> int:
+        return sum(1 for d in self.of(row).get(resource, ()) if d.healthy)
+
+    def unhealthy_unheld(self, row: int) -> dict[str, int]:
+        """Per resource, unhealthy devices no task holds: they count as used."""
+        held = self.held[row]
+        out: dict[str, int] = {}
+        for name, devs in self.of(row).items():
+            n = sum(1 for d in devs if not d.healthy and d.id not in held)
+            if n:
+                out[name] = n
+        return out
