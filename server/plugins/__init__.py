@@ -9,6 +9,7 @@ from server.plugins.conformance import ConformancePlugin
 from server.plugins.drf import DrfPlugin
 from server.plugins.gang import GangPlugin
 from server.plugins.gang_backend import GangBackendPlugin
+from server.plugins.huawei_npu import HuaweiNPUPlugin
 from server.plugins.network_topology import NetworkTopologyPlugin
 from server.plugins.nodeorder import NodeOrderPlugin
 from server.plugins.overcommit import OvercommitPlugin
@@ -28,6 +29,7 @@ PLUGINS: dict[str, type[Plugin]] = {
         DrfPlugin,
         GangPlugin,
         GangBackendPlugin,
+        HuaweiNPUPlugin,
         NetworkTopologyPlugin,
         NodeOrderPlugin,
         OvercommitPlugin,

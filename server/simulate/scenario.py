@@ -24,6 +24,9 @@ from server.config import (
     parse_priority_classes,
 )
 from server.model import (
+    TY_BASIC_POLICIES,
+    TY_CLEAN_POD_POLICIES,
+    TY_JOB_QUEUE_POLICIES,
     ClusterSnapshot,
     HyperNodeSpec,
     JobSpec,
@@ -31,9 +34,6 @@ from server.model import (
     PodGroupPhase,
     PriorityClass,
     QueueSpec,
-    TY_BASIC_POLICIES,
-    TY_CLEAN_POD_POLICIES,
-    TY_JOB_QUEUE_POLICIES,
     SubGroupSpec,
     Taint,
     TaskSpec,

@@ -156,7 +156,7 @@ def test_best_effort_placement_binds_only_once_the_gang_is_ready() -> None:
           - {name: be, request: {}}
     """)
     assert out["binds"] == {}
-    assert out["tasks"]["ns/be"] == {"status": "Allocated", "node": "n1", "gpu_groups": []}
+    assert out["tasks"]["ns/be"] == {"status": "Allocated", "node": "n1", "gpu_groups": [], "devices": []}
     assert out["tasks"]["ns/big"]["status"] == "Pending"
 
 
