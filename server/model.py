@@ -231,6 +231,8 @@ class JobOutcome:
     phase: PodGroupPhase
     conditions: list[Condition] = field(default_factory=list)
     explanation: Explanation | None = None
+    schedule_state: str = ""  # TYJobs: Unscheduled | ScheduledSucceed | ScheduledFailed | ScheduledPartly
+    stage: str = ""  # TYJobs: Pending | Starting | Running | Rescheduling | Succeeded | Failed
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ from server.plugins.proportion import ProportionPlugin
 from server.plugins.sla import SlaPlugin
 from server.plugins.task_topology import TaskTopologyPlugin
 from server.plugins.tdm import TdmPlugin
+from server.plugins.tyarranger import TYArrangerPlugin
 
 PLUGINS: dict[str, type[Plugin]] = {
     cls.name: cls
@@ -39,6 +40,7 @@ PLUGINS: dict[str, type[Plugin]] = {
         SlaPlugin,
         TaskTopologyPlugin,
         TdmPlugin,
+        TYArrangerPlugin,
     )
 }
 

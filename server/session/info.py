@@ -203,6 +203,9 @@ class JobInfo:
         self.enqueue_verdict = ""
         self.queue_verdict = ""
         self.explain_fit_errors: dict[str, FitErrors] = {}  # for `muster explain` only
+        # TY-Arranger's schedule state and stage (set by the tyarranger plugin; "" otherwise).
+        self.schedule_state = ""
+        self.stage = ""
 
     # -- task index -------------------------------------------------------------------------
     def add_task(self, task: TaskInfo) -> None:

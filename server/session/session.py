@@ -460,6 +460,8 @@ class Session:
                     job.phase,
                     [Condition("Unschedulable", "True", invalid.reason, invalid.message)],
                     Explanation("gang", invalid.message),
+                    job.schedule_state,
+                    job.stage,
                 )
                 for task in job.tasks.values():
                     result.task_status[task.uid] = (task.status, task.node)
@@ -472,7 +474,7 @@ class Session:
                 for c in conditions:
                     if c.type == "Unschedulable" and explanation.summary not in c.message:
                         c.message = f"{c.message}. {explanation.summary}" if c.message else explanation.summary
-            result.jobs[job.uid] = JobOutcome(phase, conditions, explanation)
+            result.jobs[job.uid] = JobOutcome(phase, conditions, explanation, job.schedule_state, job.stage)
             for task in job.tasks.values():
                 if task.status == TaskStatus.PIPELINED and task.node:
                     result.pipelined[task.uid] = task.node

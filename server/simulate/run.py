@@ -67,13 +67,15 @@ def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any
             "gpu_groups": [],
             "devices": result.task_devices.get(uid, []) if node is not None else [],
         }
-    jobs = {
-        uid: {
+    jobs: dict[str, dict[str, Any]] = {}
+    for uid, outcome in result.jobs.items():
+        jobs[uid] = {
             "phase": str(outcome.phase),
             "conditions": [{"type": c.type, "reason": c.reason, "message": c.message} for c in outcome.conditions],
         }
-        for uid, outcome in result.jobs.items()
-    }
+        if outcome.schedule_state:  # TYJobs
+            jobs[uid]["scheduleState"] = outcome.schedule_state
+            jobs[uid]["stage"] = outcome.stage
     return {
         "binds": binds,
         "pipelined": dict(result.pipelined),
