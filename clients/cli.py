@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("jobs", cmd_jobs, "list jobs")
     p.add_argument("--queue")
     p.add_argument("--namespace", "-n")
+    p.add_argument("--owner", help="only jobs this user submitted ('me': your login name)")
     p.add_argument("--phase", action="append", help=f"filter by phase ({', '.join(PHASES)}); repeatable")
     p.add_argument("--limit", type=int, default=None)
 

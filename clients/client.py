@@ -12,6 +12,7 @@ Errors are ``grpc.aio.AioRpcError`` (``.code()``, ``.details()``), exactly as th
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 from collections.abc import AsyncIterator, Iterable
@@ -29,17 +30,27 @@ from muster.v1 import muster_pb2_grpc as pb_grpc
 DEFAULT_SERVER = "127.0.0.1:50051"
 
 
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers)
+        return ""
+
+
 class MusterClient:
     """One channel to a Muster server. Use as an async context manager, or call ``close()``."""
 
     def __init__(self, address: str = DEFAULT_SERVER, *, timeout: float | None = 30.0,
-                 tls: ClientTls | None = None, token: str | None = None) -> None:
+                 tls: ClientTls | None = None, token: str | None = None, user: str | None = None) -> None:
         """``tls``: how to reach a TLS server (default: from the MUSTER_TLS_* variables, see
-        ``muster.transport``; none set: plaintext). ``token``: bearer token (default: MUSTER_TOKEN)."""
+        ``muster.transport``; none set: plaintext). ``token``: bearer token (default: MUSTER_TOKEN).
+        ``user``: who a server without authentication records as the owner of submitted jobs
+        (default: the login name; a server with tokens takes the token's user instead)."""
         self.address = address
         self.timeout = timeout  # per unary call; streams are unbounded
         self._channel = transport.channel(address, tls if tls is not None else ClientTls.from_env(),
-                                          token=token if token is not None else os.environ.get("MUSTER_TOKEN"))
+                                          token=token if token is not None else os.environ.get("MUSTER_TOKEN"),
+                                          user=user if user is not None else _login_name())
         self.stub = pb_grpc.SchedulerStub(self._channel)
 
     async def __aenter__(self) -> MusterClient:
@@ -88,14 +99,17 @@ class MusterClient:
         phases: Iterable[pb.JobPhase] = (),
         page_size: int = 0,
         limit: int | None = None,
+        owner: str = "",
     ) -> AsyncIterator[pb.Job]:
-        """Every matching job, following page tokens (at most ``limit`` jobs)."""
+        """Every matching job (``owner``: only this user's), following page tokens (at most
+        ``limit`` jobs)."""
         token = ""
         count = 0
         while True:
             reply = await self.stub.ListJobs(
                 pb.ListJobsRequest(
-                    queue=queue, namespace=namespace, phases=list(phases), page_size=page_size, page_token=token
+                    queue=queue, namespace=namespace, phases=list(phases), page_size=page_size, page_token=token,
+                    owner=owner,
                 ),
                 timeout=self.timeout,
             )

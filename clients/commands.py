@@ -8,6 +8,7 @@ a gRPC error propagates (exit 1, see :func:`clients.cli.main`).
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 from collections.abc import Sequence
@@ -100,20 +101,22 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
     jobs = [
         job
         async for job in client.list_jobs(
-            queue=args.queue or "", namespace=args.namespace or "", phases=phases, limit=args.limit
+            queue=args.queue or "", namespace=args.namespace or "", phases=phases, limit=args.limit,
+            owner=_owner(args.owner),
         )
     ]
     out.emit(
         [to_dict(j) for j in jobs],
         lambda: out.table(
             None,
-            ["JOB", "NAMESPACE", "QUEUE", "PHASE", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "REASON"],
+            ["JOB", "NAMESPACE", "QUEUE", "OWNER", "PHASE", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "REASON"],
             [
                 (
                     j.spec.id,
                     j.spec.namespace,
                     j.spec.queue,
-                    phase_name(j.status.phase),
+                    j.spec.owner or "-",
+                    phase_name(j.status.phase) + (f" ({j.status.stage})" if j.status.stage else ""),
                     j.status.pending,
                     j.status.running,
                     j.status.succeeded,
@@ -125,6 +128,15 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
         ),
     )
     return 0
+
+
+def _owner(value: str | None) -> str:
+    if value == "me":
+        try:
+            return getpass.getuser()
+        except (KeyError, OSError):
+            return ""
+    return value or ""
 
 
 async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
@@ -142,11 +154,20 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
     def render() -> None:
         c = out.console
         s, st = job.spec, job.status
-        c.print(f"[bold]Job[/bold] {s.id}  namespace={s.namespace} name={s.name} queue={s.queue}")
+        c.print(f"[bold]Job[/bold] {s.id}  namespace={s.namespace} name={s.name} queue={s.queue} "
+                f"owner={s.owner or '-'}")
         c.print(
             f"Phase: {phase_name(st.phase)}   min_member={s.min_member or len(job.tasks)}   "
             f"pending={st.pending} running={st.running} succeeded={st.succeeded} failed={st.failed}"
         )
+        if s.HasField("tyjob"):
+            ty = s.tyjob
+            c.print(
+                f"TYJob: stage={st.stage} schedule_state={st.schedule_state} leader={ty.leader_role} "
+                f"min_workers={ty.min_workers_num} priority={s.priority} "
+                f"restarts={st.leader_restarts}/{ty.restart_limit} clean_pods={ty.clean_pod_policy} "
+                f"policy={ty.scheduler_policy.job_queue_policy}/{ty.scheduler_policy.basic_policy}"
+            )
         for cond in st.conditions:
             c.print(f"Condition: {condition_line(cond)}" + (f" (cycle {cond.cycle_id})" if cond.cycle_id else ""))
         out.table(
@@ -252,13 +273,26 @@ async def cmd_queue(client: MusterClient, args: argparse.Namespace, out: Output)
     return 0
 
 
+def device_cell(n: pb.NodeView) -> str:
+    """Devices as ``free/total`` per resource, broken ones counted apart: ``huawei.com/Ascend910 5/8 (1 unhealthy)``."""
+    parts = []
+    by_type: dict[str, list[pb.Device]] = {}
+    for d in n.node.devices:
+        by_type.setdefault(d.type, []).append(d)
+    for kind, devs in sorted(by_type.items()):
+        broken = sum(1 for d in devs if not d.healthy)
+        free = sum(1 for d in devs if d.healthy and d.id not in n.device_holders)
+        parts.append(f"{kind} {free}/{len(devs)} free" + (f" ({broken} unhealthy)" if broken else ""))
+    return ", ".join(parts)
+
+
 async def cmd_nodes(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
     nodes = await client.list_nodes(args.backend or "")
     out.emit(
         [to_dict(n) for n in nodes],
         lambda: out.table(
             None,
-            ["NODE", "BACKEND", "STATE", "ALLOCATABLE", "USED", "IDLE", "TASKS", "LABELS"],
+            ["NODE", "BACKEND", "STATE", "ALLOCATABLE", "USED", "IDLE", "TASKS", "DEVICES", "LABELS"],
             [
                 (
                     n.node.name,
@@ -268,6 +302,7 @@ async def cmd_nodes(client: MusterClient, args: argparse.Namespace, out: Output)
                     quantities(n.used),
                     quantities(n.idle),
                     n.task_count,
+                    device_cell(n),
                     ",".join(f"{k}={v}" for k, v in sorted(n.node.labels.items())),
                 )
                 for n in nodes

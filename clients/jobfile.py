@@ -6,7 +6,9 @@ friendly forms are reshaped before ``json_format.ParseDict``:
 
 * ResourceLists are plain mappings: ``request: {cpu: 2, memory: 4Gi}`` (numbers allowed);
 * ``tasks`` is an alias of ``task_groups``; ``duration`` of ``duration_seconds``;
-* ``command`` may be a string (run through ``sh -c``) or a list.
+* ``command`` may be a string (run through ``sh -c``) or a list;
+* a TYJob's fields may sit on the job itself, as in scenarios (``leaderRole``, ``minWorkersNum``,
+  ``restartLimit``, ``cleanPodPolicy``, ``schedulerPolicy``): they move into ``tyjob``.
 
 Every quantity is checked with ``muster.quantity`` so a typo fails here, naming the field:
 ``jobs[0].tasks[1].request.cpu: '2x' is not a quantity``.
@@ -28,6 +30,13 @@ from muster.v1 import muster_pb2 as pb
 _JOB_ALIASES = {"tasks": "task_groups", "taskGroups": "task_groups"}
 _GROUP_ALIASES = {"duration": "duration_seconds", "durationSeconds": "duration_seconds"}
 _JOB_RESOURCES = ("min_resources", "minResources")
+_TY_FIELDS = {
+    "leaderRole": "leader_role", "leader_role": "leader_role",
+    "minWorkersNum": "min_workers_num", "min_workers_num": "min_workers_num",
+    "restartLimit": "restart_limit", "restart_limit": "restart_limit",
+    "cleanPodPolicy": "clean_pod_policy", "clean_pod_policy": "clean_pod_policy",
+    "schedulerPolicy": "scheduler_policy", "scheduler_policy": "scheduler_policy",
+}
 _GROUP_RESOURCES = ("request",)
 
 
@@ -86,6 +95,12 @@ def job_from_dict(entry: Any, where: str = "job") -> pb.JobSpec:
         raise JobFileError([f"{where}: expected a mapping, got {type(entry).__name__}"])
     problems: list[str] = []
     data = _rename(dict(entry), _JOB_ALIASES)
+    ty_fields = {_TY_FIELDS[k]: data.pop(k) for k in list(data) if k in _TY_FIELDS}
+    if ty_fields:
+        if "tyjob" in data:
+            problems.append(f"{where}.tyjob: give the TYJob fields either in tyjob or on the job, not both")
+        else:
+            data["tyjob"] = ty_fields
     _check_fields(data, pb.JobSpec.DESCRIPTOR, where, problems)
     if not data.get("id"):
         problems.append(f"{where}.id: required (a client-chosen unique id)")

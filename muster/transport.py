@@ -71,15 +71,15 @@ def token_from_args(args: argparse.Namespace) -> str | None:
     return None
 
 
-class _BearerToken(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
-    """Adds ``authorization: Bearer <token>`` to every call (works on plaintext loopback too,
-    unlike grpc's access-token call credentials)."""
+class _Headers(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+    """Adds fixed metadata to every call: ``authorization: Bearer <token>`` (works on plaintext
+    loopback too, unlike grpc's access-token call credentials) and the caller's user claim."""
 
-    def __init__(self, token: str) -> None:
-        self.header = ("authorization", f"Bearer {token}")
+    def __init__(self, headers: list[tuple[str, str]]) -> None:
+        self.headers = headers
 
     def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        metadata = grpc.aio.Metadata(*(details.metadata or ()), self.header)
+        metadata = grpc.aio.Metadata(*(details.metadata or ()), *self.headers)
         return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
                                           details.wait_for_ready)
 
@@ -98,11 +98,16 @@ def _read(path: str | None) -> bytes | None:
 
 
 def channel(address: str, tls: ClientTls | None = None,
-            options: list[tuple[str, object]] | None = None, *, token: str | None = None) -> grpc.aio.Channel:
+            options: list[tuple[str, object]] | None = None, *, token: str | None = None,
+            user: str | None = None) -> grpc.aio.Channel:
     """An asyncio channel to ``address``: TLS when ``tls`` asks for it, else plaintext; with
-    ``token``, every call carries it as a bearer token."""
+    ``token``, every call carries it as a bearer token; with ``user``, the ``x-muster-user`` claim
+    a server without authentication records as the owner of submitted jobs (ignored otherwise)."""
     opts = list(options or [])
-    interceptors = [_BearerToken(token)] if token else None
+    headers = [("authorization", f"Bearer {token}")] if token else []
+    if user:
+        headers.append(("x-muster-user", user))
+    interceptors = [_Headers(headers)] if headers else None
     if tls is None or not tls.enabled:
         return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
     credentials = grpc.ssl_channel_credentials(

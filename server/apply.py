@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import anyio
 
 from server import model
-from server.model import CycleResult, PodGroupPhase, TaskStatus
+from server.model import OCCUPYING, CycleResult, PodGroupPhase, TaskStatus
 from server.records import ConditionRecord, JobRecord, TaskRecord
 from server.snapshot import Capture
 from server.state import PLACED, ClusterState
@@ -89,7 +89,7 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
     """Apply a cycle's decisions, dropping whatever the world changed since ``capture``."""
     stats = ApplyStats()
     cycle_id = capture.cycle_id
-    captured = {rec.id: (rec, states) for rec, _, states in capture.jobs}
+    captured = {rec.id: (rec, states) for rec, _, states, _ in capture.jobs}
     binds_by_job: dict[str, list[tuple[TaskRecord, str]]] = {}
     for uid, node in result.binds.items():
         rec = state.tasks.get(uid)
@@ -100,20 +100,27 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
         binds_by_job.setdefault(job.id, []).append((rec, node))
     touched: set[str] = set()
     bound_jobs: set[str] = set()
+    # Device ids held now, per node: a bind may not take one the world gave away since the capture.
+    held = _held_devices(state) if result.bind_devices else {}
     for job_id, binds in binds_by_job.items():
         job = state.jobs[job_id]
         ok = captured.get(job_id, (None,))[0] is job and job.active
         for rec, node in binds if ok else ():
             entry = state.nodes.get(node)
+            devices = result.bind_devices.get(rec.uid, ())
             if (
                 rec.status != TaskStatus.PENDING
                 or entry is None
                 or entry.spec.unschedulable
                 or not entry.spec.ready
                 or entry.spec.backend not in state.backends
+                or any(d in held.get(node, ()) for d in devices)
             ):
                 ok = False
                 break
+        if ok:
+            for rec, node in binds:
+                held.setdefault(node, set()).update(result.bind_devices.get(rec.uid, ()))
         if not ok:  # all or nothing per job: a partial gang would hold resources uselessly
             stats.dropped_binds += len(binds)
             continue
@@ -130,7 +137,7 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
             stats.dropped_evictions += 1
             continue
         pos = next(i for i, t in enumerate(owner.tasks) if t is rec)
-        status_then, node_then = then[1][pos]
+        status_then, node_then, _ = then[1][pos]
         if rec.status not in PLACED or rec.node != node_then or status_then not in PLACED:
             stats.dropped_evictions += 1
             continue
@@ -152,13 +159,26 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
     return stats
 
 
+def _held_devices(state: ClusterState) -> dict[str, set[str]]:
+    held: dict[str, set[str]] = {}
+    for rec in state.tasks.values():
+        if rec.devices and rec.node and rec.status in OCCUPYING:
+            held.setdefault(rec.node, set()).update(rec.devices)
+    for f in state.foreign.values():
+        if f.spec.devices and f.spec.node:
+            held.setdefault(f.spec.node, set()).update(f.spec.devices)
+    return held
+
+
 def _record_outcome(
     state: ClusterState, job: JobRecord, outcome: model.JobOutcome, cycle_id: int, now: float, *, placed: bool
 ) -> None:
     """The cycle's verdict on a job: its scheduling phase, conditions and explanation."""
     st = job.status
-    before = (st.sched_phase, [(c.type, c.status, c.reason, c.message) for c in st.conditions])
+    before = (st.sched_phase, st.schedule_state, [(c.type, c.status, c.reason, c.message) for c in st.conditions])
     st.sched_phase = outcome.phase
+    if outcome.schedule_state:
+        st.schedule_state = outcome.schedule_state
     conditions = list(outcome.conditions)
     if placed and not any(c.type == "Scheduled" for c in conditions):
         conditions.append(model.Condition("Scheduled", "True", "Placed", f"tasks bound in cycle {cycle_id}"))
@@ -187,6 +207,6 @@ def _record_outcome(
         }
     elif placed:
         st.explanation = {"gate": "none", "summary": "placed", "node_reasons": {}, "cycle_id": cycle_id}
-    after = (st.sched_phase, [(c.type, c.status, c.reason, c.message) for c in st.conditions])
+    after = (st.sched_phase, st.schedule_state, [(c.type, c.status, c.reason, c.message) for c in st.conditions])
     if after != before:
         state.changes.job_modified(job.id)

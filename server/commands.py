@@ -20,9 +20,11 @@ from server.state import PLACED, ClusterState, new_job_record
 log = structlog.get_logger("muster.commands")
 
 
-def submit_job(state: ClusterState, spec: pb.JobSpec) -> tuple[pb.Job, bool]:
-    """Returns the job and whether it was created (False: the same spec was submitted before)."""
+def submit_job(state: ClusterState, spec: pb.JobSpec, owner: str = "") -> tuple[pb.Job, bool]:
+    """Returns the job and whether it was created (False: the same spec was submitted before).
+    ``owner`` (who submits it) replaces whatever the spec says."""
     normalized = validate.normalize_job(spec)
+    normalized.owner = owner
     existing = state.jobs.get(normalized.id)
     if existing is not None:
         if existing.spec_bytes == normalized.SerializeToString(deterministic=True):

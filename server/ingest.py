@@ -196,6 +196,7 @@ def _put_foreign(state: ClusterState, backend: str, task: pb.BackendTask, reques
             request=request,
             status=TaskStatus.RUNNING,
             node=task.node,
+            devices=list(task.devices),
         ),
     )
 

@@ -160,6 +160,37 @@ class TYJobSpec:
     leader_restarts: int = 0  # times the Leader was started again after failing
 
 
+def ty_schedule_state(ty: TYJobSpec, leader_placed: bool, workers_placed: int, workers: int, failed: bool) -> str:
+    """TY-Arranger's schedule state: ScheduledSucceed when every pod is placed; ScheduledPartly when
+    the Leader and minWorkersNum workers are; otherwise ScheduledFailed when the job can never be
+    scheduled (``failed``), else Unscheduled."""
+    if leader_placed and workers_placed >= workers:
+        return "ScheduledSucceed"
+    if leader_placed and workers_placed >= ty.min_workers:
+        return "ScheduledPartly"
+    return "ScheduledFailed" if failed else "Unscheduled"
+
+
+def ty_stage(ty: TYJobSpec, leader: TaskStatus | None, workers_running: int, schedule_state: str) -> str:
+    """TY-Arranger's job stage from the Leader's status, the running workers and the schedule state:
+    Succeeded when the Leader succeeded; Rescheduling while a failed Leader has restarts left
+    (Failed once they are spent); Failed when it can never be scheduled; Pending until the gang is
+    placed; Running once the Leader and minWorkersNum workers run; Starting in between."""
+    if leader == TaskStatus.SUCCEEDED:
+        return "Succeeded"
+    if leader in (TaskStatus.FAILED, TaskStatus.RELEASING):
+        return "Failed" if ty.leader_restarts >= ty.restart_limit else "Rescheduling"
+    if schedule_state == "ScheduledFailed" or leader is None:
+        return "Failed"
+    if ty.leader_restarts and leader not in (TaskStatus.RUNNING, TaskStatus.BOUND):
+        return "Rescheduling"  # started again after a failure, not running yet
+    if schedule_state == "Unscheduled":
+        return "Pending"
+    if leader == TaskStatus.RUNNING and workers_running >= ty.min_workers:
+        return "Running"
+    return "Starting"
+
+
 TY_JOB_QUEUE_POLICIES = ("Priority", "DRF")
 TY_BASIC_POLICIES = ("Gang", "BinPack", "LeaderFirst", "MinFragment", "JobAffinity", "JobAntiAffinity")
 TY_CLEAN_POD_POLICIES = ("Running", "All", "None")

@@ -72,6 +72,9 @@ class JobStatusRecord:
     submit_time: float = 0.0
     start_time: float = 0.0
     finish_time: float = 0.0
+    # TYJobs: the last cycle's schedule state, and how often the Leader was started again.
+    schedule_state: str = ""
+    leader_restarts: int = 0
 
     def to_json(self) -> str:
         return json.dumps(
@@ -85,6 +88,7 @@ class JobStatusRecord:
                 ],
                 "explanation": self.explanation,
                 "times": [self.submit_time, self.start_time, self.finish_time],
+                "ty": [self.schedule_state, self.leader_restarts],
             }
         )
 
@@ -100,6 +104,8 @@ class JobStatusRecord:
             submit_time=raw["times"][0],
             start_time=raw["times"][1],
             finish_time=raw["times"][2],
+            schedule_state=raw.get("ty", ["", 0])[0],
+            leader_restarts=raw.get("ty", ["", 0])[1],
         )
 
 

@@ -9,6 +9,7 @@ answered with INTERNAL: a bad request never takes the server down.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -58,6 +59,12 @@ AUDITED = frozenset({"RegisterBackend", "SyncSnapshot", "SendDeltas", "AckDecisi
                      "CreateQueue", "UpdateQueue", "DeleteQueue", "UpdateConfig"})
 
 
+# Who makes the current call (each RPC runs in its own task, so its own context).
+CALLER: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("muster_caller", default=None)
+# Without an auth policy a client may say who it is (unverified; the CLI sends $USER).
+USER_CLAIM = "x-muster-user"
+
+
 def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     """Map a DomainError to its status; anything unexpected to INTERNAL (logged), never a crash."""
 
@@ -68,6 +75,7 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         who = "?"
         try:
             principal = self.identify(name, context)
+            CALLER.set(principal)
             who = principal.user if principal is not None else "anonymous"
             self.authorize(name, principal, request)
             reply = await handler(self, request, context)
@@ -115,6 +123,19 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         if who is None:
             raise unauthenticated("authorization: a valid bearer token is required (metadata 'authorization: Bearer ...')")
         return who
+
+    def owner(self, context: grpc.aio.ServicerContext) -> str:
+        """Who owns what this call submits: the authenticated user; without an auth policy, the
+        caller's unverified ``x-muster-user`` claim ("" when none)."""
+        principal = CALLER.get()
+        if principal is not None:
+            return principal.user
+        if self.policy is not None:
+            return ""
+        for key, value in context.invocation_metadata() or ():
+            if key == USER_CLAIM and isinstance(value, str):
+                return value[:253]
+        return ""
 
     def authorize(self, rpc: str, who: Principal | None, request: Any) -> None:
         """DomainError when the policy does not let ``who`` make this call."""
@@ -219,7 +240,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     async def SubmitJob(self, request: pb.SubmitJobRequest, context: Any) -> pb.SubmitJobResponse:
         if not request.HasField("job"):
             raise invalid("job: required")
-        job, created = commands.submit_job(self.state, request.job)
+        job, created = commands.submit_job(self.state, request.job, owner=self.owner(context))
         await self._persist()
         return pb.SubmitJobResponse(job=job, created=created)
 

@@ -9,11 +9,11 @@ drops whatever the world changed in between.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from server import model
-from server.model import PodGroupPhase, TaskStatus
+from server.model import OCCUPYING, PodGroupPhase, TaskStatus
 from server.records import JobRecord
 from server.state import ClusterState
 
@@ -25,15 +25,19 @@ class Capture:
     cycle_id: int
     nodes: list[model.NodeSpec]
     queues: list[model.QueueSpec]
-    jobs: list[tuple[JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None]]]]
+    # (record, phase, per task (status, node, device ids), Leader restarts) at capture time
+    jobs: list[tuple[JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int]]
     foreign: list[model.TaskSpec]
     priority_classes: dict[str, model.PriorityClass]
 
     def materialize(self) -> model.ClusterSnapshot:
         jobs = []
-        for rec, phase, states in self.jobs:
+        for rec, phase, states, restarts in self.jobs:
             tmpl = rec.template
-            tasks = [_copy_task(t, status, node) for t, (status, node) in zip(tmpl.tasks, states, strict=True)]
+            tasks = [
+                _copy_task(t, status, node, devices)
+                for t, (status, node, devices) in zip(tmpl.tasks, states, strict=True)
+            ]
             jobs.append(
                 model.JobSpec(
                     uid=tmpl.uid,
@@ -53,19 +57,20 @@ class Capture:
                     annotations=dict(tmpl.annotations),
                     creation_index=tmpl.creation_index,
                     created_at=rec.status.submit_time or None,  # sla's waiting time
+                    tyjob=replace(tmpl.tyjob, leader_restarts=restarts) if tmpl.tyjob is not None else None,
                 )
             )
         return model.ClusterSnapshot(
             nodes=[_copy_node(n) for n in self.nodes],
             queues=[_copy_queue(q) for q in self.queues],
             jobs=jobs,
-            foreign_tasks=[_copy_task(t, t.status, t.node) for t in self.foreign],
+            foreign_tasks=[_copy_task(t, t.status, t.node, tuple(t.devices)) for t in self.foreign],
             priority_classes={k: model.PriorityClass(v.name, v.value, v.preemption_policy, v.global_default)
                               for k, v in self.priority_classes.items()},
         )
 
 
-def _copy_task(t: model.TaskSpec, status: TaskStatus, node: str | None) -> model.TaskSpec:
+def _copy_task(t: model.TaskSpec, status: TaskStatus, node: str | None, devices: tuple[str, ...]) -> model.TaskSpec:
     return model.TaskSpec(
         uid=t.uid,
         name=t.name,
@@ -86,6 +91,7 @@ def _copy_task(t: model.TaskSpec, status: TaskStatus, node: str | None) -> model
         sub_group=t.sub_group,
         gpu_groups=list(t.gpu_groups),
         creation_index=t.creation_index,
+        devices=list(devices),
     )
 
 
@@ -132,15 +138,25 @@ def capture(state: ClusterState) -> Capture:
     state.next_cycle_id += 1
     state.set_meta("next_cycle_id", str(state.next_cycle_id))
     jobs = [
-        (rec, rec.status.sched_phase, [(t.status, t.node) for t in rec.tasks])
+        (rec, rec.status.sched_phase, [(t.status, t.node, tuple(t.devices)) for t in rec.tasks],
+         rec.status.leader_restarts)
         for rec in state.jobs.values()
         if rec.active
+    ]
+    # Tasks of jobs that are over but still hold a node (being released, or kept running by a
+    # TYJob's cleanPodPolicy None) hold its capacity like foreign work.
+    leftovers = [
+        replace(spec, job="", status=t.status, node=t.node, devices=list(t.devices))
+        for rec in state.jobs.values()
+        if not rec.active and any(t.node and t.status in OCCUPYING for t in rec.tasks)
+        for spec, t in zip(rec.template.tasks, rec.tasks, strict=True)
+        if t.node and t.status in OCCUPYING
     ]
     return Capture(
         cycle_id=cycle_id,
         nodes=[e.spec for e in state.nodes.values()],
         queues=[e.spec for e in state.queues.values()],
         jobs=jobs,
-        foreign=[f.spec for f in state.foreign.values()],
+        foreign=[f.spec for f in state.foreign.values()] + leftovers,
         priority_classes=dict(state.priority_classes),
     )

@@ -189,7 +189,7 @@ class ClusterState:
             st = rec.status
             batch.jobs[job_id] = (
                 job_id, rec.creation_index, rec.spec_bytes, st.to_json(), rec.spec.queue, rec.spec.namespace,
-                st.phase, st.finish_time,
+                st.phase, st.finish_time, rec.spec.owner,
             )
             if not rec.active:
                 self.active_jobs.pop(job_id, None)
@@ -336,6 +336,8 @@ class ClusterState:
             return  # an ended task does not come back
         if new == TaskStatus.BOUND and rec.status not in (TaskStatus.BINDING, TaskStatus.PENDING):
             return  # older news than what we know
+        if new == TaskStatus.FAILED and self.restart_leader(job, rec, message, exit_code):
+            return
         rec.status = new
         if node:
             rec.node = node
@@ -345,9 +347,25 @@ class ClusterState:
         if new in (TaskStatus.SUCCEEDED, TaskStatus.FAILED):
             rec.exit_code = exit_code
         self.changes.tasks.add(rec.uid)
-        if not job.active and new in PLACED:
+        keep = job.spec.HasField("tyjob") and job.spec.tyjob.clean_pod_policy == "None" and not job.status.cancelled
+        if not job.active and new in PLACED and not keep:
             # Still running for a job that is over (cancelled, failed): stop it.
             self.evict(rec, "cancel" if job.status.cancelled else "job-finished", 0)
+
+    def restart_leader(self, job: JobRecord, rec: TaskRecord, message: str, exit_code: int) -> bool:
+        """TY-Arranger: a TYJob's failed Leader starts again (back to Pending) while the job's
+        restartLimit allows; True when it was restarted."""
+        spec = job.spec
+        if not spec.HasField("tyjob") or rec.role != spec.tyjob.leader_role or not job.active:
+            return False
+        if job.status.leader_restarts >= spec.tyjob.restart_limit:
+            return False
+        job.status.leader_restarts += 1
+        self.changes.job_modified(job.id)
+        why = message or f"exit code {exit_code}"
+        log.info("tyjob.leader_restart", job=job.id, restart=job.status.leader_restarts, limit=spec.tyjob.restart_limit)
+        self.to_pending(rec, f"Leader failed ({why}); restart {job.status.leader_restarts} of {spec.tyjob.restart_limit}")
+        return True
 
     def remove_node(self, name: str, why: str) -> set[str]:
         """Drop a node; its tasks are lost. Returns the ids of jobs whose tasks changed."""
@@ -471,7 +489,13 @@ class ClusterState:
         counts = Counter(t.status for t in job.tasks)
         succeeded, failed = counts[TaskStatus.SUCCEEDED], counts[TaskStatus.FAILED]
         placed = sum(counts[s] for s in ALLOCATED) + succeeded
-        if succeeded + failed == n and succeeded >= job.min_member:
+        ty = job.spec.tyjob if job.spec.HasField("tyjob") else None
+        leader = next((t.status for t in job.tasks if t.role == ty.leader_role), None) if ty else None
+        if leader == TaskStatus.SUCCEEDED:  # TY-Arranger: the Leader's success ends the job
+            phase = pb.JOB_PHASE_COMPLETED
+        elif leader == TaskStatus.FAILED:  # restarts spent (restart_leader)
+            phase = pb.JOB_PHASE_FAILED
+        elif succeeded + failed == n and succeeded >= job.min_member:
             phase = pb.JOB_PHASE_COMPLETED
         elif n - failed < job.min_member:
             phase = pb.JOB_PHASE_FAILED
@@ -491,10 +515,12 @@ class ClusterState:
             self.active_jobs.pop(job.id, None)
             st.finish_time = now
             st.sched_phase = PodGroupPhase.COMPLETED if phase == pb.JOB_PHASE_COMPLETED else st.sched_phase
-            if phase == pb.JOB_PHASE_FAILED:
+            # A TYJob's cleanPodPolicy None leaves its pods running; Running and All stop them.
+            keep = ty is not None and ty.clean_pod_policy == "None"
+            if (phase == pb.JOB_PHASE_FAILED or ty is not None) and not keep:
                 for t in job.tasks:
                     if t.status in PLACED:
-                        self.evict(t, "job-failed", 0)
+                        self.evict(t, "job-failed" if phase == pb.JOB_PHASE_FAILED else "job-finished", 0)
             log.info("job.finished", job=job.id, phase=pb.JobPhase.Name(phase))
         self.changes.job_modified(job.id)
 

@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, spec BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, creation_index INTEGER NOT NULL, spec BLOB NOT NULL, status TEXT NOT NULL,
     queue TEXT NOT NULL DEFAULT '', namespace TEXT NOT NULL DEFAULT '', phase INTEGER NOT NULL DEFAULT 0,
-    finish_time REAL NOT NULL DEFAULT 0);
+    finish_time REAL NOT NULL DEFAULT 0, owner TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS tasks (
     id TEXT PRIMARY KEY, job_id TEXT NOT NULL, status INTEGER NOT NULL, node TEXT, backend TEXT,
     devices TEXT NOT NULL, message TEXT NOT NULL, exit_code INTEGER NOT NULL);
@@ -67,6 +67,7 @@ JOB_COLUMNS = {
     "namespace": "TEXT NOT NULL DEFAULT ''",
     "phase": "INTEGER NOT NULL DEFAULT 0",
     "finish_time": "REAL NOT NULL DEFAULT 0",
+    "owner": "TEXT NOT NULL DEFAULT ''",
 }
 TERMINAL_SQL = ",".join(str(int(p)) for p in sorted(TERMINAL_PHASES))
 # A finished job whose tasks may still hold a node (an eviction not yet acknowledged) stays live.
@@ -99,7 +100,7 @@ class WriteBatch:
     meta: dict[str, str] = field(default_factory=dict)
     queues: dict[str, bytes] = field(default_factory=dict)
     deleted_queues: set[str] = field(default_factory=set)
-    # id -> (id, creation index, spec, status json, queue, namespace, phase, finish time)
+    # id -> (id, creation index, spec, status json, queue, namespace, phase, finish time, owner)
     jobs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     tasks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     decisions: dict[int, tuple[Any, ...]] = field(default_factory=dict)
@@ -132,6 +133,7 @@ class JobArchive(Protocol):
         *,
         before_index: int | None = None,
         skip: Container[str] = (),
+        owner: str = "",
     ) -> list[StoredJob]:
         """Up to ``limit`` jobs created after ``after_index`` (and before ``before_index``)
         matching the filters (empty: any) and whose id is not in ``skip``, in creation order."""
@@ -230,9 +232,9 @@ class SqliteStore:
             for job_id, spec_blob, status_json in db.execute("SELECT id, spec, status FROM jobs").fetchall():
                 spec = pb.JobSpec.FromString(spec_blob)
                 status = JobStatusRecord.from_json(status_json)
-                rows.append((spec.queue, spec.namespace, status.phase, status.finish_time, job_id))
+                rows.append((spec.queue, spec.namespace, status.phase, status.finish_time, spec.owner, job_id))
             db.executemany(
-                "UPDATE jobs SET queue = ?, namespace = ?, phase = ?, finish_time = ? WHERE id = ?", rows
+                "UPDATE jobs SET queue = ?, namespace = ?, phase = ?, finish_time = ?, owner = ? WHERE id = ?", rows
             )
             db.execute("COMMIT")
         except BaseException:
@@ -313,7 +315,7 @@ class SqliteStore:
             if batch.jobs:
                 db.executemany(
                     "INSERT OR REPLACE INTO jobs (id, creation_index, spec, status, queue, namespace, phase, "
-                    "finish_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "finish_time, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     batch.jobs.values(),
                 )
             if batch.tasks:
@@ -370,9 +372,13 @@ class SqliteStore:
         *,
         before_index: int | None = None,
         skip: Container[str] = (),
+        owner: str = "",
     ) -> list[StoredJob]:
         where = ["creation_index > ?"]
         filters: list[Any] = []
+        if owner:
+            where.append("owner = ?")
+            filters.append(owner)
         if before_index is not None:
             where.append("creation_index < ?")
             filters.append(before_index)

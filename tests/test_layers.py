@@ -33,7 +33,7 @@ CORE = (
     "server.yamldoc",
 )
 # What the core may import besides itself and the standard library.
-CORE_THIRD_PARTY = ("numpy", "yaml", "structlog", "muster.quantity")
+CORE_THIRD_PARTY = ("numpy", "yaml", "structlog", "muster.quantity", "muster.devices")
 # Never in the core: the network, the API messages, the server's I/O, the edges.
 CORE_FORBIDDEN = ("grpc", "google", "muster.v1", "opentelemetry", "anyio", "adapters", "clients")
 

@@ -29,7 +29,6 @@ MUSTER_CYCLE_ID and, when it holds GPUs, CUDA_VISIBLE_DEVICES / MUSTER_DEVICES i
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import sys
@@ -42,7 +41,7 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup
 
-from adapters.agent.inventory import GPU, InventoryError, InventoryNode, load_inventory
+from adapters.agent.inventory import InventoryError, InventoryNode, load_inventory
 from adapters.agent.process import (
     EXIT_WRAPPER,
     alive,
@@ -56,6 +55,7 @@ from adapters.agent.process import (
     tagged_groups,
 )
 from adapters.runtime import BackendRuntime, Outcome, Rejected
+from muster.devices import Device, device_needs, visible_devices_env
 from muster.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
 
@@ -134,9 +134,10 @@ class FakeAgent:
         used = self.used(node)
         return {res: cap - used.get(res, 0.0) for res, cap in spec.allocatable.items()}
 
-    def free_devices(self, node: str) -> list[str]:
+    def free_devices(self, node: str) -> list[Device]:
+        """Healthy devices of the node no live task holds, in inventory order."""
         taken = {d for t in self.live.values() if t.node == node for d in t.devices}
-        return [d for d in self.nodes[node].gpu_ids if d not in taken]
+        return [d for d in self.nodes[node].devices if d.healthy and d.id not in taken]
 
     def _check_bind(self, bind: pb.BindDecision) -> tuple[dict[str, float], list[str]]:
         """Validate a bind against the agent's own bookkeeping; returns (request, devices)."""
@@ -162,17 +163,20 @@ class FakeAgent:
         ]
         if short:
             raise Rejected(f"node {bind.node} cannot fit task {bind.task_id}: insufficient " + ", ".join(short))
-        free_devices = self.free_devices(bind.node)
+        free_devs = {d.id: d for d in self.free_devices(bind.node)}
         if bind.devices:
-            bad = [d for d in bind.devices if d not in free_devices]
+            bad = [d for d in bind.devices if d not in free_devs]
             if bad:
-                raise Rejected(f"devices {bad} are not free on node {bind.node}")
+                raise Rejected(f"devices {bad} are not free on node {bind.node} (held, unhealthy or unknown)")
             return request, list(bind.devices)
-        gpus = request.get(GPU, 0.0)
-        whole = round(gpus / 1000)
-        if gpus > 0 and math.isclose(whole * 1000, gpus) and whole <= len(free_devices):
-            return request, free_devices[:whole]
-        return request, []
+        # A server that chose no ids (an older one): the lowest free ids of each device resource.
+        chosen: list[str] = []
+        for res, count in device_needs(request).items():
+            ids = [d.id for d in free_devs.values() if d.type == res][:count]
+            if len(ids) < count:
+                raise Rejected(f"node {bind.node} has {len(ids)} free {res} devices, the task needs {count}")
+            chosen += ids
+        return request, chosen
 
     # -- Backend protocol ---------------------------------------------------------------------
 
@@ -214,7 +218,9 @@ class FakeAgent:
             MUSTER_CYCLE_ID=str(decision.cycle_id),
         )
         if devices:
-            env["CUDA_VISIBLE_DEVICES"] = env["MUSTER_DEVICES"] = ",".join(devices)
+            known = {d.id: d for d in self.nodes[bind.node].devices}
+            env.update(visible_devices_env([known[d] for d in devices if d in known]))
+            env["MUSTER_DEVICES"] = ",".join(devices)
         exit_file = ""
         stdout: Any = sys.stderr if os.environ.get("MUSTER_AGENT_TASK_OUTPUT") else open(os.devnull, "wb")
         if self.state_dir:

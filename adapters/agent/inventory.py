@@ -9,7 +9,10 @@ Format (YAML)::
         gpus: 2                # nvidia.com/gpu, also exposed as devices "0", "1"
         labels: {zone: a}
         taints: [{key: dedicated, value: ml, effect: NoSchedule}]
-        resources: {pods: 110, huawei.com/Ascend910: 8}   # any other resources
+        resources: {pods: 110, huawei.com/Ascend910: 8}   # any other resources; a device resource
+                               # without a devices list gets ids Ascend910-0 .. (rings 0-3, 4-7)
+        devices:               # optional: the devices one by one (they count towards their type)
+          - {id: Ascend910-0, type: huawei.com/Ascend910, group: "0", healthy: true}
         unschedulable: false
       - name: b                # `count` stamps out b-0, b-1, b-2 with the same shape
         count: 3
@@ -26,11 +29,13 @@ from typing import Any
 
 import yaml
 
+from muster.devices import NVIDIA_GPU as GPU
+from muster.devices import UNIT, Device, default_devices, is_device_resource
 from muster.quantity import QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
 
-GPU = "nvidia.com/gpu"
-_NODE_KEYS = {"name", "count", "cpu", "memory", "gpus", "labels", "taints", "resources", "unschedulable"}
+_NODE_KEYS = {"name", "count", "cpu", "memory", "gpus", "labels", "taints", "resources", "unschedulable", "devices"}
+_DEVICE_KEYS = {"id", "type", "group", "healthy"}
 _EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
 
 
@@ -45,7 +50,7 @@ class InventoryNode:
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[tuple[str, str, str]] = field(default_factory=list)
     unschedulable: bool = False
-    gpu_ids: list[str] = field(default_factory=list)
+    devices: list[Device] = field(default_factory=list)
 
     def to_proto(self, backend: str = "") -> pb.Node:
         return pb.Node(
@@ -55,7 +60,7 @@ class InventoryNode:
             labels=self.labels,
             taints=[pb.Taint(key=k, value=v, effect=e) for k, v, e in self.taints],
             unschedulable=self.unschedulable,
-            devices=[pb.Device(id=i, type=GPU, healthy=True) for i in self.gpu_ids],
+            devices=[pb.Device(id=d.id, type=d.type, group=d.group, healthy=d.healthy) for d in self.devices],
         )
 
 
@@ -125,6 +130,13 @@ def _parse_node(entry: Any, where: str) -> list[InventoryNode]:
         if effect not in _EFFECTS:
             raise InventoryError(f"{where}.taints[{j}].effect: {effect!r} is not one of {sorted(_EFFECTS)}")
         taints.append((str(taint["key"]), str(taint.get("value", "")), effect))
+    devices = _parse_devices(entry.get("devices"), f"{where}.devices")
+    for d in devices:  # listed devices are what the node has of their resource
+        allocatable[d.type] = sum(1 for x in devices if x.type == d.type) * UNIT
+    listed = {d.type for d in devices}
+    for res, value in sorted(allocatable.items()):
+        if res not in listed and is_device_resource(res) and value >= UNIT:
+            devices += default_devices(res, int(value // UNIT))
     count = entry.get("count")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
         raise InventoryError(f"{where}.count: expected a whole number >= 1")
@@ -136,7 +148,33 @@ def _parse_node(entry: Any, where: str) -> list[InventoryNode]:
             labels={str(k): str(v) for k, v in labels.items()},
             taints=list(taints),
             unschedulable=bool(entry.get("unschedulable", False)),
-            gpu_ids=[str(g) for g in range(gpus)],
+            devices=list(devices),
         )
         for n in names
     ]
+
+
+def _parse_devices(raw: Any, where: str) -> list[Device]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InventoryError(f"{where}: expected a list of devices")
+    out: list[Device] = []
+    for i, d in enumerate(raw):
+        p = f"{where}[{i}]"
+        if not isinstance(d, dict):
+            raise InventoryError(f"{p}: expected a mapping")
+        unknown = set(d) - _DEVICE_KEYS
+        if unknown:
+            raise InventoryError(f"{p}.{sorted(unknown)[0]}: unknown field")
+        if d.get("id") in (None, ""):
+            raise InventoryError(f"{p}.id: required")
+        if not isinstance(d.get("type"), str) or not is_device_resource(d["type"]):
+            raise InventoryError(f"{p}.type: required, a device resource such as nvidia.com/gpu or huawei.com/Ascend910")
+        healthy = d.get("healthy", True)
+        if not isinstance(healthy, bool):
+            raise InventoryError(f"{p}.healthy: expected true or false")
+        if any(x.id == str(d["id"]) for x in out):
+            raise InventoryError(f"{p}.id: duplicate device {d['id']!r}")
+        out.append(Device(str(d["id"]), d["type"], str(d.get("group", "") or ""), healthy))
+    return out

@@ -106,6 +106,11 @@ class Enforcer:
                 self.reporter.report_pod(b.task_id, pod, deleted=False, force=True)
             return self._reject_bind(f"pod {key} is already assigned to node {current}")
         ns, name = key.split("/", 1)
+        chips = tr.pod_device_annotations(list(b.devices), dict(b.request.quantities))
+        if chips:  # the device plugin reads them when the kubelet admits the pod: write them first
+            annotated = await self.writer.annotate_pod(ns, name, chips)
+            if not annotated.ok:
+                return self._reject_bind(f"annotating {key} with its devices: {annotated.message}")
         result = await self.writer.bind(ns, name, b.node, uid=tr.meta(pod).get("uid", ""))
         if result.ok:
             self.stats.binds += 1

@@ -91,6 +91,18 @@ class KubeWriter:
             self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
         )
 
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> WriteResult:
+        """Merge ``annotations`` into the pod's (e.g. the chips a device plugin must hand it)."""
+        body = {"metadata": {"annotations": annotations}}
+        try:
+            await self.core.patch_namespaced_pod(  # type: ignore[call-arg]  # _content_type: see patch_podgroup_status
+                name, namespace, body, _content_type=MERGE_PATCH
+            )
+        except ApiException as exc:
+            raw = exc.body.encode() if isinstance(exc.body, str) else exc.body or b""
+            return WriteResult(False, exc.status or 0, _status_message(exc.status or 0, raw))
+        return WriteResult(True, 200)
+
     async def evict(
         self, namespace: str, name: str, *, attempts: int = 5, backoff_initial: float = 0.2, backoff_max: float = 5.0
     ) -> WriteResult:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.devices import is_device_resource
 from muster.quantity import QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
 
@@ -51,6 +52,53 @@ def node_ready(node: Obj) -> bool:
     return False  # no Ready condition yet: the kubelet has not reported
 
 
+# Ascend's device plugin lists a node's healthy chips in an annotation named after the resource
+# (``huawei.com/Ascend910: Ascend910-0,Ascend910-1,...``) and its broken ones in ``<resource>-Unhealthy``;
+# a pod's chips are written on it in the same annotation before it is bound.
+ASCEND_PREFIX = "huawei.com/Ascend"
+UNHEALTHY_SUFFIX = "-Unhealthy"
+
+
+def _chip_list(value: Any) -> list[str]:
+    return [c.strip() for c in str(value or "").split(",") if c.strip()]
+
+
+def node_devices(annotations: dict[str, Any]) -> list[pb.Device]:
+    """The Ascend chips of a node from its device-plugin annotations (HCCS ring = chip number // 4)."""
+    out: list[pb.Device] = []
+    for key, value in sorted(annotations.items()):
+        if not key.startswith(ASCEND_PREFIX) or key.endswith(UNHEALTHY_SUFFIX) or not is_device_resource(key):
+            continue
+        healthy = [(c, True) for c in _chip_list(value)]
+        broken = [(c, False) for c in _chip_list(annotations.get(key + UNHEALTHY_SUFFIX))]
+        seen: set[str] = set()
+        for chip, ok in sorted(healthy + broken, key=lambda x: _chip_number(x[0])):
+            if chip in seen:
+                continue
+            seen.add(chip)
+            number = _chip_number(chip)
+            out.append(pb.Device(id=chip, type=key, group=str(number // 4) if number >= 0 else "", healthy=ok))
+    return out
+
+
+def _chip_number(chip: str) -> int:
+    tail = chip.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def pod_device_annotations(devices: list[str], request: dict[str, str]) -> dict[str, str]:
+    """What a bind with device ids writes on the pod: the Ascend chips in the annotation Ascend's
+    device plugin reads (``huawei.com/Ascend910: Ascend910-0,Ascend910-1``)."""
+    out: dict[str, str] = {}
+    for resource in request:
+        if resource.startswith(ASCEND_PREFIX) and is_device_resource(resource):
+            prefix = resource.split("/", 1)[1] + "-"
+            chips = [d for d in devices if d.startswith(prefix)]
+            if chips:
+                out[resource] = ",".join(chips)
+    return out
+
+
 def node_to_pb(node: Obj) -> pb.Node:
     m, spec, status = meta(node), node.get("spec") or {}, node.get("status") or {}
     allocatable = {k: str(v) for k, v in (status.get("allocatable") or {}).items() if _valid_quantity(k, v)}
@@ -66,6 +114,7 @@ def node_to_pb(node: Obj) -> pb.Node:
         taints=taints,
         unschedulable=bool(spec.get("unschedulable")),
         not_ready=not node_ready(node),
+        devices=node_devices(m.get("annotations") or {}),
     )
 
 

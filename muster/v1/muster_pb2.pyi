@@ -248,16 +248,25 @@ class Node(_message.Message):
     def __init__(self, name: _Optional[str] = ..., backend: _Optional[str] = ..., allocatable: _Optional[_Union[ResourceList, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[Taint, _Mapping]]] = ..., unschedulable: _Optional[bool] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., not_ready: _Optional[bool] = ...) -> None: ...
 
 class NodeView(_message.Message):
-    __slots__ = ("node", "used", "idle", "task_count")
+    __slots__ = ("node", "used", "idle", "task_count", "device_holders")
+    class DeviceHoldersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NODE_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
     IDLE_FIELD_NUMBER: _ClassVar[int]
     TASK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_HOLDERS_FIELD_NUMBER: _ClassVar[int]
     node: Node
     used: ResourceList
     idle: ResourceList
     task_count: int
-    def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., used: _Optional[_Union[ResourceList, _Mapping]] = ..., idle: _Optional[_Union[ResourceList, _Mapping]] = ..., task_count: _Optional[int] = ...) -> None: ...
+    device_holders: _containers.ScalarMap[str, str]
+    def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., used: _Optional[_Union[ResourceList, _Mapping]] = ..., idle: _Optional[_Union[ResourceList, _Mapping]] = ..., task_count: _Optional[int] = ..., device_holders: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Queue(_message.Message):
     __slots__ = ("name", "parent", "weight", "guarantee", "deserved", "capability", "priority", "reclaimable", "state", "annotations")
@@ -369,8 +378,30 @@ class NetworkTopology(_message.Message):
     highest_tier_allowed: int
     def __init__(self, mode: _Optional[str] = ..., highest_tier_allowed: _Optional[int] = ...) -> None: ...
 
+class TYJob(_message.Message):
+    __slots__ = ("leader_role", "min_workers_num", "restart_limit", "clean_pod_policy", "scheduler_policy")
+    LEADER_ROLE_FIELD_NUMBER: _ClassVar[int]
+    MIN_WORKERS_NUM_FIELD_NUMBER: _ClassVar[int]
+    RESTART_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CLEAN_POD_POLICY_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULER_POLICY_FIELD_NUMBER: _ClassVar[int]
+    leader_role: str
+    min_workers_num: int
+    restart_limit: int
+    clean_pod_policy: str
+    scheduler_policy: TYSchedulerPolicy
+    def __init__(self, leader_role: _Optional[str] = ..., min_workers_num: _Optional[int] = ..., restart_limit: _Optional[int] = ..., clean_pod_policy: _Optional[str] = ..., scheduler_policy: _Optional[_Union[TYSchedulerPolicy, _Mapping]] = ...) -> None: ...
+
+class TYSchedulerPolicy(_message.Message):
+    __slots__ = ("job_queue_policy", "basic_policy")
+    JOB_QUEUE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    BASIC_POLICY_FIELD_NUMBER: _ClassVar[int]
+    job_queue_policy: str
+    basic_policy: str
+    def __init__(self, job_queue_policy: _Optional[str] = ..., basic_policy: _Optional[str] = ...) -> None: ...
+
 class JobSpec(_message.Message):
-    __slots__ = ("id", "namespace", "name", "queue", "priority", "priority_class", "min_member", "min_task_member", "min_resources", "task_groups", "preemptible", "sub_groups", "network_topology", "annotations")
+    __slots__ = ("id", "namespace", "name", "queue", "priority", "priority_class", "min_member", "min_task_member", "min_resources", "task_groups", "preemptible", "sub_groups", "network_topology", "annotations", "tyjob", "owner")
     class MinTaskMemberEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -399,6 +430,8 @@ class JobSpec(_message.Message):
     SUB_GROUPS_FIELD_NUMBER: _ClassVar[int]
     NETWORK_TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    TYJOB_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     id: str
     namespace: str
     name: str
@@ -413,7 +446,9 @@ class JobSpec(_message.Message):
     sub_groups: _containers.RepeatedCompositeFieldContainer[SubGroup]
     network_topology: NetworkTopology
     annotations: _containers.ScalarMap[str, str]
-    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., priority_class: _Optional[str] = ..., min_member: _Optional[int] = ..., min_task_member: _Optional[_Mapping[str, int]] = ..., min_resources: _Optional[_Union[ResourceList, _Mapping]] = ..., task_groups: _Optional[_Iterable[_Union[TaskGroup, _Mapping]]] = ..., preemptible: _Optional[bool] = ..., sub_groups: _Optional[_Iterable[_Union[SubGroup, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., annotations: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    tyjob: TYJob
+    owner: str
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., priority_class: _Optional[str] = ..., min_member: _Optional[int] = ..., min_task_member: _Optional[_Mapping[str, int]] = ..., min_resources: _Optional[_Union[ResourceList, _Mapping]] = ..., task_groups: _Optional[_Iterable[_Union[TaskGroup, _Mapping]]] = ..., preemptible: _Optional[bool] = ..., sub_groups: _Optional[_Iterable[_Union[SubGroup, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., tyjob: _Optional[_Union[TYJob, _Mapping]] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("id", "job_id", "role", "index", "status", "node", "devices", "backend", "message", "exit_code")
@@ -440,7 +475,7 @@ class Task(_message.Message):
     def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., backend: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("phase", "conditions", "pending", "running", "succeeded", "failed", "submit_time", "start_time", "finish_time")
+    __slots__ = ("phase", "conditions", "pending", "running", "succeeded", "failed", "submit_time", "start_time", "finish_time", "stage", "schedule_state", "leader_restarts")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
@@ -450,6 +485,9 @@ class JobStatus(_message.Message):
     SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_STATE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     phase: JobPhase
     conditions: _containers.RepeatedCompositeFieldContainer[Condition]
     pending: int
@@ -459,7 +497,10 @@ class JobStatus(_message.Message):
     submit_time: _timestamp_pb2.Timestamp
     start_time: _timestamp_pb2.Timestamp
     finish_time: _timestamp_pb2.Timestamp
-    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    stage: str
+    schedule_state: str
+    leader_restarts: int
+    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stage: _Optional[str] = ..., schedule_state: _Optional[str] = ..., leader_restarts: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("spec", "status", "tasks")
@@ -707,18 +748,20 @@ class GetJobRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("queue", "namespace", "phases", "page_size", "page_token")
+    __slots__ = ("queue", "namespace", "phases", "page_size", "page_token", "owner")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     PHASES_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     queue: str
     namespace: str
     phases: _containers.RepeatedScalarFieldContainer[JobPhase]
     page_size: int
     page_token: str
-    def __init__(self, queue: _Optional[str] = ..., namespace: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[JobPhase, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    owner: str
+    def __init__(self, queue: _Optional[str] = ..., namespace: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[JobPhase, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")

@@ -161,6 +161,20 @@ def job_to_model(spec: pb.JobSpec, creation_index: int) -> model.JobSpec:
         network_topology=network_topology,
         annotations=dict(spec.annotations),
         creation_index=creation_index,
+        tyjob=tyjob_to_model(spec.tyjob) if spec.HasField("tyjob") else None,
+    )
+
+
+def tyjob_to_model(ty: pb.TYJob, leader_restarts: int = 0) -> model.TYJobSpec:
+    """A normalized pb.TYJob (defaults written in by validation) -> model.TYJobSpec."""
+    return model.TYJobSpec(
+        leader_role=ty.leader_role,
+        min_workers=ty.min_workers_num,
+        restart_limit=ty.restart_limit,
+        clean_pod_policy=ty.clean_pod_policy,
+        job_queue_policy=ty.scheduler_policy.job_queue_policy,
+        basic_policy=ty.scheduler_policy.basic_policy,
+        leader_restarts=leader_restarts,
     )
 
 

@@ -31,14 +31,15 @@ def list_jobs(state: ClusterState, req: pb.ListJobsRequest) -> pb.ListJobsRespon
         if phase not in pb.JobPhase.values() or phase == pb.JOB_PHASE_UNSPECIFIED:
             raise invalid(f"phases[{i}]: {phase} is not a job phase")
     size = min(req.page_size or 100, 1000)
-    filters = (req.queue, req.namespace, sorted(req.phases))
+    filters = (req.queue, req.namespace, sorted(req.phases), req.owner)
     after = decode_page_token(req.page_token, filters)
     phases = set(req.phases)
     memory: list[JobRecord] = []
     for rec in state.jobs.values():  # creation order; memory only
         if rec.creation_index <= after:
             continue
-        if (req.queue and rec.spec.queue != req.queue) or (req.namespace and rec.spec.namespace != req.namespace):
+        if (req.queue and rec.spec.queue != req.queue) or (req.namespace and rec.spec.namespace != req.namespace) \
+                or (req.owner and rec.spec.owner != req.owner):
             continue
         if phases and rec.status.phase not in phases:
             continue
@@ -69,7 +70,7 @@ def _archived(
     if archive is None:
         return []
     page = archive.jobs_page(
-        after, req.queue, req.namespace, req.phases, want, before_index=upper, skip=state.jobs
+        after, req.queue, req.namespace, req.phases, want, before_index=upper, skip=state.jobs, owner=req.owner
     )
     return [record_from_stored(stored, template=False) for stored in page]
 
@@ -150,6 +151,7 @@ def list_nodes(state: ClusterState, backend: str) -> pb.ListNodesResponse:
     if backend and backend not in state.backends:
         raise not_found(f"backend: backend {backend!r} is not registered")
     used: dict[str, dict[str, float]] = {}
+    holders: dict[str, dict[str, str]] = {}
     count = Counter[str]()
     for rec in state.jobs.values():
         for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
@@ -158,15 +160,21 @@ def list_nodes(state: ClusterState, backend: str) -> pb.ListNodesResponse:
                 for r, v in tmpl.request.items():
                     u[r] = u.get(r, 0.0) + v
                 count[t.node] += 1
+                for d in t.devices:
+                    holders.setdefault(t.node, {})[d] = t.uid
     for f in state.foreign.values():
         if f.spec.node in state.nodes:
             u = used.setdefault(f.spec.node, {})
             for r, v in f.spec.request.items():
                 u[r] = u.get(r, 0.0) + v
             count[f.spec.node] += 1
+            for d in f.spec.devices:
+                holders.setdefault(f.spec.node, {})[d] = f.spec.name
     out = pb.ListNodesResponse()
     for name, entry in state.nodes.items():
         if backend and entry.spec.backend != backend:
             continue
-        out.nodes.append(node_view(entry.proto, used.get(name, {}), entry.spec.allocatable, count[name]))
+        view = node_view(entry.proto, used.get(name, {}), entry.spec.allocatable, count[name])
+        view.device_holders.update(holders.get(name, {}))
+        out.nodes.append(view)
     return out

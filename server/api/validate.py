@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from muster.quantity import QuantityError, parse_resources
 from muster.v1 import muster_pb2 as pb
 from server.errors import invalid
+from server.model import TY_BASIC_POLICIES, TY_CLEAN_POD_POLICIES, TY_JOB_QUEUE_POLICIES
 
 # Ids, names, roles: DNS-label-like, plus '.' and '_' (no '/', which separates job id and role).
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:]{0,251}[A-Za-z0-9])?$")
@@ -23,6 +24,7 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 MAX_TASKS_PER_JOB = 100_000
+MAX_RESTART_LIMIT = 1000
 # Decision ids are SQLite INTEGERs (signed 64-bit): anything above was never issued.
 MAX_DECISION_ID = 2**63 - 1
 REPORTABLE_TASK_STATUSES = frozenset(
@@ -201,11 +203,54 @@ def normalize_job(spec: pb.JobSpec) -> pb.JobSpec:
                 f"job.min_task_member[{role!r}]: {count} is more than the role's {replicas[role]} replicas"
             )
     resources("job.min_resources", job.min_resources)
+    if job.HasField("tyjob"):
+        _normalize_tyjob(job, replicas)
     if job.network_topology.mode not in ("", "hard", "soft"):
         raise invalid(f"job.network_topology.mode: {job.network_topology.mode!r} is not hard or soft")
     if job.network_topology.highest_tier_allowed < 0:
         raise invalid("job.network_topology.highest_tier_allowed: must be >= 0")
     return job
+
+
+def _normalize_tyjob(job: pb.JobSpec, replicas: Mapping[str, int]) -> None:
+    """TY-Arranger's rules for a TYJob, with its defaults written in (so resubmission compares
+    equal): one Leader replica, enough workers, priority 1..10 (default 5)."""
+    ty = job.tyjob
+    if not ty.leader_role:
+        ty.leader_role = "leader"
+    if replicas.get(ty.leader_role) != 1:
+        found = replicas.get(ty.leader_role, 0)
+        raise invalid(f"job.tyjob.leader_role: a TYJob has one Leader: the task group with role "
+                      f"{ty.leader_role!r} must have 1 replica (it has {found})")
+    if not ty.HasField("min_workers_num"):
+        ty.min_workers_num = 1
+    workers = sum(replicas.values()) - 1
+    if not 0 <= ty.min_workers_num <= workers:
+        raise invalid(f"job.tyjob.min_workers_num: {ty.min_workers_num} must be between 0 and the job's {workers} workers")
+    if not ty.HasField("restart_limit"):
+        ty.restart_limit = 3
+    if not 0 <= ty.restart_limit <= MAX_RESTART_LIMIT:
+        raise invalid(f"job.tyjob.restart_limit: {ty.restart_limit} must be between 0 and {MAX_RESTART_LIMIT}")
+    ty.clean_pod_policy = ty.clean_pod_policy or "All"
+    if ty.clean_pod_policy not in TY_CLEAN_POD_POLICIES:
+        raise invalid(f"job.tyjob.clean_pod_policy: {ty.clean_pod_policy!r} is not one of {', '.join(TY_CLEAN_POD_POLICIES)}")
+    policy = ty.scheduler_policy
+    policy.job_queue_policy = policy.job_queue_policy or "Priority"
+    if policy.job_queue_policy not in TY_JOB_QUEUE_POLICIES:
+        raise invalid(f"job.tyjob.scheduler_policy.job_queue_policy: {policy.job_queue_policy!r} is not one of "
+                      f"{', '.join(TY_JOB_QUEUE_POLICIES)}")
+    policy.basic_policy = policy.basic_policy or "Gang"
+    if policy.basic_policy not in TY_BASIC_POLICIES:
+        raise invalid(f"job.tyjob.scheduler_policy.basic_policy: {policy.basic_policy!r} is not one of "
+                      f"{', '.join(TY_BASIC_POLICIES)}")
+    if job.priority == 0 and not job.priority_class:
+        job.priority = 5
+    if not 1 <= job.priority <= 10 and not job.priority_class:
+        raise invalid(f"job.priority: {job.priority} is not a TYJob priority (1 to 10)")
+    if job.min_member == 0:
+        job.min_member = 1 + ty.min_workers_num
+    if not job.min_task_member:
+        job.min_task_member[ty.leader_role] = 1
 
 
 def check_node(path: str, node: pb.Node) -> dict[str, float]:

@@ -9,12 +9,13 @@ import json
 from collections.abc import Iterable
 
 from muster.v1 import muster_pb2 as pb
-from server.api.convert import resource_list, timestamp
+from server.api.convert import resource_list, timestamp, tyjob_to_model
 from server.errors import invalid
-from server.model import TaskStatus
-from server.records import JobRecord
+from server.model import TaskStatus, ty_schedule_state, ty_stage
+from server.records import JobRecord, is_terminal_phase
 
 PENDING_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.ALLOCATED, TaskStatus.PIPELINED})
+TY_PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.SUCCEEDED})
 
 
 def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
@@ -39,6 +40,8 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
     for name in ("submit_time", "start_time", "finish_time"):
         if ts := timestamp(getattr(status, name)):
             getattr(js, name).CopyFrom(ts)
+    if rec.spec.HasField("tyjob"):
+        _ty_status(rec, js)
     job = pb.Job(spec=rec.spec, status=js)
     if with_tasks:
         for t in rec.tasks:
@@ -55,6 +58,22 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
                 exit_code=t.exit_code,
             )
     return job
+
+
+def _ty_status(rec: JobRecord, js: pb.JobStatus) -> None:
+    """A TYJob's stage and schedule state (docs/jobs.md), from its tasks and the last cycle."""
+    ty = tyjob_to_model(rec.spec.tyjob, rec.status.leader_restarts)
+    js.leader_restarts = rec.status.leader_restarts
+    leader = next((t.status for t in rec.tasks if t.role == ty.leader_role), None)
+    workers = [t.status for t in rec.tasks if t.role != ty.leader_role]
+    # Placement is known here; whether the job can ever be scheduled is the last cycle's verdict.
+    state = ty_schedule_state(ty, leader in TY_PLACED, sum(1 for s in workers if s in TY_PLACED), len(workers),
+                              rec.status.schedule_state == "ScheduledFailed")
+    js.schedule_state = state
+    if is_terminal_phase(rec.status.phase):
+        js.stage = "Succeeded" if rec.status.phase == pb.JOB_PHASE_COMPLETED else "Failed"
+        return
+    js.stage = ty_stage(ty, leader, sum(1 for s in workers if s == TaskStatus.RUNNING), state)
 
 
 def node_view(node: pb.Node, used: dict[str, float], allocatable: dict[str, float], task_count: int) -> pb.NodeView:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE
-from server.model import ALLOCATED, TaskStatus, TYJobSpec
+from server.model import ALLOCATED, TaskStatus, TYJobSpec, ty_schedule_state, ty_stage
 from server.plugins.base import Plugin
 from server.session.devices import is_device_resource
 from server.session.evaluator import Scorer
@@ -199,41 +199,24 @@ def can_ever_fit(ssn: Session, task: TaskInfo) -> bool:
 
 
 def schedule_state(ssn: Session, job: JobInfo, ty: TYJobSpec) -> str:
-    """Unscheduled: the gang is not placed; ScheduledPartly: the Leader and minWorkersNum workers
-    are, not every worker; ScheduledSucceed: every pod is; ScheduledFailed: it never can be (an
-    invalid TYJob, or a gang member that no node of the cluster could hold even empty)."""
+    """``ty_schedule_state``, where a job can never be scheduled when it is invalid, or when a
+    gang member fits no node of the cluster even empty; a failed Leader with restarts left is
+    Unscheduled (it will be placed again)."""
     tasks = list(job.tasks.values())
     leader = next((t for t in tasks if is_leader(t, ty)), None)
-    if leader is not None and leader.status == TaskStatus.FAILED:  # started again while restarts remain
-        return "ScheduledFailed" if ty.leader_restarts >= ty.restart_limit else "Unscheduled"
-    if job.uid in ssn.invalid_jobs:
-        return "ScheduledFailed"
-    leader_placed = any(is_leader(t, ty) and t.status in PLACED for t in tasks)
+    leader_placed = leader is not None and leader.status in PLACED
     workers_placed = sum(1 for t in tasks if not is_leader(t, ty) and t.status in PLACED)
-    if leader_placed and workers_placed >= len(tasks) - 1:
-        return "ScheduledSucceed"
-    if leader_placed and workers_placed >= ty.min_workers:
-        return "ScheduledPartly"
-    gang = [t for t in tasks if is_leader(t, ty)] + [t for t in tasks if not is_leader(t, ty)][: ty.min_workers]
-    if any(t.status == TaskStatus.PENDING and not can_ever_fit(ssn, t) for t in gang):
-        return "ScheduledFailed"
-    return "Unscheduled"
+    if leader is not None and leader.status == TaskStatus.FAILED:
+        failed = ty.leader_restarts >= ty.restart_limit
+    else:
+        gang = [t for t in tasks if is_leader(t, ty)] + [t for t in tasks if not is_leader(t, ty)][: ty.min_workers]
+        failed = job.uid in ssn.invalid_jobs or any(
+            t.status == TaskStatus.PENDING and not can_ever_fit(ssn, t) for t in gang
+        )
+    return ty_schedule_state(ty, leader_placed, workers_placed, len(tasks) - 1, failed)
 
 
 def stage(job: JobInfo, ty: TYJobSpec, state: str) -> str:
-    """TY-Arranger's job stage, from the schedule state and the Leader's and workers' statuses."""
-    leader = next((t for t in job.tasks.values() if is_leader(t, ty)), None)
-    if leader is not None and leader.status == TaskStatus.SUCCEEDED:
-        return "Succeeded"
-    if leader is not None and leader.status in (TaskStatus.FAILED, TaskStatus.RELEASING):
-        return "Failed" if ty.leader_restarts >= ty.restart_limit else "Rescheduling"
-    if state == "ScheduledFailed" or leader is None:
-        return "Failed"
-    if ty.leader_restarts and leader.status not in (TaskStatus.RUNNING, TaskStatus.BOUND):
-        return "Rescheduling"  # started again after a failure, not running yet
-    if state == "Unscheduled":
-        return "Pending"
+    leader = next((t.status for t in job.tasks.values() if is_leader(t, ty)), None)
     running = sum(1 for t in job.tasks.values() if not is_leader(t, ty) and t.status == TaskStatus.RUNNING)
-    if leader.status == TaskStatus.RUNNING and running >= ty.min_workers:
-        return "Running"
-    return "Starting"
+    return ty_stage(ty, leader, running, state)

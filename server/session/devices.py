@@ -10,50 +10,20 @@ offered only to pipelined tasks), and an unhealthy device is never free and coun
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from muster.devices import (
+    ASCEND910,
+    UNIT,
+    Device,
+    default_devices,
+    device_needs,
+    is_device_resource,
+)
 from server.model import NodeSpec, TaskStatus
 
-# Resources whose units are whole devices with ids. vNPU resources (``huawei.com/Ascend910-2c``)
-# are plain counts: they have no ids.
-DEVICE_RESOURCE = re.compile(r"^(?:nvidia\.com/gpu|amd\.com/gpu|intel\.com/gpu|huawei\.com/Ascend\d+[A-Za-z]*)$")
-ASCEND910 = "huawei.com/Ascend910"
-UNIT = 1000.0  # canonical milli-units per device
-
-
-def is_device_resource(name: str) -> bool:
-    return DEVICE_RESOURCE.match(name) is not None
-
-
-def device_needs(request: Mapping[str, float]) -> dict[str, int]:
-    """Whole devices a request asks for, per device resource (a fractional GPU share has no id)."""
-    needs: dict[str, int] = {}
-    for name, value in request.items():
-        if value > 0 and is_device_resource(name):
-            count = value / UNIT
-            if count == int(count):
-                needs[name] = int(count)
-    return needs
-
-
-@dataclass(frozen=True, slots=True)
-class Device:
-    id: str
-    type: str
-    group: str = ""
-    healthy: bool = True
-
-
-def default_devices(resource: str, count: int) -> list[Device]:
-    """The devices of a node that lists none: ``0 .. N-1``; Ascend chips ``Ascend910-<i>`` in HCCS
-    rings of four (chips 0-3 ring "0", 4-7 ring "1", as on a 910 x8 module)."""
-    if resource.startswith("huawei.com/Ascend"):
-        prefix = resource.split("/", 1)[1]
-        return [Device(f"{prefix}-{i}", resource, str(i // 4)) for i in range(count)]
-    return [Device(str(i), resource) for i in range(count)]
+__all__ = ["ASCEND910", "UNIT", "Device", "DeviceLedger", "device_needs", "is_device_resource", "node_devices"]
 
 
 def node_devices(spec: NodeSpec) -> dict[str, list[Device]]:

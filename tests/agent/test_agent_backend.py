@@ -191,3 +191,55 @@ async def test_state_dir_adopts_running_task_and_reports_ended_one(tmp_path):
     finally:
         os.killpg(long_pid, 9)
     assert Path(state / "tasks.json").exists()
+
+
+ASCEND_INVENTORY = """
+nodes:
+  - name: npu
+    cpu: 64
+    resources: {huawei.com/Ascend910: 8}
+  - name: listed
+    cpu: 64
+    devices:
+      - {id: Ascend910-0, type: huawei.com/Ascend910, group: "0", healthy: false}
+      - {id: Ascend910-1, type: huawei.com/Ascend910, group: "0"}
+"""
+
+
+def test_inventory_devices_made_up_or_listed_with_health():
+    nodes = {n.name: n.to_proto("rack") for n in parse_inventory(ASCEND_INVENTORY)}
+    npu = nodes["npu"]
+    assert [(d.id, d.group, d.healthy) for d in npu.devices] == [(f"Ascend910-{i}", str(i // 4), True) for i in range(8)]
+    listed = nodes["listed"]
+    assert dict(listed.allocatable.quantities)["huawei.com/Ascend910"] == "2"  # the list is what the node has
+    assert [(d.id, d.healthy) for d in listed.devices] == [("Ascend910-0", False), ("Ascend910-1", True)]
+    with pytest.raises(InventoryError, match=r"nodes\[0\].devices\[0\].type"):
+        parse_inventory("nodes: [{name: a, devices: [{id: x, type: cpu}]}]")
+
+
+async def test_ascend_chips_reach_the_task_and_a_bind_on_taken_or_broken_chips_is_refused(tmp_path):
+    agent = FakeAgent("rack", parse_inventory(ASCEND_INVENTORY))
+    agent.runtime = StatusLog()  # type: ignore[assignment]
+    out = tmp_path / "env"
+    async with anyio.create_task_group() as tg:
+        agent._tg = tg
+        first = bind(1, "a/w-0", node="npu", **{"huawei.com/Ascend910": "2", "cpu": "1"})
+        first.bind.devices.extend(["Ascend910-4", "Ascend910-5"])
+        first.bind.command.extend(["sh", "-c", f'echo "$ASCEND_VISIBLE_DEVICES $MUSTER_DEVICES" > {out}; sleep 30'])
+        await agent.apply_bind(first)
+        await eventually(lambda: out.exists() and out.read_text().strip() != "")
+        assert out.read_text().split() == ["4,5", "Ascend910-4,Ascend910-5"]
+        taken = bind(2, "b/w-0", node="npu", **{"huawei.com/Ascend910": "1", "cpu": "1"})
+        taken.bind.devices.append("Ascend910-5")
+        with pytest.raises(Rejected, match=r"devices \['Ascend910-5'\] are not free"):
+            await agent.apply_bind(taken)
+        broken = bind(3, "c/w-0", node="listed", **{"huawei.com/Ascend910": "1", "cpu": "1"})
+        broken.bind.devices.append("Ascend910-0")
+        with pytest.raises(Rejected, match="not free"):
+            await agent.apply_bind(broken)
+        # No ids from the server: the lowest free ones of the resource, never a broken one.
+        await agent.apply_bind(bind(4, "d/w-0", node="listed", **{"huawei.com/Ascend910": "1", "cpu": "1"}))
+        assert agent.live["d/w-0"].devices == ["Ascend910-1"]
+        for task, node in (("a/w-0", "npu"), ("d/w-0", "listed")):
+            await agent.apply_evict(evict(10, task, node=node))
+        tg.cancel_scope.cancel()

@@ -172,3 +172,29 @@ async def test_expired_bind_then_rebind_elsewhere_reports_where_the_pod_really_i
     await eventually(lambda: any(not a.applied for a in servicer.acked.values()))
     await eventually(lambda: task.status == pb.TASK_STATUS_BOUND and task.node == "n0")
     assert env.pod("p")["spec"]["nodeName"] == "n0" and env.bind_posts("p") == 1
+
+
+async def test_ascend_chips_are_read_from_the_node_and_written_on_the_pod_before_binding(env: Env) -> None:
+    from adapters.k8s import translate as tr
+
+    node = make_node("npu", cpu="8")
+    node["status"]["allocatable"]["huawei.com/Ascend910"] = "7"
+    node["metadata"]["annotations"] = {
+        "huawei.com/Ascend910": ",".join(f"Ascend910-{i}" for i in range(7)),
+        "huawei.com/Ascend910-Unhealthy": "Ascend910-7",
+    }
+    devices = tr.node_to_pb(node).devices
+    assert [(d.id, d.group, d.healthy) for d in devices] == [
+        *((f"Ascend910-{i}", str(i // 4), True) for i in range(7)), ("Ascend910-7", "1", False)]
+    env.kube.put_object(node)
+    env.kube.put_object(make_pod("p", cpu="1"))
+    backend = await env.start_adapter()
+    await eventually(lambda: "default/p" in backend.pod_task and "npu" in backend.nodes.cache)
+    decision = _bind(backend.pod_task["default/p"], "npu")
+    decision.bind.devices.extend(["Ascend910-4", "Ascend910-5"])
+    decision.bind.request.quantities.update({"cpu": "1", "huawei.com/Ascend910": "2"})
+    outcome = await backend.apply_bind(decision)
+    assert outcome.applied, outcome.reason
+    pod = env.pod("p")
+    assert pod["metadata"]["annotations"]["huawei.com/Ascend910"] == "Ascend910-4,Ascend910-5"
+    assert pod["spec"]["nodeName"] == "npu"

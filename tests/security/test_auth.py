@@ -161,3 +161,19 @@ def test_adapters_take_the_token_options() -> None:
 
     args = build_parser().parse_args(["--name", "rack-a", "--inventory", "x.yaml", "--token", "agent-token-1"])
     assert args.token == "agent-token-1"
+
+
+async def test_jobs_record_their_owner_and_list_by_owner(server: ServerHandle) -> None:
+    """The owner is the token's user, whatever the spec or the user claim says; ListJobs filters
+    on it (memory here; the store's column in tests/server/test_tyjob_devices.py)."""
+    async with MusterClient(server.address, timeout=5, token="alice-token-1", user="mallory") as alice:
+        spoof = job("a1", "ml")
+        spoof.owner = "bob"
+        created = (await alice.submit_job(spoof)).job
+        assert created.spec.owner == "alice"
+    async with MusterClient(server.address, timeout=5, token="bob-token-123") as bob:
+        await bob.submit_job(job("b1", "default"))
+    async with MusterClient(server.address, timeout=5, token="ops-token-123") as ops:
+        assert [j.spec.id async for j in ops.list_jobs(owner="alice")] == ["a1"]
+        assert [j.spec.id async for j in ops.list_jobs(owner="bob")] == ["b1"]
+        assert [j.spec.id async for j in ops.list_jobs(owner="nobody")] == []

@@ -322,7 +322,7 @@ def test_state_files_are_private(tmp_path: Path) -> None:
 
 def test_a_store_written_before_the_archive_columns_is_migrated(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
-    spec = pb.JobSpec(id="legacy", queue="team", namespace="ns")
+    spec = pb.JobSpec(id="legacy", queue="team", namespace="ns", owner="carol")
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE jobs (id TEXT PRIMARY KEY, creation_index INTEGER NOT NULL, spec BLOB NOT NULL, "
                "status TEXT NOT NULL)")
@@ -336,6 +336,8 @@ def test_a_store_written_before_the_archive_columns_is_migrated(tmp_path: Path) 
         page = s.jobs_page(0, "team", "ns", [pb.JOB_PHASE_COMPLETED], 10)
         assert [j.id for j in page] == ["legacy"]
         assert s.jobs_page(0, "other", "", [], 10) == []
+        assert [j.id for j in s.jobs_page(0, "", "", [], 10, owner="carol")] == ["legacy"]  # owner filled in
+        assert s.jobs_page(0, "", "", [], 10, owner="dave") == []
         assert s.load(finished_before=10.0).jobs == []  # finished at t=3: not loaded
     finally:
         s.close()

@@ -1,0 +1,64 @@
+"""Accelerator devices (GPUs, NPU chips): which resources are counted in devices with ids, and the
+ids a node has when it does not list them. Shared by the server and every backend."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Resources whose units are whole devices with ids. vNPU resources (``huawei.com/Ascend910-2c``)
+# are plain counts: they have no ids.
+DEVICE_RESOURCE = re.compile(r"^(?:nvidia\.com/gpu|amd\.com/gpu|intel\.com/gpu|huawei\.com/Ascend\d+[A-Za-z]*)$")
+NVIDIA_GPU = "nvidia.com/gpu"
+ASCEND910 = "huawei.com/Ascend910"
+UNIT = 1000.0  # canonical milli-units per device (``muster.quantity``)
+# The environment variable through which each kind of device is handed to a process.
+VISIBLE_DEVICES_ENV = {"nvidia.com/gpu": "CUDA_VISIBLE_DEVICES", "amd.com/gpu": "ROCR_VISIBLE_DEVICES"}
+ASCEND_VISIBLE_DEVICES = "ASCEND_VISIBLE_DEVICES"
+
+
+def is_device_resource(name: str) -> bool:
+    return DEVICE_RESOURCE.match(name) is not None
+
+
+def device_needs(request: Mapping[str, float]) -> dict[str, int]:
+    """Whole devices a request (canonical units) asks for, per device resource (a fractional GPU
+    share has no id)."""
+    needs: dict[str, int] = {}
+    for name, value in request.items():
+        if value > 0 and is_device_resource(name):
+            count = value / UNIT
+            if count == int(count):
+                needs[name] = int(count)
+    return needs
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    id: str
+    type: str
+    group: str = ""
+    healthy: bool = True
+
+
+def default_devices(resource: str, count: int) -> list[Device]:
+    """The devices of a node that lists none: ``0 .. N-1``; Ascend chips ``Ascend910-<i>`` in HCCS
+    rings of four (chips 0-3 ring "0", 4-7 ring "1", as on a 910 x8 module)."""
+    if resource.startswith("huawei.com/Ascend"):
+        prefix = resource.split("/", 1)[1]
+        return [Device(f"{prefix}-{i}", resource, str(i // 4)) for i in range(count)]
+    return [Device(str(i), resource) for i in range(count)]
+
+
+def visible_devices_env(devices: list[Device]) -> dict[str, str]:
+    """Environment variables that hand ``devices`` to a process: CUDA_VISIBLE_DEVICES for NVIDIA
+    GPUs (their ids), ASCEND_VISIBLE_DEVICES for Ascend chips (the chip numbers, as Ascend's
+    runtime reads them: ``Ascend910-4`` -> ``4``)."""
+    env: dict[str, list[str]] = {}
+    for d in devices:
+        if d.type.startswith("huawei.com/Ascend"):
+            env.setdefault(ASCEND_VISIBLE_DEVICES, []).append(d.id.rsplit("-", 1)[-1])
+        elif d.type in VISIBLE_DEVICES_ENV:
+            env.setdefault(VISIBLE_DEVICES_ENV[d.type], []).append(d.id)
+    return {k: ",".join(v) for k, v in env.items()}
