@@ -86,8 +86,11 @@ def render_simulation(out: Output, result: dict[str, Any]) -> None:
     tasks = result.get("tasks", {})
     out.table(
         "Tasks",
-        ["TASK", "STATUS", "NODE"],
-        [(uid, t.get("status", ""), t.get("node") or "") for uid, t in sorted(tasks.items())],
+        ["TASK", "STATUS", "NODE", "DEVICES"],
+        [
+            (uid, t.get("status", ""), t.get("node") or "", ",".join(t.get("devices") or []))
+            for uid, t in sorted(tasks.items())
+        ],
     )
     jobs = result.get("jobs", {})
     out.table(
@@ -96,7 +99,7 @@ def render_simulation(out: Output, result: dict[str, Any]) -> None:
         [
             (
                 uid,
-                j.get("phase", ""),
+                j.get("phase", "") + (f" ({j['scheduleState']}, {j['stage']})" if j.get("scheduleState") else ""),
                 "; ".join(f"{c.get('type')}: {c.get('reason', '')} {c.get('message', '')}".strip() for c in j.get("conditions", [])),
             )
             for uid, j in sorted(jobs.items())

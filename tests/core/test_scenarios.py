@@ -11,6 +11,8 @@ examples/scenarios/*.yaml is run through ``muster simulate`` and must produce wh
   phases      job -> PodGroup phase after the run
   conditions  job -> list of condition types
   tasks       task -> status after the run
+  devices     task -> the device ids it holds after the run
+  scheduleStates  TYJob -> TY-Arranger schedule state
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from server.simulate import simulate_text
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / "tests" / "scenarios").glob("*.yaml")) + sorted((ROOT / "examples" / "scenarios").glob("*.yaml"))
-KNOWN = {"source", "cycles", "binds", "pipelined", "evictions", "phases", "conditions", "tasks"}
+KNOWN = {"source", "cycles", "binds", "pipelined", "evictions", "phases", "conditions", "tasks", "devices",
+         "scheduleStates"}
 
 
 def check(expect: dict[str, Any], out: dict[str, Any]) -> list[str]:
@@ -48,6 +51,10 @@ def check(expect: dict[str, Any], out: dict[str, Any]) -> list[str]:
         same(f"conditions[{job}]", types, [c["type"] for c in out["jobs"].get(job, {}).get("conditions", [])])
     for task, status in (expect.get("tasks") or {}).items():
         same(f"tasks[{task}]", status, out["tasks"].get(task, {}).get("status"))
+    for task, devices in (expect.get("devices") or {}).items():
+        same(f"devices[{task}]", devices, out["tasks"].get(task, {}).get("devices"))
+    for job, state in (expect.get("scheduleStates") or {}).items():
+        same(f"scheduleStates[{job}]", state, out["jobs"].get(job, {}).get("scheduleState"))
     return problems
 
 
@@ -77,5 +84,6 @@ def test_checker_reports_each_kind_of_mismatch() -> None:
            "jobs": {"j": {"phase": "Running", "conditions": [{"type": "Scheduled"}]}}}
     assert check({"binds": {"a": "n1"}, "phases": {"j": "Running"}}, out) == []
     problems = check({"binds": {"a": "n2"}, "phases": {"j": "Pending"}, "conditions": {"j": ["Unschedulable"]},
-                      "tasks": {"a": "Running"}, "evictions": ["x"]}, out)
-    assert len(problems) == 5
+                      "tasks": {"a": "Running"}, "evictions": ["x"], "devices": {"a": ["0"]},
+                      "scheduleStates": {"j": "Unscheduled"}}, out)
+    assert len(problems) == 7
