@@ -182,6 +182,8 @@ class NodeEvaluator:
         """Volcano ``prioritizeNodes``: the best node that fits idle now, else the best that fits
         future idle (pipelining). Returns (row, fits_idle) or None. Ties go to the first node by
         name (Volcano picks one of the tied nodes at random)."""
+        if not len(self.nodes):  # e.g. a restarted server before any backend synced its nodes
+            return None
         if restrict is None and not self.predicates["task"] and not self.scorers["task"]:
             entry = self._shape_entry(task)
             for masked, on_idle in ((entry.idle_score, True), (entry.future_score, False)):

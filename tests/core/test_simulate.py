@@ -163,3 +163,12 @@ hypernodes:
         simulate_text(text)
     assert "hypernodes[0].members: hypernode 'a' contains itself" in err.value.problems
     assert "hypernodes[2].members: hypernode 'c' contains itself" in err.value.problems
+
+
+def test_a_cycle_without_nodes_leaves_admitted_jobs_pending() -> None:
+    """A restarted server cycles before any backend synced its nodes: admitted jobs stay pending
+    (found as a crash: argmax over no nodes)."""
+    out = simulate_text(
+        "nodes: []\njobs:\n  - {name: a, phase: Inqueue, tasks: [{name: a0, request: {cpu: '1'}}]}\n"
+    )
+    assert out["binds"] == {} and out["tasks"]["default/a0"]["status"] == "Pending"

@@ -181,12 +181,25 @@ def test_device_ids_go_from_the_cycle_to_the_bind_decision_and_survive_a_restart
     # The next cycle sees them held: a 2-chip job gets ring 0's last two, never a held chip.
     commands.submit_job(state, npu_job("two", 2))
     assert run_cycle(state, NPU_CONFIG).bind_devices == {"two/w-0": ["Ascend910-2", "Ascend910-3"]}
-    # The store keeps them.
+    # The store keeps them, and a restarted server schedules around them.
     store = SqliteStore(str(tmp_path / "s.db"))
     try:
         store.write(state.commit())
         stored = store.job("four")
         assert stored is not None and stored.tasks[0].devices == [f"Ascend910-{i}" for i in range(4, 8)]
+        again = ClusterState(DecisionLog(bind_timeout=30), clock=Clock())
+        again.restore(store.load())
+        held = {t.uid: t.devices for j in snapshot.capture(again).materialize().jobs for t in j.tasks}
+        assert held["four/w-0"] == [f"Ascend910-{i}" for i in range(4, 8)]
+        # The agent comes back with its running tasks (reporting no ids: the server keeps its own).
+        ingest.register_backend(again, pb.RegisterBackendRequest(name="a", kind="fake-agent"))
+        tasks = [pb.BackendTask(task_id="four/w-0", node="n0", status=pb.TASK_STATUS_RUNNING, request=rl(cpu="1"))]
+        tasks += [pb.BackendTask(task_id=t, node="n0", status=pb.TASK_STATUS_SUCCEEDED) for t in ("one/w-0", "two/w-0")]
+        ingest.sync_snapshot(again, pb.SyncSnapshotRequest(backend="a", nodes=[npu_node("n0", bad=(0,))], tasks=tasks))
+        commands.submit_job(again, npu_job("after", 2))
+        # Ring 1 is still four's (kept across the restart), so 2 chips come from ring 0; had the ids
+        # been lost, four would have been given the lowest free chips (1-4) and this job ring 1's.
+        assert run_cycle(again, NPU_CONFIG).bind_devices == {"after/w-0": ["Ascend910-1", "Ascend910-2"]}
     finally:
         store.close()
 
