@@ -169,6 +169,7 @@ def test_a_cycle_without_nodes_leaves_admitted_jobs_pending() -> None:
     """A restarted server cycles before any backend synced its nodes: admitted jobs stay pending
     (found as a crash: argmax over no nodes)."""
     out = simulate_text(
+        "config: {actions: allocate, tiers: [{plugins: [{name: gang}, {name: predicates}]}]}\n"
         "nodes: []\njobs:\n  - {name: a, phase: Inqueue, tasks: [{name: a0, request: {cpu: '1'}}]}\n"
     )
     assert out["binds"] == {} and out["tasks"]["default/a0"]["status"] == "Pending"
