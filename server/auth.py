@@ -35,7 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 log = structlog.get_logger("muster.auth")
 
-Verb = Literal["read", "submit", "cancel", "manage-queues", "configure", "backend", "*"]
+# "cancel-own": cancel the jobs one submitted (the job's owner), in the rule's queues.
+Verb = Literal["read", "submit", "cancel", "cancel-own", "manage-queues", "configure", "backend", "*"]
 VERBS: tuple[str, ...] = ("read", "submit", "cancel", "manage-queues", "configure", "backend")
 
 
@@ -127,7 +128,7 @@ class Policy:
                 continue
             if "*" not in rule.verbs and verb not in rule.verbs:
                 continue
-            if verb in ("submit", "cancel") and "*" not in rule.queues and queue not in rule.queues:
+            if verb in ("submit", "cancel", "cancel-own") and "*" not in rule.queues and queue not in rule.queues:
                 continue
             return True
         return False

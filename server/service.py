@@ -124,6 +124,10 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             raise unauthenticated("authorization: a valid bearer token is required (metadata 'authorization: Bearer ...')")
         return who
 
+    def _owner_of(self, job_id: str) -> str | None:
+        rec = self.state.jobs.get(job_id)
+        return rec.spec.owner if rec is not None and rec.spec.owner else None
+
     def owner(self, context: grpc.aio.ServicerContext) -> str:
         """Who owns what this call submits: the authenticated user; without an auth policy, the
         caller's unverified ``x-muster-user`` claim ("" when none)."""
@@ -143,6 +147,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             return
         verb, queue_of = RPC_VERBS[rpc]
         queue = queue_of(self.state, request) if queue_of is not None else ""
+        if verb == "cancel" and self._owner_of(request.id) == who.user and self.policy.allows(who, "cancel-own", queue):
+            return
         if not self.policy.allows(who, verb, queue):
             where = f" in queue {queue!r}" if queue_of is not None else ""
             raise denied(f"user {who.user!r} may not {verb}{where}")

@@ -149,3 +149,57 @@ async def test_server_killed_mid_cycles_loses_no_acknowledged_job(cluster: Clust
 
 async def _nodes(client: MusterClient, count: int) -> bool:
     return len(await client.list_nodes()) == count
+
+
+def guarded_slot(runs: Path, locks: Path, slots: int, then: str) -> str:
+    """``guarded``, plus: the task takes one of its node's ``slots`` CPU slots (a lock file per slot
+    and node) and writes ``<task> OVERCOMMIT <pid>`` when every slot is taken: more tasks on a node
+    at once than it has CPUs cannot go unnoticed either."""
+    slot = (
+        "got=''; "
+        + "; ".join(
+            f'if [ -z "$got" ]; then exec {3 + k}>>"{locks}/$MUSTER_NODE.slot{k}"; '
+            f'flock -n {3 + k} && got={k}; fi'
+            for k in range(slots)
+        )
+        + f'; [ -n "$got" ] || echo "$MUSTER_TASK_ID OVERCOMMIT $$" >> {runs}; '
+    )
+    return guarded(runs, locks, slot + then)
+
+
+async def test_server_and_agent_killed_under_load_run_nothing_twice_and_overcommit_nothing(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """kill -9 of the agent (no state dir) and of the server, one after the other, while jobs run:
+    no task id runs twice at once, no node runs more tasks than its CPUs, every accepted job
+    completes."""
+    runs, locks = tmp_path / "runs", tmp_path / "locks"
+    two_cpu_nodes = "nodes:\n  - {name: a, count: 3, cpu: 2, memory: 8Gi}\n"
+    cluster.start_server()
+    agent = cluster.start_agent("rack-a", two_cpu_nodes)
+    accepted: list[str] = []
+    async with await connect(cluster) as client:
+        await until(lambda: _nodes(client, 3), "3 nodes")
+        for i in range(24):
+            job_id = f"k{i:02d}"
+            await client.submit_job(job(job_id, 1, guarded_slot(runs, locks, 2, "sleep 0.5")))
+            accepted.append(job_id)
+        await until(lambda: _true(len(lines(runs)) >= 4), "the first tasks to start")
+    await agent.stop(signal.SIGKILL)  # its tasks live on as orphans until the next agent kills them
+    assert cluster.server is not None
+    await cluster.server.stop(signal.SIGKILL)
+    cluster.start_server()
+    cluster.start_agent("rack-a", two_cpu_nodes)
+    async with await connect(cluster) as client:
+
+        async def all_completed() -> bool:
+            jobs = [j async for j in client.list_jobs()]
+            return len(jobs) == len(accepted) and all(j.status.phase == pb.JOB_PHASE_COMPLETED for j in jobs)
+
+        await until(all_completed, "every accepted job to complete after both crashes", timeout=120)
+        ids = sorted([j.spec.id async for j in client.list_jobs()])
+    assert ids == accepted
+    outcomes = [line.split()[1] for line in lines(runs)]
+    assert "DUPLICATE" not in outcomes, lines(runs)
+    assert "OVERCOMMIT" not in outcomes, lines(runs)
+    assert {line.split()[0] for line in lines(runs)} == {f"{j}/w-0" for j in accepted}

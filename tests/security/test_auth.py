@@ -177,3 +177,17 @@ async def test_jobs_record_their_owner_and_list_by_owner(server: ServerHandle) -
         assert [j.spec.id async for j in ops.list_jobs(owner="alice")] == ["a1"]
         assert [j.spec.id async for j in ops.list_jobs(owner="bob")] == ["b1"]
         assert [j.spec.id async for j in ops.list_jobs(owner="nobody")] == []
+
+
+async def test_cancel_own_lets_a_user_cancel_only_the_jobs_they_submitted(server: ServerHandle, policy_file: Path) -> None:
+    policy_file.write_text(POLICY.replace(
+        '  - {subjects: ["user:bob"], verbs: [read, submit], queues: [default]}',
+        '  - {subjects: ["user:bob", "user:alice"], verbs: [read, submit, cancel-own], queues: [default]}'))
+    os.utime(policy_file, (os.stat(policy_file).st_atime, os.stat(policy_file).st_mtime + 5))  # reload
+    async with MusterClient(server.address, timeout=5, token="alice-token-1") as alice, \
+            MusterClient(server.address, timeout=5, token="bob-token-123") as bob:
+        await alice.submit_job(job("mine", "default"))
+        await bob.submit_job(job("his", "default"))
+        assert await code_of(alice.cancel_job("his")) == grpc.StatusCode.PERMISSION_DENIED
+        assert (await alice.cancel_job("mine")).status.phase == pb.JOB_PHASE_CANCELLED
+        assert (await bob.cancel_job("his")).status.phase == pb.JOB_PHASE_CANCELLED
