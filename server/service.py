@@ -22,7 +22,7 @@ import structlog
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 from server import commands, ingest
-from server.api import queries
+from server.api import queries, validate
 from server.auth import Policy, Principal
 from server.errors import DomainError, ErrorCode, denied, invalid, precondition, unauthenticated
 from server.loop import ConfigManager, CycleLoop
@@ -77,6 +77,7 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             principal = self.identify(name, context)
             CALLER.set(principal)
             who = principal.user if principal is not None else "anonymous"
+            validate.check_bounds(request)
             self.authorize(name, principal, request)
             reply = await handler(self, request, context)
             if name in AUDITED:
@@ -206,6 +207,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     ) -> AsyncIterator[pb.Decision]:
         try:
             self.authorize("StreamDecisions", self.identify("StreamDecisions", context), request)
+            validate.check_bounds(request)
             self._as_backend(context, request.backend, "backend")
             ingest.check_stream(self.state, request)
             if self.bind_backends and self._streams.get(request.backend):
@@ -269,6 +271,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     ) -> AsyncIterator[pb.JobEvent]:
         try:
             self.authorize("WatchJobs", self.identify("WatchJobs", context), request)
+            validate.check_bounds(request)
             sub, initial = queries.watch_jobs(self.state, request)
         except DomainError as exc:
             await context.abort(STATUS_CODES[exc.code], exc.message)

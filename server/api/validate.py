@@ -12,6 +12,9 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
 from muster.quantity import QuantityError, parse_resources
 from muster.v1 import muster_pb2 as pb
 from server.errors import invalid
@@ -24,12 +27,55 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 MAX_TASKS_PER_JOB = 100_000
+# Bounds on every request, whatever its RPC (``check_bounds``): within the 64 MiB message limit a
+# client could still send a million-entry map or a 60 MB string; these refuse it by field.
+MAX_STRING = 65_536  # characters in any string field (names are held to 253 by check_name)
+MAX_LIST = 100_000  # entries in any repeated field (nodes of a snapshot, deltas, acks ...)
+MAX_MAP = 10_000  # entries in any map field (labels, annotations, quantities ...)
+# Documents with their own, larger bound (server/yamldoc.py checks them when they are parsed).
+LONG_STRINGS = frozenset({"muster.v1.UpdateConfigRequest.yaml", "muster.v1.SimulateRequest.scenario"})
 MAX_RESTART_LIMIT = 1000
 # Decision ids are SQLite INTEGERs (signed 64-bit): anything above was never issued.
 MAX_DECISION_ID = 2**63 - 1
 REPORTABLE_TASK_STATUSES = frozenset(
     {pb.TASK_STATUS_BOUND, pb.TASK_STATUS_RUNNING, pb.TASK_STATUS_SUCCEEDED, pb.TASK_STATUS_FAILED}
 )
+
+
+def check_bounds(message: Message, path: str = "") -> None:
+    """Every string, list and map of ``message`` (recursively) within MAX_STRING / MAX_LIST / MAX_MAP;
+    INVALID_ARGUMENT naming the first field over its bound."""
+    for field, value in message.ListFields():
+        where = f"{path}.{field.name}" if path else field.name
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            if len(value) > MAX_MAP:
+                raise invalid(f"{where}: {len(value)} entries exceed the limit of {MAX_MAP}")
+            value_field = field.message_type.fields_by_name["value"]
+            for key in value:
+                _check_string(f"{where}[{str(key)[:40]!r}]", key)
+                item = value[key]
+                if value_field.message_type is not None:
+                    check_bounds(item, f"{where}[{str(key)[:40]!r}]")
+                elif isinstance(item, str):
+                    _check_string(f"{where}[{str(key)[:40]!r}]", item)
+        elif field.is_repeated:
+            if len(value) > MAX_LIST:
+                raise invalid(f"{where}: {len(value)} entries exceed the limit of {MAX_LIST}")
+            if field.message_type is not None:
+                for i, item in enumerate(value):
+                    check_bounds(item, f"{where}[{i}]")
+            elif field.type == FieldDescriptor.TYPE_STRING:
+                for i, item in enumerate(value):
+                    _check_string(f"{where}[{i}]", item)
+        elif field.message_type is not None:
+            check_bounds(value, where)
+        elif field.type == FieldDescriptor.TYPE_STRING and field.full_name not in LONG_STRINGS:
+            _check_string(where, value)
+
+
+def _check_string(where: str, value: object) -> None:
+    if isinstance(value, str) and len(value) > MAX_STRING:
+        raise invalid(f"{where}: {len(value):,} characters exceed the limit of {MAX_STRING:,}")
 
 
 def check_decision_id(path: str, value: int, *, zero_ok: bool = False) -> None:

@@ -3,13 +3,17 @@ INTERNAL or UNKNOWN, quickly, and with the state unchanged."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import pytest
 from server_test_helpers import register, rpc_error
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
+from server.api import validate
 from server.app import ServerHandle
+from server.errors import DomainError
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 DEEP_YAML = "a: " + "[" * 5000 + "]" * 5000
@@ -65,3 +69,28 @@ async def test_undecodable_payload_is_invalid_argument_and_logged_once(server: S
     assert codes == [INVALID] * 5
     logged = capsys.readouterr()
     assert (logged.out + logged.err).count("undecodable request") == 1  # 5 requests, one line
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: pb.SubmitJobRequest(job=pb.JobSpec(id="j", annotations={"a": "x" * 70_000})), "job.annotations['a']"),
+        (lambda: pb.SubmitJobRequest(job=pb.JobSpec(id="j", annotations={f"k{i}": "v" for i in range(10_001)})),
+         "job.annotations: 10001 entries"),
+        (lambda: pb.SubmitJobRequest(job=pb.JobSpec(id="j", task_groups=[pb.TaskGroup(
+            role="w", replicas=1, command=["x" * 70_000])])), "job.task_groups[0].command[0]"),
+        (lambda: pb.AckDecisionsRequest(backend="b", acks=[pb.DecisionAck(decision_id=1)] * 100_001), "acks: 100001 entries"),
+        (lambda: pb.GetJobRequest(id="x" * 70_000), "id: 70,000 characters"),
+    ],
+)
+def test_every_request_is_bounded_in_strings_lists_and_maps(build: Any, field: str) -> None:
+    with pytest.raises(DomainError) as err:
+        validate.check_bounds(build())
+    assert err.value.message.startswith(field), err.value.message
+    # Documents have their own (larger) bound, checked when parsed.
+    validate.check_bounds(pb.UpdateConfigRequest(yaml="#" * 1_000_000))
+
+
+async def test_an_oversized_field_is_invalid_argument_over_grpc(stub: pb_grpc.SchedulerStub) -> None:
+    err = await rpc_error(stub.GetJob(pb.GetJobRequest(id="x" * 70_000)))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith("id: 70,000 characters")
