@@ -30,7 +30,7 @@ T = TypeVar("T")
 
 DECISION_BUFFER = 10_000
 WATCH_BUFFER = 1_000
-RECENT_OUTCOMES = 100_000
+RECENT_OUTCOMES = 10_000  # a cache: older outcomes are read from the store
 
 
 @dataclass(eq=False)
