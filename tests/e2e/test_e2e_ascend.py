@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from muster_e2e import ROOT, Cluster, until
 
 from clients.client import MusterClient
@@ -16,15 +15,6 @@ from muster.v1 import muster_pb2 as pb
 
 EXAMPLES = ROOT / "examples"
 
-
-@pytest.fixture
-async def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    try:
-        yield c
-    finally:
-        await c.stop_all()
-        print(c.logs())
 
 
 async def test_example_ascend_jobs_get_their_chips_in_ascend_visible_devices(cluster: Cluster, tmp_path: Path) -> None:

@@ -21,15 +21,6 @@ THREE_NODES = "nodes:\n  - {name: a, count: 3, cpu: 4, memory: 8Gi}\n"
 ONE_NODE = "nodes:\n  - {name: b-0, cpu: 4, memory: 8Gi}\n"
 
 
-@pytest.fixture
-async def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    try:
-        yield c
-    finally:
-        await c.stop_all()
-        print(c.logs())  # shown by pytest only when the test failed
-
 
 def job(job_id: str, replicas: int, cpu: str, script: str, **extra) -> pb.JobSpec:
     return job_from_dict(

@@ -133,18 +133,23 @@ async def test_server_killed_mid_cycles_loses_no_acknowledged_job(cluster: Clust
     await cluster.server.stop(signal.SIGKILL)  # cycles are running: jobs placed, bound, acked
     cluster.start_server()
     async with await connect(cluster) as client:
-
-        async def all_completed() -> bool:
-            jobs = [j async for j in client.list_jobs()]
-            return len(jobs) == len(accepted) and all(j.status.phase == pb.JOB_PHASE_COMPLETED for j in jobs)
-
-        await until(all_completed, "every accepted job to complete after the server crash", timeout=90)
-        ids = sorted([j.spec.id async for j in client.list_jobs()])
+        ids = await all_completed(client, accepted, "the server crash", 90)
     assert ids == accepted
     outcomes = [line.split()[1] for line in lines(runs)]
     assert "DUPLICATE" not in outcomes, lines(runs)
     started = sorted(line.split()[0] for line in lines(runs))
     assert started == sorted(f"{j}/w-0" for j in accepted), "each task ran exactly once"
+
+
+async def all_completed(client: MusterClient, accepted: list[str], after: str, timeout: float) -> list[str]:
+    """Wait until every accepted job completed; returns the ids the server lists."""
+
+    async def done() -> bool:
+        jobs = [j async for j in client.list_jobs()]
+        return len(jobs) == len(accepted) and all(j.status.phase == pb.JOB_PHASE_COMPLETED for j in jobs)
+
+    await until(done, f"every accepted job to complete after {after}", timeout=timeout)
+    return sorted([j.spec.id async for j in client.list_jobs()])
 
 
 async def _nodes(client: MusterClient, count: int) -> bool:
@@ -191,13 +196,7 @@ async def test_server_and_agent_killed_under_load_run_nothing_twice_and_overcomm
     cluster.start_server()
     cluster.start_agent("rack-a", two_cpu_nodes)
     async with await connect(cluster) as client:
-
-        async def all_completed() -> bool:
-            jobs = [j async for j in client.list_jobs()]
-            return len(jobs) == len(accepted) and all(j.status.phase == pb.JOB_PHASE_COMPLETED for j in jobs)
-
-        await until(all_completed, "every accepted job to complete after both crashes", timeout=120)
-        ids = sorted([j.spec.id async for j in client.list_jobs()])
+        ids = await all_completed(client, accepted, "both crashes", 120)
     assert ids == accepted
     outcomes = [line.split()[1] for line in lines(runs)]
     assert "DUPLICATE" not in outcomes, lines(runs)
