@@ -15,9 +15,11 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from importlib import metadata
 from typing import Any
 
 import anyio
+import argcomplete
 import grpc
 
 from clients.client import DEFAULT_SERVER, MusterClient
@@ -38,6 +40,7 @@ from clients.commands import (
     cmd_watch,
 )
 from clients.render import Output, render_simulation
+from muster.logs import configure_logging
 from muster.transport import add_tls_args, add_token_args, tls_from_args, token_from_args
 
 
@@ -80,27 +83,40 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"server address HOST:PORT (default $MUSTER_SERVER or {DEFAULT_SERVER})",
     )
-    common.add_argument("--output", "-o", choices=["table", "json"], default=None, help="output format")
+    common.add_argument("--output", "-o", choices=["table", "wide", "json"], default=None,
+                        help="output format: table, wide (every column) or json (docs/api.md JSON mapping)")
     common.add_argument("--timeout", type=float, default=30.0, help="seconds per call (default 30)")
     add_tls_args(common)
     add_token_args(common)
 
-    parser = argparse.ArgumentParser(prog="muster", description="Muster scheduler client.", parents=[common])
+    parser = argparse.ArgumentParser(
+        prog="muster", description="Muster scheduler client.", parents=[common],
+        epilog="examples:\n  muster submit examples/jobs-demo.yaml\n  muster jobs --owner me --phase running\n"
+               "  muster job demo-big\n  eval \"$(muster completion bash)\"   # tab completion",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"muster {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, func: Command, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
+    def add(name: str, func: Command, help_text: str, examples: str = "") -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=[common],
+                           epilog=f"examples:\n{examples}" if examples else None,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(func=func)
         return p
 
-    p = add("submit", cmd_submit, "submit the jobs of one or more YAML job files")
+    p = add("submit", cmd_submit, "submit the jobs of one or more YAML job files",
+            "  muster submit examples/job-volcano-gang.yaml\n  muster submit -o json jobs/*.yaml")
     p.add_argument("files", nargs="+", metavar="FILE")
 
-    p = add("jobs", cmd_jobs, "list jobs")
-    p.add_argument("--queue")
+    p = add("jobs", cmd_jobs, "list jobs",
+            "  muster jobs --phase pending --phase inqueue\n  muster jobs --owner me --sort=-submit -o wide\n"
+            "  muster jobs --queue ml --queue research -o json")
+    p.add_argument("--queue", action="append", help="only jobs of this queue; repeatable")
     p.add_argument("--namespace", "-n")
-    p.add_argument("--owner", help="only jobs this user submitted ('me': your login name)")
+    p.add_argument("--owner", action="append", help="only jobs this user submitted ('me': your login name); repeatable")
     p.add_argument("--phase", action="append", help=f"filter by phase ({', '.join(PHASES)}); repeatable")
+    p.add_argument("--sort", help="submit (default), start, id, queue, owner or phase; --sort=-KEY reverses")
     p.add_argument("--limit", type=int, default=None)
 
     p = add("job", cmd_job, "show one job: status, placement per task, conditions, why pending")
@@ -109,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("explain", cmd_explain, "why a job is (not) placed, from the last cycle")
     p.add_argument("id")
 
-    p = add("cancel", cmd_cancel, "cancel a job (its running tasks are evicted)")
-    p.add_argument("id")
+    p = add("cancel", cmd_cancel, "cancel jobs (their running tasks are evicted)",
+            "  muster cancel train-7\n  muster cancel a b c        # each is reported; exit 1 if any failed")
+    p.add_argument("ids", nargs="+", metavar="ID")
 
     add("queues", cmd_queues, "list queues")
 
@@ -139,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job")
     p.add_argument("--no-initial", action="store_true", help="skip the current state of matching jobs")
     p.add_argument("--count", type=int, default=0, help="stop after this many events")
+    p.add_argument("--until-done", action="store_true",
+                   help="with --job: exit when the job ends (status 0 if it completed, 1 otherwise)")
 
     p = add("config", cmd_config, "get or set the scheduler configuration (Volcano format)")
     csub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
@@ -146,7 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
     c = csub.add_parser("set", help="replace the configuration with FILE", parents=[common])
     c.add_argument("file")
 
-    p = add("simulate", cmd_simulate, "run a scenario through the scheduling core")
+    p = add("completion", cmd_completion, "print a shell completion script",
+            '  eval "$(muster completion bash)"      # in ~/.bashrc\n  muster completion zsh > ~/.zfunc/_muster')
+    p.add_argument("shell", choices=["bash", "zsh", "fish", "tcsh"])
+
+    p = add("simulate", cmd_simulate, "run a scenario through the scheduling core",
+            "  muster simulate --local examples/scenarios/gang-basic.yaml\n"
+            "  muster simulate --local scenario.yaml --cycles 3 -o json | jq .binds")
     p.add_argument("file")
     p.add_argument("--local", action="store_true", help="run in this process (no server needed)")
     p.add_argument("--cycles", type=int, default=0)
@@ -168,9 +193,23 @@ def build_common_only() -> argparse.ArgumentParser:
     return p
 
 
+def _version() -> str:
+    try:
+        return metadata.version("muster")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+async def cmd_completion(client: MusterClient | None, args: argparse.Namespace, out: Output) -> int:
+    sys.stdout.write(argcomplete.shellcode(["muster"], shell=args.shell))
+    return 0
+
+
 async def _run(args: argparse.Namespace, out: Output) -> int:
     if args.command == "simulate" and args.local:
         return await cmd_simulate(None, args, out)
+    if args.command == "completion":
+        return await cmd_completion(None, args, out)
     try:
         tls = tls_from_args(args)
         token = token_from_args(args)
@@ -183,7 +222,11 @@ async def _run(args: argparse.Namespace, out: Output) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argcomplete.autocomplete(parser)  # answers a completing shell and exits; a no-op otherwise
+    args = parser.parse_args(argv)
+    # Logs (e.g. of the core under `simulate --local`) go to stderr only: stdout is the result.
+    configure_logging("console", os.environ.get("MUSTER_LOG_LEVEL", "warning"))
     _merge_common(args, argv)
     args.server = args.server or os.environ.get("MUSTER_SERVER") or DEFAULT_SERVER
     fmt = args.output or ("json" if args.command == "simulate" and not sys.stdout.isatty() else "table")
@@ -197,6 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except grpc.aio.AioRpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            print(f"hint: no Muster server answered at {args.server}; give its address with --server HOST:PORT "
+                  "or MUSTER_SERVER (start one with `muster-server`, or `make demo`)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -11,7 +11,10 @@ import argparse
 import getpass
 import json
 import sys
+import time
 from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
 import grpc
 
@@ -23,6 +26,7 @@ from clients.render import (
     last_reason,
     phase_name,
     quantities,
+    reason,
     render_explanation,
     status_name,
     to_dict,
@@ -92,42 +96,96 @@ async def cmd_submit(client: MusterClient, args: argparse.Namespace, out: Output
     return 0
 
 
+JOB_SORT_KEYS = ("submit", "start", "id", "queue", "owner", "phase")
+
+
 async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
     phases = []
     for name in args.phase or []:
         if name.lower() not in PHASES:
             raise UsageError([f"--phase: {name!r} is not one of {', '.join(PHASES)}"])
         phases.append(PHASES[name.lower()])
+    queues, owners = args.queue or [], [_owner(o) for o in args.owner or []]
+    # One value of a filter goes to the server; several are matched here.
     jobs = [
         job
         async for job in client.list_jobs(
-            queue=args.queue or "", namespace=args.namespace or "", phases=phases, limit=args.limit,
-            owner=_owner(args.owner),
+            queue=queues[0] if len(queues) == 1 else "", namespace=args.namespace or "", phases=phases,
+            limit=args.limit, owner=owners[0] if len(owners) == 1 else "",
         )
+        if (not queues or job.spec.queue in queues) and (not owners or job.spec.owner in owners)
     ]
-    out.emit(
-        [to_dict(j) for j in jobs],
-        lambda: out.table(
-            None,
-            ["JOB", "NAMESPACE", "QUEUE", "OWNER", "PHASE", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "REASON"],
-            [
-                (
-                    j.spec.id,
-                    j.spec.namespace,
-                    j.spec.queue,
-                    j.spec.owner or "-",
-                    phase_name(j.status.phase) + (f" ({j.status.stage})" if j.status.stage else ""),
-                    j.status.pending,
-                    j.status.running,
-                    j.status.succeeded,
-                    j.status.failed,
-                    last_reason(j),
-                )
-                for j in jobs
-            ],
-        ),
-    )
+    jobs = sort_jobs(jobs, args.sort)
+    now = time.time()
+
+    def row(j: pb.Job) -> list[Any]:
+        code, message = reason(j)
+        phase = phase_name(j.status.phase) + (f" ({j.status.stage})" if j.status.stage else "")
+        tasks = f"{j.status.running}/{len(j.tasks)}"
+        cells: list[Any] = [j.spec.id, j.spec.queue, j.spec.owner or "-", phase, tasks, clock(j.status.submit_time),
+                 age(j, now), code or "-"]
+        if out.wide:
+            cells[1:1] = [j.spec.namespace]
+            cells[6:6] = [j.status.pending, j.status.succeeded, j.status.failed, clock(j.status.start_time)]
+            cells.append(message)
+        return cells
+
+    columns = ["JOB", "QUEUE", "OWNER", "PHASE", "RUNNING", "SUBMIT", "AGE", "REASON"]
+    if out.wide:
+        columns[1:1] = ["NAMESPACE"]
+        columns[6:6] = ["PENDING", "SUCCEEDED", "FAILED", "START"]
+        columns.append("MESSAGE")
+    out.emit([to_dict(j) for j in jobs], lambda: out.table(None, columns, [row(j) for j in jobs]))
     return 0
+
+
+def sort_jobs(jobs: list[pb.Job], key: str | None) -> list[pb.Job]:
+    """Submission order (the server's) unless ``key`` says otherwise; ``-KEY`` reverses."""
+    if not key:
+        return jobs
+    reverse = key.startswith("-")
+    name = key.lstrip("-")
+    if name not in JOB_SORT_KEYS:
+        raise UsageError([f"--sort: {name!r} is not one of {', '.join(JOB_SORT_KEYS)} (prefix - to reverse)"])
+    keys: dict[str, Any] = {
+        "submit": lambda j: j.status.submit_time.ToNanoseconds(),
+        "start": lambda j: j.status.start_time.ToNanoseconds(),
+        "id": lambda j: j.spec.id,
+        "queue": lambda j: (j.spec.queue, j.spec.id),
+        "owner": lambda j: (j.spec.owner, j.spec.id),
+        "phase": lambda j: (j.status.phase, j.spec.id),
+    }
+    return sorted(jobs, key=keys[name], reverse=reverse)
+
+
+def clock(ts: Any) -> str:
+    """A timestamp as local time, HH:MM:SS today, else the date too; "-" when unset."""
+    if not ts.seconds and not ts.nanos:
+        return "-"
+    when = datetime.fromtimestamp(ts.seconds).astimezone()
+    today = datetime.now().astimezone().date()
+    return when.strftime("%H:%M:%S" if when.date() == today else "%Y-%m-%d %H:%M")
+
+
+def duration(seconds: float) -> str:
+    """kubectl's AGE style: 45s, 12m, 3h5m, 2d4h."""
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60}m"
+    return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+def age(job: pb.Job, now: float) -> str:
+    """Since submission; for an ended job, how long it ran (ELAPSED, start to finish)."""
+    st = job.status
+    if st.finish_time.seconds:
+        start = st.start_time.seconds or st.submit_time.seconds
+        return duration(st.finish_time.seconds - start) + " ran" if st.start_time.seconds else "-"
+    return duration(now - st.submit_time.seconds) if st.submit_time.seconds else "-"
 
 
 def _owner(value: str | None) -> str:
@@ -197,9 +255,27 @@ async def cmd_explain(client: MusterClient, args: argparse.Namespace, out: Outpu
 
 
 async def cmd_cancel(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
-    job = await client.cancel_job(args.id)
-    out.emit(to_dict(job), lambda: out.console.print(f"{job.spec.id}: {phase_name(job.status.phase)}"))
-    return 0
+    """Cancel each id in turn; report every one (a refusal does not stop the others)."""
+    results: list[dict[str, Any]] = []
+    failed = 0
+    for job_id in args.ids:
+        try:
+            job = await client.cancel_job(job_id)
+        except grpc.aio.AioRpcError as exc:
+            failed += 1
+            results.append({"id": job_id, "error": f"{exc.code().name}: {exc.details()}"})
+            continue
+        results.append({"id": job_id, "job": to_dict(job)})
+
+    def render() -> None:
+        for r in results:
+            if "error" in r:
+                out.console.print(f"{r['id']}: error: {r['error']}")
+            else:
+                out.console.print(f"{r['id']}: {r['job']['status']['phase']}")
+
+    out.emit(results, render)
+    return 1 if failed else 0
 
 
 async def cmd_queues(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
@@ -237,6 +313,8 @@ def queue_from_flags(args: argparse.Namespace, base: pb.Queue | None = None) -> 
     if args.parent is not None:
         queue.parent = args.parent
     if args.weight is not None:
+        if args.weight < 1:  # the API reads 0 as "unset" (weight 1): say so rather than do it
+            raise UsageError([f"--weight: {args.weight} must be at least 1"])
         queue.weight = args.weight
     if args.priority is not None:
         queue.priority = args.priority
@@ -312,7 +390,12 @@ async def cmd_nodes(client: MusterClient, args: argparse.Namespace, out: Output)
     return 0
 
 
+TERMINAL_PHASES = frozenset({pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED})
+
+
 async def cmd_watch(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    if args.until_done and not args.job:
+        raise UsageError(["--until-done: give the job to wait for with --job ID"])
     count = 0
     async for event in client.watch_jobs(
         queue=args.queue or "", namespace=args.namespace or "", job_id=args.job or "", send_initial=not args.no_initial
@@ -320,7 +403,7 @@ async def cmd_watch(client: MusterClient, args: argparse.Namespace, out: Output)
         job = event.job
         kind = pb.JobEvent.Type.Name(event.type).removeprefix("TYPE_")
         if out.json:
-            sys.stdout.write(json.dumps({"type": kind, "job": to_dict(job)}) + "\n")
+            sys.stdout.write(json.dumps(to_dict(event)) + "\n")
         else:
             st = job.status
             out.console.print(
@@ -331,6 +414,9 @@ async def cmd_watch(client: MusterClient, args: argparse.Namespace, out: Output)
         count += 1
         if args.count and count >= args.count:
             break
+        if args.until_done and job.spec.id == args.job and job.status.phase in TERMINAL_PHASES:
+            # Like `kubectl wait`: the exit status says how it ended.
+            return 0 if job.status.phase == pb.JOB_PHASE_COMPLETED else 1
     return 0
 
 

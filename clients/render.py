@@ -7,11 +7,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from google.protobuf import json_format
 from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
 
+from muster.jsonmap import to_json_dict
 from muster.v1 import muster_pb2 as pb
 
 
@@ -20,6 +20,7 @@ class Output:
 
     def __init__(self, fmt: str) -> None:
         self.json = fmt == "json"
+        self.wide = fmt == "wide"  # tables with every column
         # Off a terminal, do not wrap at 80 columns: scripts grep these lines.
         wide = None if sys.stdout.isatty() else 240
         self.console = Console(highlight=False, soft_wrap=True, width=wide)
@@ -40,7 +41,8 @@ class Output:
 
 
 def to_dict(message: Message) -> dict[str, Any]:
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+    """Muster's JSON mapping (``muster.jsonmap``): every field, short enum names."""
+    return to_json_dict(message)
 
 
 def phase_name(value: int) -> str:
@@ -64,12 +66,26 @@ def condition_line(cond: pb.Condition) -> str:
     return text
 
 
+# Conditions that say where a job stands, most telling first.
+_REASON_CONDITIONS = ("Ended", "Unsatisfiable", "Unschedulable")
+
+
 def last_reason(job: pb.Job) -> str:
-    """Why a job waits, from its latest true Unschedulable condition ('' when it does not)."""
-    for cond in reversed(job.status.conditions):
-        if cond.status == "True" and cond.type == "Unschedulable":
-            return cond.message or cond.reason
-    return ""
+    """Where a job stands in a line: how it ended, or why it waits ('' when placed)."""
+    code, message = reason(job)
+    return message or code
+
+
+def reason(job: pb.Job) -> tuple[str, str]:
+    """(one-word reason code, message) from the job's conditions: how it ended (Ended), that it can
+    never fit (Unsatisfiable), why it waits (Unschedulable); ("", "") when none is true."""
+    for kind in _REASON_CONDITIONS:
+        for cond in reversed(job.status.conditions):
+            if cond.type == kind and cond.status == "True":
+                # Volcano's reasons are sometimes sentences: then the condition's type is the code.
+                code = cond.reason if cond.reason and " " not in cond.reason else kind
+                return code, cond.message
+    return "", ""
 
 
 def render_explanation(out: Output, exp: pb.ExplainResponse) -> None:

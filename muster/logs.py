@@ -28,6 +28,20 @@ def add_trace_context(_logger: Any, _method: str, event: MutableMapping[str, Any
     return event
 
 
+class _CurrentStderr:
+    """Whatever ``sys.stderr`` is when a line is written (tests and embedders replace it), so a
+    logger configured once never writes to a stream someone closed since."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
     """structlog to stderr: readable on a terminal, one JSON object per line with ``json``."""
     if fmt not in ("console", "json"):
@@ -51,12 +65,12 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
     # Standard-library loggers (grpc, aiohttp, opentelemetry) render the same way; warnings and up
     # only, so a chatty library cannot flood the log.
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(_CurrentStderr())  # type: ignore[arg-type]
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],

@@ -180,6 +180,12 @@ def _record_outcome(
     if outcome.schedule_state:
         st.schedule_state = outcome.schedule_state
     conditions = list(outcome.conditions)
+    # "Can never run on this cluster" is its own condition, apart from waiting for room or a queue.
+    exp = outcome.explanation
+    if exp is not None and exp.gate == "unsatisfiable":
+        conditions.append(model.Condition("Unsatisfiable", "True", "RequestExceedsEveryNode", exp.summary))
+    elif any(c.type == "Unsatisfiable" and c.status == "True" for c in st.conditions):
+        conditions.append(model.Condition("Unsatisfiable", "False", "Fits", ""))
     if placed and not any(c.type == "Scheduled" for c in conditions):
         conditions.append(model.Condition("Scheduled", "True", "Placed", f"tasks bound in cycle {cycle_id}"))
         if not any(c.type == "Unschedulable" for c in conditions):

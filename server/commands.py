@@ -15,7 +15,7 @@ from server.api.views import job_proto
 from server.errors import already_exists, invalid, not_found, precondition
 from server.model import TaskStatus
 from server.records import JobStatusRecord
-from server.state import PLACED, ClusterState, new_job_record
+from server.state import PLACED, ClusterState, ended_summary, new_job_record
 
 log = structlog.get_logger("muster.commands")
 
@@ -33,9 +33,15 @@ def submit_job(state: ClusterState, spec: pb.JobSpec, owner: str = "") -> tuple[
     queue = state.queues.get(normalized.queue)
     if queue is None:
         raise not_found(f"job.queue: queue {normalized.queue!r} does not exist")
+    children = sorted(name for name, q in state.queues.items() if q.proto.parent == normalized.queue)
+    if children:
+        raise precondition(f"job.queue: queue {normalized.queue!r} is not a leaf (it has child queues "
+                           f"{', '.join(children[:5])}); jobs go into leaf queues")
     if queue.proto.state in (pb.QUEUE_STATE_CLOSED, pb.QUEUE_STATE_CLOSING):
         raise precondition(f"job.queue: queue {normalized.queue!r} is {pb.QueueState.Name(queue.proto.state)}")
-    if state.priority_classes and normalized.priority_class and normalized.priority_class not in state.priority_classes:
+    # The k8s adapter resolves PriorityClasses itself (it sends the value); a class named through
+    # the API must be one the configuration declares, not silently priority 0.
+    if normalized.priority_class and normalized.priority_class not in state.priority_classes:
         raise invalid(f"job.priority_class: {normalized.priority_class!r} is not a configured priority class")
     rec = new_job_record(
         normalized, state.next_creation_index, JobStatusRecord(phase=pb.JOB_PHASE_PENDING, submit_time=state.clock())
@@ -64,8 +70,10 @@ def cancel_job(state: ClusterState, job_id: str) -> pb.Job:
         if t.status in PLACED:
             state.evict(t, "cancel", 0)
         elif t.status == TaskStatus.PENDING:
-            t.message = "cancelled"
+            t.status = TaskStatus.CANCELLED
+            t.message = "cancelled before it was placed"
             state.changes.tasks.add(t.uid)
+    state.set_ended(rec, ended_summary(rec, pb.JOB_PHASE_CANCELLED))
     state.changes.jobs.add(rec.id)
     state.changes.events[rec.id] = pb.JobEvent.TYPE_MODIFIED
     log.info("job.cancelled", job=job_id)

@@ -27,6 +27,7 @@ class TaskStatus(enum.IntEnum):
     RELEASING = 7
     SUCCEEDED = 8
     FAILED = 9
+    CANCELLED = 10  # its job was cancelled (server only: backends report Succeeded / Failed)
 
     @property
     def title(self) -> str:
@@ -43,7 +44,7 @@ OCCUPYING = frozenset(
 )
 # Volcano's AllocatedStatus: counted as allocated to the job / queue.
 ALLOCATED = frozenset({TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
-ENDED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED})
+ENDED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED})
 
 
 class PodGroupPhase(enum.StrEnum):

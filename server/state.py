@@ -42,6 +42,7 @@ from server.errors import invalid, not_found
 from server.model import ALLOCATED, ENDED, OCCUPYING, PodGroupPhase, TaskStatus
 from server.records import (
     BackendRecord,
+    ConditionRecord,
     ForeignTask,
     JobRecord,
     JobStatusRecord,
@@ -332,7 +333,9 @@ class ClusterState:
         job = self.task_job[rec.uid]
         if rec.status == TaskStatus.RELEASING and new not in (TaskStatus.SUCCEEDED, TaskStatus.FAILED):
             return  # an eviction is under way; its ack settles the task
-        if rec.status in (TaskStatus.SUCCEEDED, TaskStatus.FAILED) and new not in (TaskStatus.SUCCEEDED, TaskStatus.FAILED):
+        if rec.status == TaskStatus.CANCELLED or (
+            rec.status in (TaskStatus.SUCCEEDED, TaskStatus.FAILED) and new not in (TaskStatus.SUCCEEDED, TaskStatus.FAILED)
+        ):
             return  # an ended task does not come back
         if new == TaskStatus.BOUND and rec.status not in (TaskStatus.BINDING, TaskStatus.PENDING):
             return  # older news than what we know
@@ -406,9 +409,11 @@ class ClusterState:
 
     def released(self, rec: TaskRecord) -> None:
         job = self.task_job[rec.uid]
-        if job.status.cancelled or not job.active:
+        if job.status.cancelled:
+            rec.status = TaskStatus.CANCELLED
+            rec.message = "cancelled: stopped"
+        elif not job.active:
             rec.status = TaskStatus.FAILED
-            rec.message = "cancelled" if job.status.cancelled else rec.message
         else:
             rec.status = TaskStatus.PENDING
             rec.node = None
@@ -521,8 +526,54 @@ class ClusterState:
                 for t in job.tasks:
                     if t.status in PLACED:
                         self.evict(t, "job-failed" if phase == pb.JOB_PHASE_FAILED else "job-finished", 0)
+            self.set_ended(job, ended_summary(job, phase))
             log.info("job.finished", job=job.id, phase=pb.JobPhase.Name(phase))
         self.changes.job_modified(job.id)
+
+    def set_ended(self, job: JobRecord, message: str) -> None:
+        """A job that ended says so: an ``Ended`` condition (reason: the phase, message: which tasks
+        ended how), and its scheduling conditions turn False (their old "unschedulable" text would
+        mislead)."""
+        now = self.clock()
+        reason = pb.JobPhase.Name(job.status.phase).removeprefix("JOB_PHASE_").capitalize()
+        kept = []
+        for c in job.status.conditions:
+            if c.type in ("Unschedulable", "Scheduled"):
+                c = ConditionRecord(c.type, "False", reason, "", c.cycle_id,
+                                    now if c.status != "False" else c.transition_time)
+            if c.type != "Ended":
+                kept.append(c)
+        job.status.conditions = [*kept, ConditionRecord("Ended", "True", reason, message, 0, now)]
+
+
+def ended_summary(job: JobRecord, phase: int) -> str:
+    """Which tasks of an ended job ended how, in a line: "4/4 tasks succeeded", "task j/w-1 failed
+    (exit code 2); 3 succeeded; the gang needs 4", "cancelled: 2 tasks stopped, 3 never placed"."""
+    counts = Counter(t.status for t in job.tasks)
+    n = len(job.tasks)
+    if job.status.cancelled:
+        stopped = sum(1 for t in job.tasks if t.status == TaskStatus.CANCELLED and t.message.startswith("cancelled:"))
+        never = counts[TaskStatus.CANCELLED] - stopped
+        parts = [f"{stopped} task{'s' * (stopped != 1)} stopped"] if stopped else []
+        parts += [f"{never} never placed"] if never else []
+        done = counts[TaskStatus.SUCCEEDED]
+        parts += [f"{done} had succeeded"] if done else []
+        return "cancelled" + (": " + ", ".join(parts) if parts else "")
+    failed = [t for t in job.tasks if t.status == TaskStatus.FAILED]
+    if phase == pb.JOB_PHASE_COMPLETED and not failed:
+        return f"{counts[TaskStatus.SUCCEEDED]}/{n} tasks succeeded"
+    parts = []
+    for t in failed[:3]:
+        why = t.message or (f"exit code {t.exit_code}" if t.exit_code else "failed")
+        parts.append(f"task {t.uid} failed ({why})")
+    if len(failed) > 3:
+        parts.append(f"{len(failed) - 3} more failed")
+    parts.append(f"{counts[TaskStatus.SUCCEEDED]}/{n} succeeded")
+    if phase == pb.JOB_PHASE_FAILED and job.spec.HasField("tyjob"):
+        parts.append(f"the Leader failed after {job.status.leader_restarts} restarts")
+    elif phase == pb.JOB_PHASE_FAILED:
+        parts.append(f"the gang needs {job.min_member}")
+    return "; ".join(parts)
 
 
 def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:

@@ -29,6 +29,7 @@ class TaskStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATUS_RELEASING: _ClassVar[TaskStatus]
     TASK_STATUS_SUCCEEDED: _ClassVar[TaskStatus]
     TASK_STATUS_FAILED: _ClassVar[TaskStatus]
+    TASK_STATUS_CANCELLED: _ClassVar[TaskStatus]
 
 class JobPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -53,6 +54,7 @@ TASK_STATUS_RUNNING: TaskStatus
 TASK_STATUS_RELEASING: TaskStatus
 TASK_STATUS_SUCCEEDED: TaskStatus
 TASK_STATUS_FAILED: TaskStatus
+TASK_STATUS_CANCELLED: TaskStatus
 JOB_PHASE_UNSPECIFIED: JobPhase
 JOB_PHASE_PENDING: JobPhase
 JOB_PHASE_INQUEUE: JobPhase
@@ -475,7 +477,7 @@ class Task(_message.Message):
     def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., backend: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("phase", "conditions", "pending", "running", "succeeded", "failed", "submit_time", "start_time", "finish_time", "stage", "schedule_state", "leader_restarts")
+    __slots__ = ("phase", "conditions", "pending", "running", "succeeded", "failed", "submit_time", "start_time", "finish_time", "stage", "schedule_state", "leader_restarts", "cancelled")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
@@ -488,6 +490,7 @@ class JobStatus(_message.Message):
     STAGE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_STATE_FIELD_NUMBER: _ClassVar[int]
     LEADER_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
     phase: JobPhase
     conditions: _containers.RepeatedCompositeFieldContainer[Condition]
     pending: int
@@ -500,7 +503,8 @@ class JobStatus(_message.Message):
     stage: str
     schedule_state: str
     leader_restarts: int
-    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stage: _Optional[str] = ..., schedule_state: _Optional[str] = ..., leader_restarts: _Optional[int] = ...) -> None: ...
+    cancelled: int
+    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stage: _Optional[str] = ..., schedule_state: _Optional[str] = ..., leader_restarts: _Optional[int] = ..., cancelled: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("spec", "status", "tasks")

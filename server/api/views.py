@@ -20,7 +20,7 @@ TY_PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING,
 
 def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
     status = rec.status
-    counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0}
+    counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
     for t in rec.tasks:
         if t.status in PENDING_STATUSES:
             counts["pending"] += 1
@@ -28,6 +28,8 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
             counts["succeeded"] += 1
         elif t.status == TaskStatus.FAILED:
             counts["failed"] += 1
+        elif t.status == TaskStatus.CANCELLED:
+            counts["cancelled"] += 1
         else:  # placed: binding, bound, running, releasing
             counts["running"] += 1
     js = pb.JobStatus(phase=status.phase, **counts)  # type: ignore[arg-type]  # proto enums are ints

@@ -81,7 +81,10 @@ class GangPlugin(Plugin):
                 1 for t in job.index[TaskStatus.PENDING].values() if t.last_tx_status in ALLOCATED
             )
             unready = job.min_available - schedulable
-            msg = f"{unready}/{len(job.tasks)} tasks in gang unschedulable: {job.fit_error()}"
+            if unready > 0:  # Volcano's message
+                msg = f"{unready}/{len(job.tasks)} tasks in gang unschedulable: {job.fit_error()}"
+            else:  # enough tasks fit but a role's minimum does not (Volcano would print a negative count)
+                msg = f"the gang's role minimums are not met: {job.fit_error()}"
             ssn.set_condition(job, "Unschedulable", "NotEnoughResources", msg)
 
 

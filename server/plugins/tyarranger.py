@@ -191,13 +191,6 @@ class TYArrangerPlugin(Plugin):
             job.stage = stage(job, ty, job.schedule_state)
 
 
-def can_ever_fit(ssn: Session, task: TaskInfo) -> bool:
-    """Would the task fit some node of this cluster if the node were empty?"""
-    static = ssn.evaluator.static_mask(task)
-    fits = (ssn.nodes.allocatable >= task.resreq - MIN_RESOURCE).all(axis=1)
-    return bool((static & fits).any())
-
-
 def schedule_state(ssn: Session, job: JobInfo, ty: TYJobSpec) -> str:
     """``ty_schedule_state``, where a job can never be scheduled when it is invalid, or when a
     gang member fits no node of the cluster even empty; a failed Leader with restarts left is
@@ -211,7 +204,7 @@ def schedule_state(ssn: Session, job: JobInfo, ty: TYJobSpec) -> str:
     else:
         gang = [t for t in tasks if is_leader(t, ty)] + [t for t in tasks if not is_leader(t, ty)][: ty.min_workers]
         failed = job.uid in ssn.invalid_jobs or any(
-            t.status == TaskStatus.PENDING and not can_ever_fit(ssn, t) for t in gang
+            t.status == TaskStatus.PENDING and not ssn.can_ever_fit(t) for t in gang
         )
     return ty_schedule_state(ty, leader_placed, workers_placed, len(tasks) - 1, failed)
 

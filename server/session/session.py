@@ -17,8 +17,10 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
+from muster.quantity import MIN_RESOURCE, from_canonical
 from server.model import (
     ALLOCATED,
+    ENDED,
     ClusterSnapshot,
     Condition,
     CycleResult,
@@ -146,7 +148,7 @@ class Session:
     # -- building ---------------------------------------------------------------------------
     def _attach_existing(self, task: TaskInfo) -> None:
         """A task that already holds a node at snapshot time (running, binding, releasing ...)."""
-        if task.node is None or task.status in (TaskStatus.PENDING, TaskStatus.SUCCEEDED, TaskStatus.FAILED):
+        if task.node is None or task.status == TaskStatus.PENDING or task.status in ENDED:
             return
         i = self.nodes.index.get(task.node)
         if i is not None:
@@ -473,7 +475,8 @@ class Session:
             if explanation.gate != "none":  # the verdict of `muster explain` is in the condition too
                 for c in conditions:
                     if c.type == "Unschedulable" and explanation.summary not in c.message:
-                        c.message = f"{c.message}. {explanation.summary}" if c.message else explanation.summary
+                        head = c.message.rstrip(". ")
+                        c.message = f"{head}. {explanation.summary}" if head else explanation.summary
             result.jobs[job.uid] = JobOutcome(phase, conditions, explanation, job.schedule_state, job.stage)
             for task in job.tasks.values():
                 if task.status == TaskStatus.PIPELINED and task.node:
@@ -484,6 +487,33 @@ class Session:
                 if task.devices and task.node is not None:
                     result.task_devices[task.uid] = list(task.devices)
         return result
+
+    def can_ever_fit(self, task: TaskInfo) -> bool:
+        """Would the task fit some node of this cluster if that node were empty?"""
+        if not len(self.nodes):
+            return False
+        fits = (self.nodes.allocatable >= task.resreq - MIN_RESOURCE).all(axis=1)
+        return bool((self.evaluator.static_mask(task) & fits).any())
+
+    def never_fits_reason(self, task: TaskInfo) -> str:
+        """Why a task fits no node even empty (like sbatch's "Requested node configuration is not
+        available"): the resources no eligible node has enough of, with the largest there is."""
+        eligible = self.evaluator.static_mask(task) if len(self.nodes) else np.zeros(0, dtype=bool)
+        if not eligible.any():
+            return (f"task {task.name} can never run on this cluster: no node passes its node selector, "
+                    "affinity and tolerations" if len(self.nodes) else f"task {task.name}: the cluster has no nodes")
+        largest = self.nodes.allocatable[eligible].max(axis=0)
+        excluded = bool(((self.nodes.allocatable >= task.resreq - MIN_RESOURCE).all(axis=1) & ~eligible).any())
+        short = [
+            f"{self.space.dims[d]} {from_canonical(self.space.dims[d], task.resreq[d])} "
+            f"(largest eligible node: {from_canonical(self.space.dims[d], largest[d])})"
+            for d in range(self.space.size)
+            if task.resreq[d] > largest[d] + MIN_RESOURCE
+        ]
+        if not short:  # no single resource is short, but no node has them all at once
+            return f"task {task.name} can never run on this cluster: no node has all of its request at once"
+        tail = "; the nodes big enough are excluded by its node selector, affinity or tolerations" if excluded else ""
+        return f"task {task.name} can never run on this cluster: it asks " + ", ".join(short) + tail
 
     def explain(self, job: JobInfo, phase: PodGroupPhase) -> Explanation:
         queue = self.queues.get(job.queue)
@@ -496,6 +526,12 @@ class Session:
             return Explanation("queue", f"queue {queue.name} is {queue.state}")
         if phase == PodGroupPhase.PENDING and job.enqueue_verdict:
             return Explanation("enqueue", job.enqueue_verdict)
+        never = next((t for t in pending.values() if not self.can_ever_fit(t)), None)
+        if never is not None:
+            fe = job.fit_errors.get(never.uid) or job.explain_fit_errors.get(never.uid)
+            reasons = dict(fe.reasons) if fe is not None else {}
+            detail = f" ({fe.describe().rstrip('.')})" if fe is not None and fe.reasons else ""
+            return Explanation("unsatisfiable", self.never_fits_reason(never) + detail, reasons)
         # Tasks that are placed, or were placed before the gang was discarded this cycle.
         fitting = job.ready_task_num() + sum(1 for t in pending.values() if t.last_tx_status in ALLOCATED)
         for errors in (job.fit_errors, job.explain_fit_errors):
@@ -503,10 +539,17 @@ class Session:
                 fe = errors.get(uid)
                 if fe is None:
                     continue
+                if fitting >= job.min_available:  # enough fit; a role's minimum is what fails
+                    return Explanation(
+                        "gang",
+                        f"{fitting} tasks fit, but not the gang's role minimums "
+                        f"({_role_minimums(job)}); the rest: {fe.describe()}",
+                        dict(fe.reasons),
+                    )
                 if fitting:  # part of the gang fits: the gang rule, not the nodes, holds it back
                     return Explanation(
                         "gang",
-                        f"{fitting}/{job.min_available} tasks of the gang fit; the rest: {fe.describe()}",
+                        f"{fitting} of the gang's {job.min_available} tasks fit; the rest: {fe.describe()}",
                         dict(fe.reasons),
                     )
                 return Explanation("placement", fe.describe(), dict(fe.reasons))
@@ -516,3 +559,6 @@ class Session:
             return Explanation("queue", job.queue_verdict)
         return Explanation("gang", job.fit_error())
 
+
+def _role_minimums(job: JobInfo) -> str:
+    return ", ".join(f"{role}: {n}" for role, n in sorted(job.task_min_available.items()) if n > 0) or "none"

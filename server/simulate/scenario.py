@@ -24,6 +24,7 @@ from server.config import (
     parse_priority_classes,
 )
 from server.model import (
+    ENDED,
     TY_BASIC_POLICIES,
     TY_CLEAN_POD_POLICIES,
     TY_JOB_QUEUE_POLICIES,
@@ -408,7 +409,7 @@ def load_scenario(raw: Any) -> Scenario:
             node = t.get("node")
             if node is not None and node not in seen_nodes:
                 L.problem(f"{tp}.node", f"node {node!r} does not exist")
-            if node is None and status not in (TaskStatus.PENDING, TaskStatus.SUCCEEDED, TaskStatus.FAILED):
+            if node is None and status not in (TaskStatus.PENDING, *ENDED):
                 L.problem(f"{tp}.node", f"a {status.title} task needs a node")
             affinity = t.get("affinity") or {}
             if not isinstance(affinity, dict):

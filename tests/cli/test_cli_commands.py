@@ -56,6 +56,12 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
                                   summary="0/3 nodes available: 3 insufficient cpu",
                                   node_reasons={"insufficient cpu": 3})
 
+    def CancelJob(self, request, context):  # noqa: N802
+        if request.id == "ghost":
+            context.abort(grpc.StatusCode.NOT_FOUND, f"id: job {request.id!r} not found")
+        return pb.CancelJobResponse(job=pb.Job(spec=pb.JobSpec(id=request.id),
+                                               status=pb.JobStatus(phase=pb.JOB_PHASE_CANCELLED)))
+
     def ListQueues(self, request, context):  # noqa: N802
         return pb.ListQueuesResponse(queues=[pb.QueueView(queue=q) for q in self.queues.values()])
 
@@ -178,3 +184,74 @@ def test_server_from_environment(api, capsys, monkeypatch):
     monkeypatch.setenv("MUSTER_SERVER", api.address)
     assert cli.main(["queues", "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["queue"]["name"] == "default"
+
+
+def test_json_is_the_documented_mapping_short_enums_and_every_field(api, capsys):
+    """One output contract: enum values in short form (``Running``, not ``JOB_PHASE_RUNNING``), every
+    field present (zeros and empty lists too), and nothing but the JSON on stdout."""
+    code, out, _ = run(api, capsys, "jobs", "-o", "json")
+    job = json.loads(out)[0]
+    assert job["status"]["phase"] == "Running"
+    assert job["status"]["pending"] == 0 and job["status"]["failed"] == 0 and job["tasks"] == []
+    assert job["spec"]["owner"] == "" and "tyjob" not in job["spec"]  # unset messages stay absent
+    code, out, _ = run(api, capsys, "job", "pending-1", "-o", "json")
+    data = json.loads(out)
+    assert {t["status"] for t in data["tasks"]} == {"Pending"}
+
+
+def test_jobs_table_has_times_a_one_word_reason_and_wide_adds_the_message(api, capsys):
+    api.jobs[0].status.submit_time.FromSeconds(1_700_000_000)
+    api.jobs[0].status.conditions.add(type="Unschedulable", status="True", reason="NotEnoughResources",
+                                      message="0/3 nodes are unavailable: 3 Insufficient cpu.")
+    code, out, _ = run(api, capsys, "jobs")
+    header = out.splitlines()[0].split()
+    assert header == ["JOB", "┃", "QUEUE", "┃", "OWNER", "┃", "PHASE", "┃", "RUNNING", "┃", "SUBMIT", "┃", "AGE", "┃",
+                      "REASON"]
+    assert "NotEnoughResources" in out and "Insufficient cpu" not in out  # one word; the message is -o wide
+    assert "2023-11-14" in out  # the submit time (not today): date and time
+    code, out, _ = run(api, capsys, "jobs", "-o", "wide")
+    assert "MESSAGE" in out and "3 Insufficient cpu" in out and "NAMESPACE" in out
+
+
+def test_jobs_filters_repeat_and_sort(api, capsys):
+    for i, job in enumerate(api.jobs):
+        job.spec.queue = "a" if i % 2 else "b"
+        job.spec.owner = "ann" if i < 2 else "bob"
+    code, out, _ = run(api, capsys, "jobs", "--queue", "a", "--queue", "b", "--owner", "ann", "--sort=-id", "-o", "json")
+    assert [j["spec"]["id"] for j in json.loads(out)] == ["job-1", "job-0"]
+    assert api.list_requests[-1].queue == "" and api.list_requests[-1].owner == "ann"  # two queues: matched here
+    run(api, capsys, "jobs", "--owner", "bob", "-o", "json")
+    assert api.list_requests[-1].owner == "bob"  # one value: the server filters
+    code, _, err = run(api, capsys, "jobs", "--sort", "size")
+    assert code == 2 and "--sort" in err
+
+
+def test_cancel_takes_several_ids_and_reports_each(api, capsys):
+    code, out, _ = run(api, capsys, "cancel", "a", "ghost", "b")
+    assert code == 1
+    assert out.splitlines() == ["a: Cancelled", "ghost: error: NOT_FOUND: id: job 'ghost' not found", "b: Cancelled"]
+
+
+def test_weight_zero_is_refused_version_and_completion(api, capsys):
+    code, _, err = run(api, capsys, "queue", "create", "q0", "--weight", "0")
+    assert code == 2 and "--weight: 0 must be at least 1" in err and "q0" not in api.queues
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("muster ")
+    assert cli.main(["completion", "bash"]) == 0
+    assert "complete" in capsys.readouterr().out  # a bash completion script
+
+
+def test_an_unreachable_server_gets_a_hint(capsys):
+    code = cli.main(["--server", "127.0.0.1:9", "--timeout", "2", "jobs"])
+    err = capsys.readouterr().err
+    assert code == 1 and "UNAVAILABLE" in err and "--server" in err and "MUSTER_SERVER" in err
+
+
+def test_simulate_local_prints_only_json_on_stdout_even_with_logs(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MUSTER_LOG_LEVEL", "debug")  # the core logs every cycle at debug
+    path = tmp_path / "s.yaml"
+    path.write_text("nodes: [{name: n1, allocatable: {cpu: '2'}}]\njobs: [{name: a, tasks: [{name: a0, request: {cpu: '1'}}]}]\n")
+    assert cli.main(["simulate", "--local", str(path), "-o", "json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["binds"] == {"default/a0": "n1"}  # nothing else on stdout

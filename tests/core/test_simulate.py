@@ -173,3 +173,20 @@ def test_a_cycle_without_nodes_leaves_admitted_jobs_pending() -> None:
         "nodes: []\njobs:\n  - {name: a, phase: Inqueue, tasks: [{name: a0, request: {cpu: '1'}}]}\n"
     )
     assert out["binds"] == {} and out["tasks"]["default/a0"]["status"] == "Pending"
+
+
+def test_a_job_that_can_never_fit_says_so_apart_from_waiting_for_room() -> None:
+    out = simulate_text("""
+config: {actions: "enqueue, allocate", tiers: [{plugins: [{name: gang}, {name: predicates}]}]}
+nodes: [{name: n1, allocatable: {cpu: "8", memory: 16Gi}}, {name: n2, allocatable: {cpu: "8", memory: 16Gi}}]
+jobs:
+  - {name: busy, tasks: [{name: b0, status: Running, node: n1, request: {cpu: "8"}},
+                         {name: b1, status: Running, node: n2, request: {cpu: "8"}}]}
+  - {name: huge, phase: Inqueue, tasks: [{name: h0, request: {cpu: "64"}}]}
+  - {name: waits, phase: Inqueue, tasks: [{name: w0, request: {cpu: "4"}}]}
+""")
+    huge = out["jobs"]["default/huge"]["conditions"][0]["message"]
+    assert "task h0 can never run on this cluster: it asks cpu 64 (largest eligible node: 8)" in huge
+    waits = out["jobs"]["default/waits"]["conditions"][0]["message"]
+    assert "can never run" not in waits and "Insufficient cpu" in waits
+    assert ".." not in huge + waits

@@ -16,6 +16,7 @@ from server.model import (
     QueueSpec,
     Taint,
     TaskSpec,
+    TaskStatus,
 )
 from server.scheduler import SchedulerCore
 
@@ -41,6 +42,20 @@ def reserved_gpu_nodes(n: int) -> list[NodeSpec]:
             for i in range(n)]
 
 
+def gpu_nodes_busy(n: int) -> list[NodeSpec]:
+    return [NodeSpec(f"b{i}", parse_resources(GPU_NODE)) for i in range(n)]
+
+
+def gpu_holders(n: int) -> list[JobSpec]:
+    """Running jobs holding every GPU of the busy GPU nodes."""
+    out = []
+    for i in range(n):
+        holder = job(f"hold{i}", 1, {"cpu": "1", "nvidia.com/gpu": "4"}, phase=PodGroupPhase.RUNNING)
+        holder.tasks[0].status, holder.tasks[0].node = TaskStatus.RUNNING, f"b{i}"
+        out.append(holder)
+    return out
+
+
 def outcome(nodes: list[NodeSpec], queues: list[QueueSpec], jobs: list[JobSpec], uid: str):  # noqa: ANN201
     result = SchedulerCore().run_cycle(ClusterSnapshot(nodes=nodes, queues=queues, jobs=jobs), 1)
     return result.jobs[uid]
@@ -56,16 +71,24 @@ def test_placement_counts_nodes_per_reason_most_common_first() -> None:
     out = outcome(cpu_nodes(1200) + reserved_gpu_nodes(800), [QueueSpec("default")],
                   [job("train", 1, {"cpu": "1", "nvidia.com/gpu": "1"})], "train")
     exp = out.explanation
-    assert exp is not None and exp.gate == "placement"
+    # The GPU nodes are reserved by a taint the job does not tolerate: it can never run here, which
+    # is said apart from "waiting for room", with the per-reason node counts kept.
+    assert exp is not None and exp.gate == "unsatisfiable"
     assert exp.node_reasons == {
         "Insufficient nvidia.com/gpu": 1200,
         "node(s) had untolerated taint {gpu: reserved}": 800,
     }
     assert exp.summary == (
-        "0/2,000 nodes are unavailable: 1,200 Insufficient nvidia.com/gpu, "
-        "800 node(s) had untolerated taint {gpu: reserved}."
+        "task train-0 can never run on this cluster: it asks nvidia.com/gpu 1 (largest eligible node: 0); "
+        "the nodes big enough are excluded by its node selector, affinity or tolerations "
+        "(0/2,000 nodes are unavailable: 1,200 Insufficient nvidia.com/gpu, "
+        "800 node(s) had untolerated taint {gpu: reserved})"
     )
     assert exp.summary in unschedulable_message(out)
+    # Untainted GPU nodes, all busy: the same job waits for room (the placement gate).
+    busy = outcome(cpu_nodes(3) + gpu_nodes_busy(2), [QueueSpec("default")],
+                   [job("train", 1, {"cpu": "1", "nvidia.com/gpu": "1"}), *gpu_holders(2)], "train")
+    assert busy.explanation is not None and busy.explanation.gate == "placement"
 
 
 def test_closed_queue_is_the_gate() -> None:
@@ -112,13 +135,16 @@ async def test_explain_rpc_and_condition_agree(traced: ServerHandle, stub: pb_gr
     await stub.SubmitJob(pb.SubmitJobRequest(job=spec))
     await next_cycle(traced)
     exp = await stub.Explain(pb.ExplainRequest(job_id="wants-gpu"))
-    assert exp.gate == "placement" and exp.cycle_id > 0
+    assert exp.gate == "unsatisfiable" and exp.cycle_id > 0  # the only GPU node is reserved by a taint
     assert dict(exp.node_reasons) == {"Insufficient nvidia.com/gpu": 3,
                                       "node(s) had untolerated taint {gpu: reserved}": 1}
-    assert exp.summary.startswith("0/4 nodes are unavailable: 3 Insufficient nvidia.com/gpu, 1 node(s)")
+    assert exp.summary.startswith("task wants-gpu-worker-0 can never run on this cluster: it asks nvidia.com/gpu 1")
+    assert "(0/4 nodes are unavailable: 3 Insufficient nvidia.com/gpu, 1 node(s)" in exp.summary
     job = await stub.GetJob(pb.GetJobRequest(id="wants-gpu"))
     [cond] = [c for c in job.status.conditions if c.type == "Unschedulable"]
     assert exp.summary in cond.message
+    [never] = [c for c in job.status.conditions if c.type == "Unsatisfiable"]
+    assert never.status == "True" and never.message == exp.summary
 
     try:
         await stub.Explain(pb.ExplainRequest(job_id="nope"))

@@ -226,7 +226,7 @@ def test_a_finished_job_stays_while_its_tasks_hold_a_node_or_a_change_is_unwritt
     assert state.drop_finished() == []
     assert flush(state, store) == []  # this batch carries the change; the next call drops it
     assert flush(state, store) == ["held"]
-    assert [t.status for t in queries.get_job(state, "held").tasks] == [pb.TASK_STATUS_FAILED] * 2
+    assert [t.status for t in queries.get_job(state, "held").tasks] == [pb.TASK_STATUS_CANCELLED] * 2
 
 
 def test_without_a_store_nothing_leaves_memory(clock: Clock) -> None:

@@ -11,7 +11,7 @@ from server.api import queries
 from server.apply import apply
 from server.decisions import DecisionLog
 from server.errors import DomainError
-from server.model import CycleResult, JobOutcome, PodGroupPhase, TaskStatus
+from server.model import Condition, CycleResult, JobOutcome, PodGroupPhase, TaskStatus
 from server.state import ClusterState
 
 
@@ -215,9 +215,46 @@ def test_cancel_evicts_placed_tasks(state: ClusterState) -> None:
     evicts = [p.decision for p in state.decisions.pending.values() if p.row.kind == "evict"]
     assert {d.evict.reason for d in evicts} == {"cancel"} and len(evicts) == 2
     ack(state, *(pb.DecisionAck(decision_id=d.id, applied=True) for d in evicts))
-    assert statuses(state, "g") == [TaskStatus.FAILED] * 2  # not re-placed
+    assert statuses(state, "g") == [TaskStatus.CANCELLED] * 2  # not re-placed
     assert state.jobs["g"].status.phase == pb.JOB_PHASE_CANCELLED
     assert not snapshot.capture(state).jobs  # cancelled jobs are not scheduled
+
+
+def test_ended_jobs_say_how_they_ended_not_why_they_waited(state: ClusterState) -> None:
+    """Truthful statuses: a cancelled job has no pending tasks and says it was cancelled; a failed
+    one names the task and its exit code; the old Unschedulable text is switched off."""
+    commands.submit_job(state, gang("never", replicas=3))
+    capture = snapshot.capture(state)
+    result = CycleResult(capture.cycle_id)
+    result.jobs["never"] = JobOutcome(PodGroupPhase.INQUEUE, [Condition("Unschedulable", "True", "NotEnoughResources",
+                                                                         "3/3 tasks in gang unschedulable")])
+    apply(state, capture, result)
+    view = commands.cancel_job(state, "never")
+    assert view.status.pending == 0 and view.status.cancelled == 3
+    assert {t.status for t in view.tasks} == {pb.TASK_STATUS_CANCELLED}
+    conds = {c.type: c for c in view.status.conditions}
+    assert conds["Unschedulable"].status == "False" and conds["Unschedulable"].reason == "Cancelled"
+    assert conds["Ended"].reason == "Cancelled" and conds["Ended"].message == "cancelled: 3 never placed"
+
+    commands.submit_job(state, gang("crash", replicas=2))
+    apply(state, *bind_all(state, "crash"))
+    ingest.send_deltas(state, pb.SendDeltasRequest(backend="a", deltas=[
+        pb.Delta(task_status=pb.TaskStatusUpdate(task_id="crash/worker-1", status=pb.TASK_STATUS_FAILED,
+                                                 exit_code=2, message="exit code 2"))]))
+    view = queries.get_job(state, "crash")
+    assert view.status.phase == pb.JOB_PHASE_FAILED
+    ended = next(c for c in view.status.conditions if c.type == "Ended")
+    assert ended.message == "task crash/worker-1 failed (exit code 2); 0/2 succeeded; the gang needs 2"
+
+
+def test_a_job_goes_to_a_leaf_queue_and_names_a_known_priority_class(state: ClusterState) -> None:
+    commands.create_queue(state, pb.Queue(name="eng"))
+    commands.create_queue(state, pb.Queue(name="eng-dev", parent="eng"))
+    with pytest.raises(DomainError, match="queue 'eng' is not a leaf"):
+        commands.submit_job(state, gang("x", replicas=1, queue="eng"))
+    commands.submit_job(state, gang("y", replicas=1, queue="eng-dev"))
+    with pytest.raises(DomainError, match="'urgent' is not a configured priority class"):
+        commands.submit_job(state, gang("z", replicas=1, priority_class="urgent"))
 
 
 def test_ack_for_other_backends_decision_is_not_found(state: ClusterState) -> None:
