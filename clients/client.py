@@ -84,6 +84,11 @@ class MusterClient:
     async def submit_job(self, spec: pb.JobSpec) -> pb.SubmitJobResponse:
         return await self.stub.SubmitJob(pb.SubmitJobRequest(job=spec), timeout=self.timeout)
 
+    async def submit_jobs(self, specs: Iterable[pb.JobSpec]) -> list[pb.SubmitJobResponse]:
+        """All or nothing: every job is submitted, or none (the error names the refused one)."""
+        reply = await self.stub.SubmitJobs(pb.SubmitJobsRequest(jobs=list(specs)), timeout=self.timeout)
+        return list(reply.results)
+
     async def cancel_job(self, job_id: str) -> pb.Job:
         reply = await self.stub.CancelJob(pb.CancelJobRequest(id=job_id), timeout=self.timeout)
         return reply.job

@@ -73,10 +73,8 @@ async def cmd_submit(client: MusterClient, args: argparse.Namespace, out: Output
             problems.extend(f"{path}: {p}" for p in exc.problems)
     if problems:
         raise UsageError(problems)
-    results = []
-    for spec in specs:
-        reply = await client.submit_job(spec)
-        results.append(reply)
+    # Several jobs go in one all-or-nothing batch: a refused job leaves nothing half-submitted.
+    results = await client.submit_jobs(specs) if len(specs) > 1 else [await client.submit_job(specs[0])]
     out.emit(
         [{"id": r.job.spec.id, "created": r.created, "phase": phase_name(r.job.status.phase)} for r in results],
         lambda: out.table(

@@ -7,28 +7,71 @@ the ``ClusterState`` and calls ``state.on_change()``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import structlog
 
 from muster.v1 import muster_pb2 as pb
 from server.api import validate
 from server.api.views import job_proto
-from server.errors import already_exists, invalid, not_found, precondition
+from server.errors import DomainError, already_exists, invalid, not_found, precondition
 from server.model import TaskStatus
-from server.records import JobStatusRecord
+from server.records import JobRecord, JobStatusRecord
 from server.state import PLACED, ClusterState, ended_summary, new_job_record
 
 log = structlog.get_logger("muster.commands")
 
 
+MAX_JOBS_PER_BATCH = 10_000
+
+
 def submit_job(state: ClusterState, spec: pb.JobSpec, owner: str = "") -> tuple[pb.Job, bool]:
     """Returns the job and whether it was created (False: the same spec was submitted before).
     ``owner`` (who submits it) replaces whatever the spec says."""
+    normalized, existing = _check_job(state, spec, owner)
+    if existing is not None:
+        return job_proto(existing), False
+    rec = _create_job(state, normalized)
+    state.on_change()
+    return job_proto(rec), True
+
+
+def submit_jobs(state: ClusterState, specs: Sequence[pb.JobSpec], owner: str = "") -> list[tuple[pb.Job, bool]]:
+    """All or nothing: every job is checked before any is created; the first refusal refuses the
+    batch, its message prefixed with the job's place (``jobs[2].job.queue: ...``)."""
+    if len(specs) > MAX_JOBS_PER_BATCH:
+        raise invalid(f"jobs: {len(specs)} jobs exceed the limit of {MAX_JOBS_PER_BATCH} per batch")
+    checked: list[tuple[pb.JobSpec, JobRecord | None]] = []
+    seen: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        try:
+            normalized, existing = _check_job(state, spec, owner)
+        except DomainError as exc:
+            raise DomainError(exc.code, f"jobs[{i}].{exc.message}") from None
+        if normalized.id in seen:
+            raise invalid(f"jobs[{i}].job.id: job {normalized.id!r} is also jobs[{seen[normalized.id]}] of this batch")
+        seen[normalized.id] = i
+        checked.append((normalized, existing))
+    out: list[tuple[pb.Job, bool]] = []
+    for normalized, existing in checked:
+        if existing is not None:
+            out.append((job_proto(existing), False))
+        else:
+            out.append((job_proto(_create_job(state, normalized)), True))
+    if any(created for _, created in out):
+        state.on_change()
+    return out
+
+
+def _check_job(state: ClusterState, spec: pb.JobSpec, owner: str) -> tuple[pb.JobSpec, JobRecord | None]:
+    """The normalized spec and the identical job already submitted (None: a new job); DomainError
+    when the job may not be submitted. Changes nothing."""
     normalized = validate.normalize_job(spec)
     normalized.owner = owner
     existing = state.jobs.get(normalized.id)
     if existing is not None:
         if existing.spec_bytes == normalized.SerializeToString(deterministic=True):
-            return job_proto(existing), False
+            return normalized, existing
         raise already_exists(f"job.id: job {normalized.id!r} already exists with a different spec")
     queue = state.queues.get(normalized.queue)
     if queue is None:
@@ -43,6 +86,10 @@ def submit_job(state: ClusterState, spec: pb.JobSpec, owner: str = "") -> tuple[
     # the API must be one the configuration declares, not silently priority 0.
     if normalized.priority_class and normalized.priority_class not in state.priority_classes:
         raise invalid(f"job.priority_class: {normalized.priority_class!r} is not a configured priority class")
+    return normalized, None
+
+
+def _create_job(state: ClusterState, normalized: pb.JobSpec) -> JobRecord:
     rec = new_job_record(
         normalized, state.next_creation_index, JobStatusRecord(phase=pb.JOB_PHASE_PENDING, submit_time=state.clock())
     )
@@ -53,8 +100,7 @@ def submit_job(state: ClusterState, spec: pb.JobSpec, owner: str = "") -> tuple[
     state.changes.tasks.update(t.uid for t in rec.tasks)
     state.changes.events[rec.id] = pb.JobEvent.TYPE_ADDED
     log.info("job.submitted", job=rec.id, queue=rec.spec.queue, tasks=len(rec.tasks), min_member=rec.min_member)
-    state.on_change()
-    return job_proto(rec), True
+    return rec
 
 
 def cancel_job(state: ClusterState, job_id: str) -> pb.Job:

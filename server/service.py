@@ -44,10 +44,11 @@ def _job_queue(state: ClusterState, job_id: str) -> str:
 
 # What each RPC needs under an auth policy (server/auth.py): its verb, and for submit / cancel the
 # queue it acts on. One table, so a new RPC without an entry fails the test that checks them all.
-RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str] | None]] = {
+RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str | list[str]] | None]] = {
     **{name: ("backend", None) for name in
        ("RegisterBackend", "SyncSnapshot", "SendDeltas", "StreamDecisions", "AckDecisions")},
     "SubmitJob": ("submit", lambda state, req: req.job.queue or "default"),
+    "SubmitJobs": ("submit", lambda state, req: sorted({j.queue or "default" for j in req.jobs})),
     "CancelJob": ("cancel", lambda state, req: _job_queue(state, req.id)),
     **{name: ("read", None) for name in
        ("GetJob", "ListJobs", "WatchJobs", "Explain", "ListQueues", "ListNodes", "GetConfig", "Simulate")},
@@ -55,7 +56,8 @@ RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str] | None]] = {
     "UpdateConfig": ("configure", None),
 }
 # Calls that change state: each gets an audit line (who, what, result).
-AUDITED = frozenset({"RegisterBackend", "SyncSnapshot", "SendDeltas", "AckDecisions", "SubmitJob", "CancelJob",
+AUDITED = frozenset({"RegisterBackend", "SyncSnapshot", "SendDeltas", "AckDecisions", "SubmitJob", "SubmitJobs",
+                     "CancelJob",
                      "CreateQueue", "UpdateQueue", "DeleteQueue", "UpdateConfig"})
 
 
@@ -147,12 +149,14 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         if self.policy is None or who is None:
             return
         verb, queue_of = RPC_VERBS[rpc]
-        queue = queue_of(self.state, request) if queue_of is not None else ""
-        if verb == "cancel" and self._owner_of(request.id) == who.user and self.policy.allows(who, "cancel-own", queue):
-            return
-        if not self.policy.allows(who, verb, queue):
-            where = f" in queue {queue!r}" if queue_of is not None else ""
-            raise denied(f"user {who.user!r} may not {verb}{where}")
+        queues = queue_of(self.state, request) if queue_of is not None else ""
+        for queue in [queues] if isinstance(queues, str) else queues:
+            if verb == "cancel" and self._owner_of(request.id) == who.user \
+                    and self.policy.allows(who, "cancel-own", queue):
+                continue
+            if not self.policy.allows(who, verb, queue):
+                where = f" in queue {queue!r}" if queue_of is not None else ""
+                raise denied(f"user {who.user!r} may not {verb}{where}")
         if verb == "backend":  # a backend token acts for the backend of its user name only
             backend = request.name if rpc == "RegisterBackend" else request.backend
             if backend != who.user:
@@ -251,6 +255,12 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         job, created = commands.submit_job(self.state, request.job, owner=self.owner(context))
         await self._persist()
         return pb.SubmitJobResponse(job=job, created=created)
+
+    @unary
+    async def SubmitJobs(self, request: pb.SubmitJobsRequest, context: Any) -> pb.SubmitJobsResponse:
+        results = commands.submit_jobs(self.state, request.jobs, owner=self.owner(context))
+        await self._persist()
+        return pb.SubmitJobsResponse(results=[pb.SubmitJobResponse(job=j, created=c) for j, c in results])
 
     @unary
     async def CancelJob(self, request: pb.CancelJobRequest, context: Any) -> pb.CancelJobResponse:

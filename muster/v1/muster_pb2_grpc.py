@@ -68,6 +68,11 @@ class SchedulerStub:
                 request_serializer=muster_dot_v1_dot_muster__pb2.SubmitJobRequest.SerializeToString,
                 response_deserializer=muster_dot_v1_dot_muster__pb2.SubmitJobResponse.FromString,
                 _registered_method=True)
+        self.SubmitJobs = channel.unary_unary(
+                '/muster.v1.Scheduler/SubmitJobs',
+                request_serializer=muster_dot_v1_dot_muster__pb2.SubmitJobsRequest.SerializeToString,
+                response_deserializer=muster_dot_v1_dot_muster__pb2.SubmitJobsResponse.FromString,
+                _registered_method=True)
         self.CancelJob = channel.unary_unary(
                 '/muster.v1.Scheduler/CancelJob',
                 request_serializer=muster_dot_v1_dot_muster__pb2.CancelJobRequest.SerializeToString,
@@ -176,6 +181,12 @@ class SchedulerServicer:
     def SubmitJob(self, request, context):
         """Jobs.
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitJobs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -292,6 +303,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.SubmitJob,
                     request_deserializer=muster_dot_v1_dot_muster__pb2.SubmitJobRequest.FromString,
                     response_serializer=muster_dot_v1_dot_muster__pb2.SubmitJobResponse.SerializeToString,
+            ),
+            'SubmitJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitJobs,
+                    request_deserializer=muster_dot_v1_dot_muster__pb2.SubmitJobsRequest.FromString,
+                    response_serializer=muster_dot_v1_dot_muster__pb2.SubmitJobsResponse.SerializeToString,
             ),
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
@@ -525,6 +541,33 @@ class Scheduler:
             '/muster.v1.Scheduler/SubmitJob',
             muster_dot_v1_dot_muster__pb2.SubmitJobRequest.SerializeToString,
             muster_dot_v1_dot_muster__pb2.SubmitJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/muster.v1.Scheduler/SubmitJobs',
+            muster_dot_v1_dot_muster__pb2.SubmitJobsRequest.SerializeToString,
+            muster_dot_v1_dot_muster__pb2.SubmitJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -16,6 +16,7 @@ from muster.v1 import muster_pb2_grpc as pb_grpc
 class FakeClientApi(pb_grpc.SchedulerServicer):
     def __init__(self) -> None:
         self.submitted: list[pb.JobSpec] = []
+        self.batches: list[int] = []
         self.queues = {"default": pb.Queue(name="default", weight=1)}
         self.list_requests: list[pb.ListJobsRequest] = []
         self.jobs = [
@@ -29,6 +30,15 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, "job.queue: queue 'nope' does not exist")
         self.submitted.append(request.job)
         return pb.SubmitJobResponse(job=pb.Job(spec=request.job), created=True)
+
+    def SubmitJobs(self, request, context):  # noqa: N802
+        self.batches.append(len(request.jobs))
+        for i, job in enumerate(request.jobs):
+            if job.queue == "nope":
+                context.abort(grpc.StatusCode.NOT_FOUND, f"jobs[{i}].job.queue: queue 'nope' does not exist")
+        self.submitted.extend(request.jobs)
+        return pb.SubmitJobsResponse(results=[pb.SubmitJobResponse(job=pb.Job(spec=j), created=True)
+                                              for j in request.jobs])
 
     def ListJobs(self, request, context):  # noqa: N802
         self.list_requests.append(request)
@@ -107,6 +117,12 @@ def test_submit_many_jobs_from_one_file(api, capsys, tmp_path):
     code, out, _ = run(api, capsys, "submit", str(path), "-o", "json")
     assert code == 0
     assert [j["id"] for j in json.loads(out)] == ["a", "b"]
+    assert [s.id for s in api.submitted] == ["a", "b"] and api.batches == [2]  # one all-or-nothing batch
+    # A refused job refuses the batch: nothing of it is submitted, the error names the job.
+    path.write_text("jobs:\n  - {id: c, tasks: [{role: w, replicas: 1, request: {cpu: 1}}]}\n"
+                    "  - {id: d, queue: nope, tasks: [{role: w, replicas: 1, request: {cpu: 1}}]}\n")
+    code, _, err = run(api, capsys, "submit", str(path))
+    assert code == 1 and "jobs[1].job.queue" in err
     assert [s.id for s in api.submitted] == ["a", "b"]
 
 

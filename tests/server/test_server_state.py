@@ -325,3 +325,15 @@ def test_commit_batches_only_what_changed(state: ClusterState) -> None:
     batch = state.commit()
     assert set(batch.jobs) == {"g"} and len(batch.tasks) == 3
     assert state.commit().empty()
+
+
+def test_submit_jobs_is_all_or_nothing(state: ClusterState) -> None:
+    commands.submit_job(state, gang("old", replicas=1))
+    batch = [gang("new-1", replicas=1), gang("old", replicas=2), gang("new-2", replicas=1)]
+    with pytest.raises(DomainError, match=r"^jobs\[1\]\.job\.id: job 'old' already exists with a different spec"):
+        commands.submit_jobs(state, batch)
+    assert sorted(state.jobs) == ["old"]  # nothing of the batch went in
+    with pytest.raises(DomainError, match=r"jobs\[1\]\.job\.id: job 'x' is also jobs\[0\]"):
+        commands.submit_jobs(state, [gang("x", replicas=1), gang("x", replicas=1)])
+    results = commands.submit_jobs(state, [gang("new-1", replicas=1), gang("old", replicas=1)])
+    assert [(job.spec.id, created) for job, created in results] == [("new-1", True), ("old", False)]
