@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup gen lint bench clean
+.PHONY: demo test setup gen lint bench clean install image
+PREFIX ?= $(HOME)/.local
 
 setup: $(STAMP)
 
@@ -32,6 +33,17 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/cycle.py --nodes 1000 --tasks 10000
 	$(BIN)/python bench/cycle.py --nodes 5000 --tasks 10000
+
+# Put the commands on PATH: links in $(PREFIX)/bin (default ~/.local/bin) to the project's venv.
+install: $(STAMP)
+	mkdir -p $(PREFIX)/bin
+	for cmd in muster muster-server muster-agent muster-k8s-adapter muster-slurm-adapter; do \
+		ln -sf $(abspath $(BIN))/$$cmd $(PREFIX)/bin/$$cmd; done
+	@echo "installed into $(PREFIX)/bin (make sure it is on PATH): muster --version"
+
+# The container image deploy/kubernetes and deploy/helm run.
+image:
+	docker build -t ghcr.io/muster-sched/muster:$$($(PYTHON) -c 'import tomllib;print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])') .
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

@@ -251,6 +251,7 @@ async def main_async(args: argparse.Namespace) -> int:
     finally:
         children.stop()
         console.print("stopped server and agents")
+        console.print("next: `make install` puts the `muster` command on PATH (try `muster jobs` against a server)")
     return code
 
 
