@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup gen lint bench clean install image
+.PHONY: demo test setup gen lint bench clean install image node-client
 PREFIX ?= $(HOME)/.local
 
 setup: $(STAMP)
@@ -23,8 +23,18 @@ demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
 # Lint first (seconds), then the whole suite.
-test: lint
+test: lint node-client
 	$(BIN)/python -m pytest -q
+
+# The TypeScript / Node client (clients/node): Node from apt when missing, then stubs generated from
+# proto/ and compiled. Best effort: without Node its test is skipped, the rest of the suite runs.
+node-client:
+	@command -v npm >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null 2>&1; } || true
+	@if command -v npm >/dev/null 2>&1; then \
+		cd clients/node && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && \
+		npm run --silent build >/dev/null || echo "node-client: build failed (its test will be skipped)"; \
+	else echo "node-client: no Node.js here (its test will be skipped)"; fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -46,4 +56,4 @@ image:
 	docker build -t ghcr.io/muster-sched/muster:$$($(PYTHON) -c 'import tomllib;print(tomllib.load(open("pyproject.toml","rb"))["project"]["version"])') .
 
 clean:
-	rm -rf $(VENV) var .pytest_cache
+	rm -rf $(VENV) var .pytest_cache clients/node/node_modules clients/node/dist clients/node/src/generated
