@@ -11,6 +11,7 @@ from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
 
+from muster.conditions import job_reason
 from muster.jsonmap import to_json_dict
 from muster.v1 import muster_pb2 as pb
 
@@ -66,10 +67,6 @@ def condition_line(cond: pb.Condition) -> str:
     return text
 
 
-# Conditions that say where a job stands, most telling first.
-_REASON_CONDITIONS = ("Ended", "Unsatisfiable", "Unschedulable")
-
-
 def last_reason(job: pb.Job) -> str:
     """Where a job stands in a line: how it ended, or why it waits ('' when placed)."""
     code, message = reason(job)
@@ -77,15 +74,8 @@ def last_reason(job: pb.Job) -> str:
 
 
 def reason(job: pb.Job) -> tuple[str, str]:
-    """(one-word reason code, message) from the job's conditions: how it ended (Ended), that it can
-    never fit (Unsatisfiable), why it waits (Unschedulable); ("", "") when none is true."""
-    for kind in _REASON_CONDITIONS:
-        for cond in reversed(job.status.conditions):
-            if cond.type == kind and cond.status == "True":
-                # Volcano's reasons are sometimes sentences: then the condition's type is the code.
-                code = cond.reason if cond.reason and " " not in cond.reason else kind
-                return code, cond.message
-    return "", ""
+    """(one-word reason code, message): ``muster.conditions.job_reason``."""
+    return job_reason(job.status.conditions)
 
 
 def render_explanation(out: Output, exp: pb.ExplainResponse) -> None:

@@ -33,6 +33,8 @@ from server.auth import Policy
 from server.decisions import DecisionLog
 from server.loop import ConfigManager, CycleLoop
 from server.observability import Telemetry
+from server.observability.dashboard import DashboardServer
+from server.observability.history import CycleHistory
 from server.service import SchedulerService
 from server.state import ClusterState
 from server.store import SqliteStore, StoreWriter
@@ -64,6 +66,7 @@ class ServerOptions:
     # by default), /metrics on HOST:PORT (off by default), or a ready-made provider (tests).
     otlp_endpoint: str | None = None
     metrics_listen: str | None = None
+    dashboard_listen: str | None = None  # the web dashboard on HOST:PORT (off by default)
     tracer_provider: TracerProvider | None = None
 
 
@@ -75,6 +78,7 @@ class MusterServer:
         self.loop: CycleLoop | None = None
         self.service: SchedulerService | None = None
         self.telemetry: Telemetry | None = None
+        self.dashboard: DashboardServer | None = None
         # asyncio (not anyio) events: they may be created before the loop runs (ServerThread).
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
@@ -87,6 +91,10 @@ class MusterServer:
     @property
     def metrics_port(self) -> int:
         return self.telemetry.metrics_port if self.telemetry else 0
+
+    @property
+    def dashboard_port(self) -> int:
+        return self.dashboard.port if self.dashboard else 0
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -128,6 +136,12 @@ class MusterServer:
                 policy=Policy(opts.auth_policy) if opts.auth_policy else None,
             )
             self.state, self.loop, self.service = cluster, loop, service
+            if opts.dashboard_listen:
+                loop.history = CycleHistory()
+                self.dashboard = DashboardServer(
+                    cluster, loop.history, opts.dashboard_listen, policy=service.policy,
+                    tls_cert=opts.tls_cert, tls_key=opts.tls_key, insecure=opts.insecure,
+                )
             await self._serve(service, loop, state_jobs=len(cluster.jobs))
         finally:
             if self.state is not None:
@@ -176,6 +190,8 @@ class MusterServer:
             async with anyio.create_task_group() as tg:
                 if self.telemetry is not None:
                     await tg.start(self.telemetry.run)  # /metrics listens before we say ready
+                if self.dashboard is not None:
+                    await tg.start(self.dashboard.run)
                 tg.start_soon(loop.run)
                 log.info("server.listening", address=self.address, state=opts.state, jobs=state_jobs)
                 self.ready.set()
@@ -210,6 +226,10 @@ class ServerHandle:
     @property
     def metrics_port(self) -> int:
         return self.server.metrics_port
+
+    @property
+    def dashboard_port(self) -> int:
+        return self.server.dashboard_port
 
     @property
     def state(self) -> ClusterState:

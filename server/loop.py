@@ -25,6 +25,7 @@ from server.errors import invalid
 from server.model import PriorityClass
 from server.observability import Telemetry
 from server.observability.cycletrace import CycleObservation
+from server.observability.history import CycleHistory
 from server.scheduler import SchedulerCore
 from server.snapshot import Capture, capture
 from server.state import ClusterState
@@ -127,6 +128,7 @@ class CycleLoop:
         self._cycle_done = anyio.Event()
         self._running = False
         self.telemetry = Telemetry.disabled()  # the server sets its own (traces, metrics)
+        self.history: CycleHistory | None = None  # recent cycles, kept when the dashboard is on
 
     def wake(self) -> None:
         self._wake.set()
@@ -187,6 +189,8 @@ class CycleLoop:
             dropped=stats.dropped_binds + stats.dropped_evictions,
         )
         self.last_cycle_seconds = time.perf_counter() - started
+        if self.history is not None:
+            self.history.record(self.state, result, self.last_cycle_seconds, stats.binds, stats.evictions)
         event = "cycle.done" if stats.binds or stats.evictions or stats.dropped_binds else "cycle.idle"
         logger = log.info if event == "cycle.done" else log.debug
         logger(

@@ -80,6 +80,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="export traces over OTLP/gRPC to HOST:PORT (e.g. Jaeger's 4317); also OTEL_EXPORTER_OTLP_ENDPOINT",
     )
     p.add_argument("--metrics-listen", default=None, type=listen_address, help="serve Prometheus /metrics on HOST:PORT")
+    p.add_argument("--dashboard-listen", default=os.environ.get("MUSTER_DASHBOARD_LISTEN"), type=listen_address,
+                   help="serve the web dashboard on HOST:PORT (off by default; same tokens as the API; HTTPS with "
+                        "--tls-cert, plain HTTP off loopback only with --insecure)")
     return p.parse_args(argv)
 
 
@@ -119,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         job_retention=args.job_retention,
         otlp_endpoint=args.otlp_endpoint,
         metrics_listen=args.metrics_listen,
+        dashboard_listen=args.dashboard_listen,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,

@@ -1,0 +1,122 @@
+"""The web dashboard (``--dashboard-listen HOST:PORT``, off by default), served by aiohttp on the
+event loop like ``/metrics``: a static page (``dashboard/``: HTML, the script that draws it with
+Chart.js, vendored) and one JSON endpoint, ``/api/overview``, read between two atomic updates of the
+state. With an auth policy the endpoint wants the same bearer token as the API (verb ``read``);
+the page asks for it once and keeps it in the tab's session storage.
+
+``/api/overview``: queues (weight, deserved, allocated, capability, pending / running jobs), the
+latest jobs with their phase and one-word reason, nodes with their CPU / memory / device
+utilisation, and the recent cycles (CycleHistory: per-action seconds, each queue's CPU share)."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+from aiohttp import web
+
+from muster.conditions import job_reason
+from muster.jsonmap import to_json_dict
+from muster.quantity import from_canonical, parse_resources
+from server.api import queries
+from server.api.views import job_proto
+from server.auth import Policy
+from server.observability.history import CycleHistory
+from server.state import ClusterState
+from server.tls import is_loopback
+
+log = structlog.get_logger("muster.dashboard")
+
+STATIC = Path(__file__).with_name("dashboard")
+RECENT_JOBS = 200
+
+
+class DashboardServer:
+    def __init__(
+        self, state: ClusterState, history: CycleHistory, listen: str, *, policy: Policy | None = None,
+        tls_cert: str | None = None, tls_key: str | None = None, insecure: bool = False,
+    ) -> None:
+        self.state = state
+        self.history = history
+        self.policy = policy
+        host, _, port = listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise OSError(f"--dashboard-listen {listen!r}: expected HOST:PORT")
+        if not (tls_cert and tls_key) and not insecure and not is_loopback(listen):
+            raise OSError(f"--dashboard-listen {listen}: refusing plain HTTP off loopback; give --tls-cert/--tls-key "
+                             "(the dashboard then serves HTTPS) or --insecure")
+        self.host, self.requested_port = host.strip("[]"), int(port)
+        self.tls = (tls_cert, tls_key) if tls_cert and tls_key else None
+        self.port = 0
+
+    # -- handlers --------------------------------------------------------------------------------
+    async def _index(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    async def _overview(self, request: web.Request) -> web.Response:
+        if self.policy is not None:
+            who = self.policy.authenticate([("authorization", request.headers.get("Authorization", ""))])
+            if who is None:
+                return web.json_response({"error": "a valid bearer token is required"}, status=401)
+            if not self.policy.allows(who, "read"):
+                return web.json_response({"error": f"user {who.user!r} may not read"}, status=403)
+        return web.json_response(overview(self.state, self.history))
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+        app = web.Application()
+        app.router.add_get("/", self._index)
+        app.router.add_get("/api/overview", self._overview)
+        app.router.add_static("/static/", STATIC)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        context = None
+        if self.tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*self.tls)
+        try:
+            site = web.TCPSite(runner, self.host, self.requested_port, ssl_context=context, reuse_port=False)
+            try:
+                await site.start()
+            except OSError as exc:
+                raise OSError(f"cannot serve the dashboard on {self.host}:{self.requested_port}: {exc}") from None
+            sockets = getattr(site._server, "sockets", None) or []  # aiohttp exposes bound sockets only here
+            self.port = sockets[0].getsockname()[1] if sockets else self.requested_port
+            log.info("dashboard.listening", address=f"{'https' if context else 'http'}://{self.host}:{self.port}/")
+            task_status.started(self.port)
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await runner.cleanup()
+
+
+def overview(state: ClusterState, history: CycleHistory) -> dict[str, Any]:
+    queues = [to_json_dict(v) for v in queries.list_queues(state).queues]
+    jobs = []
+    for rec in list(state.jobs.values())[-RECENT_JOBS:]:
+        job = job_proto(rec, with_tasks=False)
+        code, message = job_reason(job.status.conditions)
+        jobs.append({
+            "id": job.spec.id, "queue": job.spec.queue, "owner": job.spec.owner,
+            "phase": to_json_dict(job.status)["phase"], "stage": job.status.stage,
+            "pending": job.status.pending, "running": job.status.running, "reason": code, "message": message,
+        })
+    nodes = []
+    for view in queries.list_nodes(state, "").nodes:
+        alloc = state.nodes[view.node.name].spec.allocatable
+        used = parse_resources(dict(view.used.quantities))
+        nodes.append({
+            "name": view.node.name, "backend": view.node.backend, "ready": not view.node.not_ready,
+            "utilisation": {r: round(used.get(r, 0.0) / total, 4) for r, total in sorted(alloc.items())
+                            if total > 0 and r != "pods"},
+            "allocatable": {r: from_canonical(r, v) for r, v in sorted(alloc.items())},
+        })
+    return {
+        "queues": queues,
+        "jobs": jobs,
+        "nodes": nodes,
+        "cycles": [s.to_json() for s in history.samples],
+    }
