@@ -160,6 +160,10 @@ class BackendRuntime:
         )
         self._outbox.put_delta(pb.Delta(task_status=update))
 
+    def send_task_log(self, task_id: str, data: bytes, *, eof: bool = False) -> None:
+        """New output of a task (``muster logs``), in order."""
+        self._outbox.put_delta(pb.Delta(task_log=pb.TaskLogChunk(task_id=task_id, data=data, eof=eof)))
+
     def upsert_node(self, node: pb.Node) -> None:
         self._outbox.put_delta(pb.Delta(node_upserted=node))
 

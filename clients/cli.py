@@ -33,6 +33,7 @@ from clients.commands import (
     cmd_explain,
     cmd_job,
     cmd_jobs,
+    cmd_logs,
     cmd_nodes,
     cmd_queue,
     cmd_queues,
@@ -121,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("job", cmd_job, "show one job: status, placement per task, conditions, why pending")
     p.add_argument("id")
+
+    p = add("logs", cmd_logs, "print the output of a job's tasks (what their backend sent)",
+            "  muster logs train            # every task, each under a ==> task <== header\n"
+            "  muster logs train w-0        # one task (or its full id train/w-0)")
+    p.add_argument("job")
+    p.add_argument("task", nargs="?")
 
     p = add("explain", cmd_explain, "why a job is (not) placed, from the last cycle")
     p.add_argument("id")

@@ -89,6 +89,10 @@ class MusterClient:
         reply = await self.stub.SubmitJobs(pb.SubmitJobsRequest(jobs=list(specs)), timeout=self.timeout)
         return list(reply.results)
 
+    async def task_logs(self, job_id: str, task_id: str = "") -> list[pb.TaskLog]:
+        reply = await self.stub.GetTaskLogs(pb.GetTaskLogsRequest(job_id=job_id, task_id=task_id), timeout=self.timeout)
+        return list(reply.logs)
+
     async def cancel_job(self, job_id: str) -> pb.Job:
         reply = await self.stub.CancelJob(pb.CancelJobRequest(id=job_id), timeout=self.timeout)
         return reply.job

@@ -241,6 +241,28 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
     return 0
 
 
+async def cmd_logs(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    """A job's task output as its backend sent it (the last 64 KiB per task), like `kubectl logs`."""
+    task = args.task or ""
+    if task and "/" not in task:
+        task = f"{args.job}/{task}"  # `muster logs train w-0` for train/w-0
+    logs = await client.task_logs(args.job, task)
+
+    def render() -> None:
+        many = len(logs) > 1
+        for entry in logs:
+            if many:
+                sys.stdout.write(f"==> {entry.task_id} <==\n")
+            if entry.truncated:
+                sys.stdout.write("[earlier output dropped: the server keeps the last 64 KiB]\n")
+            text = entry.data.decode("utf-8", errors="replace")
+            sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+
+    out.emit([to_dict(entry) for entry in logs], render)
+    return 0
+
+
 async def cmd_explain(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
     exp = await client.explain(args.id)
 

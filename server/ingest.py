@@ -16,6 +16,7 @@ from muster.v1 import muster_pb2 as pb
 from server import model
 from server.api import convert, validate
 from server.errors import already_exists, invalid, not_found, precondition
+from server.logs import MAX_CHUNK
 from server.model import OCCUPYING, TaskStatus
 from server.records import BackendRecord, ForeignTask, NodeEntry
 from server.state import ON_BACKEND, ClusterState
@@ -157,6 +158,16 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
                     f"{path}.node: node {delta.foreign_task_upserted.node!r} does not exist on backend {backend!r}"
                 )
             parsed.append(request)
+        elif kind == "task_log":
+            chunk = delta.task_log
+            rec = state.tasks.get(chunk.task_id)
+            if rec is None:
+                raise not_found(f"{path}.task_id: task {chunk.task_id!r} does not exist")
+            if rec.backend != backend:
+                raise not_found(f"{path}.task_id: task {chunk.task_id!r} does not run on backend {backend!r}")
+            if len(chunk.data) > MAX_CHUNK:
+                raise invalid(f"{path}.data: {len(chunk.data):,} bytes exceed the limit of {MAX_CHUNK:,} per chunk")
+            parsed.append(None)
         else:  # foreign_task_removed: idempotent
             if not delta.foreign_task_removed:
                 raise invalid(f"{path}: must not be empty")
@@ -176,11 +187,13 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
             touched.add(rec.job_id)
         elif kind == "foreign_task_upserted":
             _put_foreign(state, backend, delta.foreign_task_upserted, extra)
+        elif kind == "task_log":
+            state.task_logs.append(delta.task_log.task_id, delta.task_log.data, delta.task_log.eof)
         else:
             state.foreign.pop(f"{backend}/{delta.foreign_task_removed}", None)
     for job_id in touched:
         state.after_task_change(state.jobs[job_id])
-    if req.deltas:
+    if any(d.WhichOneof("change") != "task_log" for d in req.deltas):  # output alone wakes no cycle
         state.on_change()
     return pb.SendDeltasResponse(applied=len(req.deltas))
 

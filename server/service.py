@@ -51,7 +51,8 @@ RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str | list[str]] |
     "SubmitJobs": ("submit", lambda state, req: sorted({j.queue or "default" for j in req.jobs})),
     "CancelJob": ("cancel", lambda state, req: _job_queue(state, req.id)),
     **{name: ("read", None) for name in
-       ("GetJob", "ListJobs", "WatchJobs", "Explain", "ListQueues", "ListNodes", "GetConfig", "Simulate")},
+       ("GetJob", "ListJobs", "WatchJobs", "Explain", "ListQueues", "ListNodes", "GetConfig", "Simulate",
+        "GetTaskLogs")},
     **{name: ("manage-queues", None) for name in ("CreateQueue", "UpdateQueue", "DeleteQueue")},
     "UpdateConfig": ("configure", None),
 }
@@ -261,6 +262,10 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         results = commands.submit_jobs(self.state, request.jobs, owner=self.owner(context))
         await self._persist()
         return pb.SubmitJobsResponse(results=[pb.SubmitJobResponse(job=j, created=c) for j, c in results])
+
+    @unary
+    async def GetTaskLogs(self, request: pb.GetTaskLogsRequest, context: Any) -> pb.GetTaskLogsResponse:
+        return queries.get_task_logs(self.state, request)
 
     @unary
     async def CancelJob(self, request: pb.CancelJobRequest, context: Any) -> pb.CancelJobResponse:

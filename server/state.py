@@ -39,6 +39,7 @@ from server.api import convert, validate
 from server.api.views import job_proto
 from server.decisions import DecisionLog, JobWatchHub
 from server.errors import invalid, not_found
+from server.logs import TaskLogs
 from server.model import ALLOCATED, ENDED, OCCUPYING, PodGroupPhase, TaskStatus
 from server.records import (
     BackendRecord,
@@ -137,6 +138,7 @@ class ClusterState:
         self.tasks: dict[str, TaskRecord] = {}
         self.task_job: dict[str, JobRecord] = {}
         self.foreign: dict[str, ForeignTask] = {}  # key "<backend>/<task id>"
+        self.task_logs = TaskLogs()  # output the backends sent (memory only, bounded)
         self.priority_classes: dict[str, model.PriorityClass] = {}
         self.next_cycle_id = 1
         self.next_creation_index = 1

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -118,6 +120,9 @@ class FakeAgent:
         self.instance = name
         if self.state_dir:
             (self.state_dir / "tasks").mkdir(parents=True, exist_ok=True)
+        # Every task's output is kept (muster logs): beside its state, else in a directory of this run.
+        self.log_dir = self.state_dir / "tasks" if self.state_dir else Path(tempfile.mkdtemp(prefix=f"muster-agent-{name}-"))
+        self._log_offsets: dict[str, int] = {}  # task -> bytes of its log already sent
 
     # -- resources ----------------------------------------------------------------------------
 
@@ -222,14 +227,17 @@ class FakeAgent:
             env.update(visible_devices_env([known[d] for d in devices if d in known]))
             env["MUSTER_DEVICES"] = ",".join(devices)
         exit_file = ""
-        stdout: Any = sys.stderr if os.environ.get("MUSTER_AGENT_TASK_OUTPUT") else open(os.devnull, "wb")
+        stem = file_stem(bind.task_id)
+        log_path = self.log_dir / f"{stem}.log"
+        log_path.unlink(missing_ok=True)  # a task bound again starts a fresh log
+        stdout: Any = sys.stderr if os.environ.get("MUSTER_AGENT_TASK_OUTPUT") else open(log_path, "ab")
+        if not os.environ.get("MUSTER_AGENT_TASK_OUTPUT"):
+            self._log_offsets[bind.task_id] = 0
         if self.state_dir:
-            stem = file_stem(bind.task_id)
             exit_file = str(self.state_dir / "tasks" / f"{stem}.exit")
             Path(exit_file).unlink(missing_ok=True)
             env["MUSTER_EXIT_FILE"] = exit_file
             argv = ["/bin/sh", "-c", EXIT_WRAPPER, "muster-task", *argv]
-            stdout = open(self.state_dir / "tasks" / f"{stem}.log", "ab")
         try:
             process = await anyio.open_process(
                 argv, stdin=None, stdout=stdout, stderr=stdout, env=env, start_new_session=True
@@ -323,6 +331,32 @@ class FakeAgent:
         self._save()
         self._report(task.task_id, status, task.node, message, exit_code=code)
         log.info("task ended", task=task.task_id, node=task.node, status=pb.TaskStatus.Name(status), code=code)
+
+    async def _ship_logs(self, interval: float = 0.5) -> None:
+        while True:
+            self.ship_logs()
+            await anyio.sleep(interval)
+
+    def ship_logs(self, per_round: int = 256 * 1024) -> None:
+        """Send each task's new output to the server; once a task ended and its log is read to
+        the end, say so (eof) and stop following it."""
+        if self.runtime is None:
+            return
+        for task_id, offset in list(self._log_offsets.items()):
+            path = self.log_dir / f"{file_stem(task_id)}.log"
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read(per_round)
+            except OSError:
+                data = b""
+            ended = task_id not in self.live
+            done = ended and len(data) < per_round
+            if data or done:
+                self.runtime.send_task_log(task_id, data, eof=done)
+                self._log_offsets[task_id] = offset + len(data)
+            if done:
+                del self._log_offsets[task_id]
 
     def _forget(self, task: LiveTask) -> None:
         self.live.pop(task.task_id, None)
@@ -432,7 +466,11 @@ class FakeAgent:
                 self._tg = tg
                 for task in running:
                     tg.start_soon(self._watch_adopted, task)
+                    # Follow an adopted task's output from here on (what came before was sent).
+                    log_path = self.log_dir / f"{file_stem(task.task_id)}.log"
+                    self._log_offsets[task.task_id] = log_path.stat().st_size if log_path.exists() else 0
                 tg.start_soon(self._watch_inventory)
+                tg.start_soon(self._ship_logs)
                 await runtime.run()
                 tg.cancel_scope.cancel()
         finally:
@@ -468,4 +506,5 @@ class FakeAgent:
             task.evicted = True
             await self._kill(task)
             self._forget(task)
+        shutil.rmtree(self.log_dir, ignore_errors=True)  # this run's logs: its tasks are gone
         log.info("agent stopped; tasks killed")

@@ -592,18 +592,30 @@ class TaskStatusUpdate(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., node: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ...) -> None: ...
 
 class Delta(_message.Message):
-    __slots__ = ("node_upserted", "node_removed", "task_status", "foreign_task_upserted", "foreign_task_removed")
+    __slots__ = ("node_upserted", "node_removed", "task_status", "foreign_task_upserted", "foreign_task_removed", "task_log")
     NODE_UPSERTED_FIELD_NUMBER: _ClassVar[int]
     NODE_REMOVED_FIELD_NUMBER: _ClassVar[int]
     TASK_STATUS_FIELD_NUMBER: _ClassVar[int]
     FOREIGN_TASK_UPSERTED_FIELD_NUMBER: _ClassVar[int]
     FOREIGN_TASK_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    TASK_LOG_FIELD_NUMBER: _ClassVar[int]
     node_upserted: Node
     node_removed: str
     task_status: TaskStatusUpdate
     foreign_task_upserted: BackendTask
     foreign_task_removed: str
-    def __init__(self, node_upserted: _Optional[_Union[Node, _Mapping]] = ..., node_removed: _Optional[str] = ..., task_status: _Optional[_Union[TaskStatusUpdate, _Mapping]] = ..., foreign_task_upserted: _Optional[_Union[BackendTask, _Mapping]] = ..., foreign_task_removed: _Optional[str] = ...) -> None: ...
+    task_log: TaskLogChunk
+    def __init__(self, node_upserted: _Optional[_Union[Node, _Mapping]] = ..., node_removed: _Optional[str] = ..., task_status: _Optional[_Union[TaskStatusUpdate, _Mapping]] = ..., foreign_task_upserted: _Optional[_Union[BackendTask, _Mapping]] = ..., foreign_task_removed: _Optional[str] = ..., task_log: _Optional[_Union[TaskLogChunk, _Mapping]] = ...) -> None: ...
+
+class TaskLogChunk(_message.Message):
+    __slots__ = ("task_id", "data", "eof")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    EOF_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    data: bytes
+    eof: bool
+    def __init__(self, task_id: _Optional[str] = ..., data: _Optional[bytes] = ..., eof: _Optional[bool] = ...) -> None: ...
 
 class SendDeltasRequest(_message.Message):
     __slots__ = ("backend", "deltas")
@@ -732,6 +744,32 @@ class SubmitJobResponse(_message.Message):
     job: Job
     created: bool
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class GetTaskLogsRequest(_message.Message):
+    __slots__ = ("job_id", "task_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
+
+class TaskLog(_message.Message):
+    __slots__ = ("task_id", "data", "truncated", "eof")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    EOF_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    data: bytes
+    truncated: bool
+    eof: bool
+    def __init__(self, task_id: _Optional[str] = ..., data: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., eof: _Optional[bool] = ...) -> None: ...
+
+class GetTaskLogsResponse(_message.Message):
+    __slots__ = ("logs",)
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    logs: _containers.RepeatedCompositeFieldContainer[TaskLog]
+    def __init__(self, logs: _Optional[_Iterable[_Union[TaskLog, _Mapping]]] = ...) -> None: ...
 
 class SubmitJobsRequest(_message.Message):
     __slots__ = ("jobs",)

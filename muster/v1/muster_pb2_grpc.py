@@ -73,6 +73,11 @@ class SchedulerStub:
                 request_serializer=muster_dot_v1_dot_muster__pb2.SubmitJobsRequest.SerializeToString,
                 response_deserializer=muster_dot_v1_dot_muster__pb2.SubmitJobsResponse.FromString,
                 _registered_method=True)
+        self.GetTaskLogs = channel.unary_unary(
+                '/muster.v1.Scheduler/GetTaskLogs',
+                request_serializer=muster_dot_v1_dot_muster__pb2.GetTaskLogsRequest.SerializeToString,
+                response_deserializer=muster_dot_v1_dot_muster__pb2.GetTaskLogsResponse.FromString,
+                _registered_method=True)
         self.CancelJob = channel.unary_unary(
                 '/muster.v1.Scheduler/CancelJob',
                 request_serializer=muster_dot_v1_dot_muster__pb2.CancelJobRequest.SerializeToString,
@@ -186,6 +191,12 @@ class SchedulerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SubmitJobs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTaskLogs(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -308,6 +319,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.SubmitJobs,
                     request_deserializer=muster_dot_v1_dot_muster__pb2.SubmitJobsRequest.FromString,
                     response_serializer=muster_dot_v1_dot_muster__pb2.SubmitJobsResponse.SerializeToString,
+            ),
+            'GetTaskLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTaskLogs,
+                    request_deserializer=muster_dot_v1_dot_muster__pb2.GetTaskLogsRequest.FromString,
+                    response_serializer=muster_dot_v1_dot_muster__pb2.GetTaskLogsResponse.SerializeToString,
             ),
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
@@ -568,6 +584,33 @@ class Scheduler:
             '/muster.v1.Scheduler/SubmitJobs',
             muster_dot_v1_dot_muster__pb2.SubmitJobsRequest.SerializeToString,
             muster_dot_v1_dot_muster__pb2.SubmitJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTaskLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/muster.v1.Scheduler/GetTaskLogs',
+            muster_dot_v1_dot_muster__pb2.GetTaskLogsRequest.SerializeToString,
+            muster_dot_v1_dot_muster__pb2.GetTaskLogsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -178,3 +178,21 @@ def list_nodes(state: ClusterState, backend: str) -> pb.ListNodesResponse:
         view.device_holders.update(holders.get(name, {}))
         out.nodes.append(view)
     return out
+
+
+def get_task_logs(state: ClusterState, req: pb.GetTaskLogsRequest) -> pb.GetTaskLogsResponse:
+    """The output the backends sent of a job's tasks (or of one of them), in task order."""
+    rec = state.job_or_error(req.job_id, "job_id")
+    tasks = [t.uid for t in rec.tasks]
+    if req.task_id:
+        if req.task_id not in tasks:
+            raise not_found(f"task_id: job {req.job_id!r} has no task {req.task_id!r} (tasks: {', '.join(tasks[:5])} ...)")
+        tasks = [req.task_id]
+    out = pb.GetTaskLogsResponse()
+    for uid in tasks:
+        log = state.task_logs.get(uid)
+        if log is not None:
+            out.logs.add(task_id=uid, data=bytes(log.data), truncated=log.truncated, eof=log.eof)
+        else:
+            out.logs.add(task_id=uid)
+    return out

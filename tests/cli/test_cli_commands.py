@@ -17,6 +17,7 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
     def __init__(self) -> None:
         self.submitted: list[pb.JobSpec] = []
         self.batches: list[int] = []
+        self.log_requests: list[pb.GetTaskLogsRequest] = []
         self.queues = {"default": pb.Queue(name="default", weight=1)}
         self.list_requests: list[pb.ListJobsRequest] = []
         self.jobs = [
@@ -71,6 +72,12 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"id: job {request.id!r} not found")
         return pb.CancelJobResponse(job=pb.Job(spec=pb.JobSpec(id=request.id),
                                                status=pb.JobStatus(phase=pb.JOB_PHASE_CANCELLED)))
+
+    def GetTaskLogs(self, request, context):  # noqa: N802
+        self.log_requests.append(request)
+        logs = [pb.TaskLog(task_id="train/w-0", data=b"hello\n", eof=True),
+                pb.TaskLog(task_id="train/w-1", data=b"tail", truncated=True)]
+        return pb.GetTaskLogsResponse(logs=[entry for entry in logs if request.task_id in ("", entry.task_id)])
 
     def ListQueues(self, request, context):  # noqa: N802
         return pb.ListQueuesResponse(queues=[pb.QueueView(queue=q) for q in self.queues.values()])
@@ -271,3 +278,11 @@ def test_simulate_local_prints_only_json_on_stdout_even_with_logs(capsys, tmp_pa
     assert cli.main(["simulate", "--local", str(path), "-o", "json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["binds"] == {"default/a0": "n1"}  # nothing else on stdout
+
+
+def test_logs_prints_each_tasks_output_under_a_header(api, capsys):
+    code, out, _ = run(api, capsys, "logs", "train")
+    assert code == 0
+    assert out == "==> train/w-0 <==\nhello\n==> train/w-1 <==\n[earlier output dropped: the server keeps the last 64 KiB]\ntail\n"
+    code, out, _ = run(api, capsys, "logs", "train", "w-1")
+    assert code == 0 and api.log_requests[-1].task_id == "train/w-1"

@@ -179,3 +179,19 @@ async def test_bad_input_gets_status_and_field_not_a_crash(cluster):
 
 async def _async(value):  # lets `until` poll a plain predicate
     return value
+
+
+async def test_task_output_reaches_muster_logs(cluster, tmp_path):
+    cluster.start_server()
+    cluster.start_agent("rack-a", ONE_NODE)
+    async with await connect(cluster) as client:
+        await until(lambda: nodes_registered(client, 1), "the agent's node")
+        await client.submit_job(job("talk", 2, "1", 'echo "out $MUSTER_TASK_ID"; echo "err line" >&2'))
+
+        async def both_ended() -> bool:
+            logs = await client.task_logs("talk")
+            return len(logs) == 2 and all(entry.eof for entry in logs)
+
+        await until(both_ended, "both tasks' output, to the end")
+        logs = {entry.task_id: entry.data.decode() for entry in await client.task_logs("talk")}
+        assert logs == {f"talk/w-{i}": f"out talk/w-{i}\nerr line\n" for i in range(2)}

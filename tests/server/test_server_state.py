@@ -337,3 +337,35 @@ def test_submit_jobs_is_all_or_nothing(state: ClusterState) -> None:
         commands.submit_jobs(state, [gang("x", replicas=1), gang("x", replicas=1)])
     results = commands.submit_jobs(state, [gang("new-1", replicas=1), gang("old", replicas=1)])
     assert [(job.spec.id, created) for job, created in results] == [("new-1", True), ("old", False)]
+
+
+def test_task_output_from_its_backend_is_kept_bounded_and_served(state: ClusterState) -> None:
+    from server.logs import TaskLogs
+
+    commands.submit_job(state, gang("g", replicas=2))
+    apply(state, *bind_all(state, "g"))
+
+    def send(task: str, data: bytes, eof: bool = False, backend: str = "a") -> None:
+        ingest.send_deltas(state, pb.SendDeltasRequest(backend=backend, deltas=[
+            pb.Delta(task_log=pb.TaskLogChunk(task_id=task, data=data, eof=eof))]))
+
+    send("g/worker-0", b"hello\n")
+    send("g/worker-0", b"world\n", eof=True)
+    logs = queries.get_task_logs(state, pb.GetTaskLogsRequest(job_id="g"))
+    assert [(entry.task_id, entry.data, entry.eof) for entry in logs.logs] == [
+        ("g/worker-0", b"hello\nworld\n", True), ("g/worker-1", b"", False)]
+    one = queries.get_task_logs(state, pb.GetTaskLogsRequest(job_id="g", task_id="g/worker-0")).logs
+    assert len(one) == 1
+    ingest.register_backend(state, pb.RegisterBackendRequest(name="b", kind="fake-agent"))
+    with pytest.raises(DomainError, match="does not run on backend 'b'"):
+        send("g/worker-1", b"spoofed", backend="b")  # a backend writes only its own tasks' output
+    with pytest.raises(DomainError, match="no task 'g/nope'"):
+        queries.get_task_logs(state, pb.GetTaskLogsRequest(job_id="g", task_id="g/nope"))
+    # Bounded: the tail per task, and only the most recent tasks.
+    small = TaskLogs(per_task=8, tasks=2)
+    small.append("t1", b"0123456789")
+    out = small.get("t1")
+    assert out is not None and bytes(out.data) == b"23456789" and out.truncated
+    small.append("t2", b"x")
+    small.append("t3", b"y")
+    assert small.get("t1") is None and small.get("t3") is not None
