@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sort", help="submit (default), start, id, queue, owner or phase; --sort=-KEY reverses")
     p.add_argument("--limit", type=int, default=None)
 
-    p = add("job", cmd_job, "show one job: status, placement per task, conditions, why pending")
+    p = add("job", cmd_job, "show one job: status, placement per task, conditions, why pending",
+            "  muster job train-7\n  muster job train-7 -o json | jq '.tasks[].devices'")
     p.add_argument("id")
 
     p = add("logs", cmd_logs, "print the output of a job's tasks (what their backend sent)",
@@ -136,9 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
             "  muster cancel train-7\n  muster cancel a b c        # each is reported; exit 1 if any failed")
     p.add_argument("ids", nargs="+", metavar="ID")
 
-    add("queues", cmd_queues, "list queues")
+    add("queues", cmd_queues, "list queues", "  muster queues\n  muster queues -o json")
 
-    p = add("queue", cmd_queue, "create, update or delete a queue")
+    p = add("queue", cmd_queue, "create, update or delete a queue",
+            "  muster queue create ml --weight 3 --capability cpu=64,nvidia.com/gpu=8\n"
+            "  muster queue update ml --state closing\n  muster queue delete ml")
     qsub = p.add_subparsers(dest="queue_command", required=True, metavar="ACTION")
     for action in ("create", "update"):
         q = qsub.add_parser(action, help=f"{action} a queue", parents=[common])
@@ -154,10 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     q = qsub.add_parser("delete", help="delete a queue", parents=[common])
     q.add_argument("name")
 
-    p = add("nodes", cmd_nodes, "list nodes with used and idle resources")
+    p = add("nodes", cmd_nodes, "list nodes with used and idle resources",
+            "  muster nodes\n  muster nodes --backend rack-a -o json | jq '.[].device_holders'")
     p.add_argument("--backend")
 
-    p = add("watch", cmd_watch, "stream job changes")
+    p = add("watch", cmd_watch, "stream job changes",
+            "  muster watch --queue ml\n  muster watch --job train-7 --until-done && echo done")
     p.add_argument("--queue")
     p.add_argument("--namespace", "-n")
     p.add_argument("--job")
@@ -166,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until-done", action="store_true",
                    help="with --job: exit when the job ends (status 0 if it completed, 1 otherwise)")
 
-    p = add("config", cmd_config, "get or set the scheduler configuration (Volcano format)")
+    p = add("config", cmd_config, "get or set the scheduler configuration (Volcano format)",
+            "  muster config get > scheduler.yaml\n  muster config set scheduler.yaml")
     csub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     csub.add_parser("get", help="print the current configuration", parents=[common])
     c = csub.add_parser("set", help="replace the configuration with FILE", parents=[common])

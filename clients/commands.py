@@ -216,6 +216,10 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
             f"Phase: {phase_name(st.phase)}   min_member={s.min_member or len(job.tasks)}   "
             f"pending={st.pending} running={st.running} succeeded={st.succeeded} failed={st.failed}"
         )
+        ran = f" (ran {duration(st.finish_time.seconds - st.start_time.seconds)})" \
+            if st.finish_time.seconds and st.start_time.seconds else ""
+        c.print(f"Submitted: {clock(st.submit_time)}   Started: {clock(st.start_time)}   "
+                f"Finished: {clock(st.finish_time)}{ran}")
         if s.HasField("tyjob"):
             ty = s.tyjob
             c.print(
