@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argcomplete.autocomplete(parser)  # answers a completing shell and exits; a no-op otherwise
     args = parser.parse_args(argv)
     # Logs (e.g. of the core under `simulate --local`) go to stderr only: stdout is the result.
-    configure_logging("console", os.environ.get("MUSTER_LOG_LEVEL", "warning"))
+    configure_logging("console", os.environ.get("MUSTER_LOG_LEVEL", "warning"), cache=False)
     _merge_common(args, argv)
     args.server = args.server or os.environ.get("MUSTER_SERVER") or DEFAULT_SERVER
     fmt = args.output or ("json" if args.command == "simulate" and not sys.stdout.isatty() else "table")

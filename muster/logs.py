@@ -42,8 +42,10 @@ class _CurrentStderr:
         return sys.stderr.isatty()
 
 
-def configure_logging(fmt: str = "console", level: str = "info") -> None:
-    """structlog to stderr: readable on a terminal, one JSON object per line with ``json``."""
+def configure_logging(fmt: str = "console", level: str = "info", *, cache: bool = True) -> None:
+    """structlog to stderr: readable on a terminal, one JSON object per line with ``json``.
+    ``cache``: bind loggers once (servers); a short-lived embedder (the CLI, tests) passes False so
+    a later reconfiguration (e.g. ``structlog.testing.capture_logs``) still reaches them."""
     if fmt not in ("console", "json"):
         raise ValueError(f"log format {fmt!r}: expected console or json")
     renderer: structlog.typing.Processor
@@ -66,7 +68,7 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),  # type: ignore[arg-type]
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=cache,
     )
     # Standard-library loggers (grpc, aiohttp, opentelemetry) render the same way; warnings and up
     # only, so a chatty library cannot flood the log.

@@ -286,3 +286,12 @@ def test_logs_prints_each_tasks_output_under_a_header(api, capsys):
     assert out == "==> train/w-0 <==\nhello\n==> train/w-1 <==\n[earlier output dropped: the server keeps the last 64 KiB]\ntail\n"
     code, out, _ = run(api, capsys, "logs", "train", "w-1")
     assert code == 0 and api.log_requests[-1].task_id == "train/w-1"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """cli.main configures the process's logging, as the command does; later tests get it back."""
+    import structlog
+
+    yield
+    structlog.reset_defaults()
