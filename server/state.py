@@ -554,8 +554,9 @@ def ended_summary(job: JobRecord, phase: int) -> str:
     counts = Counter(t.status for t in job.tasks)
     n = len(job.tasks)
     if job.status.cancelled:
-        stopped = sum(1 for t in job.tasks if t.status == TaskStatus.CANCELLED and t.message.startswith("cancelled:"))
-        never = counts[TaskStatus.CANCELLED] - stopped
+        stopped = sum(1 for t in job.tasks if t.status == TaskStatus.RELEASING
+                      or (t.status == TaskStatus.CANCELLED and t.message.startswith("cancelled:")))
+        never = sum(1 for t in job.tasks if t.status == TaskStatus.CANCELLED and not t.message.startswith("cancelled:"))
         parts = [f"{stopped} task{'s' * (stopped != 1)} stopped"] if stopped else []
         parts += [f"{never} never placed"] if never else []
         done = counts[TaskStatus.SUCCEEDED]

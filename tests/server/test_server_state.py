@@ -214,6 +214,8 @@ def test_cancel_evicts_placed_tasks(state: ClusterState) -> None:
     commands.cancel_job(state, "g")
     evicts = [p.decision for p in state.decisions.pending.values() if p.row.kind == "evict"]
     assert {d.evict.reason for d in evicts} == {"cancel"} and len(evicts) == 2
+    ended = next(c for c in state.jobs["g"].status.conditions if c.type == "Ended")
+    assert ended.message == "cancelled: 2 tasks stopped"
     ack(state, *(pb.DecisionAck(decision_id=d.id, applied=True) for d in evicts))
     assert statuses(state, "g") == [TaskStatus.CANCELLED] * 2  # not re-placed
     assert state.jobs["g"].status.phase == pb.JOB_PHASE_CANCELLED
