@@ -26,6 +26,7 @@ from server.api import queries
 from server.api.views import job_proto
 from server.auth import Policy
 from server.observability.history import CycleHistory
+from server.observability.http import serve_app
 from server.state import ClusterState
 from server.tls import is_loopback
 
@@ -71,26 +72,16 @@ class DashboardServer:
         app.router.add_get("/", self._index)
         app.router.add_get("/api/overview", self._overview)
         app.router.add_static("/static/", STATIC)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
         context = None
         if self.tls is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(*self.tls)
-        try:
-            site = web.TCPSite(runner, self.host, self.requested_port, ssl_context=context, reuse_port=False)
-            try:
-                await site.start()
-            except OSError as exc:
-                raise OSError(f"cannot serve the dashboard on {self.host}:{self.requested_port}: {exc}") from None
-            sockets = getattr(site._server, "sockets", None) or []  # aiohttp exposes bound sockets only here
-            self.port = sockets[0].getsockname()[1] if sockets else self.requested_port
-            log.info("dashboard.listening", address=f"{'https' if context else 'http'}://{self.host}:{self.port}/")
-            task_status.started(self.port)
-            await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await runner.cleanup()
+
+        def bound(port: int) -> None:
+            self.port = port
+            log.info("dashboard.listening", address=f"{'https' if context else 'http'}://{self.host}:{port}/")
+
+        await serve_app(app, self.host, self.requested_port, "the dashboard", bound, task_status, context)
 
 
 def overview(state: ClusterState, history: CycleHistory) -> dict[str, Any]:

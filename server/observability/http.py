@@ -6,6 +6,9 @@ between two of its atomic updates, never in the middle of one.
 
 from __future__ import annotations
 
+import ssl
+from collections.abc import Callable
+
 import anyio
 import anyio.abc
 import structlog
@@ -37,20 +40,32 @@ class MetricsServer:
     async def run(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
+
+        def bound(port: int) -> None:
+            self.port = port
+            log.info("metrics.listening", address=f"{self.host}:{port}")
+
+        await serve_app(app, self.host, self.requested_port, "metrics", bound, task_status)
+
+
+async def serve_app(
+    app: web.Application, host: str, port: int, what: str, bound: Callable[[int], None],
+    task_status: anyio.abc.TaskStatus[int], ssl_context: ssl.SSLContext | None = None,
+) -> None:
+    """Serve an aiohttp app on the event loop until cancelled; ``bound(port)`` once it listens."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_port=False)
         try:
-            site = web.TCPSite(runner, self.host, self.requested_port, reuse_port=False)
-            try:
-                await site.start()
-            except OSError as exc:
-                raise OSError(f"cannot serve metrics on {self.host}:{self.requested_port}: {exc}") from None
-            server = site._server  # aiohttp exposes the bound sockets only here
-            sockets = getattr(server, "sockets", None) or []
-            self.port = sockets[0].getsockname()[1] if sockets else self.requested_port
-            log.info("metrics.listening", address=f"{self.host}:{self.port}")
-            task_status.started(self.port)
-            await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await runner.cleanup()
+            await site.start()
+        except OSError as exc:
+            raise OSError(f"cannot serve {what} on {host}:{port}: {exc}") from None
+        sockets = getattr(site._server, "sockets", None) or []  # aiohttp exposes bound sockets only here
+        actual = sockets[0].getsockname()[1] if sockets else port
+        bound(actual)
+        task_status.started(actual)
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await runner.cleanup()
