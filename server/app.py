@@ -51,6 +51,7 @@ class ServerOptions:
     state: str = "./var/muster.db"  # SQLite file; ":memory:" for throwaway servers
     config_path: str | None = None  # Volcano-format scheduler config; None: built-in
     cycle_period: float = 1.0
+    min_cycle_interval: float = 0.05  # a burst of changes makes one cycle, not one per change
     cycle_worker: str = "process"  # where the core runs: "process" (API never waits on it) or "thread"
     bind_timeout: float = 30.0  # seconds a backend has to ack a bind before it expires
     job_retention: float = 600.0  # seconds a finished job stays in memory (then: from the store)
@@ -124,6 +125,7 @@ class MusterServer:
                 writer,
                 configs,
                 period=opts.cycle_period,
+                min_interval=opts.min_cycle_interval,
                 expire_interval=expire_interval,
                 worker=opts.cycle_worker,  # type: ignore[arg-type]
             )

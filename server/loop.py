@@ -113,6 +113,7 @@ class CycleLoop:
         period: float = 1.0,
         expire_interval: float = 1.0,
         worker: CycleWorker = "process",
+        min_interval: float = 0.0,
     ) -> None:
         self.state = state
         self.writer = writer
@@ -120,6 +121,10 @@ class CycleLoop:
         self.core = SchedulerCore(configs.config)
         self.runner = CoreRunner(worker)
         self.period = period
+        # At least this long from one cycle's start to the next: a burst of submissions and deltas
+        # wakes the loop many times but makes one cycle.
+        self.min_interval = min_interval
+        self._last_start = float("-inf")
         self.expire_interval = expire_interval
         self.cycles = 0
         self.failures = 0
@@ -140,7 +145,11 @@ class CycleLoop:
                 while True:
                     with anyio.move_on_after(self.period):
                         await self._wake.wait()
+                    rest = self._last_start + self.min_interval - time.monotonic()
+                    if rest > 0:  # wakes meanwhile coalesce into this cycle
+                        await anyio.sleep(rest)
                     self._wake = anyio.Event()  # wakes from here on ask for another cycle
+                    self._last_start = time.monotonic()
                     await self.run_once()
         finally:
             await self.runner.aclose()  # the core's worker process goes with the loop

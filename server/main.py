@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--config", default=None, help="Volcano-format scheduler config file (hot reloaded)")
     p.add_argument("--state", default="./var/muster.db", help="SQLite state file")
     p.add_argument("--cycle-period", type=positive_float, default=1.0, help="seconds between cycles")
+    p.add_argument("--min-cycle-interval", type=float, default=0.05,
+                   help="at least this many seconds from one cycle's start to the next: a burst of "
+                        "submissions and deltas coalesces into one cycle (default 0.05)")
     p.add_argument(
         "--cycle-worker",
         choices=("process", "thread"),
@@ -117,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         state=args.state,
         config_path=args.config,
         cycle_period=args.cycle_period,
+        min_cycle_interval=max(0.0, args.min_cycle_interval),
         cycle_worker=args.cycle_worker,
         bind_timeout=args.bind_timeout,
         job_retention=args.job_retention,

@@ -78,6 +78,37 @@ async def test_wakeups_are_coalesced(tmp_path: Path) -> None:
     store.close()
 
 
+class CountingCore(BlockingCore):
+    """A core that never blocks, counting calls."""
+
+    def run_cycle(self, snapshot, cycle_id: int) -> CycleResult:
+        self.calls += 1
+        return CycleResult(cycle_id)
+
+
+async def test_a_burst_of_changes_between_cycles_makes_one_cycle(tmp_path: Path) -> None:
+    """min_interval: wakes that come while no cycle runs, but sooner than the interval after the
+    last cycle started, wait and coalesce (without it each would start a cycle of its own)."""
+    core = CountingCore()
+    loop, state, store = make_loop(tmp_path, core)
+    loop.min_interval = 1.0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(loop.run)
+        with anyio.fail_after(WAIT):
+            await loop.next_cycle()
+        assert core.calls == 1
+        for i in range(20):  # a burst, each submission waking the loop, the last cycle long done
+            commands.submit_job(state, gang(f"j{i}", replicas=1))
+            await anyio.sleep(0.01)
+        assert core.calls == 1  # still inside the interval: nothing started yet
+        with anyio.fail_after(WAIT):
+            await loop.wait_cycles(1)
+        await anyio.sleep(0.2)  # room for (wrong) extra cycles
+        tg.cancel_scope.cancel()
+    assert core.calls == 2  # the whole burst: one cycle
+    store.close()
+
+
 async def test_a_failing_core_does_not_stop_the_loop(tmp_path: Path) -> None:
     core = FailingCore()
     loop, state, store = make_loop(tmp_path, core)
