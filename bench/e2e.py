@@ -1,0 +1,176 @@
+"""End-to-end throughput through the service: a real ``muster-server`` process and a *null backend*
+in this process that acknowledges every bind at once and reports the task Succeeded right after
+(no processes run), so what is measured is the server's path: submit, cycle, decision, ack.
+
+    .venv/bin/python bench/e2e.py --jobs 2000 --tasks 5 --nodes 2000
+    .venv/bin/python bench/e2e.py --batch 1          # one SubmitJob per job instead of SubmitJobs
+
+Prints one JSON object: submit jobs/s (SubmitJobs batches of ``--batch``), end-to-end placements/s
+(first submit to the last bind acknowledged), ack latency p50/p99 (decision issued -> acked, as the
+backend sees it: stream receive -> ack sent), GetJob p50/p99 sampled during the run, and the server's
+peak RSS. Bounded: ``--timeout`` seconds at most. Run by hand, not in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import grpc  # noqa: E402
+from soak import SERVER, free_port, pct, rss_kib  # noqa: E402  (the soak bench's helpers)
+
+from muster.v1 import muster_pb2 as pb  # noqa: E402
+from muster.v1 import muster_pb2_grpc as pb_grpc  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BACKEND = "null"
+
+
+class NullBackend:
+    """Acks every bind and then reports its task Succeeded; counts what it saw."""
+
+    def __init__(self, stub: pb_grpc.SchedulerStub) -> None:
+        self.stub = stub
+        self.binds = 0
+        self.ack_seconds: list[float] = []
+        self.last_ack = 0.0
+
+    async def register(self, nodes: int) -> None:
+        await self.stub.RegisterBackend(pb.RegisterBackendRequest(name=BACKEND, kind="fake-agent"))
+        node_list = [pb.Node(name=f"n{i:05d}", allocatable=pb.ResourceList(quantities={"cpu": "64", "memory": "256Gi"}))
+                     for i in range(nodes)]
+        await self.stub.SyncSnapshot(pb.SyncSnapshotRequest(backend=BACKEND, nodes=node_list), timeout=120)
+
+    async def serve(self) -> None:
+        """Read decisions as they stream in; ack whatever arrived since the last ack, in one call."""
+        queue: asyncio.Queue[tuple[pb.Decision, float]] = asyncio.Queue()
+
+        async def read() -> None:
+            async for decision in self.stub.StreamDecisions(pb.StreamDecisionsRequest(backend=BACKEND)):
+                queue.put_nowait((decision, time.perf_counter()))
+
+        reader = asyncio.create_task(read())
+        try:
+            while True:
+                batch = [await queue.get()]
+                while not queue.empty() and len(batch) < 1000:
+                    batch.append(queue.get_nowait())
+                await self._ack(batch)
+        finally:
+            reader.cancel()
+
+    async def _ack(self, batch: list[tuple[pb.Decision, float]]) -> None:
+        acks = [pb.DecisionAck(decision_id=d.id, applied=True) for d, _ in batch]
+        await self.stub.AckDecisions(pb.AckDecisionsRequest(backend=BACKEND, acks=acks), timeout=60)
+        now = time.perf_counter()
+        done = [pb.Delta(task_status=pb.TaskStatusUpdate(task_id=d.bind.task_id, status=pb.TASK_STATUS_SUCCEEDED,
+                                                         node=d.bind.node))
+                for d, _ in batch if d.HasField("bind")]
+        for d, received in batch:
+            self.ack_seconds.append(now - received)
+            if d.HasField("bind"):
+                self.binds += 1
+        self.last_ack = now
+        if done:
+            await self.stub.SendDeltas(pb.SendDeltasRequest(backend=BACKEND, deltas=done), timeout=60)
+
+
+async def run(args: argparse.Namespace) -> dict[str, object]:
+    work = Path(tempfile.mkdtemp(prefix="muster-e2e-"))
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, "--listen", f"127.0.0.1:{port}", "--state", str(work / "m.db"),
+         "--log-level", "warning", *args.server_arg],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(work / "server.log", "wb"),
+    )
+    peak_rss = 0
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = pb_grpc.SchedulerStub(channel)
+            await asyncio.wait_for(channel.channel_ready(), 30)
+            backend = NullBackend(stub)
+            await backend.register(args.nodes)
+            serving = asyncio.create_task(backend.serve())
+            get_job: list[float] = []
+            total_tasks = args.jobs * args.tasks
+
+            async def sample_get_job() -> None:
+                while backend.binds < total_tasks:
+                    t0 = time.perf_counter()
+                    try:
+                        await stub.GetJob(pb.GetJobRequest(id="e2e-000000"), timeout=30)
+                        get_job.append(time.perf_counter() - t0)
+                    except grpc.aio.AioRpcError:
+                        pass
+                    await asyncio.sleep(0.05)
+
+            async def watch_rss() -> None:
+                nonlocal peak_rss
+                while True:
+                    peak_rss = max(peak_rss, rss_kib(server.pid))
+                    await asyncio.sleep(0.2)
+
+            specs = [
+                pb.JobSpec(id=f"e2e-{i:06d}", task_groups=[pb.TaskGroup(
+                    role="w", replicas=args.tasks, request=pb.ResourceList(quantities={"cpu": "1", "memory": "1Gi"}))])
+                for i in range(args.jobs)
+            ]
+            rss_task = asyncio.create_task(watch_rss())
+            started = time.perf_counter()
+            for i in range(0, len(specs), args.batch):
+                chunk = specs[i : i + args.batch]
+                if args.batch == 1:
+                    await stub.SubmitJob(pb.SubmitJobRequest(job=chunk[0]), timeout=60)
+                else:
+                    await stub.SubmitJobs(pb.SubmitJobsRequest(jobs=chunk), timeout=120)
+                if i == 0:
+                    sampler = asyncio.create_task(sample_get_job())
+            submitted = time.perf_counter()
+            deadline = started + args.timeout
+            while backend.binds < total_tasks and time.perf_counter() < deadline:
+                await asyncio.sleep(0.05)
+            finished = backend.last_ack or time.perf_counter()
+            serving.cancel()
+            rss_task.cancel()
+            sampler.cancel()
+            return {
+                "jobs": args.jobs, "tasks_per_job": args.tasks, "nodes": args.nodes, "batch": args.batch,
+                "submit_jobs_per_s": round(args.jobs / max(submitted - started, 1e-9), 1),
+                "placements": backend.binds,
+                "placements_per_s": round(backend.binds / max(finished - started, 1e-9), 1),
+                "all_placed": backend.binds >= total_tasks,
+                "ack_ms": {"p50": pct(backend.ack_seconds, 0.5), "p99": pct(backend.ack_seconds, 0.99)},
+                "get_job_ms": {"p50": pct(get_job, 0.5), "p99": pct(get_job, 0.99), "samples": len(get_job)},
+                "server_peak_rss_mib": round(peak_rss / 1024, 1),
+            }
+    finally:
+        server.terminate()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--tasks", type=int, default=5, help="tasks per job (a gang)")
+    ap.add_argument("--nodes", type=int, default=2000)
+    ap.add_argument("--batch", type=int, default=100, help="jobs per SubmitJobs call (1: SubmitJob per job)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
+    ap.add_argument("--server-arg", action="append", default=[], help="extra muster-server argument (repeatable)")
+    args = ap.parse_args()
+    print(json.dumps(asyncio.run(run(args)), indent=2))
+
+
+if __name__ == "__main__":
+    main()
