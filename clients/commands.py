@@ -31,6 +31,7 @@ from clients.render import (
     status_name,
     to_dict,
 )
+from muster.jsonmap import short_enum_name
 from muster.v1 import muster_pb2 as pb
 
 PHASES = {name.removeprefix("JOB_PHASE_").lower(): value for name, value in pb.JobPhase.items() if value}
@@ -314,7 +315,7 @@ async def cmd_queues(client: MusterClient, args: argparse.Namespace, out: Output
                     q.queue.name,
                     q.queue.parent or ("" if q.queue.name == "root" else "root"),
                     q.queue.weight,
-                    pb.QueueState.Name(q.queue.state).removeprefix("QUEUE_STATE_").capitalize(),
+                    short_enum_name(pb.QueueState.DESCRIPTOR, q.queue.state),
                     q.queue.reclaimable if q.queue.HasField("reclaimable") else True,
                     quantities(q.queue.capability) or "-",
                     quantities(q.queue.deserved) or "-",

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from muster.conditions import job_reason
-from muster.jsonmap import to_json_dict
+from muster.jsonmap import short_enum_name, to_json_dict
 from muster.v1 import muster_pb2 as pb
 
 
@@ -47,11 +47,11 @@ def to_dict(message: Message) -> dict[str, Any]:
 
 
 def phase_name(value: int) -> str:
-    return pb.JobPhase.Name(value).removeprefix("JOB_PHASE_").capitalize()
+    return short_enum_name(pb.JobPhase.DESCRIPTOR, value)
 
 
 def status_name(value: int) -> str:
-    return pb.TaskStatus.Name(value).removeprefix("TASK_STATUS_").capitalize()
+    return short_enum_name(pb.TaskStatus.DESCRIPTOR, value)
 
 
 def quantities(resources: pb.ResourceList) -> str:

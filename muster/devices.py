@@ -51,6 +51,12 @@ def default_devices(resource: str, count: int) -> list[Device]:
     return [Device(str(i), resource) for i in range(count)]
 
 
+def chip_number(device_id: str) -> int | None:
+    """The number at the end of a chip id (``Ascend910-5`` -> 5), None when there is none."""
+    tail = device_id.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
 def visible_devices_env(devices: list[Device]) -> dict[str, str]:
     """Environment variables that hand ``devices`` to a process: CUDA_VISIBLE_DEVICES for NVIDIA
     GPUs (their ids), ASCEND_VISIBLE_DEVICES for Ascend chips (the chip numbers, as Ascend's
@@ -58,7 +64,8 @@ def visible_devices_env(devices: list[Device]) -> dict[str, str]:
     env: dict[str, list[str]] = {}
     for d in devices:
         if d.type.startswith("huawei.com/Ascend"):
-            env.setdefault(ASCEND_VISIBLE_DEVICES, []).append(d.id.rsplit("-", 1)[-1])
+            number = chip_number(d.id)
+            env.setdefault(ASCEND_VISIBLE_DEVICES, []).append(d.id if number is None else str(number))
         elif d.type in VISIBLE_DEVICES_ENV:
             env.setdefault(VISIBLE_DEVICES_ENV[d.type], []).append(d.id)
     return {k: ",".join(v) for k, v in env.items()}

@@ -137,21 +137,20 @@ def capture(state: ClusterState) -> Capture:
     cycle_id = state.next_cycle_id
     state.next_cycle_id += 1
     state.set_meta("next_cycle_id", str(state.next_cycle_id))
-    jobs = [
-        (rec, rec.status.sched_phase, [(t.status, t.node, tuple(t.devices)) for t in rec.tasks],
-         rec.status.leader_restarts)
-        for rec in state.jobs.values()
-        if rec.active
-    ]
+    jobs = []
     # Tasks of jobs that are over but still hold a node (being released, or kept running by a
     # TYJob's cleanPodPolicy None) hold its capacity like foreign work.
-    leftovers = [
-        replace(spec, job="", status=t.status, node=t.node, devices=list(t.devices))
-        for rec in state.jobs.values()
-        if not rec.active and any(t.node and t.status in OCCUPYING for t in rec.tasks)
-        for spec, t in zip(rec.template.tasks, rec.tasks, strict=True)
-        if t.node and t.status in OCCUPYING
-    ]
+    leftovers: list[model.TaskSpec] = []
+    for rec in state.jobs.values():
+        if rec.active:
+            jobs.append((rec, rec.status.sched_phase, [(t.status, t.node, tuple(t.devices)) for t in rec.tasks],
+                         rec.status.leader_restarts))
+        elif any(t.node and t.status in OCCUPYING for t in rec.tasks):
+            leftovers += [
+                replace(spec, job="", status=t.status, node=t.node, devices=list(t.devices))
+                for spec, t in zip(rec.template.tasks, rec.tasks, strict=True)
+                if t.node and t.status in OCCUPYING
+            ]
     return Capture(
         cycle_id=cycle_id,
         nodes=[e.spec for e in state.nodes.values()],

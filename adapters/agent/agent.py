@@ -344,13 +344,15 @@ class FakeAgent:
             return
         for task_id, offset in list(self._log_offsets.items()):
             path = self.log_dir / f"{file_stem(task_id)}.log"
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    data = f.read(per_round)
-            except OSError:
-                data = b""
             ended = task_id not in self.live
+            data = b""
+            try:
+                if path.stat().st_size > offset:  # most rounds most tasks wrote nothing: no read
+                    with open(path, "rb") as f:
+                        f.seek(offset)
+                        data = f.read(per_round)
+            except OSError:
+                pass
             done = ended and len(data) < per_round
             if data or done:
                 self.runtime.send_task_log(task_id, data, eof=done)

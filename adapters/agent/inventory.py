@@ -23,6 +23,7 @@ Errors are :class:`InventoryError` naming the field (``nodes[1].cpu: "4x" is not
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,9 +132,9 @@ def _parse_node(entry: Any, where: str) -> list[InventoryNode]:
             raise InventoryError(f"{where}.taints[{j}].effect: {effect!r} is not one of {sorted(_EFFECTS)}")
         taints.append((str(taint["key"]), str(taint.get("value", "")), effect))
     devices = _parse_devices(entry.get("devices"), f"{where}.devices")
-    for d in devices:  # listed devices are what the node has of their resource
-        allocatable[d.type] = sum(1 for x in devices if x.type == d.type) * UNIT
-    listed = {d.type for d in devices}
+    listed = Counter(d.type for d in devices)
+    for res, n in listed.items():  # listed devices are what the node has of their resource
+        allocatable[res] = n * UNIT
     for res, value in sorted(allocatable.items()):
         if res not in listed and is_device_resource(res) and value >= UNIT:
             devices += default_devices(res, int(value // UNIT))

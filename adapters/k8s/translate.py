@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from muster.devices import is_device_resource
+from muster.devices import chip_number, is_device_resource
 from muster.quantity import QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
 
@@ -72,18 +72,18 @@ def node_devices(annotations: dict[str, Any]) -> list[pb.Device]:
         healthy = [(c, True) for c in _chip_list(value)]
         broken = [(c, False) for c in _chip_list(annotations.get(key + UNHEALTHY_SUFFIX))]
         seen: set[str] = set()
-        for chip, ok in sorted(healthy + broken, key=lambda x: _chip_number(x[0])):
+        for chip, ok in sorted(healthy + broken, key=lambda x: _chip_sort(x[0])):
             if chip in seen:
                 continue
             seen.add(chip)
-            number = _chip_number(chip)
-            out.append(pb.Device(id=chip, type=key, group=str(number // 4) if number >= 0 else "", healthy=ok))
+            number = chip_number(chip)
+            out.append(pb.Device(id=chip, type=key, group=str(number // 4) if number is not None else "", healthy=ok))
     return out
 
 
-def _chip_number(chip: str) -> int:
-    tail = chip.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
+def _chip_sort(chip: str) -> int:
+    number = chip_number(chip)
+    return -1 if number is None else number
 
 
 def pod_device_annotations(devices: list[str], request: dict[str, str]) -> dict[str, str]:

@@ -20,8 +20,9 @@ import structlog
 from aiohttp import web
 
 from muster.conditions import job_reason
-from muster.jsonmap import to_json_dict
+from muster.jsonmap import short_enum_name, to_json_dict
 from muster.quantity import from_canonical, parse_resources
+from muster.v1 import muster_pb2 as pb
 from server.api import queries
 from server.api.views import job_proto
 from server.auth import Policy
@@ -92,7 +93,7 @@ def overview(state: ClusterState, history: CycleHistory) -> dict[str, Any]:
         code, message = job_reason(job.status.conditions)
         jobs.append({
             "id": job.spec.id, "queue": job.spec.queue, "owner": job.spec.owner,
-            "phase": to_json_dict(job.status)["phase"], "stage": job.status.stage,
+            "phase": short_enum_name(pb.JobPhase.DESCRIPTOR, job.status.phase), "stage": job.status.stage,
             "pending": job.status.pending, "running": job.status.running, "reason": code, "message": message,
         })
     nodes = []

@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from muster.devices import ASCEND910, UNIT, Device, chip_number
+from server.model import TaskStatus
 from server.plugins.base import Plugin
-from server.session.devices import ASCEND910, UNIT, Device
 from server.session.evaluator import Predicate, Scorer
 from server.session.extension_points import ValidateResult
 from server.session.info import JobInfo, TaskInfo
@@ -136,12 +137,10 @@ class HuaweiNPUPlugin(Plugin):
         ledger = ssn.nodes.devices
 
         def now_free(row: int) -> list[Device]:
-            promised = ledger.promised[row]
-            return [d for d in ledger.free(row, ASCEND910) if d.id not in promised]
+            return ledger.available(row, ASCEND910, TaskStatus.ALLOCATED)
 
-        def future_free(row: int) -> list[Device]:
-            promised = ledger.promised[row]
-            return [d for d in ledger.releasing(row, ASCEND910) + ledger.free(row, ASCEND910) if d.id not in promised]
+        def future_free(row: int) -> list[Device]:  # chips being released count for pipelining
+            return ledger.available(row, ASCEND910, TaskStatus.PIPELINED)
 
         def check_with(free: Callable[[int], list[Device]]) -> Callable[[TaskInfo, np.ndarray], np.ndarray]:
             def check(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
@@ -196,5 +195,5 @@ class HuaweiNPUPlugin(Plugin):
 
 def _chip_order(d: Device) -> tuple[int, str]:
     """Chip number order (Ascend910-2 before Ascend910-10), then id."""
-    tail = d.id.rsplit("-", 1)[-1]
-    return (int(tail), d.id) if tail.isdigit() else (1 << 30, d.id)
+    number = chip_number(d.id)
+    return (number if number is not None else 1 << 30, d.id)

@@ -25,10 +25,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from muster.devices import is_device_resource
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE
 from server.model import ALLOCATED, TaskStatus, TYJobSpec, ty_schedule_state, ty_stage
 from server.plugins.base import Plugin
-from server.session.devices import is_device_resource
 from server.session.evaluator import Scorer
 from server.session.extension_points import ValidateResult
 from server.session.info import JobInfo, NodeTable, TaskInfo, dominant_share

@@ -13,17 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from muster.devices import (
-    ASCEND910,
-    UNIT,
-    Device,
-    default_devices,
-    device_needs,
-    is_device_resource,
-)
+from muster.devices import UNIT, Device, default_devices, is_device_resource
 from server.model import NodeSpec, TaskStatus
-
-__all__ = ["ASCEND910", "UNIT", "Device", "DeviceLedger", "device_needs", "is_device_resource", "node_devices"]
 
 
 def node_devices(spec: NodeSpec) -> dict[str, list[Device]]:
@@ -88,14 +79,24 @@ class DeviceLedger:
             if d.healthy and d.id in held and held[d.id].status == TaskStatus.RELEASING
         ]
 
+    def _pool(self, row: int, resource: str, status: TaskStatus) -> list[Device]:
+        """What a task placed with ``status`` may take: free devices; for a pipelined task, those
+        being released first."""
+        free = self.free(row, resource)
+        return free if status != TaskStatus.PIPELINED else self.releasing(row, resource) + free
+
+    def available(self, row: int, resource: str, status: TaskStatus) -> list[Device]:
+        """The pool without the devices a pipelined task was promised."""
+        promised = self.promised[row]
+        return [d for d in self._pool(row, resource, status) if d.id not in promised]
+
     def candidates(self, row: int, resource: str, status: TaskStatus) -> list[Device]:
         """Devices a task placed with ``status`` may take, best first: an allocation takes free
         devices no pipelined task waits for, then the rest of the free ones; a pipelined task takes
         devices being released, then free ones; neither takes a device another pipelined task was
         promised while an unpromised one is left."""
         promised = self.promised[row]
-        free = self.free(row, resource)
-        pool = free if status != TaskStatus.PIPELINED else self.releasing(row, resource) + free
+        pool = self._pool(row, resource, status)
         return [d for d in pool if d.id not in promised] + [d for d in pool if d.id in promised]
 
     def healthy_count(self, row: int, resource: str) -> int:

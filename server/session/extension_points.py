@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import numpy as np
 
-from server.session.devices import Device
+from muster.devices import Device
 from server.session.info import JobInfo, QueueInfo, TaskInfo
 
 # Votes (job_pipelined, job_enqueueable) and the verdict of preemptable / reclaimable answers.

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from muster.devices import UNIT, device_needs
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE, PODS
 from server.model import (
     ALLOCATED,
@@ -25,7 +26,7 @@ from server.model import (
     TaskSpec,
     TaskStatus,
 )
-from server.session.devices import UNIT, DeviceLedger, device_needs
+from server.session.devices import DeviceLedger
 
 Vec = np.ndarray
 
@@ -38,7 +39,7 @@ class ResourceSpace:
         self.dims: list[str] = [CPU, MEMORY, *rest]
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.dims)}
         self.size = len(self.dims)
-        self._requests: dict[tuple[tuple[str, float], ...], tuple[Vec, bool]] = {}
+        self._requests: dict[tuple[tuple[str, float], ...], tuple[Vec, bool, dict[str, int]]] = {}
 
     def vec(self, resources: Mapping[str, float] | None) -> Vec:
         """A fresh vector (callers may mutate it)."""
@@ -50,15 +51,15 @@ class ResourceSpace:
                     v[i] = value
         return v
 
-    def request(self, resources: Mapping[str, float]) -> tuple[Vec, bool]:
-        """A task request as a shared, read-only vector (many tasks ask for the same), and
-        whether it is best-effort (empty)."""
+    def request(self, resources: Mapping[str, float]) -> tuple[Vec, bool, dict[str, int]]:
+        """A task request as a shared, read-only vector (many tasks ask for the same), whether it
+        is best-effort (empty), and the whole devices it asks per device resource (shared too)."""
         key = tuple(resources.items())
         known = self._requests.get(key)
         if known is None:
             v = self.vec(resources)
             v.flags.writeable = False
-            known = self._requests[key] = (v, is_empty(v))
+            known = self._requests[key] = (v, is_empty(v), device_needs(resources))
         return known
 
     def to_dict(self, v: Vec) -> dict[str, float]:
@@ -108,7 +109,7 @@ class TaskInfo:
         self.job = spec.job
         self.role = spec.role
         # Read-only after construction: tasks of one shape share the vector.
-        self.resreq, self.best_effort = space.request(spec.request)
+        self.resreq, self.best_effort, self.device_needs = space.request(spec.request)
         self.status = spec.status
         self.node: str | None = spec.node
         self.priority = spec.priority
@@ -122,9 +123,8 @@ class TaskInfo:
         # Status of the last discarded placement (Volcano LastTransaction): the gang plugin counts
         # such tasks as schedulable in its Unschedulable message.
         self.last_tx_status: TaskStatus | None = None
-        # Device ids held on ``node`` (kept by the session's DeviceLedger), and whole devices asked.
+        # Device ids held on ``node`` (kept by the session's DeviceLedger).
         self.devices: list[str] = list(spec.devices)
-        self.device_needs: dict[str, int] = device_needs(spec.request)
 
     def __repr__(self) -> str:
         return f"<Task {self.uid} {self.status.title} {self.node}>"

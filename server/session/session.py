@@ -17,6 +17,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
+from muster.devices import Device
 from muster.quantity import MIN_RESOURCE, from_canonical
 from server.model import (
     ALLOCATED,
@@ -29,7 +30,6 @@ from server.model import (
     PodGroupPhase,
     TaskStatus,
 )
-from server.session.devices import Device
 from server.session.evaluator import NodeEvaluator
 from server.session.extension_points import (
     POINTS,
@@ -102,20 +102,19 @@ class Session:
             self.jobs[job.uid] = job
             self.tasks.update(job.tasks)
         # Tasks holding nodes hold them whatever their job's fate (orphans included).
+        # Holders that name no device ids get the lowest free ones, in snapshot order, once every
+        # holder that names its ids has them.
+        unnamed: list[tuple[TaskInfo, int]] = []
         for job in (*self.jobs.values(), *self.orphan_jobs):
             for task in job.tasks.values():
-                self._attach_existing(task)
-        foreign_tasks = [TaskInfo(f, self.space) for f in snapshot.foreign_tasks]
-        for foreign in foreign_tasks:
-            self._attach_existing(foreign)
-        # Holders that name no device ids get the lowest free ones, in snapshot order.
-        for job in (*self.jobs.values(), *self.orphan_jobs):
-            for task in job.tasks.values():
-                self._give_existing_devices(task)
-        for foreign in foreign_tasks:
-            self._give_existing_devices(foreign)
+                self._attach_existing(task, unnamed)
+        for foreign in snapshot.foreign_tasks:
+            self._attach_existing(TaskInfo(foreign, self.space), unnamed)
+        for task, row in unnamed:
+            self._give_existing_devices(task, row)
         self.nodes.count_unhealthy_as_used()
         self.total_resource = self.nodes.allocatable.sum(axis=0) if len(self.nodes) else self.space.zeros()
+        self._ever_fits: dict[Any, bool] = {}  # shape key -> can_ever_fit
         self.hypernodes = snapshot.hypernodes
 
         self.tiers: list[list[PluginOption]] = config.tiers
@@ -146,20 +145,18 @@ class Session:
                 self.invalid_jobs[uid] = vr
 
     # -- building ---------------------------------------------------------------------------
-    def _attach_existing(self, task: TaskInfo) -> None:
-        """A task that already holds a node at snapshot time (running, binding, releasing ...)."""
+    def _attach_existing(self, task: TaskInfo, unnamed: list[tuple[TaskInfo, int]]) -> None:
+        """A task that already holds a node at snapshot time (running, binding, releasing ...);
+        one that needs device ids but names none goes to ``unnamed``."""
         if task.node is None or task.status == TaskStatus.PENDING or task.status in ENDED:
             return
         i = self.nodes.index.get(task.node)
         if i is not None:
             self.nodes.add_task(i, task)
+            if task.device_needs and not task.devices:
+                unnamed.append((task, i))
 
-    def _give_existing_devices(self, task: TaskInfo) -> None:
-        if not task.device_needs or task.devices or task.node is None:
-            return
-        i = self.nodes.index.get(task.node)
-        if i is None or task.uid not in self.nodes.tasks[i]:  # not holding the node
-            return
+    def _give_existing_devices(self, task: TaskInfo, i: int) -> None:
         ledger = self.nodes.devices
         for resource, count in task.device_needs.items():
             task.devices += [d.id for d in ledger.free(i, resource)[:count]]
@@ -454,7 +451,7 @@ class Session:
             )
         for job in self.orphan_jobs:
             for task in job.tasks.values():
-                result.task_status[task.uid] = (task.status, task.node)
+                self._report_task(task)
         for job in self.jobs.values():
             invalid = self.invalid_jobs.get(job.uid)
             if invalid is not None:
@@ -466,7 +463,7 @@ class Session:
                     job.stage,
                 )
                 for task in job.tasks.values():
-                    result.task_status[task.uid] = (task.status, task.node)
+                    self._report_task(task)
                 continue
             unschedulable = any(c[0] == "Unschedulable" for c in job.conditions)
             phase = job_phase_after(job, unschedulable)
@@ -481,19 +478,23 @@ class Session:
             for task in job.tasks.values():
                 if task.status == TaskStatus.PIPELINED and task.node:
                     result.pipelined[task.uid] = task.node
-                result.task_status[task.uid] = (task.status, task.node)
-        for job in (*self.jobs.values(), *self.orphan_jobs):
-            for task in job.tasks.values():
-                if task.devices and task.node is not None:
-                    result.task_devices[task.uid] = list(task.devices)
+                self._report_task(task)
         return result
 
+    def _report_task(self, task: TaskInfo) -> None:
+        """A task's status, node and device ids in the cycle's result."""
+        self.result.task_status[task.uid] = (task.status, task.node)
+        if task.devices and task.node is not None:
+            self.result.task_devices[task.uid] = list(task.devices)
+
     def can_ever_fit(self, task: TaskInfo) -> bool:
-        """Would the task fit some node of this cluster if that node were empty?"""
-        if not len(self.nodes):
-            return False
-        fits = (self.nodes.allocatable >= task.resreq - MIN_RESOURCE).all(axis=1)
-        return bool((self.evaluator.static_mask(task) & fits).any())
+        """Would the task fit some node of this cluster if that node were empty? Cached per shape
+        (static key and request): asked for every pending task of every waiting job at close."""
+        known = self._ever_fits.get(task.shape_key)
+        if known is None:
+            fits = (self.nodes.allocatable >= task.resreq - MIN_RESOURCE).all(axis=1)
+            known = self._ever_fits[task.shape_key] = bool((self.evaluator.static_mask(task) & fits).any())
+        return known
 
     def never_fits_reason(self, task: TaskInfo) -> str:
         """Why a task fits no node even empty (like sbatch's "Requested node configuration is not

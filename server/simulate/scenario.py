@@ -42,7 +42,7 @@ from server.model import (
     Toleration,
     TYJobSpec,
 )
-from server.session.devices import UNIT, node_devices
+from server.session.devices import node_devices
 
 
 class ScenarioError(ValueError):
@@ -303,22 +303,15 @@ def load_scenario(raw: Any) -> Scenario:
         name = L.unique_name(n, p, seen_nodes, "node")
         if name is None:
             continue
-        allocatable = L.resources(n.get("allocatable"), f"{p}.allocatable")
-        devices = L.devices(n.get("devices"), f"{p}.devices")
-        for d in devices:  # a listed device counts towards its resource
-            if d["type"] not in allocatable:
-                allocatable[d["type"]] = 0.0
-        for d in devices:
-            if allocatable[d["type"]] < sum(1 for x in devices if x["type"] == d["type"]) * UNIT:
-                allocatable[d["type"]] = sum(1 for x in devices if x["type"] == d["type"]) * UNIT
         nodes.append(
             NodeSpec(
                 name=name,
-                allocatable=allocatable,
+                # A listed device counts towards its resource: the session's NodeTable sets it.
+                allocatable=L.resources(n.get("allocatable"), f"{p}.allocatable"),
                 labels=L.string_map(n.get("labels"), f"{p}.labels"),
                 taints=L.taints(n.get("taints"), f"{p}.taints"),
                 unschedulable=L.boolean(n.get("unschedulable"), f"{p}.unschedulable", False),
-                devices=devices,
+                devices=L.devices(n.get("devices"), f"{p}.devices"),
             )
         )
 
