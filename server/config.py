@@ -23,10 +23,12 @@ from typing import Any
 
 from server import yamldoc
 from server.actions import ACTIONS
+from server.actions.kai import KAI_ACTIONS
 from server.model import PriorityClass
 from server.plugins import PLUGINS
+from server.plugins.kai import KAI_PLUGINS
 from server.session.extension_points import ALL_SWITCHES
-from server.session.options import PluginOption, SchedulerConfig
+from server.session.options import PluginOption, SchedulerConfig, parse_go_duration
 
 __all__ = [
     "DEFAULT_CONFIG_YAML", "SWITCHES", "ConfigError", "PluginOption", "SchedulerConfig",
@@ -61,6 +63,13 @@ class ConfigError(ValueError):
 _TOP_KEYS = {
     "actions", "tiers", "configurations", "action_arguments", "extension_points_not_listed",
     "profile", "session", "priorityClasses", "metrics", "cycles", "name",
+}
+
+
+# Per profile, the actions and plugins its names mean: KAI's where both systems have the name.
+PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "volcano": (ACTIONS, PLUGINS),
+    "kai": ({**ACTIONS, **KAI_ACTIONS}, {**PLUGINS, **KAI_PLUGINS}),
 }
 
 
@@ -105,6 +114,10 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
         if key not in _TOP_KEYS and not str(key).startswith("x-"):
             raise ConfigError(f"{path}.{key}: unknown field")
 
+    profile = raw.get("profile", "volcano")
+    if profile not in PROFILES:
+        raise ConfigError(f"{path}.profile: {profile!r} is not volcano or kai")
+    action_registry, plugin_registry = PROFILES[profile]
     actions_raw = raw.get("actions", "enqueue, allocate, backfill")
     if isinstance(actions_raw, str):
         actions = [a.strip() for a in actions_raw.split(",") if a.strip()]
@@ -113,16 +126,14 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
     else:
         raise ConfigError(f"{path}.actions: must be a string or a list of action names")
     for i, a in enumerate(actions):
-        if a not in ACTIONS:
-            raise ConfigError(f"{path}.actions[{i}]: unknown action {a!r} (known: {', '.join(sorted(ACTIONS))})")
+        if a not in action_registry:
+            raise ConfigError(
+                f"{path}.actions[{i}]: unknown action {a!r} (known in profile {profile}: {', '.join(sorted(action_registry))})"
+            )
 
     mode = raw.get("extension_points_not_listed", "enabled")
     if mode not in ("enabled", "disabled"):
         raise ConfigError(f"{path}.extension_points_not_listed: {mode!r} is not enabled or disabled")
-    profile = raw.get("profile", "volcano")
-    if profile not in ("volcano", "kai"):
-        raise ConfigError(f"{path}.profile: {profile!r} is not volcano or kai")
-
     tiers_raw = raw.get("tiers", [])
     if not isinstance(tiers_raw, list):
         raise ConfigError(f"{path}.tiers: must be a list")
@@ -140,9 +151,11 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
             if not isinstance(p, dict) or not isinstance(p.get("name"), str):
                 raise ConfigError(f"{pp}.name: required")
             name = p["name"]
-            plugin_cls = PLUGINS.get(name)
+            plugin_cls = plugin_registry.get(name)
             if plugin_cls is None:
-                raise ConfigError(f"{pp}.name: unknown plugin {name!r} (known: {', '.join(sorted(PLUGINS))})")
+                raise ConfigError(
+                    f"{pp}.name: unknown plugin {name!r} (known in profile {profile}: {', '.join(sorted(plugin_registry))})"
+                )
             switches: dict[str, bool] = {}
             for key, value in p.items():
                 if key in ("name", "arguments"):
@@ -180,7 +193,7 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
             raise ConfigError(f"{path}.action_arguments.{name}: must be a mapping")
         action_arguments.setdefault(name, {}).update(args)
     for name, args in action_arguments.items():
-        action_cls = ACTIONS.get(name)
+        action_cls = action_registry.get(name)
         if action_cls is None:
             raise ConfigError(f"{path}.action_arguments.{name}: unknown action")
         try:
@@ -191,6 +204,7 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
     session = raw.get("session") or {}
     if not isinstance(session, dict):
         raise ConfigError(f"{path}.session: must be a mapping")
+    _check_session(session, f"{path}.session")
     return SchedulerConfig(
         actions=actions,
         tiers=tiers,
@@ -199,7 +213,44 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
         session=dict(session),
         priority_classes=parse_priority_classes(raw.get("priorityClasses"), f"{path}.priorityClasses"),
         yaml_text=text,
+        action_classes={a: action_registry[a] for a in actions},
     )
+
+
+# Scheduler-wide parameters (KAI's ``SchedulerParams``): those Muster acts on, with their check,
+# and those accepted for compatibility that change nothing here.
+SESSION_PARAMETERS: dict[str, str] = {
+    "maxNumberConsolidationPreemptees": "int",  # consolidation's victim-job bound (-1: none, 0: off)
+    "allowConsolidatingReclaim": "bool",  # reclaim victims re-placed elsewhere are not counted as lost
+    "globalDefaultStalenessGracePeriod": "duration",  # stalegangeviction's grace period
+    "gangAcrossBackends": "bool",  # Muster: may a gang span backends (server/scheduler.py)
+}
+SESSION_COMPATIBILITY = frozenset({
+    "queueDepthPerAction", "isInferencePreemptible", "restrictSchedulingNodes", "detailedFitErrors",
+    "useSchedulingSignatures", "fullHierarchyFairness", "numOfStatusRecordingWorkers", "schedulePeriod",
+    "schedulerName", "partitionParams", "k8sClusterPodAffinityInfo", "updatePodEvictionCondition",
+})
+
+
+def _check_session(session: dict[str, Any], path: str) -> None:
+    for key, value in session.items():
+        kind = SESSION_PARAMETERS.get(str(key))
+        if kind is None:
+            if key in SESSION_COMPATIBILITY or str(key).startswith("x-"):
+                continue
+            raise ConfigError(f"{path}.{key}: unknown scheduler parameter (known: {', '.join(sorted(SESSION_PARAMETERS))})")
+        if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"{path}.{key}: {value!r} is not an integer")
+        if kind == "bool":
+            _bool(value, f"{path}.{key}")
+        if kind == "duration":
+            try:
+                if isinstance(value, bool) or not isinstance(value, str | int | float):
+                    raise ValueError
+                if isinstance(value, str):
+                    parse_go_duration(value)
+            except ValueError:
+                raise ConfigError(f"{path}.{key}: {value!r} is not a duration (e.g. 60s, 5m)") from None
 
 
 def load_config(text: str) -> SchedulerConfig:

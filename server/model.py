@@ -106,7 +106,7 @@ class NodeSpec:
 class QueueSpec:
     name: str
     parent: str | None = None
-    weight: int = 1
+    weight: float = 1.0  # Volcano weight (>= 1 counts) / KAI over-quota weight (0 allowed)
     guarantee: Resources = field(default_factory=dict)
     deserved: Resources = field(default_factory=dict)
     capability: Resources = field(default_factory=dict)  # absent or inf: unlimited
@@ -135,9 +135,10 @@ class TaskSpec:
     tolerations: list[Toleration] = field(default_factory=list)
     affinity: dict[str, Any] = field(default_factory=dict)  # Kubernetes form (nodeAffinity ...)
     sub_group: str | None = None
-    gpu_groups: list[str] = field(default_factory=list)
+    gpu_groups: list[str] = field(default_factory=list)  # shared GPUs a fractional task sits on
     creation_index: int = 0  # submission order; ties in task order break on it
     devices: list[str] = field(default_factory=list)  # device ids held (a task on a node)
+    gpu_fraction: float = 0.0  # KAI GPU sharing: the share of one GPU asked (0 < f < 1); 0: none
 
 
 @dataclass(slots=True)
@@ -276,6 +277,7 @@ class CycleResult:
     bind_devices: dict[str, list[str]] = field(default_factory=dict)
     # Device ids of every task holding a node after the cycle (bound, running, pipelined ...).
     task_devices: dict[str, list[str]] = field(default_factory=dict)
+    task_gpu_groups: dict[str, list[str]] = field(default_factory=dict)  # fractional tasks: shared GPUs
     pipelined: dict[str, str] = field(default_factory=dict)  # task -> node (releasing resources)
     evictions: dict[str, str] = field(default_factory=dict)  # task -> reason
     moved: dict[str, tuple[str, str]] = field(default_factory=dict)  # task -> (from, to)

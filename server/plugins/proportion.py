@@ -31,7 +31,7 @@ def less_equal_on(left: np.ndarray, right: np.ndarray, req: np.ndarray) -> bool:
 @dataclass
 class QueueAttr:
     name: str
-    weight: int
+    weight: float
     deserved: np.ndarray
     allocated: np.ndarray
     request: np.ndarray

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 
 from server.plugins.base import Plugin
-from server.plugins.util import parse_go_duration
 from server.session.extension_points import ABSTAIN, PERMIT
 from server.session.info import JobInfo
+from server.session.options import parse_go_duration
 from server.session.session import Session
 
 JOB_WAITING_TIME = "sla-waiting-time"

@@ -30,10 +30,10 @@ import numpy as np
 
 from server.model import TaskStatus
 from server.plugins.base import Plugin
-from server.plugins.util import parse_go_duration
 from server.session.evaluator import Predicate, Scorer
 from server.session.extension_points import PERMIT, REJECT
 from server.session.info import JobInfo, TaskInfo
+from server.session.options import parse_go_duration
 from server.session.session import Session
 
 REVOCABLE_ZONE = "volcano.sh/revocable-zone"

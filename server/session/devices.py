@@ -47,6 +47,8 @@ class DeviceLedger:
         self._devices: list[dict[str, list[Device]] | None] = [None] * len(specs)
         self.held: list[dict[str, Any]] = [{} for _ in specs]  # id -> TaskInfo
         self.promised: list[dict[str, Any]] = [{} for _ in specs]
+        # Ids that name a shared GPU group (KAI GPU sharing): not free for a whole-device task.
+        self.shared: list[set[str]] = [set() for _ in specs]
 
     def of(self, row: int) -> dict[str, list[Device]]:
         devs = self._devices[row]
@@ -68,8 +70,8 @@ class DeviceLedger:
 
     def free(self, row: int, resource: str) -> list[Device]:
         """Healthy devices no task holds, in listing order."""
-        held = self.held[row]
-        return [d for d in self.of(row).get(resource, ()) if d.healthy and d.id not in held]
+        held, shared = self.held[row], self.shared[row]
+        return [d for d in self.of(row).get(resource, ()) if d.healthy and d.id not in held and d.id not in shared]
 
     def releasing(self, row: int, resource: str) -> list[Device]:
         """Devices held by a Releasing task: free once it is gone (offered to pipelined tasks only)."""

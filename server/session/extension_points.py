@@ -104,6 +104,15 @@ HyperNodeGradientFn = Callable[[JobInfo], Gradients | None]
 HyperNodeOrderFn = Callable[[JobInfo, dict[str, np.ndarray]], dict[str, float]]
 # (task, node row, device resource, count, candidate devices best first) -> the ids, or None.
 DeviceChoiceFn = Callable[[TaskInfo, int, str, int, list[Device]], list[str] | None]
+# KAI's points. (left queue, right queue, left's next job, right's next job, left's victims, right's).
+QueueJobsCompareFn = Callable[[QueueInfo, QueueInfo, JobInfo | None, JobInfo | None, list[JobInfo], list[JobInfo]], int]
+# (job, the tasks about to be placed) -> "" when within the queues' bounds, else why not.
+JobCapacityFn = Callable[[JobInfo, list[TaskInfo]], str]
+# (reclaimer job, the tasks it places, the victim tasks of a candidate solution) -> is it fair?
+ScenarioCheckFn = Callable[[JobInfo, list[TaskInfo], list[TaskInfo]], bool]
+SolutionStartFn = Callable[[], None]
+# (task, node row, shared GPU group, or "" for a whole free GPU) -> score: the best group first.
+GpuOrderFn = Callable[[TaskInfo, int, str], float]
 # Points where a plugin registers several functions at once may take one or a list.
 Predicates = Predicate | list[Predicate]
 Scorers = Scorer | list[Scorer]
@@ -119,6 +128,31 @@ def first_non_zero(chain: Chain[Callable[[Any, Any], int]], left: Any, right: An
             if r:
                 return r
     return 0
+
+
+def first_non_zero_of(chain: Chain[Callable[..., int]], *args: Any) -> int:
+    """The first plugin, in tier order, with a non-zero answer decides; 0 when every plugin ties (any arity)."""
+    for row in chain:
+        for _, fn in row:
+            r = fn(*args)
+            if r:
+                return r
+    return 0
+
+
+def first_refusal(chain: Chain[JobCapacityFn], job: JobInfo, tasks: list[TaskInfo]) -> str:
+    """The first plugin, in tier order, that refuses (a non-empty reason) decides; none refuses: ""."""
+    for row in chain:
+        for _, fn in row:
+            reason = fn(job, tasks)
+            if reason:
+                return reason
+    return ""
+
+
+def sum_of(chain: Chain[Callable[..., float]], *args: Any) -> float:
+    """The scores of every enabled plugin add up (none registered: 0)."""
+    return sum(fn(*args) for row in chain for _, fn in row)
 
 
 def first_non_zero_given(chain: Chain[VictimQueueCompareFn], left: Any, right: Any, preemptor: Any) -> int:
@@ -333,6 +367,17 @@ POINTS: dict[str, Point] = {
         Point("hypernode_order", Switch("enabledHyperNodeOrder", "hypernode_order"), HyperNodeOrderFn, scores_add),
         Point("device_choice", None, DeviceChoiceFn, first_non_none,
               "Asked when a task that needs device ids is placed; candidates exclude held and unhealthy devices."),
+        # KAI Scheduler's points (asked by the actions of `profile: kai`).
+        Point("queue_jobs_order", None, QueueJobsCompareFn, first_non_zero_of,
+              "KAI: queues compared with the job each would run next (or the victims each would lose)."),
+        Point("job_over_capacity", None, JobCapacityFn, first_refusal, "KAI: queue limits, non-preemptible quota."),
+        Point("non_preemptible_over_quota", None, JobCapacityFn, first_refusal,
+              "KAI: asked before preempting for a job."),
+        Point("can_reclaim", None, JobCheckFn, all_must_pass, "KAI: may this job reclaim at all?"),
+        Point("reclaim_scenario_valid", None, ScenarioCheckFn, all_must_pass,
+              "KAI: is a reclaim solution (its victims) fair to every queue?"),
+        Point("solution_start", None, SolutionStartFn, call_all, "KAI: a victim search for one job begins."),
+        Point("gpu_order", None, GpuOrderFn, sum_of, "KAI: which shared GPU a fractional task takes."),
     )
 }
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from muster.devices import UNIT, device_needs
+from muster.devices import NVIDIA_GPU, UNIT, device_needs
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE, PODS
 from server.model import (
     ALLOCATED,
@@ -98,7 +98,7 @@ class TaskInfo:
     __slots__ = (
         "uid", "name", "namespace", "job", "role", "spec", "resreq", "best_effort", "status",
         "node", "priority", "preemptable", "sub_group", "shape_key", "static_key", "creation_index",
-        "last_tx_status", "devices", "device_needs",
+        "last_tx_status", "devices", "device_needs", "gpu_fraction", "gpu_groups", "evicted_here",
     )
 
     def __init__(self, spec: TaskSpec, space: ResourceSpace) -> None:
@@ -119,12 +119,17 @@ class TaskInfo:
         # Tasks with the same static key pass the same label / taint / affinity predicates; with the
         # same shape key they also compete identically for resources (cache key for evaluation).
         self.static_key = _static_key(spec)
-        self.shape_key = (self.static_key, self.resreq.tobytes())
+        self.shape_key = (self.static_key, self.resreq.tobytes(), spec.gpu_fraction)
         # Status of the last discarded placement (Volcano LastTransaction): the gang plugin counts
         # such tasks as schedulable in its Unschedulable message.
         self.last_tx_status: TaskStatus | None = None
         # Device ids held on ``node`` (kept by the session's DeviceLedger).
         self.devices: list[str] = list(spec.devices)
+        # KAI GPU sharing: the share of one GPU asked (0: none) and the shared GPU group it sits on.
+        self.gpu_fraction = spec.gpu_fraction
+        self.gpu_groups: list[str] = list(spec.gpu_groups) if spec.gpu_fraction else []
+        # Evicted in this session (KAI's virtual Releasing status): such a task may be placed again.
+        self.evicted_here = False
 
     def __repr__(self) -> str:
         return f"<Task {self.uid} {self.status.title} {self.node}>"
@@ -362,7 +367,8 @@ class QueueInfo:
         self.uid = spec.name
         self.name = spec.name
         self.parent = spec.parent
-        self.weight = max(spec.weight, 1)
+        self.weight = max(spec.weight, 1)  # Volcano: weights below 1 count as 1
+        self.over_quota_weight = spec.weight  # KAI: 0 takes no share of what is left over quota
         self.priority = spec.priority
         self.reclaimable = spec.reclaimable
         self.state = spec.state
@@ -413,6 +419,10 @@ class NodeTable:
                     if d is not None:
                         self.allocatable[i, d] = len(devs) * UNIT
         self.idle = self.allocatable.copy()
+        # KAI GPU sharing: per row, shared GPU group -> the fractional tasks on it. A group takes
+        # one whole GPU of the row (``shared_state``); its tasks split that GPU by fraction.
+        self.gpu_dim: int | None = space.index.get(NVIDIA_GPU)
+        self.shared: list[dict[str, list[TaskInfo]]] = [{} for _ in specs]
         self._releasing_tasks = 0
         self._pipelined_tasks = 0
         # Rows changed since the session opened, in order: evaluation caches replay it.
@@ -448,6 +458,8 @@ class NodeTable:
         self.tasks[i][task.uid] = task
         if task.devices:
             self.devices.attach(i, task)
+        if task.gpu_fraction and task.gpu_groups:
+            self._share(i, task, joining=True)
         self.change_log.append(i)
 
     def remove_task(self, i: int, task: TaskInfo) -> None:
@@ -467,7 +479,55 @@ class NodeTable:
         self.tasks[i].pop(task.uid, None)
         if task.devices:
             self.devices.detach(i, task)
+        if task.gpu_fraction and task.gpu_groups:
+            self._share(i, task, joining=False)
         self.change_log.append(i)
+
+    # -- KAI GPU sharing ----------------------------------------------------------------------
+    def _share(self, i: int, task: TaskInfo, joining: bool) -> None:
+        """A fractional task joins or leaves its shared GPU group(s); the row's whole-GPU columns
+        follow the group's state."""
+        d = self.gpu_dim
+        groups = self.shared[i]
+        for name in task.gpu_groups:
+            holders = groups.setdefault(name, [])
+            before = shared_state(holders)
+            if joining:
+                holders.append(task)
+            else:
+                holders[:] = [t for t in holders if t is not task]
+            after = shared_state(holders)
+            if not holders:
+                del groups[name]
+                self.devices.shared[i].discard(name)
+            else:
+                self.devices.shared[i].add(name)
+            if d is not None and before != after:
+                used, releasing, pipelined = (UNIT * (a - b) for a, b in zip(after, before, strict=True))
+                self.idle[i, d] -= used
+                self.used[i, d] += used
+                self.releasing[i, d] += releasing
+                self.pipelined[i, d] += pipelined
+
+    def group_fractions(self, i: int, name: str) -> tuple[float, float]:
+        """A shared GPU's free share now (every holder counted) and once its releasing tasks are
+        gone (pipelined holders counted)."""
+        now = future = 1.0
+        for t in self.shared[i].get(name, ()):
+            now -= t.gpu_fraction
+            if t.status != TaskStatus.RELEASING:
+                future -= t.gpu_fraction
+        return now, future
+
+    def used_gpu_portion(self, i: int, name: str) -> float:
+        return sum(t.gpu_fraction for t in self.shared[i].get(name, ()))
+
+    def whole_gpus(self, i: int) -> tuple[float, float]:
+        """Whole GPUs free now and once releasing tasks are gone (pipelined ones counted)."""
+        d = self.gpu_dim
+        if d is None:
+            return 0.0, 0.0
+        return self.idle[i, d] / UNIT, (self.idle[i, d] + self.releasing[i, d] - self.pipelined[i, d]) / UNIT
 
     def count_unhealthy_as_used(self) -> None:
         """Unhealthy devices no task holds are used capacity: nothing may be placed on them."""
@@ -480,6 +540,19 @@ class NodeTable:
                     self.idle[i, d] -= n * UNIT
                     self.used[i, d] += n * UNIT
 
+
+
+def shared_state(holders: list[TaskInfo]) -> tuple[int, int, int]:
+    """How a shared GPU counts in its row's whole-GPU columns, as (used, releasing, pipelined):
+    held by a running (allocated ...) task: used; held only by releasing tasks (and tasks pipelined
+    behind them): used and releasing, plus pipelined when some wait; only pipelined tasks: pipelined."""
+    active = [t for t in holders if t.status != TaskStatus.PIPELINED]
+    waiting = len(active) < len(holders)
+    if active:
+        if all(t.status == TaskStatus.RELEASING for t in active):
+            return 1, 1, int(waiting)
+        return 1, 0, 0
+    return (0, 0, 1) if holders else (0, 0, 0)
 
 
 def new_queue_infos(specs: list[QueueSpec], space: ResourceSpace) -> dict[str, QueueInfo]:

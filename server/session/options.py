@@ -7,6 +7,7 @@ framework does not depend on the plugin package.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -52,6 +53,8 @@ class SchedulerConfig:
     session: dict[str, Any] = field(default_factory=dict)
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     yaml_text: str = ""
+    # Per action name, its class for this profile (resolved by the config parser, like plugins).
+    action_classes: dict[str, Any] = field(default_factory=dict)
 
     def plugin(self, name: str) -> PluginOption | None:
         for tier in self.tiers:
@@ -59,3 +62,30 @@ class SchedulerConfig:
                 if p.name == name:
                     return p
         return None
+
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_go_duration(text: str) -> float:
+    """Go ``time.ParseDuration`` in seconds; ValueError on a malformed string."""
+    s = text.strip() if isinstance(text, str) else ""
+    if not s:
+        raise ValueError(f"invalid duration {text!r}")
+    sign = 1.0
+    if s[0] in "+-":
+        sign = -1.0 if s[0] == "-" else 1.0
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    total, pos = 0.0, 0
+    while pos < len(s):
+        m = _DURATION.match(s, pos)
+        if m is None or m.group(1) in ("", "."):
+            raise ValueError(f"invalid duration {text!r}")
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos == 0:
+        raise ValueError(f"invalid duration {text!r}")
+    return sign * total

@@ -37,9 +37,11 @@ from server.session.extension_points import (
     DeviceChoiceFn,
     EventHandler,
     EvictableFn,
+    GpuOrderFn,
     Gradients,
     HyperNodeGradientFn,
     HyperNodeOrderFn,
+    JobCapacityFn,
     JobCheckFn,
     JobCompareFn,
     JobNotifyFn,
@@ -47,8 +49,11 @@ from server.session.extension_points import (
     Predicates,
     QueueCheckFn,
     QueueCompareFn,
+    QueueJobsCompareFn,
     QueueTaskCheckFn,
+    ScenarioCheckFn,
     Scorers,
+    SolutionStartFn,
     TaskCompareFn,
     ValidateResult,
     VictimQueueCompareFn,
@@ -197,6 +202,20 @@ class Session:
     def register(self, point: Literal["hypernode_order"], plugin: str, fn: HyperNodeOrderFn) -> None: ...
     @overload
     def register(self, point: Literal["device_choice"], plugin: str, fn: DeviceChoiceFn) -> None: ...
+    @overload
+    def register(self, point: Literal["queue_jobs_order"], plugin: str, fn: QueueJobsCompareFn) -> None: ...
+    @overload
+    def register(
+        self, point: Literal["job_over_capacity", "non_preemptible_over_quota"], plugin: str, fn: JobCapacityFn
+    ) -> None: ...
+    @overload
+    def register(self, point: Literal["can_reclaim"], plugin: str, fn: JobCheckFn) -> None: ...
+    @overload
+    def register(self, point: Literal["reclaim_scenario_valid"], plugin: str, fn: ScenarioCheckFn) -> None: ...
+    @overload
+    def register(self, point: Literal["solution_start"], plugin: str, fn: SolutionStartFn) -> None: ...
+    @overload
+    def register(self, point: Literal["gpu_order"], plugin: str, fn: GpuOrderFn) -> None: ...
 
     def register(self, point: str, plugin: str, fn: Any) -> None:
         if point not in POINTS:
@@ -274,6 +293,37 @@ class Session:
         if left.creation_index != right.creation_index:
             return left.creation_index < right.creation_index
         return left.uid < right.uid
+
+    # -- KAI's points ---------------------------------------------------------------------------
+    def queue_jobs_order(
+        self, left: QueueInfo, right: QueueInfo, left_job: JobInfo | None, right_job: JobInfo | None,
+        left_victims: list[JobInfo], right_victims: list[JobInfo],
+    ) -> bool:
+        """Does ``left`` go first? The plugins' answer; ties: creation order, then name."""
+        r = self._combined["queue_jobs_order"](left, right, left_job, right_job, left_victims, right_victims)
+        if r:
+            return r < 0
+        if left.creation_index != right.creation_index:
+            return left.creation_index < right.creation_index
+        return left.uid < right.uid
+
+    def job_over_capacity(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
+        return self._combined["job_over_capacity"](job, tasks)
+
+    def non_preemptible_over_quota(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
+        return self._combined["non_preemptible_over_quota"](job, tasks)
+
+    def can_reclaim(self, job: JobInfo) -> bool:
+        return self._combined["can_reclaim"](job)
+
+    def reclaim_scenario_valid(self, job: JobInfo, tasks: list[TaskInfo], victims: list[TaskInfo]) -> bool:
+        return self._combined["reclaim_scenario_valid"](job, tasks, victims)
+
+    def solution_start(self) -> None:
+        self._combined["solution_start"]()
+
+    def gpu_order(self, task: TaskInfo, row: int, group: str) -> float:
+        return self._combined["gpu_order"](task, row, group)
 
     def job_ready(self, job: JobInfo) -> bool:
         return self._combined["job_ready"](job)
@@ -380,6 +430,21 @@ class Session:
             if h.allocate:
                 h.allocate(task)
 
+    def lift_task(self, task: TaskInfo) -> None:
+        """An evicted task leaves its node to be placed elsewhere (KAI moves victims): its node,
+        GPU groups and device ids are let go; ``return_task`` undoes this."""
+        assert task.node is not None
+        self.nodes.remove_task(self.nodes.index[task.node], task)
+        task.node = None
+        task.gpu_groups = []
+        task.devices = []
+
+    def return_task(self, task: TaskInfo, node: str, status: TaskStatus) -> None:
+        job = self.jobs[task.job]
+        job.update_task_status(task, status)
+        task.node = node
+        self.nodes.add_task(self.nodes.index[node], task)
+
     def unplace_task(self, task: TaskInfo, previous: TaskStatus) -> None:
         assert task.node is not None
         self.nodes.remove_task(self.nodes.index[task.node], task)
@@ -387,6 +452,8 @@ class Session:
         self.jobs[task.job].update_task_status(task, previous)
         task.node = None
         task.devices = []
+        if task.gpu_fraction:
+            task.gpu_groups = []
         for h in self.event_handlers:
             if h.deallocate:
                 h.deallocate(task)
@@ -486,6 +553,8 @@ class Session:
         self.result.task_status[task.uid] = (task.status, task.node)
         if task.devices and task.node is not None:
             self.result.task_devices[task.uid] = list(task.devices)
+        if task.gpu_groups and task.node is not None:
+            self.result.task_gpu_groups[task.uid] = list(task.gpu_groups)
 
     def can_ever_fit(self, task: TaskInfo) -> bool:
         """Would the task fit some node of this cluster if that node were empty? Cached per shape

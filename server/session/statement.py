@@ -32,6 +32,11 @@ class Operation:
     node: str
     previous_status: TaskStatus
     reason: str = ""
+    # A task placed while it still held a node (an evicted victim placed again: KAI consolidation
+    # moves it): where it was, with the GPU groups and device ids it held there.
+    moved_from: str | None = None
+    moved_groups: tuple[str, ...] = ()
+    moved_devices: tuple[str, ...] = ()
 
 
 class Statement:
@@ -49,13 +54,29 @@ class Statement:
 
     def pipeline(self, task: TaskInfo, node: str) -> None:
         prev = task.status
+        if task.node is not None:  # an evicted victim placed again: it moves
+            origin = Operation(Op.PIPELINE, task, node, prev, moved_from=task.node,
+                               moved_groups=tuple(task.gpu_groups), moved_devices=tuple(task.devices))
+            self.ssn.lift_task(task)
+            self.ssn.place_task(task, node, TaskStatus.PIPELINED)
+            self.operations.append(origin)
+            return
         self.ssn.place_task(task, node, TaskStatus.PIPELINED)
         self.operations.append(Operation(Op.PIPELINE, task, node, prev))
+
+    def convert_to_pipelined(self, job: str) -> None:
+        """KAI: when one task of a gang could only be pipelined, the tasks of the job allocated by
+        this statement are pipelined too (none binds before the whole gang can)."""
+        for o in self.operations:
+            if o.op is Op.ALLOCATE and o.task.job == job:
+                self.ssn.change_status_on_node(o.task, TaskStatus.PIPELINED)
+                o.op = Op.PIPELINE
 
     def evict(self, task: TaskInfo, reason: str) -> None:
         prev = task.status
         assert task.node is not None, "only a task on a node can be evicted"
         self.ssn.change_status_on_node(task, TaskStatus.RELEASING)
+        task.evicted_here = True
         self.operations.append(Operation(Op.EVICT, task, task.node, prev, reason))
 
     def checkpoint(self) -> int:
@@ -72,14 +93,23 @@ class Statement:
     def _undo(self, o: Operation) -> None:
         if o.op is Op.EVICT:
             self.ssn.change_status_on_node(o.task, o.previous_status)
+            o.task.evicted_here = False
+        elif o.moved_from is not None:
+            self.ssn.unplace_task(o.task, o.previous_status)
+            o.task.gpu_groups, o.task.devices = list(o.moved_groups), list(o.moved_devices)
+            self.ssn.return_task(o.task, o.moved_from, o.previous_status)
         else:
             self.ssn.unplace_task(o.task, o.previous_status)
 
     def commit(self) -> None:
         """Make the operations decisions: evictions first, then binds (Volcano's order)."""
+        moves = {o.task.uid: o for o in self.operations if o.moved_from is not None}
         for o in self.operations:
             if o.op is Op.EVICT:
                 self.ssn.dispatch_evict(o.task, o.reason)
+                move = moves.get(o.task.uid)
+                if move is not None:
+                    self.ssn.result.moved[o.task.uid] = (o.node, move.node)
             elif o.op is Op.ALLOCATE:
                 self.ssn.dispatch_bind(o.task)
         self.operations = []

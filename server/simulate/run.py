@@ -29,6 +29,7 @@ def _advance(snapshot: ClusterSnapshot, result: CycleResult) -> None:
                 status, node = TaskStatus.PENDING, None
             task.status, task.node = status, node
             task.devices = list(result.task_devices.get(task.uid, [])) if node is not None else []
+            task.gpu_groups = list(result.task_gpu_groups.get(task.uid, [])) if node is not None else []
             kept.append(task)
         job.tasks = kept
 
@@ -41,6 +42,7 @@ def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any
     moved: dict[str, dict[str, str]] = {}
     released: dict[str, tuple[TaskStatus, str | None]] = {}
     released_devices: dict[str, list[str]] = {}
+    released_groups: dict[str, list[str]] = {}
     result = CycleResult(cycle_id=0)
     for cycle in range(1, total + 1):
         result = core.run_cycle(scenario.snapshot, cycle)
@@ -54,17 +56,18 @@ def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any
             if state[0] == TaskStatus.RELEASING:
                 released[uid] = state
                 released_devices[uid] = result.task_devices.get(uid, [])
+                released_groups[uid] = result.task_gpu_groups.get(uid, [])
         if cycle < total:
             _advance(scenario.snapshot, result)
     tasks: dict[str, dict[str, Any]] = {
-        uid: {"status": s.title, "node": n, "gpu_groups": [], "devices": released_devices[uid]}
+        uid: {"status": s.title, "node": n, "gpu_groups": released_groups[uid], "devices": released_devices[uid]}
         for uid, (s, n) in released.items()
     }
     for uid, (status, node) in result.task_status.items():
         tasks[uid] = {
             "status": status.title,
             "node": node,
-            "gpu_groups": [],
+            "gpu_groups": result.task_gpu_groups.get(uid, []) if node is not None else [],
             "devices": result.task_devices.get(uid, []) if node is not None else [],
         }
     jobs: dict[str, dict[str, Any]] = {}

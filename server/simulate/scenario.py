@@ -157,6 +157,35 @@ class _Loader:
             return default
         return obj
 
+    def number(self, obj: Any, path: str, default: float) -> float:
+        """A number >= 0 (a queue weight: KAI's over-quota weights may be 0 or fractional)."""
+        if obj is None:
+            return default
+        if isinstance(obj, bool) or not isinstance(obj, int | float):
+            self.problem(path, f"{obj!r} is not a number")
+            return default
+        if obj < 0:
+            self.problem(path, f"{obj} must not be negative")
+            return default
+        return float(obj)
+
+    def fraction(self, obj: Any, path: str) -> float:
+        """A GPU fraction: a number above 0 and below 1 (absent: 0, no sharing)."""
+        if obj is None:
+            return 0.0
+        if isinstance(obj, bool) or not isinstance(obj, int | float | str):
+            self.problem(path, f"{obj!r} is not a number")
+            return 0.0
+        try:
+            value = float(obj)
+        except ValueError:
+            self.problem(path, f"{obj!r} is not a number")
+            return 0.0
+        if not 0.0 < value < 1.0:
+            self.problem(path, f"{value} is not a fraction of one GPU (above 0, below 1)")
+            return 0.0
+        return value
+
     def duration(self, obj: Any, path: str) -> float | None:
         if obj is None:
             return None
@@ -327,13 +356,13 @@ def load_scenario(raw: Any) -> Scenario:
         state = q.get("state", "Open")
         if state not in ("Open", "Closing", "Closed"):
             L.problem(f"{p}.state", f"{state!r} is not Open, Closing or Closed")
-        weight = L.integer(q.get("weight"), f"{p}.weight", 1)
+        weight = L.number(q.get("weight"), f"{p}.weight", 1.0)
         queues.append(
             QueueSpec(
                 name=name,
                 parent=q.get("parent"),
-                weight=weight if weight > 0 else 1,
-                guarantee=L.resources(q.get("guarantee"), f"{p}.guarantee"),
+                weight=weight,
+                guarantee=L.resources(q.get("guarantee"), f"{p}.guarantee", unlimited=True),
                 deserved=L.resources(q.get("deserved"), f"{p}.deserved"),
                 capability=L.resources(q.get("capability"), f"{p}.capability", unlimited=True),
                 priority=L.integer(q.get("priority"), f"{p}.priority", 0),
@@ -431,6 +460,7 @@ def load_scenario(raw: Any) -> Scenario:
                     gpu_groups=[str(g) for g in L.items(t.get("gpu_groups"), f"{tp}.gpu_groups")],
                     creation_index=creation,
                     devices=[str(d) for d in L.items(t.get("devices"), f"{tp}.devices")],
+                    gpu_fraction=L.fraction(t.get("gpu_fraction"), f"{tp}.gpu_fraction"),
                 )
             )
             creation += 1

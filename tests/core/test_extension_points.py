@@ -17,7 +17,7 @@ from typing import Any, ClassVar, get_args, get_type_hints
 
 import numpy as np
 import pytest
-from core_helpers import job, node, snapshot
+from core_helpers import NS, job, node, snapshot
 
 from server.config import SWITCHES, load_config
 from server.model import QueueSpec
@@ -614,3 +614,59 @@ def test_docs_extension_point_table_is_generated_from_the_code() -> None:
 def test_docs_switch_table_is_generated_from_the_code() -> None:
     assert _generated("switches") == switches_markdown_table(), REGENERATE
     assert render_docs(DOCS.read_text()) == DOCS.read_text(), REGENERATE
+
+
+# -- KAI's points ----------------------------------------------------------------------------------
+@covers("queue_jobs_order")
+def test_queue_jobs_order_first_non_zero_then_creation_order() -> None:
+    seen: list[tuple[Any, ...]] = []
+    register(a={"queue_jobs_order": lambda *args: seen.append(args) or 0},
+             b={"queue_jobs_order": lambda lq, rq, lj, rj, lv, rv: 1 if lq.name == "q1" else -1},
+             c={"queue_jobs_order": lambda *args: -1})
+    ssn = open_session()
+    q1, q2, j1 = ssn.queues["q1"], ssn.queues["q2"], ssn.jobs[f"{NS}/j1"]
+    assert ssn.queue_jobs_order(q1, q2, j1, None, [], []) is False  # a ties, b decides (q2 first)
+    assert seen and seen[0][2] is j1 and seen[0][3] is None  # the jobs reach every plugin
+    register(a={}, b={}, c={})
+    ssn = open_session()
+    assert ssn.queue_jobs_order(ssn.queues["q1"], ssn.queues["q2"], None, None, [], []) is True  # creation order
+
+
+@covers("job_over_capacity", "non_preemptible_over_quota")
+def test_capacity_checks_first_refusal_decides() -> None:
+    for point in ("job_over_capacity", "non_preemptible_over_quota"):
+        register(a={point: lambda j, ts: ""}, b={point: lambda j, ts: "queue q1 is full"},
+                 c={point: lambda j, ts: "never asked"})
+        ssn = open_session()
+        ask = ssn.job_over_capacity if point == "job_over_capacity" else ssn.non_preemptible_over_quota
+        assert ask(ssn.jobs[f"{NS}/j1"], []) == "queue q1 is full"
+        register(a={point: lambda j, ts: ""}, b={}, c={})
+        ssn = open_session()
+        ask = ssn.job_over_capacity if point == "job_over_capacity" else ssn.non_preemptible_over_quota
+        assert ask(ssn.jobs[f"{NS}/j1"], []) == ""
+
+
+@covers("can_reclaim", "reclaim_scenario_valid")
+def test_reclaim_checks_all_must_pass() -> None:
+    register(a={"can_reclaim": lambda j: True, "reclaim_scenario_valid": lambda j, ts, v: True},
+             c={"can_reclaim": lambda j: j.name == "j1", "reclaim_scenario_valid": lambda j, ts, v: len(v) < 2})
+    ssn = open_session()
+    j1, j2 = ssn.jobs[f"{NS}/j1"], ssn.jobs[f"{NS}/j2"]
+    assert ssn.can_reclaim(j1) and not ssn.can_reclaim(j2)
+    assert ssn.reclaim_scenario_valid(j1, [], []) and not ssn.reclaim_scenario_valid(j1, [], list(ssn.tasks.values()) * 2)
+
+
+@covers("solution_start")
+def test_solution_start_calls_every_plugin() -> None:
+    calls: list[str] = []
+    register(a={"solution_start": lambda: calls.append("a")}, d={"solution_start": lambda: calls.append("d")})
+    open_session().solution_start()
+    assert calls == ["a", "d"]
+
+
+@covers("gpu_order")
+def test_gpu_order_scores_add_up() -> None:
+    register(a={"gpu_order": lambda t, row, g: 1.5}, c={"gpu_order": lambda t, row, g: 2.0 if g else 0.0})
+    ssn = open_session()
+    t = next(iter(ssn.tasks.values()))
+    assert ssn.gpu_order(t, 0, "g1") == 3.5 and ssn.gpu_order(t, 0, "") == 1.5

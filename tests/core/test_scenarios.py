@@ -13,6 +13,8 @@ examples/scenarios/*.yaml is run through ``muster simulate`` and must produce wh
   tasks       task -> status after the run
   devices     task -> the device ids it holds after the run
   scheduleStates  TYJob -> TY-Arranger schedule state
+  nodes       task -> the node it is on after the run
+  gpuGroups   task -> its shared GPU groups, up to renaming per node (KAI's test matcher)
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from server.simulate import simulate_text
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / "tests" / "scenarios").glob("*.yaml")) + sorted((ROOT / "examples" / "scenarios").glob("*.yaml"))
 KNOWN = {"source", "cycles", "binds", "pipelined", "evictions", "phases", "conditions", "tasks", "devices",
-         "scheduleStates"}
+         "scheduleStates", "nodes", "gpuGroups"}
 
 
 def check(expect: dict[str, Any], out: dict[str, Any]) -> list[str]:
@@ -55,6 +57,20 @@ def check(expect: dict[str, Any], out: dict[str, Any]) -> list[str]:
         same(f"devices[{task}]", devices, out["tasks"].get(task, {}).get("devices"))
     for job, state in (expect.get("scheduleStates") or {}).items():
         same(f"scheduleStates[{job}]", state, out["jobs"].get(job, {}).get("scheduleState"))
+    for task, node in (expect.get("nodes") or {}).items():
+        same(f"nodes[{task}]", node, out["tasks"].get(task, {}).get("node"))
+    # Expected group names are labels: per node, each must stand for one actual group throughout.
+    seen: dict[tuple[str | None, str], str] = {}
+    for task, groups in (expect.get("gpuGroups") or {}).items():
+        got = out["tasks"].get(task, {})
+        actual = got.get("gpu_groups") or []
+        if len(actual) != len(groups):
+            problems.append(f"gpuGroups[{task}]: expected {len(groups)} group(s) {groups!r}, got {actual!r}")
+            continue
+        for label, name in zip(groups, actual, strict=True):
+            key = (got.get("node"), str(label))
+            if seen.setdefault(key, name) != name:
+                problems.append(f"gpuGroups[{task}]: group {label!r} on {key[0]} is {seen[key]!r} elsewhere, {name!r} here")
     return problems
 
 

@@ -1,0 +1,129 @@
+"""Placing one job the KAI way, shared by allocate and the victim search (consolidation, reclaim,
+preempt): the job's tasks for this attempt (its missing gang members, or one more task of an elastic
+job) must all be placed, each on the best-scoring node it fits -- on free resources, or pipelined onto
+resources being released (always pipelined when the caller only simulates) -- within its queues'
+limits; a fractional GPU task takes the shared GPU ``gpu_order`` ranks first, or a whole free GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from muster.devices import NVIDIA_GPU
+from server.session.info import JobInfo, TaskInfo
+from server.session.kai import fraction_fits, tasks_to_allocate
+from server.session.session import Session
+from server.session.statement import Statement
+
+
+def allocate_job(ssn: Session, stmt: Statement, job: JobInfo, tasks: list[TaskInfo] | None = None,
+                 pipeline_only: bool = False) -> bool:
+    """Place ``tasks`` (default: the job's tasks for this attempt) or none: False leaves the
+    statement's new operations for the caller to discard."""
+    if tasks is None:
+        tasks = tasks_to_allocate(job, ssn.task_order_fn, real=not pipeline_only)
+    refusal = ssn.job_over_capacity(job, tasks)
+    if refusal:
+        if not pipeline_only:
+            job.queue_verdict = refusal
+            ssn.set_condition(job, "Unschedulable", "OverLimit", refusal)
+        return False
+    for placed, task in enumerate(tasks):
+        if not allocate_task(ssn, stmt, task, pipeline_only):
+            if not pipeline_only:
+                _record_failure(ssn, job, task, placed)
+            return False
+    return True
+
+
+def allocate_task(ssn: Session, stmt: Statement, task: TaskInfo, pipeline_only: bool) -> bool:
+    rows = ordered_rows(ssn, task)
+    if rows is None:
+        return False
+    for row, fits_now in rows:
+        node = ssn.nodes.names[row]
+        if task.gpu_fraction:
+            group, on_idle = choose_group(ssn, task, row, pipeline_only or not fits_now)
+            if group is None:
+                continue
+            task.gpu_groups = [group]
+            if on_idle:
+                stmt.allocate(task, node)
+            else:
+                stmt.pipeline(task, node)
+            return True
+        if fits_now and not pipeline_only:
+            stmt.allocate(task, node)
+        else:
+            stmt.pipeline(task, node)
+        return True
+    return False
+
+
+def ordered_rows(ssn: Session, task: TaskInfo) -> list[tuple[int, bool]] | None:
+    """The nodes the task fits (predicates, and resources once releasing tasks are gone), best
+    score first (ties: by node name), each with whether it fits free resources now."""
+    n = len(ssn.nodes)
+    if not n:
+        return None
+    future_ok, idle_ok = ssn.evaluator.feasible(task)
+    if task.gpu_fraction:
+        for i in np.nonzero(future_ok)[0]:
+            f_future, f_now = fraction_fits(ssn.nodes, int(i), task.gpu_fraction)
+            future_ok[i] = f_future
+            idle_ok[i] = idle_ok[i] and f_now
+    all_rows = np.arange(n)
+    scores = ssn.evaluator.scores(task, all_rows)
+    order = np.argsort(-scores, kind="stable")
+    return [(int(i), bool(idle_ok[i])) for i in order if future_ok[i]]
+
+
+def choose_group(ssn: Session, task: TaskInfo, row: int, pipeline: bool) -> tuple[str | None, bool]:
+    """The shared GPU for a fractional task on ``row``: the group ``gpu_order`` scores highest
+    among those it fits (now, or once releasing tasks are gone), or a whole free GPU as a new
+    group. Returns (group, placed on free resources now)."""
+    nodes = ssn.nodes
+    f = task.gpu_fraction
+    candidates: list[tuple[float, int, str, bool]] = []
+    for k, group in enumerate(sorted(nodes.shared[row])):
+        now, future = nodes.group_fractions(row, group)
+        if future >= f - 1e-9 or now >= f - 1e-9:
+            candidates.append((ssn.gpu_order(task, row, group), k, group, now >= f - 1e-9))
+    whole_now, whole_future = nodes.whole_gpus(row)
+    if whole_now >= 1 - 1e-9 or whole_future >= 1 - 1e-9:
+        candidates.append((ssn.gpu_order(task, row, ""), len(candidates) + 10**6, "", whole_now >= 1 - 1e-9))
+    if not candidates:
+        return None, False
+    candidates.sort(key=lambda c: (-c[0], c[1]))
+    _, _, group, now = candidates[0]
+    if not group:
+        group = new_group_name(ssn, row, releasing=not now)
+    return group, now and not pipeline
+
+
+def new_group_name(ssn: Session, row: int, releasing: bool) -> str:
+    """A new shared GPU is named by the device id of the GPU it takes (one being released when the
+    task is pipelined onto it), so the agent can hand the task that GPU."""
+    ledger = ssn.nodes.devices
+    taken = set(ssn.nodes.shared[row])
+    pool = (ledger.releasing(row, NVIDIA_GPU) if releasing else []) + ledger.free(row, NVIDIA_GPU)
+    for d in pool:
+        if d.id not in taken:
+            return d.id
+    k = 0
+    while f"shared-{k}" in taken:
+        k += 1
+    return f"shared-{k}"
+
+
+def _record_failure(ssn: Session, job: JobInfo, task: TaskInfo, placed: int) -> None:
+    fe = ssn.evaluator.fit_errors(task)
+    job.fit_errors[task.uid] = fe
+    detail = fe.describe()
+    if job.min_available > 1 and placed < job.min_available:
+        message = (f"Resources were found for {placed} pods while {job.min_available} are required for gang "
+                   f"scheduling. Additional pods cannot be scheduled due to: {detail}")
+    else:
+        message = f"Resources were not found for pod {task.namespace}/{task.name} due to: {detail}"
+    job.job_fit_error = message
+    ssn.set_condition(job, "Unschedulable", "NotEnoughResources", message)

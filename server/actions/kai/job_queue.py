@@ -1,0 +1,121 @@
+"""KAI's job queue: jobs ordered through the queue hierarchy (departments, then queues).
+
+Each pop walks from the top-level queues down to a leaf queue, at every level taking the queue the
+``queue_jobs_order`` point puts first, comparing queues with the job each would run next; the leaf
+gives its first job by ``job_order``. As a *victim* queue everything is reversed: the queue that
+should lose first (compared with the jobs it would lose, those already given up included), and in
+it the last job by job order. Every pop re-compares, so allocations made since the last pop count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from server.model import TaskStatus
+from server.session.info import JobInfo, QueueInfo
+from server.session.kai import ACTIVE_ALLOCATED, is_preemptible, ready_for_scheduling
+from server.session.session import Session
+
+
+@dataclass(frozen=True)
+class Filters:
+    unready: bool = False  # leave out jobs with fewer alive tasks than a pod set's minimum
+    non_pending: bool = False  # leave out jobs with no pending task
+    non_preemptible: bool = False
+    non_active: bool = False  # leave out jobs with no active allocated task
+
+
+class JobsByQueue:
+    def __init__(self, ssn: Session, *, victims: bool = False) -> None:
+        self.ssn = ssn
+        self.victims = victims
+        self.jobs: dict[str, list[JobInfo]] = {}
+        self.popped: dict[str, list[JobInfo]] = {}
+        self.children: dict[str, list[str]] = {}
+        for q in ssn.queues.values():
+            if q.parent and q.parent in ssn.queues:
+                self.children.setdefault(q.parent, []).append(q.name)
+
+    def fill(self, jobs: Iterable[JobInfo], filters: Filters) -> JobsByQueue:
+        for job in jobs:
+            if filters.unready and not ready_for_scheduling(job):
+                continue
+            if filters.non_pending and not job.index[TaskStatus.PENDING]:
+                continue
+            if filters.non_preemptible and not is_preemptible(job):
+                continue
+            if filters.non_active and not any(t.status in ACTIVE_ALLOCATED for t in job.tasks.values()):
+                continue
+            self.push(job)
+        return self
+
+    def _is_leaf(self, name: str) -> bool:
+        return name not in self.children
+
+    def push(self, job: JobInfo) -> None:
+        queue = self.ssn.queues.get(job.queue)
+        if queue is None or not self._is_leaf(queue.name):
+            return
+        if queue.parent and queue.parent not in self.ssn.queues:
+            return
+        self.jobs.setdefault(queue.name, []).append(job)
+
+    def empty(self) -> bool:
+        return not any(self.jobs.values())
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.jobs.values())
+
+    # -- ordering --------------------------------------------------------------------------------
+    def _job_first(self, a: JobInfo, b: JobInfo) -> bool:
+        return self.ssn.job_order_fn(b, a) if self.victims else self.ssn.job_order_fn(a, b)
+
+    def _next_job(self, leaf: str) -> JobInfo | None:
+        best: JobInfo | None = None
+        for job in self.jobs.get(leaf, ()):
+            if best is None or self._job_first(job, best):
+                best = job
+        return best
+
+    def _has_jobs(self, name: str) -> bool:
+        if self.jobs.get(name):
+            return True
+        return any(self._has_jobs(c) for c in self.children.get(name, ()))
+
+    def _leaf_of(self, name: str) -> str:
+        while not self._is_leaf(name):
+            name = self._best([c for c in self.children[name] if self._has_jobs(c)])
+        return name
+
+    def _representatives(self, name: str) -> tuple[JobInfo | None, list[JobInfo]]:
+        leaf = self._leaf_of(name)
+        nxt = self._next_job(leaf)
+        if self.victims:
+            return None, [*self.popped.get(leaf, []), *([nxt] if nxt is not None else [])]
+        return nxt, []
+
+    def _queue_first(self, a: QueueInfo, b: QueueInfo) -> bool:
+        aj, av = self._representatives(a.name)
+        bj, bv = self._representatives(b.name)
+        first = self.ssn.queue_jobs_order(a, b, aj, bj, av, bv)
+        return not first if self.victims else first
+
+    def _best(self, names: list[str]) -> str:
+        queues = self.ssn.queues
+        best = names[0]
+        for n in names[1:]:
+            if self._queue_first(queues[n], queues[best]):
+                best = n
+        return best
+
+    def pop(self) -> JobInfo:
+        roots = [q.name for q in self.ssn.queues.values()
+                 if (not q.parent or q.parent not in self.ssn.queues) and self._has_jobs(q.name)]
+        leaf = self._leaf_of(self._best(roots))
+        job = self._next_job(leaf)
+        assert job is not None
+        self.jobs[leaf].remove(job)
+        if self.victims:
+            self.popped.setdefault(leaf, []).append(job)
+        return job

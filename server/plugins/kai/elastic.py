@@ -1,0 +1,38 @@
+"""elastic (KAI): jobs below their gang minimum go first, jobs exactly at it before jobs above it,
+so an elastic job grows only after the others have their minimum. Registers: job_order."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from server.plugins.base import Plugin
+from server.session.info import JobInfo
+from server.session.kai import pod_sets
+from server.session.session import Session
+
+
+def min_available_state(job: JobInfo) -> int:
+    """0: below its minimum, 1: exactly at it, 2: above it (in some pod set, none below)."""
+    exactly = True
+    for ps in pod_sets(job):
+        n = ps.active_allocated()
+        if n < ps.min_available:
+            return 0
+        if n > ps.min_available:
+            exactly = False
+    return 1 if exactly else 2
+
+
+class ElasticPlugin(Plugin):
+    name: ClassVar[str] = "elastic"
+
+    def on_session_open(self, ssn: Session) -> None:
+        def order(left: JobInfo, right: JobInfo) -> int:
+            a, b = min_available_state(left), min_available_state(right)
+            if a == 0 and b != 0 or a == 1 and b == 2:
+                return -1
+            if b == 0 and a != 0 or b == 1 and a == 2:
+                return 1
+            return 0
+
+        ssn.register("job_order", self.name, order)

@@ -1,0 +1,29 @@
+"""nodeavailability (KAI): nodes where the task fits on free resources now (+100) before nodes
+where it would wait for releasing ones. Registers: node_order (task scope)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from server.plugins.base import Plugin
+from server.session.extension_points import Scorer
+from server.session.info import TaskInfo
+from server.session.kai import fit_rows
+from server.session.session import Session
+
+AVAILABILITY_SCORE = 100.0
+
+
+class NodeAvailabilityPlugin(Plugin):
+    name: ClassVar[str] = "nodeavailability"
+
+    def on_session_open(self, ssn: Session) -> None:
+        def score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+            if task.best_effort and not task.gpu_fraction:
+                return np.full(len(rows), AVAILABILITY_SCORE)
+            _, now = fit_rows(ssn.nodes, task, rows)
+            return np.where(now, AVAILABILITY_SCORE, 0.0)
+
+        ssn.register("node_order", self.name, Scorer("task", score, plugin=self.name))

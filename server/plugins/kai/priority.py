@@ -1,0 +1,16 @@
+"""priority (KAI): higher job priority first. Registers: job_order (only: in KAI, who may preempt
+whom is the preempt action's rule, not this plugin's)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from server.plugins.base import Plugin
+from server.session.session import Session
+
+
+class KaiPriorityPlugin(Plugin):
+    name: ClassVar[str] = "priority"
+
+    def on_session_open(self, ssn: Session) -> None:
+        ssn.register("job_order", self.name, lambda a, b: 0 if a.priority == b.priority else (-1 if a.priority > b.priority else 1))

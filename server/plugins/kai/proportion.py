@@ -1,0 +1,544 @@
+"""proportion (``profile: kai``): KAI Scheduler's hierarchical fair share.
+
+Per queue and per resource (cpu, memory, GPUs) a queue has a *deserved* quota (scenario
+``guarantee``; cpu and memory without one: unlimited, GPUs: 0), a *limit* (``capability``) and an
+*over-quota weight* (``weight``, for GPUs; cpu and memory weigh 1). Each session divides the cluster
+top-down: every queue first gets its deserved quota (capped by what it requests), then what is left
+goes to the queues still asking, by weight, highest queue priority first, in rounds, whole units
+first and the remainder one unit at a time to the largest leftovers. The result is the queue's
+*fair share*.
+
+Registers: ``queue_jobs_order`` (under-used queues first, then queues whose next job stays within
+deserved quota, priority, no use of a resource the queue may not have, the smaller dominant share
+with the next job, without it, the smaller allocatable share, creation order), ``job_over_capacity``
+(a queue limit up the hierarchy; a non-preemptible job beyond deserved quota), ``non_preemptible_over_quota``,
+``can_reclaim`` (the reclaimer's queue stays within its fair share, a non-preemptible one within
+deserved quota), ``reclaim_scenario_valid`` (each victim queue keeps its fair share, or the reclaimer
+only takes back its deserved quota, and the reclaimer's queue does not become more saturated than a
+sibling it reclaims from), ``solution_start`` and the allocate / deallocate events that keep each
+queue's allocated share.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from muster.devices import NVIDIA_GPU, UNIT
+from muster.quantity import CPU, MEMORY
+from server.model import TaskStatus
+from server.plugins.base import Plugin
+from server.session.extension_points import EventHandler
+from server.session.info import JobInfo, QueueInfo, TaskInfo
+from server.session.kai import (
+    ALLOCATED_SHARE,
+    Quantities,
+    is_preemptible,
+    pod_sets,
+    task_quantities,
+    tasks_to_allocate,
+)
+from server.session.session import Session
+
+RESOURCES = (CPU, MEMORY, NVIDIA_GPU)
+INF = math.inf
+NO_FAIR_SHARE_PENALTY = 1000.0  # a resource the queue may not have counts this much per unit
+
+
+@dataclass
+class Share:
+    deserved: float = 0.0
+    fair: float = 0.0
+    limit: float = INF
+    weight: float = 1.0
+    allocated: float = 0.0
+    allocated_np: float = 0.0  # allocated to non-preemptible jobs
+    request: float = 0.0
+
+    def requestable(self) -> float:
+        return min(self.limit, self.request)
+
+    def allocatable(self) -> float:
+        if self.deserved == INF:
+            return self.limit
+        return min(self.limit, max(self.deserved, self.fair))
+
+
+@dataclass
+class QueueShares:
+    name: str
+    parent: str | None
+    priority: int
+    creation: int
+    children: list[str] = field(default_factory=list)
+    by_resource: dict[str, Share] = field(default_factory=dict)
+
+    def get(self, what: str) -> tuple[float, float, float]:
+        return tuple(getattr(self.by_resource[r], what) for r in RESOURCES)  # type: ignore[return-value]
+
+    def copy(self) -> QueueShares:
+        return QueueShares(self.name, self.parent, self.priority, self.creation, list(self.children),
+                           {r: Share(**vars(s)) for r, s in self.by_resource.items()})
+
+
+Vec3 = tuple[float, float, float]
+
+
+def less_equal(a: Vec3, b: Vec3) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True))
+
+
+def all_less(a: Vec3, b: Vec3) -> bool:
+    return all(x < y for x, y in zip(a, b, strict=True))
+
+
+def add(a: Vec3, b: Vec3, sign: float = 1.0) -> Vec3:
+    return a[0] + sign * b[0], a[1] + sign * b[1], a[2] + sign * b[2]
+
+
+def divide(total: float, queues: list[QueueShares], resource: str) -> None:
+    """Set ``fair`` of sibling queues for one resource out of ``total`` (KAI resource division)."""
+    left = total
+    for q in queues:
+        s = q.by_resource[resource]
+        deserved = total if s.deserved == INF else s.deserved
+        amount = min(deserved, s.requestable())
+        s.fair += amount
+        left -= amount
+    if left <= 0:
+        return
+    priorities = sorted({q.priority for q in queues}, reverse=True)
+    leftovers: dict[int, dict[str, tuple[QueueShares, float]]] = {}
+    for prio in priorities:
+        group = [q for q in queues if q.priority == prio]
+        left, leftovers[prio] = _up_to_fair_share(left, group, resource)
+    for prio in priorities:
+        if left <= 0:
+            break
+        rest = sorted(leftovers[prio].values(), key=lambda e: (-e[1], e[0].creation, e[0].name))
+        for q, _ in rest:
+            if left <= 0:
+                break
+            give = min(1.0, left)  # one unit (a GPU, a millicore, a byte) at a time
+            q.by_resource[resource].fair += give
+            left -= give
+
+
+def _remaining_request(s: Share) -> float:
+    return max(0.0, s.requestable() - s.fair)
+
+
+def _satisfied(s: Share) -> bool:
+    return s.request <= s.fair or (s.limit != INF and s.limit <= s.fair)
+
+
+def _up_to_fair_share(
+    left: float, queues: list[QueueShares], resource: str
+) -> tuple[float, dict[str, tuple[QueueShares, float]]]:
+    leftovers: dict[str, tuple[QueueShares, float]] = {}
+    while True:
+        again = False
+        round_total = left
+        unsatisfied = [q for q in queues if _remaining_request(q.by_resource[resource]) > 0]
+        total_weight = sum(q.by_resource[resource].weight for q in unsatisfied)
+        if total_weight == 0:
+            break
+        weights = {q.name: q.by_resource[resource].weight / total_weight
+                   for q in queues if not _satisfied(q.by_resource[resource])}
+        weight_sum = sum(weights.values())
+        if weight_sum == 0:
+            break
+        for q in queues:
+            if left == 0:
+                break
+            s = q.by_resource[resource]
+            if _satisfied(s) or s.weight == 0:
+                continue
+            requested = _remaining_request(s)
+            share = round_total * weights[q.name] / weight_sum
+            if requested <= share:
+                give = requested
+                leftovers.pop(q.name, None)
+            else:
+                give = max(0.0, math.floor(share))  # whole units first
+                if share - give > 0:
+                    leftovers[q.name] = (q, share - give)
+            if give == 0:
+                continue
+            s.fair += give
+            left -= give
+            again = again or requested < share
+        if not again or left == 0:
+            break
+    return left, leftovers
+
+
+class KaiProportionPlugin(Plugin):
+    name: ClassVar[str] = "proportion"
+    ARGUMENTS: ClassVar[dict[str, object]] = {"relcaimerSaturationMultiplier": 1.0, "kValue": 1.0}
+
+    def on_session_open(self, ssn: Session) -> None:
+        self.ssn = ssn
+        self.dims = ssn.space.index
+        self.multiplier = max(1.0, self.arg_float("relcaimerSaturationMultiplier", 1.0))
+        self.queues = self._build(ssn)
+        self.frozen: dict[str, QueueShares] = {n: q.copy() for n, q in self.queues.items()}
+        self.total = self._total(ssn)
+        self._set_fair_shares()
+        ssn.register("queue_jobs_order", self.name, self.queue_order)
+        ssn.register("job_over_capacity", self.name, self.over_capacity)
+        ssn.register("non_preemptible_over_quota", self.name, self.non_preemptible_over_quota)
+        ssn.register("can_reclaim", self.name, self.can_reclaim)
+        ssn.register("reclaim_scenario_valid", self.name, self.reclaimable)
+        ssn.register("solution_start", self.name, self.solution_start)
+        ssn.add_event_handler(EventHandler(allocate=lambda t: self._on_event(t, 1.0),
+                                           deallocate=lambda t: self._on_event(t, -1.0)))
+
+    # -- building ------------------------------------------------------------------------------
+    def _quantities(self, task: TaskInfo) -> Vec3:
+        return task_quantities(task, self.dims).values()
+
+    def _total(self, ssn: Session) -> Vec3:
+        total = (0.0, 0.0, 0.0)
+        for i in range(len(ssn.nodes)):
+            if not ssn.nodes.specs[i].ready:
+                continue
+            row = ssn.nodes.allocatable[i]
+            cpu = float(row[self.dims[CPU]]) if CPU in self.dims else 0.0
+            mem = float(row[self.dims[MEMORY]]) if MEMORY in self.dims else 0.0
+            gpu = float(row[self.dims[NVIDIA_GPU]]) / UNIT if NVIDIA_GPU in self.dims else 0.0
+            total = add(total, (cpu, mem, gpu))
+        return total
+
+    def _build(self, ssn: Session) -> dict[str, QueueShares]:
+        queues: dict[str, QueueShares] = {}
+        for q in ssn.queues.values():
+            qs = QueueShares(q.name, q.parent if q.parent in ssn.queues else None, q.priority, q.creation_index)
+            for r in RESOURCES:
+                d = self.dims.get(r)
+                has_quota = r in q.spec.guarantee
+                deserved = q.guarantee[d] if d is not None and has_quota else (0.0 if r == NVIDIA_GPU else INF)
+                limit = q.capability[d] if d is not None else INF
+                if r == NVIDIA_GPU:
+                    deserved = deserved / UNIT if deserved != INF else INF
+                    limit = limit / UNIT if limit != INF else INF
+                weight = q.over_quota_weight if r == NVIDIA_GPU else 1.0
+                qs.by_resource[r] = Share(deserved=deserved, limit=limit, weight=weight)
+            queues[q.name] = qs
+        for qs in queues.values():
+            if qs.parent is not None:
+                queues[qs.parent].children.append(qs.name)
+        for job in ssn.jobs.values():
+            np_job = not is_preemptible(job)
+            for t in job.tasks.values():
+                amount = self._quantities(t)
+                if t.status in ALLOCATED_SHARE:
+                    for qs in self._chain(queues, job.queue):
+                        for r, v in zip(RESOURCES, amount, strict=True):
+                            s = qs.by_resource[r]
+                            s.allocated += v
+                            s.request += v
+                            if np_job:
+                                s.allocated_np += v
+                elif t.status == TaskStatus.PENDING:
+                    for qs in self._chain(queues, job.queue):
+                        for r, v in zip(RESOURCES, amount, strict=True):
+                            qs.by_resource[r].request += v
+        return queues
+
+    @staticmethod
+    def _chain(queues: dict[str, QueueShares], leaf: str) -> list[QueueShares]:
+        out = []
+        q = queues.get(leaf)
+        while q is not None:
+            out.append(q)
+            q = queues.get(q.parent) if q.parent is not None else None
+        return out
+
+    def _set_fair_shares(self) -> None:
+        def level(total: Vec3, members: list[QueueShares]) -> None:
+            if not members:
+                return
+            for r, amount in zip(RESOURCES, total, strict=True):
+                divide(amount, members, r)
+            for q in members:
+                level(q.get("fair"), [self.queues[c] for c in q.children])
+
+        level(self.total, [q for q in self.queues.values() if q.parent is None])
+
+    # -- events ----------------------------------------------------------------------------------
+    def _on_event(self, task: TaskInfo, sign: float) -> None:
+        job = self.ssn.jobs.get(task.job)
+        if job is None:
+            return
+        np_job = not is_preemptible(job)
+        amount = self._quantities(task)
+        for qs in self._chain(self.queues, job.queue):
+            for r, v in zip(RESOURCES, amount, strict=True):
+                s = qs.by_resource[r]
+                s.allocated += sign * v
+                if np_job:
+                    s.allocated_np += sign * v
+
+    def solution_start(self) -> None:
+        self.frozen = {n: q.copy() for n, q in self.queues.items()}
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _job_request(self, job: JobInfo | None) -> Vec3:
+        if job is None:
+            return (0.0, 0.0, 0.0)
+        total = Quantities()
+        for t in tasks_to_allocate(job, self.ssn.task_order_fn, real=False):
+            total.add(task_quantities(t, self.dims))
+        return total.values()
+
+    def _tasks_request(self, tasks: list[TaskInfo]) -> Vec3:
+        total = Quantities()
+        for t in tasks:
+            total.add(task_quantities(t, self.dims))
+        return total.values()
+
+    def _dominant_share(self, q: QueueShares, allocated: Vec3) -> float:
+        best = 0.0
+        for r, alloc, total in zip(RESOURCES, allocated, self.total, strict=True):
+            allocatable = q.by_resource[r].allocatable()
+            if allocatable == INF:
+                allocatable = total
+            value = alloc * NO_FAIR_SHARE_PENALTY if allocatable == 0 else alloc / allocatable
+            best = max(best, value)
+        return best
+
+    # -- queue order -----------------------------------------------------------------------------
+    def queue_order(
+        self, lq: QueueInfo, rq: QueueInfo, lj: JobInfo | None, rj: JobInfo | None,
+        lv: list[JobInfo], rv: list[JobInfo],
+    ) -> int:
+        left, right = self.queues.get(lq.name), self.queues.get(rq.name)
+        if left is None:
+            return 1
+        if right is None:
+            return -1
+        l_alloc, r_alloc = left.get("allocated"), right.get("allocated")
+        l_over = all_less(left.get("fair"), l_alloc)
+        r_over = all_less(right.get("fair"), r_alloc)
+        if l_over != r_over:
+            return 1 if l_over else -1
+        l_with = add(l_alloc, self._job_request(lj))
+        r_with = add(r_alloc, self._job_request(rj))
+        l_starved = less_equal(l_with, left.get("deserved"))
+        r_starved = less_equal(r_with, right.get("deserved"))
+        if l_starved != r_starved:
+            return -1 if l_starved else 1
+        if left.priority != right.priority:
+            return -1 if left.priority > right.priority else 1
+        l_violation = any(s.allocatable() == 0 and v > 0 for s, v in zip(left.by_resource.values(), l_with, strict=True))
+        r_violation = any(s.allocatable() == 0 and v > 0 for s, v in zip(right.by_resource.values(), r_with, strict=True))
+        if l_violation != r_violation:
+            return 1 if l_violation else -1
+        l_share = self._dominant_share(left, self._minus_victims(l_with, lv))
+        r_share = self._dominant_share(right, self._minus_victims(r_with, rv))
+        if l_share != r_share:
+            return -1 if l_share < r_share else 1
+        l_share, r_share = self._dominant_share(left, l_alloc), self._dominant_share(right, r_alloc)
+        if l_share != r_share:
+            return -1 if l_share < r_share else 1
+        la = tuple(s.allocatable() for s in left.by_resource.values())
+        ra = tuple(s.allocatable() for s in right.by_resource.values())
+        if not less_equal(ra, la) and less_equal(la, ra):  # type: ignore[arg-type]
+            return -1
+        if not less_equal(la, ra) and less_equal(ra, la):  # type: ignore[arg-type]
+            return 1
+        return 0
+
+    def _minus_victims(self, allocated: Vec3, victims: list[JobInfo]) -> Vec3:
+        for v in victims:
+            total = Quantities()
+            for t in v.tasks.values():
+                if t.status in ALLOCATED_SHARE:
+                    total.add(task_quantities(t, self.dims))
+            allocated = add(allocated, total.values(), -1.0)
+        return allocated
+
+    # -- capacity --------------------------------------------------------------------------------
+    def over_capacity(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
+        requested = self._tasks_request(tasks)
+        for qs in self._chain(self.queues, job.queue):
+            for r, v in zip(RESOURCES, requested, strict=True):
+                s = qs.by_resource[r]
+                if v > 0 and s.limit != INF and s.limit < s.allocated + v:
+                    return (f"queue {qs.name} would exceed its {r} limit: {_fmt(r, s.limit)} allowed, "
+                            f"{_fmt(r, s.allocated)} allocated, {_fmt(r, v)} requested")
+        return self.non_preemptible_over_quota(job, tasks)
+
+    def non_preemptible_over_quota(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
+        if is_preemptible(job):
+            return ""
+        requested = self._tasks_request(tasks)
+        for qs in self._chain(self.queues, job.queue):
+            for r, v in zip(RESOURCES, requested, strict=True):
+                s = qs.by_resource[r]
+                if v > 0 and s.deserved != INF and s.deserved < s.allocated_np + v:
+                    return (f"non-preemptible job over queue {qs.name}'s {r} quota: {_fmt(r, s.deserved)} deserved, "
+                            f"{_fmt(r, s.allocated_np)} allocated to non-preemptible jobs, {_fmt(r, v)} requested")
+        return ""
+
+    # -- reclaim ---------------------------------------------------------------------------------
+    def can_reclaim(self, job: JobInfo) -> bool:
+        q = self.queues.get(job.queue)
+        if q is None:
+            return False
+        requested = self._job_request(job)
+        if not less_equal(add(q.get("allocated"), requested), q.get("fair")):
+            return False
+        if is_preemptible(job):
+            return True
+        return less_equal(add(q.get("allocated_np"), requested), q.get("deserved"))
+
+    def _path(self, queues: dict[str, QueueShares], leaf: str) -> list[QueueShares]:
+        return list(reversed(self._chain(queues, leaf)))
+
+    def _leveled(self, queues: dict[str, QueueShares], a: str, b: str) -> tuple[QueueShares, QueueShares]:
+        pa, pb = self._path(queues, a), self._path(queues, b)
+        x, y = pa[0], pb[0]
+        for i in range(min(len(pa), len(pb))):
+            x, y = pa[i], pb[i]
+            if x.name != y.name:
+                break
+        return x, y
+
+    def reclaimable(self, job: JobInfo, tasks: list[TaskInfo], victims: list[TaskInfo]) -> bool:
+        queues = self.frozen
+        required = self._tasks_request(tasks)
+        by_queue: dict[str, list[Vec3]] = {}
+        for vjob, vtasks in _by_job(self.ssn, victims):
+            bundles = self._victim_bundles(vjob, vtasks)
+            if bundles:
+                by_queue.setdefault(vjob.queue, []).extend(bundles)
+        remaining: dict[str, Vec3] = {}
+        involved: dict[str, set[str]] = {}
+        for vq, bundles in by_queue.items():
+            if vq not in queues or job.queue not in queues:
+                return False
+            rq, eq = self._leveled(queues, job.queue, vq)
+            involved[vq] = {r for b in bundles for r, v in zip(RESOURCES, b, strict=True) if v > 0}
+            remaining.setdefault(eq.name, eq.get("allocated"))
+            for bundle in bundles:
+                if not self._fits_strategy(required, rq, eq, remaining[eq.name]):
+                    return False
+                for qs in self._chain(queues, vq):
+                    remaining[qs.name] = add(remaining.get(qs.name, qs.get("allocated")), bundle, -1.0)
+                    involved.setdefault(qs.name, set()).update(involved[vq])
+        return self._within_boundaries(queues, job, required, remaining, involved)
+
+    def _victim_bundles(self, vjob: JobInfo, vtasks: list[TaskInfo]) -> list[Vec3]:
+        """A victim job's reclaimed resources: each elastic task alone, its gang part together;
+        victims placed again elsewhere (consolidating reclaim) do not count."""
+        allow_moves = _session_bool(self.ssn, "allowConsolidatingReclaim", True)
+        minimums = {ps.name: ps.min_available for ps in pod_sets(vjob)}
+        named = set(vjob.subgroup_min_member)
+        per_set: dict[str, list[TaskInfo]] = {}
+        for t in vtasks:
+            per_set.setdefault(t.sub_group if t.sub_group in named else "", []).append(t)
+        bundles: list[Vec3] = []
+        core: list[TaskInfo] = []
+        for name, ts in per_set.items():
+            m = minimums.get(name, len(ts))
+            core += ts[:m]
+            for t in ts[m:]:
+                b = self._counted([t], allow_moves)
+                if b is not None:
+                    bundles.append(b)
+        b = self._counted(core, allow_moves)
+        if b is not None:
+            bundles.append(b)
+        return bundles
+
+    def _counted(self, tasks: list[TaskInfo], allow_moves: bool) -> Vec3 | None:
+        kept = [t for t in tasks if not (allow_moves and t.status in _ACTIVE_ALLOCATED)]
+        if not kept:
+            return None
+        return self._tasks_request(kept)
+
+    def _fits_strategy(self, required: Vec3, rq: QueueShares, eq: QueueShares, remaining: Vec3) -> bool:
+        # Maintain fair share: the victim queue stays above what it may hold.
+        allocatable = tuple(s.allocatable() for s in eq.by_resource.values())
+        if not less_equal(remaining, allocatable):  # type: ignore[arg-type]
+            return True
+        # Guarantee deserved quota: the reclaimer stays within deserved, the victim above its own.
+        if not less_equal(add(rq.get("allocated"), required), rq.get("deserved")):
+            return False
+        return not less_equal(remaining, eq.get("deserved"))
+
+    def _within_boundaries(
+        self, queues: dict[str, QueueShares], job: JobInfo, required: Vec3,
+        remaining: dict[str, Vec3], involved: dict[str, set[str]],
+    ) -> bool:
+        reclaimer_involved = {r for r, v in zip(RESOURCES, required, strict=True) if v > 0}
+        preemptible = is_preemptible(job)
+        for q in self._chain(queues, job.queue):
+            mine = add(remaining.get(q.name, q.get("allocated")), required)
+            for sib_name, sib_remaining in remaining.items():
+                sib = queues[sib_name]
+                if sib.parent != q.parent or sib.name == q.name:
+                    continue
+                resources = involved.get(sib_name, set()) | reclaimer_involved
+                if not self._saturation_lower(resources, mine, q, sib_remaining, sib):
+                    return False
+            if preemptible:
+                continue
+            if not less_equal(add(q.get("allocated_np"), required), q.get("deserved")):
+                return False
+        return True
+
+    def _saturation_lower(
+        self, resources: set[str], mine: Vec3, q: QueueShares, theirs: Vec3, sib: QueueShares
+    ) -> bool:
+        for r in resources:
+            i = RESOURCES.index(r)
+            my_fair, sib_fair = q.by_resource[r].fair, sib.by_resource[r].fair
+            if my_fair == INF and sib_fair == INF:
+                continue
+            mine_ratio, sib_ratio = _ratio(mine[i], my_fair), _ratio(theirs[i], sib_fair)
+            if mine_ratio > 1 and sib_fair > 0 and mine_ratio * self.multiplier >= sib_ratio:
+                return False
+        return True
+
+
+_ACTIVE_ALLOCATED = frozenset(
+    {TaskStatus.ALLOCATED, TaskStatus.PIPELINED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING}
+)
+
+
+def _ratio(allocated: float, fair: float) -> float:
+    if fair == 0:
+        return INF if allocated > 0 else 0.0
+    if fair == INF:
+        return 0.0
+    return allocated / fair
+
+
+def _by_job(ssn: Session, tasks: list[TaskInfo]) -> list[tuple[JobInfo, list[TaskInfo]]]:
+    out: dict[str, tuple[JobInfo, list[TaskInfo]]] = {}
+    for t in tasks:
+        job = ssn.jobs.get(t.job)
+        if job is not None:
+            out.setdefault(job.uid, (job, []))[1].append(t)
+    return list(out.values())
+
+
+def _session_bool(ssn: Session, key: str, default: bool) -> bool:
+    value = ssn.config.session.get(key, default)
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+def _fmt(resource: str, value: float) -> str:
+    if value == INF:
+        return "unlimited"
+    if resource == CPU:
+        return f"{value / 1000:g} cpu"
+    if resource == MEMORY:
+        return f"{value / 2**30:.3g}Gi"
+    return f"{value:g} GPUs"

@@ -1,0 +1,31 @@
+"""resourcetype (KAI): a task that asks no GPU prefers nodes without GPUs (+10), keeping GPU nodes
+for GPU work. Registers: node_order (task scope)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from server.plugins.base import Plugin
+from server.session.extension_points import Scorer
+from server.session.info import TaskInfo
+from server.session.kai import is_gpu_task
+from server.session.session import Session
+
+RESOURCE_TYPE_SCORE = 10.0
+
+
+class ResourceTypePlugin(Plugin):
+    name: ClassVar[str] = "resourcetype"
+
+    def on_session_open(self, ssn: Session) -> None:
+        nodes, dims = ssn.nodes, ssn.space.index
+
+        def score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+            if is_gpu_task(task, dims) or nodes.gpu_dim is None:
+                return np.zeros(len(rows)) if nodes.gpu_dim is not None else np.full(len(rows), RESOURCE_TYPE_SCORE)
+            cpu_only = nodes.allocatable[rows, nodes.gpu_dim] <= 0
+            return np.where(cpu_only, RESOURCE_TYPE_SCORE, 0.0)
+
+        ssn.register("node_order", self.name, Scorer("task", score, plugin=self.name))

@@ -1,0 +1,217 @@
+"""KAI Scheduler's view of a job, shared by the actions and plugins of ``profile: kai``.
+
+KAI splits a PodGroup into pod sets (its sub-groups; a job without sub-groups is one pod set whose
+minimum is the job's minMember). What an action places in one attempt, what it evicts from a victim
+at once, and whether a gang is satisfied are all counted per pod set, with KAI's task statuses:
+*active allocated* (Allocated, Pipelined, Binding, Bound, Running) and *active used* (those and
+Releasing). Quantities follow KAI's proportion plugin: cpu (millicores), memory (bytes) and GPUs
+(whole devices plus shares of shared GPUs).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from muster.devices import NVIDIA_GPU, UNIT
+from muster.quantity import CPU, MEMORY, MIN_RESOURCE
+from server.model import TaskStatus
+from server.session.info import JobInfo, NodeTable, TaskInfo
+
+ACTIVE_ALLOCATED = frozenset(
+    {TaskStatus.ALLOCATED, TaskStatus.PIPELINED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING}
+)
+ACTIVE_USED = ACTIVE_ALLOCATED | {TaskStatus.RELEASING}
+# KAI's "allocated" statuses: what a queue's allocated share counts (Pipelined does not).
+ALLOCATED_SHARE = frozenset({TaskStatus.ALLOCATED, TaskStatus.BOUND, TaskStatus.BINDING, TaskStatus.RUNNING})
+DEFAULT_POD_SET = ""
+# KAI: a job of this priority or more is not preemptible unless it says otherwise.
+NON_PREEMPTIBLE_PRIORITY = 100
+
+TaskLess = Callable[[TaskInfo, TaskInfo], bool]
+
+
+@dataclass
+class PodSet:
+    name: str
+    min_available: int
+    tasks: list[TaskInfo]
+
+    def active_allocated(self) -> int:
+        return sum(1 for t in self.tasks if t.status in ACTIVE_ALLOCATED)
+
+    def active_used(self) -> int:
+        return sum(1 for t in self.tasks if t.status in ACTIVE_USED)
+
+
+def pod_sets(job: JobInfo) -> list[PodSet]:
+    """The job's pod sets: one per sub-group with a minimum, the rest in the default pod set
+    (minimum: the job's minMember when the job has no sub-groups, else all of its tasks)."""
+    named = {name: PodSet(name, n, []) for name, n in job.subgroup_min_member.items()}
+    default = PodSet(DEFAULT_POD_SET, job.min_available, [])
+    for t in sorted(job.tasks.values(), key=lambda t: t.creation_index):
+        target = named.get(t.sub_group or "")
+        (target or default).tasks.append(t)
+    sets = list(named.values())
+    if default.tasks:
+        if named:
+            default.min_available = len(default.tasks)
+        sets.append(default)
+    return sets
+
+
+def with_tasks(job: JobInfo, tasks: list[TaskInfo]) -> JobInfo:
+    """KAI ``CloneWithTasks``: the job seen through some of its tasks (a victim in pieces)."""
+    view = copy.copy(job)
+    view.tasks = {t.uid: t for t in tasks}
+    return view
+
+
+def ready_for_scheduling(job: JobInfo) -> bool:
+    """Every pod set has at least its minimum of alive (pending or active) tasks."""
+    return all(
+        sum(1 for t in ps.tasks if t.status in ACTIVE_ALLOCATED or t.status == TaskStatus.PENDING) >= ps.min_available
+        for ps in pod_sets(job)
+    )
+
+
+def is_preemptible(job: JobInfo) -> bool:
+    if job.preemptible is not None:
+        return job.preemptible
+    return job.priority < NON_PREEMPTIBLE_PRIORITY
+
+
+def should_allocate(task: TaskInfo, real: bool) -> bool:
+    """KAI ``ShouldAllocate``: pending, or (when simulating) evicted in this session."""
+    return task.status == TaskStatus.PENDING or (
+        not real and task.status == TaskStatus.RELEASING and task.evicted_here
+    )
+
+
+def tasks_to_allocate(job: JobInfo, task_less: TaskLess, real: bool) -> list[TaskInfo]:
+    """What one attempt places: for every pod set below its minimum, the tasks it lacks (in task
+    order); once every pod set has its minimum, one more task (an elastic job grows one at a time)."""
+    sets = pod_sets(job)
+    unsatisfied = [ps for ps in sets if ps.active_allocated() < ps.min_available]
+    chosen: list[TaskInfo] = []
+    for ps in unsatisfied or sets:
+        candidates = sorted_tasks([t for t in ps.tasks if should_allocate(t, real)], task_less)
+        if not candidates:
+            continue
+        allocated = ps.active_allocated()
+        want = ps.min_available - allocated if allocated < ps.min_available else 1
+        chosen += candidates[:want]
+        if not unsatisfied:
+            break
+    return chosen
+
+
+def has_tasks_to_allocate(job: JobInfo, real: bool) -> bool:
+    return any(should_allocate(t, real) for t in job.tasks.values())
+
+
+def should_pipeline_job(job: JobInfo) -> bool:
+    """A pod set with a pipelined task and fewer than its minimum of other active tasks: the whole
+    job waits (KAI pipelines every task of it)."""
+    for ps in pod_sets(job):
+        pipelined = any(t.status == TaskStatus.PIPELINED for t in ps.tasks)
+        others = sum(1 for t in ps.tasks if t.status in ACTIVE_ALLOCATED and t.status != TaskStatus.PIPELINED)
+        if pipelined and others < ps.min_available:
+            return True
+    return False
+
+
+def gang_satisfied(job: JobInfo) -> bool:
+    return all(ps.active_used() >= ps.min_available for ps in pod_sets(job))
+
+
+def below_min(job: JobInfo) -> bool:
+    return any(ps.active_allocated() < ps.min_available for ps in pod_sets(job))
+
+
+def tasks_to_evict(job: JobInfo, task_less: TaskLess) -> tuple[list[TaskInfo], bool]:
+    """What a victim job gives up at once: one task (the last in task order) of a pod set above
+    its minimum, else every active task; and whether the job keeps running tasks afterwards."""
+    sets = pod_sets(job)
+    elastic = [ps for ps in sets if ps.active_allocated() > ps.min_available]
+    chosen: list[TaskInfo] = []
+    for ps in elastic[:1] or sets:
+        active = sorted_tasks([t for t in ps.tasks if t.status in ACTIVE_ALLOCATED], task_less)
+        active.reverse()
+        chosen += active[:1] if ps in elastic else active
+    total = sum(ps.active_allocated() for ps in sets)
+    return chosen, len(chosen) < total
+
+
+def sorted_tasks(tasks: list[TaskInfo], less: TaskLess) -> list[TaskInfo]:
+    out: list[TaskInfo] = []
+    for t in tasks:  # insertion sort by the session's strict order: lists are a handful of tasks
+        i = len(out)
+        while i > 0 and less(t, out[i - 1]):
+            i -= 1
+        out.insert(i, t)
+    return out
+
+
+@dataclass
+class Quantities:
+    """KAI's three quota resources: cpu millicores, memory bytes, GPUs."""
+
+    cpu: float = 0.0
+    memory: float = 0.0
+    gpu: float = 0.0
+
+    def add(self, other: Quantities, sign: float = 1.0) -> None:
+        self.cpu += sign * other.cpu
+        self.memory += sign * other.memory
+        self.gpu += sign * other.gpu
+
+    def values(self) -> tuple[float, float, float]:
+        return self.cpu, self.memory, self.gpu
+
+
+def task_quantities(task: TaskInfo, dims: dict[str, int]) -> Quantities:
+    r = task.resreq
+    cpu = float(r[dims[CPU]]) if CPU in dims else 0.0
+    memory = float(r[dims[MEMORY]]) if MEMORY in dims else 0.0
+    gpu = float(r[dims[NVIDIA_GPU]]) / UNIT if NVIDIA_GPU in dims else 0.0
+    return Quantities(cpu, memory, gpu + task.gpu_fraction)
+
+
+def is_gpu_task(task: TaskInfo, dims: dict[str, int]) -> bool:
+    return task.gpu_fraction > 0 or (NVIDIA_GPU in dims and task.resreq[dims[NVIDIA_GPU]] > 0)
+
+
+def fraction_fits(nodes: NodeTable, row: int, fraction: float) -> tuple[bool, bool]:
+    """Can a task asking ``fraction`` of a GPU share a GPU of the row now, and once releasing tasks
+    are gone? A shared GPU with enough left, or a whole free GPU (which becomes a new group)."""
+    whole_now, whole_future = nodes.whole_gpus(row)
+    now, future = whole_now >= 1 - _EPS, whole_future >= 1 - _EPS
+    for group in nodes.shared[row]:
+        if now and future:
+            break
+        g_now, g_future = nodes.group_fractions(row, group)
+        now = now or g_now >= fraction - _EPS
+        future = future or g_future >= fraction - _EPS
+    return future or now, now
+
+
+def fit_rows(nodes: NodeTable, task: TaskInfo, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: does the task's request fit once releasing tasks are gone, and does it fit now
+    (resources only, GPU shares included; predicates are the evaluator's)."""
+    limit = task.resreq - MIN_RESOURCE
+    idle = nodes.idle[rows]
+    now = (idle >= limit).all(axis=1)
+    future = (idle + nodes.releasing[rows] - nodes.pipelined[rows] >= limit).all(axis=1)
+    if task.gpu_fraction:
+        for k, i in enumerate(rows):
+            f_future, f_now = fraction_fits(nodes, int(i), task.gpu_fraction)
+            now[k] = now[k] and f_now
+            future[k] = future[k] and f_future
+    return future | now, now
+
+
+_EPS = 1e-9
