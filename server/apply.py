@@ -66,6 +66,8 @@ def split_result(
         p.binds[uid] = node
         if uid in result.bind_devices:
             p.bind_devices[uid] = result.bind_devices[uid]
+        if uid in result.bind_gpu_groups:
+            p.bind_gpu_groups[uid] = result.bind_gpu_groups[uid]
     for uid, reason in result.evictions.items():
         part(job_of_task(uid)).evictions[uid] = reason
     for job_id, outcome in result.jobs.items():
@@ -75,6 +77,7 @@ def split_result(
     for p in by_job.values():
         chunk.binds.update(p.binds)
         chunk.bind_devices.update(p.bind_devices)
+        chunk.bind_gpu_groups.update(p.bind_gpu_groups)
         chunk.evictions.update(p.evictions)
         chunk.jobs.update(p.jobs)
         size += len(p.binds) + len(p.evictions) + len(p.jobs)
@@ -125,7 +128,9 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
             stats.dropped_binds += len(binds)
             continue
         for rec, node in binds:
-            state.bind(job, rec, node, result.bind_devices.get(rec.uid, []), cycle_id)
+            # A fractional task's device is its shared GPU (the agent keeps shares within one GPU).
+            devices = result.bind_devices.get(rec.uid) or result.bind_gpu_groups.get(rec.uid, [])
+            state.bind(job, rec, node, devices, cycle_id)
             stats.binds += 1
         touched.add(job_id)
         bound_jobs.add(job_id)

@@ -209,7 +209,9 @@ def _put_foreign(state: ClusterState, backend: str, task: pb.BackendTask, reques
             request=request,
             status=TaskStatus.RUNNING,
             node=task.node,
-            devices=list(task.devices),
+            devices=[] if task.gpu_fraction else list(task.devices),
+            gpu_groups=list(task.devices) if task.gpu_fraction else [],
+            gpu_fraction=task.gpu_fraction,
         ),
     )
 

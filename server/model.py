@@ -275,6 +275,7 @@ class CycleResult:
     cycle_id: int
     binds: dict[str, str] = field(default_factory=dict)  # task -> node (free resources)
     bind_devices: dict[str, list[str]] = field(default_factory=dict)
+    bind_gpu_groups: dict[str, list[str]] = field(default_factory=dict)  # fractional tasks: the shared GPU
     # Device ids of every task holding a node after the cycle (bound, running, pipelined ...).
     task_devices: dict[str, list[str]] = field(default_factory=dict)
     task_gpu_groups: dict[str, list[str]] = field(default_factory=dict)  # fractional tasks: shared GPUs

@@ -47,7 +47,7 @@ class SchedulerCore:
         ssn = Session(snapshot, config, cycle_id)
         ssn.result.action_seconds["session.open"] = time.perf_counter() - started
         for name in config.actions:
-            action = config.action_classes.get(name, ACTIONS[name])(config.action_arguments.get(name))
+            action = (config.action_classes.get(name) or ACTIONS[name])(config.action_arguments.get(name))
             t0 = time.perf_counter()
             action.execute(ssn)
             ssn.result.action_seconds[name] = time.perf_counter() - t0

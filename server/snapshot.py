@@ -89,9 +89,11 @@ def _copy_task(t: model.TaskSpec, status: TaskStatus, node: str | None, devices:
         tolerations=[model.Toleration(x.key, x.operator, x.value, x.effect) for x in t.tolerations],
         affinity=_deep(t.affinity) if t.affinity else {},
         sub_group=t.sub_group,
-        gpu_groups=list(t.gpu_groups),
+        # A fractional task's stored device is the shared GPU it sits on: its group in the session.
+        gpu_groups=list(devices) if t.gpu_fraction else list(t.gpu_groups),
         creation_index=t.creation_index,
-        devices=list(devices),
+        devices=[] if t.gpu_fraction else list(devices),
+        gpu_fraction=t.gpu_fraction,
     )
 
 

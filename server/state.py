@@ -460,6 +460,7 @@ class ClusterState:
                 command=group.command,
                 duration_seconds=group.duration_seconds,
                 annotations=group.annotations,
+                gpu_fraction=group.gpu_fraction,
             ),
         )
 

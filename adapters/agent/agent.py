@@ -57,7 +57,7 @@ from adapters.agent.process import (
     tagged_groups,
 )
 from adapters.runtime import BackendRuntime, Outcome, Rejected
-from muster.devices import Device, device_needs, visible_devices_env
+from muster.devices import NVIDIA_GPU, Device, device_needs, visible_devices_env
 from muster.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
 
@@ -81,6 +81,7 @@ class LiveTask:
     start_ticks: int  # /proc/<pid>/stat starttime: guards against pid reuse on adoption
     exit_file: str = ""
     evicted: bool = False
+    gpu_fraction: float = 0.0  # a share of the one GPU in devices (KAI GPU sharing)
 
 
 @dataclass(slots=True)
@@ -144,6 +145,41 @@ class FakeAgent:
         taken = {d for t in self.live.values() if t.node == node for d in t.devices}
         return [d for d in self.nodes[node].devices if d.healthy and d.id not in taken]
 
+    def gpu_shares(self, node: str) -> dict[str, float]:
+        """Shared GPUs of the node: device id -> the share its fractional tasks hold."""
+        shares: dict[str, float] = {}
+        for t in self.live.values():
+            if t.node == node and t.gpu_fraction:
+                for d in t.devices:
+                    shares[d] = shares.get(d, 0.0) + t.gpu_fraction
+        return shares
+
+    def _check_share(self, bind: pb.BindDecision) -> list[str]:
+        """A fractional task's GPU: the one the server named (or, from a server that named none,
+        the most shared GPU it fits on, else a free one); its shares may not pass one GPU."""
+        f = bind.gpu_fraction
+        if not 0 < f < 1:
+            raise Rejected(f"bind.gpu_fraction: {f} is not a share of one GPU")
+        shares = self.gpu_shares(bind.node)
+        whole = {d for t in self.live.values() if t.node == bind.node and not t.gpu_fraction for d in t.devices}
+        gpus = {d.id: d for d in self.nodes[bind.node].devices if d.type == NVIDIA_GPU}
+        if len(bind.devices) > 1:
+            raise Rejected(f"bind.devices: a fractional task shares one GPU, not {list(bind.devices)}")
+        if bind.devices:
+            gpu = bind.devices[0]
+            if gpu not in gpus or not gpus[gpu].healthy or gpu in whole:
+                raise Rejected(f"GPU {gpu} cannot be shared on node {bind.node} (held whole, unhealthy or unknown)")
+            if shares.get(gpu, 0.0) + f > 1 + MIN_RESOURCE:
+                raise Rejected(f"GPU {gpu} on node {bind.node} has {1 - shares.get(gpu, 0.0):g} left, the task asks {f:g}")
+            return [gpu]
+        fitting = sorted((-used, gid) for gid, used in shares.items() if used + f <= 1 + MIN_RESOURCE)
+        if fitting:
+            return [fitting[0][1]]
+        free = [d.id for d in self.free_devices(bind.node) if d.type == NVIDIA_GPU]
+        if not free:
+            raise Rejected(f"node {bind.node} has no GPU with {f:g} left for task {bind.task_id}")
+        return [free[0]]
+
     def _check_bind(self, bind: pb.BindDecision) -> tuple[dict[str, float], list[str]]:
         """Validate a bind against the agent's own bookkeeping; returns (request, devices)."""
         if not bind.task_id:
@@ -168,6 +204,8 @@ class FakeAgent:
         ]
         if short:
             raise Rejected(f"node {bind.node} cannot fit task {bind.task_id}: insufficient " + ", ".join(short))
+        if bind.gpu_fraction:
+            return request, self._check_share(bind)
         free_devs = {d.id: d for d in self.free_devices(bind.node)}
         if bind.devices:
             bad = [d for d in bind.devices if d not in free_devs]
@@ -197,6 +235,7 @@ class FakeAgent:
                 request=pb.ResourceList(quantities=format_resources(t.request)),
                 status=pb.TASK_STATUS_RUNNING,
                 devices=t.devices,
+                gpu_fraction=t.gpu_fraction,
             )
             for t in self.live.values()
             if not t.evicted and t.node in self.nodes  # a snapshot may only name its own nodes
@@ -257,6 +296,7 @@ class FakeAgent:
             pid=process.pid,
             start_ticks=start_ticks(process.pid),
             exit_file=exit_file,
+            gpu_fraction=bind.gpu_fraction,
         )
         self.live[task.task_id] = task
         self.ended.pop(task.task_id, None)

@@ -314,7 +314,7 @@ class QueueView(_message.Message):
     def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ..., allocated: _Optional[_Union[ResourceList, _Mapping]] = ..., pending_jobs: _Optional[int] = ..., running_jobs: _Optional[int] = ...) -> None: ...
 
 class TaskGroup(_message.Message):
-    __slots__ = ("role", "replicas", "request", "node_selector", "tolerations", "affinity", "labels", "annotations", "command", "duration_seconds", "priority", "preemptable", "sub_group")
+    __slots__ = ("role", "replicas", "request", "node_selector", "tolerations", "affinity", "labels", "annotations", "command", "duration_seconds", "priority", "preemptable", "sub_group", "gpu_fraction")
     class NodeSelectorEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -349,6 +349,7 @@ class TaskGroup(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     PREEMPTABLE_FIELD_NUMBER: _ClassVar[int]
     SUB_GROUP_FIELD_NUMBER: _ClassVar[int]
+    GPU_FRACTION_FIELD_NUMBER: _ClassVar[int]
     role: str
     replicas: int
     request: ResourceList
@@ -362,7 +363,8 @@ class TaskGroup(_message.Message):
     priority: int
     preemptable: bool
     sub_group: str
-    def __init__(self, role: _Optional[str] = ..., replicas: _Optional[int] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., tolerations: _Optional[_Iterable[_Union[Toleration, _Mapping]]] = ..., affinity: _Optional[_Union[Affinity, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., command: _Optional[_Iterable[str]] = ..., duration_seconds: _Optional[float] = ..., priority: _Optional[int] = ..., preemptable: _Optional[bool] = ..., sub_group: _Optional[str] = ...) -> None: ...
+    gpu_fraction: float
+    def __init__(self, role: _Optional[str] = ..., replicas: _Optional[int] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., tolerations: _Optional[_Iterable[_Union[Toleration, _Mapping]]] = ..., affinity: _Optional[_Union[Affinity, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., command: _Optional[_Iterable[str]] = ..., duration_seconds: _Optional[float] = ..., priority: _Optional[int] = ..., preemptable: _Optional[bool] = ..., sub_group: _Optional[str] = ..., gpu_fraction: _Optional[float] = ...) -> None: ...
 
 class SubGroup(_message.Message):
     __slots__ = ("name", "min_member")
@@ -544,20 +546,22 @@ class RegisterBackendResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ..., server_id: _Optional[str] = ..., last_decision_id: _Optional[int] = ...) -> None: ...
 
 class BackendTask(_message.Message):
-    __slots__ = ("task_id", "node", "request", "status", "foreign_task", "devices")
+    __slots__ = ("task_id", "node", "request", "status", "foreign_task", "devices", "gpu_fraction")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     FOREIGN_TASK_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
+    GPU_FRACTION_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node: str
     request: ResourceList
     status: TaskStatus
     foreign_task: bool
     devices: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, task_id: _Optional[str] = ..., node: _Optional[str] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., foreign_task: _Optional[bool] = ..., devices: _Optional[_Iterable[str]] = ...) -> None: ...
+    gpu_fraction: float
+    def __init__(self, task_id: _Optional[str] = ..., node: _Optional[str] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., foreign_task: _Optional[bool] = ..., devices: _Optional[_Iterable[str]] = ..., gpu_fraction: _Optional[float] = ...) -> None: ...
 
 class SyncSnapshotRequest(_message.Message):
     __slots__ = ("backend", "nodes", "tasks")
@@ -640,7 +644,7 @@ class StreamDecisionsRequest(_message.Message):
     def __init__(self, backend: _Optional[str] = ..., after_decision_id: _Optional[int] = ...) -> None: ...
 
 class BindDecision(_message.Message):
-    __slots__ = ("task_id", "job_id", "node", "devices", "request", "command", "duration_seconds", "pipelined", "annotations")
+    __slots__ = ("task_id", "job_id", "node", "devices", "request", "command", "duration_seconds", "pipelined", "annotations", "gpu_fraction")
     class AnnotationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -657,6 +661,7 @@ class BindDecision(_message.Message):
     DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PIPELINED_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    GPU_FRACTION_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     job_id: str
     node: str
@@ -666,7 +671,8 @@ class BindDecision(_message.Message):
     duration_seconds: float
     pipelined: bool
     annotations: _containers.ScalarMap[str, str]
-    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., duration_seconds: _Optional[float] = ..., pipelined: _Optional[bool] = ..., annotations: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    gpu_fraction: float
+    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., duration_seconds: _Optional[float] = ..., pipelined: _Optional[bool] = ..., annotations: _Optional[_Mapping[str, str]] = ..., gpu_fraction: _Optional[float] = ...) -> None: ...
 
 class EvictDecision(_message.Message):
     __slots__ = ("task_id", "job_id", "node", "reason")

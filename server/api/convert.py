@@ -136,6 +136,7 @@ def job_to_model(spec: pb.JobSpec, creation_index: int) -> model.JobSpec:
                     affinity=affinity,
                     sub_group=tg.sub_group or None,
                     creation_index=creation_index,
+                    gpu_fraction=tg.gpu_fraction,
                 )
             )
     min_resources = parse_resources(dict(spec.min_resources.quantities)) or None

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from muster.devices import NVIDIA_GPU
 from muster.quantity import QuantityError, parse_resources
 from muster.v1 import muster_pb2 as pb
 from server.errors import invalid
@@ -233,6 +234,12 @@ def normalize_job(spec: pb.JobSpec) -> pb.JobSpec:
             raise invalid(f"{p}.duration_seconds: {tg.duration_seconds} must be a finite number >= 0")
         if tg.sub_group and tg.sub_group not in sub_groups:
             raise invalid(f"{p}.sub_group: no sub-group named {tg.sub_group!r} in job.sub_groups")
+        if tg.gpu_fraction:
+            if not math.isfinite(tg.gpu_fraction) or not 0 < tg.gpu_fraction < 1:
+                raise invalid(f"{p}.gpu_fraction: {tg.gpu_fraction} is not a share of one GPU (above 0, below 1)")
+            if tg.request.quantities.get(NVIDIA_GPU, "0") not in ("", "0"):
+                raise invalid(f"{p}.gpu_fraction: a task sharing a GPU asks no whole {NVIDIA_GPU} (it asks "
+                              f"{tg.request.quantities[NVIDIA_GPU]})")
     if total > MAX_TASKS_PER_JOB:
         raise invalid(f"job.task_groups: {total} tasks exceed the limit of {MAX_TASKS_PER_JOB} per job")
     if job.min_member < 0:

@@ -111,7 +111,8 @@ class TaskInfo:
         # Read-only after construction: tasks of one shape share the vector.
         self.resreq, self.best_effort, self.device_needs = space.request(spec.request)
         self.status = spec.status
-        self.node: str | None = spec.node
+        # A pending task holds no node, whatever the snapshot says (a nominated node is no hold).
+        self.node: str | None = spec.node if spec.status != TaskStatus.PENDING else None
         self.priority = spec.priority
         self.preemptable = spec.preemptable
         self.sub_group = spec.sub_group

@@ -418,10 +418,12 @@ class Session:
                 yield job, queue
 
     # -- state changes (used by Statement) ------------------------------------------------------
-    def place_task(self, task: TaskInfo, node: str, status: TaskStatus) -> None:
+    def place_task(self, task: TaskInfo, node: str, status: TaskStatus, gpu_groups: list[str] | None = None) -> None:
         job = self.jobs[task.job]
         job.update_task_status(task, status)
         task.node = node
+        if gpu_groups is not None:
+            task.gpu_groups = list(gpu_groups)
         row = self.nodes.index[node]
         if task.device_needs and not task.devices:
             task.devices = self.choose_devices(task, row, status)
@@ -482,6 +484,8 @@ class Session:
         self.result.binds[task.uid] = task.node  # type: ignore[assignment]
         if task.devices:
             self.result.bind_devices[task.uid] = list(task.devices)
+        if task.gpu_groups:
+            self.result.bind_gpu_groups[task.uid] = list(task.gpu_groups)
 
     def choose_devices(self, task: TaskInfo, row: int, status: TaskStatus) -> list[str]:
         """Device ids for a task placed on ``row`` with ``status``: per device resource, the
@@ -550,7 +554,10 @@ class Session:
 
     def _report_task(self, task: TaskInfo) -> None:
         """A task's status, node and device ids in the cycle's result."""
-        self.result.task_status[task.uid] = (task.status, task.node)
+        node = task.node
+        if node is None and task.status == TaskStatus.PENDING:
+            node = task.spec.node  # a pending task's nominated node, reported as given (it holds nothing)
+        self.result.task_status[task.uid] = (task.status, node)
         if task.devices and task.node is not None:
             self.result.task_devices[task.uid] = list(task.devices)
         if task.gpu_groups and task.node is not None:

@@ -23,6 +23,7 @@ class Op(Enum):
     ALLOCATE = "allocate"
     PIPELINE = "pipeline"
     EVICT = "evict"
+    UNEVICT = "unevict"  # an evicted task placed back where it is: the eviction is called off
 
 
 @dataclass(slots=True)
@@ -47,22 +48,35 @@ class Statement:
     def __len__(self) -> int:
         return len(self.operations)
 
-    def allocate(self, task: TaskInfo, node: str) -> None:
+    def allocate(self, task: TaskInfo, node: str, gpu_groups: list[str] | None = None) -> None:
         prev = task.status
-        self.ssn.place_task(task, node, TaskStatus.ALLOCATED)
+        self.ssn.place_task(task, node, TaskStatus.ALLOCATED, gpu_groups)
         self.operations.append(Operation(Op.ALLOCATE, task, node, prev))
 
-    def pipeline(self, task: TaskInfo, node: str) -> None:
+    def pipeline(self, task: TaskInfo, node: str, gpu_groups: list[str] | None = None) -> None:
+        """``gpu_groups``: for a fractional GPU task, the shared GPU it takes on ``node``."""
         prev = task.status
-        if task.node is not None:  # an evicted victim placed again: it moves
+        if (task.node == node and task.status == TaskStatus.RELEASING and task.evicted_here
+                and (gpu_groups is None or list(gpu_groups) == task.gpu_groups)):
+            self._unevict(task)  # placed back where it is (KAI: the eviction is called off)
+            return
+        if task.node is not None and task.status == TaskStatus.RELEASING:  # an evicted victim placed again: it moves
             origin = Operation(Op.PIPELINE, task, node, prev, moved_from=task.node,
                                moved_groups=tuple(task.gpu_groups), moved_devices=tuple(task.devices))
             self.ssn.lift_task(task)
-            self.ssn.place_task(task, node, TaskStatus.PIPELINED)
+            self.ssn.place_task(task, node, TaskStatus.PIPELINED, gpu_groups)
             self.operations.append(origin)
             return
-        self.ssn.place_task(task, node, TaskStatus.PIPELINED)
+        self.ssn.place_task(task, node, TaskStatus.PIPELINED, gpu_groups)
         self.operations.append(Operation(Op.PIPELINE, task, node, prev))
+
+    def _unevict(self, task: TaskInfo) -> None:
+        before = next((o.previous_status for o in reversed(self.operations) if o.op is Op.EVICT and o.task is task),
+                      TaskStatus.RUNNING)
+        self.ssn.change_status_on_node(task, before)
+        task.evicted_here = False
+        assert task.node is not None
+        self.operations.append(Operation(Op.UNEVICT, task, task.node, TaskStatus.RELEASING))
 
     def convert_to_pipelined(self, job: str) -> None:
         """KAI: when one task of a gang could only be pipelined, the tasks of the job allocated by
@@ -94,6 +108,9 @@ class Statement:
         if o.op is Op.EVICT:
             self.ssn.change_status_on_node(o.task, o.previous_status)
             o.task.evicted_here = False
+        elif o.op is Op.UNEVICT:
+            self.ssn.change_status_on_node(o.task, TaskStatus.RELEASING)
+            o.task.evicted_here = True
         elif o.moved_from is not None:
             self.ssn.unplace_task(o.task, o.previous_status)
             o.task.gpu_groups, o.task.devices = list(o.moved_groups), list(o.moved_devices)
@@ -104,8 +121,9 @@ class Statement:
     def commit(self) -> None:
         """Make the operations decisions: evictions first, then binds (Volcano's order)."""
         moves = {o.task.uid: o for o in self.operations if o.moved_from is not None}
+        called_off = {o.task.uid for o in self.operations if o.op is Op.UNEVICT}
         for o in self.operations:
-            if o.op is Op.EVICT:
+            if o.op is Op.EVICT and o.task.uid not in called_off:
                 self.ssn.dispatch_evict(o.task, o.reason)
                 move = moves.get(o.task.uid)
                 if move is not None:

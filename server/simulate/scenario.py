@@ -380,6 +380,7 @@ def load_scenario(raw: Any) -> Scenario:
     job_uids: set[str] = set()
     creation = 0
     default_class = next((pc for pc in priority_classes.values() if pc.global_default), None)
+    profile = config.profile if config is not None else "volcano"
     for i, j in enumerate(L.items(raw.get("jobs"), "jobs")):
         p = f"jobs[{i}]"
         if not L.keys(j, _JOB, p):
@@ -403,10 +404,12 @@ def load_scenario(raw: Any) -> Scenario:
                 L.problem(f"{p}.priority", f"{priority} is not a TYJob priority (1 to 10)")
         pclass = j.get("priorityClass")
         if pclass is not None:
-            if pclass not in priority_classes:
-                L.problem(f"{p}.priorityClass", f"unknown priority class {pclass!r}")
-            else:
+            if pclass in priority_classes:
                 priority = priority_classes[pclass].value
+            elif profile == "volcano":
+                priority = 0  # Volcano: a PodGroup naming a class that does not exist gets priority 0
+            else:
+                L.problem(f"{p}.priorityClass", f"unknown priority class {pclass!r}")
         elif j.get("priority") is None and default_class is not None:
             priority = default_class.value
         tasks: list[TaskSpec] = []

@@ -190,3 +190,22 @@ jobs:
     waits = out["jobs"]["default/waits"]["conditions"][0]["message"]
     assert "can never run" not in waits and "Insufficient cpu" in waits
     assert ".." not in huge + waits
+
+
+PRIORITY_CLASS_SCENARIO = """
+config: {profile: PROFILE, actions: [allocate], tiers: [{plugins: [{name: priority}]}]}
+nodes: [{name: n1, allocatable: {cpu: "2", memory: 2Gi}}]
+queues: [{name: q}]
+jobs:
+- {name: ghost, queue: q, priorityClass: no-such-class, tasks: [{name: g, request: {cpu: "2"}}]}
+- {name: known, queue: q, priority: 1, tasks: [{name: k, request: {cpu: "2"}}]}
+"""
+
+
+def test_an_unknown_priority_class_is_priority_zero_in_volcano_and_an_error_in_kai() -> None:
+    """Volcano gives a PodGroup whose class does not exist priority 0 (so the priority-1 job goes
+    first); under profile kai the scenario names the problem."""
+    out = simulate_text(PRIORITY_CLASS_SCENARIO.replace("PROFILE", "volcano"))
+    assert out["binds"] == {"default/k": "n1"}
+    with pytest.raises(ScenarioError, match=r"jobs\[0\].priorityClass: unknown priority class 'no-such-class'"):
+        simulate_text(PRIORITY_CLASS_SCENARIO.replace("PROFILE", "kai"))

@@ -46,11 +46,10 @@ def allocate_task(ssn: Session, stmt: Statement, task: TaskInfo, pipeline_only: 
             group, on_idle = choose_group(ssn, task, row, pipeline_only or not fits_now)
             if group is None:
                 continue
-            task.gpu_groups = [group]
             if on_idle:
-                stmt.allocate(task, node)
+                stmt.allocate(task, node, [group])
             else:
-                stmt.pipeline(task, node)
+                stmt.pipeline(task, node, [group])
             return True
         if fits_now and not pipeline_only:
             stmt.allocate(task, node)

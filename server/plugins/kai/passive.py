@@ -28,11 +28,45 @@ class _Passive(Plugin):
         return None
 
 
-def _passive(plugin_name: str) -> type[Plugin]:
-    return type(f"Passive_{plugin_name}", (_Passive,), {"name": plugin_name})
+class KubeflowPlugin(_Passive):
+    name: ClassVar[str] = "kubeflow"
 
 
-PASSIVE_PLUGINS: tuple[type[Plugin], ...] = tuple(
-    _passive(n)
-    for n in ("kubeflow", "ray", "subgrouporder", "nominatednode", "dynamicresources", "minruntime", "topology", "snapshot")
+class RayPlugin(_Passive):
+    name: ClassVar[str] = "ray"
+
+
+class SubGroupOrderPlugin(_Passive):
+    name: ClassVar[str] = "subgrouporder"
+
+
+class NominatedNodePlugin(_Passive):
+    name: ClassVar[str] = "nominatednode"
+
+
+class DynamicResourcesPlugin(_Passive):
+    name: ClassVar[str] = "dynamicresources"
+
+
+class MinRuntimePlugin(_Passive):
+    name: ClassVar[str] = "minruntime"
+
+
+class TopologyPlugin(_Passive):
+    name: ClassVar[str] = "topology"
+
+
+class SnapshotPlugin(_Passive):
+    name: ClassVar[str] = "snapshot"
+
+
+PASSIVE_PLUGINS: tuple[type[Plugin], ...] = (
+    KubeflowPlugin,
+    RayPlugin,
+    SubGroupOrderPlugin,
+    NominatedNodePlugin,
+    DynamicResourcesPlugin,
+    MinRuntimePlugin,
+    TopologyPlugin,
+    SnapshotPlugin,
 )

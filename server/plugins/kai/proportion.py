@@ -213,12 +213,16 @@ class KaiProportionPlugin(Plugin):
 
     def _build(self, ssn: Session) -> dict[str, QueueShares]:
         queues: dict[str, QueueShares] = {}
+        parents = {q.parent for q in ssn.queues.values() if q.parent}
         for q in ssn.queues.values():
             qs = QueueShares(q.name, q.parent if q.parent in ssn.queues else None, q.priority, q.creation_index)
             for r in RESOURCES:
                 d = self.dims.get(r)
                 has_quota = r in q.spec.guarantee
-                deserved = q.guarantee[d] if d is not None and has_quota else (0.0 if r == NVIDIA_GPU else INF)
+                # Without a quota: cpu and memory unlimited, GPUs 0 -- but a parent queue (a
+                # department) without one does not limit its children (KAI's default department).
+                unset = 0.0 if r == NVIDIA_GPU and q.name not in parents else INF
+                deserved = q.guarantee[d] if d is not None and has_quota else unset
                 limit = q.capability[d] if d is not None else INF
                 if r == NVIDIA_GPU:
                     deserved = deserved / UNIT if deserved != INF else INF
