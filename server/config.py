@@ -223,11 +223,12 @@ SESSION_PARAMETERS: dict[str, str] = {
     "maxNumberConsolidationPreemptees": "int",  # consolidation's victim-job bound (-1: none, 0: off)
     "allowConsolidatingReclaim": "bool",  # reclaim victims re-placed elsewhere are not counted as lost
     "globalDefaultStalenessGracePeriod": "duration",  # stalegangeviction's grace period
-    "gangAcrossBackends": "bool",  # Muster: may a gang span backends (server/scheduler.py)
+    "gangAcrossBackends": "bool",
+    "useSchedulingSignatures": "bool",  # KAI: skip a job no easier than one that found no victims  # Muster: may a gang span backends (server/scheduler.py)
 }
 SESSION_COMPATIBILITY = frozenset({
     "queueDepthPerAction", "isInferencePreemptible", "restrictSchedulingNodes", "detailedFitErrors",
-    "useSchedulingSignatures", "fullHierarchyFairness", "numOfStatusRecordingWorkers", "schedulePeriod",
+    "fullHierarchyFairness", "numOfStatusRecordingWorkers", "schedulePeriod",
     "schedulerName", "partitionParams", "k8sClusterPodAffinityInfo", "updatePodEvictionCondition",
 })
 

@@ -52,7 +52,7 @@ def pod_sets(job: JobInfo) -> list[PodSet]:
     (minimum: the job's minMember when the job has no sub-groups, else all of its tasks)."""
     named = {name: PodSet(name, n, []) for name, n in job.subgroup_min_member.items()}
     default = PodSet(DEFAULT_POD_SET, job.min_available, [])
-    for t in sorted(job.tasks.values(), key=lambda t: t.creation_index):
+    for t in job.tasks.values():
         target = named.get(t.sub_group or "")
         (target or default).tasks.append(t)
     sets = list(named.values())
@@ -76,6 +76,21 @@ def ready_for_scheduling(job: JobInfo) -> bool:
         sum(1 for t in ps.tasks if t.status in ACTIVE_ALLOCATED or t.status == TaskStatus.PENDING) >= ps.min_available
         for ps in pod_sets(job)
     )
+
+
+def min_available_state(job: JobInfo) -> int:
+    """0: some pod set below its minimum, 1: every one exactly at it, 2: at or above, some above."""
+    if not job.subgroup_min_member:  # one pod set: the common case, counted without building it
+        n = sum(1 for t in job.tasks.values() if t.status in ACTIVE_ALLOCATED)
+        return 0 if n < job.min_available else (1 if n == job.min_available else 2)
+    exactly = True
+    for ps in pod_sets(job):
+        n = ps.active_allocated()
+        if n < ps.min_available:
+            return 0
+        if n > ps.min_available:
+            exactly = False
+    return 1 if exactly else 2
 
 
 def is_preemptible(job: JobInfo) -> bool:
@@ -129,7 +144,7 @@ def gang_satisfied(job: JobInfo) -> bool:
 
 
 def below_min(job: JobInfo) -> bool:
-    return any(ps.active_allocated() < ps.min_available for ps in pod_sets(job))
+    return min_available_state(job) == 0
 
 
 def tasks_to_evict(job: JobInfo, task_less: TaskLess) -> tuple[list[TaskInfo], bool]:

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from server.actions.base import Action
 from server.actions.kai.job_queue import Filters, JobsByQueue
-from server.actions.kai.solver import JobSolver
+from server.actions.kai.solver import FailedJobs, JobSolver
 from server.model import TaskStatus
 from server.session.info import JobInfo, TaskInfo
 from server.session.kai import is_preemptible
@@ -31,8 +31,11 @@ class ConsolidationAction(Action):
         if limit == 0:
             return
         queue = JobsByQueue(ssn).fill(ssn.jobs.values(), Filters(unready=True, non_pending=True, non_preemptible=True))
+        failed = FailedJobs(ssn)
         while not queue.empty():
             job = queue.pop()
+            if not failed.worth_trying(job):
+                continue
             if job.uid in ssn.invalid_jobs:
                 continue
             ssn.solution_start()
@@ -47,6 +50,8 @@ class ConsolidationAction(Action):
             solved, stmt, _ = solver.solve(job)
             if solved and stmt is not None:
                 stmt.commit()
+            else:
+                failed.failed(job)
 
 
 def _all_placed_again(job: JobInfo, tasks: list[TaskInfo], victims: list[TaskInfo]) -> bool:

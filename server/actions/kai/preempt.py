@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from server.actions.base import Action
 from server.actions.kai.job_queue import Filters, JobsByQueue
-from server.actions.kai.solver import JobSolver
+from server.actions.kai.solver import FailedJobs, JobSolver
 from server.session.info import JobInfo, TaskInfo
 from server.session.kai import ACTIVE_ALLOCATED, is_preemptible, tasks_to_allocate
 from server.session.session import Session
@@ -19,8 +19,11 @@ class KaiPreemptAction(Action):
 
     def execute(self, ssn: Session) -> None:
         queue = JobsByQueue(ssn).fill(ssn.jobs.values(), Filters(unready=True, non_pending=True))
+        failed = FailedJobs(ssn)
         while not queue.empty():
             job = queue.pop()
+            if not failed.worth_trying(job):
+                continue
             if job.uid in ssn.invalid_jobs:
                 continue
             tasks = tasks_to_allocate(job, ssn.task_order_fn, real=False)
@@ -40,6 +43,8 @@ class KaiPreemptAction(Action):
             solved, stmt, _ = solver.solve(job)
             if solved and stmt is not None:
                 stmt.commit()
+            else:
+                failed.failed(job)
 
 
 def _accept(job: JobInfo, tasks: list[TaskInfo], victims: list[TaskInfo]) -> bool:

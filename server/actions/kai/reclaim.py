@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from server.actions.base import Action
 from server.actions.kai.job_queue import Filters, JobsByQueue
-from server.actions.kai.solver import JobSolver
+from server.actions.kai.solver import FailedJobs, JobSolver
 from server.session.info import JobInfo
 from server.session.session import Session
 
@@ -19,8 +19,11 @@ class KaiReclaimAction(Action):
 
     def execute(self, ssn: Session) -> None:
         queue = JobsByQueue(ssn).fill(ssn.jobs.values(), Filters(unready=True, non_pending=True))
+        failed = FailedJobs(ssn)
         while not queue.empty():
             job = queue.pop()
+            if not failed.worth_trying(job):
+                continue
             if job.uid in ssn.invalid_jobs or not ssn.can_reclaim(job):
                 continue
             ssn.solution_start()
@@ -33,3 +36,5 @@ class KaiReclaimAction(Action):
             solved, stmt, _ = solver.solve(job)
             if solved and stmt is not None:
                 stmt.commit()
+            else:
+                failed.failed(job)

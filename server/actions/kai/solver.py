@@ -146,10 +146,8 @@ class JobSolver:
         ssn = self.ssn
         mark = stmt.checkpoint()
         victim_jobs = {t.job for t in victims}
-        order = JobsByQueue(ssn).fill(
-            [j for j in ssn.jobs.values() if j.uid in victim_jobs or j.uid == job.uid or j.index[TaskStatus.PENDING]],
-            Filters(),
-        )
+        # KAI orders every pending job with them but places only these: the others are left out.
+        order = JobsByQueue(ssn).fill([j for j in ssn.jobs.values() if j.uid in victim_jobs or j.uid == job.uid], Filters())
         placed = False
         while not order.empty():
             other = order.pop()
@@ -174,3 +172,59 @@ class JobSolver:
 
     def _reason(self, victim: TaskInfo, job: JobInfo) -> str:
         return f"{self.action}: evicted to make room for {job.uid}"
+
+
+class FailedJobs:
+    """KAI's minimal job representatives (session parameter ``useSchedulingSignatures``): once a
+    job found no solution, a later job with the same scheduling constraints is skipped unless it is
+    easier -- fewer pending tasks, or task by task (largest first) no larger and somewhere smaller."""
+
+    def __init__(self, ssn: Session) -> None:
+        self.enabled = _session_flag(ssn, "useSchedulingSignatures")
+        self.smallest: dict[tuple[object, ...], list[TaskInfo]] = {}
+
+    @staticmethod
+    def _key(job: JobInfo) -> tuple[object, ...]:
+        return (job.queue, tuple(sorted({repr(t.static_key) for t in job.index[TaskStatus.PENDING].values()})))
+
+    @staticmethod
+    def _requests(tasks: list[TaskInfo]) -> list[tuple[float, ...]]:
+        return sorted((tuple(t.resreq.tolist()) + (t.gpu_fraction,) for t in tasks), reverse=True)
+
+    def worth_trying(self, job: JobInfo) -> bool:
+        if not self.enabled:
+            return True
+        known = self.smallest.get(self._key(job))
+        mine = list(job.index[TaskStatus.PENDING].values())
+        if known is None:
+            return True
+        if not mine or not known:
+            return False
+        if len(known) > len(mine):
+            return True
+        for a, b in zip(self._requests(mine), self._requests(known), strict=False):
+            if all(x <= y for x, y in zip(a, b, strict=True)):
+                if a != b:
+                    return True
+                continue
+            return False
+        return False
+
+    def failed(self, job: JobInfo) -> None:
+        if not self.enabled:
+            return
+        mine = list(job.index[TaskStatus.PENDING].values())
+        known = self.smallest.get(self._key(job))
+        if known is not None and (len(mine) > len(known) or not all(
+            all(x <= y for x, y in zip(a, b, strict=True))
+            for a, b in zip(self._requests(mine), self._requests(known), strict=False)
+        )):
+            return
+        self.smallest[self._key(job)] = mine
+
+
+def _session_flag(ssn: Session, key: str) -> bool:
+    value = ssn.config.session.get(key, False)
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)

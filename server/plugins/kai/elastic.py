@@ -7,20 +7,8 @@ from typing import ClassVar
 
 from server.plugins.base import Plugin
 from server.session.info import JobInfo
-from server.session.kai import pod_sets
+from server.session.kai import min_available_state
 from server.session.session import Session
-
-
-def min_available_state(job: JobInfo) -> int:
-    """0: below its minimum, 1: exactly at it, 2: above it (in some pod set, none below)."""
-    exactly = True
-    for ps in pod_sets(job):
-        n = ps.active_allocated()
-        if n < ps.min_available:
-            return 0
-        if n > ps.min_available:
-            exactly = False
-    return 1 if exactly else 2
 
 
 class ElasticPlugin(Plugin):

@@ -181,6 +181,7 @@ class KaiProportionPlugin(Plugin):
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
         self.dims = ssn.space.index
+        self._requests: dict[tuple[str, int, int], Vec3] = {}
         self.multiplier = max(1.0, self.arg_float("relcaimerSaturationMultiplier", 1.0))
         self.queues = self._build(ssn)
         self.frozen: dict[str, QueueShares] = {n: q.copy() for n, q in self.queues.items()}
@@ -292,10 +293,18 @@ class KaiProportionPlugin(Plugin):
     def _job_request(self, job: JobInfo | None) -> Vec3:
         if job is None:
             return (0.0, 0.0, 0.0)
+        # Asked for every queue comparison: cached until a node changes (any placement or eviction).
+        key = (job.uid, id(job.tasks), len(self.ssn.nodes.change_log))
+        known = self._requests.get(key)
+        if known is not None:
+            return known
         total = Quantities()
         for t in tasks_to_allocate(job, self.ssn.task_order_fn, real=False):
             total.add(task_quantities(t, self.dims))
-        return total.values()
+        if len(self._requests) > 100_000:
+            self._requests.clear()
+        self._requests[key] = total.values()
+        return self._requests[key]
 
     def _tasks_request(self, tasks: list[TaskInfo]) -> Vec3:
         total = Quantities()
