@@ -512,7 +512,11 @@ class NodeTable:
 
     def group_fractions(self, i: int, name: str) -> tuple[float, float]:
         """A shared GPU's free share now (every holder counted) and once its releasing tasks are
-        gone (pipelined holders counted)."""
+        gone (pipelined holders counted). A GPU all of whose tasks are releasing is no longer
+        shared: it is a whole GPU being released (offered as such), so it has no share to give."""
+        holders = self.shared[i].get(name, ())
+        if holders and all(t.status == TaskStatus.RELEASING for t in holders):
+            return 0.0, 0.0
         now = future = 1.0
         for t in self.shared[i].get(name, ()):
             now -= t.gpu_fraction

@@ -211,7 +211,7 @@ def fraction_fits(nodes: NodeTable, row: int, fraction: float) -> tuple[bool, bo
         g_now, g_future = nodes.group_fractions(row, group)
         now = now or g_now >= fraction - _EPS
         future = future or g_future >= fraction - _EPS
-    return future or now, now
+    return future, now and future
 
 
 def fit_rows(nodes: NodeTable, task: TaskInfo, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -86,10 +86,10 @@ def choose_group(ssn: Session, task: TaskInfo, row: int, pipeline: bool) -> tupl
     candidates: list[tuple[float, int, str, bool]] = []
     for k, group in enumerate(sorted(nodes.shared[row])):
         now, future = nodes.group_fractions(row, group)
-        if future >= f - 1e-9 or now >= f - 1e-9:
+        if future >= f - 1e-9:
             candidates.append((ssn.gpu_order(task, row, group), k, group, now >= f - 1e-9))
     whole_now, whole_future = nodes.whole_gpus(row)
-    if whole_now >= 1 - 1e-9 or whole_future >= 1 - 1e-9:
+    if whole_future >= 1 - 1e-9:
         candidates.append((ssn.gpu_order(task, row, ""), len(candidates) + 10**6, "", whole_now >= 1 - 1e-9))
     if not candidates:
         return None, False
