@@ -111,6 +111,8 @@ JobCapacityFn = Callable[[JobInfo, list[TaskInfo]], str]
 # (reclaimer job, the tasks it places, the victim tasks of a candidate solution) -> is it fair?
 ScenarioCheckFn = Callable[[JobInfo, list[TaskInfo], list[TaskInfo]], bool]
 SolutionStartFn = Callable[[], None]
+# (job, the tasks about to be placed) -> node masks to try in order (topology domains), or None.
+NodeSetsFn = Callable[[JobInfo, list[TaskInfo]], list[np.ndarray] | None]
 # (task, node row, shared GPU group, or "" for a whole free GPU) -> score: the best group first.
 GpuOrderFn = Callable[[TaskInfo, int, str], float]
 # Points where a plugin registers several functions at once may take one or a list.
@@ -285,8 +287,8 @@ def first_answer(chain: Chain[Callable[..., Any]], *args: Any) -> Any:
     return None
 
 
-def first_non_none(chain: Chain[DeviceChoiceFn], *args: Any) -> list[str] | None:
-    """The first enabled plugin, in tier order, that answers (not None) decides; none answers: the first candidates."""
+def first_non_none(chain: Chain[Callable[..., Any]], *args: Any) -> Any:
+    """The first enabled plugin, in tier order, that answers (not None) decides; none answers: None."""
     for row in chain:
         for _, fn in row:
             r = fn(*args)
@@ -366,7 +368,8 @@ POINTS: dict[str, Point] = {
               first_answer, "None: the job is held to no hypernode."),
         Point("hypernode_order", Switch("enabledHyperNodeOrder", "hypernode_order"), HyperNodeOrderFn, scores_add),
         Point("device_choice", None, DeviceChoiceFn, first_non_none,
-              "Asked when a task that needs device ids is placed; candidates exclude held and unhealthy devices."),
+              "Asked when a task that needs device ids is placed; candidates exclude held and unhealthy devices; "
+              "none answers: the first candidates."),
         # KAI Scheduler's points (asked by the actions of `profile: kai`).
         Point("queue_jobs_order", None, QueueJobsCompareFn, first_non_zero_of,
               "KAI: queues compared with the job each would run next (or the victims each would lose)."),
@@ -378,6 +381,8 @@ POINTS: dict[str, Point] = {
               "KAI: is a reclaim solution (its victims) fair to every queue?"),
         Point("solution_start", None, SolutionStartFn, call_all, "KAI: a victim search for one job begins."),
         Point("gpu_order", None, GpuOrderFn, sum_of, "KAI: which shared GPU a fractional task takes."),
+        Point("node_sets", None, NodeSetsFn, first_non_none,
+              "KAI: the node sets (topology domains) a job's tasks are tried on, in order; None: all nodes."),
     )
 }
 

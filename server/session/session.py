@@ -46,6 +46,7 @@ from server.session.extension_points import (
     JobCompareFn,
     JobNotifyFn,
     JobValidFn,
+    NodeSetsFn,
     Predicates,
     QueueCheckFn,
     QueueCompareFn,
@@ -216,6 +217,8 @@ class Session:
     def register(self, point: Literal["solution_start"], plugin: str, fn: SolutionStartFn) -> None: ...
     @overload
     def register(self, point: Literal["gpu_order"], plugin: str, fn: GpuOrderFn) -> None: ...
+    @overload
+    def register(self, point: Literal["node_sets"], plugin: str, fn: NodeSetsFn) -> None: ...
 
     def register(self, point: str, plugin: str, fn: Any) -> None:
         if point not in POINTS:
@@ -324,6 +327,9 @@ class Session:
 
     def gpu_order(self, task: TaskInfo, row: int, group: str) -> float:
         return self._combined["gpu_order"](task, row, group)
+
+    def node_sets(self, job: JobInfo, tasks: list[TaskInfo]) -> list[np.ndarray] | None:
+        return self._combined["node_sets"](job, tasks)
 
     def job_ready(self, job: JobInfo) -> bool:
         return self._combined["job_ready"](job)

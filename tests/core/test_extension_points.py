@@ -670,3 +670,15 @@ def test_gpu_order_scores_add_up() -> None:
     ssn = open_session()
     t = next(iter(ssn.tasks.values()))
     assert ssn.gpu_order(t, 0, "g1") == 3.5 and ssn.gpu_order(t, 0, "") == 1.5
+
+
+@covers("node_sets")
+def test_node_sets_first_plugin_that_answers_decides() -> None:
+    mask = np.array([True])
+    register(a={"node_sets": lambda j, ts: None}, b={"node_sets": lambda j, ts: [mask]},
+             c={"node_sets": lambda j, ts: []})
+    ssn = open_session()
+    assert ssn.node_sets(ssn.jobs[f"{NS}/j1"], []) == [mask]  # a abstains, b decides, c never asked
+    register(a={}, b={}, c={})
+    ssn = open_session()
+    assert ssn.node_sets(ssn.jobs[f"{NS}/j1"], []) is None

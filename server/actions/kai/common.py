@@ -28,16 +28,33 @@ def allocate_job(ssn: Session, stmt: Statement, job: JobInfo, tasks: list[TaskIn
             job.queue_verdict = refusal
             ssn.set_condition(job, "Unschedulable", "OverLimit", refusal)
         return False
+    node_sets = ssn.node_sets(job, tasks) if tasks else None
+    if node_sets is None:
+        return _place_all(ssn, stmt, job, tasks, pipeline_only, None)
+    for nodes in node_sets:  # topology domains, best first: the first that holds every task
+        mark = stmt.checkpoint()
+        if _place_all(ssn, stmt, job, tasks, pipeline_only, nodes):
+            return True
+        stmt.rollback(mark)
+    if not node_sets and not pipeline_only:
+        job.job_fit_error = job.job_fit_error or f"no topology domain can hold job {job.uid}"
+        ssn.set_condition(job, "Unschedulable", "TopologyNotSatisfied", job.job_fit_error)
+    return False
+
+
+def _place_all(ssn: Session, stmt: Statement, job: JobInfo, tasks: list[TaskInfo], pipeline_only: bool,
+               nodes: np.ndarray | None) -> bool:
     for placed, task in enumerate(tasks):
-        if not allocate_task(ssn, stmt, task, pipeline_only):
+        if not allocate_task(ssn, stmt, task, pipeline_only, nodes):
             if not pipeline_only:
                 _record_failure(ssn, job, task, placed)
             return False
     return True
 
 
-def allocate_task(ssn: Session, stmt: Statement, task: TaskInfo, pipeline_only: bool) -> bool:
-    rows = ordered_rows(ssn, task)
+def allocate_task(ssn: Session, stmt: Statement, task: TaskInfo, pipeline_only: bool,
+                  nodes: np.ndarray | None = None) -> bool:
+    rows = ordered_rows(ssn, task, nodes)
     if rows is None:
         return False
     for row, fits_now in rows:
@@ -59,13 +76,14 @@ def allocate_task(ssn: Session, stmt: Statement, task: TaskInfo, pipeline_only: 
     return False
 
 
-def ordered_rows(ssn: Session, task: TaskInfo) -> list[tuple[int, bool]] | None:
-    """The nodes the task fits (predicates, and resources once releasing tasks are gone), best
-    score first (ties: by node name), each with whether it fits free resources now."""
+def ordered_rows(ssn: Session, task: TaskInfo, nodes: np.ndarray | None = None) -> list[tuple[int, bool]] | None:
+    """The nodes (of ``nodes``, a mask, when given) the task fits (predicates, and resources once
+    releasing tasks are gone), best score first (ties: by node name), each with whether it fits
+    free resources now."""
     n = len(ssn.nodes)
     if not n:
         return None
-    future_ok, idle_ok = ssn.evaluator.feasible(task)
+    future_ok, idle_ok = ssn.evaluator.feasible(task, nodes)
     if task.gpu_fraction:
         for i in np.nonzero(future_ok)[0]:
             f_future, f_now = fraction_fits(ssn.nodes, int(i), task.gpu_fraction)

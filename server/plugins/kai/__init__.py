@@ -16,6 +16,7 @@ from server.plugins.kai.priority import KaiPriorityPlugin
 from server.plugins.kai.proportion import KaiProportionPlugin
 from server.plugins.kai.resourcetype import ResourceTypePlugin
 from server.plugins.kai.taskorder import TaskOrderPlugin
+from server.plugins.kai.topology import TopologyPlugin
 
 _CLASSES: tuple[type[Plugin], ...] = (
     ElasticPlugin,
@@ -27,6 +28,7 @@ _CLASSES: tuple[type[Plugin], ...] = (
     NodePlacementPlugin,
     ResourceTypePlugin,
     TaskOrderPlugin,
+    TopologyPlugin,
     *PASSIVE_PLUGINS,
 )
 KAI_PLUGINS: dict[str, type[Plugin]] = {cls.name: cls for cls in _CLASSES}

@@ -8,8 +8,6 @@ as-is (each is listed in docs/plugins/kai.md with why):
 - dynamicresources: Kubernetes DRA claims; Muster has no DRA objects.
 - minruntime: protects jobs younger than a configured minimum run time from eviction; Muster's
   snapshot has no run times yet (named in the issue's closing note).
-- topology: KAI topology-aware placement (required / preferred levels); not implemented yet
-  (named in the closing note), so jobs with a topology constraint are placed without it.
 - snapshot: dumps the session for debugging; ``muster simulate`` is Muster's equivalent.
 """
 
@@ -52,10 +50,6 @@ class MinRuntimePlugin(_Passive):
     name: ClassVar[str] = "minruntime"
 
 
-class TopologyPlugin(_Passive):
-    name: ClassVar[str] = "topology"
-
-
 class SnapshotPlugin(_Passive):
     name: ClassVar[str] = "snapshot"
 
@@ -67,6 +61,5 @@ PASSIVE_PLUGINS: tuple[type[Plugin], ...] = (
     NominatedNodePlugin,
     DynamicResourcesPlugin,
     MinRuntimePlugin,
-    TopologyPlugin,
     SnapshotPlugin,
 )
