@@ -143,6 +143,15 @@ def gang_satisfied(job: JobInfo) -> bool:
     return all(ps.active_used() >= ps.min_available for ps in pod_sets(job))
 
 
+def is_stale(job: JobInfo) -> bool:
+    """KAI: a gang with active tasks, none succeeded, and a pod set below its minimum."""
+    if any(t.status == TaskStatus.SUCCEEDED for t in job.tasks.values()):
+        return False
+    if not any(t.status in ACTIVE_USED for t in job.tasks.values()):
+        return False
+    return not gang_satisfied(job)
+
+
 def below_min(job: JobInfo) -> bool:
     return min_available_state(job) == 0
 

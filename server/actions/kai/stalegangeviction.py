@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from server.actions.base import Action
-from server.session.kai import ACTIVE_USED, below_min
+from server.session.kai import ACTIVE_ALLOCATED, is_stale
 from server.session.options import parse_go_duration
 from server.session.session import Session
 
@@ -22,15 +22,15 @@ class StaleGangEvictionAction(Action):
     def execute(self, ssn: Session) -> None:
         default = _seconds(ssn.config.session.get("globalDefaultStalenessGracePeriod", "60s"), 60.0)
         for job in ssn.jobs.values():
-            stale = job.spec.stale_seconds
-            if stale is None or not below_min(job):
+            if not is_stale(job):
                 continue
+            stale = job.spec.stale_seconds or 0.0  # just found stale: its clock starts now
             grace = _seconds(job.spec.annotations.get(GRACE_ANNOTATION), default)
-            if grace < 0 or stale <= grace:
+            if grace < 0 or stale < grace:
                 continue
             stmt = ssn.statement()
             for task in job.tasks.values():
-                if task.status in ACTIVE_USED and task.node is not None and task.status.title != "Releasing":
+                if task.status in ACTIVE_ALLOCATED and task.node is not None:
                     stmt.evict(task, f"stalegangeviction: gang below its minimum for {stale:g}s")
             stmt.commit()
 
