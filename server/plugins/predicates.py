@@ -106,17 +106,19 @@ class PredicatesPlugin(Plugin):
         # (deallocate event) and puts it back on unevict, so pod count and pod (anti-)affinity no
         # longer see a victim: that is what lets preemption resolve them.
         evicted_per_row = np.zeros(len(nodes), dtype=np.int64)
-        self.evicted: set[str] = set()
+        # Evicted task -> the row it was evicted from (a victim placed elsewhere leaves from there).
+        self.evicted: dict[str, int] = {}
 
         def on_allocate(task: TaskInfo) -> None:
-            if task.uid in self.evicted and task.node is not None:
-                self.evicted.discard(task.uid)
-                evicted_per_row[nodes.index[task.node]] -= 1
+            row = self.evicted.pop(task.uid, None)
+            if row is not None:
+                evicted_per_row[row] -= 1
 
         def on_deallocate(task: TaskInfo) -> None:
             if task.status == TaskStatus.RELEASING and task.node is not None and task.uid not in self.evicted:
-                self.evicted.add(task.uid)
-                evicted_per_row[nodes.index[task.node]] += 1
+                row = nodes.index[task.node]
+                self.evicted[task.uid] = row
+                evicted_per_row[row] += 1
 
         ssn.add_event_handler(EventHandler(on_allocate, on_deallocate))
         preds.append(
