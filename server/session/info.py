@@ -518,7 +518,9 @@ class NodeTable:
         if holders and all(t.status == TaskStatus.RELEASING for t in holders):
             return 0.0, 0.0
         now = future = 1.0
-        for t in self.shared[i].get(name, ()):
+        if holders and all(t.status == TaskStatus.PIPELINED for t in holders):
+            now = 0.0  # a GPU only promised to pipelined tasks is not free now: joining it pipelines too
+        for t in holders:
             now -= t.gpu_fraction
             if t.status != TaskStatus.RELEASING:
                 future -= t.gpu_fraction

@@ -27,7 +27,7 @@ class GpuSharingOrderPlugin(Plugin):
                 return out
             for k, i in enumerate(rows):
                 for group in nodes.shared[int(i)]:
-                    if nodes.group_fractions(int(i), group)[0] >= task.gpu_fraction - 1e-9:
+                    if nodes.group_fractions(int(i), group)[1] >= task.gpu_fraction - 1e-9:
                         out[k] = GPU_SHARING_SCORE
                         break
             return out
