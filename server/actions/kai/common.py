@@ -7,6 +7,8 @@ limits; a fractional GPU task takes the shared GPU ``gpu_order`` ranks first, or
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from muster.devices import NVIDIA_GPU
@@ -76,23 +78,39 @@ def allocate_task(ssn: Session, stmt: Statement, task: TaskInfo, pipeline_only: 
     return False
 
 
-def ordered_rows(ssn: Session, task: TaskInfo, nodes: np.ndarray | None = None) -> list[tuple[int, bool]] | None:
+def ordered_rows(ssn: Session, task: TaskInfo, nodes: np.ndarray | None = None) -> Iterator[tuple[int, bool]] | None:
     """The nodes (of ``nodes``, a mask, when given) the task fits (predicates, and resources once
     releasing tasks are gone), best score first (ties: by node name), each with whether it fits
-    free resources now."""
+    free resources now. Lazy: the best node usually takes the task, so the rest is sorted only when
+    asked for."""
     n = len(ssn.nodes)
     if not n:
         return None
     future_ok, idle_ok = ssn.evaluator.feasible(task, nodes)
     if task.gpu_fraction:
+        future_ok, idle_ok = future_ok.copy(), idle_ok.copy()
         for i in np.nonzero(future_ok)[0]:
             f_future, f_now = fraction_fits(ssn.nodes, int(i), task.gpu_fraction)
             future_ok[i] = f_future
             idle_ok[i] = idle_ok[i] and f_now
-    all_rows = np.arange(n)
-    scores = ssn.evaluator.scores(task, all_rows)
-    order = np.argsort(-scores, kind="stable")
-    return [(int(i), bool(idle_ok[i])) for i in order if future_ok[i]]
+    if not future_ok.any():
+        return iter(())
+    # Scores over every node of the set: binpacking is relative to all of them, fitting or not.
+    scores = ssn.evaluator.scores(task, np.arange(n) if nodes is None else np.nonzero(nodes)[0])
+    if nodes is not None:
+        full = np.full(n, -np.inf)
+        full[nodes] = scores
+        scores = full
+    masked = np.where(future_ok, scores, -np.inf)
+
+    def walk() -> Iterator[tuple[int, bool]]:
+        best = int(np.argmax(masked))  # the first of the best: ties go by node name
+        yield best, bool(idle_ok[best])
+        for i in np.argsort(-masked, kind="stable"):
+            if i != best and future_ok[i]:
+                yield int(i), bool(idle_ok[i])
+
+    return walk()
 
 
 def choose_group(ssn: Session, task: TaskInfo, row: int, pipeline: bool) -> tuple[str | None, bool]:

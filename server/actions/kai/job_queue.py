@@ -9,8 +9,11 @@ it the last job by job order. Every pop re-compares, so allocations made since t
 
 from __future__ import annotations
 
+import bisect
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from server.model import TaskStatus
 from server.session.info import JobInfo, QueueInfo
@@ -59,7 +62,8 @@ class JobsByQueue:
             return
         if queue.parent and queue.parent not in self.ssn.queues:
             return
-        self.jobs.setdefault(queue.name, []).append(job)
+        # Kept in order (a job's order does not change while it waits: only popped jobs are placed).
+        bisect.insort(self.jobs.setdefault(queue.name, []), job, key=self._key)
 
     def empty(self) -> bool:
         return not any(self.jobs.values())
@@ -71,12 +75,15 @@ class JobsByQueue:
     def _job_first(self, a: JobInfo, b: JobInfo) -> bool:
         return self.ssn.job_order_fn(b, a) if self.victims else self.ssn.job_order_fn(a, b)
 
+    def _key(self, job: JobInfo) -> Any:
+        def compare(a: JobInfo, b: JobInfo) -> int:
+            return -1 if self._job_first(a, b) else (1 if self._job_first(b, a) else 0)
+
+        return functools.cmp_to_key(compare)(job)
+
     def _next_job(self, leaf: str) -> JobInfo | None:
-        best: JobInfo | None = None
-        for job in self.jobs.get(leaf, ()):
-            if best is None or self._job_first(job, best):
-                best = job
-        return best
+        jobs = self.jobs.get(leaf)
+        return jobs[0] if jobs else None
 
     def _has_jobs(self, name: str) -> bool:
         if self.jobs.get(name):
@@ -115,7 +122,7 @@ class JobsByQueue:
         leaf = self._leaf_of(self._best(roots))
         job = self._next_job(leaf)
         assert job is not None
-        self.jobs[leaf].remove(job)
+        self.jobs[leaf].pop(0)
         if self.victims:
             self.popped.setdefault(leaf, []).append(job)
         return job
