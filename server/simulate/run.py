@@ -10,9 +10,10 @@ from server.scheduler import SchedulerCore
 from server.simulate.scenario import Scenario, ScenarioError, parse_scenario_text
 
 
-def _advance(snapshot: ClusterSnapshot, result: CycleResult) -> None:
-    """Between cycles, act as a cluster would: bound tasks run, released tasks go away,
-    pipelined tasks wait again, and job phases carry over."""
+def _advance(snapshot: ClusterSnapshot, result: CycleResult, evicted_come_back: bool = False) -> None:
+    """Between cycles, act as a cluster would: bound tasks run, released tasks go away (under
+    ``profile: kai`` they come back pending, as the job's controller recreates evicted pods -- what
+    KAI's multi-round tests assume), pipelined tasks wait again, and job phases carry over."""
     for job in snapshot.jobs:
         outcome = result.jobs.get(job.uid)
         if outcome is not None:
@@ -21,7 +22,9 @@ def _advance(snapshot: ClusterSnapshot, result: CycleResult) -> None:
         for task in job.tasks:
             status, node = result.task_status.get(task.uid, (task.status, task.node))
             if status == TaskStatus.RELEASING:
-                continue
+                if not evicted_come_back:
+                    continue
+                status, node = TaskStatus.PENDING, None
             if status in (TaskStatus.BINDING, TaskStatus.BOUND):
                 status = TaskStatus.RUNNING
             elif status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED):
@@ -58,7 +61,7 @@ def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any
                 released_devices[uid] = result.task_devices.get(uid, [])
                 released_groups[uid] = result.task_gpu_groups.get(uid, [])
         if cycle < total:
-            _advance(scenario.snapshot, result)
+            _advance(scenario.snapshot, result, evicted_come_back=scenario.config.profile == "kai")
     tasks: dict[str, dict[str, Any]] = {
         uid: {"status": s.title, "node": n, "gpu_groups": released_groups[uid], "devices": released_devices[uid]}
         for uid, (s, n) in released.items()
