@@ -65,6 +65,23 @@ class JobsByQueue:
         # Kept in order (a job's order does not change while it waits: only popped jobs are placed).
         bisect.insort(self.jobs.setdefault(queue.name, []), job, key=self._key)
 
+    def copy(self) -> JobsByQueue:
+        """The same queue, to pop from without touching this one (the order of waiting jobs does
+        not change while they wait)."""
+        other = JobsByQueue.__new__(JobsByQueue)
+        other.ssn, other.victims, other.children = self.ssn, self.victims, self.children
+        other.jobs = {leaf: list(jobs) for leaf, jobs in self.jobs.items()}
+        other.popped = {leaf: list(jobs) for leaf, jobs in self.popped.items()}
+        return other
+
+    def remove(self, job: JobInfo) -> None:
+        jobs = self.jobs.get(job.queue)
+        if jobs is not None:
+            for i, known in enumerate(jobs):
+                if known is job:
+                    del jobs[i]
+                    return
+
     def empty(self) -> bool:
         return not any(self.jobs.values())
 

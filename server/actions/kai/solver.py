@@ -50,6 +50,7 @@ class JobSolver:
     action: str
     allow_moves: bool = True  # victims placed again elsewhere are victims too (consolidating)
     _recorded: list[TaskInfo] = field(default_factory=list)
+    _waiting: JobsByQueue | None = None
 
     def solve(self, job: JobInfo) -> tuple[bool, Statement | None, list[TaskInfo]]:
         ssn = self.ssn
@@ -57,6 +58,7 @@ class JobSolver:
         tasks = tasks_to_allocate(job, ssn.task_order_fn, real=False)
         statement: Statement | None = None
         self._recorded = []
+        self._waiting = None
         for k in range(1, len(tasks) + 1):
             solution = self._solve_partial(job, tasks[:k])
             if solution is None:
@@ -146,11 +148,21 @@ class JobSolver:
         ssn = self.ssn
         mark = stmt.checkpoint()
         victim_jobs = {t.job for t in victims}
-        # KAI orders every pending job with them but places only these: the others are left out.
-        order = JobsByQueue(ssn).fill([j for j in ssn.jobs.values() if j.uid in victim_jobs or j.uid == job.uid], Filters())
+        # KAI orders them with every pending job (a queue's next job decides its turn) and places only
+        # them. The other jobs wait unchanged: their order is taken once per search, these join it.
+        if self._waiting is None:
+            self._waiting = JobsByQueue(ssn).fill([j for j in ssn.jobs.values() if j.index[TaskStatus.PENDING]], Filters())
+        order = self._waiting.copy()
+        relevant = [ssn.jobs[uid] for uid in victim_jobs | {job.uid} if uid in ssn.jobs]
+        for j in relevant:
+            order.remove(j)
+            order.push(j)
         placed = False
-        while not order.empty():
+        left = len(relevant)
+        while left and not order.empty():
             other = order.pop()
+            if other.uid in victim_jobs or other.uid == job.uid:
+                left -= 1
             if other.uid == job.uid:
                 if not allocate_job(ssn, stmt, job, pending, pipeline_only=True):
                     stmt.rollback(mark)

@@ -1,7 +1,7 @@
 """stalegangeviction (KAI): a gang that has been below its minimum of running tasks for longer than
 the grace period loses all its active tasks (they are evicted), so it does not hold resources it
 cannot use. The grace period is the session parameter ``globalDefaultStalenessGracePeriod`` (default
-60s; a job annotation ``kai.scheduler/staleness-grace-period`` overrides it); how long a job has been
+0 as in KAI's sessions, 60s from KAI's scheduler binary and examples/config-kai.yaml; a job annotation ``kai.scheduler/staleness-grace-period`` overrides it); how long a job has been
 stale is its ``staleFor``."""
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ class StaleGangEvictionAction(Action):
     name: ClassVar[str] = "stalegangeviction"
 
     def execute(self, ssn: Session) -> None:
-        default = _seconds(ssn.config.session.get("globalDefaultStalenessGracePeriod", "60s"), 60.0)
+        # Absent: 0, the value KAI's own sessions start with (its scheduler binary passes 60s, as
+        # examples/config-kai.yaml does).
+        default = _seconds(ssn.config.session.get("globalDefaultStalenessGracePeriod", "0s"), 0.0)
         for job in ssn.jobs.values():
             if not is_stale(job):
                 continue

@@ -181,7 +181,7 @@ class KaiProportionPlugin(Plugin):
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
         self.dims = ssn.space.index
-        self._requests: dict[tuple[str, int, int], Vec3] = {}
+        self._requests: dict[tuple[object, ...], Vec3] = {}
         self.multiplier = max(1.0, self.arg_float("relcaimerSaturationMultiplier", 1.0))
         self.queues = self._build(ssn)
         self.frozen: dict[str, QueueShares] = {n: q.copy() for n, q in self.queues.items()}
@@ -366,12 +366,19 @@ class KaiProportionPlugin(Plugin):
 
     def _minus_victims(self, allocated: Vec3, victims: list[JobInfo]) -> Vec3:
         for v in victims:
+            allocated = add(allocated, self._job_allocated(v), -1.0)
+        return allocated
+
+    def _job_allocated(self, job: JobInfo) -> Vec3:
+        key = ("allocated", job.uid, id(job.tasks), len(self.ssn.nodes.change_log))
+        known = self._requests.get(key)
+        if known is None:
             total = Quantities()
-            for t in v.tasks.values():
+            for t in job.tasks.values():
                 if t.status in ALLOCATED_SHARE:
                     total.add(task_quantities(t, self.dims))
-            allocated = add(allocated, total.values(), -1.0)
-        return allocated
+            known = self._requests[key] = total.values()
+        return known
 
     # -- capacity --------------------------------------------------------------------------------
     def over_capacity(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
