@@ -9,6 +9,7 @@ from server.plugins.base import Plugin
 from server.plugins.kai.elastic import ElasticPlugin
 from server.plugins.kai.gpupack import GpuPackPlugin
 from server.plugins.kai.gpusharingorder import GpuSharingOrderPlugin
+from server.plugins.kai.gpuspread import GpuSpreadPlugin
 from server.plugins.kai.nodeavailability import NodeAvailabilityPlugin
 from server.plugins.kai.nodeplacement import NodePlacementPlugin
 from server.plugins.kai.passive import PASSIVE_PLUGINS
@@ -22,6 +23,7 @@ _CLASSES: tuple[type[Plugin], ...] = (
     ElasticPlugin,
     GpuPackPlugin,
     GpuSharingOrderPlugin,
+    GpuSpreadPlugin,
     KaiPriorityPlugin,
     KaiProportionPlugin,
     NodeAvailabilityPlugin,

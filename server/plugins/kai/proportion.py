@@ -182,6 +182,7 @@ class KaiProportionPlugin(Plugin):
         self.ssn = ssn
         self.dims = ssn.space.index
         self._requests: dict[tuple[object, ...], Vec3] = {}
+        self._keys: dict[tuple[object, ...], tuple[object, ...]] = {}
         self.multiplier = max(1.0, self.arg_float("relcaimerSaturationMultiplier", 1.0))
         self.queues = self._build(ssn)
         self.frozen: dict[str, QueueShares] = {n: q.copy() for n, q in self.queues.items()}
@@ -332,30 +333,9 @@ class KaiProportionPlugin(Plugin):
             return 1
         if right is None:
             return -1
-        l_alloc, r_alloc = left.get("allocated"), right.get("allocated")
-        l_over = all_less(left.get("fair"), l_alloc)
-        r_over = all_less(right.get("fair"), r_alloc)
-        if l_over != r_over:
-            return 1 if l_over else -1
-        l_with = add(l_alloc, self._job_request(lj))
-        r_with = add(r_alloc, self._job_request(rj))
-        l_starved = less_equal(l_with, left.get("deserved"))
-        r_starved = less_equal(r_with, right.get("deserved"))
-        if l_starved != r_starved:
-            return -1 if l_starved else 1
-        if left.priority != right.priority:
-            return -1 if left.priority > right.priority else 1
-        l_violation = any(s.allocatable() == 0 and v > 0 for s, v in zip(left.by_resource.values(), l_with, strict=True))
-        r_violation = any(s.allocatable() == 0 and v > 0 for s, v in zip(right.by_resource.values(), r_with, strict=True))
-        if l_violation != r_violation:
-            return 1 if l_violation else -1
-        l_share = self._dominant_share(left, self._minus_victims(l_with, lv))
-        r_share = self._dominant_share(right, self._minus_victims(r_with, rv))
-        if l_share != r_share:
-            return -1 if l_share < r_share else 1
-        l_share, r_share = self._dominant_share(left, l_alloc), self._dominant_share(right, r_alloc)
-        if l_share != r_share:
-            return -1 if l_share < r_share else 1
+        lk, rk = self._queue_key(left, lj, lv), self._queue_key(right, rj, rv)
+        if lk != rk:
+            return -1 if lk < rk else 1
         la = tuple(s.allocatable() for s in left.by_resource.values())
         ra = tuple(s.allocatable() for s in right.by_resource.values())
         if not less_equal(ra, la) and less_equal(la, ra):  # type: ignore[arg-type]
@@ -363,6 +343,32 @@ class KaiProportionPlugin(Plugin):
         if not less_equal(la, ra) and less_equal(ra, la):  # type: ignore[arg-type]
             return 1
         return 0
+
+    def _queue_key(self, q: QueueShares, job: JobInfo | None, victims: list[JobInfo]) -> tuple[object, ...]:
+        """The queue's place in KAI's queue order, smaller first, as a tuple compared left to right:
+        over its fair share (last), within deserved quota with its next job (first), priority
+        (higher first), using a resource it may not have (last), dominant share with the next job
+        (its given-up victims taken away), dominant share now. A pop compares queues many times
+        with nothing changed between: cached until a node changes."""
+        cache_key = (q.name, job.uid if job is not None else None, id(job.tasks) if job is not None else 0,
+                     tuple((v.uid, id(v.tasks)) for v in victims), len(self.ssn.nodes.change_log))
+        known = self._keys.get(cache_key)
+        if known is not None:
+            return known
+        alloc = q.get("allocated")
+        with_job = add(alloc, self._job_request(job))
+        key = (
+            all_less(q.get("fair"), alloc),
+            not less_equal(with_job, q.get("deserved")),
+            -q.priority,
+            any(s.allocatable() == 0 and v > 0 for s, v in zip(q.by_resource.values(), with_job, strict=True)),
+            self._dominant_share(q, self._minus_victims(with_job, victims)),
+            self._dominant_share(q, alloc),
+        )
+        if len(self._keys) > 100_000:
+            self._keys.clear()
+        self._keys[cache_key] = key
+        return key
 
     def _minus_victims(self, allocated: Vec3, victims: list[JobInfo]) -> Vec3:
         for v in victims:
