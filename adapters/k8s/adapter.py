@@ -4,12 +4,13 @@ Built on :class:`adapters.runtime.BackendRuntime` (register, snapshot, deltas, d
 acks, reconnect). :class:`K8sBackend` only wires the Kubernetes-specific parts together:
 
 * informers (:mod:`adapters.k8s.informer`) for Nodes, Pods, Volcano and coscheduling PodGroups,
-  Volcano Queues, PriorityClasses;
+  Volcano Queues, PriorityClasses, and with ``kai=True`` KAI Scheduler's PodGroups
+  (``scheduling.run.ai/v2alpha2``) and Queues (``scheduling.run.ai/v2``);
 * :mod:`adapters.k8s.snapshot`: nodes and pods as the server sees them (snapshot, then deltas);
   bound pods of other schedulers (and Muster pods it cannot map) are foreign tasks;
 * :mod:`adapters.k8s.jobs`: pods with ``spec.schedulerName == <scheduler name>`` and their
   PodGroups become Muster jobs;
-* :mod:`adapters.k8s.queues`: Volcano Queues become Muster queues;
+* :mod:`adapters.k8s.queues`: Volcano (and KAI) Queues become Muster queues;
 * :mod:`adapters.k8s.enforce`: binds through ``pods/binding``, evictions through the Eviction API;
 * :mod:`adapters.k8s.status`: PodGroup status through ``/status`` merge-patch, ``Scheduled`` /
   ``FailedScheduling`` Events on pods.
@@ -61,6 +62,7 @@ class K8sBackend:
         runtime_options: dict[str, Any] | None = None,
         tls: ClientTls | None = None,
         token: str | None = None,
+        kai: bool = False,
     ) -> None:
         self.server = server
         self.scheduler_name = scheduler_name
@@ -84,12 +86,18 @@ class K8sBackend:
                 handler=self._on_podgroup(api_version), watch_timeout=watch_timeout,
             )
             for api_version, (group, version) in PODGROUP_APIS.items()
+            if kai or api_version != tr.KAI_PODGROUP  # KAI's needs RBAC on scheduling.run.ai: opt in
         }
         self.queues = Informer("queues", custom.list_cluster_custom_object, "scheduling.volcano.sh", "v1beta1",
                                "queues", handler=self._on_queue, watch_timeout=watch_timeout)
+        self.kai_queues: Informer | None = None
+        if kai:
+            self.kai_queues = Informer("queues.scheduling.run.ai", custom.list_cluster_custom_object,
+                                       *tr.KAI_QUEUE_API, "queues", handler=self._on_queue, watch_timeout=watch_timeout)
         self.priority_classes = Informer("priorityclasses", sched.list_priority_class,
                                          handler=_read_at_submission, watch_timeout=watch_timeout)
-        self.informers = [self.nodes, self.pods, *self.podgroups.values(), self.queues, self.priority_classes]
+        self.informers = [self.nodes, self.pods, *self.podgroups.values(), self.queues,
+                          *([self.kai_queues] if self.kai_queues is not None else []), self.priority_classes]
 
         self.reporter = ClusterReporter(self.runtime, self.book, nodes=self.nodes, pods=self.pods)
         self.status_controller = StatusController(self.link, self.writer, self.book, self.stats,
@@ -99,7 +107,7 @@ class K8sBackend:
             priority_classes=self.priority_classes, reporter=self.reporter, status=self.status_controller,
             scheduler_name=scheduler_name, backend_name=name,
         )
-        self.queue_controller = QueueController(self.link, queues=self.queues)
+        self.queue_controller = QueueController(self.link, queues=self.queues, kai_queues=self.kai_queues)
         self.enforcer = Enforcer(
             self.writer, self.book, self.stats, nodes=self.nodes, pods=self.pods, reporter=self.reporter,
             status=self.status_controller, bind_concurrency=bind_concurrency, evict_attempts=evict_attempts,

@@ -24,6 +24,7 @@ ITEM_ERRORS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc
 PODGROUP_APIS = {
     tr.VOLCANO_PODGROUP: ("scheduling.volcano.sh", "v1beta1"),
     tr.COSCHEDULING_PODGROUP: ("scheduling.x-k8s.io", "v1alpha1"),
+    tr.KAI_PODGROUP: ("scheduling.run.ai", "v2alpha2"),
 }
 
 

@@ -1,6 +1,7 @@
 """Enforcement: Muster's bind and evict decisions applied to pods.
 
-A bind goes through ``pods/binding`` after checking what the API server would refuse anyway (the
+A bind goes through ``pods/binding`` (a fractional GPU bind first labels the pod with its shared
+GPU, ``runai-gpu-group``, as KAI's binder does) after checking what the API server would refuse anyway (the
 pod and node exist, the node is Ready and not cordoned) and what would bind twice (the pod is
 already assigned: fine when it is where the decision says, a rejection otherwise). An evict goes
 through the Eviction API (a disruption budget's 429 is retried with backoff in
@@ -111,6 +112,10 @@ class Enforcer:
             annotated = await self.writer.annotate_pod(ns, name, chips)
             if not annotated.ok:
                 return self._reject_bind(f"annotating {key} with its devices: {annotated.message}")
+        if b.gpu_fraction and b.devices:  # KAI GPU sharing: record the shared GPU, as KAI's binder does
+            labelled = await self.writer.label_pod(ns, name, {tr.GPU_GROUP_LABEL: b.devices[0]})
+            if not labelled.ok:
+                return self._reject_bind(f"labelling {key} with its shared GPU: {labelled.message}")
         result = await self.writer.bind(ns, name, b.node, uid=tr.meta(pod).get("uid", ""))
         if result.ok:
             self.stats.binds += 1

@@ -1,9 +1,12 @@
 """The job controller: pods and PodGroups become Muster jobs.
 
-Pods with ``spec.schedulerName == <scheduler name>`` are Muster's. A PodGroup's pods (Volcano or
-coscheduling) become one job ``k8s:<ns>:<podgroup>`` with one TaskGroup per role; a pod without a
-group becomes a job of one, ``k8s:<ns>:pod:<name>``. Gang pods wait until their PodGroup is seen
-and has ``minMember`` pods (no partial placement). Pods that join a gang after it was submitted run
+Pods with ``spec.schedulerName == <scheduler name>`` are Muster's. A PodGroup's pods (Volcano,
+coscheduling or KAI) become one job ``k8s:<ns>:<podgroup>`` with one TaskGroup per role (per KAI
+sub-group and role for KAI); a pod without a group becomes a job of one, ``k8s:<ns>:pod:<name>``.
+Gang pods wait until their PodGroup is seen and has ``minMember`` pods, and every KAI leaf
+sub-group its own minimum (no partial placement). What Muster cannot schedule as asked (KAI's
+``gpu-memory``, a required KAI topology constraint...) is refused: no job, a ``FailedScheduling``
+Event on the pods saying why. Pods that join a gang after it was submitted run
 as jobs of one (Volcano's elastic pods beyond minMember are scheduled individually too). Task ids
 are the server's (``<job id>/<role>-<index>``); the pod behind each index is stored in the
 TaskGroup annotation ``muster.dev/pods``, so an adapter restart recovers the mapping from the
@@ -162,20 +165,28 @@ class JobController:
         _, api_version, gkey = key
         ns, name = gkey.split("/", 1)
         job_id = tr.job_id_for_group(ns, name)
-        podgroup = self.podgroups[api_version].cache.get(gkey)
+        informer = self.podgroups.get(api_version)
+        podgroup = informer.cache.get(gkey) if informer is not None else None
         members = self._live_own_pods(self.group_members.get((api_version, gkey), set()))
         submitted = self.book.jobs.get(job_id)
         if podgroup is None:
             if submitted is not None:
                 await self._cancel(job_id, "podgroup deleted")
+            elif informer is None and members:
+                self._refuse(job_id, members, f"pods name {api_version} PodGroup {gkey}, which this adapter does not "
+                                              "read (start it with --kai to read KAI PodGroups)")
             return  # gang pods wait for their PodGroup: no partial placement
         gang = tr.gang_spec(podgroup)
         if submitted is None:
             if not members:
                 return
+            problem = gang.problem or self._pods_problem(members, gang)
+            if problem:
+                self._refuse(job_id, members, problem)
+                return
             anyone_bound = any(tr.pod_node(p) for p in members)
-            if len(members) < max(1, gang.min_member) and not anyone_bound:
-                return  # Volcano: a gang is not schedulable until minMember pods exist
+            if not anyone_bound and (len(members) < max(1, gang.min_member) or self._sub_groups_short(members, gang)):
+                return  # Volcano and KAI: a gang is not schedulable until minMember pods exist
             queue = gang.queue or self._pod_queue(members[0])
             priority = self._priority(gang.priority_class, members)
             spec = self._job_spec(job_id, ns, name, members, queue, priority, gang)
@@ -188,6 +199,10 @@ class JobController:
             pod_key = tr.key_of(pod)
             if pod_key not in self.book.pod_task and not tr.pod_terminal(pod):
                 extra_id = f"{job_id}:x:{tr.meta(pod)['name']}"
+                problem = self._pods_problem([pod], None)
+                if problem:
+                    self._refuse(extra_id, [pod], problem)
+                    continue
                 spec = self._job_spec(extra_id, ns, tr.meta(pod)["name"], [pod], gang.queue or self._pod_queue(pod),
                                       self._priority(gang.priority_class, [pod]), None)
                 await self._submit(("pod", "", pod_key), spec)
@@ -208,6 +223,10 @@ class JobController:
         if submitted is None and pod_key not in self.book.pod_task:
             if tr.pod_terminal(pod):
                 return
+            problem = self._pods_problem([pod], None) or tr.pod_topology(pod).problem(f"pod {pod_key}")
+            if problem:
+                self._refuse(job_id, [pod], problem)
+                return
             spec = self._job_spec(job_id, ns, name, [pod], self._pod_queue(pod), self._priority("", [pod]), None)
             await self._submit(key, spec)
         self.status.mark(job_id)
@@ -215,7 +234,45 @@ class JobController:
     # -- job specs ----------------------------------------------------------------------------
 
     def _pod_queue(self, pod: Obj) -> str:
-        return (tr.meta(pod).get("annotations") or {}).get(VOLCANO_QUEUE_ANNOTATION) or "default"
+        return ((tr.meta(pod).get("annotations") or {}).get(VOLCANO_QUEUE_ANNOTATION) or tr.pod_queue_label(pod)
+                or "default")
+
+    @staticmethod
+    def _pods_problem(pods: list[Obj], gang: tr.GangSpec | None) -> str:
+        """Why Muster cannot schedule these pods as asked ("" when it can): KAI GPU-sharing
+        requests it does not support, a pod in a sub-group its PodGroup does not define."""
+        problems = []
+        for pod in sorted(pods, key=tr.key_of):
+            problems.append(tr.pod_gpu_problem(pod))
+            if gang is None:
+                problems.append(tr.preemptibility((tr.meta(pod).get("labels") or {}).get(tr.KAI_PREEMPTIBILITY_LABEL),
+                                                  f"pod {tr.key_of(pod)}")[1])
+            sub = tr.pod_sub_group(pod)
+            if gang is not None and gang.all_sub_groups and sub:
+                if sub not in gang.all_sub_groups:
+                    problems.append(f"pod {tr.key_of(pod)}: sub-group {sub!r} is not defined by its PodGroup")
+                elif sub not in gang.sub_groups:
+                    problems.append(f"pod {tr.key_of(pod)}: sub-group {sub!r} has sub-groups; pods belong to leaves")
+        return "; ".join(p for p in problems if p)
+
+    @staticmethod
+    def _sub_groups_short(pods: list[Obj], gang: tr.GangSpec) -> bool:
+        """KAI: is some leaf sub-group still short of its minimum of pods?"""
+        counts: dict[str, int] = {}
+        for pod in pods:
+            sub = tr.pod_sub_group(pod)
+            counts[sub] = counts.get(sub, 0) + 1
+        return any(counts.get(sub, 0) < need for sub, need in gang.sub_groups.items())
+
+    def _refuse(self, job_id: str, pods: list[Obj], message: str) -> None:
+        """Muster cannot run these pods as asked: no job; say why, once per distinct message."""
+        message = f"muster refused job {job_id}: {message}"
+        if self.submit_errors.get(job_id) == message:
+            return
+        self.submit_errors[job_id] = message
+        log.warning("job refused", job=job_id, details=message)
+        for pod in pods:
+            self.status.emit_event(pod, "FailedScheduling", message, "Warning")
 
     def _priority(self, priority_class: str, pods: list[Obj]) -> int:
         if priority_class:
@@ -233,20 +290,34 @@ class JobController:
 
     def _job_spec(self, job_id: str, ns: str, name: str, pods: list[Obj], queue: str, priority: int,
                   gang: tr.GangSpec | None) -> pb.JobSpec:
+        sub_groups = gang.sub_groups if gang is not None else {}
         by_role: dict[str, list[Obj]] = {}
+        role_sub: dict[str, str] = {}
         for pod in pods:
-            by_role.setdefault(tr.pod_role(pod), []).append(pod)
-        groups = [tr.task_group(role, by_role[role]) for role in sorted(by_role)]
+            role, sub = tr.pod_role(pod), tr.pod_sub_group(pod) if sub_groups else ""
+            if sub:  # KAI: one task group per (sub-group, role)
+                role = sub if role == tr.DEFAULT_ROLE else f"{sub}.{role}"
+                role_sub[role] = sub
+            by_role.setdefault(role, []).append(pod)
+        groups = [tr.task_group(role, by_role[role], role_sub.get(role, "")) for role in sorted(by_role)]
         total = len(pods)
         spec = pb.JobSpec(id=job_id, namespace=ns, name=name, queue=queue, priority=priority, task_groups=groups,
                           min_member=total, annotations={"muster.dev/backend": self.backend_name})
         if gang is not None:
             spec.min_member = min(total, max(1, gang.min_member))
+            spec.sub_groups.extend(pb.SubGroup(name=sub, min_member=n) for sub, n in sorted(sub_groups.items()))
+            if gang.preemptible is not None:
+                spec.preemptible = gang.preemptible
             for role, count in gang.min_task_member.items():
                 if role in by_role:
                     spec.min_task_member[role] = min(count, len(by_role[role]))
             if gang.min_resources:
                 spec.min_resources.CopyFrom(pb.ResourceList(quantities=gang.min_resources))
+        else:  # a job of one: KAI reads the pod's own label (the pod is its top owner)
+            label = (tr.meta(pods[0]).get("labels") or {}).get(tr.KAI_PREEMPTIBILITY_LABEL)
+            preemptible, _ = tr.preemptibility(label, "")
+            if preemptible is not None:
+                spec.preemptible = preemptible
         return spec
 
     # -- server calls -------------------------------------------------------------------------

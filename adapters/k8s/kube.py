@@ -93,7 +93,14 @@ class KubeWriter:
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> WriteResult:
         """Merge ``annotations`` into the pod's (e.g. the chips a device plugin must hand it)."""
-        body = {"metadata": {"annotations": annotations}}
+        return await self.patch_pod_metadata(namespace, name, {"annotations": annotations})
+
+    async def label_pod(self, namespace: str, name: str, labels: dict[str, str]) -> WriteResult:
+        """Merge ``labels`` into the pod's (e.g. the shared GPU a fractional pod is bound to)."""
+        return await self.patch_pod_metadata(namespace, name, {"labels": labels})
+
+    async def patch_pod_metadata(self, namespace: str, name: str, metadata: dict[str, Any]) -> WriteResult:
+        body = {"metadata": metadata}
         try:
             await self.core.patch_namespaced_pod(  # type: ignore[call-arg]  # _content_type: see patch_podgroup_status
                 name, namespace, body, _content_type=MERGE_PATCH

@@ -34,6 +34,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--name", default="kubernetes", help="backend name registered with the server")
     p.add_argument("--ledger", help="file remembering applied decisions across adapter restarts")
     p.add_argument("--bind-concurrency", type=int, default=64)
+    p.add_argument("--kai", action="store_true",
+                   help="also read KAI Scheduler's PodGroups and Queues (scheduling.run.ai; needs RBAC on that group)")
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
@@ -44,7 +46,7 @@ async def run(args: argparse.Namespace) -> None:
     ledger: DecisionLedger = FileDecisionLedger(args.ledger) if args.ledger else DecisionLedger()
     backend = K8sBackend(api, server=args.server, scheduler_name=args.scheduler_name, name=args.name,
                          ledger=ledger, bind_concurrency=args.bind_concurrency, tls=tls_from_args(args),
-                         token=token_from_args(args))
+                         token=token_from_args(args), kai=args.kai)
     try:
         async with anyio.create_task_group() as tg:
 

@@ -51,7 +51,8 @@ class ClusterReporter:
             if task_id is not None:
                 status = tr.pod_task_status(pod)
                 tasks.append(pb.BackendTask(task_id=task_id, node=node, status=status,
-                                            request=pb.ResourceList(quantities=tr.pod_request(pod))))
+                                            request=pb.ResourceList(quantities=tr.pod_request(pod)),
+                                            **tr.gpu_share(pod)))
                 self.reported[task_id] = status
             elif tr.pod_active_on_node(pod):
                 task = tr.foreign_task(pod)

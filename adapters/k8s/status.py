@@ -3,7 +3,9 @@
 The controller watches the server's jobs (``WatchJobs``) and, for each Muster job of a PodGroup,
 patches the PodGroup's ``/status`` the way Volcano does (phase Pending / Inqueue / Running /
 Completed, running / succeeded / failed counts, a Scheduled or Unschedulable condition), only
-when it changed. Pods of a job the server cannot place get a ``FailedScheduling`` Event, once per
+when it changed. A KAI PodGroup gets the status KAI's scheduler writes instead: pod counts and,
+while the gang cannot be placed and none of its pods is allocated, an ``UnschedulableOnNodePool``
+entry in ``schedulingConditions`` (KAI sets no phase). Pods of a job the server cannot place get a ``FailedScheduling`` Event, once per
 distinct message (kube-scheduler style); binds get ``Scheduled``. Events go through a bounded
 queue and one writer task, so a slow API server never slows a bind down.
 """
@@ -163,8 +165,14 @@ class StatusController:
         podgroup = self.podgroups[api_version].cache.get(gkey)
         if podgroup is None:
             return
-        status = podgroup_status(podgroup, [p for _, p in pods if p is not None], job, cond)
+        live = [p for _, p in pods if p is not None]
         previous = self.pg_status_written.get(gkey)
+        if api_version == tr.KAI_PODGROUP:
+            message = (cond.message or await self._explain(submitted.job_id)) if cond is not None else ""
+            status = kai_podgroup_status(podgroup, live, message)
+            _number_transitions(previous or podgroup.get("status") or {}, status)
+        else:
+            status = podgroup_status(podgroup, live, job, cond)
         if previous is not None and _without_times(previous) == _without_times(status):
             return
         if previous is not None:
@@ -212,6 +220,43 @@ def podgroup_status(podgroup: Obj, pods: list[Obj], job: pb.Job | None, cond: pb
     return {"phase": phase, "running": running, "succeeded": succeeded, "failed": failed, "conditions": conditions}
 
 
+KAI_NODE_POOL_LABEL = "kai.scheduler/node-pool"  # KAI's default node-pool label key
+
+
+def kai_podgroup_status(podgroup: Obj, pods: list[Obj], unschedulable: str) -> Obj:
+    """KAI's PodGroup status: pod counts by phase, and an ``UnschedulableOnNodePool`` scheduling
+    condition (reason ``Unschedulable``) while the gang cannot be placed and none of its pods is
+    allocated (KAI leaves the condition alone once a pod is). ``unschedulable``: why, or ""."""
+    phases = [tr.pod_phase(p) for p in pods]
+    status: Obj = {"pending": phases.count("Pending"), "running": phases.count("Running"),
+                   "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")}
+    if unschedulable and not any(tr.pod_active_on_node(p) for p in pods):
+        node_pool = (tr.meta(podgroup).get("labels") or {}).get(KAI_NODE_POOL_LABEL) or "default"
+        status["schedulingConditions"] = [{
+            "type": "UnschedulableOnNodePool", "nodePool": node_pool, "reason": "Unschedulable",
+            "message": unschedulable, "status": "True", "transitionID": "1", "lastTransitionTime": _now(),
+        }]
+    return status
+
+
+def _number_transitions(previous: Obj, status: Obj) -> None:
+    """KAI numbers a node pool's scheduling-condition transitions: an unchanged condition keeps its
+    id (and time), a changed one takes the next id."""
+    before = {c.get("nodePool"): c for c in previous.get("schedulingConditions") or []}
+    for c in status.get("schedulingConditions", []):
+        old = before.get(c["nodePool"])
+        if old is None:
+            continue
+        if all(old.get(k) == c[k] for k in ("type", "reason", "message", "status")):
+            c["transitionID"] = old.get("transitionID", c["transitionID"])
+            c["lastTransitionTime"] = old.get("lastTransitionTime", c["lastTransitionTime"])
+        else:
+            try:
+                c["transitionID"] = str(int(old.get("transitionID") or 0) + 1)
+            except ValueError:
+                c["transitionID"] = "1"
+
+
 def _unschedulable(job: pb.Job | None) -> pb.Condition | None:
     if job is None:
         return None
@@ -222,8 +267,12 @@ def _unschedulable(job: pb.Job | None) -> pb.Condition | None:
 
 
 def _without_times(status: Obj) -> Obj:
-    return {**status, "conditions": [{k: v for k, v in c.items() if k != "lastTransitionTime"}
-                                     for c in status.get("conditions", [])]}
+    out = dict(status)
+    for key in ("conditions", "schedulingConditions"):
+        if key in status:
+            out[key] = [{k: v for k, v in c.items() if k not in ("lastTransitionTime", "transitionID")}
+                        for c in status[key]]
+    return out
 
 
 def _keep_transition_times(previous: Obj, status: Obj) -> None:

@@ -1,8 +1,8 @@
 """Kubernetes objects (plain JSON dicts, as the API server sends them) -> Muster API messages.
 
 Pure functions, no I/O: Nodes -> ``pb.Node``, Pods -> requests / ``pb.BackendTask`` / task groups,
-Volcano and coscheduling PodGroups -> gang parameters of a ``pb.JobSpec``, Volcano Queues ->
-``pb.Queue``, PriorityClasses -> priority values.
+Volcano, coscheduling and KAI PodGroups -> gang parameters of a ``pb.JobSpec``, Volcano and KAI
+Queues -> ``pb.Queue``, PriorityClasses -> priority values.
 """
 
 from __future__ import annotations
@@ -22,6 +22,23 @@ COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_TASK_SPEC = "volcano.sh/task-spec"
 VOLCANO_PODGROUP = "scheduling.volcano.sh/v1beta1"
 COSCHEDULING_PODGROUP = "scheduling.x-k8s.io/v1alpha1"
+# KAI Scheduler (NVIDIA): PodGroups in scheduling.run.ai/v2alpha2, Queues (cluster scoped) in
+# scheduling.run.ai/v2, and the pod conventions of KAI's pod grouper, binder and scheduler.
+KAI_PODGROUP = "scheduling.run.ai/v2alpha2"
+KAI_QUEUE_API = ("scheduling.run.ai", "v2")
+KAI_GROUP_ANNOTATION = "pod-group-name"
+KAI_QUEUE_LABEL = "kai.scheduler/queue"
+KAI_LEGACY_QUEUE_LABEL = "runai/queue"  # before KAI v0.6
+KAI_SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
+KAI_PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
+KAI_TOPOLOGY = "kai.scheduler/topology"
+KAI_TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"
+KAI_TOPOLOGY_PREFERRED = "kai.scheduler/topology-preferred-placement"
+GPU_FRACTION_ANNOTATION = "gpu-fraction"
+GPU_MEMORY_ANNOTATION = "gpu-memory"
+GPU_FRACTION_DEVICES_ANNOTATION = "gpu-fraction-num-devices"
+GPU_GROUP_LABEL = "runai-gpu-group"  # the shared GPU a fractional pod was bound to
+NVIDIA_GPU = "nvidia.com/gpu"
 # Pod names of a task group, in task-index order: lets an adapter restart recover the mapping
 # task id <-> pod from the server (GetJob) instead of guessing it.
 PODS_ANNOTATION = "muster.dev/pods"
@@ -170,9 +187,13 @@ def pod_group_ref(pod: Obj) -> tuple[str, str] | None:
     """(podgroup apiVersion, "namespace/name") of the gang a pod joins, or None (a job of one)."""
     m = meta(pod)
     ns = m.get("namespace", "default")
-    name = (m.get("annotations") or {}).get(VOLCANO_GROUP_ANNOTATION)
+    annotations = m.get("annotations") or {}
+    name = annotations.get(VOLCANO_GROUP_ANNOTATION)
     if name:
         return VOLCANO_PODGROUP, f"{ns}/{name}"
+    name = annotations.get(KAI_GROUP_ANNOTATION)
+    if name:
+        return KAI_PODGROUP, f"{ns}/{name}"
     name = (m.get("labels") or {}).get(COSCHEDULING_GROUP_LABEL)
     if name:
         return COSCHEDULING_PODGROUP, f"{ns}/{name}"
@@ -187,6 +208,102 @@ def pod_role(pod: Obj) -> str:
     raw = (m.get("annotations") or {}).get(VOLCANO_TASK_SPEC) or (m.get("labels") or {}).get(VOLCANO_TASK_SPEC)
     role = _ROLE_BAD.sub("-", raw or "").strip("-_.")
     return role or DEFAULT_ROLE
+
+
+def pod_queue_label(pod: Obj) -> str:
+    """The queue a KAI pod names in its labels (``kai.scheduler/queue``, or the older
+    ``runai/queue``), or ""."""
+    labels = meta(pod).get("labels") or {}
+    return str(labels.get(KAI_QUEUE_LABEL) or labels.get(KAI_LEGACY_QUEUE_LABEL) or "")
+
+
+def pod_sub_group(pod: Obj) -> str:
+    """The KAI sub-group a pod belongs to (label ``kai.scheduler/subgroup-name``), or ""."""
+    return str((meta(pod).get("labels") or {}).get(KAI_SUBGROUP_LABEL) or "")
+
+
+def pod_gpu_fraction(pod: Obj) -> float:
+    """The share of one GPU a pod asks through KAI's ``gpu-fraction`` annotation; 0 without one
+    (or with a value :func:`pod_gpu_problem` refuses)."""
+    raw = (meta(pod).get("annotations") or {}).get(GPU_FRACTION_ANNOTATION)
+    if raw is None:
+        return 0.0
+    try:
+        value = float(str(raw))
+    except ValueError:
+        return 0.0
+    return value if 0 < value < 1 else 0.0
+
+
+def pod_gpu_group(pod: Obj) -> str:
+    """The shared GPU a bound fractional pod sits on (label ``runai-gpu-group``), or ""."""
+    return str((meta(pod).get("labels") or {}).get(GPU_GROUP_LABEL) or "")
+
+
+def pod_gpu_problem(pod: Obj) -> str:
+    """Why Muster cannot schedule the pod's KAI GPU-sharing request as asked ("" when it can).
+    Checked like KAI's binder does: a fraction in (0, 1), not together with whole GPUs; GPU memory
+    requests (``gpu-memory``) and fractions of several GPUs are not supported by Muster."""
+    annotations = meta(pod).get("annotations") or {}
+    name = key_of(pod)
+    if GPU_MEMORY_ANNOTATION in annotations:
+        return (f"pod {name}: annotation {GPU_MEMORY_ANNOTATION}={annotations[GPU_MEMORY_ANNOTATION]!s} asks GPU "
+                f"memory, which Muster does not support; ask a share of a GPU with {GPU_FRACTION_ANNOTATION} instead")
+    if GPU_FRACTION_ANNOTATION not in annotations:
+        return ""
+    raw = str(annotations[GPU_FRACTION_ANNOTATION])
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:  # NaN fails too
+        return f"pod {name}: annotation {GPU_FRACTION_ANNOTATION}={raw!r} is not a share of one GPU (above 0, below 1)"
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if any(NVIDIA_GPU in ((c.get("resources") or {}).get(kind) or {}) for c in containers
+           for kind in ("requests", "limits")):
+        return (f"pod {name}: annotation {GPU_FRACTION_ANNOTATION} and a whole {NVIDIA_GPU} request together; "
+                "ask one or the other")
+    devices = str(annotations.get(GPU_FRACTION_DEVICES_ANNOTATION) or "1")
+    if devices != "1":
+        return (f"pod {name}: annotation {GPU_FRACTION_DEVICES_ANNOTATION}={devices} asks fractions of several GPUs; "
+                "Muster shares one GPU per pod")
+    return ""
+
+
+@dataclass(slots=True)
+class KaiTopology:
+    """KAI's topology constraint (PodGroup ``spec.topologyConstraint`` or the top owner's
+    ``kai.scheduler/topology*`` annotations)."""
+
+    topology: str = ""
+    required: str = ""
+    preferred: str = ""
+
+    def problem(self, what: str) -> str:
+        """KAI applies a constraint only when it names a Topology; a required level is refused
+        (Muster cannot keep the pods inside one domain of a KAI Topology), a preferred one is not."""
+        if self.topology and self.required:
+            return (f"{what}: KAI topology constraint (topology {self.topology!r}, required level "
+                    f"{self.required!r}) is not supported by Muster")
+        return ""
+
+
+def pod_topology(pod: Obj) -> KaiTopology:
+    annotations = meta(pod).get("annotations") or {}
+    return KaiTopology(str(annotations.get(KAI_TOPOLOGY) or ""), str(annotations.get(KAI_TOPOLOGY_REQUIRED) or ""),
+                       str(annotations.get(KAI_TOPOLOGY_PREFERRED) or ""))
+
+
+def preemptibility(value: Any, what: str) -> tuple[bool | None, str]:
+    """KAI ``preemptible`` / ``non-preemptible`` / unset (priority decides) -> (preemptible, problem)."""
+    text = str(value or "")
+    if text == "preemptible":
+        return True, ""
+    if text == "non-preemptible":
+        return False, ""
+    if not text:
+        return None, ""
+    return None, f"{what}: preemptibility {text!r} is neither preemptible nor non-preemptible"
 
 
 def pod_node(pod: Obj) -> str:
@@ -238,11 +355,23 @@ def foreign_task(pod: Obj) -> pb.BackendTask:
         request=pb.ResourceList(quantities=pod_request(pod)),
         status=pb.TASK_STATUS_RUNNING if pod_phase(pod) == "Running" else pb.TASK_STATUS_BOUND,
         foreign_task=True,
+        **gpu_share(pod),
     )
 
 
-def task_group(role: str, pods: list[Obj]) -> pb.TaskGroup:
-    """One TaskGroup for the pods of one role; the template is the first pod (by name)."""
+def gpu_share(pod: Obj) -> dict[str, Any]:
+    """``BackendTask`` fields of a bound pod sharing a GPU: its fraction and the shared GPU
+    (KAI's ``runai-gpu-group`` label), so the server counts the share as taken."""
+    fraction = pod_gpu_fraction(pod)
+    if not fraction:
+        return {}
+    group = pod_gpu_group(pod)
+    return {"gpu_fraction": fraction, "devices": [group] if group else []}
+
+
+def task_group(role: str, pods: list[Obj], sub_group: str = "") -> pb.TaskGroup:
+    """One TaskGroup for the pods of one role; the template is the first pod (by name), its KAI
+    ``gpu-fraction`` annotation included."""
     pods = sorted(pods, key=lambda p: meta(p)["name"])
     first = pods[0]
     spec = first.get("spec") or {}
@@ -264,6 +393,8 @@ def task_group(role: str, pods: list[Obj]) -> pb.TaskGroup:
         tolerations=tolerations,
         labels={k: str(v) for k, v in (meta(first).get("labels") or {}).items()},
         annotations={PODS_ANNOTATION: ",".join(meta(p)["name"] for p in pods)},
+        sub_group=sub_group,
+        gpu_fraction=pod_gpu_fraction(first),
     )
     affinity = affinity_to_pb(spec.get("affinity") or {})
     if affinity is not None:
@@ -328,25 +459,60 @@ def affinity_to_pb(aff: Obj) -> pb.Affinity | None:
 
 @dataclass(slots=True)
 class GangSpec:
-    """The gang parameters of a PodGroup (Volcano or coscheduling)."""
+    """The gang parameters of a PodGroup (Volcano, coscheduling or KAI)."""
 
     min_member: int = 1
     min_task_member: dict[str, int] = field(default_factory=dict)
     min_resources: dict[str, str] = field(default_factory=dict)
     queue: str = ""
     priority_class: str = ""
+    # KAI only: the minimum of each leaf sub-group (a sub-group no other names as parent; KAI's
+    # pod sets), every sub-group's name, preemptibility, and what Muster cannot schedule as asked.
+    sub_groups: dict[str, int] = field(default_factory=dict)
+    all_sub_groups: set[str] = field(default_factory=set)
+    preemptible: bool | None = None
+    problem: str = ""
 
 
 def gang_spec(podgroup: Obj) -> GangSpec:
     spec = podgroup.get("spec") or {}
     min_resources = {k: str(v) for k, v in (spec.get("minResources") or {}).items() if _valid_quantity(k, v)}
-    return GangSpec(
+    gang = GangSpec(
         min_member=max(0, int(spec.get("minMember") or 0)),
         min_task_member={str(k): int(v) for k, v in (spec.get("minTaskMember") or {}).items()},
         min_resources=min_resources,
         queue=str(spec.get("queue") or ""),
         priority_class=str(spec.get("priorityClassName") or ""),
     )
+    if podgroup.get("apiVersion") == KAI_PODGROUP:
+        _kai_gang(gang, spec, f"PodGroup {key_of(podgroup)}")
+    return gang
+
+
+def _kai_gang(gang: GangSpec, spec: Obj, what: str) -> None:
+    """KAI's PodGroup fields beyond Volcano's: sub-groups, preemptibility, topology constraints."""
+    problems: list[str] = []
+    gang.preemptible, problem = preemptibility(spec.get("preemptibility"), what)
+    problems.append(problem)
+    topo = spec.get("topologyConstraint") or {}
+    problems.append(KaiTopology(str(topo.get("topology") or ""), str(topo.get("requiredTopologyLevel") or ""),
+                                str(topo.get("preferredTopologyLevel") or "")).problem(what))
+    sub_groups = [sg for sg in spec.get("subGroups") or [] if isinstance(sg, dict) and sg.get("name")]
+    names = [str(sg["name"]) for sg in sub_groups]
+    parents = {str(sg["parent"]) for sg in sub_groups if sg.get("parent")}
+    gang.all_sub_groups = set(names)
+    if len(names) != len(gang.all_sub_groups):
+        problems.append(f"{what}: duplicate sub-group names in {names}")
+    for parent in sorted(parents - gang.all_sub_groups):
+        problems.append(f"{what}: sub-group parent {parent!r} is not one of its sub-groups")
+    for sg in sub_groups:
+        name = str(sg["name"])
+        sub_topo = sg.get("topologyConstraint") or {}
+        problems.append(KaiTopology(str(sub_topo.get("topology") or ""), str(sub_topo.get("requiredTopologyLevel") or ""),
+                                    str(sub_topo.get("preferredTopologyLevel") or "")).problem(f"{what} sub-group {name}"))
+        if name not in parents:  # a leaf: KAI's pod set, at least one member
+            gang.sub_groups[name] = max(1, int(sg.get("minMember") or 0))
+    gang.problem = "; ".join(p for p in problems if p)
 
 
 def job_id_for_group(namespace: str, name: str) -> str:
@@ -382,6 +548,74 @@ def queue_to_pb(queue: Obj) -> pb.Queue:
     if "reclaimable" in spec:
         q.reclaimable = bool(spec["reclaimable"])
     return q
+
+
+# KAI's queue resources and the Muster resource (and unit) each maps to: GPUs (fractions allowed),
+# CPU in millicores, memory in megabytes (10^6 bytes).
+KAI_QUEUE_RESOURCES = {"gpu": (NVIDIA_GPU, ""), "cpu": ("cpu", "m"), "memory": ("memory", "M")}
+KAI_DEFAULT_QUEUE_PRIORITY = 100  # KAI's priority of a queue that sets none
+
+
+def _kai_amount(value: Any, unit: str) -> str | None:
+    """A KAI queue number as a Muster quantity: -1 is "-1" (unlimited), a negative or malformed
+    number is None (left out)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    if number == -1:
+        return "-1"
+    if number < 0 or number != number or number == float("inf"):
+        return None
+    text = f"{number:.6f}".rstrip("0").rstrip(".")
+    return f"{text}{unit}" if text != "0" else "0"
+
+
+def kai_queue_to_pb(queue: Obj) -> pb.Queue:
+    """KAI ``scheduling.run.ai/v2`` Queue -> Muster queue.
+
+    Per resource (gpu, cpu, memory): ``quota`` -> guarantee and deserved (-1: deserved unlimited,
+    no guarantee, since a guarantee cannot be unlimited), ``limit`` -> capability (-1: unlimited).
+    ``overQuotaWeight`` of GPUs -> weight (rounded to a whole number, at least 1; Muster's KAI
+    profile weighs GPUs only). ``parentQueue`` -> parent, ``priority`` -> priority (KAI's default
+    100). A resource or field the object leaves out is left at Muster's default (no quota, no limit).
+    """
+    m, spec = meta(queue), queue.get("spec") or {}
+    guarantee: dict[str, str] = {}
+    deserved: dict[str, str] = {}
+    capability: dict[str, str] = {}
+    weight = 1
+    resources = spec.get("resources") or {}
+    for kai_name, (name, unit) in KAI_QUEUE_RESOURCES.items():
+        res = resources.get(kai_name)
+        if not isinstance(res, dict):
+            continue
+        if "quota" in res:
+            amount = _kai_amount(res["quota"], unit)
+            if amount is not None:
+                deserved[name] = amount
+                if amount != "-1":
+                    guarantee[name] = amount
+        if "limit" in res:
+            amount = _kai_amount(res["limit"], unit)
+            if amount is not None:
+                capability[name] = amount
+        if kai_name == "gpu" and "overQuotaWeight" in res:
+            try:
+                weight = max(1, round(float(res["overQuotaWeight"])))
+            except (TypeError, ValueError, OverflowError):
+                weight = 1
+    priority = spec.get("priority")
+    return pb.Queue(
+        name=m["name"],
+        parent="" if m["name"] == "root" else str(spec.get("parentQueue") or ""),
+        weight=weight,
+        guarantee=pb.ResourceList(quantities=guarantee),
+        deserved=pb.ResourceList(quantities=deserved),
+        capability=pb.ResourceList(quantities=capability),
+        priority=KAI_DEFAULT_QUEUE_PRIORITY if priority is None else int(priority),
+        state=pb.QUEUE_STATE_OPEN,
+    )
 
 
 def priority_value(priority_class: Obj) -> int:

@@ -195,6 +195,7 @@ class JobInfo:
         # Kept by the task index: is_ready() is on the hot path (job order, gang checks).
         self.pending_best_effort = 0
         self.ready_count = 0
+        self.status_changes = 0  # bumped at every task added or changing status (a cache key)
         for ts in spec.tasks:
             self.add_task(TaskInfo(ts, space))
         self.min_available = spec.min_member if spec.min_member is not None else len(spec.tasks)
@@ -215,6 +216,7 @@ class JobInfo:
 
     # -- task index -------------------------------------------------------------------------
     def add_task(self, task: TaskInfo) -> None:
+        self.status_changes += 1
         self.tasks[task.uid] = task
         self.index[task.status][task.uid] = task
         self.total_request += task.resreq
@@ -229,6 +231,7 @@ class JobInfo:
         old = task.status
         if old == status:
             return
+        self.status_changes += 1
         del self.index[old][task.uid]
         if old in ALLOCATED:
             self.allocated -= task.resreq

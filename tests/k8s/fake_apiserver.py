@@ -74,6 +74,7 @@ CRD_TYPES = [
     ResourceType("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False, builtin=False),
     ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True, builtin=False),
     ResourceType("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", namespaced=True, builtin=False),
+    ResourceType("scheduling.run.ai", "v2", "queues", "Queue", namespaced=False, builtin=False),
 ]
 
 
@@ -867,3 +868,52 @@ def make_volcano_podgroup(name: str, *, namespace: str = "default", min_member: 
         spec["priorityClassName"] = priority_class
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": {"phase": "Pending"}}
+
+
+def make_kai_podgroup(name: str, *, namespace: str = "default", min_member: int = 1, queue: str = "",
+                      sub_groups: list[Obj] | None = None, priority_class: str | None = None,
+                      preemptibility: str | None = None, topology: Obj | None = None) -> Obj:
+    """A KAI Scheduler PodGroup (``scheduling.run.ai/v2alpha2``); its pods carry the annotation
+    ``pod-group-name: <name>``."""
+    spec: Obj = {"minMember": min_member}
+    if queue:
+        spec["queue"] = queue
+    if sub_groups:
+        spec["subGroups"] = sub_groups
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    if preemptibility:
+        spec["preemptibility"] = preemptibility
+    if topology:
+        spec["topologyConstraint"] = topology
+    return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def make_kai_queue(name: str, *, parent: str = "", priority: int | None = None,
+                   resources: Obj | None = None) -> Obj:
+    """A KAI Scheduler Queue (``scheduling.run.ai/v2``, cluster scoped)."""
+    spec: Obj = {"resources": resources if resources is not None else {
+        r: {"quota": -1, "limit": -1, "overQuotaWeight": 1} for r in ("gpu", "cpu", "memory")}}
+    if parent:
+        spec["parentQueue"] = parent
+    if priority is not None:
+        spec["priority"] = priority
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def make_kai_pod(name: str, *, group: str | None = None, queue: str | None = None, sub_group: str | None = None,
+                 annotations: dict[str, str] | None = None, **kwargs: Any) -> Obj:
+    """A pod following KAI's conventions: annotation ``pod-group-name``, labels
+    ``kai.scheduler/queue`` and ``kai.scheduler/subgroup-name``, plus any other annotations
+    (``gpu-fraction``, ``gpu-memory``, ``kai.scheduler/topology*``)."""
+    pod = make_pod(name, **kwargs)
+    m = pod["metadata"]
+    if group:
+        m["annotations"]["pod-group-name"] = group
+    if queue:
+        m["labels"]["kai.scheduler/queue"] = queue
+    if sub_group:
+        m["labels"]["kai.scheduler/subgroup-name"] = sub_group
+    m["annotations"].update(annotations or {})
+    return pod

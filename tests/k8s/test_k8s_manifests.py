@@ -11,7 +11,14 @@ from muster.v1 import muster_pb2 as pb
 from server.config import load_config
 
 from .conftest import Env, eventually
-from .fake_apiserver import make_node, make_pod, make_volcano_podgroup
+from .fake_apiserver import (
+    make_kai_pod,
+    make_kai_podgroup,
+    make_kai_queue,
+    make_node,
+    make_pod,
+    make_volcano_podgroup,
+)
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 
@@ -73,6 +80,25 @@ async def test_rbac_grants_every_request_the_adapter_makes(env: Env) -> None:
     made = {n for m, p in env.kube.requests if p.startswith(("/api/", "/apis/")) for n in _needed(m, p)}
     assert ("", "pods/binding", "create") in made and ("", "pods/eviction", "create") in made
     assert ("scheduling.volcano.sh", "podgroups/status", "patch") in made
+    for group, resource, verb in made:
+        assert any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules), (
+            f"RBAC does not grant {verb} {resource} in group {group!r}")
+
+
+async def test_rbac_grants_what_the_adapter_asks_for_kai_resources(env: Env) -> None:
+    """With --kai the adapter also lists and watches KAI's PodGroups and Queues and patches a KAI
+    PodGroup's status: the shipped ClusterRole must allow it."""
+    env.kube.put_object(make_node("n0", cpu="1"))
+    env.kube.put_object(make_kai_queue("team"))
+    env.kube.put_object(make_kai_podgroup("kg", min_member=2, queue="team"))
+    for i in range(2):
+        env.kube.put_object(make_kai_pod(f"k{i}", cpu="1", group="kg", queue="team"))  # one fits: unschedulable
+    await env.start_adapter(kai=True)
+    await eventually(lambda: env.events("FailedScheduling", "k0") != [] or env.events("FailedScheduling", "k1") != [])
+    rules = _rules()
+    made = {n for m, p in env.kube.requests if p.startswith(("/api/", "/apis/")) for n in _needed(m, p)}
+    assert ("scheduling.run.ai", "queues", "list") in made
+    assert ("scheduling.run.ai", "podgroups/status", "patch") in made
     for group, resource, verb in made:
         assert any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules), (
             f"RBAC does not grant {verb} {resource} in group {group!r}")

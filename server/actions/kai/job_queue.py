@@ -39,6 +39,7 @@ class JobsByQueue:
         for q in ssn.queues.values():
             if q.parent and q.parent in ssn.queues:
                 self.children.setdefault(q.parent, []).append(q.name)
+        self.roots = [q.name for q in ssn.queues.values() if not q.parent or q.parent not in ssn.queues]
 
     def fill(self, jobs: Iterable[JobInfo], filters: Filters) -> JobsByQueue:
         for job in jobs:
@@ -69,7 +70,7 @@ class JobsByQueue:
         """The same queue, to pop from without touching this one (the order of waiting jobs does
         not change while they wait)."""
         other = JobsByQueue.__new__(JobsByQueue)
-        other.ssn, other.victims, other.children = self.ssn, self.victims, self.children
+        other.ssn, other.victims, other.children, other.roots = self.ssn, self.victims, self.children, self.roots
         other.jobs = {leaf: list(jobs) for leaf, jobs in self.jobs.items()}
         other.popped = {leaf: list(jobs) for leaf, jobs in self.popped.items()}
         return other
@@ -134,8 +135,7 @@ class JobsByQueue:
         return best
 
     def pop(self) -> JobInfo:
-        roots = [q.name for q in self.ssn.queues.values()
-                 if (not q.parent or q.parent not in self.ssn.queues) and self._has_jobs(q.name)]
+        roots = [name for name in self.roots if self._has_jobs(name)]
         leaf = self._leaf_of(self._best(roots))
         job = self._next_job(leaf)
         assert job is not None

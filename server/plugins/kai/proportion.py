@@ -73,6 +73,7 @@ class QueueShares:
     creation: int
     children: list[str] = field(default_factory=list)
     by_resource: dict[str, Share] = field(default_factory=dict)
+    version: int = 0  # bumped at every change of its allocation (caches of queue order key on it)
 
     def get(self, what: str) -> tuple[float, float, float]:
         return tuple(getattr(self.by_resource[r], what) for r in RESOURCES)  # type: ignore[return-value]
@@ -83,6 +84,15 @@ class QueueShares:
 
 
 Vec3 = tuple[float, float, float]
+
+
+def job_state(job: JobInfo, jobs: dict[str, JobInfo]) -> tuple[object, ...]:
+    """What a job asks for and holds follows from its tasks' statuses alone: a cache key for it. A
+    session's job counts its status changes; a job seen through some of its tasks (another dict of
+    tasks, hence the id) is keyed by the statuses themselves."""
+    if jobs.get(job.uid) is job:
+        return (job.uid, job.status_changes)
+    return (job.uid, id(job.tasks), tuple(t.status for t in job.tasks.values()))
 
 
 def less_equal(a: Vec3, b: Vec3) -> bool:
@@ -181,8 +191,8 @@ class KaiProportionPlugin(Plugin):
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
         self.dims = ssn.space.index
-        self._requests: dict[tuple[object, ...], Vec3] = {}
-        self._keys: dict[tuple[object, ...], tuple[object, ...]] = {}
+        self._requests: dict[tuple[object, ...], tuple[Vec3, JobInfo]] = {}
+        self._keys: dict[tuple[object, ...], tuple[tuple[object, ...], object, object]] = {}
         self.multiplier = max(1.0, self.arg_float("relcaimerSaturationMultiplier", 1.0))
         self.queues = self._build(ssn)
         self.frozen: dict[str, QueueShares] = {n: q.copy() for n, q in self.queues.items()}
@@ -281,6 +291,7 @@ class KaiProportionPlugin(Plugin):
         np_job = not is_preemptible(job)
         amount = self._quantities(task)
         for qs in self._chain(self.queues, job.queue):
+            qs.version += 1
             for r, v in zip(RESOURCES, amount, strict=True):
                 s = qs.by_resource[r]
                 s.allocated += sign * v
@@ -294,18 +305,18 @@ class KaiProportionPlugin(Plugin):
     def _job_request(self, job: JobInfo | None) -> Vec3:
         if job is None:
             return (0.0, 0.0, 0.0)
-        # Asked for every queue comparison: cached until a node changes (any placement or eviction).
-        key = (job.uid, id(job.tasks), len(self.ssn.nodes.change_log))
+        # Asked for at every queue comparison; what a job still asks for follows its tasks' statuses.
+        key = job_state(job, self.ssn.jobs)
         known = self._requests.get(key)
         if known is not None:
-            return known
+            return known[0]
         total = Quantities()
         for t in tasks_to_allocate(job, self.ssn.task_order_fn, real=False):
             total.add(task_quantities(t, self.dims))
         if len(self._requests) > 100_000:
             self._requests.clear()
-        self._requests[key] = total.values()
-        return self._requests[key]
+        self._requests[key] = (total.values(), job)  # the job is kept so its tasks' id is not reused
+        return self._requests[key][0]
 
     def _tasks_request(self, tasks: list[TaskInfo]) -> Vec3:
         total = Quantities()
@@ -350,11 +361,11 @@ class KaiProportionPlugin(Plugin):
         (higher first), using a resource it may not have (last), dominant share with the next job
         (its given-up victims taken away), dominant share now. A pop compares queues many times
         with nothing changed between: cached until a node changes."""
-        cache_key = (q.name, job.uid if job is not None else None, id(job.tasks) if job is not None else 0,
-                     tuple((v.uid, id(v.tasks)) for v in victims), len(self.ssn.nodes.change_log))
+        cache_key = (q.name, q.version, job_state(job, self.ssn.jobs) if job is not None else None,
+                     tuple(job_state(v, self.ssn.jobs) for v in victims))
         known = self._keys.get(cache_key)
         if known is not None:
-            return known
+            return known[0]
         alloc = q.get("allocated")
         with_job = add(alloc, self._job_request(job))
         key = (
@@ -367,7 +378,7 @@ class KaiProportionPlugin(Plugin):
         )
         if len(self._keys) > 100_000:
             self._keys.clear()
-        self._keys[cache_key] = key
+        self._keys[cache_key] = (key, job, victims)  # kept alive: their tasks' ids stay unique
         return key
 
     def _minus_victims(self, allocated: Vec3, victims: list[JobInfo]) -> Vec3:
@@ -376,15 +387,15 @@ class KaiProportionPlugin(Plugin):
         return allocated
 
     def _job_allocated(self, job: JobInfo) -> Vec3:
-        key = ("allocated", job.uid, id(job.tasks), len(self.ssn.nodes.change_log))
+        key = ("allocated", *job_state(job, self.ssn.jobs))
         known = self._requests.get(key)
         if known is None:
             total = Quantities()
             for t in job.tasks.values():
                 if t.status in ALLOCATED_SHARE:
                     total.add(task_quantities(t, self.dims))
-            known = self._requests[key] = total.values()
-        return known
+            known = self._requests[key] = (total.values(), job)
+        return known[0]
 
     # -- capacity --------------------------------------------------------------------------------
     def over_capacity(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
