@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from server.actions.base import Action
-from server.actions.kai.job_queue import Filters, JobsByQueue
-from server.actions.kai.solver import FailedJobs, JobSolver
+from server.actions.kai.job_queue import Filters
+from server.actions.kai.solver import solve_pending_jobs
 from server.model import TaskStatus
 from server.session.info import JobInfo, TaskInfo
 from server.session.kai import is_preemptible
@@ -30,28 +30,19 @@ class ConsolidationAction(Action):
         limit = max_preemptees(ssn)
         if limit == 0:
             return
-        queue = JobsByQueue(ssn).fill(ssn.jobs.values(), Filters(unready=True, non_pending=True, non_preemptible=True))
-        failed = FailedJobs(ssn)
-        while not queue.empty():
-            job = queue.pop()
-            if not failed.worth_trying(job):
-                continue
-            if job.uid in ssn.invalid_jobs:
-                continue
-            ssn.solution_start()
 
-            def victims(preemptor: JobInfo = job) -> JobsByQueue:
-                candidates = [j for j in ssn.jobs.values() if is_preemptible(j) and j.uid != preemptor.uid]
-                if limit > 0:
-                    candidates = candidates[: limit + 1]
-                return JobsByQueue(ssn, victims=True).fill(candidates, Filters(non_active=True))
+        def candidates(preemptor: JobInfo) -> list[JobInfo]:
+            jobs = [j for j in ssn.jobs.values() if is_preemptible(j) and j.uid != preemptor.uid]
+            return jobs[: limit + 1] if limit > 0 else jobs
 
-            solver = JobSolver(ssn, _all_placed_again, victims, self.name)
-            solved, stmt, _ = solver.solve(job)
-            if solved and stmt is not None:
-                stmt.commit()
-            else:
-                failed.failed(job)
+        solve_pending_jobs(
+            ssn, self.name,
+            pending=Filters(unready=True, non_pending=True, non_preemptible=True),
+            may_try=lambda job: True,
+            victim_jobs=candidates,
+            victim_filters=Filters(non_active=True),
+            validator=_all_placed_again,
+        )
 
 
 def _all_placed_again(job: JobInfo, tasks: list[TaskInfo], victims: list[TaskInfo]) -> bool:

@@ -8,9 +8,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from server.actions.base import Action
-from server.actions.kai.job_queue import Filters, JobsByQueue
-from server.actions.kai.solver import FailedJobs, JobSolver
-from server.session.info import JobInfo
+from server.actions.kai.job_queue import Filters
+from server.actions.kai.solver import solve_pending_jobs
 from server.session.session import Session
 
 
@@ -18,23 +17,11 @@ class KaiReclaimAction(Action):
     name: ClassVar[str] = "reclaim"
 
     def execute(self, ssn: Session) -> None:
-        queue = JobsByQueue(ssn).fill(ssn.jobs.values(), Filters(unready=True, non_pending=True))
-        failed = FailedJobs(ssn)
-        while not queue.empty():
-            job = queue.pop()
-            if not failed.worth_trying(job):
-                continue
-            if job.uid in ssn.invalid_jobs or not ssn.can_reclaim(job):
-                continue
-            ssn.solution_start()
-
-            def victims(reclaimer: JobInfo = job) -> JobsByQueue:
-                others = [j for j in ssn.jobs.values() if j.queue != reclaimer.queue]
-                return JobsByQueue(ssn, victims=True).fill(others, Filters(non_preemptible=True, non_active=True))
-
-            solver = JobSolver(ssn, ssn.reclaim_scenario_valid, victims, self.name)
-            solved, stmt, _ = solver.solve(job)
-            if solved and stmt is not None:
-                stmt.commit()
-            else:
-                failed.failed(job)
+        solve_pending_jobs(
+            ssn, self.name,
+            pending=Filters(unready=True, non_pending=True),
+            may_try=ssn.can_reclaim,
+            victim_jobs=lambda reclaimer: [j for j in ssn.jobs.values() if j.queue != reclaimer.queue],
+            victim_filters=Filters(non_preemptible=True, non_active=True),
+            validator=ssn.reclaim_scenario_valid,
+        )

@@ -235,6 +235,37 @@ class FailedJobs:
         self.smallest[self._key(job)] = mine
 
 
+def solve_pending_jobs(
+    ssn: Session,
+    action: str,
+    *,
+    pending: Filters,
+    may_try: Callable[[JobInfo], bool],
+    victim_jobs: Callable[[JobInfo], list[JobInfo]],
+    victim_filters: Filters,
+    validator: Validator,
+) -> None:
+    """The loop consolidation, reclaim and preempt share: pending jobs in job-queue order, each one
+    the action may try gets a victim search (a fresh solution start) over the victim queue of
+    ``victim_jobs``; a solution is committed, a failure remembered (scheduling signatures)."""
+    queue = JobsByQueue(ssn).fill(ssn.jobs.values(), pending)
+    failed = FailedJobs(ssn)
+    while not queue.empty():
+        job = queue.pop()
+        if not failed.worth_trying(job) or job.uid in ssn.invalid_jobs or not may_try(job):
+            continue
+        ssn.solution_start()
+
+        def victims(preemptor: JobInfo = job) -> JobsByQueue:
+            return JobsByQueue(ssn, victims=True).fill(victim_jobs(preemptor), victim_filters)
+
+        solved, stmt, _ = JobSolver(ssn, validator, victims, action).solve(job)
+        if solved and stmt is not None:
+            stmt.commit()
+        else:
+            failed.failed(job)
+
+
 def _session_flag(ssn: Session, key: str) -> bool:
     value = ssn.config.session.get(key, False)
     if isinstance(value, str):
