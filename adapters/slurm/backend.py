@@ -41,12 +41,19 @@ from adapters.slurm.jobs import (
     BAD_PLACEMENT_REASONS,
     HELD_REASONS,
     MARKER,
+    REFUSED,
     JobTable,
     Settings,
     TrackedJob,
 )
 from adapters.slurm.parse import SlurmJob, SlurmNode
-from adapters.slurm.translate import foreign_tasks, job_to_spec, node_to_pb, queue_of
+from adapters.slurm.translate import (
+    foreign_tasks,
+    job_to_spec,
+    node_to_pb,
+    queue_of,
+    untranslatable,
+)
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
@@ -176,7 +183,7 @@ class SlurmBackend:
                 if sj.partition == self.settings.staging_partition and sj.state == "PENDING":
                     tracked = self.table.track(sj.job_id, sj.num_nodes)
                 elif sj.active:
-                    for task in foreign_tasks(sj):
+                    for task in foreign_tasks(sj, self._nodes):
                         if task.node in self._nodes:  # the server only knows run-partition nodes
                             foreign[task.task_id] = task
                     continue
@@ -244,6 +251,8 @@ class SlurmBackend:
         staging, run = self.settings.staging_partition, self.settings.run_partition
         if sj.partition == staging and sj.state == "PENDING":
             if not job.submitted and not job.submitting and sj.reason not in HELD_REASONS:
+                if await self._refuse(job, sj):
+                    return
                 to_submit.append((job, sj))
             return
         if sj.partition != run or job.placed is None:
@@ -262,6 +271,25 @@ class SlurmBackend:
             log.warning("placement attempt failed", slurm_job=sj.job_id, job=job.muster_id, reason=why)
             await self.enforcer.unstage_quietly(sj.job_id)
             self.table.track(sj.job_id, sj.num_nodes, attempt=job.attempt + 1)
+
+    async def _refuse(self, job: TrackedJob, sj: SlurmJob) -> bool:
+        """A job Muster cannot place as Slurm would (``--constraint 'a*2'``, ...) is not submitted:
+        it stays pending in staging, with the reason logged and written to its AdminComment
+        (``scontrol show job`` shows it to the user). Re-checked every poll, so a job whose
+        constraint the user changes (``scontrol update JobId=N Features=...``) is submitted then."""
+        reason = untranslatable(sj)
+        if reason == job.refused:
+            return bool(reason)
+        job.refused = reason
+        if not reason:
+            return False
+        log.warning("job not submitted: Muster cannot place it as Slurm would", slurm_job=sj.job_id,
+                    job=job.muster_id, reason=reason)
+        try:
+            await self.cli.set_admin_comment(sj.job_id, REFUSED + reason)
+        except SlurmError as exc:
+            log.info("cannot set AdminComment", slurm_job=sj.job_id, error=exc.message)
+        return True
 
     async def _finished(self, job: TrackedJob, sj: SlurmJob) -> None:
         if job.done:

@@ -140,6 +140,10 @@ class SlurmCLI:
         """Back to the staging partition with no node list (after an eviction or a bad placement)."""
         await self.run("scontrol", "update", f"JobId={job_id}", f"Partition={staging}", "NodeList=")
 
+    async def set_admin_comment(self, job_id: int, text: str) -> None:
+        """AdminComment of a job (root only); ``scontrol show job`` shows it to the job's user."""
+        await self.run("scontrol", "update", f"JobId={job_id}", f"AdminComment={text}")
+
     async def requeuehold(self, job_id: int) -> None:
         await self.run("scontrol", "requeuehold", str(job_id))
 

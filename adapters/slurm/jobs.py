@@ -17,6 +17,8 @@ from muster.v1 import muster_pb2 as pb
 
 # AdminComment prefix marking a job this adapter placed (a restarted adapter recognises it).
 MARKER = "muster:"
+# AdminComment prefix of a job the adapter cannot translate (left pending in staging; not MARKER).
+REFUSED = "muster-refused: "
 # Slurm reasons meaning the job is waiting for its own hold, not for nodes.
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin", "job_requeued_in_held_state"})
 # Reasons a placed job can never start where Muster put it (Slurm evaluates the node list only
@@ -51,6 +53,7 @@ class TrackedJob:
     reported: dict[str, pb.TaskStatus] = field(default_factory=dict)  # task id -> last status sent
     version: int = 0  # bumped by every action, so a poll read before it is not applied after it
     done: bool = False
+    refused: str = ""  # why it is not submitted (untranslatable; '' when it is fine)
     # Wall-clock stamps of the latest placement's path (logged with "placed"; 0 = unknown).
     seen_at: float = 0.0  # first poll that listed it
     submitted_at: float = 0.0  # SubmitJob returned

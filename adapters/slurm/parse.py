@@ -2,7 +2,8 @@
 
 Covers what the adapter reads: ``sinfo --json`` and ``scontrol show node -o`` (nodes),
 ``squeue -O ...`` with ``|`` separators (the cheap poll; it honours filters, unlike
-``squeue --json`` in 22.05), ``squeue --json`` (full re-sync: it also carries AdminComment),
+``squeue --json`` in 22.05; it also carries ``--constraint`` and ``--exclusive``),
+``squeue --json`` (full re-sync: it also carries AdminComment),
 ``scontrol show job -o`` (placement verification), plus Slurm host lists, TRES/GRES strings and
 memory sizes. Units: Slurm memory sizes are MiB-based (``1G`` = 1024 MiB).
 """
@@ -242,13 +243,18 @@ def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
 # Jobs
 # ---------------------------------------------------------------------------------------------
 
-# The poll: fields joined by '|', Comment last because it may itself contain '|'.
+# The poll: fields each followed by '|'. Two fields may themselves contain '|': Feature (the
+# ``--constraint`` expression, ``a|b``) is followed by FEATURE_END instead (a feature name has no
+# '#': it starts a comment in slurm.conf), and Comment (free text) comes last.
 SQUEUE_FIELDS = (
     "JobID", "State", "Partition", "NumNodes", "tres-alloc", "tres-per-node", "tres-per-job",
     "tres-per-task", "NumTasks", "Nice", "Account", "QOS", "ReqNodes", "NodeList", "Reason",
-    "UserName", "Comment",
+    "UserName", "OverSubscribe", "Feature", "Comment",
 )
-SQUEUE_FORMAT = ",".join(f"{name}:|" for name in SQUEUE_FIELDS)
+FEATURE_END = "#|"
+SQUEUE_FORMAT = ",".join(f"{name}:{FEATURE_END if name == 'Feature' else '|'}" for name in SQUEUE_FIELDS)
+# ``squeue --json``'s ``shared`` -> the OverSubscribe word ``squeue -O OverSubscribe`` prints.
+_JSON_SHARED = {"none": "NO", "user": "USER", "mcs": "MCS", "shared": "YES", "oversubscribe": "YES"}
 
 # Job states after which a job holds nothing and will not run again.
 FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
@@ -280,6 +286,17 @@ class SlurmJob:
     comment: str = ""
     admin_comment: str = ""
     name: str = ""
+    # ``--constraint`` as Slurm prints it (``gpu&ib``, ``[rack1|rack2]``; '' for none).
+    features: str = ""
+    # squeue's OverSubscribe: NO (``--exclusive``), USER (``--exclusive=user``), MCS
+    # (``--exclusive=mcs``), YES (``--oversubscribe``), OK (the default: dedicated CPUs only).
+    oversubscribe: str = ""
+
+    @property
+    def exclusive(self) -> str:
+        """``node`` (whole nodes, nobody else), ``user`` (nodes shared with this user's jobs only),
+        ``mcs`` (with the same MCS label only) or '' (not exclusive)."""
+        return {"NO": "node", "USER": "user", "MCS": "mcs"}.get(self.oversubscribe.upper(), "")
 
     @property
     def finished(self) -> bool:
@@ -321,15 +338,17 @@ def _job_from_tres(job: SlurmJob, tres: str) -> None:
 def parse_squeue_format(text: str) -> list[SlurmJob]:
     """Output of ``squeue -h -O SQUEUE_FORMAT``: one job per line."""
     jobs: list[SlurmJob] = []
-    head = len(SQUEUE_FIELDS) - 1
+    head = len(SQUEUE_FIELDS) - 2  # the fields before Feature
     for line in text.splitlines():
         if not line.strip():
             continue
         parts = line.split("|", head)
-        if len(parts) != len(SQUEUE_FIELDS):
-            raise SlurmParseError(f"squeue line has {len(parts)} fields, want {len(SQUEUE_FIELDS)}: {line!r}")
-        comment = parts[-1][:-1] if parts[-1].endswith("|") else parts[-1]
-        row = dict(zip(SQUEUE_FIELDS, parts[:-1] + [comment], strict=True))
+        features, sep, comment = parts[-1].partition(FEATURE_END)
+        if len(parts) != head + 1 or not sep:
+            raise SlurmParseError(
+                f"squeue line is not {len(SQUEUE_FIELDS)} fields of SQUEUE_FORMAT: {line!r}")
+        comment = comment[:-1] if comment.endswith("|") else comment
+        row = dict(zip(SQUEUE_FIELDS, parts[:-1] + [features, comment], strict=True))
         if not row["JobID"].strip().isdigit():
             continue  # array / het job forms ("12_[1-5]", "13+0") are not supported: skip
         job = SlurmJob(
@@ -349,6 +368,8 @@ def parse_squeue_format(text: str) -> list[SlurmJob]:
             reason=null(row["Reason"]),
             user=null(row["UserName"]),
             comment=null(comment),
+            features=null(features),
+            oversubscribe=null(row["OverSubscribe"]).upper(),
         )
         _job_from_tres(job, row["tres-alloc"])
         jobs.append(job)
@@ -374,7 +395,9 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
             gres_per_node=parse_gres(str(e.get("tres_per_node") or "")),
             gres_per_job=parse_gres(str(e.get("tres_per_job") or "")),
             gres_per_task=parse_gres(str(e.get("tres_per_task") or "")),
-            tasks_per_node=int(e.get("tasks_per_node") or 1),
+            # 0 unless --ntasks-per-node was given: then spread the job's tasks over its nodes.
+            tasks_per_node=int(e.get("tasks_per_node") or 0)
+            or max(1, -(-int(e.get("tasks") or 1) // max(1, int(e.get("node_count") or 1)))),
             nice=int(e.get("nice") or 0),
             account=str(e.get("account") or ""),
             qos=str(e.get("qos") or ""),
@@ -385,6 +408,8 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
             comment=str(e.get("comment") or ""),
             admin_comment=str(e.get("admin_comment") or ""),
             name=str(e.get("name") or ""),
+            features=null(str(e.get("features") or "")),
+            oversubscribe=_JSON_SHARED.get(str(e.get("shared") or "").lower(), "OK"),
         )
         _job_from_tres(job, tres)
         if job.nice > 2**31:  # 22.05 reports the unset nice as NICE_OFFSET-relative garbage

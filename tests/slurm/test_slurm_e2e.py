@@ -246,3 +246,44 @@ def test_cancelled_staged_job_is_cancelled_in_muster(muster: Muster, stub: pb_gr
     subprocess.run(["scancel", str(waiting)], check=True)
     wait_until("Muster to cancel it", lambda: muster_job(stub, f"slurm-{waiting}").status.phase
                == pb.JOB_PHASE_CANCELLED)
+
+
+def test_exclusive_jobs_get_nodes_of_their_own_and_constraints_are_honoured(
+        muster: Muster, stub: pb_grpc.SchedulerStub) -> None:
+    """Four GPU nodes (feature gpu: n1-n4), three of them running a small foreign job: one core
+    each, so without --exclusive every job below would fit anywhere. Two --exclusive jobs
+    constrained to gpu: the first gets the only empty gpu node, the second gets none (Muster
+    says why) until a foreign job ends. A plain gpu job packs next to foreign work but not
+    next to the exclusive job; a cpu job lands on a cpu node; a feature count is refused."""
+    muster.start_adapter()
+    foreign = {node: sbatch("-p", "batch", "-w", node, "-c", "1", "--mem=1G") for node in ("n2", "n3", "n4")}
+    wait_until("the foreign jobs to run", lambda: all(running(j) for j in foreign.values()))
+
+    first = sbatch("--exclusive", "--constraint=gpu", "-c", "1", "--mem=1G", user="nobody")
+    wait_until("the first exclusive job to run", lambda: running(first))
+    assert job_info(first)["_nodes"] == "n1"  # the only gpu node with nothing on it
+    second = sbatch("--exclusive", "--constraint=gpu", "-c", "1", "--mem=1G", user="nobody")
+    wait_until("Muster to mark the second exclusive job unschedulable", lambda: (
+        (j := muster_job(stub, f"slurm-{second}")) is not None
+        and any(c.type == "Unschedulable" and c.status == "True" for c in j.status.conditions)))
+    explain = stub.Explain(pb.ExplainRequest(job_id=f"slurm-{second}"), timeout=10)
+    assert any("anti-affinity" in reason for reason in explain.node_reasons), dict(explain.node_reasons)
+    info = job_info(second)
+    assert (info["JobState"], info["Partition"]) == ("PENDING", "staging")
+
+    plain = sbatch("--constraint=gpu", "-c", "1", "--mem=1G", user="nobody")
+    on_cpu = sbatch("--constraint=cpu", "-c", "1", "--mem=1G", user="nobody")
+    refused = sbatch("-N2", "--constraint=gpu*2", "-c", "1", "--mem=1G", user="nobody")
+    wait_until("the plain and the cpu job to run", lambda: running(plain) and running(on_cpu))
+    assert job_info(plain)["_nodes"] in ("n2", "n3", "n4")  # beside foreign work, never beside n1's job
+    assert job_info(on_cpu)["_nodes"] in {f"n{i}" for i in range(5, NODES + 1)}
+    wait_until("the refusal to reach Slurm", lambda: "muster-refused:" in job_info(refused).get("AdminComment", ""))
+    assert "feature counts" in job_info(refused)["AdminComment"]
+    assert muster_job(stub, f"slurm-{refused}") is None and job_info(refused)["Partition"] == "staging"
+
+    # n4 frees up (no foreign job; the plain job may sit there: then n2 or n3 frees instead).
+    free = next(node for node in ("n4", "n3", "n2") if job_info(plain)["_nodes"] != node)
+    subprocess.run(["scancel", str(foreign[free])], check=True)
+    wait_until("the second exclusive job to run", lambda: running(second), timeout=90)
+    assert job_info(second)["_nodes"] == free
+    assert job_info(first)["_nodes"] == "n1" and running(first)
