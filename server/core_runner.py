@@ -6,9 +6,12 @@ seconds of stall). In a worker process only the snapshot's serialisation (in a h
 the result's are paid in the server process.
 
 The worker is one long-lived child, ``python -m server.core_runner``, speaking length-prefixed
-pickles over its stdin / stdout: ``(config, snapshot, cycle id)`` in, ``("ok", CycleResult)`` or
-``("error", traceback)`` out. The core keeps no state between cycles (plugins are built per
-session), so a worker that dies is simply started again for the next cycle.
+pickles over its stdin / stdout: ``(config or None, CaptureDelta, cycle id)`` in, ``("ok",
+CycleResult)`` or ``("error", traceback)`` out. The worker keeps the cluster between cycles
+(``snapshot.ResidentState``) and is sent only what changed since the previous cycle
+(``snapshot.DeltaSender``), and the configuration only when it changed: the whole snapshot is never
+pickled again after the first cycle. A worker that dies, or fails a cycle, is sent everything next
+time (started again if needed); the scheduling core itself keeps nothing between cycles.
 """
 
 from __future__ import annotations
@@ -18,14 +21,17 @@ import pickle
 import struct
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any, BinaryIO, Literal
 
 import anyio
 from anyio.abc import Process
 
+from server.config import SchedulerConfig
 from server.gctune import tune_gc
-from server.model import ClusterSnapshot, CycleResult
+from server.model import CycleResult
 from server.scheduler import SchedulerCore
+from server.snapshot import Capture, CaptureDelta, DeltaSender, ResidentState
 
 CycleWorker = Literal["process", "thread"]
 _HEADER = struct.Struct("!Q")
@@ -46,23 +52,47 @@ class CoreRunner:
         self.worker = worker
         self._process: Process | None = None
         self._lock = anyio.Lock()
+        self._sender = DeltaSender()
+        self._sent_config: SchedulerConfig | None = None
+        self.last_delta_size = 0  # nodes + jobs sent for the last cycle (tests, tracing)
 
-    async def run(self, core: SchedulerCore, snapshot: ClusterSnapshot, cycle_id: int) -> CycleResult:
+    async def run(self, core: SchedulerCore, captured: Capture, prepared: Callable[[], None] | None = None) -> CycleResult:
+        """One cycle of ``core`` on ``captured``; ``prepared`` is called once the input is ready
+        (materialised, or encoded for the worker)."""
         if self.worker == "thread":
-            return await anyio.to_thread.run_sync(core.run_cycle, snapshot, cycle_id, abandon_on_cancel=True)
-        payload = await anyio.to_thread.run_sync(_dumps, (core.config, snapshot, cycle_id))
+            snapshot = await anyio.to_thread.run_sync(captured.materialize)
+            if prepared is not None:
+                prepared()
+            return await anyio.to_thread.run_sync(core.run_cycle, snapshot, captured.cycle_id, abandon_on_cancel=True)
         async with self._lock:
+            if self._process is None or self._process.returncode is not None:
+                self._forget()
             try:
+                payload = await anyio.to_thread.run_sync(self._encode, core.config, captured)
+                if prepared is not None:
+                    prepared()
                 reply = await self._exchange(payload)
             except BaseException:
                 # Cancelled (shutdown) or broken pipe: the worker's state is unknown; start afresh.
                 await self._kill()
                 raise
-        status, value = await anyio.to_thread.run_sync(pickle.loads, reply)
-        if status != "ok":
-            raise CoreWorkerError(str(value))
+            status, value = await anyio.to_thread.run_sync(pickle.loads, reply)
+            if status != "ok":
+                self._forget()  # what the worker holds is in doubt: everything again next cycle
+                raise CoreWorkerError(str(value))
         result: CycleResult = value
         return result
+
+    def _encode(self, config: SchedulerConfig, captured: Capture) -> bytes:
+        delta = self._sender.delta(captured)
+        self.last_delta_size = delta.size()
+        sent = config if config is not self._sent_config else None
+        self._sent_config = config
+        return _dumps((sent, delta, captured.cycle_id))
+
+    def _forget(self) -> None:
+        self._sender.reset()
+        self._sent_config = None
 
     async def _exchange(self, payload: bytes) -> bytes:
         if self._process is None or self._process.returncode is not None:
@@ -77,6 +107,7 @@ class CoreRunner:
         return await _receive_exactly(proc, size)
 
     async def _kill(self) -> None:
+        self._forget()
         proc, self._process = self._process, None
         if proc is None:
             return
@@ -125,6 +156,8 @@ def _read_exactly(stream: BinaryIO, size: int) -> bytes | None:
 
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
     """The worker loop: one cycle per request until stdin closes."""
+    state = ResidentState()
+    config: SchedulerConfig | None = None
     while True:
         header = _read_exactly(stdin, _HEADER.size)
         if header is None:
@@ -134,9 +167,15 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
         if payload is None:
             return
         try:
-            config, snapshot, cycle_id = pickle.loads(payload)
-            reply = _dumps(("ok", SchedulerCore(config).run_cycle(snapshot, cycle_id)))
-        except Exception:  # reported to the server, which logs it and retries next cycle
+            sent, delta, cycle_id = pickle.loads(payload)
+            assert isinstance(delta, CaptureDelta)
+            if sent is not None:
+                config = sent
+            if config is None:
+                raise CoreWorkerError("no configuration received")
+            state.apply(delta)
+            reply = _dumps(("ok", SchedulerCore(config).run_cycle(state.materialize(), cycle_id)))
+        except Exception:  # reported to the server, which logs it and sends everything next cycle
             reply = _dumps(("error", traceback.format_exc()))
         stdout.write(_HEADER.pack(len(reply)) + reply)
         stdout.flush()

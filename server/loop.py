@@ -177,9 +177,7 @@ class CycleLoop:
 
     async def _cycle(self, captured: Capture, obs: CycleObservation, started: float) -> None:
         try:
-            snapshot = await anyio.to_thread.run_sync(captured.materialize)
-            obs.snapshot_done()
-            result = await self.runner.run(self.core, snapshot, captured.cycle_id)
+            result = await self.runner.run(self.core, captured, prepared=obs.snapshot_done)
             obs.core_done()
         except Exception as exc:  # a broken cycle must not take the server down; the next one retries
             obs.fail(exc)

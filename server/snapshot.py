@@ -9,6 +9,7 @@ drops whatever the world changed in between.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,43 +32,65 @@ class Capture:
     priority_classes: dict[str, model.PriorityClass]
 
     def materialize(self) -> model.ClusterSnapshot:
-        jobs = []
-        for rec, phase, states, restarts in self.jobs:
-            tmpl = rec.template
-            tasks = [
-                _copy_task(t, status, node, devices)
-                for t, (status, node, devices) in zip(tmpl.tasks, states, strict=True)
-            ]
-            jobs.append(
-                model.JobSpec(
-                    uid=tmpl.uid,
-                    name=tmpl.name,
-                    namespace=tmpl.namespace,
-                    queue=tmpl.queue,
-                    tasks=tasks,
-                    min_member=tmpl.min_member,
-                    min_task_member=dict(tmpl.min_task_member),
-                    min_resources=dict(tmpl.min_resources) if tmpl.min_resources else None,
-                    priority=tmpl.priority,
-                    priority_class=tmpl.priority_class,
-                    preemptible=tmpl.preemptible,
-                    phase=phase,
-                    sub_groups=[model.SubGroupSpec(s.name, s.min_member) for s in tmpl.sub_groups],
-                    network_topology=dict(tmpl.network_topology),
-                    annotations=dict(tmpl.annotations),
-                    creation_index=tmpl.creation_index,
-                    created_at=rec.status.submit_time or None,  # sla's waiting time
-                    tyjob=replace(tmpl.tyjob, leader_restarts=restarts) if tmpl.tyjob is not None else None,
-                )
-            )
-        return model.ClusterSnapshot(
-            nodes=[_copy_node(n) for n in self.nodes],
-            queues=[_copy_queue(q) for q in self.queues],
-            jobs=jobs,
-            foreign_tasks=[_copy_task(t, t.status, t.node, tuple(t.devices)) for t in self.foreign],
-            priority_classes={k: model.PriorityClass(v.name, v.value, v.preemption_policy, v.global_default)
-                              for k, v in self.priority_classes.items()},
+        return materialize(
+            self.nodes, self.queues, (job_state(entry) for entry in self.jobs), self.foreign, self.priority_classes
         )
+
+
+# A job as a cycle sees it: template, phase, per task (status, node, device ids), Leader restarts,
+# submit time.
+JobState = tuple[model.JobSpec, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int, float | None]
+
+
+def job_state(entry: tuple[JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int]) -> JobState:
+    rec, phase, states, restarts = entry
+    return rec.template, phase, states, restarts, rec.status.submit_time or None
+
+
+def materialize(
+    nodes: list[model.NodeSpec],
+    queues: list[model.QueueSpec],
+    jobs: Iterable[JobState],
+    foreign: list[model.TaskSpec],
+    priority_classes: dict[str, model.PriorityClass],
+) -> model.ClusterSnapshot:
+    """Deep copies: the scheduling core changes its snapshot freely."""
+    out = []
+    for tmpl, phase, states, restarts, submit_time in jobs:
+        tasks = [
+            _copy_task(t, status, node, devices)
+            for t, (status, node, devices) in zip(tmpl.tasks, states, strict=True)
+        ]
+        out.append(
+            model.JobSpec(
+                uid=tmpl.uid,
+                name=tmpl.name,
+                namespace=tmpl.namespace,
+                queue=tmpl.queue,
+                tasks=tasks,
+                min_member=tmpl.min_member,
+                min_task_member=dict(tmpl.min_task_member),
+                min_resources=dict(tmpl.min_resources) if tmpl.min_resources else None,
+                priority=tmpl.priority,
+                priority_class=tmpl.priority_class,
+                preemptible=tmpl.preemptible,
+                phase=phase,
+                sub_groups=[model.SubGroupSpec(s.name, s.min_member) for s in tmpl.sub_groups],
+                network_topology=dict(tmpl.network_topology),
+                annotations=dict(tmpl.annotations),
+                creation_index=tmpl.creation_index,
+                created_at=submit_time,  # sla's waiting time
+                tyjob=replace(tmpl.tyjob, leader_restarts=restarts) if tmpl.tyjob is not None else None,
+            )
+        )
+    return model.ClusterSnapshot(
+        nodes=[_copy_node(n) for n in nodes],
+        queues=[_copy_queue(q) for q in queues],
+        jobs=out,
+        foreign_tasks=[_copy_task(t, t.status, t.node, tuple(t.devices)) for t in foreign],
+        priority_classes={k: model.PriorityClass(v.name, v.value, v.preemption_policy, v.global_default)
+                          for k, v in priority_classes.items()},
+    )
 
 
 def _copy_task(t: model.TaskSpec, status: TaskStatus, node: str | None, devices: tuple[str, ...]) -> model.TaskSpec:
@@ -161,3 +184,124 @@ def capture(state: ClusterState) -> Capture:
         foreign=[f.spec for f in state.foreign.values()] + leftovers,
         priority_classes=dict(state.priority_classes),
     )
+
+
+# -- the worker's resident copy ------------------------------------------------------------------
+@dataclass
+class CaptureDelta:
+    """What changed since the capture the worker last saw (all of it when ``full``): nodes, queues
+    and jobs by name, each sent again only when its spec or (for a job) its state changed; orders
+    only when they changed. A cycle where little changed sends little."""
+
+    full: bool
+    nodes: dict[str, model.NodeSpec]
+    node_order: list[str] | None
+    queues: list[model.QueueSpec] | None
+    jobs: dict[str, JobState]
+    job_order: list[str] | None
+    foreign: list[model.TaskSpec] | None
+    priority_classes: dict[str, model.PriorityClass] | None
+
+    def size(self) -> int:
+        """How many nodes and jobs it carries (what a cycle's transfer costs)."""
+        return len(self.nodes) + len(self.jobs)
+
+
+class DeltaSender:
+    """The server's record of what the worker holds, to send it only what changed. Specs are
+    replaced, never mutated, so the same object is unchanged (others are compared by value)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """The worker holds nothing (new, or its state is in doubt): the next delta is full."""
+        self._nodes: dict[str, model.NodeSpec] = {}
+        self._node_order: list[str] | None = None
+        self._queues: list[model.QueueSpec] | None = None
+        self._jobs: dict[str, JobState] = {}
+        self._job_order: list[str] | None = None
+        self._foreign: list[model.TaskSpec] | None = None
+        self._priority_classes: dict[str, model.PriorityClass] | None = None
+
+    def delta(self, cap: Capture) -> CaptureDelta:
+        full = self._node_order is None
+        node_order = [n.name for n in cap.nodes]
+        # A backend's full sync replaces equal specs: compared by value where not the same object.
+        nodes = {n.name: n for n in cap.nodes if not _unchanged(self._nodes.get(n.name), n)}
+        jobs: dict[str, JobState] = {}
+        current: dict[str, JobState] = {}
+        for entry in cap.jobs:
+            state = job_state(entry)
+            uid = state[0].uid
+            current[uid] = state
+            known = self._jobs.get(uid)
+            if known is None or known[0] is not state[0] or known[1:] != state[1:]:
+                jobs[uid] = state
+        job_order = list(current)
+        out = CaptureDelta(
+            full=full,
+            nodes=nodes,
+            node_order=node_order if node_order != self._node_order else None,
+            queues=cap.queues if self._queues is None or not _same(cap.queues, self._queues) else None,
+            jobs=jobs,
+            job_order=job_order if job_order != self._job_order else None,
+            foreign=cap.foreign if cap.foreign != self._foreign else None,
+            priority_classes=cap.priority_classes if cap.priority_classes != self._priority_classes else None,
+        )
+        self._nodes = {n.name: n for n in cap.nodes}
+        self._node_order = node_order
+        self._queues = list(cap.queues)
+        self._jobs = current
+        self._job_order = job_order
+        self._foreign = list(cap.foreign)
+        self._priority_classes = dict(cap.priority_classes)
+        return out
+
+
+class ResidentState:
+    """The worker's copy of the cluster between cycles, kept up to date by deltas."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.nodes: dict[str, model.NodeSpec] = {}
+        self.node_order: list[str] = []
+        self.queues: list[model.QueueSpec] = []
+        self.jobs: dict[str, JobState] = {}
+        self.job_order: list[str] = []
+        self.foreign: list[model.TaskSpec] = []
+        self.priority_classes: dict[str, model.PriorityClass] = {}
+
+    def apply(self, delta: CaptureDelta) -> None:
+        if delta.full:
+            self.clear()
+        self.nodes.update(delta.nodes)
+        if delta.node_order is not None:
+            self.node_order = delta.node_order
+            self.nodes = {name: self.nodes[name] for name in delta.node_order}
+        if delta.queues is not None:
+            self.queues = delta.queues
+        self.jobs.update(delta.jobs)
+        if delta.job_order is not None:
+            self.job_order = delta.job_order
+            self.jobs = {uid: self.jobs[uid] for uid in delta.job_order}
+        if delta.foreign is not None:
+            self.foreign = delta.foreign
+        if delta.priority_classes is not None:
+            self.priority_classes = delta.priority_classes
+
+    def materialize(self) -> model.ClusterSnapshot:
+        return materialize(
+            [self.nodes[n] for n in self.node_order], self.queues, (self.jobs[u] for u in self.job_order),
+            self.foreign, self.priority_classes,
+        )
+
+
+def _unchanged(known: Any, now: Any) -> bool:
+    return known is now or (known is not None and known == now)
+
+
+def _same(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(_unchanged(x, y) for x, y in zip(a, b, strict=True))

@@ -1,0 +1,101 @@
+"""The core's worker keeps the cluster between cycles and is sent only what changed
+(snapshot.DeltaSender -> snapshot.ResidentState, server.core_runner)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from server_test_helpers import gang, node
+
+from muster.v1 import muster_pb2 as pb
+from server import commands, ingest, snapshot
+from server.apply import apply
+from server.config import DEFAULT_CONFIG_YAML, load_config
+from server.core_runner import CoreRunner
+from server.decisions import DecisionLog
+from server.scheduler import SchedulerCore
+from server.state import ClusterState
+
+
+@pytest.fixture
+def state() -> ClusterState:
+    c = ClusterState(DecisionLog(bind_timeout=30))
+    ingest.register_backend(c, pb.RegisterBackendRequest(name="a", kind="fake-agent"))
+    ingest.sync_snapshot(c, pb.SyncSnapshotRequest(backend="a", nodes=[node(f"n{i}") for i in range(4)]))
+    return c
+
+
+def test_resident_copy_equals_a_fresh_snapshot_through_changes(state: ClusterState) -> None:
+    sender, resident = snapshot.DeltaSender(), snapshot.ResidentState()
+
+    def step() -> snapshot.CaptureDelta:
+        cap = snapshot.capture(state)
+        delta = sender.delta(cap)
+        resident.apply(delta)
+        assert resident.materialize() == cap.materialize()
+        return delta
+
+    commands.submit_job(state, gang("g1", replicas=2))
+    first = step()
+    assert first.full and set(first.nodes) == {"n0", "n1", "n2", "n3"} and set(first.jobs) == {"g1"}
+    idle = step()  # nothing changed: nothing but the (empty) difference is sent
+    assert not idle.full and idle.size() == 0 and idle.node_order is None and idle.job_order is None
+    assert idle.queues is None and idle.foreign is None and idle.priority_classes is None
+
+    commands.submit_job(state, gang("g2", replicas=1))
+    added = step()
+    assert set(added.jobs) == {"g2"} and added.job_order is not None and added.nodes == {}
+
+    # A cycle binds g1: only g1's state travels.
+    cap = snapshot.capture(state)
+    result = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(cap.materialize(), cap.cycle_id)
+    apply(state, cap, result)
+    assert result.binds
+    bound = step()
+    assert set(bound.jobs) <= {"g1", "g2"} and bound.jobs
+
+    # A node joins, one is cordoned: those nodes travel, in the new order.
+    ingest.sync_snapshot(state, pb.SyncSnapshotRequest(
+        backend="a", nodes=[*(node(f"n{i}") for i in range(3)), node("n3", unschedulable=True), node("n4")]))
+    changed = step()
+    assert set(changed.nodes) == {"n3", "n4"} and changed.node_order is not None
+
+    commands.cancel_job(state, "g2")
+    step()
+    ingest.sync_snapshot(state, pb.SyncSnapshotRequest(backend="a", nodes=[node("n0")]))
+    gone = step()
+    assert gone.node_order == ["n0"] and resident.node_order == ["n0"]
+
+
+async def test_worker_process_schedules_on_deltas_and_recovers_from_a_restart(state: ClusterState) -> None:
+    runner = CoreRunner("process")
+    core = SchedulerCore(load_config(DEFAULT_CONFIG_YAML))
+    try:
+        commands.submit_job(state, gang("g1", replicas=2))
+        cap = snapshot.capture(state)
+        result = await runner.run(core, cap)
+        assert runner.last_delta_size == 5  # 4 nodes + 1 job: everything, the first time
+        assert sorted(result.binds) == ["g1/worker-0", "g1/worker-1"]
+        apply(state, cap, result)
+
+        commands.submit_job(state, gang("g2", replicas=1))
+        cap = snapshot.capture(state)
+        result = await runner.run(core, cap)
+        assert runner.last_delta_size <= 2  # g1's new state, g2: no node travels again
+        expected = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(cap.materialize(), cap.cycle_id)
+        assert result.binds == expected.binds and result.binds
+        apply(state, cap, result)
+
+        # The worker dies between cycles: the next one starts a new worker and sends everything.
+        assert runner._process is not None
+        runner._process.kill()
+        await runner._process.wait()
+        commands.submit_job(state, gang("g3", replicas=1))
+        cap = snapshot.capture(state)
+        with anyio.fail_after(60):
+            result = await runner.run(core, cap)
+        assert runner.last_delta_size == 4 + 3
+        expected = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(cap.materialize(), cap.cycle_id)
+        assert result.binds == expected.binds
+    finally:
+        await runner.aclose()
