@@ -67,6 +67,8 @@ log = structlog.get_logger("muster.agent")
 # delta arrives sees them ended rather than lost.
 _ENDED_TTL = 600.0
 _ENDED_MAX = 2000
+# Binds of one burst started at once (process spawns overlap; each checked and reserved first).
+START_CONCURRENCY = 16
 
 
 @dataclass(slots=True)
@@ -112,6 +114,10 @@ class FakeAgent:
         self.state_dir = Path(state_dir) if state_dir else None
         self.kill_grace = kill_grace
         self.live: dict[str, LiveTask] = {}
+        # Per node, the tasks holding it: live ones and binds being started (reserved first, so
+        # concurrent starts never over-commit a node).
+        self._holding: dict[str, dict[str, LiveTask]] = {}
+        self._starting: set[str] = set()
         self.ended: dict[str, EndedTask] = {}
         self.runtime: BackendRuntime | None = None
         self._tg: TaskGroup | None = None
@@ -127,12 +133,26 @@ class FakeAgent:
 
     # -- resources ----------------------------------------------------------------------------
 
+    def _holders(self, node: str) -> list[LiveTask]:
+        return list(self._holding.get(node, {}).values())
+
+    def _hold(self, task: LiveTask) -> None:
+        self._holding.setdefault(task.node, {})[task.task_id] = task
+
+    def _release(self, task: LiveTask) -> None:
+        held = self._holding.get(task.node)
+        if held is not None and held.get(task.task_id) is task:
+            del held[task.task_id]
+
+    def _add_live(self, task: LiveTask) -> None:
+        self.live[task.task_id] = task
+        self._hold(task)
+
     def used(self, node: str) -> dict[str, float]:
         used: dict[str, float] = {}
-        for task in self.live.values():
-            if task.node == node:
-                for res, value in task.request.items():
-                    used[res] = used.get(res, 0.0) + value
+        for task in self._holders(node):
+            for res, value in task.request.items():
+                used[res] = used.get(res, 0.0) + value
         return used
 
     def free(self, node: str) -> dict[str, float]:
@@ -142,14 +162,14 @@ class FakeAgent:
 
     def free_devices(self, node: str) -> list[Device]:
         """Healthy devices of the node no live task holds, in inventory order."""
-        taken = {d for t in self.live.values() if t.node == node for d in t.devices}
+        taken = {d for t in self._holders(node) for d in t.devices}
         return [d for d in self.nodes[node].devices if d.healthy and d.id not in taken]
 
     def gpu_shares(self, node: str) -> dict[str, float]:
         """Shared GPUs of the node: device id -> the share its fractional tasks hold."""
         shares: dict[str, float] = {}
-        for t in self.live.values():
-            if t.node == node and t.gpu_fraction:
+        for t in self._holders(node):
+            if t.gpu_fraction:
                 for d in t.devices:
                     shares[d] = shares.get(d, 0.0) + t.gpu_fraction
         return shares
@@ -161,7 +181,7 @@ class FakeAgent:
         if not 0 < f < 1:
             raise Rejected(f"bind.gpu_fraction: {f} is not a share of one GPU")
         shares = self.gpu_shares(bind.node)
-        whole = {d for t in self.live.values() if t.node == bind.node and not t.gpu_fraction for d in t.devices}
+        whole = {d for t in self._holders(bind.node) if not t.gpu_fraction for d in t.devices}
         gpus = {d.id: d for d in self.nodes[bind.node].devices if d.type == NVIDIA_GPU}
         if len(bind.devices) > 1:
             raise Rejected(f"bind.devices: a fractional task shares one GPU, not {list(bind.devices)}")
@@ -191,6 +211,8 @@ class FakeAgent:
         if bind.task_id in self.live:
             where = self.live[bind.task_id].node
             raise Rejected(f"task {bind.task_id} is already running on {where}")
+        if bind.task_id in self._starting:
+            raise Rejected(f"task {bind.task_id} is already being started")
         try:
             request = parse_resources(dict(bind.request.quantities))
         except QuantityError as exc:
@@ -248,8 +270,85 @@ class FakeAgent:
         return tasks
 
     async def apply_bind(self, decision: pb.Decision) -> Outcome:
+        reserved = self._reserve(decision)
+        try:
+            return await self._start(decision, reserved)
+        finally:
+            self._save()
+
+    async def apply_batch(self, decisions: list[pb.Decision]) -> list[Outcome]:
+        """A burst of decisions in order; consecutive binds are checked one by one (each reserving
+        its share of the node) and then started concurrently, at most ``START_CONCURRENCY`` at a
+        time; the task state is saved once."""
+        outcomes: list[Outcome] = []
+        try:
+            i = 0
+            while i < len(decisions):
+                if decisions[i].WhichOneof("action") != "bind":
+                    outcomes.append(await self._apply_rejecting(decisions[i]))
+                    i += 1
+                    continue
+                j = i
+                while j < len(decisions) and decisions[j].WhichOneof("action") == "bind":
+                    j += 1
+                outcomes += await self._bind_run(decisions[i:j])
+                i = j
+        finally:
+            self._save()
+        return outcomes
+
+    async def _apply_rejecting(self, decision: pb.Decision) -> Outcome:
+        action = decision.WhichOneof("action")
+        if action != "evict":
+            return Outcome.reject(f"unknown decision action {action!r}")
+        try:
+            return await self.apply_evict(decision)
+        except Rejected as exc:
+            return Outcome.reject(str(exc))
+
+    async def _bind_run(self, decisions: list[pb.Decision]) -> list[Outcome]:
+        outcomes: list[Outcome] = [Outcome.reject("not started")] * len(decisions)
+        reserved: list[tuple[int, LiveTask]] = []
+        for k, decision in enumerate(decisions):
+            try:
+                reserved.append((k, self._reserve(decision)))
+            except Rejected as exc:
+                outcomes[k] = Outcome.reject(str(exc))
+        limiter = anyio.CapacityLimiter(START_CONCURRENCY)
+
+        async def start(k: int, task: LiveTask) -> None:
+            async with limiter:
+                try:
+                    outcomes[k] = await self._start(decisions[k], task)
+                except Rejected as exc:
+                    outcomes[k] = Outcome.reject(str(exc))
+
+        async with anyio.create_task_group() as tg:
+            for k, task in reserved:
+                tg.start_soon(start, k, task)
+        return outcomes
+
+    def _reserve(self, decision: pb.Decision) -> LiveTask:
+        """Check a bind and hold its share of the node until it is started (or fails to)."""
         bind = decision.bind
         request, devices = self._check_bind(bind)
+        task = LiveTask(task_id=bind.task_id, job_id=bind.job_id, node=bind.node, request=request,
+                        devices=devices, decision_id=decision.id, pid=0, start_ticks=0,
+                        gpu_fraction=bind.gpu_fraction)
+        self._starting.add(task.task_id)
+        self._hold(task)
+        return task
+
+    async def _start(self, decision: pb.Decision, reserved: LiveTask) -> Outcome:
+        try:
+            return await self._start_process(decision, reserved)
+        finally:
+            self._starting.discard(reserved.task_id)
+            self._release(reserved)
+
+    async def _start_process(self, decision: pb.Decision, reserved: LiveTask) -> Outcome:
+        bind = decision.bind
+        request, devices = reserved.request, reserved.devices
         argv = list(bind.command) or ["sleep", seconds_arg(bind.duration_seconds)]
         env = dict(os.environ)
         env.update(
@@ -298,10 +397,10 @@ class FakeAgent:
             exit_file=exit_file,
             gpu_fraction=bind.gpu_fraction,
         )
-        self.live[task.task_id] = task
+        self._release(reserved)
+        self._add_live(task)
         self.ended.pop(task.task_id, None)
         self._processes[task.task_id] = process
-        self._save()
         self._report(task.task_id, pb.TASK_STATUS_RUNNING, task.node, f"pid {process.pid}")
         assert self._tg is not None, "FakeAgent.run() must be running"
         self._tg.start_soon(self._watch_child, task, process)
@@ -402,6 +501,7 @@ class FakeAgent:
 
     def _forget(self, task: LiveTask) -> None:
         self.live.pop(task.task_id, None)
+        self._release(task)
         self._processes.pop(task.task_id, None)
         self._save()
 
@@ -451,7 +551,7 @@ class FakeAgent:
         for task in live:
             if task.evicted:
                 continue
-            self.live[task.task_id] = task
+            self._add_live(task)
             if alive(task.pid, task.start_ticks):
                 running.append(task)
                 log.info("adopted running task", task=task.task_id, node=task.node, pid=task.pid)

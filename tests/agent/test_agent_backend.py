@@ -243,3 +243,45 @@ async def test_ascend_chips_reach_the_task_and_a_bind_on_taken_or_broken_chips_i
         for task, node in (("a/w-0", "npu"), ("d/w-0", "listed")):
             await agent.apply_evict(evict(10, task, node=node))
         tg.cancel_scope.cancel()
+
+
+async def test_a_burst_of_binds_starts_concurrently_without_over_committing(tmp_path):
+    """apply_batch checks binds in order (each reserving its share before any process starts),
+    starts them together, applies an evict in its place in the burst, and saves the state once."""
+    agent, _ = make_agent(tmp_path)
+    saves = 0
+    save = agent._save
+
+    def counting_save() -> None:
+        nonlocal saves
+        saves += 1
+        save()
+
+    def long(decision: pb.Decision) -> pb.Decision:
+        decision.bind.duration_seconds = 300
+        return decision
+
+    agent._save = counting_save  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        agent._tg = tg
+        burst = [long(bind(i, f"j/a-{i}", node="n1", cpu="1", **{"nvidia.com/gpu": "1"})) for i in range(3)]
+        burst += [long(bind(3, "j/a-0", node="n1", cpu="1")),  # the same task twice in one burst
+                  long(bind(4, "k/b-0", node="n1", cpu="1")),
+                  long(bind(5, "k/b-1", node="n1", cpu="2"))]  # n1 has 4 CPUs, 3 are taken by then
+        outcomes = await agent.apply_batch(burst)
+        assert [o.applied for o in outcomes] == [True, True, False, False, True, False]
+        assert "nvidia.com/gpu" in outcomes[2].reason
+        assert "already" in outcomes[3].reason and "insufficient cpu" in outcomes[5].reason
+        assert sorted(agent.live) == ["j/a-0", "j/a-1", "k/b-0"]
+        assert sorted(agent.live["j/a-0"].devices + agent.live["j/a-1"].devices) == ["0", "1"]
+        assert agent.free("n1")["cpu"] == 1000 and not agent._starting
+        assert saves == 1
+        # An evict between binds frees its share for the binds after it.
+        outcomes = await agent.apply_batch([long(bind(6, "k/b-2", node="n1", cpu="2")),
+                                            evict(7, "k/b-0", node="n1"),
+                                            long(bind(8, "k/b-3", node="n1", cpu="2"))])
+        assert [o.applied for o in outcomes] == [False, True, True]
+        assert sorted(agent.live) == ["j/a-0", "j/a-1", "k/b-3"]
+        for task in list(agent.live):
+            await agent.apply_evict(evict(20, task, node="n1"))
+        tg.cancel_scope.cancel()
