@@ -4,11 +4,15 @@ in this process that acknowledges every bind at once and reports the task Succee
 
     .venv/bin/python bench/e2e.py --jobs 2000 --tasks 5 --nodes 2000
     .venv/bin/python bench/e2e.py --batch 1          # one SubmitJob per job instead of SubmitJobs
+    .venv/bin/python bench/e2e.py --agents 2         # real muster-agent processes running `true`
 
 Prints one JSON object: submit jobs/s (SubmitJobs batches of ``--batch``), end-to-end placements/s
 (first submit to the last bind acknowledged), ack latency p50/p99 (decision issued -> acked, as the
 backend sees it: stream receive -> ack sent), GetJob p50/p99 sampled during the run, and the server's
-peak RSS. Bounded: ``--timeout`` seconds at most. Run by hand, not in CI.
+peak RSS. With ``--agents M`` the backend is M real ``muster-agent`` processes (the nodes split
+between them) and every task runs ``true``: a placement counts once its task has started (it is
+seen running or ended through WatchJobs), and ack latency is not measured. Bounded: ``--timeout``
+seconds at most. Run by hand, not in CI.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import grpc  # noqa: E402
-from soak import SERVER, free_port, pct, rss_kib  # noqa: E402  (the soak bench's helpers)
+from soak import AGENT, SERVER, free_port, pct, rss_kib, start, stop, wait_nodes  # noqa: E402  (the soak bench's helpers)
 
 from muster.v1 import muster_pb2 as pb  # noqa: E402
 from muster.v1 import muster_pb2_grpc as pb_grpc  # noqa: E402
@@ -84,6 +88,34 @@ class NullBackend:
             await self.stub.SendDeltas(pb.SendDeltasRequest(backend=BACKEND, deltas=done), timeout=60)
 
 
+class AgentsWatch:
+    """Real agents: counts tasks that started (running or ended) from the server's job events."""
+
+    def __init__(self, stub: pb_grpc.SchedulerStub) -> None:
+        self.stub = stub
+        self.started: dict[str, int] = {}
+        self.rewatches = 0
+        self.binds = 0
+        self.last_ack = 0.0
+        self.ack_seconds: list[float] = []
+
+    async def serve(self) -> None:
+        while True:  # a watch that falls behind is ended by the server: watch again from the current state
+            try:
+                async for event in self.stub.WatchJobs(pb.WatchJobsRequest(send_initial=True)):
+                    st = event.job.status
+                    n = st.running + st.succeeded + st.failed
+                    job_id = event.job.spec.id
+                    if n > self.started.get(job_id, 0):
+                        self.binds += n - self.started.get(job_id, 0)
+                        self.started[job_id] = n
+                        self.last_ack = time.perf_counter()
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                self.rewatches += 1
+
+
 async def run(args: argparse.Namespace) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="muster-e2e-"))
     port = free_port()
@@ -93,12 +125,25 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(work / "server.log", "wb"),
     )
     peak_rss = 0
+    agents: list[subprocess.Popen[bytes]] = []
     try:
+        for i in range(args.agents):
+            inventory = work / f"inventory-{i}.yaml"
+            count = args.nodes // args.agents + (1 if i < args.nodes % args.agents else 0)
+            inventory.write_text(f"nodes:\n  - name: a{i}-n\n    count: {count}\n    cpu: 64\n    memory: 256Gi\n")
+            agents.append(start(["-c", AGENT, "--server", f"127.0.0.1:{port}", "--name", f"agent-{i}",
+                                 "--inventory", str(inventory), "--log-level", "warning"],
+                                work / f"agent-{i}.log", ROOT))
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.SchedulerStub(channel)
             await asyncio.wait_for(channel.channel_ready(), 30)
-            backend = NullBackend(stub)
-            await backend.register(args.nodes)
+            backend: NullBackend | AgentsWatch
+            if args.agents:
+                await wait_nodes(stub, args.nodes, 120)
+                backend = AgentsWatch(stub)
+            else:
+                backend = NullBackend(stub)
+                await backend.register(args.nodes)
             serving = asyncio.create_task(backend.serve())
             get_job: list[float] = []
             total_tasks = args.jobs * args.tasks
@@ -121,7 +166,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
 
             specs = [
                 pb.JobSpec(id=f"e2e-{i:06d}", task_groups=[pb.TaskGroup(
-                    role="w", replicas=args.tasks, request=pb.ResourceList(quantities={"cpu": "1", "memory": "1Gi"}))])
+                    role="w", replicas=args.tasks, request=pb.ResourceList(quantities={"cpu": "1", "memory": "1Gi"}),
+                    command=["true"] if args.agents else [])])
                 for i in range(args.jobs)
             ]
             rss_task = asyncio.create_task(watch_rss())
@@ -143,16 +189,20 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             rss_task.cancel()
             sampler.cancel()
             return {
+                "backend": f"{args.agents} agents" if args.agents else "null",
                 "jobs": args.jobs, "tasks_per_job": args.tasks, "nodes": args.nodes, "batch": args.batch,
                 "submit_jobs_per_s": round(args.jobs / max(submitted - started, 1e-9), 1),
                 "placements": backend.binds,
                 "placements_per_s": round(backend.binds / max(finished - started, 1e-9), 1),
                 "all_placed": backend.binds >= total_tasks,
-                "ack_ms": {"p50": pct(backend.ack_seconds, 0.5), "p99": pct(backend.ack_seconds, 0.99)},
+                "ack_ms": ({"p50": pct(backend.ack_seconds, 0.5), "p99": pct(backend.ack_seconds, 0.99)}
+                           if not args.agents else None),
                 "get_job_ms": {"p50": pct(get_job, 0.5), "p99": pct(get_job, 0.99), "samples": len(get_job)},
                 "server_peak_rss_mib": round(peak_rss / 1024, 1),
             }
     finally:
+        for agent in agents:
+            stop(agent)
         server.terminate()
         try:
             server.wait(20)
@@ -166,6 +216,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=5, help="tasks per job (a gang)")
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--batch", type=int, default=100, help="jobs per SubmitJobs call (1: SubmitJob per job)")
+    ap.add_argument("--agents", type=int, default=0, help="real muster-agent processes instead of the null backend")
     ap.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
     ap.add_argument("--server-arg", action="append", default=[], help="extra muster-server argument (repeatable)")
     args = ap.parse_args()
