@@ -7,6 +7,7 @@ from server.plugins.binpack import BinpackPlugin
 from server.plugins.capacity import CapacityPlugin
 from server.plugins.conformance import ConformancePlugin
 from server.plugins.drf import DrfPlugin
+from server.plugins.fgd import FgdPlugin
 from server.plugins.gang import GangPlugin
 from server.plugins.gang_backend import GangBackendPlugin
 from server.plugins.huawei_npu import HuaweiNPUPlugin
@@ -28,6 +29,7 @@ PLUGINS: dict[str, type[Plugin]] = {
         CapacityPlugin,
         ConformancePlugin,
         DrfPlugin,
+        FgdPlugin,
         GangPlugin,
         GangBackendPlugin,
         HuaweiNPUPlugin,

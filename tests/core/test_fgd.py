@@ -1,0 +1,204 @@
+"""fgd: the expected-fragmentation measure, and the plugin's choices on tiny clusters where a
+fragmentation-blind policy (binpack) chooses otherwise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from server.config import ConfigError, load_config
+from server.model import (
+    ClusterSnapshot,
+    CycleResult,
+    JobSpec,
+    NodeSpec,
+    PodGroupPhase,
+    QueueSpec,
+    TaskSpec,
+    TaskStatus,
+)
+from server.plugins import PLUGINS
+from server.plugins.fgd import (
+    FgdPlugin,
+    NodeState,
+    TaskType,
+    Workload,
+    after_placing,
+    typical_types,
+)
+from server.scheduler import SchedulerCore
+
+GPU = "nvidia.com/gpu"
+CORE = 1000.0  # millicores
+GIB = float(2**30)
+
+
+def workload(*types: tuple[float, int, float, float]) -> Workload:
+    """Types as (cpu cores, GPUs, share per GPU, popularity)."""
+    return Workload([TaskType(c * CORE, 0.0, g, s, p) for c, g, s, p in types])
+
+
+def state(cpu_cores: float, *gpus: float) -> NodeState:
+    return NodeState(cpu_cores * CORE, 0.0, tuple(sorted(gpus, reverse=True)))
+
+
+# -- the measure -----------------------------------------------------------------------------------
+def test_gpus_a_share_does_not_fit_on_are_fragment() -> None:
+    w = workload((1, 1, 0.5, 1.0))
+    assert w.fragmentation(state(8, 1.0, 0.3)) == pytest.approx(0.3)  # 0.3 < 0.5: fragment
+    assert w.fragmentation(state(8, 1.0, 0.5)) == pytest.approx(0.0)
+
+
+def test_what_is_left_over_the_shares_on_a_gpu_is_fragment() -> None:
+    # Two 0.4 shares fit on a free GPU: 0.2 of it no task of the type can use.
+    assert workload((1, 1, 0.4, 1.0)).fragmentation(state(8, 1.0)) == pytest.approx(0.2)
+
+
+def test_a_type_that_cannot_run_fragments_every_free_gpu() -> None:
+    assert workload((1, 0, 0.0, 1.0)).fragmentation(state(8, 1.0, 1.0)) == pytest.approx(2.0)  # asks no GPU
+    assert workload((1, 2, 1.0, 1.0)).fragmentation(state(8, 1.0, 0.9)) == pytest.approx(1.9)  # one whole GPU
+    assert workload((9, 1, 1.0, 1.0)).fragmentation(state(8, 1.0, 1.0)) == pytest.approx(2.0)  # cpu
+    w = workload((1, 1, 1.0, 1.0))
+    assert w.fragmentation(state(8, 1.0, 1.0), access=np.array([False])) == pytest.approx(2.0)  # not open to it
+
+
+def test_gpus_the_cpu_left_cannot_serve_are_fragment() -> None:
+    # Four free GPUs, cpu for two one-GPU tasks: two GPUs are stranded.
+    assert workload((2, 1, 1.0, 1.0)).fragmentation(state(4, 1.0, 1.0, 1.0, 1.0)) == pytest.approx(2.0)
+    assert workload((1, 1, 1.0, 1.0)).fragmentation(state(4, 1.0, 1.0, 1.0, 1.0)) == pytest.approx(0.0)
+
+
+def test_expected_fragmentation_weighs_types_by_popularity() -> None:
+    w = workload((1, 1, 1.0, 0.75), (1, 1, 0.5, 0.25))
+    # [1.0, 0.5]: the whole-GPU type cannot use the half GPU (0.5), the half type uses everything.
+    assert w.fragmentation(state(8, 1.0, 0.5)) == pytest.approx(0.75 * 0.5)
+
+
+def test_after_placing_takes_whole_gpus_or_one_gpus_share() -> None:
+    s = state(8, 1.0, 1.0, 0.5)
+    assert after_placing(s, 2 * CORE, 0.0, 2, 1.0, None) == state(6, 0.5)
+    assert after_placing(s, CORE, 0.0, 1, 0.5, 2) == state(7, 1.0, 1.0)  # fills the half GPU
+    assert after_placing(s, CORE, 0.0, 3, 1.0, None) is None  # two whole GPUs only
+    assert after_placing(s, 9 * CORE, 0.0, 0, 0.0, None) is None  # cpu
+
+
+def test_typical_types_are_the_most_popular_until_the_threshold() -> None:
+    tasks = [(1.0, 0.0, 1, 1.0, 0)] * 6 + [(2.0, 0.0, 1, 0.5, 0)] * 3 + [(3.0, 0.0, 0, 0.0, 0)]
+    assert [(t.cpu, t.popularity) for t in typical_types(tasks)] == [(1.0, 0.6), (2.0, 0.3), (3.0, 0.1)]
+    assert [t.cpu for t in typical_types(tasks, 0.85)] == [1.0, 2.0]
+    assert [t.cpu for t in typical_types(tasks, 0.5)] == [1.0]
+
+
+# -- the plugin in a cycle ----------------------------------------------------------------------------
+def config(*plugins: str) -> str:
+    lines = ["profile: kai", "actions: allocate", "tiers:", "- plugins:", "  - name: predicates"]
+    lines += [f"  - name: {p}" for p in plugins]
+    return "\n".join(lines) + "\n"
+
+
+def node(name: str, cpu: float, gpus: int) -> NodeSpec:
+    return NodeSpec(name=name, allocatable={"cpu": cpu * CORE, "memory": 64 * GIB, GPU: gpus * 1000.0})
+
+
+def task(name: str, k: int, cpu: float, gpus: int = 0, fraction: float = 0.0, node: str | None = None,
+         groups: list[str] | None = None) -> JobSpec:
+    request = {"cpu": cpu * CORE, "memory": GIB}
+    if gpus:
+        request[GPU] = gpus * 1000.0
+    t = TaskSpec(uid=f"ns/{name}-0", name=name, namespace="ns", job=f"ns/{name}", request=request,
+                 gpu_fraction=fraction, creation_index=k, status=TaskStatus.RUNNING if node else TaskStatus.PENDING,
+                 node=node, gpu_groups=list(groups or []))
+    return JobSpec(uid=f"ns/{name}", name=name, namespace="ns", queue="q", tasks=[t], min_member=1,
+                   phase=PodGroupPhase.RUNNING if node else PodGroupPhase.INQUEUE, creation_index=k)
+
+
+def cycle(config_text: str, nodes: list[NodeSpec], jobs: list[JobSpec]) -> CycleResult:
+    return SchedulerCore(load_config(config_text)).run_cycle(ClusterSnapshot(nodes, [QueueSpec("q")], jobs), 1)
+
+
+def half_gpu_cluster() -> tuple[list[NodeSpec], list[JobSpec]]:
+    """``a``: two free GPUs, its cpu mostly taken (binpack's favourite); ``b``: one GPU shared, half of
+    it free. A half-GPU task arrives, then a whole-GPU one."""
+    nodes = [node("a", 32, 2), node("b", 32, 1)]
+    jobs = [
+        task("cpu-hog", 0, 24, node="a"),
+        task("half-running", 1, 1, fraction=0.5, node="b", groups=["g0"]),
+        task("half", 2, 1, fraction=0.5),
+        task("whole", 3, 1, gpus=1),
+        task("whole-2", 4, 1, gpus=1),
+    ]
+    return nodes, jobs
+
+
+def test_fgd_fills_the_half_free_gpu_where_binpack_splits_a_whole_one() -> None:
+    nodes, jobs = half_gpu_cluster()
+    fgd = cycle(config("fgd"), nodes, jobs)
+    assert fgd.binds["ns/half-0"] == "b"
+    assert fgd.bind_gpu_groups["ns/half-0"] == ["g0"]
+    # Nothing was split: both whole-GPU tasks find a whole GPU on a.
+    assert fgd.binds["ns/whole-0"] == "a" and fgd.binds["ns/whole-2-0"] == "a"
+
+    nodes, jobs = half_gpu_cluster()
+    binpack = cycle(config("binpack"), nodes, jobs)
+    assert binpack.binds["ns/half-0"] == "a"  # the fuller node: one of its GPUs is now split
+    assert len([t for t in ("ns/whole-0", "ns/whole-2-0") if t in binpack.binds]) == 1
+
+
+def test_fgd_takes_the_shared_gpu_a_share_fits_exactly_rather_than_a_whole_one() -> None:
+    nodes = [node("n", 16, 2)]
+    jobs = [
+        task("quarter", 0, 1, fraction=0.25, node="n", groups=["g0"]),
+        task("three-quarters", 1, 1, fraction=0.75),
+        task("whole", 2, 1, gpus=1),
+    ]
+    result = cycle(config("fgd"), nodes, jobs)
+    assert result.bind_gpu_groups["ns/three-quarters-0"] == ["g0"]
+    assert result.binds["ns/whole-0"] == "n"
+
+
+def test_cpu_only_tasks_keep_off_the_cpu_that_gpu_tasks_need() -> None:
+    # Both nodes have one free GPU; ``a`` has cpu for one more GPU task, ``b`` plenty. A CPU-only task
+    # taking a's last cpu would strand a's GPU: fgd sends it to b (binpack to a, the fuller node).
+    nodes = [node("a", 16, 1), node("b", 64, 1)]
+    jobs = [
+        task("cpu-hog", 0, 8, node="a"),
+        task("cpu-only", 1, 6),
+        task("gpu-task", 2, 6, gpus=1),
+        task("gpu-task-2", 3, 6, gpus=1),
+    ]
+    fgd = cycle(config("fgd"), nodes, jobs)
+    assert fgd.binds["ns/cpu-only-0"] == "b"
+    assert {fgd.binds.get("ns/gpu-task-0"), fgd.binds.get("ns/gpu-task-2-0")} == {"a", "b"}
+    binpack = cycle(config("binpack"), nodes, jobs)
+    assert binpack.binds["ns/cpu-only-0"] == "a"
+
+
+def test_a_node_a_type_may_not_use_is_fragment_for_it() -> None:
+    # Two one-GPU nodes; most tasks may only use ``a`` (node selector). A task that may go anywhere
+    # goes to ``b``, keeping ``a`` for the constrained ones.
+    nodes = [node("a", 16, 1), node("b", 16, 1)]
+    nodes[0].labels["model"] = "x"
+    jobs = [task("free", 0, 1, gpus=1)]
+    for k in range(1, 4):
+        j = task(f"bound-{k}", k, 1, gpus=1)
+        j.tasks[0].node_selector = {"model": "x"}
+        jobs.append(j)
+    result = cycle(config("fgd"), nodes, jobs)
+    assert result.binds["ns/free-0"] == "b"
+    assert result.binds["ns/bound-1-0"] == "a"
+
+
+def test_registered_with_validated_arguments() -> None:
+    assert PLUGINS["fgd"] is FgdPlugin
+    cfg = load_config(config("fgd").replace("  - name: fgd", "  - name: fgd\n    arguments: {fgd.weight: 2}"))
+    assert cfg.plugin("fgd") is not None
+    with pytest.raises(ConfigError):
+        load_config(config("fgd").replace("  - name: fgd", "  - name: fgd\n    arguments: {fgd.popularityThreshold: 0}"))
+    with pytest.raises(ConfigError):
+        load_config(config("fgd").replace("  - name: fgd", "  - name: fgd\n    arguments: {fgd.nope: 1}"))
+
+
+def test_weight_zero_turns_it_off() -> None:
+    nodes, jobs = half_gpu_cluster()
+    text = config("fgd").replace("  - name: fgd", "  - name: fgd\n    arguments: {fgd.weight: 0}")
+    assert cycle(text, nodes, jobs).binds["ns/half-0"] == "a"  # no score: first node by name
