@@ -66,6 +66,19 @@ class Env:
                 and (pod is None or e["involvedObject"]["name"] == pod)]
 
 
+async def close_env(env: Env) -> None:
+    """Stop the adapters, then Muster, then the API server (every test environment's teardown)."""
+    for backend, task in list(env.adapters):
+        backend.stop()
+        try:
+            await asyncio.wait_for(task, 10)
+        except Exception:  # noqa: BLE001 - teardown
+            task.cancel()
+        await backend._api.close()  # type: ignore[attr-defined]
+    await env.muster.stop()
+    await env.kube.stop()
+
+
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
     kube = FakeApiServer(bookmark_interval=0.2)
@@ -76,12 +89,4 @@ async def env() -> AsyncIterator[Env]:
     try:
         yield e
     finally:
-        for backend, task in list(e.adapters):
-            backend.stop()
-            try:
-                await asyncio.wait_for(task, 10)
-            except Exception:  # noqa: BLE001 - teardown
-                task.cancel()
-            await backend._api.close()  # type: ignore[attr-defined]
-        await muster.stop()
-        await kube.stop()
+        await close_env(e)

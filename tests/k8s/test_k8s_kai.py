@@ -14,7 +14,7 @@ from adapters.k8s.queues import QueueController
 from adapters.k8s.status import kai_podgroup_status
 from muster.v1 import muster_pb2 as pb
 
-from .conftest import Env, eventually
+from .conftest import Env, close_env, eventually
 from .fake_apiserver import (
     make_kai_pod,
     make_kai_podgroup,
@@ -270,7 +270,6 @@ async def test_kai_pods_wait_with_a_reason_when_kai_is_not_enabled(env: Env) -> 
 
 
 async def test_fractional_pods_share_one_gpu_with_the_real_server(tmp_path: Path) -> None:
-    import asyncio
 
     from server.app import ServerOptions, start_server
 
@@ -303,12 +302,4 @@ async def test_fractional_pods_share_one_gpu_with_the_real_server(tmp_path: Path
         await eventually(lambda: bool(env.events("FailedScheduling", "third")))
         assert not env.pod("third")["spec"].get("nodeName")
     finally:
-        for backend, task in list(env.adapters):
-            backend.stop()
-            try:
-                await asyncio.wait_for(task, 10)
-            except Exception:  # noqa: BLE001 - teardown
-                task.cancel()
-            await backend._api.close()  # type: ignore[attr-defined]
-        await muster.stop()
-        await kube.stop()
+        await close_env(env)

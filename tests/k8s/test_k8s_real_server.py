@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from server.app import ServerOptions, start_server
 
-from .conftest import Env, eventually
+from .conftest import Env, close_env, eventually
 from .fake_apiserver import FakeApiServer, make_node, make_pod, make_volcano_podgroup
 
 
@@ -45,15 +43,7 @@ async def real_env(tmp_path):
     try:
         yield env
     finally:
-        for backend, task in list(env.adapters):
-            backend.stop()
-            try:
-                await asyncio.wait_for(task, 10)
-            except Exception:  # noqa: BLE001 - teardown
-                task.cancel()
-            await backend._api.close()  # type: ignore[attr-defined]
-        await muster.stop()
-        await kube.stop()
+        await close_env(env)
 
 
 def _pg(env: Env, name: str = "pg") -> dict:
