@@ -34,6 +34,9 @@ class AllocateAction(Action):
         queues = PriorityQueue(ssn.queue_order_fn)
         jobs_by_queue: dict[str, PriorityQueue] = {}
         pending: dict[str, PriorityQueue] = {}
+        # A waiting job's or task's order does not change in allocate (only the popped job is
+        # placed): keys computed at push where every order plugin gives one.
+        job_key, task_key = ssn.job_order_key(), ssn.task_order_key()
         for job in ssn.jobs.values():
             if job.phase == PodGroupPhase.PENDING:
                 if enqueue_enabled:
@@ -45,12 +48,12 @@ class AllocateAction(Action):
             if job.queue not in ssn.queues:
                 continue
             tasks = PriorityQueue(
-                ssn.task_order_fn, (t for t in job.index[TaskStatus.PENDING].values() if not t.best_effort)
+                ssn.task_order_fn, (t for t in job.index[TaskStatus.PENDING].values() if not t.best_effort), task_key
             )
             if tasks.empty():
                 continue
             if job.queue not in jobs_by_queue:
-                jobs_by_queue[job.queue] = PriorityQueue(ssn.job_order_fn)
+                jobs_by_queue[job.queue] = PriorityQueue(ssn.job_order_fn, key=job_key)
                 queues.push(ssn.queues[job.queue])
             jobs_by_queue[job.queue].push(job)
             pending[job.uid] = tasks
@@ -86,7 +89,7 @@ class AllocateAction(Action):
             masks = dict(gradient)
             for name, mask in gradient:
                 job.fit_errors.clear()
-                trial = PriorityQueue(ssn.task_order_fn, waiting)
+                trial = PriorityQueue(ssn.task_order_fn, waiting, ssn.task_order_key())
                 stmt = self.allocate_tasks(ssn, job, trial, restrict=mask)
                 if stmt is None or not len(stmt):
                     continue

@@ -19,6 +19,8 @@ queue would still compare lower than the victim's queue).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from muster.quantity import MIN_RESOURCE
@@ -205,6 +207,11 @@ class DrfPlugin(Plugin):
             ls, rs = shares.get(left.uid, 0.0), shares.get(right.uid, 0.0)
             return 0 if ls == rs else (-1 if ls < rs else 1)
 
+        def job_share_key(job: JobInfo) -> float:
+            share = shares.get(job.uid, 0.0)
+            # NaN (infinite quantities) compares after everything in job_order: last here too.
+            return math.inf if share != share else share
+
         def rehang(root: HNode, total_allocated: np.ndarray, job: JobInfo, alloc: np.ndarray) -> None:
             queue = ssn.queues.get(job.queue)
             if queue is not None:
@@ -251,6 +258,7 @@ class DrfPlugin(Plugin):
 
         ssn.register("preemptable", self.name, preemptable)
         ssn.register("job_order", self.name, job_order)
+        ssn.register("job_order_key", self.name, job_share_key)
         if hierarchy_enabled:
             ssn.register("queue_order", self.name, queue_order)
             ssn.register("reclaimable", self.name, reclaimable)

@@ -60,6 +60,7 @@ class GangPlugin(Plugin):
         ssn.register("preemptable", self.name, evictable)
         ssn.register("reclaimable", self.name, evictable)
         ssn.register("job_order", self.name, job_order)
+        ssn.register("job_order_key", self.name, lambda j: j.is_ready())  # not ready first
         ssn.register("job_ready", self.name, lambda j: j.check_task_ready() and j.check_subjob_ready() and j.is_ready())
         ssn.register(
             "job_pipelined",

@@ -42,6 +42,8 @@ class PriorityPlugin(Plugin):
             return job.ready_task_num() + job.waiting_task_num() < len(job.tasks)
 
         ssn.register("task_order", self.name, lambda a, b: _desc(a.priority, b.priority))
+        ssn.register("task_order_key", self.name, lambda t: -t.priority)
         ssn.register("job_order", self.name, lambda a, b: _desc(a.priority, b.priority))
+        ssn.register("job_order_key", self.name, lambda j: -j.priority)
         ssn.register("preemptable", self.name, preemptable)
         ssn.register("job_starving", self.name, starving)

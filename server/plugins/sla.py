@@ -82,6 +82,11 @@ class SlaPlugin(Plugin):
                 return ABSTAIN
             return PERMIT
 
+        def job_order_key(job: JobInfo) -> tuple[int, float]:
+            wt = waiting_time(job)
+            return (1, 0.0) if wt is None else (0, created(job) + wt)  # jobs without a deadline last
+
         ssn.register("job_order", self.name, job_order)
+        ssn.register("job_order_key", self.name, job_order_key)
         ssn.register("job_enqueueable", self.name, permit_when_overdue)
         ssn.register("job_pipelined", self.name, permit_when_overdue)

@@ -88,6 +88,10 @@ class Scorer:
 # -- signatures of the registered functions -------------------------------------------------------
 JobCompareFn = Callable[[JobInfo, JobInfo], int]  # < 0: left first, > 0: right first, 0: no opinion
 TaskCompareFn = Callable[[TaskInfo, TaskInfo], int]
+# A plugin's order as a sort key, smaller first: compare(a, b) < 0 exactly when key(a) < key(b), and
+# 0 when the keys are equal. Asked once when an item is queued, rather than at every comparison.
+JobKeyFn = Callable[[JobInfo], Any]
+TaskKeyFn = Callable[[TaskInfo], Any]
 QueueCompareFn = Callable[[QueueInfo, QueueInfo], int]
 VictimQueueCompareFn = Callable[[QueueInfo, QueueInfo, QueueInfo | None], int]  # (l, r, preemptor's queue)
 JobCheckFn = Callable[[JobInfo], bool]
@@ -155,6 +159,11 @@ def first_refusal(chain: Chain[JobCapacityFn], job: JobInfo, tasks: list[TaskInf
 def sum_of(chain: Chain[Callable[..., float]], *args: Any) -> float:
     """The scores of every enabled plugin add up (none registered: 0)."""
     return sum(fn(*args) for row in chain for _, fn in row)
+
+
+def keys_in_order(chain: Chain[Callable[[Any], Any]], item: Any) -> tuple[Any, ...]:
+    """Every enabled plugin's key, in tier order, compared left to right (the order first_non_zero gives over the matching comparisons)."""
+    return tuple(fn(item) for row in chain for _, fn in row)
 
 
 def first_non_zero_given(chain: Chain[VictimQueueCompareFn], left: Any, right: Any, preemptor: Any) -> int:
@@ -345,6 +354,10 @@ POINTS: dict[str, Point] = {
         Point("job_order", Switch("enableJobOrder", "job_order"), JobCompareFn, first_non_zero, _TIE),
         Point("task_order", Switch("enableTaskOrder", "task_order"), TaskCompareFn, first_non_zero,
               "Ties: higher pod priority, then creation order, then uid."),
+        Point("job_order_key", Switch("enableJobOrder", "job_order"), JobKeyFn, keys_in_order,
+              "Used only when every plugin of job_order gives its key; then the same ties."),
+        Point("task_order_key", Switch("enableTaskOrder", "task_order"), TaskKeyFn, keys_in_order,
+              "Used only when every plugin of task_order gives its key; then the same ties."),
         Point("queue_order", Switch("enableQueueOrder", "queue_order"), QueueCompareFn, first_non_zero, _TIE),
         Point("victim_queue_order", None, VictimQueueCompareFn, first_non_zero_given,
               "Ties: the reverse of the queue order."),

@@ -44,6 +44,7 @@ from server.session.extension_points import (
     JobCapacityFn,
     JobCheckFn,
     JobCompareFn,
+    JobKeyFn,
     JobNotifyFn,
     JobValidFn,
     NodeSetsFn,
@@ -56,6 +57,7 @@ from server.session.extension_points import (
     Scorers,
     SolutionStartFn,
     TaskCompareFn,
+    TaskKeyFn,
     ValidateResult,
     VictimQueueCompareFn,
     VictimTasksFns,
@@ -174,6 +176,10 @@ class Session:
     @overload
     def register(self, point: Literal["task_order"], plugin: str, fn: TaskCompareFn) -> None: ...
     @overload
+    def register(self, point: Literal["job_order_key"], plugin: str, fn: JobKeyFn) -> None: ...
+    @overload
+    def register(self, point: Literal["task_order_key"], plugin: str, fn: TaskKeyFn) -> None: ...
+    @overload
     def register(self, point: Literal["queue_order"], plugin: str, fn: QueueCompareFn) -> None: ...
     @overload
     def register(self, point: Literal["victim_queue_order"], plugin: str, fn: VictimQueueCompareFn) -> None: ...
@@ -262,6 +268,21 @@ class Session:
 
     # The order points' tie-breaks (Volcano's defaults when no plugin decides), written out here
     # rather than called: these run hundreds of thousands of times a cycle.
+    def job_order_key(self) -> Callable[[JobInfo], tuple[Any, ...]] | None:
+        """The job order as a sort key (the same order as ``job_order_fn``), or None when a plugin
+        of the job_order chain gives no key."""
+        if not _same_plugins(self._chains["job_order"], self._chains["job_order_key"]):
+            return None
+        keys = self._combined["job_order_key"]
+        return lambda job: (keys(job), job.creation_index, job.uid)
+
+    def task_order_key(self) -> Callable[[TaskInfo], tuple[Any, ...]] | None:
+        """The task order as a sort key (the same order as ``task_order_fn``), or None."""
+        if not _same_plugins(self._chains["task_order"], self._chains["task_order_key"]):
+            return None
+        keys = self._combined["task_order_key"]
+        return lambda task: (keys(task), -task.priority, task.creation_index, task.uid)
+
     def job_order_fn(self, left: JobInfo, right: JobInfo) -> bool:
         r = self._job_order(left, right)
         if r:
@@ -645,3 +666,7 @@ class Session:
 
 def _role_minimums(job: JobInfo) -> str:
     return ", ".join(f"{role}: {n}" for role, n in sorted(job.task_min_available.items()) if n > 0) or "none"
+
+
+def _same_plugins(chain: Chain[Any], keys: Chain[Any]) -> bool:
+    return [[name for name, _ in row] for row in chain] == [[name for name, _ in row] for row in keys]

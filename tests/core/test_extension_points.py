@@ -207,6 +207,53 @@ def test_job_order_compare_is_the_raw_combination() -> None:
     assert ssn.job_order_compare(*_j(ssn)) == 0
 
 
+# -- order keys: the same order, computed once per item -----------------------------------------------
+KEYED = {"job_order_key": ("job_order", _j, "job_order_key", "job_order_fn"),
+         "task_order_key": ("task_order", _t, "task_order_key", "task_order_fn")}
+
+
+@covers(*KEYED)
+@pytest.mark.parametrize("point", list(KEYED))
+def test_order_keys_in_tier_order_give_the_comparators_order(point: str) -> None:
+    order, pair, key_of, less_of = KEYED[point]
+    # a: no opinion; b (tier 1) ranks by a number; c (tier 2) by another: b decides where it differs.
+    rank_b = {0: 2, 1: 1}  # b puts the right object first
+    rank_c = {0: 0, 1: 9}
+
+    def compare(rank: dict[int, int]) -> Callable[[Any, Any], int]:
+        def fn(x: Any, y: Any) -> int:
+            kx, ky = rank[objects.index(x)], rank[objects.index(y)]
+            return (kx > ky) - (kx < ky)
+        return fn
+
+    objects: list[Any] = []
+    register(a={order: lambda *_: 0, point: lambda _: 0},
+             b={order: compare(rank_b), point: lambda x: rank_b[objects.index(x)]},
+             c={order: compare(rank_c), point: lambda x: rank_c[objects.index(x)]})
+    ssn = open_session()
+    objects.extend(pair(ssn))
+    key, less = getattr(ssn, key_of)(), getattr(ssn, less_of)
+    assert key is not None
+    left, right = objects
+    assert (key(right) < key(left)) is less(right, left) is True
+    # Equal keys in every plugin: the same tie-break as the comparator.
+    REGISTRATIONS.clear()
+    register(a={order: lambda *_: 0, point: lambda _: 0})
+    ssn = open_session()
+    key, less = getattr(ssn, key_of)(), getattr(ssn, less_of)
+    left, right = pair(ssn)
+    assert key is not None and (key(left) < key(right)) is less(left, right)
+    # A plugin of the order without a key: no key (the comparators are used), whatever the others give.
+    REGISTRATIONS.clear()
+    register(a={order: lambda *_: 0, point: lambda _: 0}, c={order: lambda *_: 0})
+    assert getattr(open_session(), key_of)() is None
+    # The key's switch is the order's: a plugin switched off leaves both chains.
+    REGISTRATIONS.clear()
+    register(a={order: lambda *_: 0, point: lambda _: 0}, b={order: lambda *_: 0, point: lambda _: 0})
+    ssn = open_session(switched_off(point, "b"))
+    assert [n for row in ssn.chain(point) for n, _ in row] == ["a"] and getattr(ssn, key_of)() is not None
+
+
 # -- every enabled plugin must pass -----------------------------------------------------------------
 CHECKS: dict[str, Callable[[Session], bool]] = {
     "job_ready": lambda ssn: ssn.job_ready(ssn.jobs["ns/j1"]),
