@@ -198,6 +198,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 "ack_ms": ({"p50": pct(backend.ack_seconds, 0.5), "p99": pct(backend.ack_seconds, 0.99)}
                            if not args.agents else None),
                 "get_job_ms": {"p50": pct(get_job, 0.5), "p99": pct(get_job, 0.99), "samples": len(get_job)},
+                **({"rewatches": backend.rewatches} if isinstance(backend, AgentsWatch) else {}),
                 "server_peak_rss_mib": round(peak_rss / 1024, 1),
             }
     finally:

@@ -33,8 +33,10 @@ same seeds give different but equally distributed pod sequences.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
+import itertools
 import json
 import random
 import statistics
@@ -50,7 +52,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from muster.devices import NVIDIA_GPU  # noqa: E402
+from muster.devices import NVIDIA_GPU, UNIT  # noqa: E402
 from server.config import load_config  # noqa: E402
 from server.model import ClusterSnapshot, JobSpec, NodeSpec, PodGroupPhase, QueueSpec, TaskSpec  # noqa: E402
 from server.plugins.base import Plugin  # noqa: E402
@@ -64,7 +66,7 @@ NODE_FILE = "openb_node_list_gpu_node.csv"
 POD_FILE = "openb_pod_list_default.csv"
 EXPECTED_FILE = "fgd-expected-results/analysis_allo_discrete.csv"
 MODEL_LABEL = "gpu-model"
-MILLI = 1000
+MILLI = 1000  # the trace's milli-GPUs per GPU
 MIB = 2**20
 POLICIES = ("fgd", "binpack", "random", "default")
 # Our policy -> the simulator's policy whose published numbers are printed beside it.
@@ -96,7 +98,7 @@ class TracePod:
     @property
     def gpu_request_milli(self) -> int:
         """Milli-GPUs asked in all."""
-        return self.num_gpu * self.gpu_milli if self.num_gpu else 0
+        return self.num_gpu * self.gpu_milli
 
     @property
     def fraction(self) -> float:
@@ -125,12 +127,11 @@ def load_pods(path: Path) -> list[TracePod]:
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
             num_gpu = _int(row, "num_gpu")
-            milli = _int(row, "gpu_milli", MILLI if num_gpu else 0)
-            if num_gpu and milli <= 0:
+            milli = _int(row, "gpu_milli") if num_gpu else 0
+            if num_gpu and milli <= 0:  # a GPU pod without a share asks whole GPUs
                 milli = MILLI
             spec = tuple(s.strip() for s in (row.get("gpu_spec") or "").split("|") if s.strip())
-            pods.append(TracePod(row["name"], _int(row, "cpu_milli"), _int(row, "memory_mib"), num_gpu,
-                                 milli if num_gpu else 0, spec))
+            pods.append(TracePod(row["name"], _int(row, "cpu_milli"), _int(row, "memory_mib"), num_gpu, milli, spec))
     return pods
 
 
@@ -185,13 +186,13 @@ def build_snapshot(nodes: Sequence[TraceNode], pods: Sequence[TracePod]) -> Clus
     for n in nodes:
         alloc: dict[str, float] = {"cpu": float(n.cpu_milli), "memory": float(n.memory_mib * MIB)}
         if n.gpus:
-            alloc[NVIDIA_GPU] = float(n.gpus * MILLI)
+            alloc[NVIDIA_GPU] = n.gpus * UNIT
         node_specs.append(NodeSpec(name=n.name, allocatable=alloc, labels={MODEL_LABEL: n.model} if n.model else {}))
     jobs = []
     for k, p in enumerate(pods):
         request: dict[str, float] = {"cpu": float(p.cpu_milli), "memory": float(p.memory_mib * MIB)}
         if p.num_gpu and not p.fraction:
-            request[NVIDIA_GPU] = float(p.num_gpu * MILLI)
+            request[NVIDIA_GPU] = p.num_gpu * UNIT
         affinity: dict[str, Any] = {}
         if p.gpu_spec:
             term = {"matchExpressions": [{"key": MODEL_LABEL, "operator": "In", "values": list(p.gpu_spec)}]}
@@ -374,17 +375,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.perf_counter()
     tasks = [(args.trace, args.pods, policy, seed, args.tune, stride, every_point) for seed in seeds for policy in policies]
     runs: list[Run] = []
-    if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(run_one, *t) for t in tasks]
-            for fut in futures:
-                runs.append(fut.result())
-                r = runs[-1]
-                print(f"# {r.policy} seed {r.seed}: {r.placed}/{r.pods} pods placed, "
-                      f"{r.curve.get(top)}% at {top}%, {r.seconds:.1f}s", file=sys.stderr, flush=True)
-    else:
-        for t in tasks:
-            r = run_one(*t)
+    with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
+        for r in pool.map(run_one, *zip(*tasks, strict=True)) if pool else itertools.starmap(run_one, tasks):
             runs.append(r)
             print(f"# {r.policy} seed {r.seed}: {r.placed}/{r.pods} pods placed, "
                   f"{r.curve.get(top)}% at {top}%, {r.seconds:.1f}s", file=sys.stderr, flush=True)

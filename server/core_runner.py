@@ -54,7 +54,7 @@ class CoreRunner:
         self._lock = anyio.Lock()
         self._sender = DeltaSender()
         self._sent_config: SchedulerConfig | None = None
-        self.last_delta_size = 0  # nodes + jobs sent for the last cycle (tests, tracing)
+        self.last_delta_size = 0  # nodes + jobs sent for the last cycle (what tests check)
 
     async def run(self, core: SchedulerCore, captured: Capture, prepared: Callable[[], None] | None = None) -> CycleResult:
         """One cycle of ``core`` on ``captured``; ``prepared`` is called once the input is ready

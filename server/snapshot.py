@@ -33,7 +33,7 @@ class Capture:
 
     def materialize(self) -> model.ClusterSnapshot:
         return materialize(
-            self.nodes, self.queues, (job_state(entry) for entry in self.jobs), self.foreign, self.priority_classes
+            self.nodes, self.queues, (_job_state(entry) for entry in self.jobs), self.foreign, self.priority_classes
         )
 
 
@@ -42,7 +42,7 @@ class Capture:
 JobState = tuple[model.JobSpec, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int, float | None]
 
 
-def job_state(entry: tuple[JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int]) -> JobState:
+def _job_state(entry: tuple[JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int]) -> JobState:
     rec, phase, states, restarts = entry
     return rec.template, phase, states, restarts, rec.status.submit_time or None
 
@@ -209,84 +209,74 @@ class CaptureDelta:
 
 class DeltaSender:
     """The server's record of what the worker holds, to send it only what changed. Specs are
-    replaced, never mutated, so the same object is unchanged (others are compared by value)."""
+    replaced, never mutated, so the same object is unchanged (others are compared by value). The
+    dicts keep the capture's order."""
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
         """The worker holds nothing (new, or its state is in doubt): the next delta is full."""
+        self._full = True
         self._nodes: dict[str, model.NodeSpec] = {}
-        self._node_order: list[str] | None = None
-        self._queues: list[model.QueueSpec] | None = None
+        self._queues: list[model.QueueSpec] = []
         self._jobs: dict[str, JobState] = {}
-        self._job_order: list[str] | None = None
-        self._foreign: list[model.TaskSpec] | None = None
-        self._priority_classes: dict[str, model.PriorityClass] | None = None
+        self._foreign: list[model.TaskSpec] = []
+        self._priority_classes: dict[str, model.PriorityClass] = {}
 
     def delta(self, cap: Capture) -> CaptureDelta:
-        full = self._node_order is None
-        node_order = [n.name for n in cap.nodes]
+        full = self._full
+        now_nodes = {n.name: n for n in cap.nodes}
         # A backend's full sync replaces equal specs: compared by value where not the same object.
-        nodes = {n.name: n for n in cap.nodes if not _unchanged(self._nodes.get(n.name), n)}
-        jobs: dict[str, JobState] = {}
-        current: dict[str, JobState] = {}
-        for entry in cap.jobs:
-            state = job_state(entry)
-            uid = state[0].uid
-            current[uid] = state
-            known = self._jobs.get(uid)
-            if known is None or known[0] is not state[0] or known[1:] != state[1:]:
-                jobs[uid] = state
-        job_order = list(current)
+        nodes = {name: n for name, n in now_nodes.items() if not _unchanged(self._nodes.get(name), n)}
+        now_jobs = {state[0].uid: state for state in map(_job_state, cap.jobs)}
+        jobs = {uid: state for uid, state in now_jobs.items() if _job_changed(self._jobs.get(uid), state)}
         out = CaptureDelta(
             full=full,
             nodes=nodes,
-            node_order=node_order if node_order != self._node_order else None,
-            queues=cap.queues if self._queues is None or not _same(cap.queues, self._queues) else None,
+            node_order=list(now_nodes) if full or list(now_nodes) != list(self._nodes) else None,
+            queues=cap.queues if full or not _same(cap.queues, self._queues) else None,
             jobs=jobs,
-            job_order=job_order if job_order != self._job_order else None,
-            foreign=cap.foreign if cap.foreign != self._foreign else None,
-            priority_classes=cap.priority_classes if cap.priority_classes != self._priority_classes else None,
+            job_order=list(now_jobs) if full or list(now_jobs) != list(self._jobs) else None,
+            foreign=cap.foreign if full or cap.foreign != self._foreign else None,
+            priority_classes=cap.priority_classes if full or cap.priority_classes != self._priority_classes else None,
         )
-        self._nodes = {n.name: n for n in cap.nodes}
-        self._node_order = node_order
-        self._queues = list(cap.queues)
-        self._jobs = current
-        self._job_order = job_order
-        self._foreign = list(cap.foreign)
+        self._full = False
+        self._nodes, self._jobs = now_nodes, now_jobs
+        self._queues, self._foreign = list(cap.queues), list(cap.foreign)
         self._priority_classes = dict(cap.priority_classes)
         return out
 
 
 class ResidentState:
-    """The worker's copy of the cluster between cycles, kept up to date by deltas."""
+    """The worker's copy of the cluster between cycles, kept up to date by deltas (the dicts in
+    the capture's order)."""
 
     def __init__(self) -> None:
         self.clear()
 
     def clear(self) -> None:
         self.nodes: dict[str, model.NodeSpec] = {}
-        self.node_order: list[str] = []
         self.queues: list[model.QueueSpec] = []
         self.jobs: dict[str, JobState] = {}
-        self.job_order: list[str] = []
         self.foreign: list[model.TaskSpec] = []
         self.priority_classes: dict[str, model.PriorityClass] = {}
+
+    @property
+    def node_order(self) -> list[str]:
+        return list(self.nodes)
 
     def apply(self, delta: CaptureDelta) -> None:
         if delta.full:
             self.clear()
         self.nodes.update(delta.nodes)
         if delta.node_order is not None:
-            self.node_order = delta.node_order
             self.nodes = {name: self.nodes[name] for name in delta.node_order}
-        if delta.queues is not None:
-            self.queues = delta.queues
         self.jobs.update(delta.jobs)
         if delta.job_order is not None:
-            self.job_order = delta.job_order
             self.jobs = {uid: self.jobs[uid] for uid in delta.job_order}
+        if delta.queues is not None:
+            self.queues = delta.queues
         if delta.foreign is not None:
             self.foreign = delta.foreign
         if delta.priority_classes is not None:
@@ -294,9 +284,12 @@ class ResidentState:
 
     def materialize(self) -> model.ClusterSnapshot:
         return materialize(
-            [self.nodes[n] for n in self.node_order], self.queues, (self.jobs[u] for u in self.job_order),
-            self.foreign, self.priority_classes,
+            list(self.nodes.values()), self.queues, self.jobs.values(), self.foreign, self.priority_classes
         )
+
+
+def _job_changed(known: JobState | None, now: JobState) -> bool:
+    return known is None or known[0] is not now[0] or known[1:] != now[1:]
 
 
 def _unchanged(known: Any, now: Any) -> bool:

@@ -35,6 +35,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,8 +134,8 @@ class FakeAgent:
 
     # -- resources ----------------------------------------------------------------------------
 
-    def _holders(self, node: str) -> list[LiveTask]:
-        return list(self._holding.get(node, {}).values())
+    def _holders(self, node: str) -> Iterable[LiveTask]:
+        return self._holding.get(node, {}).values()
 
     def _hold(self, task: LiveTask) -> None:
         self._holding.setdefault(task.node, {})[task.task_id] = task

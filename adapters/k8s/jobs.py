@@ -18,6 +18,7 @@ Changes mark a job key dirty; one pass at a time reconciles the dirty keys, and 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 import anyio
@@ -245,10 +246,8 @@ class JobController:
         for pod in sorted(pods, key=tr.key_of):
             problems.append(tr.pod_gpu_problem(pod))
             if gang is None:
-                problems.append(tr.preemptibility((tr.meta(pod).get("labels") or {}).get(tr.KAI_PREEMPTIBILITY_LABEL),
-                                                  f"pod {tr.key_of(pod)}")[1])
-            sub = tr.pod_sub_group(pod)
-            if gang is not None and gang.all_sub_groups and sub:
+                problems.append(tr.pod_preemptibility(pod)[1])
+            elif gang.all_sub_groups and (sub := tr.pod_sub_group(pod)):
                 if sub not in gang.all_sub_groups:
                     problems.append(f"pod {tr.key_of(pod)}: sub-group {sub!r} is not defined by its PodGroup")
                 elif sub not in gang.sub_groups:
@@ -258,19 +257,17 @@ class JobController:
     @staticmethod
     def _sub_groups_short(pods: list[Obj], gang: tr.GangSpec) -> bool:
         """KAI: is some leaf sub-group still short of its minimum of pods?"""
-        counts: dict[str, int] = {}
-        for pod in pods:
-            sub = tr.pod_sub_group(pod)
-            counts[sub] = counts.get(sub, 0) + 1
-        return any(counts.get(sub, 0) < need for sub, need in gang.sub_groups.items())
+        counts = Counter(tr.pod_sub_group(pod) for pod in pods)
+        return any(counts[sub] < need for sub, need in gang.sub_groups.items())
 
-    def _refuse(self, job_id: str, pods: list[Obj], message: str) -> None:
-        """Muster cannot run these pods as asked: no job; say why, once per distinct message."""
-        message = f"muster refused job {job_id}: {message}"
+    def _refuse(self, job_id: str, pods: Iterable[Obj], reason: str, **log_fields: str) -> None:
+        """Muster (the adapter or the server) cannot run these pods as asked: no job; say why,
+        once per distinct reason."""
+        message = f"muster refused job {job_id}: {reason}"
         if self.submit_errors.get(job_id) == message:
             return
         self.submit_errors[job_id] = message
-        log.warning("job refused", job=job_id, details=message)
+        log.warning("job refused", job=job_id, **log_fields, details=reason)
         for pod in pods:
             self.status.emit_event(pod, "FailedScheduling", message, "Warning")
 
@@ -314,8 +311,7 @@ class JobController:
             if gang.min_resources:
                 spec.min_resources.CopyFrom(pb.ResourceList(quantities=gang.min_resources))
         else:  # a job of one: KAI reads the pod's own label (the pod is its top owner)
-            label = (tr.meta(pods[0]).get("labels") or {}).get(tr.KAI_PREEMPTIBILITY_LABEL)
-            preemptible, _ = tr.preemptibility(label, "")
+            preemptible, _ = tr.pod_preemptibility(pods[0])
             if preemptible is not None:
                 spec.preemptible = preemptible
         return spec
@@ -334,13 +330,9 @@ class JobController:
                 # the server's job and its task <-> pod mapping.
                 job = await stub.GetJob(pb.GetJobRequest(id=spec.id))
             elif exc.code() in ITEM_ERRORS:
-                message = f"muster refused job {spec.id}: {exc.details()}"
-                if self.submit_errors.get(spec.id) != message:
-                    self.submit_errors[spec.id] = message
-                    log.warning("job refused", job=spec.id, code=exc.code().name, details=exc.details())
-                    for pod in self._live_own_pods([f"{spec.namespace}/{n}" for tg in spec.task_groups
-                                                    for n in tg.annotations[tr.PODS_ANNOTATION].split(",")]):
-                        self.status.emit_event(pod, "FailedScheduling", message, "Warning")
+                pods = self._live_own_pods([f"{spec.namespace}/{n}" for tg in spec.task_groups
+                                            for n in tg.annotations[tr.PODS_ANNOTATION].split(",")])
+                self._refuse(spec.id, pods, str(exc.details()), code=exc.code().name)
                 return
             else:
                 raise

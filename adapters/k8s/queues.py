@@ -1,8 +1,9 @@
 """Volcano and KAI ``Queue`` objects mirrored as Muster queues.
 
-Every Queue an informer sees is created (or updated) on the server, ``root`` first; a deleted
-Queue is deleted there (unless the other kind still has a Queue of that name: Volcano's wins). A queue the server refuses is logged and skipped; when the server is away
-the queue stays dirty and is retried with backoff.
+Every Queue an informer sees is created (or updated) on the server, ``root`` and parents first; a
+deleted Queue is deleted there (unless the other kind still has a Queue of that name: Volcano's
+wins). A queue the server refuses is logged and skipped; when the server is away the queue stays
+dirty and is retried with backoff.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ class QueueController:
 
     def __init__(self, server: ServerLink, *, queues: Informer, kai_queues: Informer | None = None) -> None:
         self.server = server
-        self.queues = queues
         # (informer, translation), first match wins
         self.sources: list[tuple[Informer, Callable[[Obj], pb.Queue]]] = [(queues, tr.queue_to_pb)]
         if kai_queues is not None:

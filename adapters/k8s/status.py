@@ -5,9 +5,10 @@ patches the PodGroup's ``/status`` the way Volcano does (phase Pending / Inqueue
 Completed, running / succeeded / failed counts, a Scheduled or Unschedulable condition), only
 when it changed. A KAI PodGroup gets the status KAI's scheduler writes instead: pod counts and,
 while the gang cannot be placed and none of its pods is allocated, an ``UnschedulableOnNodePool``
-entry in ``schedulingConditions`` (KAI sets no phase). Pods of a job the server cannot place get a ``FailedScheduling`` Event, once per
-distinct message (kube-scheduler style); binds get ``Scheduled``. Events go through a bounded
-queue and one writer task, so a slow API server never slows a bind down.
+entry in ``schedulingConditions`` (KAI sets no phase). Pods of a job the server cannot place get a
+``FailedScheduling`` Event, once per distinct message (kube-scheduler style); binds get
+``Scheduled``. Events go through a bounded queue and one writer task, so a slow API server never
+slows a bind down.
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ class StatusController:
         job = self.job_views.get(submitted.job_id)
         pods = [(k, self.pods.cache.get(k)) for k in submitted.tasks.values()]
         cond = _unschedulable(job)
+        message = ""  # why the job cannot be placed ("" while it can)
         # FailedScheduling on pods still pending, once per distinct message (kube-scheduler style).
         if cond is not None:
             message = cond.message or await self._explain(submitted.job_id)
@@ -168,7 +170,6 @@ class StatusController:
         live = [p for _, p in pods if p is not None]
         previous = self.pg_status_written.get(gkey)
         if api_version == tr.KAI_PODGROUP:
-            message = (cond.message or await self._explain(submitted.job_id)) if cond is not None else ""
             status = kai_podgroup_status(podgroup, live, message)
             _number_transitions(previous or podgroup.get("status") or {}, status)
         else:

@@ -7,6 +7,7 @@ Queues -> ``pb.Queue``, PriorityClasses -> priority values.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +33,7 @@ KAI_LEGACY_QUEUE_LABEL = "runai/queue"  # before KAI v0.6
 KAI_SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 KAI_PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
 KAI_TOPOLOGY = "kai.scheduler/topology"
-KAI_TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"
-KAI_TOPOLOGY_PREFERRED = "kai.scheduler/topology-preferred-placement"
+KAI_TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"  # the preferred placement: ignored
 GPU_FRACTION_ANNOTATION = "gpu-fraction"
 GPU_MEMORY_ANNOTATION = "gpu-memory"
 GPU_FRACTION_DEVICES_ANNOTATION = "gpu-fraction-num-devices"
@@ -228,11 +228,16 @@ def pod_gpu_fraction(pod: Obj) -> float:
     raw = (meta(pod).get("annotations") or {}).get(GPU_FRACTION_ANNOTATION)
     if raw is None:
         return 0.0
-    try:
-        value = float(str(raw))
-    except ValueError:
-        return 0.0
+    value = _fraction(str(raw))
     return value if 0 < value < 1 else 0.0
+
+
+def _fraction(raw: str) -> float:
+    """A ``gpu-fraction`` annotation's number; NaN when it is none (NaN is never in (0, 1))."""
+    try:
+        return float(raw)
+    except ValueError:
+        return float("nan")
 
 
 def pod_gpu_group(pod: Obj) -> str:
@@ -252,11 +257,7 @@ def pod_gpu_problem(pod: Obj) -> str:
     if GPU_FRACTION_ANNOTATION not in annotations:
         return ""
     raw = str(annotations[GPU_FRACTION_ANNOTATION])
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < 1:  # NaN fails too
+    if not 0 < _fraction(raw) < 1:  # NaN fails too
         return f"pod {name}: annotation {GPU_FRACTION_ANNOTATION}={raw!r} is not a share of one GPU (above 0, below 1)"
     containers = (pod.get("spec") or {}).get("containers") or []
     if any(NVIDIA_GPU in ((c.get("resources") or {}).get(kind) or {}) for c in containers
@@ -272,12 +273,18 @@ def pod_gpu_problem(pod: Obj) -> str:
 
 @dataclass(slots=True)
 class KaiTopology:
-    """KAI's topology constraint (PodGroup ``spec.topologyConstraint`` or the top owner's
-    ``kai.scheduler/topology*`` annotations)."""
+    """KAI's topology constraint (PodGroup ``spec.topologyConstraint``, a sub-group's, or the top
+    owner's ``kai.scheduler/topology*`` annotations). Its preferred level is only a preference,
+    ignored, so not read."""
 
     topology: str = ""
     required: str = ""
-    preferred: str = ""
+
+    @classmethod
+    def from_constraint(cls, constraint: Any) -> KaiTopology:
+        """From a PodGroup's or sub-group's ``topologyConstraint``."""
+        constraint = constraint or {}
+        return cls(str(constraint.get("topology") or ""), str(constraint.get("requiredTopologyLevel") or ""))
 
     def problem(self, what: str) -> str:
         """KAI applies a constraint only when it names a Topology; a required level is refused
@@ -290,8 +297,7 @@ class KaiTopology:
 
 def pod_topology(pod: Obj) -> KaiTopology:
     annotations = meta(pod).get("annotations") or {}
-    return KaiTopology(str(annotations.get(KAI_TOPOLOGY) or ""), str(annotations.get(KAI_TOPOLOGY_REQUIRED) or ""),
-                       str(annotations.get(KAI_TOPOLOGY_PREFERRED) or ""))
+    return KaiTopology(str(annotations.get(KAI_TOPOLOGY) or ""), str(annotations.get(KAI_TOPOLOGY_REQUIRED) or ""))
 
 
 def preemptibility(value: Any, what: str) -> tuple[bool | None, str]:
@@ -304,6 +310,12 @@ def preemptibility(value: Any, what: str) -> tuple[bool | None, str]:
     if not text:
         return None, ""
     return None, f"{what}: preemptibility {text!r} is neither preemptible nor non-preemptible"
+
+
+def pod_preemptibility(pod: Obj) -> tuple[bool | None, str]:
+    """:func:`preemptibility` of a pod's own ``kai.scheduler/preemptibility`` label (KAI reads it
+    on a pod without group, its own top owner)."""
+    return preemptibility((meta(pod).get("labels") or {}).get(KAI_PREEMPTIBILITY_LABEL), f"pod {key_of(pod)}")
 
 
 def pod_node(pod: Obj) -> str:
@@ -494,9 +506,7 @@ def _kai_gang(gang: GangSpec, spec: Obj, what: str) -> None:
     problems: list[str] = []
     gang.preemptible, problem = preemptibility(spec.get("preemptibility"), what)
     problems.append(problem)
-    topo = spec.get("topologyConstraint") or {}
-    problems.append(KaiTopology(str(topo.get("topology") or ""), str(topo.get("requiredTopologyLevel") or ""),
-                                str(topo.get("preferredTopologyLevel") or "")).problem(what))
+    problems.append(KaiTopology.from_constraint(spec.get("topologyConstraint")).problem(what))
     sub_groups = [sg for sg in spec.get("subGroups") or [] if isinstance(sg, dict) and sg.get("name")]
     names = [str(sg["name"]) for sg in sub_groups]
     parents = {str(sg["parent"]) for sg in sub_groups if sg.get("parent")}
@@ -507,9 +517,7 @@ def _kai_gang(gang: GangSpec, spec: Obj, what: str) -> None:
         problems.append(f"{what}: sub-group parent {parent!r} is not one of its sub-groups")
     for sg in sub_groups:
         name = str(sg["name"])
-        sub_topo = sg.get("topologyConstraint") or {}
-        problems.append(KaiTopology(str(sub_topo.get("topology") or ""), str(sub_topo.get("requiredTopologyLevel") or ""),
-                                    str(sub_topo.get("preferredTopologyLevel") or "")).problem(f"{what} sub-group {name}"))
+        problems.append(KaiTopology.from_constraint(sg.get("topologyConstraint")).problem(f"{what} sub-group {name}"))
         if name not in parents:  # a leaf: KAI's pod set, at least one member
             gang.sub_groups[name] = max(1, int(sg.get("minMember") or 0))
     gang.problem = "; ".join(p for p in problems if p)
@@ -565,7 +573,7 @@ def _kai_amount(value: Any, unit: str) -> str | None:
         return None
     if number == -1:
         return "-1"
-    if number < 0 or number != number or number == float("inf"):
+    if number < 0 or not math.isfinite(number):
         return None
     text = f"{number:.6f}".rstrip("0").rstrip(".")
     return f"{text}{unit}" if text != "0" else "0"

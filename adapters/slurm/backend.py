@@ -275,21 +275,25 @@ class SlurmBackend:
     async def _refuse(self, job: TrackedJob, sj: SlurmJob) -> bool:
         """A job Muster cannot place as Slurm would (``--constraint 'a*2'``, ...) is not submitted:
         it stays pending in staging, with the reason logged and written to its AdminComment
-        (``scontrol show job`` shows it to the user). Re-checked every poll, so a job whose
-        constraint the user changes (``scontrol update JobId=N Features=...``) is submitted then."""
+        (``scontrol show job`` shows it to the user). Checked again whenever a poll sees its
+        constraint or node count changed, so a job the user fixes
+        (``scontrol update JobId=N Features=...``) is submitted then."""
+        checked = (sj.features, sj.num_nodes)
+        if checked == job.checked:
+            return bool(job.refused)
+        job.checked = checked
         reason = untranslatable(sj)
         if reason == job.refused:
             return bool(reason)
         job.refused = reason
-        if not reason:
-            return False
-        log.warning("job not submitted: Muster cannot place it as Slurm would", slurm_job=sj.job_id,
-                    job=job.muster_id, reason=reason)
-        try:
-            await self.cli.set_admin_comment(sj.job_id, REFUSED + reason)
-        except SlurmError as exc:
-            log.info("cannot set AdminComment", slurm_job=sj.job_id, error=exc.message)
-        return True
+        if reason:
+            log.warning("job not submitted: Muster cannot place it as Slurm would", slurm_job=sj.job_id,
+                        job=job.muster_id, reason=reason)
+            try:
+                await self.cli.set_admin_comment(sj.job_id, REFUSED + reason)
+            except SlurmError as exc:
+                log.info("cannot set AdminComment", slurm_job=sj.job_id, error=exc.message)
+        return bool(reason)
 
     async def _finished(self, job: TrackedJob, sj: SlurmJob) -> None:
         if job.done:

@@ -54,6 +54,7 @@ class TrackedJob:
     version: int = 0  # bumped by every action, so a poll read before it is not applied after it
     done: bool = False
     refused: str = ""  # why it is not submitted (untranslatable; '' when it is fine)
+    checked: tuple[str, int] | None = None  # (constraint, nodes) that `refused` was worked out for
     # Wall-clock stamps of the latest placement's path (logged with "placed"; 0 = unknown).
     seen_at: float = 0.0  # first poll that listed it
     submitted_at: float = 0.0  # SubmitJob returned

@@ -255,6 +255,8 @@ FEATURE_END = "#|"
 SQUEUE_FORMAT = ",".join(f"{name}:{FEATURE_END if name == 'Feature' else '|'}" for name in SQUEUE_FIELDS)
 # ``squeue --json``'s ``shared`` -> the OverSubscribe word ``squeue -O OverSubscribe`` prints.
 _JSON_SHARED = {"none": "NO", "user": "USER", "mcs": "MCS", "shared": "YES", "oversubscribe": "YES"}
+# OverSubscribe -> SlurmJob.exclusive.
+_EXCLUSIVE = {"NO": "node", "USER": "user", "MCS": "mcs"}
 
 # Job states after which a job holds nothing and will not run again.
 FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
@@ -296,7 +298,7 @@ class SlurmJob:
     def exclusive(self) -> str:
         """``node`` (whole nodes, nobody else), ``user`` (nodes shared with this user's jobs only),
         ``mcs`` (with the same MCS label only) or '' (not exclusive)."""
-        return {"NO": "node", "USER": "user", "MCS": "mcs"}.get(self.oversubscribe.upper(), "")
+        return _EXCLUSIVE.get(self.oversubscribe.upper(), "")
 
     @property
     def finished(self) -> bool:
@@ -323,6 +325,11 @@ def _int(text: str, default: int = 0) -> int:
         return int(text)
     except ValueError:
         return default
+
+
+def _tasks_per_node(tasks: int, nodes: int) -> int:
+    """A job's tasks spread over its nodes, rounded up (``-n3 -N2``: 2 on one of the nodes)."""
+    return max(1, -(-tasks // max(1, nodes)))
 
 
 def _job_from_tres(job: SlurmJob, tres: str) -> None:
@@ -359,7 +366,7 @@ def parse_squeue_format(text: str) -> list[SlurmJob]:
             gres_per_node=parse_gres(null(row["tres-per-node"])),
             gres_per_job=parse_gres(null(row["tres-per-job"])),
             gres_per_task=parse_gres(null(row["tres-per-task"])),
-            tasks_per_node=max(1, -(-_int(row["NumTasks"], 1) // max(1, _int(row["NumNodes"], 1)))),
+            tasks_per_node=_tasks_per_node(_int(row["NumTasks"], 1), _int(row["NumNodes"], 1)),
             nice=_int(row["Nice"]),
             account=null(row["Account"]),
             qos=null(row["QOS"]),
@@ -397,7 +404,7 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
             gres_per_task=parse_gres(str(e.get("tres_per_task") or "")),
             # 0 unless --ntasks-per-node was given: then spread the job's tasks over its nodes.
             tasks_per_node=int(e.get("tasks_per_node") or 0)
-            or max(1, -(-int(e.get("tasks") or 1) // max(1, int(e.get("node_count") or 1)))),
+            or _tasks_per_node(int(e.get("tasks") or 1), int(e.get("node_count") or 1)),
             nice=int(e.get("nice") or 0),
             account=str(e.get("account") or ""),
             qos=str(e.get("qos") or ""),

@@ -9,7 +9,7 @@
   Priority is ``-nice`` (``sbatch --nice=-100`` runs before ``--nice=100``, as in Slurm).
   ``--constraint`` -> required node affinity on the feature labels (``a&b``: one term with both;
   ``a|b``: one term each, ORed; Slurm reads ``&`` and ``|`` left to right, without precedence, and
-  so does :func:`constraint_terms`). What Muster cannot express exactly (``a*2`` counts, a
+  so does :func:`parse_constraint`). What Muster cannot express exactly (``a*2`` counts, a
   matching OR ``[a|b]`` over several nodes, ``,``) makes the job *untranslatable*: it is not
   submitted, and the backend leaves it pending with the reason (:func:`untranslatable`).
   ``--exclusive`` -> a required pod anti-affinity per node (``kubernetes.io/hostname``) against
@@ -56,10 +56,15 @@ def sanitize_name(text: str, default: str = "default") -> str:
     return name or default
 
 
+def _prefixed_label(prefix: str, name: str) -> str:
+    """``prefix`` + ``name`` made a label name ('' if nothing of the name is left)."""
+    key = _LABEL_NAME_BAD.sub("-", name).strip("-.")
+    return prefix + key[:63] if key else ""
+
+
 def feature_label(feature: str) -> str:
     """Slurm node feature -> the node label that carries it ('' if nothing of the name is left)."""
-    key = _LABEL_NAME_BAD.sub("-", feature).strip("-.")
-    return FEATURE_LABEL + key[:63] if key else ""
+    return _prefixed_label(FEATURE_LABEL, feature)
 
 
 def label_value(text: str, default: str = "unknown") -> str:
@@ -71,14 +76,9 @@ def node_to_pb(node: SlurmNode) -> pb.Node:
     for name, count in node.gres.items():
         allocatable[gres_resource(name)] = float(count * 1000)
     labels = {HOSTNAME: node.name}
-    for feature in node.features:
-        key = feature_label(feature)
-        if key:
-            labels[key] = "true"
-    for partition in node.partitions:
-        key = _LABEL_NAME_BAD.sub("-", partition).strip("-.")
-        if key:
-            labels[PARTITION_LABEL + key[:63]] = "true"
+    keys = [feature_label(f) for f in node.features]
+    keys += [_prefixed_label(PARTITION_LABEL, p) for p in node.partitions]
+    labels.update((key, "true") for key in keys if key)
     return pb.Node(
         name=node.name,
         allocatable=pb.ResourceList(quantities=format_resources(allocatable)),
@@ -135,21 +135,22 @@ def parse_constraint(text: str, nodes: int = 1) -> Dnf:
     ``[a|b]`` (all nodes share one alternative) is exact only for a single-node job, counts
     (``a*2``) never are.
     """
+
+    def fail(why: str) -> Untranslatable:
+        return Untranslatable(f"--constraint {text!r}: {why}")
+
     tokens: list[tuple[str, str]] = []
     pos = 0
     while pos < len(text):
         m = _CONSTRAINT_TOKEN.match(text, pos)
-        if not m or m.end() == pos:
+        if not m:
             if text[pos:].strip():
-                raise Untranslatable(f"--constraint {text!r}: cannot read it at {text[pos:]!r}")
+                raise fail(f"cannot read it at {text[pos:]!r}")
             break
         op, count, name = m.groups()
         tokens.append(("op", op) if op else ("count", count) if count else ("name", name))
         pos = m.end()
     where = 0
-
-    def fail(why: str) -> Untranslatable:
-        return Untranslatable(f"--constraint {text!r}: {why}")
 
     def peek() -> tuple[str, str]:
         return tokens[where] if where < len(tokens) else ("end", "")
@@ -303,18 +304,16 @@ def task_index(task_id: str) -> int | None:
     return int(index)
 
 
-def foreign_tasks(job: SlurmJob, nodes: Mapping[str, pb.Node] | None = None) -> list[pb.BackendTask]:
+def foreign_tasks(job: SlurmJob, nodes: Mapping[str, pb.Node]) -> list[pb.BackendTask]:
     """A job Muster does not manage, as one foreign task per node it occupies. An exclusive one
     holds the whole node (Slurm gives it every CPU and GRES there), when the node is in ``nodes``."""
     request = pb.ResourceList(quantities=per_node_request(job))
-    out = []
-    for node in job.nodes:
-        held = request
-        if job.exclusive and nodes is not None and node in nodes:
-            held = nodes[node].allocatable
-        out.append(pb.BackendTask(task_id=foreign_task_id(job.job_id, node), node=node, request=held,
-                                  status=pb.TASK_STATUS_RUNNING, foreign_task=True))
-    return out
+    return [
+        pb.BackendTask(task_id=foreign_task_id(job.job_id, node), node=node,
+                       request=nodes[node].allocatable if job.exclusive and node in nodes else request,
+                       status=pb.TASK_STATUS_RUNNING, foreign_task=True)
+        for node in job.nodes
+    ]
 
 
 def foreign_task_id(job_id: int, node: str) -> str:

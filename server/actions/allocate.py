@@ -84,12 +84,13 @@ class AllocateAction(Action):
         waiting = []
         while not tasks.empty():
             waiting.append(tasks.pop())
+        task_key = ssn.task_order_key()
         for gradient in gradients:
             solutions: dict[str, tuple[list[tuple[Op, TaskInfo, str]], list[TaskInfo]]] = {}
             masks = dict(gradient)
             for name, mask in gradient:
                 job.fit_errors.clear()
-                trial = PriorityQueue(ssn.task_order_fn, waiting, ssn.task_order_key())
+                trial = PriorityQueue(ssn.task_order_fn, waiting, task_key)
                 stmt = self.allocate_tasks(ssn, job, trial, restrict=mask)
                 if stmt is None or not len(stmt):
                     continue

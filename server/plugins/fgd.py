@@ -26,23 +26,26 @@ Arguments: ``fgd.weight`` (1: the score's multiplier; 0 turns the plugin off),
 ``fgd.popularityThreshold`` (1.0: the types kept, most popular first, until they cover this share
 of the tasks -- the FGD simulator's "typical pods"; the kept popularities are not re-normalised) and
 ``fgd.memory`` (false: also count memory like cpu). Registers node_order (shape scope: a node's
-score changes only when the node does) and gpu_order. Free resources are counted once releasing
-tasks are gone.
+score changes only when the node does) and gpu_order; a node's state and expected fragmentation
+are kept until the node changes (``NodeTable.change_log``). Free resources are counted once
+releasing tasks are gone.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from typing import ClassVar
 
 import numpy as np
 
-from muster.devices import NVIDIA_GPU, UNIT
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE
 from server.model import ENDED
 from server.plugins.base import Plugin
 from server.session.extension_points import Scorer
 from server.session.info import NodeTable, TaskInfo
+from server.session.kai import task_quantities
 from server.session.session import Session
 
 _EPS = 1e-6
@@ -84,6 +87,12 @@ class Workload:
         self.share = np.array([t.share for t in types], dtype=float)
         self.popularity = np.array([t.popularity for t in types], dtype=float)
         self.asks_gpu = self.gpus > 0
+        # Divisors for tasks per GPU, cpu and memory (1 where the type asks none: masked out).
+        self._share_div = np.where(self.share > 0, self.share, 1.0)[:, None]
+        self._gpus_div = np.maximum(self.gpus, 1.0)
+        self._cpu_div = np.where(self.cpu > 0, self.cpu, 1.0)
+        self._memory_div = np.where(self.memory > 0, self.memory, 1.0)
+        self._shared = self.share < 1.0 - _EPS
 
     def fragmentation(self, state: NodeState, access: np.ndarray | None = None) -> float:
         """Expected fragmented GPU capacity of a node in ``state`` (GPUs). ``access``: per type,
@@ -95,11 +104,10 @@ class Workload:
         fits = free[None, :] >= self.share[:, None] - _EPS  # types x GPUs: the GPU holds the type's share
         held = fits.sum(axis=1)
         # How many tasks of each type the GPUs hold (a shared GPU several shares), and the cpu and memory.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per_gpu = np.where(fits, np.floor(free[None, :] / np.where(self.share > 0, self.share, 1.0)[:, None] + _EPS), 0.0)
-            by_gpu = np.where(self.share < 1.0 - _EPS, per_gpu.sum(axis=1), np.floor(held / np.maximum(self.gpus, 1.0)))
-            by_cpu = np.where(self.cpu > 0, np.floor((state.cpu + MIN_RESOURCE) / np.where(self.cpu > 0, self.cpu, 1.0)), np.inf)
-            by_memory = np.where(self.memory > 0, np.floor((state.memory + MIN_RESOURCE) / np.where(self.memory > 0, self.memory, 1.0)), np.inf)
+        per_gpu = np.where(fits, np.floor(free[None, :] / self._share_div + _EPS), 0.0)
+        by_gpu = np.where(self._shared, per_gpu.sum(axis=1), np.floor(held / self._gpus_div))
+        by_cpu = np.where(self.cpu > 0, np.floor((state.cpu + MIN_RESOURCE) / self._cpu_div), np.inf)
+        by_memory = np.where(self.memory > 0, np.floor((state.memory + MIN_RESOURCE) / self._memory_div), np.inf)
         tasks = np.minimum(by_gpu, np.minimum(by_cpu, by_memory))
         runs = self.asks_gpu & (held >= self.gpus) & (tasks >= 1)
         if access is not None:
@@ -111,15 +119,14 @@ class Workload:
         return float(self.popularity @ per_type)
 
 
-Key = tuple[float, float, int, float, int]  # cpu, memory, gpus, share, constraints
+Request = tuple[float, float, int, float]  # cpu, memory, gpus, share (as ``TaskType``)
+Key = tuple[float, float, int, float, int]  # a Request and the constraints index
 
 
 def typical_types(tasks: list[Key], threshold: float = 1.0) -> list[TaskType]:
     """Task types from (cpu, memory, gpus, share, constraints) per task: the most popular first,
     kept until they cover ``threshold`` of the tasks (ties: by key)."""
-    counts: dict[Key, int] = {}
-    for key in tasks:
-        counts[key] = counts.get(key, 0) + 1
+    counts = Counter(tasks)
     n = len(tasks)
     out: list[TaskType] = []
     covered = 0
@@ -191,20 +198,20 @@ class FgdPlugin(Plugin):
         if weight == 0:
             return
         threshold = self.arg_float("fgd.popularityThreshold", 1.0)
-        nodes = ssn.nodes
-        space = ssn.space
-        cpu_dim, gpu_dim = space.index.get(CPU), space.index.get(NVIDIA_GPU)
         # Memory counts only when asked: the paper's measure (and its best results) use cpu and GPUs.
-        mem_dim = space.index.get(MEMORY) if self.arg_bool("fgd.memory", False) else None
+        use_memory = self.arg_bool("fgd.memory", False)
+        nodes = ssn.nodes
+        dims = ssn.space.index
+        cpu_dim = dims.get(CPU)
+        mem_dim = dims.get(MEMORY) if use_memory else None
 
-        def request(task: TaskInfo) -> tuple[float, float, int, float]:
-            r = task.resreq
-            cpu = float(r[cpu_dim]) if cpu_dim is not None else 0.0
-            memory = float(r[mem_dim]) if mem_dim is not None else 0.0
+        def request(task: TaskInfo) -> Request:
+            q = task_quantities(task, dims)
+            memory = q.memory if use_memory else 0.0
             if task.gpu_fraction:
-                return cpu, memory, 1, round(float(task.gpu_fraction), _DECIMALS)
-            whole = int(round(float(r[gpu_dim]) / UNIT)) if gpu_dim is not None else 0
-            return cpu, memory, whole, 1.0 if whole else 0.0
+                return q.cpu, memory, 1, round(task.gpu_fraction, _DECIMALS)
+            whole = int(round(q.gpu))
+            return q.cpu, memory, whole, 1.0 if whole else 0.0
 
         # The workload: every task of the session, by request and static key (one task of each
         # static key tells which nodes its type may use).
@@ -220,28 +227,27 @@ class FgdPlugin(Plugin):
                 representative.append(task)
             keyed.append((*request(task), c))
         workload = Workload(typical_types(keyed, threshold))
-        state: dict[str, object] = {}  # built on first use, once the evaluator is configured
-        memo: dict[tuple[int, NodeState], float] = {}
+        if not workload.types:
+            return
 
+        @cache
         def access_classes() -> tuple[np.ndarray, list[np.ndarray | None]]:
-            """Per node row its access class; per class, per type, may the type use such nodes."""
-            known = state.get("classes")
-            if known is not None:
-                return known  # type: ignore[return-value]
+            """Per node row its access class; per class, per type, may the type use such nodes
+            (None: every type may). Built on first use, once the evaluator is configured."""
             masks_by_constraints = [ssn.evaluator.static_mask(task) for task in representative]
-            columns = [masks_by_constraints[t.constraints] for t in workload.types]
-            matrix = np.array(columns, dtype=bool).T if columns else np.ones((len(nodes), 0), dtype=bool)
+            matrix = np.array([masks_by_constraints[t.constraints] for t in workload.types], dtype=bool).T
             ids: dict[bytes, int] = {}
             row_class = np.zeros(len(nodes), dtype=np.int64)
             masks: list[np.ndarray | None] = []
-            for i in range(len(nodes)):
-                key = matrix[i].tobytes()
+            for i, access in enumerate(matrix):
+                key = access.tobytes()
                 if key not in ids:
                     ids[key] = len(masks)
-                    masks.append(None if matrix[i].all() else matrix[i].copy())
+                    masks.append(None if access.all() else access.copy())
                 row_class[i] = ids[key]
-            state["classes"] = (row_class, masks)
             return row_class, masks
+
+        memo: dict[tuple[int, NodeState], float] = {}
 
         def frag(cls: int, s: NodeState) -> float:
             value = memo.get((cls, s))
@@ -251,27 +257,39 @@ class FgdPlugin(Plugin):
                 value = memo[(cls, s)] = workload.fragmentation(s, access_classes()[1][cls])
             return value
 
-        def delta(task: TaskInfo, row: int, group: str | None) -> float | None:
-            """Growth of the row's expected fragmentation if the task is placed there (on
-            ``group`` for a share: "" a whole free GPU, None the best GPU); None: it does not fit."""
-            row_class, _ = access_classes()
-            cls = int(row_class[row])
-            before = node_state(nodes, row, cpu_dim, mem_dim)
-            cpu, memory, gpus, share = request(task)
-            base = frag(cls, before)
-            if not task.gpu_fraction:
+        # Per row: its access class, state and expected fragmentation, kept until the row changes
+        # (``change_log``): every shape re-scoring a changed row, and gpu_order, share them.
+        rows_known: dict[int, tuple[int, NodeState, float]] = {}
+        log_seen = 0
+
+        def row_state(row: int) -> tuple[int, NodeState, float]:
+            nonlocal log_seen
+            log = nodes.change_log
+            if log_seen < len(log):
+                for changed in log[log_seen:]:
+                    rows_known.pop(changed, None)
+                log_seen = len(log)
+            known = rows_known.get(row)
+            if known is None:
+                cls = int(access_classes()[0][row])
+                state = node_state(nodes, row, cpu_dim, mem_dim)
+                known = rows_known[row] = (cls, state, frag(cls, state))
+            return known
+
+        def delta(req: Request, fractional: bool, row: int, group: str | None) -> float | None:
+            """Growth of the row's expected fragmentation if a task asking ``req`` is placed there
+            (a share: on ``group``, "" a whole free GPU, None the best GPU); None: it does not fit."""
+            cls, before, base = row_state(row)
+            cpu, memory, gpus, share = req
+            if not fractional:
                 after = after_placing(before, cpu, memory, gpus, share, None)
                 return None if after is None else frag(cls, after) - base
             if group is not None:
                 free = 1.0 if not group else round(nodes.group_fractions(row, group)[1], _DECIMALS)
                 candidates = [k for k, f in enumerate(before.gpus) if abs(f - free) <= _EPS][:1]
-            else:
-                seen: set[float] = set()
-                candidates = []
-                for k, f in enumerate(before.gpus):
-                    if f >= share - _EPS and f not in seen:
-                        seen.add(f)
-                        candidates.append(k)
+            else:  # one GPU of each free share it fits (equal shares are adjacent: sorted)
+                free_gpus = before.gpus
+                candidates = [k for k, f in enumerate(free_gpus) if f >= share - _EPS and (k == 0 or f != free_gpus[k - 1])]
             best: float | None = None
             for k in candidates:
                 after = after_placing(before, cpu, memory, gpus, share, k)
@@ -281,19 +299,18 @@ class FgdPlugin(Plugin):
             return best
 
         def score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+            req, fractional = request(task), bool(task.gpu_fraction)
             out = np.zeros(len(rows))
-            if not workload.types:
-                return out
             for k, i in enumerate(rows):
-                d = delta(task, int(i), None)
+                d = delta(req, fractional, int(i), None)
                 if d is not None:
                     out[k] = -weight * d
             return out
 
         def order(task: TaskInfo, row: int, group: str) -> float:
-            if not task.gpu_fraction or not workload.types:
+            if not task.gpu_fraction:
                 return 0.0
-            d = delta(task, row, group)
+            d = delta(request(task), True, row, group)
             return 0.0 if d is None else -weight * d
 
         ssn.register("node_order", self.name, Scorer("shape", score, plugin=self.name))

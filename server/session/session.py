@@ -266,8 +266,8 @@ class Session:
         """Volcano ``JobOrderCompareFn``: the first non-zero plugin answer, 0 on a tie."""
         return self._job_order(left, right)
 
-    # The order points' tie-breaks (Volcano's defaults when no plugin decides), written out here
-    # rather than called: these run hundreds of thousands of times a cycle.
+    # The order as sort keys: the plugins' keys in tier order, then the tie-breaks of the order
+    # functions below (kept in step with them; tests/core/test_order_keys.py compares the two).
     def job_order_key(self) -> Callable[[JobInfo], tuple[Any, ...]] | None:
         """The job order as a sort key (the same order as ``job_order_fn``), or None when a plugin
         of the job_order chain gives no key."""
@@ -283,6 +283,8 @@ class Session:
         keys = self._combined["task_order_key"]
         return lambda task: (keys(task), -task.priority, task.creation_index, task.uid)
 
+    # The order points' tie-breaks (Volcano's defaults when no plugin decides), written out here
+    # rather than called: these run hundreds of thousands of times a cycle.
     def job_order_fn(self, left: JobInfo, right: JobInfo) -> bool:
         r = self._job_order(left, right)
         if r:

@@ -3,20 +3,16 @@ fragmentation-blind policy (binpack) chooses otherwise."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import core_helpers
 import numpy as np
 import pytest
+from core_helpers import snapshot
 
+from muster.devices import NVIDIA_GPU
 from server.config import ConfigError, load_config
-from server.model import (
-    ClusterSnapshot,
-    CycleResult,
-    JobSpec,
-    NodeSpec,
-    PodGroupPhase,
-    QueueSpec,
-    TaskSpec,
-    TaskStatus,
-)
+from server.model import CycleResult, JobSpec, NodeSpec, PodGroupPhase
 from server.plugins import PLUGINS
 from server.plugins.fgd import (
     FgdPlugin,
@@ -26,11 +22,8 @@ from server.plugins.fgd import (
     after_placing,
     typical_types,
 )
-from server.scheduler import SchedulerCore
 
-GPU = "nvidia.com/gpu"
 CORE = 1000.0  # millicores
-GIB = float(2**30)
 
 
 def workload(*types: tuple[float, int, float, float]) -> Workload:
@@ -90,30 +83,33 @@ def test_typical_types_are_the_most_popular_until_the_threshold() -> None:
 
 
 # -- the plugin in a cycle ----------------------------------------------------------------------------
-def config(*plugins: str) -> str:
+def config(*plugins: str, arguments: str = "") -> str:
+    """``profile: kai``, allocate, one tier: predicates and ``plugins`` (``arguments``: of the last)."""
     lines = ["profile: kai", "actions: allocate", "tiers:", "- plugins:", "  - name: predicates"]
     lines += [f"  - name: {p}" for p in plugins]
+    if arguments:
+        lines.append(f"    arguments: {arguments}")
     return "\n".join(lines) + "\n"
 
 
-def node(name: str, cpu: float, gpus: int) -> NodeSpec:
-    return NodeSpec(name=name, allocatable={"cpu": cpu * CORE, "memory": 64 * GIB, GPU: gpus * 1000.0})
+def node(name: str, cpu: int, gpus: int, labels: dict[str, str] | None = None) -> NodeSpec:
+    scalars: dict[str, Any] = {NVIDIA_GPU: gpus}
+    return core_helpers.node(name, str(cpu), "64Gi", labels=labels, **scalars)
 
 
 def task(name: str, k: int, cpu: float, gpus: int = 0, fraction: float = 0.0, node: str | None = None,
-         groups: list[str] | None = None) -> JobSpec:
-    request = {"cpu": cpu * CORE, "memory": GIB}
+         groups: list[str] | None = None, selector: dict[str, str] | None = None) -> JobSpec:
+    """Job ``ns/name`` (created ``k``-th) of one task ``ns/name-0``; a node means Running there."""
+    request: dict[str, str | int | float] = {"cpu": cpu, "memory": "1Gi"}
     if gpus:
-        request[GPU] = gpus * 1000.0
-    t = TaskSpec(uid=f"ns/{name}-0", name=name, namespace="ns", job=f"ns/{name}", request=request,
-                 gpu_fraction=fraction, creation_index=k, status=TaskStatus.RUNNING if node else TaskStatus.PENDING,
-                 node=node, gpu_groups=list(groups or []))
-    return JobSpec(uid=f"ns/{name}", name=name, namespace="ns", queue="q", tasks=[t], min_member=1,
-                   phase=PodGroupPhase.RUNNING if node else PodGroupPhase.INQUEUE, creation_index=k)
+        request[NVIDIA_GPU] = gpus
+    t = core_helpers.task(name, name, request, node, uid=f"ns/{name}-0", gpu_fraction=fraction, creation_index=k,
+                          gpu_groups=list(groups or []), node_selector=dict(selector or {}))
+    return core_helpers.job(name, tasks=[t], phase=PodGroupPhase.RUNNING if node else PodGroupPhase.INQUEUE, index=k)
 
 
 def cycle(config_text: str, nodes: list[NodeSpec], jobs: list[JobSpec]) -> CycleResult:
-    return SchedulerCore(load_config(config_text)).run_cycle(ClusterSnapshot(nodes, [QueueSpec("q")], jobs), 1)
+    return core_helpers.cycle(snapshot(nodes, jobs), config_text)
 
 
 def half_gpu_cluster() -> tuple[list[NodeSpec], list[JobSpec]]:
@@ -176,13 +172,8 @@ def test_cpu_only_tasks_keep_off_the_cpu_that_gpu_tasks_need() -> None:
 def test_a_node_a_type_may_not_use_is_fragment_for_it() -> None:
     # Two one-GPU nodes; most tasks may only use ``a`` (node selector). A task that may go anywhere
     # goes to ``b``, keeping ``a`` for the constrained ones.
-    nodes = [node("a", 16, 1), node("b", 16, 1)]
-    nodes[0].labels["model"] = "x"
-    jobs = [task("free", 0, 1, gpus=1)]
-    for k in range(1, 4):
-        j = task(f"bound-{k}", k, 1, gpus=1)
-        j.tasks[0].node_selector = {"model": "x"}
-        jobs.append(j)
+    nodes = [node("a", 16, 1, labels={"model": "x"}), node("b", 16, 1)]
+    jobs = [task("free", 0, 1, gpus=1)] + [task(f"bound-{k}", k, 1, gpus=1, selector={"model": "x"}) for k in range(1, 4)]
     result = cycle(config("fgd"), nodes, jobs)
     assert result.binds["ns/free-0"] == "b"
     assert result.binds["ns/bound-1-0"] == "a"
@@ -190,15 +181,15 @@ def test_a_node_a_type_may_not_use_is_fragment_for_it() -> None:
 
 def test_registered_with_validated_arguments() -> None:
     assert PLUGINS["fgd"] is FgdPlugin
-    cfg = load_config(config("fgd").replace("  - name: fgd", "  - name: fgd\n    arguments: {fgd.weight: 2}"))
+    cfg = load_config(config("fgd", arguments="{fgd.weight: 2}"))
     assert cfg.plugin("fgd") is not None
     with pytest.raises(ConfigError):
-        load_config(config("fgd").replace("  - name: fgd", "  - name: fgd\n    arguments: {fgd.popularityThreshold: 0}"))
+        load_config(config("fgd", arguments="{fgd.popularityThreshold: 0}"))
     with pytest.raises(ConfigError):
-        load_config(config("fgd").replace("  - name: fgd", "  - name: fgd\n    arguments: {fgd.nope: 1}"))
+        load_config(config("fgd", arguments="{fgd.nope: 1}"))
 
 
 def test_weight_zero_turns_it_off() -> None:
     nodes, jobs = half_gpu_cluster()
-    text = config("fgd").replace("  - name: fgd", "  - name: fgd\n    arguments: {fgd.weight: 0}")
+    text = config("fgd", arguments="{fgd.weight: 0}")
     assert cycle(text, nodes, jobs).binds["ns/half-0"] == "a"  # no score: first node by name

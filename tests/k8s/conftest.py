@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import pytest
@@ -66,27 +67,29 @@ class Env:
                 and (pod is None or e["involvedObject"]["name"] == pod)]
 
 
-async def close_env(env: Env) -> None:
-    """Stop the adapters, then Muster, then the API server (every test environment's teardown)."""
-    for backend, task in list(env.adapters):
-        backend.stop()
-        try:
-            await asyncio.wait_for(task, 10)
-        except Exception:  # noqa: BLE001 - teardown
-            task.cancel()
-        await backend._api.close()  # type: ignore[attr-defined]
-    await env.muster.stop()
-    await env.kube.stop()
+@asynccontextmanager
+async def open_env(muster: MiniMusterHandle) -> AsyncIterator[Env]:
+    """A fake API server and ``muster`` (started here); on exit the adapters stop, then Muster,
+    then the API server."""
+    kube = FakeApiServer(bookmark_interval=0.2)
+    await kube.start()
+    await muster.start()
+    env = Env(kube, muster)
+    try:
+        yield env
+    finally:
+        for backend, task in list(env.adapters):
+            backend.stop()
+            try:
+                await asyncio.wait_for(task, 10)
+            except Exception:  # noqa: BLE001 - teardown
+                task.cancel()
+            await backend._api.close()  # type: ignore[attr-defined]
+        await env.muster.stop()
+        await env.kube.stop()
 
 
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
-    kube = FakeApiServer(bookmark_interval=0.2)
-    await kube.start()
-    muster = MiniMusterHandle()
-    await muster.start()
-    e = Env(kube, muster)
-    try:
+    async with open_env(MiniMusterHandle()) as e:
         yield e
-    finally:
-        await close_env(e)

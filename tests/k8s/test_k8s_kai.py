@@ -14,7 +14,7 @@ from adapters.k8s.queues import QueueController
 from adapters.k8s.status import kai_podgroup_status
 from muster.v1 import muster_pb2 as pb
 
-from .conftest import Env, close_env, eventually
+from .conftest import Env, eventually, open_env
 from .fake_apiserver import (
     make_kai_pod,
     make_kai_podgroup,
@@ -199,15 +199,23 @@ async def test_kai_podgroup_of_two_binds_only_together(env: Env) -> None:
     await eventually(lambda: "team" not in env.muster.servicer.queues)
 
 
-async def test_kai_sub_groups_wait_for_their_minimum_and_reach_the_job(env: Env) -> None:
+LLM_PODS = ("llm-p0", "llm-d0", "llm-d1")
+
+
+def _put_llm_podgroup(env: Env, min_member: int) -> None:
+    """A 16-CPU node and the KAI PodGroup ``llm``: sub-groups prefill (one pod) and decode (two)."""
     env.kube.put_object(make_node("n0", cpu="16"))
-    env.kube.put_object(make_kai_podgroup("llm", min_member=3, sub_groups=[
+    env.kube.put_object(make_kai_podgroup("llm", min_member=min_member, sub_groups=[
         {"name": "prefill", "minMember": 1}, {"name": "decode", "minMember": 2}]))
+
+
+async def test_kai_sub_groups_wait_for_their_minimum_and_reach_the_job(env: Env) -> None:
+    _put_llm_podgroup(env, min_member=3)
     env.kube.put_object(make_kai_pod("llm-p0", group="llm", sub_group="prefill"))
     env.kube.put_object(make_kai_pod("llm-d0", group="llm", sub_group="decode"))
     env.kube.put_object(make_kai_pod("llm-d1", group="llm", sub_group="decode", cpu="2"))
     await env.start_adapter(kai=True)
-    await eventually(lambda: all(env.pod(n)["spec"].get("nodeName") for n in ("llm-p0", "llm-d0", "llm-d1")))
+    await eventually(lambda: all(env.pod(n)["spec"].get("nodeName") for n in LLM_PODS))
     spec = env.muster.servicer.jobs["k8s:default:llm"].spec
     assert [(s.name, s.min_member) for s in spec.sub_groups] == [("decode", 2), ("prefill", 1)]
     assert [(g.role, g.sub_group, g.replicas) for g in spec.task_groups] == [("decode", "decode", 2),
@@ -215,9 +223,7 @@ async def test_kai_sub_groups_wait_for_their_minimum_and_reach_the_job(env: Env)
 
 
 async def test_kai_sub_group_short_of_its_minimum_is_not_submitted(env: Env) -> None:
-    env.kube.put_object(make_node("n0", cpu="16"))
-    env.kube.put_object(make_kai_podgroup("llm", min_member=2, sub_groups=[
-        {"name": "prefill", "minMember": 1}, {"name": "decode", "minMember": 2}]))
+    _put_llm_podgroup(env, min_member=2)
     env.kube.put_object(make_kai_pod("llm-d0", group="llm", sub_group="decode"))
     env.kube.put_object(make_kai_pod("llm-d1", group="llm", sub_group="decode"))
     await env.start_adapter(kai=True)
@@ -225,7 +231,7 @@ async def test_kai_sub_group_short_of_its_minimum_is_not_submitted(env: Env) -> 
     # minMember (2) is met, but the prefill sub-group has none of its one pod: no partial gang.
     assert "k8s:default:llm" not in env.muster.servicer.jobs and env.bind_posts() == 0
     env.kube.put_object(make_kai_pod("llm-p0", group="llm", sub_group="prefill"))
-    await eventually(lambda: all(env.pod(n)["spec"].get("nodeName") for n in ("llm-p0", "llm-d0", "llm-d1")))
+    await eventually(lambda: all(env.pod(n)["spec"].get("nodeName") for n in LLM_PODS))
 
 
 async def test_fractional_pod_is_bound_and_gpu_memory_is_refused(env: Env) -> None:
@@ -270,25 +276,10 @@ async def test_kai_pods_wait_with_a_reason_when_kai_is_not_enabled(env: Env) -> 
 
 
 async def test_fractional_pods_share_one_gpu_with_the_real_server(tmp_path: Path) -> None:
-
-    from server.app import ServerOptions, start_server
-
-    from .fake_apiserver import FakeApiServer
     from .test_k8s_real_server import _Real
 
-    class _KaiReal(_Real):
-        async def start(self) -> None:
-            config = str(Path(__file__).resolve().parents[2] / "examples" / "config-kai.yaml")
-            self.handle = await start_server(ServerOptions(listen=f"127.0.0.1:{self.port}", state=self.state,
-                                                           cycle_period=0.1, config_path=config))
-            self.port = self.handle.port
-
-    kube = FakeApiServer(bookmark_interval=0.2)
-    await kube.start()
-    muster = _KaiReal(str(tmp_path / "muster.db"))
-    await muster.start()
-    env = Env(kube, muster)  # type: ignore[arg-type]
-    try:
+    config = str(Path(__file__).resolve().parents[2] / "examples" / "config-kai.yaml")
+    async with open_env(_Real(str(tmp_path / "muster.db"), config_path=config)) as env:  # type: ignore[arg-type]
         env.kube.put_object(make_node("n0", cpu="8", gpus=1))
         for i in range(2):
             env.kube.put_object(make_kai_pod(f"half{i}", annotations={"gpu-fraction": "0.5"}))
@@ -301,5 +292,3 @@ async def test_fractional_pods_share_one_gpu_with_the_real_server(tmp_path: Path
         env.kube.put_object(make_kai_pod("third", annotations={"gpu-fraction": "0.3"}))
         await eventually(lambda: bool(env.events("FailedScheduling", "third")))
         assert not env.pod("third")["spec"].get("nodeName")
-    finally:
-        await close_env(env)

@@ -62,6 +62,18 @@ def _needed(method: str, path: str) -> list[tuple[str, str, str]]:
     return [(group, resource, v) for v in verbs]
 
 
+def _made(env: Env) -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) of every API request the adapter made."""
+    return {n for m, p in env.kube.requests if p.startswith(("/api/", "/apis/")) for n in _needed(m, p)}
+
+
+def _assert_granted(made: set[tuple[str, str, str]]) -> None:
+    rules = _rules()
+    for group, resource, verb in made:
+        assert any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules), (
+            f"RBAC does not grant {verb} {resource} in group {group!r}")
+
+
 async def test_rbac_grants_every_request_the_adapter_makes(env: Env) -> None:
     env.kube.put_object(make_node("n0", cpu="2"))
     env.kube.put_object(make_volcano_podgroup("pg", min_member=2))
@@ -76,13 +88,10 @@ async def test_rbac_grants_every_request_the_adapter_makes(env: Env) -> None:
     await env.muster.servicer.CancelJob(pb.CancelJobRequest(id="k8s:default:pg"), None)
     await eventually(lambda: env.kube.get_object("v1", "Pod", "w0", "default") is None)
 
-    rules = _rules()
-    made = {n for m, p in env.kube.requests if p.startswith(("/api/", "/apis/")) for n in _needed(m, p)}
+    made = _made(env)
     assert ("", "pods/binding", "create") in made and ("", "pods/eviction", "create") in made
     assert ("scheduling.volcano.sh", "podgroups/status", "patch") in made
-    for group, resource, verb in made:
-        assert any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules), (
-            f"RBAC does not grant {verb} {resource} in group {group!r}")
+    _assert_granted(made)
 
 
 async def test_rbac_grants_what_the_adapter_asks_for_kai_resources(env: Env) -> None:
@@ -95,10 +104,7 @@ async def test_rbac_grants_what_the_adapter_asks_for_kai_resources(env: Env) -> 
         env.kube.put_object(make_kai_pod(f"k{i}", cpu="1", group="kg", queue="team"))  # one fits: unschedulable
     await env.start_adapter(kai=True)
     await eventually(lambda: env.events("FailedScheduling", "k0") != [] or env.events("FailedScheduling", "k1") != [])
-    rules = _rules()
-    made = {n for m, p in env.kube.requests if p.startswith(("/api/", "/apis/")) for n in _needed(m, p)}
+    made = _made(env)
     assert ("scheduling.run.ai", "queues", "list") in made
     assert ("scheduling.run.ai", "podgroups/status", "patch") in made
-    for group, resource, verb in made:
-        assert any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules), (
-            f"RBAC does not grant {verb} {resource} in group {group!r}")
+    _assert_granted(made)

@@ -6,21 +6,23 @@ import pytest
 
 from server.app import ServerOptions, start_server
 
-from .conftest import Env, close_env, eventually
-from .fake_apiserver import FakeApiServer, make_node, make_pod, make_volcano_podgroup
+from .conftest import Env, eventually, open_env
+from .fake_apiserver import make_node, make_pod, make_volcano_podgroup
 
 
 class _Real:
     """Looks like MiniMusterHandle to the Env fixture helpers."""
 
-    def __init__(self, state: str) -> None:
+    def __init__(self, state: str, config_path: str | None = None) -> None:
         self.state = state
+        self.config_path = config_path
         self.handle = None
         self.port = 0
 
     async def start(self) -> None:
         listen = f"127.0.0.1:{self.port}"
-        self.handle = await start_server(ServerOptions(listen=listen, state=self.state, cycle_period=0.1))
+        self.handle = await start_server(ServerOptions(listen=listen, state=self.state, cycle_period=0.1,
+                                                       config_path=self.config_path))
         self.port = self.handle.port
 
     async def stop(self) -> None:
@@ -35,15 +37,8 @@ class _Real:
 
 @pytest.fixture
 async def real_env(tmp_path):
-    kube = FakeApiServer(bookmark_interval=0.2)
-    await kube.start()
-    muster = _Real(str(tmp_path / "muster.db"))
-    await muster.start()
-    env = Env(kube, muster)  # type: ignore[arg-type]
-    try:
+    async with open_env(_Real(str(tmp_path / "muster.db"))) as env:  # type: ignore[arg-type]
         yield env
-    finally:
-        await close_env(env)
 
 
 def _pg(env: Env, name: str = "pg") -> dict:

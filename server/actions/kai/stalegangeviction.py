@@ -1,8 +1,9 @@
 """stalegangeviction (KAI): a gang that has been below its minimum of running tasks for longer than
 the grace period loses all its active tasks (they are evicted), so it does not hold resources it
 cannot use. The grace period is the session parameter ``globalDefaultStalenessGracePeriod`` (default
-0 as in KAI's sessions, 60s from KAI's scheduler binary and examples/config-kai.yaml; a job annotation ``kai.scheduler/staleness-grace-period`` overrides it); how long a job has been
-stale is its ``staleFor``."""
+0 as in KAI's sessions; KAI's scheduler binary and examples/config-kai.yaml give 60s; a job
+annotation ``kai.scheduler/staleness-grace-period`` overrides it); how long a job has been stale is
+its ``staleFor``."""
 
 from __future__ import annotations
 

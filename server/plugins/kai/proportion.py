@@ -22,8 +22,9 @@ queue's allocated share.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from muster.devices import NVIDIA_GPU, UNIT
 from muster.quantity import CPU, MEMORY
@@ -93,6 +94,18 @@ def job_state(job: JobInfo, jobs: dict[str, JobInfo]) -> tuple[object, ...]:
     if jobs.get(job.uid) is job:
         return (job.uid, job.status_changes)
     return (job.uid, id(job.tasks), tuple(t.status for t in job.tasks.values()))
+
+
+def _memo(cache: dict[tuple[object, ...], tuple[Any, object]], key: tuple[object, ...], keep: object,
+          compute: Callable[[], Any]) -> Any:
+    """``cache[key]``, computed once; ``keep`` stays referenced beside the value, so the ids in
+    ``key`` (a job seen through some of its tasks) are not reused while it is cached."""
+    known = cache.get(key)
+    if known is None:
+        if len(cache) > 100_000:
+            cache.clear()
+        known = cache[key] = (compute(), keep)
+    return known[0]
 
 
 def less_equal(a: Vec3, b: Vec3) -> bool:
@@ -191,8 +204,11 @@ class KaiProportionPlugin(Plugin):
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
         self.dims = ssn.space.index
-        self._requests: dict[tuple[object, ...], tuple[Vec3, JobInfo]] = {}
-        self._keys: dict[tuple[object, ...], tuple[tuple[object, ...], object, object]] = {}
+        # Caches asked at every queue comparison, keyed by job_state (and the queue's version):
+        # what a job still requests, what it holds, a queue's order key.
+        self._requests: dict[tuple[object, ...], tuple[Any, object]] = {}
+        self._allocated: dict[tuple[object, ...], tuple[Any, object]] = {}
+        self._keys: dict[tuple[object, ...], tuple[Any, object]] = {}
         self.multiplier = max(1.0, self.arg_float("relcaimerSaturationMultiplier", 1.0))
         self.queues = self._build(ssn)
         self.frozen: dict[str, QueueShares] = {n: q.copy() for n, q in self.queues.items()}
@@ -305,20 +321,10 @@ class KaiProportionPlugin(Plugin):
     def _job_request(self, job: JobInfo | None) -> Vec3:
         if job is None:
             return (0.0, 0.0, 0.0)
-        # Asked for at every queue comparison; what a job still asks for follows its tasks' statuses.
-        key = job_state(job, self.ssn.jobs)
-        known = self._requests.get(key)
-        if known is not None:
-            return known[0]
-        total = Quantities()
-        for t in tasks_to_allocate(job, self.ssn.task_order_fn, real=False):
-            total.add(task_quantities(t, self.dims))
-        if len(self._requests) > 100_000:
-            self._requests.clear()
-        self._requests[key] = (total.values(), job)  # the job is kept so its tasks' id is not reused
-        return self._requests[key][0]
+        return _memo(self._requests, job_state(job, self.ssn.jobs), job, lambda: self._tasks_request(
+            tasks_to_allocate(job, self.ssn.task_order_fn, real=False)))
 
-    def _tasks_request(self, tasks: list[TaskInfo]) -> Vec3:
+    def _tasks_request(self, tasks: Iterable[TaskInfo]) -> Vec3:
         total = Quantities()
         for t in tasks:
             total.add(task_quantities(t, self.dims))
@@ -360,26 +366,23 @@ class KaiProportionPlugin(Plugin):
         over its fair share (last), within deserved quota with its next job (first), priority
         (higher first), using a resource it may not have (last), dominant share with the next job
         (its given-up victims taken away), dominant share now. A pop compares queues many times
-        with nothing changed between: cached until a node changes."""
+        with nothing changed between: cached until the queue's allocation or the jobs' tasks change."""
         cache_key = (q.name, q.version, job_state(job, self.ssn.jobs) if job is not None else None,
                      tuple(job_state(v, self.ssn.jobs) for v in victims))
-        known = self._keys.get(cache_key)
-        if known is not None:
-            return known[0]
-        alloc = q.get("allocated")
-        with_job = add(alloc, self._job_request(job))
-        key = (
-            all_less(q.get("fair"), alloc),
-            not less_equal(with_job, q.get("deserved")),
-            -q.priority,
-            any(s.allocatable() == 0 and v > 0 for s, v in zip(q.by_resource.values(), with_job, strict=True)),
-            self._dominant_share(q, self._minus_victims(with_job, victims)),
-            self._dominant_share(q, alloc),
-        )
-        if len(self._keys) > 100_000:
-            self._keys.clear()
-        self._keys[cache_key] = (key, job, victims)  # kept alive: their tasks' ids stay unique
-        return key
+
+        def compute() -> tuple[object, ...]:
+            alloc = q.get("allocated")
+            with_job = add(alloc, self._job_request(job))
+            return (
+                all_less(q.get("fair"), alloc),
+                not less_equal(with_job, q.get("deserved")),
+                -q.priority,
+                any(s.allocatable() == 0 and v > 0 for s, v in zip(q.by_resource.values(), with_job, strict=True)),
+                self._dominant_share(q, self._minus_victims(with_job, victims)),
+                self._dominant_share(q, alloc),
+            )
+
+        return _memo(self._keys, cache_key, (job, victims), compute)
 
     def _minus_victims(self, allocated: Vec3, victims: list[JobInfo]) -> Vec3:
         for v in victims:
@@ -387,15 +390,8 @@ class KaiProportionPlugin(Plugin):
         return allocated
 
     def _job_allocated(self, job: JobInfo) -> Vec3:
-        key = ("allocated", *job_state(job, self.ssn.jobs))
-        known = self._requests.get(key)
-        if known is None:
-            total = Quantities()
-            for t in job.tasks.values():
-                if t.status in ALLOCATED_SHARE:
-                    total.add(task_quantities(t, self.dims))
-            known = self._requests[key] = (total.values(), job)
-        return known[0]
+        return _memo(self._allocated, job_state(job, self.ssn.jobs), job, lambda: self._tasks_request(
+            t for t in job.tasks.values() if t.status in ALLOCATED_SHARE))
 
     # -- capacity --------------------------------------------------------------------------------
     def over_capacity(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
