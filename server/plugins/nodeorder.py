@@ -123,7 +123,10 @@ class NodeOrderPlugin(Plugin):
                 total += np.floor((1 - np.abs(capped[:, 0] - capped[:, 1]) / 2) * MAX_NODE_SCORE) * balanced
             return total
 
-        scorers = [Scorer("shape", resource_scores)]
+        def resource_row(task: TaskInfo, i: int) -> float:
+            return row_score(i, float(task.resreq[cpu]) or DEFAULT_MILLI_CPU, float(task.resreq[mem]) or DEFAULT_MEMORY)
+
+        scorers = [Scorer("shape", resource_scores, row=resource_row)]
 
         if affinity_w:
 

@@ -135,16 +135,18 @@ class ProportionPlugin(Plugin):
             attr = attrs.get(queue.name)
             return attr is not None and less_equal(attr.deserved, attr.allocated)
 
-        def queue_allocatable(queue: QueueInfo, candidates: list[TaskInfo]) -> bool:
+        def task_allocatable(queue: QueueInfo, task: TaskInfo) -> bool:
+            """allocated + request <= deserved on the requested resources (``less_equal_on``), in
+            plain floats: asked before every placement, where numpy's per-call cost dominates."""
             if not queue.is_open():
                 return False
             attr = attrs.get(queue.name)
             if attr is None:
                 return True
-            req = zeros()
-            for t in candidates:
-                req += t.resreq
-            return less_equal_on(attr.allocated + req, attr.deserved, req)
+            for used, asked, deserved in zip(attr.allocated.tolist(), task.resreq.tolist(), attr.deserved.tolist()):
+                if asked > MIN_RESOURCE and used + asked > deserved + MIN_RESOURCE:
+                    return False
+            return True
 
         def enqueueable(job: JobInfo) -> int:
             queue = ssn.queues[job.queue]
@@ -181,8 +183,8 @@ class ProportionPlugin(Plugin):
         ssn.register("queue_order", self.name, queue_order)
         ssn.register("reclaimable", self.name, reclaimable)
         ssn.register("overused", self.name, overused)
-        ssn.register("allocatable", self.name, lambda q, t: queue_allocatable(q, [t]))
-        ssn.register("preemptive", self.name, lambda q, t: queue_allocatable(q, [t]))
+        ssn.register("allocatable", self.name, task_allocatable)
+        ssn.register("preemptive", self.name, task_allocatable)
         ssn.register("job_enqueueable", self.name, enqueueable)
         ssn.register("job_enqueued", self.name, enqueued)
         ssn.add_event_handler(EventHandler(on_allocate, on_deallocate))

@@ -72,6 +72,10 @@ class Predicate:
     # released (pipelining): e.g. device topology, where a chip being released is not free yet.
     # None: ``check`` decides both. Honoured for ``shape`` and ``task`` scope.
     now: Callable[[TaskInfo, Rows], np.ndarray] | None = None
+    # ``check`` for one row in plain Python (same answer): a placement changes one row, and
+    # re-checking one row through numpy costs ~10x the arithmetic. Used for ``shape`` scope when
+    # every shape predicate and scorer has one.
+    row: Callable[[TaskInfo, int], bool] | None = None
 
 
 @dataclass
@@ -83,6 +87,8 @@ class Scorer:
     # Applied to a static scorer's raw scores over the nodes that pass the static predicates.
     normalize: Callable[[np.ndarray], np.ndarray] | None = None
     plugin: str = ""
+    # ``score`` for one row in plain floats, the same value bit for bit (see ``Predicate.row``).
+    row: Callable[[TaskInfo, int], float] | None = None
 
 
 # -- signatures of the registered functions -------------------------------------------------------

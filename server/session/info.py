@@ -158,6 +158,7 @@ def _static_key(spec: TaskSpec) -> tuple[Any, ...]:
 _READY = frozenset(
     {TaskStatus.BOUND, TaskStatus.BINDING, TaskStatus.RUNNING, TaskStatus.ALLOCATED, TaskStatus.SUCCEEDED}
 )
+_STATUSES = tuple(TaskStatus)
 _VALID = (*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED, TaskStatus.PENDING)
 
 
@@ -189,7 +190,7 @@ class JobInfo:
         self.creation_index = spec.creation_index
         self.phase = spec.phase
         self.tasks: dict[str, TaskInfo] = {}
-        self.index: dict[TaskStatus, dict[str, TaskInfo]] = {s: {} for s in TaskStatus}
+        self.index: dict[TaskStatus, dict[str, TaskInfo]] = {s: {} for s in _STATUSES}
         self.allocated: Vec = space.zeros()
         self.total_request: Vec = space.zeros()
         # Kept by the task index: is_ready() is on the hot path (job order, gang checks).
