@@ -35,7 +35,7 @@ from cycle import build  # noqa: E402
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE  # noqa: E402
 from server.config import default_config  # noqa: E402
 from server.gctune import tune_gc  # noqa: E402
-from server.model import ClusterSnapshot  # noqa: E402
+from server.model import ClusterSnapshot, JobSpec  # noqa: E402
 from server.scheduler import SchedulerCore  # noqa: E402
 
 GPU = "nvidia.com/gpu"
@@ -92,7 +92,7 @@ def numpy_cycle(snapshot: ClusterSnapshot) -> dict[str, str]:
 
     queue_index = {q.name: i for i, q in enumerate(snapshot.queues)}
     requests = [np.zeros(len(DIMS)) for _ in snapshot.queues]
-    jobs_of: list[list[tuple[int, int, object]]] = [[] for _ in snapshot.queues]
+    jobs_of: list[list[tuple[int, int, JobSpec]]] = [[] for _ in snapshot.queues]
     for job in snapshot.jobs:
         q = queue_index[job.queue]
         for t in job.tasks:

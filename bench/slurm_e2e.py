@@ -167,24 +167,48 @@ def expand(nodes: str) -> list[str]:
     return sorted(expand_hostlist(nodes))
 
 
-def run_muster(workloads: list[tuple[str, list[list[str]]]], timeout: float) -> list[dict[str, object]]:
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of a process, its reaped children and its live descendants (the
+    server's cycle worker is a child process)."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def walk(p: int) -> float:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            return 0.0
+        own = sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+        return own + sum(walk(int(c)) for c in children)
+
+    return round(walk(pid), 2)
+
+
+def run_muster(workloads: list[tuple[str, list[list[str]]]], timeout: float,
+               args: argparse.Namespace) -> list[dict[str, object]]:
     workdir = Path(tempfile.mkdtemp(prefix="muster-bench-"))
     port = free_port()
     address = f"127.0.0.1:{port}"
-    server = subprocess.Popen([str(BIN / "muster-server"), "--listen", address, "--state", str(workdir / "m.db")],
-                              stdout=open(workdir / "server.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    server_argv = [str(BIN / "muster-server"), "--listen", address, "--state", str(workdir / "m.db")]
+    if args.min_cycle_interval is not None:
+        server_argv += ["--min-cycle-interval", str(args.min_cycle_interval)]
+    server = subprocess.Popen(server_argv, stdout=open(workdir / "server.log", "wb"),  # noqa: SIM115
+                              stderr=subprocess.STDOUT)
     channel = grpc.insecure_channel(address)
     stub = pb_grpc.SchedulerStub(channel)
     adapter = None
     try:
         grpc.channel_ready_future(channel).result(timeout=30)
         adapter = subprocess.Popen(
-            [str(BIN / "muster-slurm-adapter"), "--server", address, "--poll-interval", "0.2s",
-             "--log-level", "info"],
+            [str(BIN / "muster-slurm-adapter"), "--server", address, "--poll-interval", args.poll_interval,
+             "--log-level", "info", *args.adapter_arg],
             stdout=open(workdir / "adapter.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
         results = []
         for name, args_list in workloads:
+            cpu_before = cpu_seconds(adapter.pid), cpu_seconds(server.pid)
             result = measure(name, args_list, timeout)
+            result["cpu_s"] = {"adapter": round(cpu_seconds(adapter.pid) - cpu_before[0], 2),
+                               "server": round(cpu_seconds(server.pid) - cpu_before[1], 2)}
             mismatches = 0
             for jid, nodes in result["_nodes"].items():  # type: ignore[union-attr]
                 try:
@@ -208,6 +232,8 @@ def run_muster(workloads: list[tuple[str, list[list[str]]]], timeout: float) -> 
                 except subprocess.TimeoutExpired:
                     proc.kill()
         channel.close()
+        if args.keep_logs:
+            shutil.copytree(workdir, args.keep_logs, dirs_exist_ok=True)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -218,6 +244,12 @@ def main() -> int:
     p.add_argument("--gangs", type=int, default=40)
     p.add_argument("--gang-size", type=int, default=8)
     p.add_argument("--timeout", type=float, default=300)
+    p.add_argument("--poll-interval", default="0.2s", help="the adapter's --poll-interval (default 0.2s)")
+    p.add_argument("--min-cycle-interval", type=float, default=None,
+                   help="the server's --min-cycle-interval (default: the server's own)")
+    p.add_argument("--adapter-arg", action="append", default=[],
+                   help="extra adapter argument (repeatable), e.g. --adapter-arg=--parallel=8")
+    p.add_argument("--keep-logs", type=Path, default=None, help="copy the server and adapter logs here")
     args = p.parse_args()
     if os.geteuid() != 0:
         print("bench/slurm_e2e.py needs root (it starts a local Slurm)", file=sys.stderr)
@@ -233,7 +265,7 @@ def main() -> int:
     gang = [[f"-N{args.gang_size}", "--ntasks-per-node=1", "-c", "1", "--mem=1G"]] * args.gangs
     workloads = [(f"{args.singles} single-node jobs", single), (f"{args.gangs} {args.gang_size}-node gangs", gang)]
     out: dict[str, object] = {"nodes": args.nodes, "cpus": os.cpu_count()}
-    out["muster"] = run_muster(workloads, args.timeout)
+    out["muster"] = run_muster(workloads, args.timeout, args)
     slurm_results = []
     for name, args_list in workloads:
         slurm_results.append(measure(name, [["-p", "batch", *a] for a in args_list], args.timeout))

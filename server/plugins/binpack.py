@@ -74,4 +74,25 @@ class BinpackPlugin(Plugin):
             total[overflow] = 0.0
             return total
 
-        ssn.register("node_order", self.name, Scorer("shape", score))
+        def row_score(task: TaskInfo, i: int) -> float:
+            # ``score`` for one row in plain floats, the same operations in the same order.
+            total = 0.0
+            weight_sum = 0
+            overflow = False
+            for d, w in dims:
+                request = float(task.resreq[d])
+                if request == 0:
+                    continue
+                weight_sum += w
+                cap = float(nodes.allocatable[i, d])
+                used = float(nodes.used[i, d]) + request
+                if w == 0:
+                    continue
+                total += used * w / cap if cap > 0 else 0.0
+                overflow = overflow or (cap > 0 and used > cap)
+            if weight_sum > 0:
+                total /= weight_sum
+            total *= MAX_NODE_SCORE * weight
+            return 0.0 if overflow else total
+
+        ssn.register("node_order", self.name, Scorer("shape", score, row=row_score))

@@ -158,6 +158,32 @@ def _child(node: HNode | None, name: str) -> HNode | None:
     return node.children.get(name)
 
 
+class _Shares:
+    """Each job's dominant share of the cluster, recomputed when asked after its allocation
+    changed: a gang's placements change it task by task, the job order reads it once per push."""
+
+    def __init__(self, allocated: dict[str, np.ndarray], total: np.ndarray) -> None:
+        self._allocated, self._total = allocated, total
+        self._known: dict[str, float] = {}
+
+    def changed(self, job: str) -> None:
+        self._known.pop(job, None)
+
+    def get(self, job: str, default: float = 0.0) -> float:
+        share = self._known.get(job)
+        if share is None:
+            alloc = self._allocated.get(job)
+            if alloc is None:
+                return default
+            share = self._known[job] = dominant_share(alloc, self._total)
+        return share
+
+    def __getitem__(self, job: str) -> float:
+        if job not in self._allocated:
+            raise KeyError(job)
+        return self.get(job)
+
+
 class DrfPlugin(Plugin):
     name = "drf"
     ARGUMENTS = {"drf.namespace.order": False}
@@ -165,7 +191,7 @@ class DrfPlugin(Plugin):
     def on_session_open(self, ssn: Session) -> None:
         total = ssn.total_resource
         allocated: dict[str, np.ndarray] = {}
-        shares: dict[str, float] = {}
+        shares = _Shares(allocated, total)
         option = ssn.option(self.name)
         hierarchy_enabled = option is not None and option.enabled(HIERARCHY_SWITCH.name)
         hdrf = HierarchicalDrf(total)
@@ -177,7 +203,6 @@ class DrfPlugin(Plugin):
                 for t in job.index[status].values():
                     alloc += t.resreq
             allocated[job.uid] = alloc
-            shares[job.uid] = dominant_share(alloc, total)
             queue = ssn.queues.get(job.queue)
             if hierarchy_enabled and queue is not None:
                 hdrf.total_allocated += alloc
@@ -250,8 +275,9 @@ class DrfPlugin(Plugin):
             job = ssn.jobs.get(task.job)
             if job is None or task.job not in allocated:
                 return
-            allocated[task.job] += sign * task.resreq
-            shares[task.job] = dominant_share(allocated[task.job], total)
+            alloc = allocated[task.job]
+            (np.add if sign > 0 else np.subtract)(alloc, task.resreq, out=alloc)
+            shares.changed(task.job)
             if hierarchy_enabled and job.queue in ssn.queues:
                 hdrf.total_allocated += sign * task.resreq
                 rehang(hdrf.root, hdrf.total_allocated, job, allocated[task.job])

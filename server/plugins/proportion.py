@@ -39,10 +39,18 @@ class QueueAttr:
     inqueue: np.ndarray
     guarantee: np.ndarray
     real_capability: np.ndarray
-    share: float = 0.0
+    _share: float | None = None  # None: allocated or deserved changed since it was computed
 
     def update_share(self) -> None:
-        self.share = dominant_share(self.allocated, self.deserved)
+        self._share = None
+
+    @property
+    def share(self) -> float:
+        """Dominant share of allocated over deserved, computed when asked (the queue order asks
+        once per visit; a gang's placements change allocated task by task)."""
+        if self._share is None:
+            self._share = dominant_share(self.allocated, self.deserved)
+        return self._share
 
 
 class ProportionPlugin(Plugin):
@@ -133,7 +141,10 @@ class ProportionPlugin(Plugin):
 
         def overused(queue: QueueInfo) -> bool:
             attr = attrs.get(queue.name)
-            return attr is not None and less_equal(attr.deserved, attr.allocated)
+            # less_equal(deserved, allocated) in plain floats: asked at every queue visit.
+            return attr is not None and all(
+                d <= a + MIN_RESOURCE for d, a in zip(attr.deserved.tolist(), attr.allocated.tolist(), strict=True)
+            )
 
         def task_allocatable(queue: QueueInfo, task: TaskInfo) -> bool:
             """allocated + request <= deserved on the requested resources (``less_equal_on``), in
@@ -143,7 +154,7 @@ class ProportionPlugin(Plugin):
             attr = attrs.get(queue.name)
             if attr is None:
                 return True
-            for used, asked, deserved in zip(attr.allocated.tolist(), task.resreq.tolist(), attr.deserved.tolist()):
+            for used, asked, deserved in zip(attr.allocated.tolist(), task.resreq.tolist(), attr.deserved.tolist(), strict=True):
                 if asked > MIN_RESOURCE and used + asked > deserved + MIN_RESOURCE:
                     return False
             return True

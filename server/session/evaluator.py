@@ -142,10 +142,10 @@ class NodeEvaluator:
         n = self.nodes
         idle = n.idle[row].tolist()
         limit = entry.limit
-        fits_idle = all(i >= lim for i, lim in zip(idle, limit))
+        fits_idle = all(i >= lim for i, lim in zip(idle, limit, strict=True))
         if n.has_future_resources():
-            future = zip(idle, n.releasing[row].tolist(), n.pipelined[row].tolist())
-            fits_future = all(i + r - p >= lim for (i, r, p), lim in zip(future, limit))
+            future = zip(idle, n.releasing[row].tolist(), n.pipelined[row].tolist(), strict=True)
+            fits_future = all(i + r - p >= lim for (i, r, p), lim in zip(future, limit, strict=True))
         else:
             fits_future = fits_idle
         ok = bool(static.mask[row]) and fits_future

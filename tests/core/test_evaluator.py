@@ -53,3 +53,49 @@ def test_cached_selection_matches_fresh_evaluation_after_every_allocation() -> N
         # Never over-committed.
         assert np.all(ssn.nodes.idle >= -0.1)
         assert np.all(ssn.nodes.task_count <= ssn.nodes.max_tasks)
+
+
+def test_one_row_forms_give_the_vector_answers_bit_for_bit() -> None:
+    """Every shape predicate's and scorer's ``row`` form agrees with its vector form, on nodes
+    part used, full, releasing and over-committed (the evaluator switches between them)."""
+    rng = random.Random(7)
+    ssn = session(_cluster(1), CONFIG)
+    stmt = ssn.statement()
+    for t in sorted(ssn.tasks.values(), key=lambda x: x.uid)[:60]:
+        choice = ssn.evaluator.select(t)
+        if choice is not None:
+            stmt.allocate(t, ssn.nodes.names[choice[0]])
+    ssn.nodes.used[3] = ssn.nodes.allocatable[3] * 1.5  # over-committed row
+    rows = np.arange(len(ssn.nodes))
+    predicates, scorers = ssn.evaluator.predicates["shape"], ssn.evaluator.scorers["shape"]
+    assert {p.plugin for p in predicates if p.row} >= {"predicates"}
+    assert {s.plugin for s in scorers if s.row} >= {"nodeorder", "binpack"}
+    tasks = list(ssn.tasks.values())
+    for _ in range(20):
+        t = rng.choice(tasks)
+        for p in predicates:
+            assert p.row is not None
+            assert [p.row(t, int(i)) for i in rows] == p.check(t, rows).tolist(), p.plugin
+        for s in scorers:
+            assert s.row is not None
+            assert [s.row(t, int(i)) for i in rows] == s.score(t, rows).tolist(), s.plugin
+
+
+def test_scalar_and_vector_row_updates_leave_identical_caches() -> None:
+    """The same placements with one-row re-checks in plain Python and with numpy only: the shape
+    caches (masks and scores) are equal after every placement."""
+    def run(scalar: bool) -> list[tuple[bytes, bytes, bytes]]:
+        ssn = session(_cluster(2), CONFIG)
+        ev = ssn.evaluator
+        ev._scalar_rows = scalar
+        stmt = ssn.statement()
+        seen = []
+        for t in sorted(ssn.tasks.values(), key=lambda x: x.uid):
+            choice = ev.select(t)
+            if choice is not None:
+                stmt.allocate(t, ssn.nodes.names[choice[0]])
+            e = ev._shape_entry(t)
+            seen.append((e.future_ok.tobytes(), e.idle_ok.tobytes(), e.score.tobytes()))
+        return seen
+
+    assert run(True) == run(False)
