@@ -23,15 +23,17 @@ log = structlog.get_logger("muster.commands")
 
 
 MAX_JOBS_PER_BATCH = 10_000
+UNASSIGNED = -1  # a prepared job's creation index until it is created
 
 
 def submit_job(state: ClusterState, spec: pb.JobSpec, owner: str = "") -> tuple[pb.Job, bool]:
     """Returns the job and whether it was created (False: the same spec was submitted before).
     ``owner`` (who submits it) replaces whatever the spec says."""
-    normalized, existing = _check_job(state, spec, owner)
+    prepared = prepare_job(spec, owner)
+    rec, existing = _check_job(state, prepared)
     if existing is not None:
         return job_proto(existing), False
-    rec = _create_job(state, normalized)
+    _create_job(state, rec)
     state.on_change()
     return job_proto(rec), True
 
@@ -39,39 +41,79 @@ def submit_job(state: ClusterState, spec: pb.JobSpec, owner: str = "") -> tuple[
 def submit_jobs(state: ClusterState, specs: Sequence[pb.JobSpec], owner: str = "") -> list[tuple[pb.Job, bool]]:
     """All or nothing: every job is checked before any is created; the first refusal refuses the
     batch, its message prefixed with the job's place (``jobs[2].job.queue: ...``)."""
+    return commit_jobs(state, prepare_jobs(specs, owner))
+
+
+class PreparedJobs:
+    """A batch's jobs validated and built, before the state is consulted: each a record (its
+    creation index not yet given) or the refusal its validation met. The work that needs no state
+    (most of it), so the server can do it away from its event loop."""
+
+    def __init__(self, jobs: list[JobRecord | DomainError]) -> None:
+        self.jobs = jobs
+
+
+def prepare_job(spec: pb.JobSpec, owner: str) -> JobRecord:
+    """The job's record from its normalized spec; DomainError when the spec is invalid. Reads no
+    state (safe in a worker thread)."""
+    normalized = validate.normalize_job(spec)
+    normalized.owner = owner
+    status = JobStatusRecord(phase=pb.JOB_PHASE_PENDING)
+    return new_job_record(normalized, UNASSIGNED, status)
+
+
+def prepare_jobs(specs: Sequence[pb.JobSpec], owner: str = "") -> PreparedJobs:
+    """``prepare_job`` for each job of a batch, stopping at the first invalid one (no later job can
+    change the batch's answer). Reads no state."""
     if len(specs) > MAX_JOBS_PER_BATCH:
         raise invalid(f"jobs: {len(specs)} jobs exceed the limit of {MAX_JOBS_PER_BATCH} per batch")
-    checked: list[tuple[pb.JobSpec, JobRecord | None]] = []
-    seen: dict[str, int] = {}
-    for i, spec in enumerate(specs):
+    jobs: list[JobRecord | DomainError] = []
+    for spec in specs:
         try:
-            normalized, existing = _check_job(state, spec, owner)
+            jobs.append(prepare_job(spec, owner))
+        except DomainError as exc:
+            jobs.append(exc)
+            break
+    return PreparedJobs(jobs)
+
+
+def commit_jobs(state: ClusterState, prepared: PreparedJobs) -> list[tuple[pb.Job, bool]]:
+    """Check a prepared batch against the state, in order (the first refusal, from validation or
+    from the state, refuses the batch), then create every new job. On the event loop: nothing can
+    change the state between the checks and the creation."""
+    checked: list[tuple[JobRecord, JobRecord | None]] = []
+    seen: dict[str, int] = {}
+    for i, rec in enumerate(prepared.jobs):
+        try:
+            if isinstance(rec, DomainError):
+                raise rec
+            fresh, existing = _check_job(state, rec)
         except DomainError as exc:
             raise DomainError(exc.code, f"jobs[{i}].{exc.message}") from None
-        if normalized.id in seen:
-            raise invalid(f"jobs[{i}].job.id: job {normalized.id!r} is also jobs[{seen[normalized.id]}] of this batch")
-        seen[normalized.id] = i
-        checked.append((normalized, existing))
+        if fresh.id in seen:
+            raise invalid(f"jobs[{i}].job.id: job {fresh.id!r} is also jobs[{seen[fresh.id]}] of this batch")
+        seen[fresh.id] = i
+        checked.append((fresh, existing))
     out: list[tuple[pb.Job, bool]] = []
-    for normalized, existing in checked:
+    for rec, existing in checked:
         if existing is not None:
             out.append((job_proto(existing), False))
         else:
-            out.append((job_proto(_create_job(state, normalized)), True))
+            _create_job(state, rec)
+            out.append((job_proto(rec), True))
     if any(created for _, created in out):
         state.on_change()
     return out
 
 
-def _check_job(state: ClusterState, spec: pb.JobSpec, owner: str) -> tuple[pb.JobSpec, JobRecord | None]:
-    """The normalized spec and the identical job already submitted (None: a new job); DomainError
+def _check_job(state: ClusterState, rec: JobRecord) -> tuple[JobRecord, JobRecord | None]:
+    """The prepared record and the identical job already submitted (None: a new job); DomainError
     when the job may not be submitted. Changes nothing."""
-    normalized = validate.normalize_job(spec)
-    normalized.owner = owner
+    normalized = rec.spec
     existing = state.jobs.get(normalized.id)
     if existing is not None:
-        if existing.spec_bytes == normalized.SerializeToString(deterministic=True):
-            return normalized, existing
+        if existing.spec_bytes == rec.spec_bytes:
+            return rec, existing
         raise already_exists(f"job.id: job {normalized.id!r} already exists with a different spec")
     queue = state.queues.get(normalized.queue)
     if queue is None:
@@ -86,13 +128,14 @@ def _check_job(state: ClusterState, spec: pb.JobSpec, owner: str) -> tuple[pb.Jo
     # the API must be one the configuration declares, not silently priority 0.
     if normalized.priority_class and normalized.priority_class not in state.priority_classes:
         raise invalid(f"job.priority_class: {normalized.priority_class!r} is not a configured priority class")
-    return normalized, None
+    return rec, None
 
 
-def _create_job(state: ClusterState, normalized: pb.JobSpec) -> JobRecord:
-    rec = new_job_record(
-        normalized, state.next_creation_index, JobStatusRecord(phase=pb.JOB_PHASE_PENDING, submit_time=state.clock())
-    )
+def _create_job(state: ClusterState, rec: JobRecord) -> None:
+    """A prepared job enters the state: its creation index (the order among submissions) and
+    submit time are given now."""
+    rec.set_creation_index(state.next_creation_index)
+    rec.status.submit_time = state.clock()
     state.next_creation_index += 1
     state.set_meta("next_creation_index", str(state.next_creation_index))
     state.index_job(rec)
@@ -100,7 +143,6 @@ def _create_job(state: ClusterState, normalized: pb.JobSpec) -> JobRecord:
     state.changes.tasks.update(t.uid for t in rec.tasks)
     state.changes.events[rec.id] = pb.JobEvent.TYPE_ADDED
     log.info("job.submitted", job=rec.id, queue=rec.spec.queue, tasks=len(rec.tasks), min_member=rec.min_member)
-    return rec
 
 
 def cancel_job(state: ClusterState, job_id: str) -> pb.Job:

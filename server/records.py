@@ -180,6 +180,14 @@ class JobRecord:
             self._template = job_to_model(self.spec, self.creation_index)
         return self._template
 
+    def set_creation_index(self, index: int) -> None:
+        """Give a prepared job its place among submissions (its template's and tasks' too)."""
+        self.creation_index = index
+        if self._template is not None:
+            self._template.creation_index = index
+            for task in self._template.tasks:
+                task.creation_index = index
+
     @property
     def id(self) -> str:
         return self.spec.id

@@ -259,7 +259,12 @@ class SchedulerService(pb_grpc.SchedulerServicer):
 
     @unary
     async def SubmitJobs(self, request: pb.SubmitJobsRequest, context: Any) -> pb.SubmitJobsResponse:
-        results = commands.submit_jobs(self.state, request.jobs, owner=self.owner(context))
+        owner = self.owner(context)
+        # Validating and building the jobs reads no state: a worker thread does it, so a big batch
+        # does not hold the event loop (GetJob and the streams go on). Checking them against the
+        # state and creating them happens here, on the loop, in one step.
+        prepared = await anyio.to_thread.run_sync(commands.prepare_jobs, request.jobs, owner)
+        results = commands.commit_jobs(self.state, prepared)
         await self._persist()
         return pb.SubmitJobsResponse(results=[pb.SubmitJobResponse(job=j, created=c) for j, c in results])
 
