@@ -341,6 +341,33 @@ def test_submit_jobs_is_all_or_nothing(state: ClusterState) -> None:
     assert [(job.spec.id, created) for job, created in results] == [("new-1", True), ("old", False)]
 
 
+def test_submit_jobs_reports_the_first_refusal_in_batch_order(state: ClusterState) -> None:
+    """Validation (done apart from the state, in a worker thread) and the state's checks refuse in
+    the batch's order: an unknown queue at jobs[0] wins over an invalid field at jobs[1]."""
+    bad_queue = gang("a", replicas=1)
+    bad_queue.queue = "nowhere"
+    bad_field = gang("b", replicas=1)
+    bad_field.task_groups[0].replicas = -1
+    with pytest.raises(DomainError, match=r"^jobs\[0\]\.job\.queue: queue 'nowhere' does not exist"):
+        commands.submit_jobs(state, [bad_queue, bad_field])
+    with pytest.raises(DomainError, match=r"^jobs\[1\]\."):
+        commands.submit_jobs(state, [gang("c", replicas=1), bad_field, bad_queue])
+    assert "c" not in state.jobs
+
+
+def test_prepared_jobs_take_their_creation_order_when_created(state: ClusterState) -> None:
+    """A batch prepared before another batch but created after it comes after it in creation
+    order (tasks and the core's view included)."""
+    first = commands.prepare_jobs([gang("late", replicas=2)])
+    commands.submit_jobs(state, [gang("early", replicas=1)])
+    commands.commit_jobs(state, first)
+    early, late = state.jobs["early"], state.jobs["late"]
+    assert early.creation_index < late.creation_index
+    assert late.template.creation_index == late.creation_index
+    assert {t.creation_index for t in late.template.tasks} == {late.creation_index}
+    assert late.status.submit_time is not None and late.status.submit_time >= early.status.submit_time
+
+
 def test_task_output_from_its_backend_is_kept_bounded_and_served(state: ClusterState) -> None:
     from server.logs import TaskLogs
 
