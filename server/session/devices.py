@@ -99,6 +99,8 @@ class DeviceLedger:
         promised while an unpromised one is left."""
         promised = self.promised[row]
         pool = self._pool(row, resource, status)
+        if not promised:
+            return pool
         return [d for d in pool if d.id not in promised] + [d for d in pool if d.id in promised]
 
     def healthy_count(self, row: int, resource: str) -> int:

@@ -19,6 +19,7 @@ pass over the cluster.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,15 +63,17 @@ class _ShapeEntry:
     idle_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
     future_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
-    def refresh(self, rows: np.ndarray | None = None) -> None:
-        if rows is None:
-            self.idle_score = np.where(self.idle_ok, self.score, -np.inf)
-            self.future_score = np.where(self.future_ok & ~self.idle_ok, self.score, -np.inf)
-        else:
-            self.idle_score[rows] = np.where(self.idle_ok[rows], self.score[rows], -np.inf)
-            self.future_score[rows] = np.where(
-                self.future_ok[rows] & ~self.idle_ok[rows], self.score[rows], -np.inf
-            )
+    def refresh(self) -> None:
+        self.idle_score = np.where(self.idle_ok, self.score, -np.inf)
+        self.future_score = np.where(self.future_ok & ~self.idle_ok, self.score, -np.inf)
+
+    def update(self, rows: np.ndarray, future_ok: np.ndarray, idle_ok: np.ndarray, score: np.ndarray) -> None:
+        """New answers for ``rows``."""
+        self.future_ok[rows] = future_ok
+        self.idle_ok[rows] = idle_ok
+        self.score[rows] = score
+        self.idle_score[rows] = np.where(idle_ok, score, -np.inf)
+        self.future_score[rows] = np.where(future_ok & ~idle_ok, score, -np.inf)
 
 
 class NodeEvaluator:
@@ -142,19 +145,19 @@ class NodeEvaluator:
         n = self.nodes
         idle = n.idle[row].tolist()
         limit = entry.limit
-        fits_idle = all(i >= lim for i, lim in zip(idle, limit, strict=True))
+        fits_idle = all(map(operator.ge, idle, limit))
         if n.has_future_resources():
-            future = zip(idle, n.releasing[row].tolist(), n.pipelined[row].tolist(), strict=True)
-            fits_future = all(i + r - p >= lim for (i, r, p), lim in zip(future, limit, strict=True))
+            future = map(operator.sub, map(operator.add, idle, n.releasing[row].tolist()), n.pipelined[row].tolist())
+            fits_future = all(map(operator.ge, future, limit))
         else:
             fits_future = fits_idle
-        ok = bool(static.mask[row]) and fits_future
+        ok = fits_future and bool(static.mask[row])
         if ok:
             for p in self.predicates["shape"]:
                 if not p.row(task, row):  # type: ignore[misc]
                     ok = False
                     break
-        score = static.score[row]
+        score = float(static.score[row])
         for s in self.scorers["shape"]:
             score += s.row(task, row)  # type: ignore[misc]
         idle_ok = ok and fits_idle
@@ -181,11 +184,7 @@ class NodeEvaluator:
                     self._shape_row(task, static, entry, row)
             else:
                 dirty = np.array(sorted(set(changed)) if len(changed) > 1 else changed, dtype=np.int64)
-                f, i, s = self._shape_rows(task, static, dirty)
-                entry.future_ok[dirty] = f
-                entry.idle_ok[dirty] = i
-                entry.score[dirty] = s
-                entry.refresh(dirty)
+                entry.update(dirty, *self._shape_rows(task, static, dirty))
             entry.log_position = len(log)
         return entry
 
