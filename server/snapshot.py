@@ -215,6 +215,12 @@ class CaptureDelta:
         """How many nodes and jobs it carries (what a cycle's transfer costs)."""
         return len(self.nodes) + len(self.jobs)
 
+    def empty(self) -> bool:
+        """Nothing changed since the capture the worker last saw."""
+        return not self.full and not self.nodes and not self.jobs and all(
+            x is None for x in (self.node_order, self.queues, self.job_order, self.foreign, self.priority_classes)
+        )
+
 
 class DeltaSender:
     """The server's record of what the worker holds, to send it only what changed. Specs are

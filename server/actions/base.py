@@ -11,6 +11,8 @@ class Action:
     name: ClassVar[str] = ""
     # Known per-action arguments (Volcano ``configurations``) and their defaults.
     ARGUMENTS: ClassVar[dict[str, Any]] = {}
+    # Decides by the time of day, not only by the snapshot (see Plugin.reads_clock).
+    reads_clock: ClassVar[bool] = False
 
     def __init__(self, arguments: dict[str, Any] | None = None) -> None:
         self.arguments: dict[str, Any] = dict(self.ARGUMENTS) | dict(arguments or {})

@@ -19,6 +19,8 @@ class Plugin:
     # Known arguments and their defaults. A key ending in "*" admits any suffix
     # (e.g. "binpack.resources.*" for per-resource weights).
     ARGUMENTS: ClassVar[dict[str, Any]] = {}
+    # Decides by the time of day (waiting times, time windows), not only by the snapshot.
+    reads_clock: ClassVar[bool] = False
 
     def __init__(self, arguments: dict[str, Any] | None = None) -> None:
         self.arguments: dict[str, Any] = {

@@ -53,6 +53,7 @@ def job_waiting_time(job: JobInfo) -> float | None:
 
 class SlaPlugin(Plugin):
     name = "sla"
+    reads_clock = True  # a job's waiting time runs out while nothing else changes
     ARGUMENTS = {JOB_WAITING_TIME: None}
 
     def on_session_open(self, ssn: Session) -> None:

@@ -150,6 +150,7 @@ def max_victims(job: JobInfo, candidates: list[TaskInfo]) -> list[TaskInfo]:
 
 class TdmPlugin(Plugin):
     name = "tdm"
+    reads_clock = True  # revocable zones open and close by the time of day
     ARGUMENTS = {f"{ZONE_PREFIX}*": "", EVICT_PERIOD: "1m"}
 
     def __init__(self, arguments: dict | None = None) -> None:

@@ -56,6 +56,13 @@ class SchedulerConfig:
     # Per action name, its class for this profile (resolved by the config parser, like plugins).
     action_classes: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def reads_clock(self) -> bool:
+        """Does a configured plugin or action decide by the time of day (a cycle on an unchanged
+        cluster may then decide differently)?"""
+        plugins = (p.plugin_class for tier in self.tiers for p in tier)
+        return any(getattr(c, "reads_clock", False) for c in (*plugins, *self.action_classes.values()))
+
     def plugin(self, name: str) -> PluginOption | None:
         for tier in self.tiers:
             for p in tier:

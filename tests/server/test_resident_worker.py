@@ -99,3 +99,34 @@ async def test_worker_process_schedules_on_deltas_and_recovers_from_a_restart(st
         assert result.binds == expected.binds
     finally:
         await runner.aclose()
+
+
+async def test_an_unchanged_cluster_gets_the_last_quiet_answer_without_the_worker(state: ClusterState) -> None:
+    """A cycle is a function of the snapshot and the configuration: when nothing changed and the
+    last cycle decided nothing, the worker is not asked again. A change, a new configuration, or a
+    plugin that reads the clock means the worker runs."""
+    runner = CoreRunner("process")
+    core = SchedulerCore(load_config(DEFAULT_CONFIG_YAML))
+    try:
+        commands.submit_job(state, gang("huge", replicas=2, cpu="1000"))  # fits no node
+        first = await runner.run(core, snapshot.capture(state))
+        assert not first.binds and runner.reused == 0
+        cap = snapshot.capture(state)
+        again = await runner.run(core, cap)
+        assert runner.reused == 1 and again.cycle_id == cap.cycle_id and not again.binds
+        assert again.jobs == first.jobs  # the same verdict (why "huge" waits)
+
+        commands.submit_job(state, gang("small", replicas=1))  # a change: the worker decides
+        cap = snapshot.capture(state)
+        placed = await runner.run(core, cap)
+        assert runner.reused == 1 and list(placed.binds) == ["small/worker-0"]
+        apply(state, cap, placed)
+        await runner.run(core, snapshot.capture(state))  # the bind changed "small": the worker runs
+        assert runner.reused == 1
+
+        clocked = SchedulerCore(load_config(DEFAULT_CONFIG_YAML + "- plugins:\n  - name: sla\n"))
+        await runner.run(clocked, snapshot.capture(state))
+        await runner.run(clocked, snapshot.capture(state))
+        assert runner.reused == 1  # sla's waiting times run out while nothing changes
+    finally:
+        await runner.aclose()
