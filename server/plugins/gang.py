@@ -61,7 +61,8 @@ class GangPlugin(Plugin):
         ssn.register("reclaimable", self.name, evictable)
         ssn.register("job_order", self.name, job_order)
         ssn.register("job_order_key", self.name, lambda j: j.is_ready())  # not ready first
-        ssn.register("job_ready", self.name, lambda j: j.check_task_ready() and j.check_subjob_ready() and j.is_ready())
+        # The count first: it is what a gang being placed fails until its last task.
+        ssn.register("job_ready", self.name, lambda j: j.is_ready() and j.check_task_ready() and j.check_subjob_ready())
         ssn.register(
             "job_pipelined",
             self.name,

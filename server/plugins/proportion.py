@@ -117,6 +117,8 @@ class ProportionPlugin(Plugin):
                 break
         # Volcano reports each queue's deserved share as a metric here (UpdateQueueDeserved).
         ssn.result.queue_deserved.update({a.name: ssn.space.to_dict(a.deserved) for a in attrs.values()})
+        # Fixed from here on: as Python floats for the checks asked at every placement.
+        deserved = {a.name: a.deserved.tolist() for a in attrs.values()}
 
         def queue_order(left: QueueInfo, right: QueueInfo) -> int:
             if left.priority != right.priority:
@@ -143,7 +145,7 @@ class ProportionPlugin(Plugin):
             attr = attrs.get(queue.name)
             # less_equal(deserved, allocated) in plain floats: asked at every queue visit.
             return attr is not None and all(
-                d <= a + MIN_RESOURCE for d, a in zip(attr.deserved.tolist(), attr.allocated.tolist(), strict=True)
+                d <= a + MIN_RESOURCE for d, a in zip(deserved[queue.name], attr.allocated.tolist(), strict=True)
             )
 
         def task_allocatable(queue: QueueInfo, task: TaskInfo) -> bool:
@@ -154,8 +156,8 @@ class ProportionPlugin(Plugin):
             attr = attrs.get(queue.name)
             if attr is None:
                 return True
-            for used, asked, deserved in zip(attr.allocated.tolist(), task.resreq.tolist(), attr.deserved.tolist(), strict=True):
-                if asked > MIN_RESOURCE and used + asked > deserved + MIN_RESOURCE:
+            for used, asked, limit in zip(attr.allocated.tolist(), task.resreq.tolist(), deserved[queue.name], strict=True):
+                if asked > MIN_RESOURCE and used + asked > limit + MIN_RESOURCE:
                     return False
             return True
 

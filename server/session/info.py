@@ -343,7 +343,7 @@ class JobInfo:
         return True
 
     def task_has_fit_errors(self, task: TaskInfo) -> bool:
-        return bool(task.role) and task.role in self.fit_failed_roles()
+        return bool(self.fit_errors) and bool(task.role) and task.role in self.fit_failed_roles()
 
     def fit_error(self) -> str:
         """Volcano ``JobInfo.FitError``: a histogram of task states plus the first node-fit error."""
