@@ -42,7 +42,7 @@ __all__ = ["NodeEvaluator", "Predicate", "Rows", "Scope", "Scorer"]
 
 # Up to this many changed rows are re-checked one by one in plain Python (when every shape
 # predicate and scorer can); more go through numpy at once.
-SCALAR_ROWS = 8
+SCALAR_ROWS = 14  # measured: one row 3.5 us in Python; 16 rows ~55 us either way
 
 
 @dataclass
