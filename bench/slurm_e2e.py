@@ -203,6 +203,14 @@ def run_muster(workloads: list[tuple[str, list[list[str]]]], timeout: float,
             [str(BIN / "muster-slurm-adapter"), "--server", address, "--poll-interval", args.poll_interval,
              "--log-level", "info", *args.adapter_arg],
             stdout=open(workdir / "adapter.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+        # Measure from a ready adapter (its first poll and snapshot reached the server), as Slurm's
+        # own scheduler is ready before its run starts: a burst submitted while the adapter is
+        # still starting would count its start-up as scheduling latency.
+        deadline = time.monotonic() + 60
+        while len(stub.ListNodes(pb.ListNodesRequest(), timeout=10).nodes) < args.nodes:
+            if time.monotonic() > deadline or adapter.poll() is not None:
+                raise RuntimeError(f"the adapter did not report {args.nodes} nodes")
+            time.sleep(0.1)
         results = []
         for name, args_list in workloads:
             cpu_before = cpu_seconds(adapter.pid), cpu_seconds(server.pid)

@@ -19,9 +19,10 @@ from pathlib import Path
 import anyio
 import structlog
 
-from adapters.runtime import BackendRuntime, DecisionLedger, FileDecisionLedger
+from adapters.runtime import DecisionLedger, FileDecisionLedger
 from adapters.slurm.backend import Settings, SlurmBackend
 from adapters.slurm.cli import SlurmCLI
+from adapters.slurm.runtime import SlurmRuntime
 from adapters.slurm.translate import QUEUE_SOURCES
 from muster import transport
 from muster.logs import configure_logging
@@ -52,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-partition", default="batch", help="partition Muster places jobs into (default batch)")
     p.add_argument("--poll-interval", type=parse_duration, default=0.25,
                    help="Slurm job poll period (default 0.25s)")
+    p.add_argument("--burst-poll-interval", type=parse_duration, default=0.05,
+                   help="job poll period right after a poll that found new jobs (default 0.05s)")
     p.add_argument("--node-poll-interval", type=parse_duration, default=1.0,
                    help="Slurm node poll period (default 1s; `sinfo --json` is the costly read)")
     p.add_argument("--queue-from", choices=QUEUE_SOURCES, default="account",
@@ -61,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=Path, default=None,
                    help="keep the decision ledger here so a restarted adapter never re-applies a decision")
     p.add_argument("--slurm-bin", default="", help="directory of the Slurm commands (default: PATH)")
-    p.add_argument("--parallel", type=int, default=4, help="concurrent Slurm commands (default 4)")
+    p.add_argument("--parallel", type=int, default=8, help="concurrent Slurm commands (default 8)")
+    p.add_argument("--decision-linger", type=parse_duration, default=0.01,
+                   help="after a decision arrives, wait this long for more to enforce together (default 10ms)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -78,6 +83,7 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
         default_queue=args.default_queue,
         job_prefix=args.job_prefix,
         poll_interval=args.poll_interval,
+        burst_poll_interval=args.burst_poll_interval,
         node_poll_interval=args.node_poll_interval,
     )
     backend = SlurmBackend(cli, settings, name=args.name)
@@ -85,8 +91,9 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
         FileDecisionLedger(args.state_dir / f"{args.name}-ledger.json") if args.state_dir else DecisionLedger()
     )
     tls, token = tls_from_args(args), token_from_args(args)
-    runtime = BackendRuntime(backend, server=args.server, name=args.name, kind="slurm", ledger=ledger, tls=tls, token=token,
-                             max_batch=10_000, labels={"slurm.schedmd.com/run-partition": args.run_partition})
+    runtime = SlurmRuntime(backend, server=args.server, name=args.name, kind="slurm", ledger=ledger, tls=tls,
+                           token=token, max_batch=10_000, batch_linger=args.decision_linger,
+                           labels={"slurm.schedmd.com/run-partition": args.run_partition})
     async with transport.channel(args.server, tls, token=token) as channel:
         backend.attach(runtime, pb_grpc.SchedulerStub(channel))
         async with anyio.create_task_group() as tg:

@@ -35,7 +35,7 @@ from anyio.abc import TaskGroup
 
 from adapters.retry import Backoff
 from adapters.runtime import BackendRuntime, Outcome
-from adapters.slurm.cli import SlurmCLI, SlurmError
+from adapters.slurm.cli import LIVE_STATES, SlurmCLI, SlurmError
 from adapters.slurm.enforce import Enforcer
 from adapters.slurm.jobs import (
     BAD_PLACEMENT_REASONS,
@@ -58,6 +58,15 @@ from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("muster.slurm")
+
+# Jobs per SubmitJobs (the server takes up to 10,000; smaller batches keep each write short).
+_SUBMIT_BATCH = 1000
+# SubmitJobs answers meaning "something in this batch is wrong" (or "no batch RPC here"): retry
+# the jobs one by one, so one bad job does not hold back the rest.
+_BATCH_REFUSED = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
+                            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND,
+                            grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED,
+                            grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 __all__ = ["Settings", "SlurmBackend", "TrackedJob"]
 
@@ -142,35 +151,52 @@ class SlurmBackend:
     async def apply_batch(self, decisions: list[pb.Decision]) -> list[Outcome]:
         return await self.enforcer.apply_batch(decisions)
 
+    def incomplete_gangs(self, decisions: list[pb.Decision]) -> bool:
+        """Whether some job waiting for a placement has only part of its K binds in ``decisions``
+        (the rest of its cycle is probably still on the way)."""
+        binds: dict[str, set[str]] = {}
+        for decision in decisions:
+            if decision.WhichOneof("action") == "bind":
+                binds.setdefault(decision.bind.job_id, set()).add(decision.bind.task_id)
+        for job_id, tasks in binds.items():
+            job = self.table.by_muster_id.get(job_id)
+            if job is not None and job.placed is None and not job.done and len(tasks) < job.size:
+                return True
+        return False
+
     # -- polling ------------------------------------------------------------------------------
 
     async def run_poller(self) -> None:
         """Poll Slurm forever (cancel to stop). A failed poll is logged and retried, at growing
         intervals while Slurm keeps failing (up to 5 s), every ``poll_interval`` once it answers."""
         interval = self.settings.poll_interval
+        burst = min(interval, self.settings.burst_poll_interval)
         backoff = Backoff(initial=2 * interval, factor=2.0, max=max(2 * interval, 5.0), jitter=0.5)
         async with anyio.create_task_group() as submitter:
             while True:
                 try:
-                    await self.poll_once(submitter=submitter)
+                    new_jobs = await self.poll_once(submitter=submitter)
                 except SlurmError as exc:
                     delay = backoff.next()
                     log.warning("poll failed", error=exc.message, retry_in=round(delay, 2))
                 else:
                     backoff.reset()
-                    delay = interval
+                    # Jobs arriving: more are likely right behind (a burst of sbatch), so look
+                    # again soon; back to the normal period once a poll finds nothing new.
+                    delay = burst if new_jobs else interval
                 await anyio.sleep(delay)
 
-    async def poll_once(self, *, submitter: TaskGroup | None = None) -> None:
-        """One poll. New jobs are submitted to Muster before it returns, or, with ``submitter``,
-        in that task group while the next polls go on (a big burst of sbatch then does not
-        delay the poll that sees the next jobs)."""
+    async def poll_once(self, *, submitter: TaskGroup | None = None) -> int:
+        """One poll; returns how many jobs it found newly staged. New jobs are submitted to
+        Muster before it returns, or, with ``submitter``, in that task group while the next
+        polls go on (a big burst of sbatch then does not delay the poll that sees the next jobs)."""
         if not self._adopted:
             await self._adopt()
         versions = {sid: job.version for sid, job in self.jobs.items()}
         nodes, jobs = await self._read_state()
         self._nodes = {n.name: node_to_pb(n) for n in nodes if self.settings.run_partition in n.partitions}
         seen: set[int] = set()
+        new_jobs = 0
         foreign: dict[str, pb.BackendTask] = {}
         to_submit: list[tuple[TrackedJob, SlurmJob]] = []
         ended: list[tuple[TrackedJob, SlurmJob]] = []
@@ -182,6 +208,7 @@ class SlurmBackend:
             if tracked is None:
                 if sj.partition == self.settings.staging_partition and sj.state == "PENDING":
                     tracked = self.table.track(sj.job_id, sj.num_nodes)
+                    new_jobs += 1
                 elif sj.active:
                     for task in foreign_tasks(sj, self._nodes):
                         if task.node in self._nodes:  # the server only knows run-partition nodes
@@ -210,6 +237,7 @@ class SlurmBackend:
         self._send_deltas()
         self.polls += 1
         self._polled.set()
+        return new_jobs
 
     async def _read_state(self) -> tuple[list[SlurmNode], list[SlurmJob]]:
         nodes: list[SlurmNode] = []
@@ -225,7 +253,14 @@ class SlurmBackend:
             nodes.extend(self._node_cache)
 
         async def read_jobs() -> None:
-            jobs.extend(await self.cli.jobs())
+            jobs.extend(await self.cli.jobs(states=LIVE_STATES))
+            # Tracked jobs that left the live states have ended (or were purged): their final
+            # state, by id. Jobs Slurm no longer knows at all are left out (the poll calls them
+            # vanished).
+            live = {sj.job_id for sj in jobs}
+            gone = sorted(sid for sid, job in self.jobs.items() if not job.done and sid not in live)
+            if gone:
+                jobs.extend(sj for sj in await self.cli.jobs_by_id(gone, missing_ok=True) if sj.job_id not in live)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_nodes)
@@ -243,19 +278,32 @@ class SlurmBackend:
             if sj.partition == self.settings.run_partition and len(sj.required_nodes) == job.size:
                 job.placed = list(sj.required_nodes)
                 job.ran = sj.active
+                job.confirmed = True
         self._adopted = True
         if self.jobs:
             log.info("adopted jobs placed before a restart", count=len(self.jobs))
 
     async def _observe(self, job: TrackedJob, sj: SlurmJob, to_submit: list[tuple[TrackedJob, SlurmJob]]) -> None:
         staging, run = self.settings.staging_partition, self.settings.run_partition
-        if sj.partition == staging and sj.state == "PENDING":
+        if sj.partition == staging and sj.state == "PENDING" and job.placed is None:
             if not job.submitted and not job.submitting and sj.reason not in HELD_REASONS:
                 if await self._refuse(job, sj):
                     return
                 to_submit.append((job, sj))
             return
-        if sj.partition != run or job.placed is None:
+        if job.placed is None:
+            return
+        if not job.confirmed:
+            # A burst whose `scontrol update`s all succeeded is acknowledged without reading the
+            # jobs back; the first poll after it checks each one (the same check the enforcer
+            # makes when it reads back). A job that does not show Muster's placement is this
+            # attempt failed, taken back to staging and placed again as a new attempt.
+            problem = self.enforcer.check_placement(sj, job.placed, reasons=False)
+            if problem:
+                await self._placement_failed(job, sj, problem)
+                return
+            job.confirmed = True
+        if sj.partition != run:
             return
         if sj.active:
             job.ran = True
@@ -265,12 +313,18 @@ class SlurmBackend:
             # Slurm requeued it by itself (node failure), or it can never start on the chosen
             # nodes: this attempt failed; back to staging, and through Muster again as a new attempt.
             why = f"requeued by Slurm ({sj.reason})" if job.ran else f"Slurm cannot start it there: {sj.reason}"
-            for task_id, node in zip(job.tasks, job.placed, strict=True):
-                self._report(job, task_id, pb.TASK_STATUS_FAILED, node, message=why)
-            job.done = True
-            log.warning("placement attempt failed", slurm_job=sj.job_id, job=job.muster_id, reason=why)
-            await self.enforcer.unstage_quietly(sj.job_id)
-            self.table.track(sj.job_id, sj.num_nodes, attempt=job.attempt + 1)
+            await self._placement_failed(job, sj, why)
+
+    async def _placement_failed(self, job: TrackedJob, sj: SlurmJob, why: str) -> None:
+        """This attempt failed (reported so); the job goes back to staging, and through Muster again
+        as a new attempt."""
+        assert job.placed is not None
+        for task_id, node in zip(job.tasks, job.placed, strict=True):
+            self._report(job, task_id, pb.TASK_STATUS_FAILED, node, message=why)
+        job.done = True
+        log.warning("placement attempt failed", slurm_job=sj.job_id, job=job.muster_id, reason=why)
+        await self.enforcer.withdraw(sj)
+        self.table.track(sj.job_id, sj.num_nodes, attempt=job.attempt + 1)
 
     async def _refuse(self, job: TrackedJob, sj: SlurmJob) -> bool:
         """A job Muster cannot place as Slurm would (``--constraint 'a*2'``, ...) is not submitted:
@@ -344,21 +398,56 @@ class SlurmBackend:
                 job.submitting = False
 
     async def _submit_all(self, items: list[tuple[TrackedJob, SlurmJob]]) -> None:
+        """One ``SubmitJobs`` for the whole burst (one server write and one cycle wake-up instead of
+        one per job). The batch is all or nothing on the server, so when it is refused (a job id
+        taken with another spec, a spec the server finds invalid, a server without SubmitJobs) the
+        jobs go one ``SubmitJob`` each, and only the offending ones stay unsubmitted."""
         if not items or self.client is None:
             return
+        prepared: list[tuple[TrackedJob, SlurmJob, pb.JobSpec]] = []
+        for job, sj in items:
+            queue = queue_of(sj, self.settings.queue_from, self.settings.default_queue)
+            prepared.append((job, sj, job_to_spec(sj, muster_id=job.muster_id, queue=queue)))
+        for queue in sorted({spec.queue for _, _, spec in prepared}):
+            try:
+                await self._ensure_queue(queue)
+            except grpc.aio.AioRpcError as exc:
+                # Its jobs stay unsubmitted: a later poll tries again.
+                log.warning("queue creation failed", queue=queue, code=exc.code().name, details=exc.details())
+                prepared = [p for p in prepared if p[2].queue != queue]
+        for i in range(0, len(prepared), _SUBMIT_BATCH):
+            chunk = prepared[i:i + _SUBMIT_BATCH]
+            if len(chunk) == 1:
+                await self._submit_each(chunk)
+                continue
+            try:
+                await self.client.SubmitJobs(pb.SubmitJobsRequest(jobs=[spec for _, _, spec in chunk]))
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() in _BATCH_REFUSED:
+                    log.info("batch submit refused, submitting one by one", jobs=len(chunk),
+                             code=exc.code().name, details=exc.details())
+                    await self._submit_each(chunk)
+                else:
+                    log.warning("submit failed", jobs=len(chunk), code=exc.code().name, details=exc.details())
+                continue
+            now = time.time()
+            for job, sj, spec in chunk:
+                job.submitted = True
+                job.submitted_at = now
+                log.info("submitted", slurm_job=sj.job_id, job=job.muster_id, queue=spec.queue, gang=job.size)
+
+    async def _submit_each(self, prepared: list[tuple[TrackedJob, SlurmJob, pb.JobSpec]]) -> None:
+        """One ``SubmitJob`` per job (up to ``submit_parallel`` at once)."""
         limiter = self._submit_limiter
 
-        async def submit(job: TrackedJob, sj: SlurmJob) -> None:
+        async def submit(job: TrackedJob, sj: SlurmJob, spec: pb.JobSpec) -> None:
             async with limiter:
-                queue = queue_of(sj, self.settings.queue_from, self.settings.default_queue)
                 assert self.client is not None
                 try:
-                    await self._ensure_queue(queue)
-                    spec = job_to_spec(sj, muster_id=job.muster_id, queue=queue)
                     await self.client.SubmitJob(pb.SubmitJobRequest(job=spec))
                     job.submitted = True
                     job.submitted_at = time.time()
-                    log.info("submitted", slurm_job=sj.job_id, job=job.muster_id, queue=queue, gang=job.size)
+                    log.info("submitted", slurm_job=sj.job_id, job=job.muster_id, queue=spec.queue, gang=job.size)
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                         job.submitted = True  # a different spec under this id: keep the server's
@@ -367,8 +456,8 @@ class SlurmBackend:
                         log.warning("submit failed", job=job.muster_id, code=exc.code().name, details=exc.details())
 
         async with anyio.create_task_group() as tg:
-            for job, sj in items:
-                tg.start_soon(submit, job, sj)
+            for job, sj, spec in prepared:
+                tg.start_soon(submit, job, sj, spec)
 
     async def _ensure_queue(self, name: str) -> None:
         if name in self._queues or self.client is None:

@@ -28,6 +28,12 @@ from adapters.slurm.parse import (
 
 log = structlog.get_logger("muster.slurm")
 
+# Every squeue state but the final ones (parse.FINISHED_STATES): what the poll reads. Finished jobs
+# stay listed for MinJobAge (thousands on a busy cluster), and the poll needs only the few it
+# tracks, which it looks up by id.
+LIVE_STATES = ("PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,RESIZING,RESV_DEL_HOLD,REQUEUED,"
+               "REQUEUE_FED,REQUEUE_HOLD,SIGNALING,STAGE_OUT,STOPPED")
+
 
 class SlurmError(Exception):
     """A Slurm command failed; ``str()`` is Slurm's own message (stderr, else stdout)."""
@@ -99,10 +105,17 @@ class SlurmCLI:
         out = await self.run("squeue", "-h", "-a", "-t", states, "-O", SQUEUE_FORMAT)
         return parse_squeue_format(out.stdout)
 
-    async def jobs_by_id(self, job_ids: Sequence[int]) -> list[SlurmJob]:
-        """The poll's fields for just these jobs, any state: one process verifies a whole burst."""
+    async def jobs_by_id(self, job_ids: Sequence[int], *, missing_ok: bool = False) -> list[SlurmJob]:
+        """The poll's fields for just these jobs, any state: one process verifies a whole burst.
+
+        squeue leaves out ids Slurm no longer knows, but fails when it knows none of them
+        ("Invalid job id specified"): with ``missing_ok`` that is an empty answer."""
         ids = ",".join(str(i) for i in job_ids)
-        out = await self.run("squeue", "-h", "-a", "-t", "all", "-j", ids, "-O", SQUEUE_FORMAT)
+        out = await self.run("squeue", "-h", "-a", "-t", "all", "-j", ids, "-O", SQUEUE_FORMAT, check=False)
+        if out.returncode != 0:
+            if missing_ok and "Invalid job id" in out.stderr + out.stdout:
+                return []
+            raise SlurmError(self._argv(["squeue"]), out.returncode, out.stderr or out.stdout)
         return parse_squeue_format(out.stdout)
 
     async def jobs_full(self) -> list[SlurmJob]:

@@ -34,6 +34,7 @@ class Settings:
     default_queue: str = "default"
     job_prefix: str = "slurm-"
     poll_interval: float = 0.25
+    burst_poll_interval: float = 0.05  # after a poll that found new jobs (more are likely coming)
     node_poll_interval: float = 1.0
     submit_parallel: int = 16
 
@@ -50,6 +51,7 @@ class TrackedJob:
     submitting: bool = False  # a SubmitJob is under way
     placed: list[str] | None = None  # node of task i, once enforced
     ran: bool = False  # seen RUNNING since the last placement
+    confirmed: bool = False  # Slurm was seen showing the latest placement (read back or polled)
     reported: dict[str, pb.TaskStatus] = field(default_factory=dict)  # task id -> last status sent
     version: int = 0  # bumped by every action, so a poll read before it is not applied after it
     done: bool = False
