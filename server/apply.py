@@ -9,7 +9,7 @@ so big cycles never stall the API.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 import anyio
@@ -22,7 +22,7 @@ from server.state import PLACED, ClusterState
 
 # Decisions applied per event-loop turn. Each job's part of a result is applied whole (the gang
 # checks are per job), so splitting by job keeps apply's all-or-nothing guarantees.
-APPLY_CHUNK = 500
+APPLY_CHUNK = 250
 
 
 @dataclass
@@ -40,12 +40,20 @@ class ApplyStats:
 
 
 async def apply_result(
-    state: ClusterState, capture: Capture, result: CycleResult, chunk: int = APPLY_CHUNK
+    state: ClusterState,
+    capture: Capture,
+    result: CycleResult,
+    chunk: int = APPLY_CHUNK,
+    after_part: Callable[[], Awaitable[None]] | None = None,
 ) -> ApplyStats:
-    """``apply`` in parts of about ``chunk`` items (whole jobs), letting RPCs in between parts."""
+    """``apply`` in parts of about ``chunk`` items (whole jobs), letting RPCs in between parts.
+    ``after_part`` (the loop's store flush) runs after each part, so committing the changes (rows,
+    watch events) is spread over the parts too rather than paid at once after the last."""
     stats = ApplyStats()
     for part in split_result(result, state.job_of_task, chunk):
         stats.add(apply(state, capture, part))
+        if after_part is not None:
+            await after_part()
         await anyio.sleep(0)
     return stats
 

@@ -187,7 +187,7 @@ class CycleLoop:
             self._finish_cycle()
             return
         with obs.applying():  # decisions issued here carry the cycle's trace context
-            stats = await apply_result(self.state, captured, result)
+            stats = await apply_result(self.state, captured, result, after_part=self._flush)
         await self.writer.flush(self.state.commit)
         obs.finish(
             result,
@@ -211,6 +211,9 @@ class CycleLoop:
             seconds=round(self.last_cycle_seconds, 4),
         )
         self._finish_cycle()
+
+    async def _flush(self) -> None:
+        await self.writer.flush(self.state.commit)
 
     def _finish_cycle(self) -> None:
         self._running = False
