@@ -234,11 +234,12 @@ class JobInfo:
             return
         self.status_changes += 1
         del self.index[old][task.uid]
-        if old in ALLOCATED:
+        was, now = old in ALLOCATED, status in ALLOCATED
+        if was and not now:  # (Allocated -> Binding at commit: both hold; nothing to add up)
             self.allocated -= task.resreq
         task.status = status
         self.index[status][task.uid] = task
-        if status in ALLOCATED:
+        if now and not was:
             self.allocated += task.resreq
         if task.best_effort:
             self.pending_best_effort += (status == TaskStatus.PENDING) - (old == TaskStatus.PENDING)
