@@ -53,8 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-partition", default="batch", help="partition Muster places jobs into (default batch)")
     p.add_argument("--poll-interval", type=parse_duration, default=0.25,
                    help="Slurm job poll period (default 0.25s)")
-    p.add_argument("--burst-poll-interval", type=parse_duration, default=0.05,
-                   help="job poll period right after a poll that found new jobs (default 0.05s)")
     p.add_argument("--node-poll-interval", type=parse_duration, default=1.0,
                    help="Slurm node poll period (default 1s; `sinfo --json` is the costly read)")
     p.add_argument("--queue-from", choices=QUEUE_SOURCES, default="account",
@@ -83,7 +81,6 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
         default_queue=args.default_queue,
         job_prefix=args.job_prefix,
         poll_interval=args.poll_interval,
-        burst_poll_interval=args.burst_poll_interval,
         node_poll_interval=args.node_poll_interval,
     )
     backend = SlurmBackend(cli, settings, name=args.name)

@@ -170,33 +170,29 @@ class SlurmBackend:
         """Poll Slurm forever (cancel to stop). A failed poll is logged and retried, at growing
         intervals while Slurm keeps failing (up to 5 s), every ``poll_interval`` once it answers."""
         interval = self.settings.poll_interval
-        burst = min(interval, self.settings.burst_poll_interval)
         backoff = Backoff(initial=2 * interval, factor=2.0, max=max(2 * interval, 5.0), jitter=0.5)
         async with anyio.create_task_group() as submitter:
             while True:
                 try:
-                    new_jobs = await self.poll_once(submitter=submitter)
+                    await self.poll_once(submitter=submitter)
                 except SlurmError as exc:
                     delay = backoff.next()
                     log.warning("poll failed", error=exc.message, retry_in=round(delay, 2))
                 else:
                     backoff.reset()
-                    # Jobs arriving: more are likely right behind (a burst of sbatch), so look
-                    # again soon; back to the normal period once a poll finds nothing new.
-                    delay = burst if new_jobs else interval
+                    delay = interval
                 await anyio.sleep(delay)
 
-    async def poll_once(self, *, submitter: TaskGroup | None = None) -> int:
-        """One poll; returns how many jobs it found newly staged. New jobs are submitted to
-        Muster before it returns, or, with ``submitter``, in that task group while the next
-        polls go on (a big burst of sbatch then does not delay the poll that sees the next jobs)."""
+    async def poll_once(self, *, submitter: TaskGroup | None = None) -> None:
+        """One poll. New jobs are submitted to Muster before it returns, or, with ``submitter``,
+        in that task group while the next polls go on (a big burst of sbatch then does not
+        delay the poll that sees the next jobs)."""
         if not self._adopted:
             await self._adopt()
         versions = {sid: job.version for sid, job in self.jobs.items()}
         nodes, jobs = await self._read_state()
         self._nodes = {n.name: node_to_pb(n) for n in nodes if self.settings.run_partition in n.partitions}
         seen: set[int] = set()
-        new_jobs = 0
         foreign: dict[str, pb.BackendTask] = {}
         to_submit: list[tuple[TrackedJob, SlurmJob]] = []
         ended: list[tuple[TrackedJob, SlurmJob]] = []
@@ -208,7 +204,6 @@ class SlurmBackend:
             if tracked is None:
                 if sj.partition == self.settings.staging_partition and sj.state == "PENDING":
                     tracked = self.table.track(sj.job_id, sj.num_nodes)
-                    new_jobs += 1
                 elif sj.active:
                     for task in foreign_tasks(sj, self._nodes):
                         if task.node in self._nodes:  # the server only knows run-partition nodes
@@ -237,7 +232,6 @@ class SlurmBackend:
         self._send_deltas()
         self.polls += 1
         self._polled.set()
-        return new_jobs
 
     async def _read_state(self) -> tuple[list[SlurmNode], list[SlurmJob]]:
         nodes: list[SlurmNode] = []

@@ -34,7 +34,6 @@ class Settings:
     default_queue: str = "default"
     job_prefix: str = "slurm-"
     poll_interval: float = 0.25
-    burst_poll_interval: float = 0.05  # after a poll that found new jobs (more are likely coming)
     node_poll_interval: float = 1.0
     submit_parallel: int = 16
 
