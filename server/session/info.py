@@ -192,7 +192,7 @@ class JobInfo:
         self.tasks: dict[str, TaskInfo] = {}
         self.index: dict[TaskStatus, dict[str, TaskInfo]] = {s: {} for s in _STATUSES}
         self.allocated: Vec = space.zeros()
-        self.total_request: Vec = space.zeros()
+        self._space = space
         # Kept by the task index: is_ready() is on the hot path (job order, gang checks).
         self.pending_best_effort = 0
         self.ready_count = 0
@@ -220,13 +220,20 @@ class JobInfo:
         self.status_changes += 1
         self.tasks[task.uid] = task
         self.index[task.status][task.uid] = task
-        self.total_request += task.resreq
         if task.status in ALLOCATED:
             self.allocated += task.resreq
         if task.best_effort and task.status == TaskStatus.PENDING:
             self.pending_best_effort += 1
         if task.status in _READY:
             self.ready_count += 1
+
+    @property
+    def total_request(self) -> Vec:
+        """What every task of the job asks, added up (hierarchical DRF; computed when asked)."""
+        total = self._space.zeros()
+        for task in self.tasks.values():
+            total += task.resreq
+        return total
 
     def update_task_status(self, task: TaskInfo, status: TaskStatus) -> None:
         old = task.status
