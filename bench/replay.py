@@ -5,9 +5,10 @@
 
 Reproduces the experiment of the FGD paper (Weng et al., ATC'23) and its simulator
 (hkust-adsl/kubernetes-scheduler-simulator): the GPU nodes of ``openb_node_list_gpu_node.csv``
-(1,213 nodes, 6,212 GPUs); pods drawn from the pod list with replacement until the GPUs they ask
-reach ``--tune`` (1.3) x the cluster's GPUs, shuffled (one draw per seed); placed one by one in that
-arrival order, never leaving. A pod that fits nowhere stays pending.
+(1,213 nodes, 6,212 GPUs); per seed, the simulator's workload tuning: every pod of the list once,
+shuffled, then pods drawn from the list with replacement appended until the next would take the GPUs
+asked past ``--tune`` (1.3) x the cluster's GPUs (the default list alone asks 98 %); placed one by
+one in that arrival order, never leaving. A pod that fits nowhere stays pending.
 
 Every placement is Muster's: one job of one task per pod (jobs created in arrival order), all in one
 queue, one scheduling cycle of ``profile: kai`` (the profile with GPU sharing: a pod asking part of
@@ -23,10 +24,10 @@ requested as in the trace. Policies (the tiers of that cycle):
 * ``default``: Muster's KAI configuration (examples/config-kai.yaml's tiers), action allocate.
 
 After each arrival the bench records the share of the cluster's GPU capacity allocated (milli-GPUs
-of the placed pods / total); the table gives it where the arrived GPU requests first reach each
-arrival fraction of capacity, beside the published means (``fgd-expected-results/
-analysis_allo_discrete.csv``, same workload, tune and seeds: FGD = 06-FGD, BestFit = 05-BestFit,
-Random = 01-Random). The published runs drew with Go's random numbers, these with Python's: the
+of the placed pods / total); the table gives, per arrival % of capacity, its mean over the arrivals
+at which the arrived GPU requests round to that % (as the published analysis does), beside the
+published means (``fgd-expected-results/analysis_allo_discrete.csv``, same workload, tune and
+seeds: FGD = 06-FGD, BestFit = 05-BestFit, Random = 01-Random). The published runs drew with Go's random numbers, these with Python's: the
 same seeds give different but equally distributed pod sequences.
 """
 
@@ -164,19 +165,28 @@ def capacity_milli(nodes: Sequence[TraceNode]) -> int:
 
 
 def sample_pods(pods: Sequence[TracePod], capacity: int, tune: float, seed: int) -> list[TracePod]:
-    """Pods drawn with replacement until the GPUs they ask reach ``tune`` x ``capacity`` (milli-GPUs),
-    then shuffled: the arrival order. Each drawn pod gets a name of its own."""
+    """The arrival sequence of one seed, drawn the way the FGD simulator tunes a workload
+    (``-tune``, ``--shuffle-pod=true``): every pod of the list once, in name order shuffled; then,
+    while the GPUs asked are below ``tune`` x ``capacity`` (milli-GPUs), pods drawn from the list with
+    replacement and appended, stopping before the draw that would pass it (when the list alone asks
+    more, pods drawn at random are removed until it no longer does). Each pod gets a name of its own."""
     if not pods or not any(p.gpu_request_milli for p in pods):
         raise ValueError("the pod list asks for no GPU")
     rng = random.Random(seed)
     target = tune * capacity
-    drawn: list[TracePod] = []
-    asked = 0
-    while asked < target and len(drawn) < MAX_PODS:
-        pod = pods[rng.randrange(len(pods))]
+    base = sorted(pods, key=lambda p: p.name)
+    order = list(base)
+    rng.shuffle(order)
+    drawn = [dataclasses.replace(p, name=f"{p.name}-{k}") for k, p in enumerate(order)]
+    asked = sum(p.gpu_request_milli for p in drawn)
+    while asked > target:
+        asked -= drawn.pop(rng.randrange(len(drawn))).gpu_request_milli
+    while len(drawn) < MAX_PODS:
+        pod = base[rng.randrange(len(base))]
+        if asked + pod.gpu_request_milli > target:
+            break
         drawn.append(dataclasses.replace(pod, name=f"{pod.name}-{len(drawn)}"))
         asked += pod.gpu_request_milli
-    rng.shuffle(drawn)
     return drawn
 
 
@@ -260,19 +270,32 @@ def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: Schedul
 
 def allocation_curve(pods: Sequence[TracePod], placed: Sequence[bool], capacity: int,
                      points: Sequence[int]) -> dict[int, float | None]:
-    """Per arrival % of capacity: the allocated % of capacity once the arrived GPU requests first
-    reach it (None: never reached)."""
-    out: dict[int, float | None] = dict.fromkeys(points)
-    pending = sorted(points)
+    """Per arrival % of capacity, the allocated % of capacity, as the published analysis takes it
+    (``merge_alloc_discrete.py``): the mean over the arrivals after which the arrived GPU requests,
+    in % of capacity rounded, equal the point (none: those within one point of it). Where no arrival
+    is that close (pods big beside the cluster), the allocation once the arrived requests first reach
+    the point; None: never reached."""
+    arrived_pct: list[float] = []
+    allocated_pct: list[float] = []
     arrived = allocated = 0
     for pod, ok in zip(pods, placed, strict=True):
-        if not pending:
-            break
         arrived += pod.gpu_request_milli
         if ok:
             allocated += pod.gpu_request_milli
-        while pending and arrived >= pending[0] / 100 * capacity:
-            out[pending.pop(0)] = 100.0 * allocated / capacity
+        arrived_pct.append(100.0 * arrived / capacity)
+        allocated_pct.append(100.0 * allocated / capacity)
+    rounded = np.round(np.asarray(arrived_pct))  # half to even, as pandas rounds
+    allocated_arr = np.asarray(allocated_pct)
+    out: dict[int, float | None] = {}
+    for p in points:
+        near = allocated_arr[rounded == p]
+        if not len(near):
+            near = allocated_arr[np.abs(rounded - p) <= 1]
+        if len(near):
+            out[p] = float(near.mean())
+            continue
+        reached = [a for r, a in zip(arrived_pct, allocated_pct, strict=True) if r >= p]
+        out[p] = reached[0] if reached else None
     return out
 
 

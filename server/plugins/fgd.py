@@ -14,18 +14,21 @@ share it asks free); otherwise what is left over the type's shares on each GPU (
 free than the share: all of it) -- and, when cpu runs out before the GPUs do, the GPUs the type's
 tasks could not reach for want of cpu (in proportion). The paper's measure is the same without the
 two refinements (it counts a GPU that holds one share as wholly usable, and looks at one task's cpu
-only); on the Alibaba trace they raise the allocated share by ~0.7 points (docs/plugins/fgd.md).
+only); on the Alibaba trace they raise the allocated share (docs/plugins/fgd.md).
 The node's *expected fragmentation* is the popularity-weighted sum over the types, in GPUs.
 
-A task scores a node by ``-weight x (expected fragmentation after placing it - before)``: the node
-whose fragmentation grows least (or shrinks most) wins; ties go by node name. A fractional task
-(``gpu_fraction``) is scored on the node's best GPU for it, and the same measure chooses that GPU
+A task scores a node by ``weight x int(100 x sigmoid(-growth))``, growth being how much placing it
+there grows the node's expected fragmentation (in GPUs): the FGD simulator's score, in whole numbers
+as the scheduler framework's node scores are. The node with the highest score wins; ties go by node
+name (as the simulator's scheduler breaks them), so placements within ~0.04 GPU of each other pack
+onto the nodes first by name and the rest stay whole for large tasks. A fractional task
+(``gpu_fraction``) is scored on the node's best GPU for it, and the same score chooses that GPU
 (``gpu_order``: a shared GPU, or a whole free GPU).
 
 Arguments: ``fgd.weight`` (1: the score's multiplier; 0 turns the plugin off),
 ``fgd.popularityThreshold`` (1.0: the types kept, most popular first, until they cover this share
-of the tasks -- the FGD simulator's "typical pods"; the kept popularities are not re-normalised) and
-``fgd.memory`` (false: also count memory like cpu). Registers node_order (shape scope: a node's
+of the tasks -- the FGD simulator's "typical pods"; the kept popularities are re-normalised to sum
+to 1, as there) and ``fgd.memory`` (false: also count memory like cpu). Registers node_order (shape scope: a node's
 score changes only when the node does) and gpu_order; a node's state and expected fragmentation
 are kept until the node changes (``NodeTable.change_log``). Free resources are counted once
 releasing tasks are gone.
@@ -33,6 +36,7 @@ releasing tasks are gone.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from functools import cache
@@ -53,6 +57,19 @@ _EPS = 1e-6
 _DECIMALS = 6
 # Memoised fragmentation values kept per session before the memo is cleared (bounds memory).
 _MEMO_LIMIT = 500_000
+# The score's scale: the scheduler framework's node score, 0 .. 100.
+MAX_SCORE = 100
+
+
+def fgd_score(growth: float) -> float:
+    """The FGD score of a placement that grows the node's expected fragmentation by ``growth`` GPUs:
+    ``int(MAX_SCORE x sigmoid(-growth))`` (0 .. 100; 50 for no change) -- the paper's simulator's
+    score, whole numbers as the scheduler framework's node scores are. Placements within ~0.04 GPU of
+    each other score alike and go by node name, which packs the nodes first in that order and keeps
+    the rest whole for large tasks."""
+    if growth >= 40.0:  # exp overflows far beyond any node's GPUs; the score is 0 long before
+        return 0.0
+    return float(int(MAX_SCORE / (1.0 + math.exp(growth))))
 
 
 @dataclass(frozen=True)
@@ -125,17 +142,18 @@ Key = tuple[float, float, int, float, int]  # a Request and the constraints inde
 
 def typical_types(tasks: list[Key], threshold: float = 1.0) -> list[TaskType]:
     """Task types from (cpu, memory, gpus, share, constraints) per task: the most popular first,
-    kept until they cover ``threshold`` of the tasks (ties: by key)."""
+    kept until they cover ``threshold`` of the tasks (ties: by key); the kept types' popularities
+    are their shares of the kept tasks (they sum to 1, as the FGD simulator's typical pods do)."""
     counts = Counter(tasks)
     n = len(tasks)
-    out: list[TaskType] = []
+    kept: list[tuple[Key, int]] = []
     covered = 0
     for key, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        if out and covered >= threshold * n - _EPS:
+        if kept and covered >= threshold * n - _EPS:
             break
-        out.append(TaskType(key[0], key[1], key[2], key[3], count / n, key[4]))
+        kept.append((key, count))
         covered += count
-    return out
+    return [TaskType(key[0], key[1], key[2], key[3], count / covered, key[4]) for key, count in kept]
 
 
 def node_state(nodes: NodeTable, row: int, cpu_dim: int | None, mem_dim: int | None) -> NodeState:
@@ -311,7 +329,7 @@ class FgdPlugin(Plugin):
             if not task.gpu_fraction:
                 return 0.0
             d = delta(request(task), True, row, group)
-            return 0.0 if d is None else -weight * d
+            return 0.0 if d is None else weight * fgd_score(d)
 
         ssn.register("node_order", self.name, Scorer("shape", score, plugin=self.name))
         ssn.register("gpu_order", self.name, order)

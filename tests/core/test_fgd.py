@@ -20,6 +20,7 @@ from server.plugins.fgd import (
     TaskType,
     Workload,
     after_placing,
+    fgd_score,
     typical_types,
 )
 
@@ -78,8 +79,16 @@ def test_after_placing_takes_whole_gpus_or_one_gpus_share() -> None:
 def test_typical_types_are_the_most_popular_until_the_threshold() -> None:
     tasks = [(1.0, 0.0, 1, 1.0, 0)] * 6 + [(2.0, 0.0, 1, 0.5, 0)] * 3 + [(3.0, 0.0, 0, 0.0, 0)]
     assert [(t.cpu, t.popularity) for t in typical_types(tasks)] == [(1.0, 0.6), (2.0, 0.3), (3.0, 0.1)]
-    assert [t.cpu for t in typical_types(tasks, 0.85)] == [1.0, 2.0]
-    assert [t.cpu for t in typical_types(tasks, 0.5)] == [1.0]
+    # The kept types' popularities are shares of the kept tasks (the simulator's renormalisation).
+    assert [(t.cpu, t.popularity) for t in typical_types(tasks, 0.85)] == [(1.0, 6 / 9), (2.0, 3 / 9)]
+    assert [(t.cpu, t.popularity) for t in typical_types(tasks, 0.5)] == [(1.0, 1.0)]
+
+
+def test_score_is_the_integer_sigmoid_of_the_fragmentation_shrinking() -> None:
+    assert fgd_score(0.0) == 50  # no change
+    assert fgd_score(-1.0) == 73 and fgd_score(1.0) == 26  # int(100 x sigmoid(+-1))
+    assert fgd_score(0.03) == fgd_score(0.01) == 49  # within a score step: a tie
+    assert fgd_score(1e9) == 0 and fgd_score(-1e9) == 100
 
 
 # -- the plugin in a cycle ----------------------------------------------------------------------------

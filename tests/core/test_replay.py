@@ -71,12 +71,18 @@ def test_reads_nodes_pods_and_the_published_results(trace: Path) -> None:
     assert replay.load_expected(trace / replay.EXPECTED_FILE, "synthetic_pods", 1.3, [43])["01-Random"][130] == 85.5
 
 
-def test_sampling_reaches_the_tuned_gpu_demand_and_is_seeded(trace: Path) -> None:
+def test_sampling_is_the_simulators_workload_tuning_and_is_seeded(trace: Path) -> None:
     pods = replay.load_pods(trace / "synthetic_pods.csv")
     drawn = replay.sample_pods(pods, 12000, 1.3, 42)
+    # Every pod of the list once (shuffled), then draws until the next would pass 1.3 x capacity.
+    assert sorted(p.name.rsplit("-", 1)[0] for p in drawn[: len(pods)]) == sorted(p.name for p in pods)
     asked = sum(p.gpu_request_milli for p in drawn)
-    assert 1.3 * 12000 <= asked < 1.3 * 12000 + 2000
+    assert 1.3 * 12000 - 2000 < asked <= 1.3 * 12000
+    assert len(drawn) > len(pods)
     assert len({p.name for p in drawn}) == len(drawn)
+    # A list asking more than the target loses pods drawn at random until it no longer does.
+    down = replay.sample_pods(pods, 4000, 0.5, 42)
+    assert sum(p.gpu_request_milli for p in down) <= 2000 and len(down) < len(pods)
     assert [p.name for p in replay.sample_pods(pods, 12000, 1.3, 42)] == [p.name for p in drawn]
     assert [p.name for p in replay.sample_pods(pods, 12000, 1.3, 43)] != [p.name for p in drawn]
     with pytest.raises(ValueError):
@@ -96,8 +102,12 @@ def test_pods_are_placed_in_arrival_order_and_a_pod_that_fits_nowhere_stays_pend
     for policy in replay.POLICIES:
         placed = replay.replay(nodes, pods, replay.policy_config(policy, 42))
         assert placed == [True, False, True, False, True, False], policy
-    curve = replay.allocation_curve(pods, [True, False, True, False, True, False], 1000, [0, 50, 100, 150, 200, 300])
-    assert curve == {0: 60.0, 50: 60.0, 100: 60.0, 150: 60.0, 200: 100.0, 300: None}
+    # Arrived 60, 160, 200, 210, 210, 220 %; allocated 60, 60, 100, 100, 100, 100 %. At 200 %: the
+    # mean over the arrivals rounding to it; 160 % is one arrival within one point; 0-150 % have
+    # none near: the allocation once arrivals first reach them.
+    curve = replay.allocation_curve(pods, [True, False, True, False, True, False], 1000,
+                                    [0, 50, 100, 150, 159, 200, 209, 300])
+    assert curve == {0: 60.0, 50: 60.0, 100: 60.0, 150: 60.0, 159: 60.0, 200: 100.0, 209: 100.0, 300: None}
 
 
 @pytest.mark.parametrize("policy", replay.POLICIES)
