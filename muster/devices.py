@@ -3,6 +3,7 @@ ids a node has when it does not list them. Shared by the server and every backen
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,11 +45,17 @@ class Device:
 
 def default_devices(resource: str, count: int) -> list[Device]:
     """The devices of a node that lists none: ``0 .. N-1``; Ascend chips ``Ascend910-<i>`` in HCCS
-    rings of four (chips 0-3 ring "0", 4-7 ring "1", as on a 910 x8 module)."""
+    rings of four (chips 0-3 ring "0", 4-7 ring "1", as on a 910 x8 module). A new list each call;
+    the devices (immutable) are shared between nodes of the same kind."""
+    return list(_default_devices(resource, count))
+
+
+@functools.lru_cache(maxsize=256)
+def _default_devices(resource: str, count: int) -> tuple[Device, ...]:
     if resource.startswith("huawei.com/Ascend"):
         prefix = resource.split("/", 1)[1]
-        return [Device(f"{prefix}-{i}", resource, str(i // 4)) for i in range(count)]
-    return [Device(str(i), resource) for i in range(count)]
+        return tuple(Device(f"{prefix}-{i}", resource, str(i // 4)) for i in range(count))
+    return tuple(Device(str(i), resource) for i in range(count))
 
 
 def chip_number(device_id: str) -> int | None:

@@ -112,16 +112,22 @@ class NodeOrderPlugin(Plugin):
                 req_c = float(task.resreq[cpu]) or DEFAULT_MILLI_CPU
                 req_m = float(task.resreq[mem]) or DEFAULT_MEMORY
                 return np.array([row_score(int(i), req_c, req_m) for i in rows])
-            req = np.array([task.resreq[cpu] or DEFAULT_MILLI_CPU, task.resreq[mem] or DEFAULT_MEMORY])
-            frac = (nodes.used[rows, :2] + req) * inv[rows]  # used fraction after placing
-            fits = has[rows] & (frac <= 1.0)
+            req = (float(task.resreq[cpu]) or DEFAULT_MILLI_CPU, float(task.resreq[mem]) or DEFAULT_MEMORY)
+            frac = nodes.used[rows, :2]  # a copy (fancy index): the used fraction after placing
+            frac += req
+            frac *= inv[rows]
+            has_rows = has[rows]
+            fits = has_rows & (frac <= 1.0)
+            # Two columns: a + b is what sum(axis=1) gives, without the reduction's overhead.
             total = np.zeros(len(rows))
             if least:
-                total += np.floor(np.where(fits, np.floor((1.0 - frac) * MAX_NODE_SCORE), 0.0).sum(axis=1) / 2) * least
+                part = np.where(fits, np.floor((1.0 - frac) * MAX_NODE_SCORE), 0.0)
+                total += np.floor((part[:, 0] + part[:, 1]) / 2) * least
             if most:
-                total += np.floor(np.where(fits, np.floor(frac * MAX_NODE_SCORE), 0.0).sum(axis=1) / 2) * most
+                part = np.where(fits, np.floor(frac * MAX_NODE_SCORE), 0.0)
+                total += np.floor((part[:, 0] + part[:, 1]) / 2) * most
             if balanced:
-                capped = np.where(has[rows], np.minimum(frac, 1.0), 1.0)
+                capped = np.where(has_rows, np.minimum(frac, 1.0), 1.0)
                 total += np.floor((1 - np.abs(capped[:, 0] - capped[:, 1]) / 2) * MAX_NODE_SCORE) * balanced
             return total
 

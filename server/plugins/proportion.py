@@ -84,8 +84,10 @@ class ProportionPlugin(Plugin):
                 attr.request += np.sum([t.resreq for t in pending.values()], axis=0)
             if job.phase == PodGroupPhase.INQUEUE and job.min_resources is not None:
                 attr.inqueue += inqueue_resource(job)
+            if job.min_resources is None:
+                continue  # neither inqueue nor elastic resources without minResources
             allocated_num = job.count(TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.SUCCEEDED)
-            if job.phase == PodGroupPhase.RUNNING and job.min_resources is not None and allocated_num >= job.min_available:
+            if job.phase == PodGroupPhase.RUNNING and allocated_num >= job.min_available:
                 attr.inqueue += inqueue_resource(job)
             attr.elastic += elastic_resource(job)
 

@@ -37,6 +37,11 @@ class PriorityQueue:
         self._key = key
         self._seq = 0
         self._heap: list[Any] = []
+        if key is not None:  # keys are unique (with the push count): heapify pops in the same order
+            self._heap = [(key(it), seq, it) for seq, it in enumerate(items, 1)]
+            self._seq = len(self._heap)
+            heapq.heapify(self._heap)
+            return
         for it in items:
             self.push(it)
 
