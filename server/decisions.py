@@ -103,12 +103,12 @@ class DecisionLog:
         self.next_id += 1
         self.counter_dirty = True
         decision = pb.Decision(id=decision_id, cycle_id=cycle_id, backend=backend)
-        decision.created.CopyFrom(timestamp(now))
+        decision.created.FromNanoseconds(int(now * 1e9))  # what convert.timestamp gives, in place
         deadline = 0.0
         if bind is not None:
             decision.bind.CopyFrom(bind)
             deadline = now + self.bind_timeout
-            decision.deadline.CopyFrom(timestamp(deadline))
+            decision.deadline.FromNanoseconds(int(deadline * 1e9))
         elif evict is not None:
             decision.evict.CopyFrom(evict)
         kind = "bind" if bind is not None else "evict"
