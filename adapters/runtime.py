@@ -309,7 +309,7 @@ class BackendRuntime:
                 # Shielded: a lost connection must not interrupt a half-applied decision (the
                 # outcome would be unknown and the decision re-applied on reconnect).
                 with anyio.CancelScope(shield=True):
-                    for run in _runs_by_cycle(burst):
+                    for run in runs_by_cycle(burst):
                         await self._apply_run(run)
 
     async def _apply_run(self, decisions: list[pb.Decision]) -> None:
@@ -430,7 +430,8 @@ def _first_error(group: BaseExceptionGroup) -> BaseException:
     return group
 
 
-def _runs_by_cycle(decisions: list[pb.Decision]) -> list[list[pb.Decision]]:
+def runs_by_cycle(decisions: list[pb.Decision]) -> list[list[pb.Decision]]:
+    """A burst split into runs of consecutive decisions of one cycle (stream order kept)."""
     runs: list[list[pb.Decision]] = []
     for decision in decisions:
         if runs and runs[-1][0].cycle_id == decision.cycle_id:

@@ -22,7 +22,7 @@ from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from adapters.backend import group_by_job
-from adapters.runtime import BackendRuntime
+from adapters.runtime import BackendRuntime, runs_by_cycle
 from adapters.slurm.backend import SlurmBackend
 from muster.v1 import muster_pb2 as pb
 
@@ -32,13 +32,7 @@ def merge_runs(decisions: list[pb.Decision]) -> list[list[pb.Decision]]:
     jobs are disjoint: each returned run names every job it touches in one cycle only."""
     runs: list[list[pb.Decision]] = []
     jobs: set[str] = set()  # jobs of the last returned run
-    cycle_runs: list[list[pb.Decision]] = []
-    for decision in decisions:
-        if cycle_runs and cycle_runs[-1][0].cycle_id == decision.cycle_id:
-            cycle_runs[-1].append(decision)
-        else:
-            cycle_runs.append([decision])
-    for run in cycle_runs:
+    for run in runs_by_cycle(decisions):
         run_jobs = set(group_by_job(run))
         if runs and not (jobs & run_jobs):
             runs[-1].extend(run)
