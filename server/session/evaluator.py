@@ -83,6 +83,7 @@ class NodeEvaluator:
         self._static: dict[Any, _StaticEntry] = {}
         self._shape: dict[Any, _ShapeEntry] = {}
         self._fit_errors: dict[Any, tuple[int, FitErrors]] = {}
+        self._static_fit: dict[Any, tuple[dict[str, int], np.ndarray]] = {}
         self.predicates: dict[Scope, list[Predicate]] = {"static": [], "shape": [], "task": []}
         self.scorers: dict[Scope, list[Scorer]] = {"static": [], "shape": [], "task": []}
         self._all_rows = np.arange(len(self.nodes))
@@ -110,6 +111,7 @@ class NodeEvaluator:
         self._static.clear()
         self._shape.clear()
         self._fit_errors.clear()
+        self._static_fit.clear()
 
     # -- caches -------------------------------------------------------------------------------
     def _static_entry(self, task: TaskInfo) -> _StaticEntry:
@@ -256,24 +258,38 @@ class NodeEvaluator:
             self._fit_errors[task.shape_key] = (len(self.nodes.change_log), fe)
         return fe
 
-    def _compute_fit_errors(self, task: TaskInfo, restrict: np.ndarray | None) -> FitErrors:
-        n = self.nodes
-        rows = self._all_rows if restrict is None else np.nonzero(restrict)[0]
-        fe = FitErrors(total_nodes=len(n))
+    def _static_failures(self, task: TaskInfo, rows: np.ndarray) -> tuple[dict[str, int], np.ndarray]:
+        """Per reason, the rows the static predicates fail (first failing check per row), and the
+        rows they pass. Over every row: cached per static key for the session."""
+        known = self._static_fit.get(task.static_key) if rows is self._all_rows else None
+        if known is not None:
+            return known
+        reasons: dict[str, int] = {}
         remaining = rows
-
-        def count(reasons: list[str]) -> None:
-            for r in reasons:
-                fe.reasons[r] = fe.reasons.get(r, 0) + 1
-
         for p in self.predicates["static"]:
             if not len(remaining):
                 break
             ok = p.check(task, remaining)
             failed = remaining[~ok]
             if len(failed):
-                count(p.reasons(task, failed) if p.reasons else [p.reason] * len(failed))
+                for r in p.reasons(task, failed) if p.reasons else [p.reason] * len(failed):
+                    reasons[r] = reasons.get(r, 0) + 1
             remaining = remaining[ok]
+        if rows is self._all_rows:
+            self._static_fit[task.static_key] = (reasons, remaining)
+        return reasons, remaining
+
+    def _compute_fit_errors(self, task: TaskInfo, restrict: np.ndarray | None) -> FitErrors:
+        n = self.nodes
+        rows = self._all_rows if restrict is None else np.nonzero(restrict)[0]
+        fe = FitErrors(total_nodes=len(n))
+
+        def count(reasons: list[str]) -> None:
+            for r in reasons:
+                fe.reasons[r] = fe.reasons.get(r, 0) + 1
+
+        static_reasons, remaining = self._static_failures(task, rows)
+        fe.reasons.update(static_reasons)
         if len(remaining):
             future = n.future_idle(remaining)
             short = task.resreq > future + MIN_RESOURCE
