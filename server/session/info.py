@@ -39,7 +39,7 @@ class ResourceSpace:
         self.dims: list[str] = [CPU, MEMORY, *rest]
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.dims)}
         self.size = len(self.dims)
-        self._requests: dict[tuple[tuple[str, float], ...], tuple[Vec, bool, dict[str, int]]] = {}
+        self._requests: dict[tuple[tuple[str, float], ...], tuple[Vec, bool, dict[str, int], bytes]] = {}
 
     def vec(self, resources: Mapping[str, float] | None) -> Vec:
         """A fresh vector (callers may mutate it)."""
@@ -51,15 +51,16 @@ class ResourceSpace:
                     v[i] = value
         return v
 
-    def request(self, resources: Mapping[str, float]) -> tuple[Vec, bool, dict[str, int]]:
+    def request(self, resources: Mapping[str, float]) -> tuple[Vec, bool, dict[str, int], bytes]:
         """A task request as a shared, read-only vector (many tasks ask for the same), whether it
-        is best-effort (empty), and the whole devices it asks per device resource (shared too)."""
+        is best-effort (empty), the whole devices it asks per device resource (shared too), and the
+        vector's bytes (a cache key)."""
         key = tuple(resources.items())
         known = self._requests.get(key)
         if known is None:
             v = self.vec(resources)
             v.flags.writeable = False
-            known = self._requests[key] = (v, is_empty(v), device_needs(resources))
+            known = self._requests[key] = (v, is_empty(v), device_needs(resources), v.tobytes())
         return known
 
     def to_dict(self, v: Vec) -> dict[str, float]:
@@ -109,7 +110,7 @@ class TaskInfo:
         self.job = spec.job
         self.role = spec.role
         # Read-only after construction: tasks of one shape share the vector.
-        self.resreq, self.best_effort, self.device_needs = space.request(spec.request)
+        self.resreq, self.best_effort, self.device_needs, request_bytes = space.request(spec.request)
         self.status = spec.status
         # A pending task holds no node, whatever the snapshot says (a nominated node is no hold).
         self.node: str | None = spec.node if spec.status != TaskStatus.PENDING else None
@@ -120,7 +121,7 @@ class TaskInfo:
         # Tasks with the same static key pass the same label / taint / affinity predicates; with the
         # same shape key they also compete identically for resources (cache key for evaluation).
         self.static_key = _static_key(spec)
-        self.shape_key = (self.static_key, self.resreq.tobytes(), spec.gpu_fraction)
+        self.shape_key = (self.static_key, request_bytes, spec.gpu_fraction)
         # Status of the last discarded placement (Volcano LastTransaction): the gang plugin counts
         # such tasks as schedulable in its Unschedulable message.
         self.last_tx_status: TaskStatus | None = None
@@ -411,9 +412,16 @@ class NodeTable:
         self.names: list[str] = [n.name for n in specs]
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
         n = len(specs)
-        self.allocatable = np.zeros((n, space.size))
-        for i, spec in enumerate(specs):
-            self.allocatable[i] = space.vec(spec.allocatable)
+        # Built as Python rows, then one array (a numpy row assignment per node costs more).
+        rows = []
+        for spec in specs:
+            row = [0.0] * space.size
+            for name, value in spec.allocatable.items():
+                d = space.index.get(name)
+                if d is not None:
+                    row[d] = value
+            rows.append(row)
+        self.allocatable = np.array(rows, dtype=float).reshape(n, space.size)
         self.used = np.zeros((n, space.size))
         self.releasing = np.zeros((n, space.size))
         self.pipelined = np.zeros((n, space.size))
