@@ -100,7 +100,7 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
     """Apply a cycle's decisions, dropping whatever the world changed since ``capture``."""
     stats = ApplyStats()
     cycle_id = capture.cycle_id
-    captured = capture.by_job()
+    captured = capture.by_job
     binds_by_job: dict[str, list[tuple[TaskRecord, str]]] = {}
     for uid, node in result.binds.items():
         rec = state.tasks.get(uid)

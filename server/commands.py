@@ -44,13 +44,10 @@ def submit_jobs(state: ClusterState, specs: Sequence[pb.JobSpec], owner: str = "
     return commit_jobs(state, prepare_jobs(specs, owner))
 
 
-class PreparedJobs:
-    """A batch's jobs validated and built, before the state is consulted: each a record (its
-    creation index not yet given) or the refusal its validation met. The work that needs no state
-    (most of it), so the server can do it away from its event loop."""
-
-    def __init__(self, jobs: list[JobRecord | DomainError]) -> None:
-        self.jobs = jobs
+# A batch's jobs validated and built, before the state is consulted: each a record (its creation
+# index not yet given) or the refusal its validation met. The work that needs no state (most of
+# it), so the server can do it away from its event loop.
+PreparedJobs = list[JobRecord | DomainError]
 
 
 def prepare_job(spec: pb.JobSpec, owner: str) -> JobRecord:
@@ -74,7 +71,7 @@ def prepare_jobs(specs: Sequence[pb.JobSpec], owner: str = "") -> PreparedJobs:
         except DomainError as exc:
             jobs.append(exc)
             break
-    return PreparedJobs(jobs)
+    return jobs
 
 
 def commit_jobs(state: ClusterState, prepared: PreparedJobs) -> list[tuple[pb.Job, bool]]:
@@ -83,7 +80,7 @@ def commit_jobs(state: ClusterState, prepared: PreparedJobs) -> list[tuple[pb.Jo
     change the state between the checks and the creation."""
     checked: list[tuple[JobRecord, JobRecord | None]] = []
     seen: dict[str, int] = {}
-    for i, rec in enumerate(prepared.jobs):
+    for i, rec in enumerate(prepared):
         try:
             if isinstance(rec, DomainError):
                 raise rec

@@ -10,7 +10,8 @@ drops whatever the world changed in between.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from server import model
@@ -30,15 +31,11 @@ class Capture:
     jobs: list[tuple[JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int]]
     foreign: list[model.TaskSpec]
     priority_classes: dict[str, model.PriorityClass]
-    _by_job: dict[str, tuple[JobRecord, list[tuple[TaskStatus, str | None, tuple[str, ...]]]]] | None = field(
-        default=None, repr=False, compare=False
-    )
 
+    @cached_property
     def by_job(self) -> dict[str, tuple[JobRecord, list[tuple[TaskStatus, str | None, tuple[str, ...]]]]]:
         """Job id -> (record, per-task state) at capture time; built once (apply asks per chunk)."""
-        if self._by_job is None:
-            self._by_job = {rec.id: (rec, states) for rec, _, states, _ in self.jobs}
-        return self._by_job
+        return {rec.id: (rec, states) for rec, _, states, _ in self.jobs}
 
     def materialize(self) -> model.ClusterSnapshot:
         return materialize(

@@ -275,8 +275,7 @@ class DrfPlugin(Plugin):
             job = ssn.jobs.get(task.job)
             if job is None or task.job not in allocated:
                 return
-            alloc = allocated[task.job]
-            (np.add if sign > 0 else np.subtract)(alloc, task.resreq, out=alloc)
+            allocated[task.job] += sign * task.resreq
             shares.changed(task.job)
             if hierarchy_enabled and job.queue in ssn.queues:
                 hdrf.total_allocated += sign * task.resreq

@@ -24,8 +24,12 @@ from server.session.session import Session
 
 
 def less_equal_on(left: np.ndarray, right: np.ndarray, req: np.ndarray) -> bool:
-    """Volcano LessEqualWithDimension: compare only the dimensions ``req`` asks for."""
-    return not ((left > right + MIN_RESOURCE) & (req > MIN_RESOURCE)).any()
+    """Volcano LessEqualWithDimension: compare only the dimensions ``req`` asks for. In plain
+    floats (asked before every placement, on vectors of a few resources)."""
+    return not any(
+        r > MIN_RESOURCE and a > b + MIN_RESOURCE
+        for a, b, r in zip(left.tolist(), right.tolist(), req.tolist(), strict=True)
+    )
 
 
 @dataclass
@@ -119,8 +123,6 @@ class ProportionPlugin(Plugin):
                 break
         # Volcano reports each queue's deserved share as a metric here (UpdateQueueDeserved).
         ssn.result.queue_deserved.update({a.name: ssn.space.to_dict(a.deserved) for a in attrs.values()})
-        # Fixed from here on: as Python floats for the checks asked at every placement.
-        deserved = {a.name: a.deserved.tolist() for a in attrs.values()}
 
         def queue_order(left: QueueInfo, right: QueueInfo) -> int:
             if left.priority != right.priority:
@@ -145,23 +147,14 @@ class ProportionPlugin(Plugin):
 
         def overused(queue: QueueInfo) -> bool:
             attr = attrs.get(queue.name)
-            # less_equal(deserved, allocated) in plain floats: asked at every queue visit.
-            return attr is not None and all(
-                d <= a + MIN_RESOURCE for d, a in zip(deserved[queue.name], attr.allocated.tolist(), strict=True)
-            )
+            return attr is not None and less_equal(attr.deserved, attr.allocated)
 
         def task_allocatable(queue: QueueInfo, task: TaskInfo) -> bool:
-            """allocated + request <= deserved on the requested resources (``less_equal_on``), in
-            plain floats: asked before every placement, where numpy's per-call cost dominates."""
+            """allocated + request <= deserved on the requested resources; the queue is Open."""
             if not queue.is_open():
                 return False
             attr = attrs.get(queue.name)
-            if attr is None:
-                return True
-            for used, asked, limit in zip(attr.allocated.tolist(), task.resreq.tolist(), deserved[queue.name], strict=True):
-                if asked > MIN_RESOURCE and used + asked > limit + MIN_RESOURCE:
-                    return False
-            return True
+            return attr is None or less_equal_on(attr.allocated + task.resreq, attr.deserved, task.resreq)
 
         def enqueueable(job: JobInfo) -> int:
             queue = ssn.queues[job.queue]

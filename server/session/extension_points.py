@@ -169,7 +169,7 @@ def sum_of(chain: Chain[Callable[..., float]], *args: Any) -> float:
 
 def keys_in_order(chain: Chain[Callable[[Any], Any]], item: Any) -> tuple[Any, ...]:
     """Every enabled plugin's key, in tier order, compared left to right (the order first_non_zero gives over the matching comparisons)."""
-    return tuple(fn(item) for row in chain for _, fn in row)
+    return tuple([fn(item) for row in chain for _, fn in row])
 
 
 def first_non_zero_given(chain: Chain[VictimQueueCompareFn], left: Any, right: Any, preemptor: Any) -> int:

@@ -43,13 +43,17 @@ class ResourceSpace:
 
     def vec(self, resources: Mapping[str, float] | None) -> Vec:
         """A fresh vector (callers may mutate it)."""
-        v = np.zeros(self.size)
+        return np.array(self.values(resources), dtype=float)
+
+    def values(self, resources: Mapping[str, float] | None) -> list[float]:
+        """The vector as Python floats (resources outside the space are left out)."""
+        row = [0.0] * self.size
         if resources:
             for name, value in resources.items():
                 i = self.index.get(name)
                 if i is not None:
-                    v[i] = value
-        return v
+                    row[i] = value
+        return row
 
     def request(self, resources: Mapping[str, float]) -> tuple[Vec, bool, dict[str, int], bytes]:
         """A task request as a shared, read-only vector (many tasks ask for the same), whether it
@@ -71,8 +75,9 @@ class ResourceSpace:
 
 
 def less_equal(left: Vec, right: Vec) -> bool:
-    """Volcano ``Resource.LessEqual(right, Zero)``: every dimension within epsilon."""
-    return bool(np.all(left <= right + MIN_RESOURCE))
+    """Volcano ``Resource.LessEqual(right, Zero)``: every dimension within epsilon. In plain floats,
+    like ``dominant_share``: asked per queue visit and per victim on vectors of a few resources."""
+    return all(a <= b + MIN_RESOURCE for a, b in zip(left.tolist(), right.tolist(), strict=True))
 
 
 def dominant_share(amount: Vec, base: Vec, empty: float = 0.0) -> float:
@@ -193,7 +198,6 @@ class JobInfo:
         self.tasks: dict[str, TaskInfo] = {}
         self.index: dict[TaskStatus, dict[str, TaskInfo]] = {s: {} for s in _STATUSES}
         self.allocated: Vec = space.zeros()
-        self._space = space
         # Kept by the task index: is_ready() is on the hot path (job order, gang checks).
         self.pending_best_effort = 0
         self.ready_count = 0
@@ -231,7 +235,7 @@ class JobInfo:
     @property
     def total_request(self) -> Vec:
         """What every task of the job asks, added up (hierarchical DRF; computed when asked)."""
-        total = self._space.zeros()
+        total = np.zeros_like(self.allocated)
         for task in self.tasks.values():
             total += task.resreq
         return total
@@ -412,16 +416,8 @@ class NodeTable:
         self.names: list[str] = [n.name for n in specs]
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
         n = len(specs)
-        # Built as Python rows, then one array (a numpy row assignment per node costs more).
-        rows = []
-        for spec in specs:
-            row = [0.0] * space.size
-            for name, value in spec.allocatable.items():
-                d = space.index.get(name)
-                if d is not None:
-                    row[d] = value
-            rows.append(row)
-        self.allocatable = np.array(rows, dtype=float).reshape(n, space.size)
+        # One array from Python rows (a numpy row assignment per node costs more).
+        self.allocatable = np.array([space.values(s.allocatable) for s in specs], dtype=float).reshape(n, space.size)
         self.used = np.zeros((n, space.size))
         self.releasing = np.zeros((n, space.size))
         self.pipelined = np.zeros((n, space.size))

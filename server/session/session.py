@@ -273,15 +273,15 @@ class Session:
         of the job_order chain gives no key."""
         if not _same_plugins(self._chains["job_order"], self._chains["job_order_key"]):
             return None
-        fns = _flat(self._chains["job_order_key"])  # keys_in_order, its chain flattened once
-        return lambda job: (tuple([f(job) for f in fns]), job.creation_index, job.uid)
+        keys = self._combined["job_order_key"]
+        return lambda job: (keys(job), job.creation_index, job.uid)
 
     def task_order_key(self) -> Callable[[TaskInfo], tuple[Any, ...]] | None:
         """The task order as a sort key (the same order as ``task_order_fn``), or None."""
         if not _same_plugins(self._chains["task_order"], self._chains["task_order_key"]):
             return None
-        fns = _flat(self._chains["task_order_key"])  # keys_in_order, its chain flattened once
-        return lambda task: (tuple([f(task) for f in fns]), -task.priority, task.creation_index, task.uid)
+        keys = self._combined["task_order_key"]
+        return lambda task: (keys(task), -task.priority, task.creation_index, task.uid)
 
     # The order points' tie-breaks (Volcano's defaults when no plugin decides), written out here
     # rather than called: these run hundreds of thousands of times a cycle.
@@ -668,10 +668,6 @@ class Session:
 
 def _role_minimums(job: JobInfo) -> str:
     return ", ".join(f"{role}: {n}" for role, n in sorted(job.task_min_available.items()) if n > 0) or "none"
-
-
-def _flat(chain: Chain[Callable[[Any], Any]]) -> list[Callable[[Any], Any]]:
-    return [fn for row in chain for _, fn in row]
 
 
 def _same_plugins(chain: Chain[Any], keys: Chain[Any]) -> bool:
