@@ -303,14 +303,23 @@ class BackendRuntime:
         async with receive:
             while True:
                 burst = [await receive.receive()]
-                with anyio.move_on_after(self.batch_linger):
-                    while len(burst) < self.max_batch:
-                        burst.append(await receive.receive())
+                await self.gather(receive, burst)
                 # Shielded: a lost connection must not interrupt a half-applied decision (the
                 # outcome would be unknown and the decision re-applied on reconnect).
                 with anyio.CancelScope(shield=True):
-                    for run in runs_by_cycle(burst):
+                    for run in self.runs(burst):
                         await self._apply_run(run)
+
+    async def gather(self, receive: ObjectReceiveStream[pb.Decision], burst: list[pb.Decision]) -> None:
+        """Add to ``burst`` what arrives within ``batch_linger`` (up to ``max_batch``). An adapter
+        may shape its bursts differently by overriding this and :meth:`runs`."""
+        with anyio.move_on_after(self.batch_linger):
+            while len(burst) < self.max_batch:
+                burst.append(await receive.receive())
+
+    def runs(self, burst: list[pb.Decision]) -> list[list[pb.Decision]]:
+        """A gathered burst split into the runs handed to the backend one after the other."""
+        return runs_by_cycle(burst)
 
     async def _apply_run(self, decisions: list[pb.Decision]) -> None:
         fresh: list[pb.Decision] = []

@@ -119,7 +119,6 @@ class AgentsWatch:
         self.rewatches = 0
         self.binds = 0
         self.last_ack = 0.0
-        self.ack_seconds: list[float] = []
 
     async def serve(self) -> None:
         while True:  # a watch that falls behind is ended by the server: watch again from the current state
@@ -128,8 +127,9 @@ class AgentsWatch:
                     st = event.job.status
                     n = st.running + st.succeeded + st.failed
                     job_id = event.job.spec.id
-                    if n > self.started.get(job_id, 0):
-                        self.binds += n - self.started.get(job_id, 0)
+                    seen = self.started.get(job_id, 0)
+                    if n > seen:
+                        self.binds += n - seen
                         self.started[job_id] = n
                         self.last_ack = time.perf_counter()
             except grpc.aio.AioRpcError as exc:
@@ -223,7 +223,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 "placements_per_s": round(backend.binds / max(finished - started, 1e-9), 1),
                 "all_placed": backend.binds >= total_tasks,
                 "ack_ms": ({"p50": pct(backend.ack_seconds, 0.5), "p99": pct(backend.ack_seconds, 0.99)}
-                           if not args.agents else None),
+                           if isinstance(backend, NullBackend) else None),
                 "get_job_ms": {"p50": pct(observed, 0.5), "p99": pct(observed, 0.99), "samples": len(observed)},
                 # The same, asked from the backend's own event loop (it waits behind the backend's
                 # and the submitter's work in that process too).

@@ -23,23 +23,22 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cycle import build  # noqa: E402
-
+from bench.cycle import build  # noqa: E402
+from muster.devices import NVIDIA_GPU  # noqa: E402
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE  # noqa: E402
 from server.config import default_config  # noqa: E402
 from server.gctune import tune_gc  # noqa: E402
 from server.model import ClusterSnapshot, JobSpec  # noqa: E402
 from server.scheduler import SchedulerCore  # noqa: E402
 
-GPU = "nvidia.com/gpu"
-DIMS = (CPU, MEMORY, GPU)
+DIMS = (CPU, MEMORY, NVIDIA_GPU)
 MAX_SCORE = 100.0
 TAINT_WEIGHT = 3.0
 
@@ -114,6 +113,7 @@ def numpy_cycle(snapshot: ClusterSnapshot) -> dict[str, str]:
 
     inv_list, alloc_list, max_pods_list = inv.tolist(), alloc.tolist(), max_pods.tolist()
     taint_list = taint_score.tolist()
+    used_list, pods_list = used.tolist(), pods.tolist()  # kept in step with used and pods by move
 
     def row_score(req: list[float], row: int) -> float:
         """``scores`` for one row in plain floats (numpy's per-call cost dominates one row)."""
@@ -128,7 +128,6 @@ def numpy_cycle(snapshot: ClusterSnapshot) -> dict[str, str]:
         cm = min(fm, 1.0) if im > 0 else 1.0
         return math.floor((lc + lm) / 2) + math.floor((1 - abs(cc - cm) / 2) * MAX_SCORE) + taint_list[row]
 
-    used_list, pods_list = used.tolist(), pods.tolist()
     changed: list[int] = []  # rows in the order placements changed them
     by_shape: dict[tuple[float, ...], tuple[np.ndarray, int]] = {}
 
@@ -196,9 +195,9 @@ def muster_cycle(snapshot: ClusterSnapshot) -> dict[str, str]:
     return dict(result.binds)
 
 
-def timed(fn: object, snapshot: ClusterSnapshot) -> tuple[dict[str, str], float, float]:
+def timed(fn: Callable[[ClusterSnapshot], dict[str, str]], snapshot: ClusterSnapshot) -> tuple[dict[str, str], float, float]:
     started, cpu_started = time.perf_counter(), time.process_time()
-    out = fn(snapshot)  # type: ignore[operator]
+    out = fn(snapshot)
     return out, time.perf_counter() - started, time.process_time() - cpu_started
 
 

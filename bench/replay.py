@@ -248,9 +248,7 @@ _TIERS = {
 def policy_config(policy: str, seed: int = 0) -> SchedulerConfig:
     """The scheduler configuration of one policy (``profile: kai``, action allocate)."""
     if policy == "default":
-        text = KAI_CONFIG.read_text()
-        config = load_config(text)
-        return dataclasses.replace(config, actions=["allocate"])
+        return dataclasses.replace(load_config(KAI_CONFIG.read_text()), actions=["allocate"])
     if policy not in _TIERS:
         raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
     config = load_config(f"profile: kai\nactions: allocate\ntiers:\n{_TIERS[policy]}")
@@ -294,8 +292,7 @@ def allocation_curve(pods: Sequence[TracePod], placed: Sequence[bool], capacity:
         if len(near):
             out[p] = float(near.mean())
             continue
-        reached = [a for r, a in zip(arrived_pct, allocated_pct, strict=True) if r >= p]
-        out[p] = reached[0] if reached else None
+        out[p] = next((a for r, a in zip(arrived_pct, allocated_pct, strict=True) if r >= p), None)
     return out
 
 

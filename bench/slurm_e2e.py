@@ -184,8 +184,7 @@ def cpu_seconds(pid: int) -> float:
     return round(walk(pid), 2)
 
 
-def run_muster(workloads: list[tuple[str, list[list[str]]]], timeout: float,
-               args: argparse.Namespace) -> list[dict[str, object]]:
+def run_muster(workloads: list[tuple[str, list[list[str]]]], args: argparse.Namespace) -> list[dict[str, object]]:
     workdir = Path(tempfile.mkdtemp(prefix="muster-bench-"))
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -214,7 +213,7 @@ def run_muster(workloads: list[tuple[str, list[list[str]]]], timeout: float,
         results = []
         for name, args_list in workloads:
             cpu_before = cpu_seconds(adapter.pid), cpu_seconds(server.pid)
-            result = measure(name, args_list, timeout)
+            result = measure(name, args_list, args.timeout)
             result["cpu_s"] = {"adapter": round(cpu_seconds(adapter.pid) - cpu_before[0], 2),
                                "server": round(cpu_seconds(server.pid) - cpu_before[1], 2)}
             mismatches = 0
@@ -273,7 +272,7 @@ def main() -> int:
     gang = [[f"-N{args.gang_size}", "--ntasks-per-node=1", "-c", "1", "--mem=1G"]] * args.gangs
     workloads = [(f"{args.singles} single-node jobs", single), (f"{args.gangs} {args.gang_size}-node gangs", gang)]
     out: dict[str, object] = {"nodes": args.nodes, "cpus": os.cpu_count()}
-    out["muster"] = run_muster(workloads, args.timeout, args)
+    out["muster"] = run_muster(workloads, args)
     slurm_results = []
     for name, args_list in workloads:
         slurm_results.append(measure(name, [["-p", "batch", *a] for a in args_list], args.timeout))

@@ -28,6 +28,7 @@ MUSTER_CYCLE_ID and, when it holds GPUs, CUDA_VISIBLE_DEVICES / MUSTER_DEVICES i
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -283,17 +284,12 @@ class FakeAgent:
         time; the task state is saved once."""
         outcomes: list[Outcome] = []
         try:
-            i = 0
-            while i < len(decisions):
-                if decisions[i].WhichOneof("action") != "bind":
-                    outcomes.append(await self._apply_rejecting(decisions[i]))
-                    i += 1
-                    continue
-                j = i
-                while j < len(decisions) and decisions[j].WhichOneof("action") == "bind":
-                    j += 1
-                outcomes += await self._bind_run(decisions[i:j])
-                i = j
+            for binds, run in itertools.groupby(decisions, key=lambda d: d.WhichOneof("action") == "bind"):
+                if binds:
+                    outcomes += await self._bind_run(list(run))
+                else:
+                    for decision in run:
+                        outcomes.append(await self._apply_rejecting(decision))
         finally:
             self._save()
         return outcomes
@@ -341,15 +337,17 @@ class FakeAgent:
         return task
 
     async def _start(self, decision: pb.Decision, reserved: LiveTask) -> Outcome:
+        """Start a reserved bind: the reservation becomes the live task, or is dropped if it fails."""
         try:
             return await self._start_process(decision, reserved)
         finally:
             self._starting.discard(reserved.task_id)
-            self._release(reserved)
+            if self.live.get(reserved.task_id) is not reserved:
+                self._release(reserved)
 
-    async def _start_process(self, decision: pb.Decision, reserved: LiveTask) -> Outcome:
+    async def _start_process(self, decision: pb.Decision, task: LiveTask) -> Outcome:
         bind = decision.bind
-        request, devices = reserved.request, reserved.devices
+        devices = task.devices
         argv = list(bind.command) or ["sleep", seconds_arg(bind.duration_seconds)]
         env = dict(os.environ)
         env.update(
@@ -386,20 +384,8 @@ class FakeAgent:
         finally:
             if stdout is not sys.stderr:
                 stdout.close()
-        task = LiveTask(
-            task_id=bind.task_id,
-            job_id=bind.job_id,
-            node=bind.node,
-            request=request,
-            devices=devices,
-            decision_id=decision.id,
-            pid=process.pid,
-            start_ticks=start_ticks(process.pid),
-            exit_file=exit_file,
-            gpu_fraction=bind.gpu_fraction,
-        )
-        self._release(reserved)
-        self._add_live(task)
+        task.pid, task.start_ticks, task.exit_file = process.pid, start_ticks(process.pid), exit_file
+        self._add_live(task)  # the reservation already holds its share of the node
         self.ended.pop(task.task_id, None)
         self._processes[task.task_id] = process
         self._report(task.task_id, pb.TASK_STATUS_RUNNING, task.node, f"pid {process.pid}")

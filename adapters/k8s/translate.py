@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from muster.devices import chip_number, is_device_resource
+from muster.devices import NVIDIA_GPU, chip_number, is_device_resource
 from muster.quantity import QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
 
@@ -38,7 +38,6 @@ GPU_FRACTION_ANNOTATION = "gpu-fraction"
 GPU_MEMORY_ANNOTATION = "gpu-memory"
 GPU_FRACTION_DEVICES_ANNOTATION = "gpu-fraction-num-devices"
 GPU_GROUP_LABEL = "runai-gpu-group"  # the shared GPU a fractional pod was bound to
-NVIDIA_GPU = "nvidia.com/gpu"
 # Pod names of a task group, in task-index order: lets an adapter restart recover the mapping
 # task id <-> pod from the server (GetJob) instead of guessing it.
 PODS_ANNOTATION = "muster.dev/pods"

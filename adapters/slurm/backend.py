@@ -327,21 +327,18 @@ class SlurmBackend:
         constraint or node count changed, so a job the user fixes
         (``scontrol update JobId=N Features=...``) is submitted then."""
         checked = (sj.features, sj.num_nodes)
-        if checked == job.checked:
-            return bool(job.refused)
-        job.checked = checked
-        reason = untranslatable(sj)
-        if reason == job.refused:
-            return bool(reason)
-        job.refused = reason
-        if reason:
-            log.warning("job not submitted: Muster cannot place it as Slurm would", slurm_job=sj.job_id,
-                        job=job.muster_id, reason=reason)
-            try:
-                await self.cli.set_admin_comment(sj.job_id, REFUSED + reason)
-            except SlurmError as exc:
-                log.info("cannot set AdminComment", slurm_job=sj.job_id, error=exc.message)
-        return bool(reason)
+        if checked != job.checked:
+            job.checked = checked
+            reason, previous = untranslatable(sj), job.refused
+            job.refused = reason
+            if reason and reason != previous:
+                log.warning("job not submitted: Muster cannot place it as Slurm would", slurm_job=sj.job_id,
+                            job=job.muster_id, reason=reason)
+                try:
+                    await self.cli.set_admin_comment(sj.job_id, REFUSED + reason)
+                except SlurmError as exc:
+                    log.info("cannot set AdminComment", slurm_job=sj.job_id, error=exc.message)
+        return bool(job.refused)
 
     async def _finished(self, job: TrackedJob, sj: SlurmJob) -> None:
         if job.done:
@@ -426,9 +423,7 @@ class SlurmBackend:
                 continue
             now = time.time()
             for job, sj, spec in chunk:
-                job.submitted = True
-                job.submitted_at = now
-                log.info("submitted", slurm_job=sj.job_id, job=job.muster_id, queue=spec.queue, gang=job.size)
+                _submitted(job, sj, spec, now)
 
     async def _submit_each(self, prepared: list[tuple[TrackedJob, SlurmJob, pb.JobSpec]]) -> None:
         """One ``SubmitJob`` per job (up to ``submit_parallel`` at once)."""
@@ -439,9 +434,7 @@ class SlurmBackend:
                 assert self.client is not None
                 try:
                     await self.client.SubmitJob(pb.SubmitJobRequest(job=spec))
-                    job.submitted = True
-                    job.submitted_at = time.time()
-                    log.info("submitted", slurm_job=sj.job_id, job=job.muster_id, queue=spec.queue, gang=job.size)
+                    _submitted(job, sj, spec, time.time())
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                         job.submitted = True  # a different spec under this id: keep the server's
@@ -480,3 +473,10 @@ class SlurmBackend:
             self.runtime.remove_foreign_task(task_id)
         self._sent_nodes = dict(self._nodes)
         self._sent_foreign = dict(self._foreign)
+
+
+def _submitted(job: TrackedJob, sj: SlurmJob, spec: pb.JobSpec, at: float) -> None:
+    """The server took the job (``at``: when its submit returned)."""
+    job.submitted = True
+    job.submitted_at = at
+    log.info("submitted", slurm_job=sj.job_id, job=job.muster_id, queue=spec.queue, gang=job.size)

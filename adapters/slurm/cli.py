@@ -111,11 +111,12 @@ class SlurmCLI:
         squeue leaves out ids Slurm no longer knows, but fails when it knows none of them
         ("Invalid job id specified"): with ``missing_ok`` that is an empty answer."""
         ids = ",".join(str(i) for i in job_ids)
-        out = await self.run("squeue", "-h", "-a", "-t", "all", "-j", ids, "-O", SQUEUE_FORMAT, check=False)
-        if out.returncode != 0:
-            if missing_ok and "Invalid job id" in out.stderr + out.stdout:
+        try:
+            out = await self.run("squeue", "-h", "-a", "-t", "all", "-j", ids, "-O", SQUEUE_FORMAT)
+        except SlurmError as exc:
+            if missing_ok and exc.returncode > 0 and "Invalid job id" in exc.message:
                 return []
-            raise SlurmError(self._argv(["squeue"]), out.returncode, out.stderr or out.stdout)
+            raise
         return parse_squeue_format(out.stdout)
 
     async def jobs_full(self) -> list[SlurmJob]:

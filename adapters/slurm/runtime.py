@@ -38,7 +38,7 @@ def merge_runs(decisions: list[pb.Decision]) -> list[list[pb.Decision]]:
             runs[-1].extend(run)
             jobs |= run_jobs
         else:
-            runs.append(list(run))
+            runs.append(run)
             jobs = run_jobs
     return runs
 
@@ -51,16 +51,8 @@ class SlurmRuntime(BackendRuntime):
         self.slurm = backend
         self.gang_wait = gang_wait
 
-    async def _apply_decisions(self, receive: ObjectReceiveStream[pb.Decision]) -> None:
-        async with receive:
-            while True:
-                burst = [await receive.receive()]
-                await self.gather(receive, burst)
-                # Shielded: a lost connection must not interrupt a half-applied decision (the
-                # outcome would be unknown and the decision re-applied on reconnect).
-                with anyio.CancelScope(shield=True):
-                    for run in merge_runs(burst):
-                        await self._apply_run(run)
+    def runs(self, burst: list[pb.Decision]) -> list[list[pb.Decision]]:
+        return merge_runs(burst)
 
     async def gather(self, receive: ObjectReceiveStream[pb.Decision], burst: list[pb.Decision]) -> None:
         """Add to ``burst`` what has arrived, what arrives within ``batch_linger``, and, while a

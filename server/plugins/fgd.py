@@ -17,13 +17,11 @@ two refinements (it counts a GPU that holds one share as wholly usable, and look
 only); on the Alibaba trace they raise the allocated share (docs/plugins/fgd.md).
 The node's *expected fragmentation* is the popularity-weighted sum over the types, in GPUs.
 
-A task scores a node by ``weight x int(100 x sigmoid(-growth))``, growth being how much placing it
-there grows the node's expected fragmentation (in GPUs): the FGD simulator's score, in whole numbers
-as the scheduler framework's node scores are. The node with the highest score wins; ties go by node
-name (as the simulator's scheduler breaks them), so placements within ~0.04 GPU of each other pack
-onto the nodes first by name and the rest stay whole for large tasks. A fractional task
-(``gpu_fraction``) is scored on the node's best GPU for it, and the same score chooses that GPU
-(``gpu_order``: a shared GPU, or a whole free GPU).
+A task scores a node by ``-weight x growth``, growth being how much placing it there grows the
+node's expected fragmentation (in GPUs); the node with the highest score wins, ties by node name. A
+fractional task (``gpu_fraction``) is scored on the node's best GPU for it. On the chosen node,
+``gpu_order`` picks that GPU (a shared GPU, or a whole free GPU) by the FGD simulator's score,
+``weight x int(100 x sigmoid(-growth))``, in whole numbers as the scheduler framework's scores are.
 
 Arguments: ``fgd.weight`` (1: the score's multiplier; 0 turns the plugin off),
 ``fgd.popularityThreshold`` (1.0: the types kept, most popular first, until they cover this share
@@ -180,20 +178,19 @@ def after_placing(state: NodeState, cpu: float, memory: float, gpus: int, share:
     share) is placed; None when it does not fit."""
     if cpu > state.cpu + MIN_RESOURCE or memory > state.memory + MIN_RESOURCE:
         return None
-    free = list(state.gpus)
+    free = state.gpus
     if gpus:
-        if gpu is not None:
+        if gpu is None:  # whole GPUs: the first ``gpus`` (free shares sorted descending: whole ones first)
+            if len(free) < gpus or free[gpus - 1] < 1.0 - _EPS:
+                return None
+            free = tuple(f for f in free[gpus:] if f > _EPS)
+        else:
             if free[gpu] < share - _EPS:
                 return None
-            free[gpu] = round(free[gpu] - share, _DECIMALS)
-        else:
-            whole = [k for k, f in enumerate(free) if f >= 1.0 - _EPS]
-            if len(whole) < gpus:
-                return None
-            for k in whole[:gpus]:
-                free[k] = 0.0
-        free = sorted((f for f in free if f > _EPS), reverse=True)
-    return NodeState(state.cpu - cpu, state.memory - memory, tuple(free))
+            left = list(free)
+            left[gpu] = round(free[gpu] - share, _DECIMALS)
+            free = tuple(sorted((f for f in left if f > _EPS), reverse=True))
+    return NodeState(state.cpu - cpu, state.memory - memory, free)
 
 
 class FgdPlugin(Plugin):
@@ -280,13 +277,16 @@ class FgdPlugin(Plugin):
         rows_known: dict[int, tuple[int, NodeState, float]] = {}
         log_seen = 0
 
-        def row_state(row: int) -> tuple[int, NodeState, float]:
+        def forget_changed() -> None:
+            """Drop the rows changed since the last call (once per score or order call, not per row)."""
             nonlocal log_seen
             log = nodes.change_log
             if log_seen < len(log):
                 for changed in log[log_seen:]:
                     rows_known.pop(changed, None)
                 log_seen = len(log)
+
+        def row_state(row: int) -> tuple[int, NodeState, float]:
             known = rows_known.get(row)
             if known is None:
                 cls = int(access_classes()[0][row])
@@ -317,6 +317,7 @@ class FgdPlugin(Plugin):
             return best
 
         def score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
+            forget_changed()
             req, fractional = request(task), bool(task.gpu_fraction)
             out = np.zeros(len(rows))
             for k, i in enumerate(rows):
@@ -328,6 +329,7 @@ class FgdPlugin(Plugin):
         def order(task: TaskInfo, row: int, group: str) -> float:
             if not task.gpu_fraction:
                 return 0.0
+            forget_changed()
             d = delta(request(task), True, row, group)
             return 0.0 if d is None else weight * fgd_score(d)
 

@@ -11,6 +11,7 @@ import pytest
 
 from adapters.k8s.adapter import K8sBackend
 from adapters.k8s.kube import make_api_client
+from server.app import ServerOptions, start_server
 
 from .fake_apiserver import FakeApiServer
 from .mini_muster import MiniMusterHandle
@@ -65,6 +66,31 @@ class Env:
     def events(self, reason: str, pod: str | None = None) -> list[dict]:
         return [e for e in self.kube.list_objects("v1", "Event") if e.get("reason") == reason
                 and (pod is None or e["involvedObject"]["name"] == pod)]
+
+
+class RealMusterHandle:
+    """The real Muster server (``server.app``), looking like MiniMusterHandle to the Env helpers."""
+
+    def __init__(self, state: str, config_path: str | None = None) -> None:
+        self.state = state
+        self.config_path = config_path
+        self.handle = None
+        self.port = 0
+
+    async def start(self) -> None:
+        listen = f"127.0.0.1:{self.port}"
+        self.handle = await start_server(ServerOptions(listen=listen, state=self.state, cycle_period=0.1,
+                                                       config_path=self.config_path))
+        self.port = self.handle.port
+
+    async def stop(self) -> None:
+        if self.handle is not None:
+            await self.handle.stop()
+            self.handle = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
 
 @asynccontextmanager

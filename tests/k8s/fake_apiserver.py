@@ -856,16 +856,16 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str = "1", memory: s
     }
 
 
+def _given(**fields: Any) -> Obj:
+    """The fields that are set (neither None nor empty), for a spec that leaves the others out."""
+    return {k: v for k, v in fields.items() if v}
+
+
 def make_volcano_podgroup(name: str, *, namespace: str = "default", min_member: int = 1, queue: str = "default",
                           min_resources: dict[str, str] | None = None, min_task_member: dict[str, int] | None = None,
                           priority_class: str | None = None) -> Obj:
-    spec: Obj = {"minMember": min_member, "queue": queue}
-    if min_resources:
-        spec["minResources"] = min_resources
-    if min_task_member:
-        spec["minTaskMember"] = min_task_member
-    if priority_class:
-        spec["priorityClassName"] = priority_class
+    spec: Obj = {"minMember": min_member, "queue": queue,
+                 **_given(minResources=min_resources, minTaskMember=min_task_member, priorityClassName=priority_class)}
     return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": {"phase": "Pending"}}
 
@@ -875,17 +875,8 @@ def make_kai_podgroup(name: str, *, namespace: str = "default", min_member: int 
                       preemptibility: str | None = None, topology: Obj | None = None) -> Obj:
     """A KAI Scheduler PodGroup (``scheduling.run.ai/v2alpha2``); its pods carry the annotation
     ``pod-group-name: <name>``."""
-    spec: Obj = {"minMember": min_member}
-    if queue:
-        spec["queue"] = queue
-    if sub_groups:
-        spec["subGroups"] = sub_groups
-    if priority_class:
-        spec["priorityClassName"] = priority_class
-    if preemptibility:
-        spec["preemptibility"] = preemptibility
-    if topology:
-        spec["topologyConstraint"] = topology
+    spec: Obj = {"minMember": min_member, **_given(queue=queue, subGroups=sub_groups, priorityClassName=priority_class,
+                                                  preemptibility=preemptibility, topologyConstraint=topology)}
     return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 

@@ -14,7 +14,7 @@ from adapters.k8s.queues import QueueController
 from adapters.k8s.status import kai_podgroup_status
 from muster.v1 import muster_pb2 as pb
 
-from .conftest import Env, eventually, open_env
+from .conftest import Env, RealMusterHandle, eventually, open_env
 from .fake_apiserver import (
     make_kai_pod,
     make_kai_podgroup,
@@ -276,10 +276,8 @@ async def test_kai_pods_wait_with_a_reason_when_kai_is_not_enabled(env: Env) -> 
 
 
 async def test_fractional_pods_share_one_gpu_with_the_real_server(tmp_path: Path) -> None:
-    from .test_k8s_real_server import _Real
-
     config = str(Path(__file__).resolve().parents[2] / "examples" / "config-kai.yaml")
-    async with open_env(_Real(str(tmp_path / "muster.db"), config_path=config)) as env:  # type: ignore[arg-type]
+    async with open_env(RealMusterHandle(str(tmp_path / "muster.db"), config_path=config)) as env:  # type: ignore[arg-type]
         env.kube.put_object(make_node("n0", cpu="8", gpus=1))
         for i in range(2):
             env.kube.put_object(make_kai_pod(f"half{i}", annotations={"gpu-fraction": "0.5"}))

@@ -4,40 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from server.app import ServerOptions, start_server
-
-from .conftest import Env, eventually, open_env
+from .conftest import Env, RealMusterHandle, eventually, open_env
 from .fake_apiserver import make_node, make_pod, make_volcano_podgroup
-
-
-class _Real:
-    """Looks like MiniMusterHandle to the Env fixture helpers."""
-
-    def __init__(self, state: str, config_path: str | None = None) -> None:
-        self.state = state
-        self.config_path = config_path
-        self.handle = None
-        self.port = 0
-
-    async def start(self) -> None:
-        listen = f"127.0.0.1:{self.port}"
-        self.handle = await start_server(ServerOptions(listen=listen, state=self.state, cycle_period=0.1,
-                                                       config_path=self.config_path))
-        self.port = self.handle.port
-
-    async def stop(self) -> None:
-        if self.handle is not None:
-            await self.handle.stop()
-            self.handle = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
 
 
 @pytest.fixture
 async def real_env(tmp_path):
-    async with open_env(_Real(str(tmp_path / "muster.db"))) as env:  # type: ignore[arg-type]
+    async with open_env(RealMusterHandle(str(tmp_path / "muster.db"))) as env:  # type: ignore[arg-type]
         yield env
 
 

@@ -38,6 +38,12 @@ def staged(job_id: int, nodes: int = 1) -> SlurmJob:
                     memory_bytes=nodes << 30, reason="PartitionDown")
 
 
+def in_run(job_id: int, state: str, node: str, *, runs_on: str = "", reason: str = "") -> SlurmJob:
+    """A one-node job in the run partition, required on ``node`` (running on ``runs_on``)."""
+    return SlurmJob(job_id=job_id, state=state, partition="batch", num_nodes=1, required_nodes=[node],
+                    nodes=[runs_on] if runs_on else [], reason=reason)
+
+
 class FakeCLI:
     """The SlurmCLI calls the backend and enforcer make, answered from fields the test sets."""
 
@@ -143,9 +149,14 @@ def make_backend() -> tuple[SlurmBackend, FakeCLI, FakeRuntime]:
     return backend, cli, runtime
 
 
-def placed(backend: SlurmBackend, slurm_id: int, nodes: list[str], *, confirmed: bool = True) -> TrackedJob:
-    job = backend.table.track(slurm_id, len(nodes))
+def submitted(backend: SlurmBackend, slurm_id: int, size: int = 1) -> TrackedJob:
+    job = backend.table.track(slurm_id, size)
     job.submitted = True
+    return job
+
+
+def placed(backend: SlurmBackend, slurm_id: int, nodes: list[str], *, confirmed: bool = True) -> TrackedJob:
+    job = submitted(backend, slurm_id, len(nodes))
     job.placed = nodes
     job.confirmed = confirmed
     return job
@@ -187,10 +198,8 @@ async def test_poll_reads_live_jobs_and_looks_up_ended_tracked_jobs_by_id() -> N
     gone = placed(backend, 6, ["n2"])
     gone.ran = True
     placed(backend, 7, ["n3"])
-    cli.live = [SlurmJob(job_id=7, state="RUNNING", partition="batch", num_nodes=1, required_nodes=["n3"],
-                         nodes=["n3"])]
-    cli.by_id = {5: SlurmJob(job_id=5, state="COMPLETED", partition="batch", num_nodes=1, required_nodes=["n1"],
-                             nodes=["n1"])}
+    cli.live = [in_run(7, "RUNNING", "n3", runs_on="n3")]
+    cli.by_id = {5: in_run(5, "COMPLETED", "n1", runs_on="n1")}
     await backend.poll_once()
     assert ("jobs", LIVE_STATES) in cli.calls and ("jobs", "all") not in cli.calls
     assert ("jobs_by_id", (5, 6)) in cli.calls  # only the tracked jobs missing from the live list
@@ -205,16 +214,13 @@ async def test_poll_reads_live_jobs_and_looks_up_ended_tracked_jobs_by_id() -> N
 async def test_a_burst_scontrol_accepted_is_acked_without_reading_back_then_checked_by_the_poll() -> None:
     backend, cli, runtime = make_backend()
     for sid in (10, 11):
-        backend.table.track(sid, 1).submitted = True
+        submitted(backend, sid)
     outcomes = await backend.apply_batch([bind("slurm-10", 0, "n1"), bind("slurm-11", 0, "n2")])
     assert all(o.applied for o in outcomes)
     assert not any(c[0] == "jobs_by_id" for c in cli.calls)  # no read-back on the enforcement path
     assert backend.jobs[10].placed == ["n1"] and not backend.jobs[10].confirmed
     # The next poll: job 10 shows Muster's placement; job 11 does not (its update did not stick).
-    cli.live = [SlurmJob(job_id=10, state="PENDING", partition="batch", num_nodes=1, required_nodes=["n1"],
-                         reason="None"),
-                SlurmJob(job_id=11, state="PENDING", partition="batch", num_nodes=1, required_nodes=["n7"],
-                         reason="None")]
+    cli.live = [in_run(10, "PENDING", "n1", reason="None"), in_run(11, "PENDING", "n7", reason="None")]
     await backend.poll_once()
     assert backend.jobs[10].confirmed and backend.jobs[10].attempt == 0
     failed = [s for s in runtime.statuses if s[0] == "slurm-11/node-0"]
@@ -227,8 +233,7 @@ async def test_a_burst_scontrol_accepted_is_acked_without_reading_back_then_chec
 async def test_a_mismatched_job_slurm_already_started_is_requeued_back_to_staging() -> None:
     backend, cli, _ = make_backend()
     placed(backend, 12, ["n1"], confirmed=False)
-    cli.live = [SlurmJob(job_id=12, state="RUNNING", partition="batch", num_nodes=1, required_nodes=["n1"],
-                         nodes=["n4"])]
+    cli.live = [in_run(12, "RUNNING", "n1", runs_on="n4")]
     await backend.poll_once()
     assert [c for c in cli.calls if c[0] in ("requeuehold", "unstage", "release")] == [
         ("requeuehold", 12), ("unstage", 12), ("release", 12)]
@@ -238,10 +243,10 @@ async def test_a_mismatched_job_slurm_already_started_is_requeued_back_to_stagin
 async def test_a_chunk_with_a_failed_update_is_read_back_and_its_failures_retried_alone() -> None:
     backend, cli, _ = make_backend()
     for sid in (20, 21):
-        backend.table.track(sid, 1).submitted = True
+        submitted(backend, sid)
     cli.place_rc = 1
     cli.place_error = "Invalid node name specified"
-    cli.by_id = {20: SlurmJob(job_id=20, state="PENDING", partition="batch", num_nodes=1, required_nodes=["n1"])}
+    cli.by_id = {20: in_run(20, "PENDING", "n1")}
     ok, bad = await backend.apply_batch([bind("slurm-20", 0, "n1"), bind("slurm-21", 0, "n999")])
     assert ok.applied and backend.jobs[20].confirmed
     assert not bad.applied and "Invalid node name specified" in bad.reason
@@ -265,7 +270,7 @@ def test_consecutive_cycles_merge_only_when_their_jobs_are_disjoint() -> None:
 
 async def _gathered(first: list[pb.Decision], later: list[pb.Decision], delay: float) -> tuple[list[pb.Decision], float]:
     backend, _, _ = make_backend()
-    backend.table.track(30, 3).submitted = True
+    submitted(backend, 30, 3)
     runtime = SlurmRuntime(backend, server="127.0.0.1:1", name="slurm", batch_linger=0.01, gang_wait=1.0)
     send, receive = anyio.create_memory_object_stream[pb.Decision](100)
     for d in first:
@@ -303,6 +308,6 @@ async def test_gather_does_not_wait_when_every_gang_is_whole() -> None:
 @pytest.mark.parametrize("missing", [False, True])
 def test_incomplete_gangs(missing: bool) -> None:
     backend, _, _ = make_backend()
-    backend.table.track(40, 2).submitted = True
+    submitted(backend, 40, 2)
     decisions = [bind("slurm-40", 0, "n1")] + ([] if missing else [bind("slurm-40", 1, "n2")])
     assert backend.incomplete_gangs(decisions) is missing
