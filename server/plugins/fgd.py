@@ -17,11 +17,12 @@ two refinements (it counts a GPU that holds one share as wholly usable, and look
 only); on the Alibaba trace they raise the allocated share (docs/plugins/fgd.md).
 The node's *expected fragmentation* is the popularity-weighted sum over the types, in GPUs.
 
-A task scores a node by ``-weight x growth``, growth being how much placing it there grows the
-node's expected fragmentation (in GPUs); the node with the highest score wins, ties by node name. A
-fractional task (``gpu_fraction``) is scored on the node's best GPU for it. On the chosen node,
-``gpu_order`` picks that GPU (a shared GPU, or a whole free GPU) by the FGD simulator's score,
-``weight x int(100 x sigmoid(-growth))``, in whole numbers as the scheduler framework's scores are.
+A task scores a node, and on the chosen node ``gpu_order`` scores a GPU for a fractional task (a
+shared GPU, or a whole free GPU), by the FGD simulator's score, ``weight x int(100 x
+sigmoid(-growth))``, growth being how much the placement grows the node's expected fragmentation (in
+GPUs): whole numbers as the scheduler framework's scores are, so growths within ~0.04 GPU of each
+other tie and go by node name (the simulator's rule too), which packs nodes in that order. A
+fractional task is scored on the node's best GPU for it.
 
 Arguments: ``fgd.weight`` (1: the score's multiplier; 0 turns the plugin off),
 ``fgd.popularityThreshold`` (1.0: the types kept, most popular first, until they cover this share
@@ -323,7 +324,7 @@ class FgdPlugin(Plugin):
             for k, i in enumerate(rows):
                 d = delta(req, fractional, int(i), None)
                 if d is not None:
-                    out[k] = -weight * d
+                    out[k] = weight * fgd_score(d)
             return out
 
         def order(task: TaskInfo, row: int, group: str) -> float:

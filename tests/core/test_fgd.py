@@ -178,6 +178,19 @@ def test_cpu_only_tasks_keep_off_the_cpu_that_gpu_tasks_need() -> None:
     assert binpack.binds["ns/cpu-only-0"] == "a"
 
 
+def test_nodes_score_the_integer_sigmoid_so_close_growths_tie_and_go_by_name() -> None:
+    # 100 tasks: 97 cpu-only (4 cores) running on a full node, one pending cpu-only, X (2 GPUs + 8
+    # cores) and Y (1 GPU + 8 cores): popularity 0.01 each. The pending cpu-only task leaves 6 cores:
+    # on ``a`` (2 GPUs) X loses 2 GPUs and Y 1 more (growth 0.03), on ``b`` (1 GPU) Y loses 1 (0.01).
+    # Both score int(100 x sigmoid(-growth)) = 49: a tie, the first node by name wins, as in the FGD
+    # simulator (scoring by the growth itself would pick ``b``).
+    nodes = [node("a", 10, 2), node("b", 10, 1), core_helpers.node("c", "388", "512Gi", pods=200)]
+    jobs = [task(f"busy-{k}", k, 4, node="c") for k in range(97)]
+    jobs += [task("cpu-only", 97, 4), task("x", 98, 8, gpus=2), task("y", 99, 8, gpus=1)]
+    assert cycle(config("fgd"), nodes, jobs).binds["ns/cpu-only-0"] == "a"
+    assert (fgd_score(0.03), fgd_score(0.01)) == (49, 49)
+
+
 def test_a_node_a_type_may_not_use_is_fragment_for_it() -> None:
     # Two one-GPU nodes; most tasks may only use ``a`` (node selector). A task that may go anywhere
     # goes to ``b``, keeping ``a`` for the constrained ones.
