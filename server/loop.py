@@ -140,6 +140,7 @@ class CycleLoop:
 
     async def run(self) -> None:
         try:
+            await self.runner.start()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._expiry_loop)
                 while True:
