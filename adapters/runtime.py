@@ -19,9 +19,10 @@ What the runtime does, per connection ("session"):
 2. ``SyncSnapshot`` with ``await backend.list_nodes()`` and ``await backend.list_tasks()`` (the
    full current state, including tasks still running from before a disconnect).
 3. Flushes the outbox (acks and deltas queued while disconnected, in their original order).
-4. Runs, in one anyio task group: the decision reader (``StreamDecisions`` with
-   ``after_decision_id`` = the highest decision id this runtime has applied and had acknowledged),
-   the applier, and the outbox sender.
+4. Runs, in one anyio task group: the decision reader (``StreamDecisionBatches`` with
+   ``after_decision_id`` = the highest decision id this runtime has applied and had acknowledged,
+   and ``max_batch``; ``StreamDecisions`` from a server that lacks it), the applier, and the
+   outbox sender.
 
 Any RPC failure ends the session; the runtime reconnects with exponential backoff and full
 jitter (``backoff_initial`` doubling up to ``backoff_max``; reset after a successful sync) and
@@ -36,8 +37,8 @@ Decisions and acks
     has already expired it and returned the task to Pending).
 
 Batching (gangs)
-    Decisions arrive one by one on the stream, but the runtime hands them to the backend in
-    *bursts*: everything already received, plus whatever arrives within ``batch_linger`` seconds,
+    Decisions arrive in batches of what the server had ready, and the runtime hands them to the
+    backend in *bursts*: everything already received, plus whatever arrives within ``batch_linger`` seconds,
     split into runs of one ``cycle_id`` (stream order is kept). A backend that must place a gang
     atomically (Slurm: one allocation for all binds of a job) implements the optional
     ``apply_batch(decisions) -> list[Outcome]``; otherwise the runtime calls ``apply_bind`` /
@@ -281,14 +282,28 @@ class BackendRuntime:
     # -- decisions ----------------------------------------------------------------------------
 
     async def _read_decisions(self, stub: pb_grpc.SchedulerStub, send: ObjectSendStream[pb.Decision]) -> None:
-        request = pb.StreamDecisionsRequest(backend=self.name, after_decision_id=self._resume_after())
+        request = pb.StreamDecisionsRequest(
+            backend=self.name, after_decision_id=self._resume_after(), max_batch=self.max_batch
+        )
         async with send:
-            call = stub.StreamDecisions(request)
+            batches = stub.StreamDecisionBatches(request)
             try:
-                async for decision in call:
-                    await send.send(decision)
+                async for batch in batches:
+                    for decision in batch.decisions:
+                        await send.send(decision)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                # A server from before StreamDecisionBatches: the same feed, one decision a message.
+                log.info("decision batches unimplemented; reading one decision per message", backend=self.name)
+                singles = stub.StreamDecisions(request)
+                try:
+                    async for decision in singles:
+                        await send.send(decision)
+                finally:
+                    singles.cancel()
             finally:
-                call.cancel()
+                batches.cancel()
         # The server ended the stream (e.g. it is shutting down): treat as a disconnect.
         raise anyio.EndOfStream
 

@@ -81,8 +81,10 @@ class NullBackend:
         queue: asyncio.Queue[tuple[pb.Decision, float]] = asyncio.Queue()
 
         async def read() -> None:
-            async for decision in self.stub.StreamDecisions(pb.StreamDecisionsRequest(backend=BACKEND)):
-                queue.put_nowait((decision, time.perf_counter()))
+            async for batch in self.stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend=BACKEND)):
+                received = time.perf_counter()
+                for decision in batch.decisions:
+                    queue.put_nowait((decision, received))
 
         reader = asyncio.create_task(read())
         try:

@@ -29,6 +29,8 @@ from server.records import DecisionRow
 T = TypeVar("T")
 
 DECISION_BUFFER = 10_000
+# StreamDecisionBatches: decisions per message unless the backend asks for fewer (at most the buffer).
+DECISION_BATCH = 1_000
 WATCH_BUFFER = 10_000  # a burst of 2,000 gangs makes ~8,000 events; falling behind costs a full re-list
 RECENT_OUTCOMES = 10_000  # a cache: older outcomes are read from the store
 

@@ -15,6 +15,7 @@ import structlog
 from muster.v1 import muster_pb2 as pb
 from server import model
 from server.api import convert, validate
+from server.decisions import DECISION_BUFFER
 from server.errors import already_exists, invalid, not_found, precondition
 from server.logs import MAX_CHUNK
 from server.model import OCCUPYING, TaskStatus
@@ -227,9 +228,11 @@ def _with_backend(node: pb.Node, backend: str) -> pb.Node:
 
 
 def check_stream(state: ClusterState, req: pb.StreamDecisionsRequest) -> None:
-    """Validate a StreamDecisions request."""
+    """Validate a StreamDecisions / StreamDecisionBatches request."""
     require_backend(state, req.backend)
     validate.check_decision_id("after_decision_id", req.after_decision_id, zero_ok=True)
+    if req.max_batch > DECISION_BUFFER:
+        raise invalid(f"max_batch: at most {DECISION_BUFFER} (got {req.max_batch})")
 
 
 def check_acks(state: ClusterState, req: pb.AckDecisionsRequest) -> list[int]:

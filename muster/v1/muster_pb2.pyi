@@ -636,12 +636,14 @@ class SendDeltasResponse(_message.Message):
     def __init__(self, applied: _Optional[int] = ...) -> None: ...
 
 class StreamDecisionsRequest(_message.Message):
-    __slots__ = ("backend", "after_decision_id")
+    __slots__ = ("backend", "after_decision_id", "max_batch")
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     AFTER_DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
     backend: str
     after_decision_id: int
-    def __init__(self, backend: _Optional[str] = ..., after_decision_id: _Optional[int] = ...) -> None: ...
+    max_batch: int
+    def __init__(self, backend: _Optional[str] = ..., after_decision_id: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class BindDecision(_message.Message):
     __slots__ = ("task_id", "job_id", "node", "devices", "request", "command", "duration_seconds", "pipelined", "annotations", "gpu_fraction")
@@ -712,6 +714,12 @@ class Decision(_message.Message):
     deadline: _timestamp_pb2.Timestamp
     trace_context: _containers.ScalarMap[str, str]
     def __init__(self, id: _Optional[int] = ..., cycle_id: _Optional[int] = ..., backend: _Optional[str] = ..., bind: _Optional[_Union[BindDecision, _Mapping]] = ..., evict: _Optional[_Union[EvictDecision, _Mapping]] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class DecisionBatch(_message.Message):
+    __slots__ = ("decisions",)
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    decisions: _containers.RepeatedCompositeFieldContainer[Decision]
+    def __init__(self, decisions: _Optional[_Iterable[_Union[Decision, _Mapping]]] = ...) -> None: ...
 
 class DecisionAck(_message.Message):
     __slots__ = ("decision_id", "applied", "reason")

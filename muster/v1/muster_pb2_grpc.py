@@ -58,6 +58,11 @@ class SchedulerStub:
                 request_serializer=muster_dot_v1_dot_muster__pb2.StreamDecisionsRequest.SerializeToString,
                 response_deserializer=muster_dot_v1_dot_muster__pb2.Decision.FromString,
                 _registered_method=True)
+        self.StreamDecisionBatches = channel.unary_stream(
+                '/muster.v1.Scheduler/StreamDecisionBatches',
+                request_serializer=muster_dot_v1_dot_muster__pb2.StreamDecisionsRequest.SerializeToString,
+                response_deserializer=muster_dot_v1_dot_muster__pb2.DecisionBatch.FromString,
+                _registered_method=True)
         self.AckDecisions = channel.unary_unary(
                 '/muster.v1.Scheduler/AckDecisions',
                 request_serializer=muster_dot_v1_dot_muster__pb2.AckDecisionsRequest.SerializeToString,
@@ -173,6 +178,13 @@ class SchedulerServicer:
 
     def StreamDecisions(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamDecisionBatches(self, request, context):
+        """The same feed (same resend and ordering rules), sent as batches of what is ready at once.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -304,6 +316,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.StreamDecisions,
                     request_deserializer=muster_dot_v1_dot_muster__pb2.StreamDecisionsRequest.FromString,
                     response_serializer=muster_dot_v1_dot_muster__pb2.Decision.SerializeToString,
+            ),
+            'StreamDecisionBatches': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamDecisionBatches,
+                    request_deserializer=muster_dot_v1_dot_muster__pb2.StreamDecisionsRequest.FromString,
+                    response_serializer=muster_dot_v1_dot_muster__pb2.DecisionBatch.SerializeToString,
             ),
             'AckDecisions': grpc.unary_unary_rpc_method_handler(
                     servicer.AckDecisions,
@@ -503,6 +520,33 @@ class Scheduler:
             '/muster.v1.Scheduler/StreamDecisions',
             muster_dot_v1_dot_muster__pb2.StreamDecisionsRequest.SerializeToString,
             muster_dot_v1_dot_muster__pb2.Decision.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamDecisionBatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/muster.v1.Scheduler/StreamDecisionBatches',
+            muster_dot_v1_dot_muster__pb2.StreamDecisionsRequest.SerializeToString,
+            muster_dot_v1_dot_muster__pb2.DecisionBatch.FromString,
             options,
             channel_credentials,
             insecure,

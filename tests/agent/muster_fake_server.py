@@ -1,7 +1,8 @@
 """A minimal in-test Muster server for the backend-facing RPCs (runtime and agent unit tests).
 
 It records every register / snapshot / delta / ack, and serves decisions pushed by the test
-through ``push``. ``resend_unacked`` mimics the real server's StreamDecisions contract: on a new
+through ``push`` (on StreamDecisions one a message, on StreamDecisionBatches in batches).
+``resend_unacked`` mimics the real server's StreamDecisions contract: on a new
 stream, every unacknowledged decision with id > after_decision_id is sent again.
 """
 
@@ -23,6 +24,7 @@ class Recorder:
     deltas: list[pb.Delta] = field(default_factory=list)
     acks: list[pb.DecisionAck] = field(default_factory=list)
     stream_requests: list[pb.StreamDecisionsRequest] = field(default_factory=list)
+    stream_rpcs: list[str] = field(default_factory=list)  # which feed each stream used
     order: list[str] = field(default_factory=list)  # "ack:<id>" / "delta:<task>:<status>"
 
 
@@ -67,7 +69,18 @@ class FakeScheduler(pb_grpc.SchedulerServicer):
         return pb.AckDecisionsResponse(accepted=len(request.acks))
 
     async def StreamDecisions(self, request, context):  # noqa: N802
+        async for batch in self._feed("StreamDecisions", request):
+            for decision in batch:
+                yield decision
+
+    async def StreamDecisionBatches(self, request, context):  # noqa: N802
+        async for batch in self._feed("StreamDecisionBatches", request):
+            for k in range(0, len(batch), request.max_batch or 1000):
+                yield pb.DecisionBatch(decisions=batch[k : k + (request.max_batch or 1000)])
+
+    async def _feed(self, rpc: str, request: pb.StreamDecisionsRequest):
         self.rec.stream_requests.append(request)
+        self.rec.stream_rpcs.append(rpc)
         sent = 0
         # Resend unacknowledged decisions after the cursor, then follow new ones.
         while True:
@@ -76,9 +89,15 @@ class FakeScheduler(pb_grpc.SchedulerServicer):
                     await self._new.wait()
                 batch = self.decisions[sent:]
                 sent = len(self.decisions)
-            for decision in batch:
-                if decision.id > request.after_decision_id and decision.id not in self.acked:
-                    yield decision
+            batch = [d for d in batch if d.id > request.after_decision_id and d.id not in self.acked]
+            if batch:
+                yield batch
+
+
+class SinglesOnlyScheduler(FakeScheduler):
+    """A server from before StreamDecisionBatches: that RPC is UNIMPLEMENTED."""
+
+    StreamDecisionBatches = pb_grpc.SchedulerServicer.StreamDecisionBatches
 
 
 class FakeServerHandle:

@@ -6,7 +6,14 @@ import socket
 
 import anyio
 import pytest
-from muster_fake_server import FakeScheduler, FakeServerHandle, bind, eventually, evict
+from muster_fake_server import (
+    FakeScheduler,
+    FakeServerHandle,
+    SinglesOnlyScheduler,
+    bind,
+    eventually,
+    evict,
+)
 
 from adapters.runtime import BackendRuntime, DecisionLedger, FileDecisionLedger, Outcome, Rejected
 from muster.v1 import muster_pb2 as pb
@@ -114,6 +121,27 @@ async def test_reconnect_resyncs_and_resumes_after_last_applied():
         await eventually(lambda: len(servicer.rec.acks) == 2)
         assert backend.applied == [1, 2]
         assert runtime.sessions == 2
+        runtime.stop()
+    await handle.stop()
+
+
+@pytest.mark.parametrize("servicer_type, rpc", [(FakeScheduler, "StreamDecisionBatches"),
+                                                 (SinglesOnlyScheduler, "StreamDecisions")])
+async def test_decisions_read_in_batches_or_one_a_message_from_an_older_server(servicer_type, rpc):
+    handle = FakeServerHandle(servicer_type())
+    await handle.start()
+    backend = RecordingBackend()
+    runtime = await start(backend, handle, max_batch=2)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runtime.run)
+        await runtime.wait_ready()
+        for k in range(1, 6):  # pushed together: batches of at most max_batch on the batch feed
+            handle.servicer.decisions.append(bind(k, f"t-{k}"))
+        await handle.servicer.push(bind(6, "t-6"))
+        await eventually(lambda: len(handle.servicer.rec.acks) == 6)
+        assert backend.applied == [1, 2, 3, 4, 5, 6]  # every decision once, in order
+        assert handle.servicer.rec.stream_rpcs[-1] == rpc
+        assert handle.servicer.rec.stream_requests[-1].max_batch == 2
         runtime.stop()
     await handle.stop()
 

@@ -189,6 +189,15 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         return pb.SendDeltasResponse(applied=len(request.deltas))
 
     async def StreamDecisions(self, request, context):  # noqa: N802
+        async for batch in self._feed(request):
+            for decision in batch:
+                yield decision
+
+    async def StreamDecisionBatches(self, request, context):  # noqa: N802
+        async for batch in self._feed(request):
+            yield pb.DecisionBatch(decisions=batch)
+
+    async def _feed(self, request):
         sent = 0
         while True:
             async with self._new_decision:
@@ -196,9 +205,9 @@ class MiniMuster(pb_grpc.SchedulerServicer):
                     await self._new_decision.wait()
                 batch = self.decisions[sent:]
                 sent = len(self.decisions)
-            for decision in batch:
-                if decision.id > request.after_decision_id and decision.id not in self.acked:
-                    yield decision
+            batch = [d for d in batch if d.id > request.after_decision_id and d.id not in self.acked]
+            if batch:
+                yield batch
 
     async def AckDecisions(self, request, context):  # noqa: N802
         for ack in request.acks:

@@ -40,6 +40,30 @@ async def test_gang_waits_for_capacity_then_binds_in_one_cycle(server, stub) -> 
     assert job.status.phase == pb.JOB_PHASE_COMPLETED and job.status.succeeded == 4
 
 
+async def test_decision_batches_carry_the_same_feed_in_order_up_to_max_batch(server, stub) -> None:
+    await register(stub, "a", [node(f"n{i}") for i in range(5)])
+    await stub.SubmitJob(pb.SubmitJobRequest(job=gang("g", replicas=5, cpu="4")))
+    await next_cycle(server)
+    stream = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="a"))
+    singles = await read_decisions(stream, 5)
+    stream.cancel()
+    # The five binds are queued before the stream opens: they come two by two, then the rest.
+    batches = stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=2))
+    sizes, batched = [], []
+    with anyio.fail_after(WAIT):
+        async for batch in batches:
+            sizes.append(len(batch.decisions))
+            batched += batch.decisions
+            if len(batched) >= 5:
+                break
+    batches.cancel()
+    assert sizes == [2, 2, 1]
+    assert [d.id for d in batched] == [d.id for d in singles] == sorted(d.id for d in singles)
+    assert [d.bind.task_id for d in batched] == [d.bind.task_id for d in singles]
+    err = await rpc_error(stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=10_001)).read())
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith("max_batch")
+
+
 async def test_restart_keeps_jobs_and_resends_only_unacked(tmp_path: Path) -> None:
     opts = server_options(tmp_path)
     first = await start_server(opts)
