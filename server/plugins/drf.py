@@ -275,7 +275,8 @@ class DrfPlugin(Plugin):
             job = ssn.jobs.get(task.job)
             if job is None or task.job not in allocated:
                 return
-            allocated[task.job] += sign * task.resreq
+            # In place, no temporary (every placement): sign is +-1, so the same sums.
+            (np.add if sign > 0 else np.subtract)(allocated[task.job], task.resreq, out=allocated[task.job])
             shares.changed(task.job)
             if hierarchy_enabled and job.queue in ssn.queues:
                 hdrf.total_allocated += sign * task.resreq

@@ -83,9 +83,13 @@ class ProportionPlugin(Plugin):
             # job.allocated sums the tasks in Volcano's AllocatedStatus; request adds the pending ones.
             attr.allocated += job.allocated
             attr.request += job.allocated
-            pending = job.index[TaskStatus.PENDING]
-            if pending:
-                attr.request += np.sum([t.resreq for t in pending.values()], axis=0)
+            pending = iter(job.index[TaskStatus.PENDING].values())
+            first = next(pending, None)
+            if first is not None:  # the job's pending sum first, then added (as a numpy sum of them)
+                asked = first.resreq.copy()
+                for t in pending:
+                    asked += t.resreq
+                attr.request += asked
             if job.phase == PodGroupPhase.INQUEUE and job.min_resources is not None:
                 attr.inqueue += inqueue_resource(job)
             if job.min_resources is None:
