@@ -44,7 +44,7 @@ class TaskRecord:
             int(self.status),
             self.node,
             self.backend,
-            json.dumps(self.devices),
+            json.dumps(self.devices) if self.devices else "[]",  # most tasks hold none: no encoder
             self.message,
             self.exit_code,
         )
