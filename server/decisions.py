@@ -29,8 +29,11 @@ from server.records import DecisionRow
 T = TypeVar("T")
 
 DECISION_BUFFER = 10_000
-# StreamDecisionBatches: decisions per message unless the backend asks for fewer (at most the buffer).
+# StreamDecisionBatches: decisions per message unless the backend asks for fewer (at most the buffer),
+# and serialized bytes per message: well under gRPC's default 4 MiB receive limit, whatever the
+# decisions carry (annotations, commands); a single larger decision goes alone.
 DECISION_BATCH = 1_000
+DECISION_BATCH_BYTES = 1 << 20
 WATCH_BUFFER = 10_000  # a burst of 2,000 gangs makes ~8,000 events; falling behind costs a full re-list
 RECENT_OUTCOMES = 10_000  # a cache: older outcomes are read from the store
 

@@ -24,7 +24,7 @@ from muster.v1 import muster_pb2_grpc as pb_grpc
 from server import commands, ingest
 from server.api import queries, validate
 from server.auth import Policy, Principal
-from server.decisions import DECISION_BATCH
+from server.decisions import DECISION_BATCH, DECISION_BATCH_BYTES
 from server.errors import DomainError, ErrorCode, denied, invalid, precondition, unauthenticated
 from server.loop import ConfigManager, CycleLoop
 from server.simulate import ScenarioError, simulate_text
@@ -212,7 +212,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     async def StreamDecisions(
         self, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.Decision]:
-        async for batch in self._decision_feed("StreamDecisions", request, context, 1):
+        async for batch in self._decision_feed("StreamDecisions", request, context, 1, 0):
             yield batch[0]
 
     async def StreamDecisionBatches(
@@ -221,13 +221,15 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         # One message per burst: streaming costs the server (and the backend) per message, and a
         # cycle issues thousands of binds at once.
         async for batch in self._decision_feed("StreamDecisionBatches", request, context,
-                                               request.max_batch or DECISION_BATCH):
+                                               request.max_batch or DECISION_BATCH, DECISION_BATCH_BYTES):
             yield pb.DecisionBatch(decisions=batch)
 
     async def _decision_feed(
-        self, rpc: str, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext, max_batch: int
+        self, rpc: str, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext, max_batch: int,
+        max_bytes: int,
     ) -> AsyncIterator[list[pb.Decision]]:
-        """A backend's decision feed: what is queued for it, up to ``max_batch`` decisions at a time."""
+        """A backend's decision feed: what is queued for it, up to ``max_batch`` decisions and about
+        ``max_bytes`` serialized at a time (a decision that would pass ``max_bytes`` starts the next)."""
         try:
             self.authorize(rpc, self.identify(rpc, context), request)
             validate.check_bounds(request)
@@ -245,11 +247,18 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         try:
             async for decision in sub.receive:
                 batch = [decision]
+                size = decision.ByteSize() if max_batch > 1 else 0
                 while len(batch) < max_batch:
                     try:
-                        batch.append(sub.receive.receive_nowait())
+                        decision = sub.receive.receive_nowait()
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
+                    n = decision.ByteSize()
+                    if size + n > max_bytes:
+                        yield batch
+                        batch, size = [], 0
+                    batch.append(decision)
+                    size += n
                 yield batch
         finally:
             self._streams[request.backend] -= 1

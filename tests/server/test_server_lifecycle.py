@@ -13,7 +13,7 @@ from server_test_helpers import WAIT, gang, next_cycle, node, read_decisions, re
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server import commands
+from server import commands, service
 from server.app import start_server
 
 
@@ -62,6 +62,28 @@ async def test_decision_batches_carry_the_same_feed_in_order_up_to_max_batch(ser
     assert [d.bind.task_id for d in batched] == [d.bind.task_id for d in singles]
     err = await rpc_error(stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=10_001)).read())
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith("max_batch")
+
+
+async def test_decision_batches_stay_within_their_byte_limit(server, stub, monkeypatch) -> None:
+    await register(stub, "a", [node(f"n{i}") for i in range(5)])
+    await stub.SubmitJob(pb.SubmitJobRequest(job=gang("g", replicas=5, cpu="4")))
+    await next_cycle(server)
+    stream = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="a"))
+    singles = await read_decisions(stream, 5)
+    stream.cancel()
+    one = max(d.ByteSize() for d in singles)
+    # Room for two decisions a message: five queued binds come as 2, 2, 1 though max_batch allows 5.
+    monkeypatch.setattr(service, "DECISION_BATCH_BYTES", 2 * one + one // 2)
+    batches = stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=5))
+    sizes: list[int] = []
+    with anyio.fail_after(WAIT):
+        async for batch in batches:
+            sizes.append(len(batch.decisions))
+            assert sum(d.ByteSize() for d in batch.decisions) <= 2 * one + one // 2
+            if sum(sizes) >= 5:
+                break
+    batches.cancel()
+    assert sizes == [2, 2, 1]
 
 
 async def test_restart_keeps_jobs_and_resends_only_unacked(tmp_path: Path) -> None:
