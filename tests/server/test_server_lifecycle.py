@@ -40,50 +40,52 @@ async def test_gang_waits_for_capacity_then_binds_in_one_cycle(server, stub) -> 
     assert job.status.phase == pb.JOB_PHASE_COMPLETED and job.status.succeeded == 4
 
 
-async def test_decision_batches_carry_the_same_feed_in_order_up_to_max_batch(server, stub) -> None:
+async def five_queued_binds(server, stub) -> list[pb.Decision]:
+    """A gang of five bound in one cycle; its binds, read once from StreamDecisions (still unacked:
+    a new stream sends them again)."""
     await register(stub, "a", [node(f"n{i}") for i in range(5)])
     await stub.SubmitJob(pb.SubmitJobRequest(job=gang("g", replicas=5, cpu="4")))
     await next_cycle(server)
     stream = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="a"))
     singles = await read_decisions(stream, 5)
     stream.cancel()
-    # The five binds are queued before the stream opens: they come two by two, then the rest.
-    batches = stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=2))
-    sizes, batched = [], []
+    return singles
+
+
+async def read_batches(batches, count: int) -> list[list[pb.Decision]]:
+    """The batches of a StreamDecisionBatches call until ``count`` decisions came; the call is ended."""
+    out: list[list[pb.Decision]] = []
     with anyio.fail_after(WAIT):
         async for batch in batches:
-            sizes.append(len(batch.decisions))
-            batched += batch.decisions
-            if len(batched) >= 5:
+            out.append(list(batch.decisions))
+            if sum(len(b) for b in out) >= count:
                 break
     batches.cancel()
-    assert sizes == [2, 2, 1]
-    assert [d.id for d in batched] == [d.id for d in singles] == sorted(d.id for d in singles)
-    assert [d.bind.task_id for d in batched] == [d.bind.task_id for d in singles]
+    return out
+
+
+async def test_decision_batches_carry_the_same_feed_in_order_up_to_max_batch(server, stub) -> None:
+    singles = await five_queued_binds(server, stub)
+    # The five binds are queued before the stream opens: they come two by two, then the rest.
+    batches = stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=2))
+    batched = await read_batches(batches, 5)
+    assert [len(b) for b in batched] == [2, 2, 1]
+    flat = [d for b in batched for d in b]
+    assert [d.id for d in flat] == [d.id for d in singles] == sorted(d.id for d in singles)
+    assert [d.bind.task_id for d in flat] == [d.bind.task_id for d in singles]
     err = await rpc_error(stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=10_001)).read())
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith("max_batch")
 
 
 async def test_decision_batches_stay_within_their_byte_limit(server, stub, monkeypatch) -> None:
-    await register(stub, "a", [node(f"n{i}") for i in range(5)])
-    await stub.SubmitJob(pb.SubmitJobRequest(job=gang("g", replicas=5, cpu="4")))
-    await next_cycle(server)
-    stream = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="a"))
-    singles = await read_decisions(stream, 5)
-    stream.cancel()
+    singles = await five_queued_binds(server, stub)
     one = max(d.ByteSize() for d in singles)
     # Room for two decisions a message: five queued binds come as 2, 2, 1 though max_batch allows 5.
     monkeypatch.setattr(service, "DECISION_BATCH_BYTES", 2 * one + one // 2)
     batches = stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=5))
-    sizes: list[int] = []
-    with anyio.fail_after(WAIT):
-        async for batch in batches:
-            sizes.append(len(batch.decisions))
-            assert sum(d.ByteSize() for d in batch.decisions) <= 2 * one + one // 2
-            if sum(sizes) >= 5:
-                break
-    batches.cancel()
-    assert sizes == [2, 2, 1]
+    batched = await read_batches(batches, 5)
+    assert [len(b) for b in batched] == [2, 2, 1]
+    assert all(sum(d.ByteSize() for d in b) <= 2 * one + one // 2 for b in batched)
 
 
 async def test_restart_keeps_jobs_and_resends_only_unacked(tmp_path: Path) -> None:
