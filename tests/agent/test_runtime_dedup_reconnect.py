@@ -146,6 +146,21 @@ async def test_decisions_read_in_batches_or_one_a_message_from_an_older_server(s
     await handle.stop()
 
 
+async def test_a_decision_past_grpcs_default_receive_limit_is_read(handle):
+    # A task group with 5 MiB of annotations: each of its binds carries them.
+    big = bind(1, "big")
+    big.bind.annotations["blob"] = "x" * (5 * 1024 * 1024)
+    backend = RecordingBackend()
+    runtime = await start(backend, handle)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runtime.run)
+        await runtime.wait_ready()
+        await handle.servicer.push(big)
+        await eventually(lambda: len(handle.servicer.rec.acks) == 1)
+        assert backend.applied == [1] and handle.servicer.rec.acks[0].applied
+        runtime.stop()
+
+
 async def test_new_server_identity_clears_ledger():
     ledger = DecisionLedger()
     ledger.bind_server("s1")
