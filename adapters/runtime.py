@@ -98,12 +98,6 @@ __all__ = [
 log = structlog.get_logger("muster.adapter")
 
 
-# A decision carries its task group's request, command and annotations: as large as the job the
-# server accepted (its --max-message-bytes, 64 MiB by default), past gRPC's default 4 MiB receive
-# limit, beyond which the decision could never be read (reconnect, resent, again).
-MAX_DECISION_BYTES = 64 * 1024 * 1024
-
-
 class BackendRuntime:
     """Connects a :class:`Backend` to a Muster server; see the module docstring."""
 
@@ -139,8 +133,7 @@ class BackendRuntime:
         self.batch_linger = batch_linger
         self.max_batch = max_batch
         self.flush_interval = flush_interval
-        self._channel_factory = channel_factory or (lambda address: transport.channel(
-            address, tls, [("grpc.max_receive_message_length", MAX_DECISION_BYTES)], token=token))
+        self._channel_factory = channel_factory or (lambda address: transport.channel(address, tls, token=token))
         self._outbox = Outbox(name, max_batch=max_batch, flush_interval=flush_interval)
         self._stop = anyio.Event()
         self._ready = anyio.Event()

@@ -17,6 +17,12 @@ from dataclasses import dataclass
 
 import grpc
 
+# The largest message, both ways: the server's default --max-message-bytes, and what every channel
+# made here reads. A decision or a Job carries its task groups' annotations and commands, so a job
+# the server accepted can make a reply past gRPC's default 4 MiB receive limit, which a client with
+# that default could never read (a backend would reconnect and get the same decision again).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class ClientTls:
@@ -102,8 +108,11 @@ def channel(address: str, tls: ClientTls | None = None,
             user: str | None = None) -> grpc.aio.Channel:
     """An asyncio channel to ``address``: TLS when ``tls`` asks for it, else plaintext; with
     ``token``, every call carries it as a bearer token; with ``user``, the ``x-muster-user`` claim
-    a server without authentication records as the owner of submitted jobs (ignored otherwise)."""
+    a server without authentication records as the owner of submitted jobs (ignored otherwise).
+    Messages up to ``MAX_MESSAGE_BYTES`` are read unless ``options`` say otherwise."""
     opts = list(options or [])
+    if not any(name == "grpc.max_receive_message_length" for name, _ in opts):
+        opts.append(("grpc.max_receive_message_length", MAX_MESSAGE_BYTES))
     headers = [("authorization", f"Bearer {token}")] if token else []
     if user:
         headers.append(("x-muster-user", user))

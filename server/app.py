@@ -27,6 +27,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry.sdk.trace import TracerProvider
 
+from muster import transport
 from muster.v1 import muster_pb2 as pb
 from server.api.handlers import add_scheduler_service
 from server.auth import Policy
@@ -57,7 +58,7 @@ class ServerOptions:
     job_retention: float = 600.0  # seconds a finished job stays in memory (then: from the store)
     expire_interval: float | None = None  # how often deadlines are checked; None: derived
     shutdown_grace: float = 2.0
-    max_message_bytes: int = 64 * 1024 * 1024
+    max_message_bytes: int = transport.MAX_MESSAGE_BYTES
     tls_cert: str | None = None  # with tls_key: serve TLS (see server/tls.py)
     tls_key: str | None = None
     tls_client_ca: str | None = None  # clients must present a certificate this CA signed (mTLS)
