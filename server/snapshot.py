@@ -2,8 +2,9 @@
 
 ``capture(state)`` is cheap: it takes the immutable specs (node, queue and job templates are
 replaced, never mutated) and each active job's task statuses and nodes. ``materialize`` deep-copies
-that into a ``model.ClusterSnapshot`` (in a worker thread), so the scheduling core may change its
-snapshot freely. ``server.apply`` later compares a cycle's result against the same capture and
+that into a ``model.ClusterSnapshot`` (in a worker thread): the records go on changing while the
+cycle runs. The scheduling core itself never changes its snapshot (every cycle in the tests checks
+it), which lets the worker's ``ResidentState`` reuse its copies. ``server.apply`` later compares a cycle's result against the same capture and
 drops whatever the world changed in between.
 """
 
@@ -60,42 +61,52 @@ def materialize(
     foreign: list[model.TaskSpec],
     priority_classes: dict[str, model.PriorityClass],
 ) -> model.ClusterSnapshot:
-    """Deep copies: the scheduling core changes its snapshot freely."""
-    out = []
-    for tmpl, phase, states, restarts, submit_time in jobs:
-        tasks = [
-            _copy_task(t, status, node, devices)
-            for t, (status, node, devices) in zip(tmpl.tasks, states, strict=True)
-        ]
-        out.append(
-            model.JobSpec(
-                uid=tmpl.uid,
-                name=tmpl.name,
-                namespace=tmpl.namespace,
-                queue=tmpl.queue,
-                tasks=tasks,
-                min_member=tmpl.min_member,
-                min_task_member=dict(tmpl.min_task_member),
-                min_resources=dict(tmpl.min_resources) if tmpl.min_resources else None,
-                priority=tmpl.priority,
-                priority_class=tmpl.priority_class,
-                preemptible=tmpl.preemptible,
-                phase=phase,
-                sub_groups=[model.SubGroupSpec(s.name, s.min_member) for s in tmpl.sub_groups],
-                network_topology=dict(tmpl.network_topology),
-                annotations=dict(tmpl.annotations),
-                creation_index=tmpl.creation_index,
-                created_at=submit_time,  # sla's waiting time
-                tyjob=replace(tmpl.tyjob, leader_restarts=restarts) if tmpl.tyjob is not None else None,
-            )
-        )
+    """Deep copies: the server's records go on changing while a cycle runs on them."""
+    return _snapshot([_copy_node(n) for n in nodes], queues, [_copy_job(j) for j in jobs], foreign, priority_classes)
+
+
+def _snapshot(
+    nodes: list[model.NodeSpec],
+    queues: list[model.QueueSpec],
+    jobs: list[model.JobSpec],
+    foreign: list[model.TaskSpec],
+    priority_classes: dict[str, model.PriorityClass],
+) -> model.ClusterSnapshot:
     return model.ClusterSnapshot(
-        nodes=[_copy_node(n) for n in nodes],
+        nodes=nodes,
         queues=[_copy_queue(q) for q in queues],
-        jobs=out,
+        jobs=jobs,
         foreign_tasks=[_copy_task(t, t.status, t.node, tuple(t.devices)) for t in foreign],
         priority_classes={k: model.PriorityClass(v.name, v.value, v.preemption_policy, v.global_default)
                           for k, v in priority_classes.items()},
+    )
+
+
+def _copy_job(job: JobState) -> model.JobSpec:
+    tmpl, phase, states, restarts, submit_time = job
+    tasks = [
+        _copy_task(t, status, node, devices)
+        for t, (status, node, devices) in zip(tmpl.tasks, states, strict=True)
+    ]
+    return model.JobSpec(
+        uid=tmpl.uid,
+        name=tmpl.name,
+        namespace=tmpl.namespace,
+        queue=tmpl.queue,
+        tasks=tasks,
+        min_member=tmpl.min_member,
+        min_task_member=dict(tmpl.min_task_member),
+        min_resources=dict(tmpl.min_resources) if tmpl.min_resources else None,
+        priority=tmpl.priority,
+        priority_class=tmpl.priority_class,
+        preemptible=tmpl.preemptible,
+        phase=phase,
+        sub_groups=[model.SubGroupSpec(s.name, s.min_member) for s in tmpl.sub_groups],
+        network_topology=dict(tmpl.network_topology),
+        annotations=dict(tmpl.annotations),
+        creation_index=tmpl.creation_index,
+        created_at=submit_time,  # sla's waiting time
+        tyjob=replace(tmpl.tyjob, leader_restarts=restarts) if tmpl.tyjob is not None else None,
     )
 
 
@@ -262,7 +273,11 @@ class DeltaSender:
 
 class ResidentState:
     """The worker's copy of the cluster between cycles, kept up to date by deltas (the dicts in
-    the capture's order)."""
+    the capture's order).
+
+    ``materialize`` copies only the nodes and jobs a delta replaced: the copy of an unchanged one
+    is handed to the next cycle again. That relies on the scheduling core never changing its
+    snapshot, which every cycle in the tests checks (tests/conftest.py)."""
 
     def __init__(self) -> None:
         self.clear()
@@ -273,6 +288,9 @@ class ResidentState:
         self.jobs: dict[str, JobState] = {}
         self.foreign: list[model.TaskSpec] = []
         self.priority_classes: dict[str, model.PriorityClass] = {}
+        # The copies the last snapshot was made of, with what each was copied from.
+        self._node_copies: dict[str, tuple[model.NodeSpec, model.NodeSpec]] = {}
+        self._job_copies: dict[str, tuple[JobState, model.JobSpec]] = {}
 
     @property
     def node_order(self) -> list[str]:
@@ -295,9 +313,17 @@ class ResidentState:
             self.priority_classes = delta.priority_classes
 
     def materialize(self) -> model.ClusterSnapshot:
-        return materialize(
-            list(self.nodes.values()), self.queues, self.jobs.values(), self.foreign, self.priority_classes
-        )
+        node_copies: dict[str, tuple[model.NodeSpec, model.NodeSpec]] = {}
+        for name, spec in self.nodes.items():
+            known = self._node_copies.get(name)
+            node_copies[name] = known if known is not None and known[0] is spec else (spec, _copy_node(spec))
+        job_copies: dict[str, tuple[JobState, model.JobSpec]] = {}
+        for uid, job in self.jobs.items():
+            seen = self._job_copies.get(uid)
+            job_copies[uid] = seen if seen is not None and not _job_changed(seen[0], job) else (job, _copy_job(job))
+        self._node_copies, self._job_copies = node_copies, job_copies
+        return _snapshot([c for _, c in node_copies.values()], self.queues, [c for _, c in job_copies.values()],
+                         self.foreign, self.priority_classes)
 
 
 def _job_changed(known: JobState | None, now: JobState) -> bool:

@@ -67,6 +67,37 @@ def test_resident_copy_equals_a_fresh_snapshot_through_changes(state: ClusterSta
     assert gone.node_order == ["n0"] and resident.node_order == ["n0"]
 
 
+def test_resident_copies_only_what_a_delta_replaced(state: ClusterState) -> None:
+    sender, resident = snapshot.DeltaSender(), snapshot.ResidentState()
+
+    def step() -> tuple[dict[str, object], dict[str, object]]:
+        cap = snapshot.capture(state)
+        resident.apply(sender.delta(cap))
+        snap = resident.materialize()
+        assert snap == cap.materialize()
+        return {j.uid: j for j in snap.jobs}, {n.name: n for n in snap.nodes}
+
+    commands.submit_job(state, gang("g1", replicas=2))
+    commands.submit_job(state, gang("g2", replicas=1))
+    jobs, nodes = step()
+    again_jobs, again_nodes = step()  # nothing changed: the same copies again
+    assert all(again_jobs[k] is jobs[k] for k in jobs) and all(again_nodes[k] is nodes[k] for k in nodes)
+    commands.submit_job(state, gang("g3", replicas=1))
+    more_jobs, _ = step()  # a new job: copied; the others are not
+    assert all(more_jobs[k] is jobs[k] for k in jobs) and "g3" in more_jobs
+
+    # Jobs are bound and n3 cordoned: the bound jobs' copies and n3's are new, the other nodes' not.
+    cap = snapshot.capture(state)
+    result = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(cap.materialize(), cap.cycle_id)
+    apply(state, cap, result)
+    bound = {state.task_job[uid].id for uid in result.binds}
+    ingest.sync_snapshot(state, pb.SyncSnapshotRequest(
+        backend="a", nodes=[*(node(f"n{i}") for i in range(3)), node("n3", unschedulable=True)]))
+    later_jobs, later_nodes = step()
+    assert bound and all(later_jobs[k] is not more_jobs[k] for k in bound)
+    assert [k for k in nodes if later_nodes[k] is not nodes[k]] == ["n3"]
+
+
 async def test_worker_process_schedules_on_deltas_and_recovers_from_a_restart(state: ClusterState) -> None:
     runner = CoreRunner("process")
     core = SchedulerCore(load_config(DEFAULT_CONFIG_YAML))
