@@ -38,8 +38,8 @@ Decisions and acks
 
 Batching (gangs)
     Decisions arrive in batches of what the server had ready, and the runtime hands them to the
-    backend in *bursts*: everything already received, plus whatever arrives within ``batch_linger`` seconds,
-    split into runs of one ``cycle_id`` (stream order is kept). A backend that must place a gang
+    backend in *bursts*: everything already received, plus whatever arrives within
+    ``batch_linger`` seconds, split into runs of one ``cycle_id`` (stream order is kept). A backend that must place a gang
     atomically (Slurm: one allocation for all binds of a job) implements the optional
     ``apply_batch(decisions) -> list[Outcome]``; otherwise the runtime calls ``apply_bind`` /
     ``apply_evict`` for each decision in order. :func:`group_by_job` helps split a burst per job.
@@ -286,24 +286,14 @@ class BackendRuntime:
             backend=self.name, after_decision_id=self._resume_after(), max_batch=self.max_batch
         )
         async with send:
-            batches = stub.StreamDecisionBatches(request)
             try:
-                async for batch in batches:
-                    for decision in batch.decisions:
-                        await send.send(decision)
+                await _forward(stub.StreamDecisionBatches(request), send)
             except grpc.aio.AioRpcError as exc:
                 if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise
                 # A server from before StreamDecisionBatches: the same feed, one decision a message.
                 log.info("decision batches unimplemented; reading one decision per message", backend=self.name)
-                singles = stub.StreamDecisions(request)
-                try:
-                    async for decision in singles:
-                        await send.send(decision)
-                finally:
-                    singles.cancel()
-            finally:
-                batches.cancel()
+                await _forward(stub.StreamDecisions(request), send)
         # The server ended the stream (e.g. it is shutting down): treat as a disconnect.
         raise anyio.EndOfStream
 
@@ -452,6 +442,17 @@ def _first_error(group: BaseExceptionGroup) -> BaseException:
         if not isinstance(exc, anyio.get_cancelled_exc_class()):
             return exc
     return group
+
+
+async def _forward(call: Any, send: ObjectSendStream[pb.Decision]) -> None:
+    """Every decision a feed's messages carry (a DecisionBatch's, or a Decision itself), in order;
+    the call is cancelled when this ends."""
+    try:
+        async for message in call:
+            for decision in message.decisions if isinstance(message, pb.DecisionBatch) else (message,):
+                await send.send(decision)
+    finally:
+        call.cancel()
 
 
 def runs_by_cycle(decisions: list[pb.Decision]) -> list[list[pb.Decision]]:

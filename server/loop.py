@@ -184,12 +184,12 @@ class CycleLoop:
             obs.fail(exc)
             self.failures += 1
             log.exception("cycle.failed", cycle=captured.cycle_id)
-            await self.writer.flush(self.state.commit)
+            await self._flush()
             self._finish_cycle()
             return
         with obs.applying():  # decisions issued here carry the cycle's trace context
             stats = await apply_result(self.state, captured, result, after_part=self._flush)
-        await self.writer.flush(self.state.commit)
+        await self._flush()
         obs.finish(
             result,
             binds=stats.binds,
@@ -214,6 +214,7 @@ class CycleLoop:
         self._finish_cycle()
 
     async def _flush(self) -> None:
+        """Write what changed (rows) and publish its watch events."""
         await self.writer.flush(self.state.commit)
 
     def _finish_cycle(self) -> None:

@@ -4,8 +4,8 @@
 replaced, never mutated) and each active job's task statuses and nodes. ``materialize`` deep-copies
 that into a ``model.ClusterSnapshot`` (in a worker thread): the records go on changing while the
 cycle runs. The scheduling core itself never changes its snapshot (every cycle in the tests checks
-it), which lets the worker's ``ResidentState`` reuse its copies. ``server.apply`` later compares a cycle's result against the same capture and
-drops whatever the world changed in between.
+it), which lets the worker's ``ResidentState`` hand it what it holds. ``server.apply`` later
+compares a cycle's result against the same capture and drops whatever the world changed in between.
 """
 
 from __future__ import annotations
@@ -275,9 +275,10 @@ class ResidentState:
     """The worker's copy of the cluster between cycles, kept up to date by deltas (the dicts in
     the capture's order).
 
-    ``materialize`` copies only the nodes and jobs a delta replaced: the copy of an unchanged one
-    is handed to the next cycle again. That relies on the scheduling core never changing its
-    snapshot, which every cycle in the tests checks (tests/conftest.py)."""
+    ``materialize`` hands the core the nodes it holds, and builds a job's spec (its template with
+    the tasks' states) only when a delta replaced the job: an unchanged job's spec is handed to the
+    next cycle again. That relies on the scheduling core never changing its snapshot, which every
+    cycle in the tests checks (tests/conftest.py)."""
 
     def __init__(self) -> None:
         self.clear()
@@ -288,8 +289,7 @@ class ResidentState:
         self.jobs: dict[str, JobState] = {}
         self.foreign: list[model.TaskSpec] = []
         self.priority_classes: dict[str, model.PriorityClass] = {}
-        # The copies the last snapshot was made of, with what each was copied from.
-        self._node_copies: dict[str, tuple[model.NodeSpec, model.NodeSpec]] = {}
+        # The job specs the last snapshot was made of, with the state each was built from.
         self._job_copies: dict[str, tuple[JobState, model.JobSpec]] = {}
 
     @property
@@ -313,16 +313,12 @@ class ResidentState:
             self.priority_classes = delta.priority_classes
 
     def materialize(self) -> model.ClusterSnapshot:
-        node_copies: dict[str, tuple[model.NodeSpec, model.NodeSpec]] = {}
-        for name, spec in self.nodes.items():
-            known = self._node_copies.get(name)
-            node_copies[name] = known if known is not None and known[0] is spec else (spec, _copy_node(spec))
         job_copies: dict[str, tuple[JobState, model.JobSpec]] = {}
         for uid, job in self.jobs.items():
             seen = self._job_copies.get(uid)
             job_copies[uid] = seen if seen is not None and not _job_changed(seen[0], job) else (job, _copy_job(job))
-        self._node_copies, self._job_copies = node_copies, job_copies
-        return _snapshot([c for _, c in node_copies.values()], self.queues, [c for _, c in job_copies.values()],
+        self._job_copies = job_copies
+        return _snapshot(list(self.nodes.values()), self.queues, [c for _, c in job_copies.values()],
                          self.foreign, self.priority_classes)
 
 

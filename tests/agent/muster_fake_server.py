@@ -74,9 +74,10 @@ class FakeScheduler(pb_grpc.SchedulerServicer):
                 yield decision
 
     async def StreamDecisionBatches(self, request, context):  # noqa: N802
+        size = request.max_batch or 1000
         async for batch in self._feed("StreamDecisionBatches", request):
-            for k in range(0, len(batch), request.max_batch or 1000):
-                yield pb.DecisionBatch(decisions=batch[k : k + (request.max_batch or 1000)])
+            for k in range(0, len(batch), size):
+                yield pb.DecisionBatch(decisions=batch[k : k + size])
 
     async def _feed(self, rpc: str, request: pb.StreamDecisionsRequest):
         self.rec.stream_requests.append(request)
