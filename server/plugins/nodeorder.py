@@ -89,7 +89,8 @@ class NodeOrderPlugin(Plugin):
             # One node in plain floats: the cached evaluation re-scores one or two changed rows at a
             # time, where numpy's per-call overhead would dominate. Same formula as below.
             ic, im = inv_c[i], inv_m[i]
-            used_c, used_m = used[i, :2].tolist()
+            row = used[i].tolist()
+            used_c, used_m = row[0], row[1]
             fc, fm = (used_c + req_c) * ic, (used_m + req_m) * im
             ok_c, ok_m = ic > 0 and fc <= 1.0, im > 0 and fm <= 1.0
             total = 0.0
@@ -118,21 +119,26 @@ class NodeOrderPlugin(Plugin):
             frac *= inv[rows]
             has_rows = has[rows]
             fits = has_rows & (frac <= 1.0)
-            # Two columns: a + b is what sum(axis=1) gives, without the reduction's overhead.
+            # Two columns: a + b is what sum(axis=1) gives, without the reduction's overhead. A
+            # weight of 1 multiplies nothing (x * 1.0 == x): skipped.
             total = np.zeros(len(rows))
             if least:
                 part = np.where(fits, np.floor((1.0 - frac) * MAX_NODE_SCORE), 0.0)
-                total += np.floor((part[:, 0] + part[:, 1]) / 2) * least
+                part = np.floor((part[:, 0] + part[:, 1]) / 2)
+                total += part if least == 1 else part * least
             if most:
                 part = np.where(fits, np.floor(frac * MAX_NODE_SCORE), 0.0)
-                total += np.floor((part[:, 0] + part[:, 1]) / 2) * most
+                part = np.floor((part[:, 0] + part[:, 1]) / 2)
+                total += part if most == 1 else part * most
             if balanced:
                 capped = np.where(has_rows, np.minimum(frac, 1.0), 1.0)
-                total += np.floor((1 - np.abs(capped[:, 0] - capped[:, 1]) / 2) * MAX_NODE_SCORE) * balanced
+                part = np.floor((1 - np.abs(capped[:, 0] - capped[:, 1]) / 2) * MAX_NODE_SCORE)
+                total += part if balanced == 1 else part * balanced
             return total
 
         def resource_row(task: TaskInfo, i: int) -> float:
-            return row_score(i, float(task.resreq[cpu]) or DEFAULT_MILLI_CPU, float(task.resreq[mem]) or DEFAULT_MEMORY)
+            req = task.request_floats
+            return row_score(i, req[cpu] or DEFAULT_MILLI_CPU, req[mem] or DEFAULT_MEMORY)
 
         scorers = [Scorer("shape", resource_scores, row=resource_row)]
 

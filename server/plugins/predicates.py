@@ -126,7 +126,7 @@ class PredicatesPlugin(Plugin):
                 "shape",
                 lambda task, rows: nodes.task_count[rows] - evicted_per_row[rows] < nodes.max_tasks[rows],
                 reason=POD_NUMBER,
-                row=lambda task, i: bool(nodes.task_count[i] - evicted_per_row[i] < nodes.max_tasks[i]),
+                row=lambda task, i: nodes.task_count.item(i) - evicted_per_row.item(i) < nodes.max_tasks.item(i),
             )
         )
 

@@ -20,6 +20,7 @@ pass over the cluster.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,7 @@ class _StaticEntry:
 
 @dataclass
 class _ShapeEntry:
+    static: _StaticEntry
     future_ok: np.ndarray  # static & fits future idle & shape predicates
     idle_ok: np.ndarray  # future_ok & fits idle
     score: np.ndarray  # static + shape scores
@@ -89,6 +91,8 @@ class NodeEvaluator:
         self._all_rows = np.arange(len(self.nodes))
         # Every shape predicate and scorer can re-check one row in plain Python (``row``).
         self._scalar_rows = True
+        self._shape_predicate_rows: list[Callable[[TaskInfo, int], bool]] = []
+        self._shape_scorer_rows: list[Callable[[TaskInfo, int], float]] = []
         # The table's combining functions of the two vectorised points, applied per scope.
         self._all_pass = POINTS["predicate"].combine
         self._add = POINTS["node_order"].combine
@@ -108,6 +112,8 @@ class NodeEvaluator:
         self._scalar_rows = all(p.row is not None and p.now is None for p in self.predicates["shape"]) and all(
             s.row is not None for s in self.scorers["shape"]
         )
+        self._shape_predicate_rows = [p.row for p in self.predicates["shape"] if p.row is not None]
+        self._shape_scorer_rows = [s.row for s in self.scorers["shape"] if s.row is not None]
         self._static.clear()
         self._shape.clear()
         self._fit_errors.clear()
@@ -141,27 +147,28 @@ class NodeEvaluator:
                 idle_ok &= p.now(task, rows)
         return ok, idle_ok, score
 
-    def _shape_row(self, task: TaskInfo, static: _StaticEntry, entry: _ShapeEntry, row: int) -> None:
+    def _shape_row(self, task: TaskInfo, entry: _ShapeEntry, row: int, has_future: bool) -> None:
         """``_shape_rows`` for one row, in plain Python: the same answers (same float operations in
         the same order), at a tenth of numpy's per-call cost on a one-row array."""
         n = self.nodes
         idle = n.idle[row].tolist()
         limit = entry.limit
         fits_idle = all(map(operator.ge, idle, limit))
-        if n.has_future_resources():
+        if has_future:
             future = map(operator.sub, map(operator.add, idle, n.releasing[row].tolist()), n.pipelined[row].tolist())
             fits_future = all(map(operator.ge, future, limit))
         else:
             fits_future = fits_idle
-        ok = fits_future and bool(static.mask[row])
+        static = entry.static
+        ok = fits_future and static.mask.item(row)
         if ok:
-            for p in self.predicates["shape"]:
-                if not p.row(task, row):  # type: ignore[misc]
+            for check in self._shape_predicate_rows:
+                if not check(task, row):
                     ok = False
                     break
-        score = float(static.score[row])
-        for s in self.scorers["shape"]:
-            score += s.row(task, row)  # type: ignore[misc]
+        score = static.score.item(row)
+        for add in self._shape_scorer_rows:
+            score += add(task, row)
         idle_ok = ok and fits_idle
         entry.future_ok[row] = ok
         entry.idle_ok[row] = idle_ok
@@ -175,18 +182,18 @@ class NodeEvaluator:
         if entry is None:
             static = self._static_entry(task)
             future_ok, idle_ok, score = self._shape_rows(task, static, self._all_rows)
-            entry = _ShapeEntry(future_ok, idle_ok, score, len(log), (task.resreq - MIN_RESOURCE).tolist())
+            entry = _ShapeEntry(static, future_ok, idle_ok, score, len(log), (task.resreq - MIN_RESOURCE).tolist())
             entry.refresh()
             self._shape[task.shape_key] = entry
         elif entry.log_position < len(log):
             changed = log[entry.log_position :]
-            static = self._static_entry(task)
             if self._scalar_rows and len(changed) <= SCALAR_ROWS:
-                for row in set(changed):
-                    self._shape_row(task, static, entry, row)
+                has_future = self.nodes.has_future_resources()
+                for row in set(changed) if len(changed) > 1 else changed:
+                    self._shape_row(task, entry, row, has_future)
             else:
                 dirty = np.array(sorted(set(changed)) if len(changed) > 1 else changed, dtype=np.int64)
-                entry.update(dirty, *self._shape_rows(task, static, dirty))
+                entry.update(dirty, *self._shape_rows(task, entry.static, dirty))
             entry.log_position = len(log)
         return entry
 
@@ -291,7 +298,8 @@ class NodeEvaluator:
         static_reasons, remaining = self._static_failures(task, rows)
         fe.reasons.update(static_reasons)
         if len(remaining):
-            future = n.future_idle(remaining)
+            # idle + 0 - 0 is idle: one copy instead of three when nothing is released or pipelined.
+            future = n.future_idle(remaining) if n.has_future_resources() else n.idle[remaining]
             short = task.resreq > future + MIN_RESOURCE
             for d, nodes_short in enumerate(short.sum(axis=0)):
                 if nodes_short:

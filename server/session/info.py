@@ -39,7 +39,7 @@ class ResourceSpace:
         self.dims: list[str] = [CPU, MEMORY, *rest]
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.dims)}
         self.size = len(self.dims)
-        self._requests: dict[tuple[tuple[str, float], ...], tuple[Vec, bool, dict[str, int], bytes]] = {}
+        self._requests: dict[tuple[tuple[str, float], ...], tuple[Vec, tuple[float, ...], bool, dict[str, int], bytes]] = {}
 
     def vec(self, resources: Mapping[str, float] | None) -> Vec:
         """A fresh vector (callers may mutate it)."""
@@ -55,16 +55,17 @@ class ResourceSpace:
                     row[i] = value
         return row
 
-    def request(self, resources: Mapping[str, float]) -> tuple[Vec, bool, dict[str, int], bytes]:
-        """A task request as a shared, read-only vector (many tasks ask for the same), whether it
-        is best-effort (empty), the whole devices it asks per device resource (shared too), and the
-        vector's bytes (a cache key)."""
+    def request(self, resources: Mapping[str, float]) -> tuple[Vec, tuple[float, ...], bool, dict[str, int], bytes]:
+        """A task request as a shared, read-only vector (many tasks ask for the same), the same as
+        Python floats (for one-row checks, where numpy scalars cost ~5x), whether it is best-effort
+        (empty), the whole devices it asks per device resource (shared too), and the vector's bytes
+        (a cache key)."""
         key = tuple(resources.items())
         known = self._requests.get(key)
         if known is None:
             v = self.vec(resources)
             v.flags.writeable = False
-            known = self._requests[key] = (v, is_empty(v), device_needs(resources), v.tobytes())
+            known = self._requests[key] = (v, tuple(v.tolist()), is_empty(v), device_needs(resources), v.tobytes())
         return known
 
     def to_dict(self, v: Vec) -> dict[str, float]:
@@ -104,7 +105,7 @@ class TaskInfo:
     __slots__ = (
         "uid", "name", "namespace", "job", "role", "spec", "resreq", "best_effort", "status",
         "node", "priority", "preemptable", "sub_group", "shape_key", "static_key", "creation_index",
-        "last_tx_status", "devices", "device_needs", "gpu_fraction", "gpu_groups", "evicted_here",
+        "last_tx_status", "devices", "device_needs", "gpu_fraction", "gpu_groups", "evicted_here", "request_floats",
     )
 
     def __init__(self, spec: TaskSpec, space: ResourceSpace) -> None:
@@ -115,7 +116,7 @@ class TaskInfo:
         self.job = spec.job
         self.role = spec.role
         # Read-only after construction: tasks of one shape share the vector.
-        self.resreq, self.best_effort, self.device_needs, request_bytes = space.request(spec.request)
+        self.resreq, self.request_floats, self.best_effort, self.device_needs, request_bytes = space.request(spec.request)
         self.status = spec.status
         # A pending task holds no node, whatever the snapshot says (a nominated node is no hold).
         self.node: str | None = spec.node if spec.status != TaskStatus.PENDING else None
