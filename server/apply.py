@@ -166,7 +166,8 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
         if current is None or captured.get(job_id, (None,))[0] is not current or not current.active:
             continue
         _record_outcome(state, current, outcome, cycle_id, now, placed=job_id in bound_jobs)
-        state.refresh_phase(current)
+        if job_id not in touched:  # (a touched job's phase is refreshed just below)
+            state.refresh_phase(current)
     for job_id in touched:
         state.after_task_change(state.jobs[job_id])
     return stats

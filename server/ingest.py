@@ -19,7 +19,7 @@ from server.decisions import DECISION_BUFFER
 from server.errors import already_exists, invalid, not_found, precondition
 from server.logs import MAX_CHUNK
 from server.model import OCCUPYING, TaskStatus
-from server.records import BackendRecord, ForeignTask, NodeEntry
+from server.records import BackendRecord, ForeignTask, JobRecord, NodeEntry
 from server.state import ON_BACKEND, ClusterState
 
 log = structlog.get_logger("muster.ingest")
@@ -240,7 +240,8 @@ def check_acks(state: ClusterState, req: pb.AckDecisionsRequest) -> list[int]:
     require_backend(state, req.backend)
     missing = []
     for i, ack in enumerate(req.acks):
-        validate.check_decision_id(f"acks[{i}].decision_id", ack.decision_id)
+        if not 0 < ack.decision_id <= validate.MAX_DECISION_ID:  # (the path is spelled out only for a bad id)
+            validate.check_decision_id(f"acks[{i}].decision_id", ack.decision_id)
         pending = state.decisions.pending.get(ack.decision_id)
         if pending is None:
             if ack.decision_id not in state.decisions.recent:
@@ -266,6 +267,7 @@ def ack(
         if found is None or found[0] != req.backend:
             raise not_found(f"acks[{i}].decision_id: no decision {a.decision_id} for backend {req.backend!r}")
     accepted = 0
+    touched: dict[str, JobRecord] = {}
     for a in req.acks:
         pending = decisions.pending.get(a.decision_id)
         if pending is None:
@@ -292,7 +294,10 @@ def ack(
                 state.to_pending(rec, f"bind rejected by {req.backend}: {a.reason or 'no reason given'}")
         elif rec.status == TaskStatus.RELEASING and rec.node == node:
             state.released(rec)
-        state.after_task_change(state.task_job[rec.uid])
+        job = state.task_job[rec.uid]
+        touched[job.id] = job
+    for job in touched.values():  # once per job, however many of its tasks were acked
+        state.after_task_change(job)
     if accepted:
         state.on_change()
     return pb.AckDecisionsResponse(accepted=accepted)

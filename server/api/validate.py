@@ -46,32 +46,89 @@ REPORTABLE_TASK_STATUSES = frozenset(
 def check_bounds(message: Message, path: str = "") -> None:
     """Every string, list and map of ``message`` (recursively) within MAX_STRING / MAX_LIST / MAX_MAP;
     INVALID_ARGUMENT naming the first field over its bound."""
-    for field, value in message.ListFields():
-        where = f"{path}.{field.name}" if path else field.name
+    # Runs on the event loop for every request (a SubmitJobs of 100 jobs, a SendDeltas of 1,000
+    # deltas): the field path is only spelled out for the field that fails.
+    _bounds(message, ((path, None),) if path else ())
+
+
+# How check_bounds walks a field, per field descriptor (asking a descriptor costs more than the check).
+_MAP_OF_MESSAGES, _MAP_OF_SCALARS, _LIST_OF_MESSAGES, _LIST_OF_STRINGS, _LIST_OTHER, _MESSAGE, _STRING, _OTHER = range(8)
+_FIELD_KINDS: dict[FieldDescriptor, int] = {}
+
+
+def _field_kind(field: FieldDescriptor) -> int:
+    kind = _FIELD_KINDS.get(field)
+    if kind is None:
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            if len(value) > MAX_MAP:
-                raise invalid(f"{where}: {len(value)} entries exceed the limit of {MAX_MAP}")
             value_field = field.message_type.fields_by_name["value"]
-            for key in value:
-                _check_string(f"{where}[{str(key)[:40]!r}]", key)
-                item = value[key]
-                if value_field.message_type is not None:
-                    check_bounds(item, f"{where}[{str(key)[:40]!r}]")
-                elif isinstance(item, str):
-                    _check_string(f"{where}[{str(key)[:40]!r}]", item)
+            kind = _MAP_OF_MESSAGES if value_field.message_type is not None else _MAP_OF_SCALARS
         elif field.is_repeated:
-            if len(value) > MAX_LIST:
-                raise invalid(f"{where}: {len(value)} entries exceed the limit of {MAX_LIST}")
             if field.message_type is not None:
-                for i, item in enumerate(value):
-                    check_bounds(item, f"{where}[{i}]")
+                kind = _LIST_OF_MESSAGES
             elif field.type == FieldDescriptor.TYPE_STRING:
-                for i, item in enumerate(value):
-                    _check_string(f"{where}[{i}]", item)
+                kind = _LIST_OF_STRINGS
+            else:
+                kind = _LIST_OTHER
         elif field.message_type is not None:
-            check_bounds(value, where)
+            kind = _MESSAGE
         elif field.type == FieldDescriptor.TYPE_STRING and field.full_name not in LONG_STRINGS:
-            _check_string(where, value)
+            kind = _STRING
+        else:
+            kind = _OTHER
+        _FIELD_KINDS[field] = kind
+    return kind
+
+
+# A field path as check_bounds walks it: (field name, marker) steps, the marker None for a plain
+# field, an int for a list index, a 1-tuple for a map key. Spelled out only for a field that fails.
+_Path = tuple[tuple[str, object], ...]
+
+
+def _where(path: _Path, name: str, marker: object = None) -> str:
+    return ".".join(step + _bracket(at) for step, at in (*path, (name, marker)))
+
+
+def _bracket(marker: object) -> str:
+    if isinstance(marker, tuple):
+        return f"[{str(marker[0])[:40]!r}]"
+    return "" if marker is None else f"[{marker}]"
+
+
+def _long(value: object) -> bool:
+    return isinstance(value, str) and len(value) > MAX_STRING
+
+
+def _bounds(message: Message, path: _Path) -> None:
+    for field, value in message.ListFields():
+        kind = _field_kind(field)
+        if kind == _OTHER:
+            continue
+        if kind == _STRING:
+            if len(value) > MAX_STRING:
+                _check_string(_where(path, field.name), value)
+        elif kind == _MESSAGE:
+            _bounds(value, (*path, (field.name, None)))
+        elif kind in (_MAP_OF_MESSAGES, _MAP_OF_SCALARS):
+            if len(value) > MAX_MAP:
+                raise invalid(f"{_where(path, field.name)}: {len(value)} entries exceed the limit of {MAX_MAP}")
+            for key in value:
+                item = value[key]
+                if _long(key):
+                    _check_string(_where(path, field.name, (key,)), key)
+                if kind == _MAP_OF_MESSAGES:
+                    _bounds(item, (*path, (field.name, (key,))))
+                elif _long(item):
+                    _check_string(_where(path, field.name, (key,)), item)
+        else:
+            if len(value) > MAX_LIST:
+                raise invalid(f"{_where(path, field.name)}: {len(value)} entries exceed the limit of {MAX_LIST}")
+            if kind == _LIST_OF_MESSAGES:
+                for i, item in enumerate(value):
+                    _bounds(item, (*path, (field.name, i)))
+            elif kind == _LIST_OF_STRINGS:
+                for i, item in enumerate(value):
+                    if len(item) > MAX_STRING:
+                        _check_string(_where(path, field.name, i), item)
 
 
 def _check_string(where: str, value: object) -> None:
