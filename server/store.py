@@ -299,6 +299,9 @@ class SqliteStore:
             self._write(batch)
 
     def _write(self, batch: WriteBatch) -> None:
+        # Rows change in place (upsert), not delete-and-insert (REPLACE): no index churn, and what
+        # never changes after the first write (a job's spec and creation index -- a job id comes with
+        # one spec --, a task's job, a decision's payload) is not written again.
         db = self._db
         db.execute("BEGIN")
         try:
@@ -314,20 +317,25 @@ class SqliteStore:
                 db.executemany("INSERT OR REPLACE INTO queues (name, spec) VALUES (?, ?)", batch.queues.items())
             if batch.jobs:
                 db.executemany(
-                    "INSERT OR REPLACE INTO jobs (id, creation_index, spec, status, queue, namespace, phase, "
-                    "finish_time, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO jobs (id, creation_index, spec, status, queue, namespace, phase, finish_time, owner) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status = excluded.status, "
+                    "queue = excluded.queue, namespace = excluded.namespace, phase = excluded.phase, "
+                    "finish_time = excluded.finish_time, owner = excluded.owner",
                     batch.jobs.values(),
                 )
             if batch.tasks:
                 db.executemany(
-                    "INSERT OR REPLACE INTO tasks (id, job_id, status, node, backend, devices, message, "
-                    "exit_code) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO tasks (id, job_id, status, node, backend, devices, message, exit_code) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status = excluded.status, "
+                    "node = excluded.node, backend = excluded.backend, devices = excluded.devices, "
+                    "message = excluded.message, exit_code = excluded.exit_code",
                     batch.tasks.values(),
                 )
             if batch.decisions:
                 db.executemany(
-                    "INSERT OR REPLACE INTO decisions (id, backend, cycle_id, task_id, kind, payload, state, "
-                    "reason, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO decisions (id, backend, cycle_id, task_id, kind, payload, state, reason, deadline) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET state = excluded.state, "
+                    "reason = excluded.reason, deadline = excluded.deadline",
                     batch.decisions.values(),
                 )
             if batch.backends:

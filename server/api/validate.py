@@ -98,7 +98,15 @@ def _long(value: object) -> bool:
     return isinstance(value, str) and len(value) > MAX_STRING
 
 
+# A message this small (serialized) holds nothing over a bound: a string over MAX_STRING characters
+# takes more bytes than that, and so do more than MAX_MAP map entries (2 bytes each at least) or
+# MAX_LIST list entries (1 byte each at least).
+_SURELY_BOUNDED = min(MAX_STRING, 2 * MAX_MAP, MAX_LIST)
+
+
 def _bounds(message: Message, path: _Path) -> None:
+    if message.ByteSize() <= _SURELY_BOUNDED:  # (a C call: most messages end the walk here)
+        return
     for field, value in message.ListFields():
         kind = _field_kind(field)
         if kind == _OTHER:
