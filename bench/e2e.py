@@ -9,8 +9,9 @@ in this process that acknowledges every bind at once and reports the task Succee
 Prints one JSON object: submit jobs/s (SubmitJobs batches of ``--batch``), end-to-end placements/s
 (first submit to the last bind acknowledged), ack latency p50/p99 (decision issued -> acked, as the
 backend sees it: stream receive -> ack sent), GetJob p50/p99 sampled every 20 ms during the run by a
-process of its own (and, for comparison, from the backend's own event loop), and the server's
-peak RSS. With ``--agents M`` the backend is M real ``muster-agent`` processes (the nodes split
+process of its own (and, for comparison, from the backend's own event loop), the server's peak
+RSS, and the CPU seconds the server process and its cycle worker used during the run (with the
+server's per placement: on a shared machine a steadier figure than the rates). With ``--agents M`` the backend is M real ``muster-agent`` processes (the nodes split
 between them) and every task runs ``true``: a placement counts once its task has started (it is
 seen running or ended through WatchJobs), and ack latency is not measured. Bounded: ``--timeout``
 seconds at most. Run by hand, not in CI.
@@ -31,7 +32,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import grpc  # noqa: E402
-from soak import AGENT, SERVER, free_port, pct, rss_kib, start, stop, wait_nodes  # noqa: E402  (the soak bench's helpers)
+from soak import (  # noqa: E402  (the soak bench's helpers)
+    AGENT,
+    SERVER,
+    child_pids,
+    cpu_seconds,
+    free_port,
+    pct,
+    rss_kib,
+    start,
+    stop,
+    wait_nodes,
+)
 
 from muster.v1 import muster_pb2 as pb  # noqa: E402
 from muster.v1 import muster_pb2_grpc as pb_grpc  # noqa: E402
@@ -195,6 +207,10 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 for i in range(args.jobs)
             ]
             rss_task = asyncio.create_task(watch_rss())
+            # CPU the server process and its cycle worker use over the run: steadier than the rates
+            # on a shared machine (the worker is started with the server's loop, before this).
+            workers = child_pids(server.pid)
+            cpu_before = cpu_seconds(server.pid), sum(cpu_seconds(w) for w in workers)
             started = time.perf_counter()
             for i in range(0, len(specs), args.batch):
                 chunk = specs[i : i + args.batch]
@@ -213,6 +229,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             while backend.binds < total_tasks and time.perf_counter() < deadline:
                 await asyncio.sleep(0.05)
             finished = backend.last_ack or time.perf_counter()
+            server_cpu = cpu_seconds(server.pid) - cpu_before[0]
+            worker_cpu = sum(cpu_seconds(w) for w in workers) - cpu_before[1]
             serving.cancel()
             rss_task.cancel()
             sampler.cancel()
@@ -232,6 +250,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 "get_job_in_backend_process_ms": {"p50": pct(get_job, 0.5), "p99": pct(get_job, 0.99)},
                 **({"rewatches": backend.rewatches} if isinstance(backend, AgentsWatch) else {}),
                 "server_peak_rss_mib": round(peak_rss / 1024, 1),
+                "server_cpu_s": round(server_cpu, 2),
+                "worker_cpu_s": round(worker_cpu, 2),
+                "server_cpu_ms_per_placement": round(1000 * server_cpu / max(backend.binds, 1), 3),
             }
     finally:
         for agent in agents:

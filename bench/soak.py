@@ -56,6 +56,27 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a live process has used so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (e.g. the server's cycle worker)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def pct(samples: list[float], q: float) -> float:
     """The q-quantile in milliseconds (nearest rank); 0 when there are no samples."""
     if not samples:
