@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from server.model import TaskStatus
-from server.session.info import JobInfo, QueueInfo
+from server.session.info import JobInfo
 from server.session.kai import ACTIVE_ALLOCATED, is_preemptible, ready_for_scheduling
 from server.session.session import Session
 
@@ -120,18 +120,17 @@ class JobsByQueue:
             return None, [*self.popped.get(leaf, []), *([nxt] if nxt is not None else [])]
         return nxt, []
 
-    def _queue_first(self, a: QueueInfo, b: QueueInfo) -> bool:
-        aj, av = self._representatives(a.name)
-        bj, bv = self._representatives(b.name)
-        first = self.ssn.queue_jobs_order(a, b, aj, bj, av, bv)
-        return not first if self.victims else first
-
     def _best(self, names: list[str]) -> str:
-        queues = self.ssn.queues
+        """The queue that goes first, comparing each with the best so far (each queue's
+        representatives found once: nothing changes while one pop compares)."""
+        queues, order, victims = self.ssn.queues, self.ssn.queue_jobs_order, self.victims
         best = names[0]
+        best_job, best_victims = self._representatives(best)
         for n in names[1:]:
-            if self._queue_first(queues[n], queues[best]):
-                best = n
+            job, given_up = self._representatives(n)
+            first = order(queues[n], queues[best], job, best_job, given_up, best_victims)
+            if first != victims:  # (as a victim queue the order is reversed)
+                best, best_job, best_victims = n, job, given_up
         return best
 
     def pop(self) -> JobInfo:

@@ -74,7 +74,10 @@ class QueueShares:
     creation: int
     children: list[str] = field(default_factory=list)
     by_resource: dict[str, Share] = field(default_factory=dict)
-    version: int = 0  # bumped at every change of its allocation (caches of queue order key on it)
+    # What the queue-order caches key on: the allocation per resource (fair, deserved and limits are
+    # set at session open). The allocation itself rather than a change count, so a simulation that
+    # is rolled back gives the same key again and its comparisons are reused by the next one.
+    version: tuple[float, ...] = ()
 
     def get(self, what: str) -> tuple[float, float, float]:
         return tuple(getattr(self.by_resource[r], what) for r in RESOURCES)  # type: ignore[return-value]
@@ -277,6 +280,8 @@ class KaiProportionPlugin(Plugin):
                     for qs in self._chain(queues, job.queue):
                         for r, v in zip(RESOURCES, amount, strict=True):
                             qs.by_resource[r].request += v
+        for qs in queues.values():
+            qs.version = qs.get("allocated")
         return queues
 
     @staticmethod
@@ -307,12 +312,12 @@ class KaiProportionPlugin(Plugin):
         np_job = not is_preemptible(job)
         amount = self._quantities(task)
         for qs in self._chain(self.queues, job.queue):
-            qs.version += 1
             for r, v in zip(RESOURCES, amount, strict=True):
                 s = qs.by_resource[r]
                 s.allocated += sign * v
                 if np_job:
                     s.allocated_np += sign * v
+            qs.version = qs.get("allocated")
 
     def solution_start(self) -> None:
         self.frozen = {n: q.copy() for n, q in self.queues.items()}
@@ -367,8 +372,12 @@ class KaiProportionPlugin(Plugin):
         (higher first), using a resource it may not have (last), dominant share with the next job
         (its given-up victims taken away), dominant share now. A pop compares queues many times
         with nothing changed between: cached until the queue's allocation or the jobs' tasks change."""
-        cache_key = (q.name, q.version, job_state(job, self.ssn.jobs) if job is not None else None,
-                     tuple(job_state(v, self.ssn.jobs) for v in victims))
+        jobs = self.ssn.jobs
+        cache_key = (q.name, q.version, job_state(job, jobs) if job is not None else None,
+                     tuple([job_state(v, jobs) for v in victims]) if victims else ())
+        known = self._keys.get(cache_key)  # (asked ~100,000s of times a KAI cycle: the hit path first)
+        if known is not None:
+            return known[0]  # type: ignore[no-any-return]
 
         def compute() -> tuple[object, ...]:
             alloc = q.get("allocated")
