@@ -1,5 +1,6 @@
 """nodeavailability (KAI): nodes where the task fits on free resources now (+100) before nodes
-where it would wait for releasing ones. Registers: node_order (task scope)."""
+where it would wait for releasing ones. Registers: node_order (shape scope: a
+function of the task's request and the node's row, cached per shape and re-scored where a row changed)."""
 
 from __future__ import annotations
 
@@ -26,4 +27,4 @@ class NodeAvailabilityPlugin(Plugin):
             _, now = fit_rows(ssn.nodes, task, rows)
             return np.where(now, AVAILABILITY_SCORE, 0.0)
 
-        ssn.register("node_order", self.name, Scorer("task", score, plugin=self.name))
+        ssn.register("node_order", self.name, Scorer("shape", score, plugin=self.name))

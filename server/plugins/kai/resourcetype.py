@@ -1,5 +1,6 @@
 """resourcetype (KAI): a task that asks no GPU prefers nodes without GPUs (+10), keeping GPU nodes
-for GPU work. Registers: node_order (task scope)."""
+for GPU work. Registers: node_order (shape scope: it
+depends on the request and the node's allocatable only, so it is computed once per shape)."""
 
 from __future__ import annotations
 
@@ -28,4 +29,4 @@ class ResourceTypePlugin(Plugin):
             cpu_only = nodes.allocatable[rows, nodes.gpu_dim] <= 0
             return np.where(cpu_only, RESOURCE_TYPE_SCORE, 0.0)
 
-        ssn.register("node_order", self.name, Scorer("task", score, plugin=self.name))
+        ssn.register("node_order", self.name, Scorer("shape", score, plugin=self.name))
