@@ -238,4 +238,12 @@ def fit_rows(nodes: NodeTable, task: TaskInfo, rows: np.ndarray) -> tuple[np.nda
     return future | now, now
 
 
+def fits_now_row(nodes: NodeTable, task: TaskInfo, row: int) -> bool:
+    """``fit_rows``'s "now" answer for one row, in plain floats (the same comparisons)."""
+    idle = nodes.idle[row].tolist()
+    if not all(i >= r - MIN_RESOURCE for i, r in zip(idle, task.request_floats, strict=True)):
+        return False
+    return not task.gpu_fraction or fraction_fits(nodes, row, task.gpu_fraction)[1]
+
+
 _EPS = 1e-9

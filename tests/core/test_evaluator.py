@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 from core_helpers import job, node, session, snapshot, task
 
 from server.config import DEFAULT_CONFIG_YAML
-from server.model import ClusterSnapshot, Taint, Toleration
+from server.model import ClusterSnapshot, Taint, TaskStatus, Toleration
+
+KAI_CONFIG = (Path(__file__).resolve().parents[2] / "examples" / "config-kai.yaml").read_text()
 
 CONFIG = DEFAULT_CONFIG_YAML + """
 - plugins:
@@ -99,3 +102,33 @@ def test_scalar_and_vector_row_updates_leave_identical_caches() -> None:
         return seen
 
     assert run(True) == run(False)
+
+
+def test_kai_shape_scorers_one_row_forms_match_their_vector_forms() -> None:
+    """KAI's nodeavailability and resourcetype score in shape scope with a one-row form: on GPU and
+    CPU nodes, with whole, fractional and CPU-only tasks, some nodes full, some releasing."""
+    rng = random.Random(3)
+    nodes = [node(f"g{i:02d}", "16", "64Gi", **{"nvidia.com/gpu": str(rng.choice([2, 4]))}) for i in range(8)]
+    nodes += [node(f"c{i:02d}", str(rng.choice([4, 8])), "16Gi") for i in range(8)]
+    running = [task(f"r{i}", "run", {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "1"}, f"g{i:02d}",
+                    status=TaskStatus.RELEASING if i % 2 else TaskStatus.RUNNING) for i in range(4)]
+    pending = [task(f"p{i}", "pend", {"cpu": str(rng.choice([1, 3, 6])), "memory": "4Gi",
+                                      **({"nvidia.com/gpu": "1"} if i % 3 == 0 else {})}) for i in range(30)]
+    pending += [task(f"f{i}", "frac", {"cpu": "1", "memory": "1Gi"}, gpu_fraction=0.5) for i in range(6)]
+    snap = snapshot(nodes, [job("run", tasks=running, min_member=1, index=0),
+                            job("pend", tasks=pending, min_member=1, index=1),
+                            job("frac", tasks=pending[-6:], min_member=1, index=2)])
+    ssn = session(snap, KAI_CONFIG)
+    stmt = ssn.statement()
+    for t in sorted((t for t in ssn.tasks.values() if t.status == TaskStatus.PENDING), key=lambda x: x.uid)[:20]:
+        choice = ssn.evaluator.select(t)
+        if choice is not None:
+            stmt.allocate(t, ssn.nodes.names[choice[0]])
+    rows = np.arange(len(ssn.nodes))
+    scorers = {s.plugin: s for s in ssn.evaluator.scorers["shape"]}
+    assert {"nodeavailability", "resourcetype"} <= set(scorers)
+    for t in ssn.tasks.values():
+        for name in ("nodeavailability", "resourcetype"):
+            s = scorers[name]
+            assert s.row is not None
+            assert [s.row(t, int(i)) for i in rows] == s.score(t, rows).tolist(), (name, t.uid)

@@ -11,7 +11,7 @@ import numpy as np
 from server.plugins.base import Plugin
 from server.session.extension_points import Scorer
 from server.session.info import TaskInfo
-from server.session.kai import fit_rows
+from server.session.kai import fit_rows, fits_now_row
 from server.session.session import Session
 
 AVAILABILITY_SCORE = 100.0
@@ -27,4 +27,9 @@ class NodeAvailabilityPlugin(Plugin):
             _, now = fit_rows(ssn.nodes, task, rows)
             return np.where(now, AVAILABILITY_SCORE, 0.0)
 
-        ssn.register("node_order", self.name, Scorer("shape", score, plugin=self.name))
+        def row(task: TaskInfo, i: int) -> float:
+            if task.best_effort and not task.gpu_fraction:
+                return AVAILABILITY_SCORE
+            return AVAILABILITY_SCORE if fits_now_row(ssn.nodes, task, i) else 0.0
+
+        ssn.register("node_order", self.name, Scorer("shape", score, plugin=self.name, row=row))

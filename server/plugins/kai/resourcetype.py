@@ -29,4 +29,11 @@ class ResourceTypePlugin(Plugin):
             cpu_only = nodes.allocatable[rows, nodes.gpu_dim] <= 0
             return np.where(cpu_only, RESOURCE_TYPE_SCORE, 0.0)
 
-        ssn.register("node_order", self.name, Scorer("shape", score, plugin=self.name))
+        def row(task: TaskInfo, i: int) -> float:  # ``score`` for one row
+            if nodes.gpu_dim is None:
+                return RESOURCE_TYPE_SCORE
+            if is_gpu_task(task, dims):
+                return 0.0
+            return RESOURCE_TYPE_SCORE if nodes.allocatable.item(i, nodes.gpu_dim) <= 0 else 0.0
+
+        ssn.register("node_order", self.name, Scorer("shape", score, plugin=self.name, row=row))
