@@ -31,7 +31,9 @@ class AllocateAction(Action):
 
     def execute(self, ssn: Session) -> None:
         enqueue_enabled = "enqueue" in ssn.config.actions
-        queues = PriorityQueue(ssn.queue_order_fn)
+        # A waiting queue's order does not change either: only the popped queue's job is placed,
+        # and the queue is pushed again (its key computed again) after.
+        queues = PriorityQueue(ssn.queue_order_fn, key=ssn.queue_order_key())
         jobs_by_queue: dict[str, PriorityQueue] = {}
         pending: dict[str, PriorityQueue] = {}
         # A waiting job's or task's order does not change in allocate (only the popped job is

@@ -2,7 +2,7 @@
 
 Each queue's *deserved* share is found by water-filling the cluster's resources by weight, capped
 by the queue's request, its capability and (from below) its guarantee. Registers: queue_order
-(queue priority, then lower share first), overused (deserved <= allocated), allocatable
+(queue priority, then lower share first) and the same as queue_order_key, overused (deserved <= allocated), allocatable
 (allocated + request <= deserved on the requested dimensions; queue must be Open), preemptive,
 reclaimable (victims from queues above their deserved share), job_enqueueable (minResources
 fit under the real capability, counting what is already allocated and inqueue) and job_enqueued.
@@ -10,6 +10,7 @@ fit under the real capability, counting what is already allocated and inqueue) a
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -135,6 +136,12 @@ class ProportionPlugin(Plugin):
             rs = attrs[right.name].share if right.name in attrs else 0.0
             return 0 if ls == rs else (-1 if ls < rs else 1)
 
+        def queue_key(queue: QueueInfo) -> tuple[int, float]:
+            """``queue_order`` as a key: higher priority, then the smaller share. (A NaN share, which
+            only a NaN allocation gives, has no place in the comparator's order: last here.)"""
+            share = attrs[queue.name].share if queue.name in attrs else 0.0
+            return -queue.priority, share if share == share else math.inf
+
         def reclaimable(reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
             victims = []
             allocations: dict[str, np.ndarray] = {}
@@ -197,6 +204,7 @@ class ProportionPlugin(Plugin):
                 attr.update_share()
 
         ssn.register("queue_order", self.name, queue_order)
+        ssn.register("queue_order_key", self.name, queue_key)
         ssn.register("reclaimable", self.name, reclaimable)
         ssn.register("overused", self.name, overused)
         ssn.register("allocatable", self.name, task_allocatable)

@@ -98,6 +98,7 @@ TaskCompareFn = Callable[[TaskInfo, TaskInfo], int]
 # 0 when the keys are equal. Asked once when an item is queued, rather than at every comparison.
 JobKeyFn = Callable[[JobInfo], Any]
 TaskKeyFn = Callable[[TaskInfo], Any]
+QueueKeyFn = Callable[[QueueInfo], Any]
 QueueCompareFn = Callable[[QueueInfo, QueueInfo], int]
 VictimQueueCompareFn = Callable[[QueueInfo, QueueInfo, QueueInfo | None], int]  # (l, r, preemptor's queue)
 JobCheckFn = Callable[[JobInfo], bool]
@@ -365,6 +366,8 @@ POINTS: dict[str, Point] = {
         Point("task_order_key", Switch("enableTaskOrder", "task_order"), TaskKeyFn, keys_in_order,
               "Used only when every plugin of task_order gives its key; then the same ties."),
         Point("queue_order", Switch("enableQueueOrder", "queue_order"), QueueCompareFn, first_non_zero, _TIE),
+        Point("queue_order_key", Switch("enableQueueOrder", "queue_order"), QueueKeyFn, keys_in_order,
+              "Used only when every plugin of queue_order gives its key; then the same ties."),
         Point("victim_queue_order", None, VictimQueueCompareFn, first_non_zero_given,
               "Ties: the reverse of the queue order."),
         Point("job_ready", Switch("enableJobReady", "job_ready"), JobCheckFn, all_must_pass),

@@ -52,6 +52,7 @@ from server.session.extension_points import (
     QueueCheckFn,
     QueueCompareFn,
     QueueJobsCompareFn,
+    QueueKeyFn,
     QueueTaskCheckFn,
     ScenarioCheckFn,
     Scorers,
@@ -182,6 +183,8 @@ class Session:
     @overload
     def register(self, point: Literal["queue_order"], plugin: str, fn: QueueCompareFn) -> None: ...
     @overload
+    def register(self, point: Literal["queue_order_key"], plugin: str, fn: QueueKeyFn) -> None: ...
+    @overload
     def register(self, point: Literal["victim_queue_order"], plugin: str, fn: VictimQueueCompareFn) -> None: ...
     @overload
     def register(self, point: Literal["job_ready", "job_starving"], plugin: str, fn: JobCheckFn) -> None: ...
@@ -282,6 +285,13 @@ class Session:
             return None
         keys = self._combined["task_order_key"]
         return lambda task: (keys(task), -task.priority, task.creation_index, task.uid)
+
+    def queue_order_key(self) -> Callable[[QueueInfo], tuple[Any, ...]] | None:
+        """The queue order as a sort key (the same order as ``queue_order_fn``), or None."""
+        if not _same_plugins(self._chains["queue_order"], self._chains["queue_order_key"]):
+            return None
+        keys = self._combined["queue_order_key"]
+        return lambda queue: (keys(queue), queue.creation_index, queue.uid)
 
     # The order points' tie-breaks (Volcano's defaults when no plugin decides), written out here
     # rather than called: these run hundreds of thousands of times a cycle.

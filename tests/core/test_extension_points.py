@@ -209,7 +209,8 @@ def test_job_order_compare_is_the_raw_combination() -> None:
 
 # -- order keys: the same order, computed once per item -----------------------------------------------
 KEYED = {"job_order_key": ("job_order", _j, "job_order_key", "job_order_fn"),
-         "task_order_key": ("task_order", _t, "task_order_key", "task_order_fn")}
+         "task_order_key": ("task_order", _t, "task_order_key", "task_order_fn"),
+         "queue_order_key": ("queue_order", _q, "queue_order_key", "queue_order_fn")}
 
 
 @covers(*KEYED)
