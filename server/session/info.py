@@ -470,8 +470,10 @@ class NodeTable:
             self.pipelined[i] += r
             self._pipelined_tasks += 1
         else:
-            self.idle[i] -= r
-            self.used[i] += r
+            # In place through a row view: ``a[i] -= r`` would also write the row back (a copy).
+            idle, used = self.idle[i], self.used[i]
+            idle -= r
+            used += r
         self.task_count[i] += 1
         self.tasks[i][task.uid] = task
         if task.devices:
@@ -491,8 +493,9 @@ class NodeTable:
             self.pipelined[i] -= r
             self._pipelined_tasks -= 1
         else:
-            self.idle[i] += r
-            self.used[i] -= r
+            idle, used = self.idle[i], self.used[i]
+            idle += r
+            used -= r
         self.task_count[i] -= 1
         self.tasks[i].pop(task.uid, None)
         if task.devices:
