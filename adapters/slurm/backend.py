@@ -89,6 +89,7 @@ class SlurmBackend:
         self._sent_nodes: dict[str, pb.Node] = {}  # what the server has
         self._node_cache: list[SlurmNode] | None = None
         self._node_read_at = 0.0
+        self._nodes_of_read = -1.0  # the read ``_nodes`` was converted from
         self._sent_foreign: dict[str, pb.BackendTask] = {}
         self._polled = anyio.Event()
         self._adopted = False
@@ -191,7 +192,9 @@ class SlurmBackend:
             await self._adopt()
         versions = {sid: job.version for sid, job in self.jobs.items()}
         nodes, jobs = await self._read_state()
-        self._nodes = {n.name: node_to_pb(n) for n in nodes if self.settings.run_partition in n.partitions}
+        if self._nodes_of_read != self._node_read_at:  # converted once per `sinfo` read, not per poll
+            self._nodes = {n.name: node_to_pb(n) for n in nodes if self.settings.run_partition in n.partitions}
+            self._nodes_of_read = self._node_read_at
         seen: set[int] = set()
         foreign: dict[str, pb.BackendTask] = {}
         to_submit: list[tuple[TrackedJob, SlurmJob]] = []

@@ -62,6 +62,8 @@ class SlurmCLI:
         self.parallel = parallel
         self._limit = anyio.CapacityLimiter(parallel)
         self.calls = 0
+        # The last poll's squeue lines and their jobs: an unchanged line is not parsed again.
+        self._polled_lines: dict[str, SlurmJob] = {}
 
     def _argv(self, argv: Sequence[str]) -> list[str]:
         return [os.path.join(self.bin_dir, argv[0]) if self.bin_dir else argv[0], *argv[1:]]
@@ -103,7 +105,7 @@ class SlurmCLI:
     async def jobs(self, *, states: str = "all") -> list[SlurmJob]:
         """The cheap poll (honours filters). ``states`` as for ``squeue -t``."""
         out = await self.run("squeue", "-h", "-a", "-t", states, "-O", SQUEUE_FORMAT)
-        return parse_squeue_format(out.stdout)
+        return parse_squeue_format(out.stdout, self._polled_lines)
 
     async def jobs_by_id(self, job_ids: Sequence[int], *, missing_ok: bool = False) -> list[SlurmJob]:
         """The poll's fields for just these jobs, any state: one process verifies a whole burst.

@@ -342,11 +342,19 @@ def _job_from_tres(job: SlurmJob, tres: str) -> None:
         job.num_nodes = _int(values["node"])
 
 
-def parse_squeue_format(text: str) -> list[SlurmJob]:
-    """Output of ``squeue -h -O SQUEUE_FORMAT``: one job per line."""
+def parse_squeue_format(text: str, known: dict[str, SlurmJob] | None = None) -> list[SlurmJob]:
+    """Output of ``squeue -h -O SQUEUE_FORMAT``: one job per line.
+
+    ``known``: line -> job from an earlier call, whose jobs are reused for lines that did not
+    change (a poll sees the same lines again and again; the jobs are only read); it is left
+    holding this output's lines."""
     jobs: list[SlurmJob] = []
     head = len(SQUEUE_FIELDS) - 2  # the fields before Feature
+    seen: dict[str, SlurmJob] = {}
     for line in text.splitlines():
+        if known is not None and line in known:
+            jobs.append(seen.setdefault(line, known[line]))
+            continue
         if not line.strip():
             continue
         parts = line.split("|", head)
@@ -380,6 +388,10 @@ def parse_squeue_format(text: str) -> list[SlurmJob]:
         )
         _job_from_tres(job, row["tres-alloc"])
         jobs.append(job)
+        seen[line] = job
+    if known is not None:
+        known.clear()
+        known.update(seen)
     return jobs
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -345,3 +346,22 @@ def test_feature_labels_match_between_nodes_and_constraints() -> None:
     (term,) = job_to_spec(job, muster_id="slurm-1", queue="q").task_groups[0].affinity.node_affinity.required
     assert all(node.labels.get(r.key) == "true" for r in term.match_expressions)
     assert feature_label("gpu") == GPU
+
+
+def test_squeue_lines_seen_before_are_not_parsed_again() -> None:
+    """A poll passes the last poll's lines: an unchanged line gives the same job object, a changed
+    one a new job, and the lines kept are this output's only."""
+    text = read("squeue_fmt.txt")
+    known: dict[str, Any] = {}
+    first = parse_squeue_format(text, known)
+    again = parse_squeue_format(text, known)
+    assert [j.job_id for j in again] == [j.job_id for j in first]
+    assert all(a is b for a, b in zip(again, first, strict=True))
+    assert parse_squeue_format(text) == first  # the same jobs as a fresh parse
+    lines = [line for line in text.splitlines() if line.strip()]
+    changed = lines[1].replace("|PENDING|", "|RUNNING|", 1)
+    assert changed != lines[1]
+    later = parse_squeue_format("\n".join([changed, *lines[2:]]), known)
+    assert later[0] is not first[1] and later[0].state == "RUNNING" and later[0].job_id == first[1].job_id
+    assert all(a is b for a, b in zip(later[1:], first[2:], strict=True))
+    assert set(known) == {changed, *lines[2:]}
