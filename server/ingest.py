@@ -240,8 +240,7 @@ def check_acks(state: ClusterState, req: pb.AckDecisionsRequest) -> list[int]:
     require_backend(state, req.backend)
     missing = []
     for i, ack in enumerate(req.acks):
-        if not 0 < ack.decision_id <= validate.MAX_DECISION_ID:  # (the path is spelled out only for a bad id)
-            validate.check_decision_id(f"acks[{i}].decision_id", ack.decision_id)
+        validate.check_decision_id(f"acks[{i}].decision_id", ack.decision_id)
         pending = state.decisions.pending.get(ack.decision_id)
         if pending is None:
             if ack.decision_id not in state.decisions.recent:

@@ -94,10 +94,6 @@ def _bracket(marker: object) -> str:
     return "" if marker is None else f"[{marker}]"
 
 
-def _long(value: object) -> bool:
-    return isinstance(value, str) and len(value) > MAX_STRING
-
-
 # A message this small (serialized) holds nothing over a bound: a string over MAX_STRING characters
 # takes more bytes than that, and so do more than MAX_MAP map entries (2 bytes each at least) or
 # MAX_LIST list entries (1 byte each at least).
@@ -112,8 +108,7 @@ def _bounds(message: Message, path: _Path) -> None:
         if kind == _OTHER:
             continue
         if kind == _STRING:
-            if len(value) > MAX_STRING:
-                _check_string(_where(path, field.name), value)
+            _check_string(value, path, field.name)
         elif kind == _MESSAGE:
             _bounds(value, (*path, (field.name, None)))
         elif kind in (_MAP_OF_MESSAGES, _MAP_OF_SCALARS):
@@ -121,12 +116,11 @@ def _bounds(message: Message, path: _Path) -> None:
                 raise invalid(f"{_where(path, field.name)}: {len(value)} entries exceed the limit of {MAX_MAP}")
             for key in value:
                 item = value[key]
-                if _long(key):
-                    _check_string(_where(path, field.name, (key,)), key)
+                _check_string(key, path, field.name, (key,))
                 if kind == _MAP_OF_MESSAGES:
                     _bounds(item, (*path, (field.name, (key,))))
-                elif _long(item):
-                    _check_string(_where(path, field.name, (key,)), item)
+                else:
+                    _check_string(item, path, field.name, (key,))
         else:
             if len(value) > MAX_LIST:
                 raise invalid(f"{_where(path, field.name)}: {len(value)} entries exceed the limit of {MAX_LIST}")
@@ -135,13 +129,14 @@ def _bounds(message: Message, path: _Path) -> None:
                     _bounds(item, (*path, (field.name, i)))
             elif kind == _LIST_OF_STRINGS:
                 for i, item in enumerate(value):
-                    if len(item) > MAX_STRING:
-                        _check_string(_where(path, field.name, i), item)
+                    _check_string(item, path, field.name, i)
 
 
-def _check_string(where: str, value: object) -> None:
+def _check_string(value: object, path: _Path, name: str, marker: object = None) -> None:
+    """A string over MAX_STRING characters is INVALID_ARGUMENT, naming its field (the path is
+    spelled out only then)."""
     if isinstance(value, str) and len(value) > MAX_STRING:
-        raise invalid(f"{where}: {len(value):,} characters exceed the limit of {MAX_STRING:,}")
+        raise invalid(f"{_where(path, name, marker)}: {len(value):,} characters exceed the limit of {MAX_STRING:,}")
 
 
 def check_decision_id(path: str, value: int, *, zero_ok: bool = False) -> None:

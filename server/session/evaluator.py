@@ -298,8 +298,7 @@ class NodeEvaluator:
         static_reasons, remaining = self._static_failures(task, rows)
         fe.reasons.update(static_reasons)
         if len(remaining):
-            # idle + 0 - 0 is idle: one copy instead of three when nothing is released or pipelined.
-            future = n.future_idle(remaining) if n.has_future_resources() else n.idle[remaining]
+            future = n.future_idle(remaining)
             short = task.resreq > future + MIN_RESOURCE
             for d, nodes_short in enumerate(short.sum(axis=0)):
                 if nodes_short:

@@ -454,6 +454,9 @@ class NodeTable:
         return self._releasing_tasks > 0 or self._pipelined_tasks > 0
 
     def future_idle(self, i: int | slice | np.ndarray | None = None) -> np.ndarray:
+        """Idle, plus what releasing tasks free, less what pipelined tasks take: a new array."""
+        if not self.has_future_resources():  # idle + 0 - 0 is idle: one copy, not three arrays
+            return self.idle.copy() if i is None else np.array(self.idle[i])
         if i is None:
             return self.idle + self.releasing - self.pipelined
         return self.idle[i] + self.releasing[i] - self.pipelined[i]

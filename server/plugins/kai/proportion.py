@@ -74,10 +74,11 @@ class QueueShares:
     creation: int
     children: list[str] = field(default_factory=list)
     by_resource: dict[str, Share] = field(default_factory=dict)
-    # What the queue-order caches key on: the allocation per resource (fair, deserved and limits are
-    # set at session open). The allocation itself rather than a change count, so a simulation that
-    # is rolled back gives the same key again and its comparisons are reused by the next one.
-    version: tuple[float, ...] = ()
+    # get("allocated"), kept where the allocation changes (session open, allocation events): what
+    # the queue-order caches key on (fair, deserved and limits are set at session open). The
+    # allocation itself rather than a change count, so a simulation that is rolled back gives the
+    # same key again and its comparisons are reused by the next one.
+    allocation_key: tuple[float, ...] = ()
 
     def get(self, what: str) -> tuple[float, float, float]:
         return tuple(getattr(self.by_resource[r], what) for r in RESOURCES)  # type: ignore[return-value]
@@ -100,14 +101,15 @@ def job_state(job: JobInfo, jobs: dict[str, JobInfo]) -> tuple[object, ...]:
 
 
 def _memo(cache: dict[tuple[object, ...], tuple[Any, object]], key: tuple[object, ...], keep: object,
-          compute: Callable[[], Any]) -> Any:
-    """``cache[key]``, computed once; ``keep`` stays referenced beside the value, so the ids in
-    ``key`` (a job seen through some of its tasks) are not reused while it is cached."""
+          compute: Callable[..., Any], *args: Any) -> Any:
+    """``cache[key]``, computed once as ``compute(*args)``; ``keep`` stays referenced beside the
+    value, so the ids in ``key`` (a job seen through some of its tasks) are not reused while it is
+    cached. (The arguments, not a closure: a closure made per call costs as much as a hit.)"""
     known = cache.get(key)
     if known is None:
         if len(cache) > 100_000:
             cache.clear()
-        known = cache[key] = (compute(), keep)
+        known = cache[key] = (compute(*args), keep)
     return known[0]
 
 
@@ -207,7 +209,7 @@ class KaiProportionPlugin(Plugin):
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
         self.dims = ssn.space.index
-        # Caches asked at every queue comparison, keyed by job_state (and the queue's version):
+        # Caches asked at every queue comparison, keyed by job_state (and the queue's allocation_key):
         # what a job still requests, what it holds, a queue's order key.
         self._requests: dict[tuple[object, ...], tuple[Any, object]] = {}
         self._allocated: dict[tuple[object, ...], tuple[Any, object]] = {}
@@ -281,7 +283,7 @@ class KaiProportionPlugin(Plugin):
                         for r, v in zip(RESOURCES, amount, strict=True):
                             qs.by_resource[r].request += v
         for qs in queues.values():
-            qs.version = qs.get("allocated")
+            qs.allocation_key = qs.get("allocated")
         return queues
 
     @staticmethod
@@ -317,7 +319,7 @@ class KaiProportionPlugin(Plugin):
                 s.allocated += sign * v
                 if np_job:
                     s.allocated_np += sign * v
-            qs.version = qs.get("allocated")
+            qs.allocation_key = qs.get("allocated")
 
     def solution_start(self) -> None:
         self.frozen = {n: q.copy() for n, q in self.queues.items()}
@@ -373,25 +375,21 @@ class KaiProportionPlugin(Plugin):
         (its given-up victims taken away), dominant share now. A pop compares queues many times
         with nothing changed between: cached until the queue's allocation or the jobs' tasks change."""
         jobs = self.ssn.jobs
-        cache_key = (q.name, q.version, job_state(job, jobs) if job is not None else None,
+        cache_key = (q.name, q.allocation_key, job_state(job, jobs) if job is not None else None,
                      tuple([job_state(v, jobs) for v in victims]) if victims else ())
-        known = self._keys.get(cache_key)  # (asked ~100,000s of times a KAI cycle: the hit path first)
-        if known is not None:
-            return known[0]  # type: ignore[no-any-return]
+        return _memo(self._keys, cache_key, (job, victims), self._compute_queue_key, q, job, victims)  # type: ignore[no-any-return]
 
-        def compute() -> tuple[object, ...]:
-            alloc = q.get("allocated")
-            with_job = add(alloc, self._job_request(job))
-            return (
-                all_less(q.get("fair"), alloc),
-                not less_equal(with_job, q.get("deserved")),
-                -q.priority,
-                any(s.allocatable() == 0 and v > 0 for s, v in zip(q.by_resource.values(), with_job, strict=True)),
-                self._dominant_share(q, self._minus_victims(with_job, victims)),
-                self._dominant_share(q, alloc),
-            )
-
-        return _memo(self._keys, cache_key, (job, victims), compute)
+    def _compute_queue_key(self, q: QueueShares, job: JobInfo | None, victims: list[JobInfo]) -> tuple[object, ...]:
+        alloc = q.get("allocated")
+        with_job = add(alloc, self._job_request(job))
+        return (
+            all_less(q.get("fair"), alloc),
+            not less_equal(with_job, q.get("deserved")),
+            -q.priority,
+            any(s.allocatable() == 0 and v > 0 for s, v in zip(q.by_resource.values(), with_job, strict=True)),
+            self._dominant_share(q, self._minus_victims(with_job, victims)),
+            self._dominant_share(q, alloc),
+        )
 
     def _minus_victims(self, allocated: Vec3, victims: list[JobInfo]) -> Vec3:
         for v in victims:
