@@ -174,7 +174,7 @@ class NodeOrderPlugin(Plugin):
 
         uses_preferred_pod_affinity = any(
             ((t.spec.affinity.get("podAffinity") or {}).get(PREFERRED) or (t.spec.affinity.get("podAntiAffinity") or {}).get(PREFERRED))
-            for t in ssn.tasks.values()
+            for t in ssn.constrained_tasks()
         )
         if pod_affinity_w and uses_preferred_pod_affinity:
             scorers.append(Scorer("task", lambda task, rows: self._pod_affinity(ssn, task, rows) * pod_affinity_w))

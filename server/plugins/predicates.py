@@ -208,7 +208,7 @@ class PredicatesPlugin(Plugin):
             return anti_affinity_check(task, rows)
 
         uses_pod_affinity = any(
-            t.spec.affinity.get("podAffinity") or t.spec.affinity.get("podAntiAffinity") for t in ssn.tasks.values()
+            t.spec.affinity.get("podAffinity") or t.spec.affinity.get("podAntiAffinity") for t in ssn.constrained_tasks()
         )
         if not uses_pod_affinity:
             return []

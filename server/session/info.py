@@ -154,6 +154,11 @@ def _freeze(value: Any) -> Any:
 _NO_CONSTRAINTS: tuple[Any, ...] = ((), (), ())
 
 
+def has_constraints(task: TaskInfo) -> bool:
+    """Does the task carry a node selector, tolerations or an affinity (pod affinity included)?"""
+    return task.static_key is not _NO_CONSTRAINTS
+
+
 def _static_key(spec: TaskSpec) -> tuple[Any, ...]:
     if not spec.node_selector and not spec.tolerations and not spec.affinity:
         return _NO_CONSTRAINTS
@@ -165,7 +170,6 @@ def _static_key(spec: TaskSpec) -> tuple[Any, ...]:
 _READY = frozenset(
     {TaskStatus.BOUND, TaskStatus.BINDING, TaskStatus.RUNNING, TaskStatus.ALLOCATED, TaskStatus.SUCCEEDED}
 )
-_STATUSES = tuple(TaskStatus)
 _VALID = (*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED, TaskStatus.PENDING)
 
 
@@ -186,6 +190,18 @@ class FitErrors:
         return f"0/{self.total_nodes:,} nodes are unavailable: {', '.join(parts)}."
 
 
+class _StatusIndex(dict[TaskStatus, dict[str, TaskInfo]]):
+    """Status -> the job's tasks in it; a status's map is made when first asked for (most jobs
+    hold tasks in two or three of the dozen statuses, and a session opens thousands of jobs)."""
+
+    __slots__ = ()
+
+    def __missing__(self, status: TaskStatus) -> dict[str, TaskInfo]:
+        tasks: dict[str, TaskInfo] = {}
+        self[status] = tasks
+        return tasks
+
+
 class JobInfo:
     def __init__(self, spec: JobSpec, space: ResourceSpace) -> None:
         self.spec = spec
@@ -197,7 +213,7 @@ class JobInfo:
         self.creation_index = spec.creation_index
         self.phase = spec.phase
         self.tasks: dict[str, TaskInfo] = {}
-        self.index: dict[TaskStatus, dict[str, TaskInfo]] = {s: {} for s in _STATUSES}
+        self.index: dict[TaskStatus, dict[str, TaskInfo]] = _StatusIndex()
         self.allocated: Vec = space.zeros()
         # Kept by the task index: is_ready() is on the hot path (job order, gang checks).
         self.pending_best_effort = 0
