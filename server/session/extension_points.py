@@ -20,6 +20,7 @@ from __future__ import annotations
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import numpy as np
@@ -171,6 +172,14 @@ def sum_of(chain: Chain[Callable[..., float]], *args: Any) -> float:
 def keys_in_order(chain: Chain[Callable[[Any], Any]], item: Any) -> tuple[Any, ...]:
     """Every enabled plugin's key, in tier order, compared left to right (the order first_non_zero gives over the matching comparisons)."""
     return tuple([fn(item) for row in chain for _, fn in row])
+
+
+def chain_key(chain: Chain[Callable[[Any], Any]]) -> Callable[[Any], Any]:
+    """``keys_in_order`` over ``chain`` as one key function. With one plugin in the chain, that
+    plugin's key itself: a one-element tuple orders as its element, so the order is the same
+    without a list and a tuple built per item (keys are computed for every task of a cycle)."""
+    fns = [fn for row in chain for _, fn in row]
+    return fns[0] if len(fns) == 1 else partial(keys_in_order, chain)
 
 
 def first_non_zero_given(chain: Chain[VictimQueueCompareFn], left: Any, right: Any, preemptor: Any) -> int:

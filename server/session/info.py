@@ -191,14 +191,21 @@ class FitErrors:
 
 
 class _StatusIndex(dict[TaskStatus, dict[str, TaskInfo]]):
-    """Status -> the job's tasks in it; a status's map is made when first asked for (most jobs
-    hold tasks in two or three of the dozen statuses, and a session opens thousands of jobs)."""
+    """Status -> the job's tasks in it. A status's map is made when a task first enters it (most
+    jobs hold tasks in two or three of the dozen statuses, and a session opens thousands of jobs);
+    reading a status no task is in gives an empty map and stores nothing, so only ``file`` (the
+    job's own writes) may add to what it reads."""
 
     __slots__ = ()
 
     def __missing__(self, status: TaskStatus) -> dict[str, TaskInfo]:
-        tasks: dict[str, TaskInfo] = {}
-        self[status] = tasks
+        return {}
+
+    def file(self, status: TaskStatus) -> dict[str, TaskInfo]:
+        """The map of ``status``, made and kept when missing: where a task entering it goes."""
+        tasks = self.get(status)
+        if tasks is None:
+            tasks = self[status] = {}
         return tasks
 
 
@@ -213,7 +220,7 @@ class JobInfo:
         self.creation_index = spec.creation_index
         self.phase = spec.phase
         self.tasks: dict[str, TaskInfo] = {}
-        self.index: dict[TaskStatus, dict[str, TaskInfo]] = _StatusIndex()
+        self.index = _StatusIndex()
         self.allocated: Vec = space.zeros()
         # Kept by the task index: is_ready() is on the hot path (job order, gang checks).
         self.pending_best_effort = 0
@@ -241,7 +248,7 @@ class JobInfo:
     def add_task(self, task: TaskInfo) -> None:
         self.status_changes += 1
         self.tasks[task.uid] = task
-        self.index[task.status][task.uid] = task
+        self.index.file(task.status)[task.uid] = task
         if task.status in ALLOCATED:
             self.allocated += task.resreq
         if task.best_effort and task.status == TaskStatus.PENDING:
@@ -267,7 +274,7 @@ class JobInfo:
         if was and not now:  # (Allocated -> Binding at commit: both hold; nothing to add up)
             self.allocated -= task.resreq
         task.status = status
-        self.index[status][task.uid] = task
+        self.index.file(status)[task.uid] = task
         if now and not was:
             self.allocated += task.resreq
         if task.best_effort:

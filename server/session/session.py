@@ -63,6 +63,7 @@ from server.session.extension_points import (
     VictimQueueCompareFn,
     VictimTasksFns,
     VoteFn,
+    chain_key,
 )
 from server.session.info import (
     JobInfo,
@@ -278,29 +279,22 @@ class Session:
         of the job_order chain gives no key."""
         if not _same_plugins(self._chains["job_order"], self._chains["job_order_key"]):
             return None
-        keys = self._plugin_keys("job_order_key")
+        keys = chain_key(self._chains["job_order_key"])
         return lambda job: (keys(job), job.creation_index, job.uid)
 
     def task_order_key(self) -> Callable[[TaskInfo], tuple[Any, ...]] | None:
         """The task order as a sort key (the same order as ``task_order_fn``), or None."""
         if not _same_plugins(self._chains["task_order"], self._chains["task_order_key"]):
             return None
-        keys = self._plugin_keys("task_order_key")
+        keys = chain_key(self._chains["task_order_key"])
         return lambda task: (keys(task), -task.priority, task.creation_index, task.uid)
 
     def queue_order_key(self) -> Callable[[QueueInfo], tuple[Any, ...]] | None:
         """The queue order as a sort key (the same order as ``queue_order_fn``), or None."""
         if not _same_plugins(self._chains["queue_order"], self._chains["queue_order_key"]):
             return None
-        keys = self._plugin_keys("queue_order_key")
+        keys = chain_key(self._chains["queue_order_key"])
         return lambda queue: (keys(queue), queue.creation_index, queue.uid)
-
-    def _plugin_keys(self, point: str) -> Callable[[Any], Any]:
-        """The plugins' keys of a ``*_order_key`` point as one comparable: the point's combined
-        tuple, or, with one plugin in the chain, that plugin's key itself (a one-element tuple
-        orders as its element, without building a list and a tuple per item)."""
-        fns = [fn for row in self._chains[point] for _, fn in row]
-        return fns[0] if len(fns) == 1 else self._combined[point]
 
     # The order points' tie-breaks (Volcano's defaults when no plugin decides), written out here
     # rather than called: these run hundreds of thousands of times a cycle.
