@@ -29,8 +29,11 @@ from server.session.session import Session
 def less_equal_on(left: Iterable[float], right: Iterable[float], req: Iterable[float]) -> bool:
     """Volcano LessEqualWithDimension: compare only the dimensions ``req`` asks for. In plain
     floats (asked before every placement, on vectors of a few resources: numpy's per-call cost
-    would be ~10x the arithmetic)."""
-    return not any(r > MIN_RESOURCE and a > b + MIN_RESOURCE for a, b, r in zip(left, right, req, strict=True))
+    would be ~10x the arithmetic; a plain loop, not any() over a generator: half the cost)."""
+    for a, b, r in zip(left, right, req, strict=True):
+        if r > MIN_RESOURCE and a > b + MIN_RESOURCE:
+            return False
+    return True
 
 
 @dataclass

@@ -171,6 +171,10 @@ _READY = frozenset(
     {TaskStatus.BOUND, TaskStatus.BINDING, TaskStatus.RUNNING, TaskStatus.ALLOCATED, TaskStatus.SUCCEEDED}
 )
 _VALID = (*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED, TaskStatus.PENDING)
+_VALID_SET = frozenset(_VALID)
+# The statuses NodeTable.add_task / remove_task tell apart at every placement, bound once: an enum
+# class attribute costs ~0.2 us per lookup on Python 3.11.
+_RELEASING, _PIPELINED = TaskStatus.RELEASING, TaskStatus.PIPELINED
 
 
 @dataclass
@@ -225,6 +229,7 @@ class JobInfo:
         # Kept by the task index: is_ready() is on the hot path (job order, gang checks).
         self.pending_best_effort = 0
         self.ready_count = 0
+        self.valid_count = 0  # tasks in Volcano's ValidTaskNum statuses (the gang's check at open)
         self.status_changes = 0  # bumped at every task added or changing status (a cache key)
         for ts in spec.tasks:
             self.add_task(TaskInfo(ts, space))
@@ -255,6 +260,8 @@ class JobInfo:
             self.pending_best_effort += 1
         if task.status in _READY:
             self.ready_count += 1
+        if task.status in _VALID_SET:
+            self.valid_count += 1
 
     @property
     def total_request(self) -> Vec:
@@ -280,6 +287,7 @@ class JobInfo:
         if task.best_effort:
             self.pending_best_effort += (status == TaskStatus.PENDING) - (old == TaskStatus.PENDING)
         self.ready_count += (status in _READY) - (old in _READY)
+        self.valid_count += (status in _VALID_SET) - (old in _VALID_SET)
 
     def count(self, *statuses: TaskStatus) -> int:
         return sum(len(self.index[s]) for s in statuses)
@@ -295,7 +303,7 @@ class JobInfo:
         return self.pending_best_effort
 
     def valid_task_num(self) -> int:
-        return self.count(*_VALID)
+        return self.valid_count
 
     def is_ready(self) -> bool:
         return self.ready_task_num() + self.pending_best_effort_num() >= self.min_available
@@ -487,12 +495,12 @@ class NodeTable:
     def add_task(self, i: int, task: TaskInfo) -> None:
         """Volcano ``NodeInfo.AddTask``: how a task holds a node depends on its status."""
         r = task.resreq
-        if task.status == TaskStatus.RELEASING:
+        if task.status == _RELEASING:
             self.idle[i] -= r
             self.releasing[i] += r
             self.used[i] += r
             self._releasing_tasks += 1
-        elif task.status == TaskStatus.PIPELINED:
+        elif task.status == _PIPELINED:
             self.pipelined[i] += r
             self._pipelined_tasks += 1
         else:
@@ -510,12 +518,12 @@ class NodeTable:
 
     def remove_task(self, i: int, task: TaskInfo) -> None:
         r = task.resreq
-        if task.status == TaskStatus.RELEASING:
+        if task.status == _RELEASING:
             self.idle[i] += r
             self.releasing[i] -= r
             self.used[i] -= r
             self._releasing_tasks -= 1
-        elif task.status == TaskStatus.PIPELINED:
+        elif task.status == _PIPELINED:
             self.pipelined[i] -= r
             self._pipelined_tasks -= 1
         else:
