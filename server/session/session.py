@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from functools import partial
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -64,6 +63,7 @@ from server.session.extension_points import (
     VictimTasksFns,
     VoteFn,
     chain_key,
+    combined,
 )
 from server.session.info import (
     JobInfo,
@@ -255,7 +255,7 @@ class Session:
                 chain.append(row)
             self._chains[name] = chain
             if not point.vectorised:
-                self._combined[name] = partial(point.combine, chain)
+                self._combined[name] = combined(point, chain)
         self.evaluator.configure(self._chains["predicate"], self._chains["node_order"])
         c = self._combined
         # The order points are asked hundreds of thousands of times a cycle: bound once.
