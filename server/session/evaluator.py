@@ -44,7 +44,7 @@ __all__ = ["NodeEvaluator", "Predicate", "Rows", "Scope", "Scorer"]
 # Up to this many changed rows are re-checked one by one in plain Python (when every shape
 # predicate and scorer can); more go through numpy at once.
 SCALAR_ROWS = 14  # measured: one row 3.5 us in Python; 16 rows ~55 us either way
-NEG_INF = float("-inf")  # a constant: ``-np.inf`` looks up and negates on every use
+NEG_INF = float("-inf")  # what no node scores (a constant: ``-np.inf`` looks up and negates per use)
 
 
 @dataclass
@@ -67,16 +67,16 @@ class _ShapeEntry:
     future_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def refresh(self) -> None:
-        self.idle_score = np.where(self.idle_ok, self.score, -np.inf)
-        self.future_score = np.where(self.future_ok & ~self.idle_ok, self.score, -np.inf)
+        self.idle_score = np.where(self.idle_ok, self.score, NEG_INF)
+        self.future_score = np.where(self.future_ok & ~self.idle_ok, self.score, NEG_INF)
 
     def update(self, rows: np.ndarray, future_ok: np.ndarray, idle_ok: np.ndarray, score: np.ndarray) -> None:
         """New answers for ``rows``."""
         self.future_ok[rows] = future_ok
         self.idle_ok[rows] = idle_ok
         self.score[rows] = score
-        self.idle_score[rows] = np.where(idle_ok, score, -np.inf)
-        self.future_score[rows] = np.where(future_ok & ~idle_ok, score, -np.inf)
+        self.idle_score[rows] = np.where(idle_ok, score, NEG_INF)
+        self.future_score[rows] = np.where(future_ok & ~idle_ok, score, NEG_INF)
 
 
 class NodeEvaluator:

@@ -174,14 +174,6 @@ def keys_in_order(chain: Chain[Callable[[Any], Any]], item: Any) -> tuple[Any, .
     return tuple([fn(item) for row in chain for _, fn in row])
 
 
-def chain_key(chain: Chain[Callable[[Any], Any]]) -> Callable[[Any], Any]:
-    """``keys_in_order`` over ``chain`` as one key function. With one plugin in the chain, that
-    plugin's key itself: a one-element tuple orders as its element, so the order is the same
-    without a list and a tuple built per item (keys are computed for every task of a cycle)."""
-    fns = [fn for row in chain for _, fn in row]
-    return fns[0] if len(fns) == 1 else partial(keys_in_order, chain)
-
-
 def first_non_zero_given(chain: Chain[VictimQueueCompareFn], left: Any, right: Any, preemptor: Any) -> int:
     """The first plugin, in tier order, with a non-zero answer decides (asked with the preemptor's queue); 0 when every plugin ties."""
     for row in chain:
@@ -357,10 +349,11 @@ class Point:
         return doc[0] if doc else ""
 
 
-# Rules under which a chain holding one plugin answers exactly what that plugin answers (the
-# plugin's checks return a bool): the session then calls the plugin's function itself, without a
-# partial and a loop over tiers per call (allocatable and job_ready are asked at every placement).
-_ONE_PLUGIN_IS_THE_RULE = (all_must_pass, any_true)
+# Rules under which a chain holding one plugin can be that plugin's function itself, with no
+# partial and no loop over tiers per call (allocatable and job_ready are asked at every placement,
+# order keys computed for every task): the checks, whose plugins return a bool, answer what the
+# plugin answers; an order key's one-element tuple orders as its element.
+_ONE_PLUGIN_IS_THE_RULE = (all_must_pass, any_true, keys_in_order)
 
 
 def combined(point: Point, chain: Chain[Any]) -> Callable[..., Any]:

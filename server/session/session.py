@@ -62,7 +62,6 @@ from server.session.extension_points import (
     VictimQueueCompareFn,
     VictimTasksFns,
     VoteFn,
-    chain_key,
     combined,
 )
 from server.session.info import (
@@ -279,21 +278,21 @@ class Session:
         of the job_order chain gives no key."""
         if not _same_plugins(self._chains["job_order"], self._chains["job_order_key"]):
             return None
-        keys = chain_key(self._chains["job_order_key"])
+        keys = self._combined["job_order_key"]
         return lambda job: (keys(job), job.creation_index, job.uid)
 
     def task_order_key(self) -> Callable[[TaskInfo], tuple[Any, ...]] | None:
         """The task order as a sort key (the same order as ``task_order_fn``), or None."""
         if not _same_plugins(self._chains["task_order"], self._chains["task_order_key"]):
             return None
-        keys = chain_key(self._chains["task_order_key"])
+        keys = self._combined["task_order_key"]
         return lambda task: (keys(task), -task.priority, task.creation_index, task.uid)
 
     def queue_order_key(self) -> Callable[[QueueInfo], tuple[Any, ...]] | None:
         """The queue order as a sort key (the same order as ``queue_order_fn``), or None."""
         if not _same_plugins(self._chains["queue_order"], self._chains["queue_order_key"]):
             return None
-        keys = chain_key(self._chains["queue_order_key"])
+        keys = self._combined["queue_order_key"]
         return lambda queue: (keys(queue), queue.creation_index, queue.uid)
 
     # The order points' tie-breaks (Volcano's defaults when no plugin decides), written out here
