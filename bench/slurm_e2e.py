@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -60,7 +61,8 @@ def free_port() -> int:
 
 
 def drain_cluster(timeout: float = 120) -> None:
-    sh("scancel", "-u", "root", check=False)
+    for user in ("root", "nobody"):  # nobody: the native jobs' user
+        sh("scancel", "-u", user, check=False)
     deadline = time.monotonic() + timeout
     while sh("squeue", "-h", "-t", "PD,R,CG,S,CF", "-o", "%i").strip():
         if time.monotonic() > deadline:
@@ -69,28 +71,31 @@ def drain_cluster(timeout: float = 120) -> None:
 
 
 class Observer(threading.Thread):
-    """Records when each job is first seen RUNNING, and on which nodes."""
+    """Records when each job is first seen RUNNING, and on which nodes: by Slurm job id, and by job
+    name (a native job's Slurm name is its Muster job id)."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.started: dict[int, float] = {}
-        self.nodes: dict[int, str] = {}
+        self.started: dict[int | str, float] = {}
+        self.nodes: dict[int | str, str] = {}
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            out = sh("squeue", "-h", "-t", "R", "-o", "%i|%N", check=False)
+            out = sh("squeue", "-h", "-a", "-t", "R", "-o", "%i|%N|%j", check=False)
             now = time.time()
             for line in out.splitlines():
-                jid, _, nodes = line.partition("|")
+                jid, _, rest = line.partition("|")
+                nodes, _, name = rest.partition("|")
                 if jid.isdigit() and int(jid) not in self.started:
-                    self.started[int(jid)] = now
-                    self.nodes[int(jid)] = nodes
+                    for key in (int(jid), name):
+                        self.started.setdefault(key, now)
+                        self.nodes.setdefault(key, nodes)
             time.sleep(0.1)
 
 
-def submit_all(args_list: list[list[str]], parallel: int = 4) -> dict[int, float]:
-    submitted: dict[int, float] = {}
+def submit_all(args_list: list[list[str]], parallel: int = 4) -> dict[int | str, float]:
+    submitted: dict[int | str, float] = {}
     lock = threading.Lock()
 
     def one(extra: list[str]) -> None:
@@ -104,10 +109,39 @@ def submit_all(args_list: list[list[str]], parallel: int = 4) -> dict[int, float
     return submitted
 
 
-def measure(name: str, args_list: list[list[str]], timeout: float) -> dict[str, object]:
+def submit_native(specs: list[pb.JobSpec], stub: pb_grpc.SchedulerStub, parallel: int = 4) -> dict[int | str, float]:
+    """The same jobs submitted to Muster directly, one ``SubmitJob`` each, as many at once as the
+    ``sbatch`` submitters: when each returned, by Muster job id."""
+    submitted: dict[int | str, float] = {}
+    lock = threading.Lock()
+
+    def one(spec: pb.JobSpec) -> None:
+        stub.SubmitJob(pb.SubmitJobRequest(job=spec), timeout=60)
+        with lock:
+            submitted[spec.id] = time.time()
+
+    with ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(one, specs))
+    return submitted
+
+
+def native_specs(tag: str, args_list: list[list[str]]) -> list[pb.JobSpec]:
+    """``sbatch`` argument lists of the bench (``-N<k>``) -> Muster jobs asking the same: k tasks of
+    1 CPU and 1 GiB, all of them the gang minimum, running ``sleep 300``."""
+    specs = []
+    for i, argv in enumerate(args_list):
+        nodes = int(next(a[2:] for a in argv if a.startswith("-N")))
+        specs.append(pb.JobSpec(id=f"{tag}-{i:05d}", queue="default", task_groups=[pb.TaskGroup(
+            role="w", replicas=nodes, request=pb.ResourceList(quantities={"cpu": "1", "memory": "1Gi"}),
+            command=["sleep", "300"], annotations={"slurm.schedmd.com/output": "/dev/null"})]))
+    return specs
+
+
+def measure(name: str, args_list: list[list[str]], timeout: float,
+            submit: Callable[[], Mapping[int | str, float]] | None = None) -> dict[str, object]:
     observer = Observer()
     observer.start()
-    submitted = submit_all(args_list)
+    submitted = submit() if submit is not None else submit_all(args_list)
     deadline = time.monotonic() + timeout
     while len([j for j in submitted if j in observer.started]) < len(submitted):
         if time.monotonic() > deadline:
@@ -137,23 +171,27 @@ def measure(name: str, args_list: list[list[str]], timeout: float) -> dict[str, 
 _STEPS = (("sbatch->seen", "sbatch", "seen_at"), ("seen->submitted", "seen_at", "submitted_at"),
           ("submitted->bind", "submitted_at", "bind_at"), ("bind->updated", "bind_at", "updated_at"),
           ("updated->verified", "updated_at", "verified_at"), ("verified->running", "verified_at", "running"))
+# A native job: SubmitJob returned ("sbatch" here) -> binds reach the adapter -> its sbatch
+# returned -> observed RUNNING.
+_NATIVE_STEPS = (("submit->bind", "sbatch", "bind_at"), ("bind->sbatch-returned", "bind_at", "updated_at"),
+                 ("sbatch-returned->running", "updated_at", "running"))
 
 
-def breakdown(log_path: Path, result: dict[str, object]) -> dict[str, dict[str, float]]:
+def breakdown(log_path: Path, result: dict[str, object], *, native: bool = False) -> dict[str, dict[str, float]]:
     """p50 / p95 of each step of the Muster path, for the jobs of this workload."""
-    submitted: dict[int, float] = result["_submitted"]  # type: ignore[assignment]
-    started: dict[int, float] = result["_started"]  # type: ignore[assignment]
-    stamps: dict[int, dict[str, float]] = {}
+    submitted: dict[int | str, float] = result["_submitted"]  # type: ignore[assignment]
+    started: dict[int | str, float] = result["_started"]  # type: ignore[assignment]
+    stamps: dict[int | str, dict[str, float]] = {}
     for line in log_path.read_text(errors="replace").splitlines():
         try:
             event = json.loads(line)
         except ValueError:
             continue
-        jid = event.get("slurm_job") if event.get("event") == "placed" else None
+        jid = event.get("job" if native else "slurm_job") if event.get("event") == "placed" else None
         if jid in submitted and jid in started:
             stamps[jid] = {**event, "sbatch": submitted[jid], "running": started[jid]}
     out: dict[str, dict[str, float]] = {}
-    for name, begin, end in _STEPS:
+    for name, begin, end in _NATIVE_STEPS if native else _STEPS:
         values = sorted(s[end] - s[begin] for s in stamps.values() if s.get(begin) and s.get(end))
         if values:
             out[name] = {"p50": round(statistics.median(values), 3),
@@ -184,7 +222,10 @@ def cpu_seconds(pid: int) -> float:
     return round(walk(pid), 2)
 
 
-def run_muster(workloads: list[tuple[str, list[list[str]]]], args: argparse.Namespace) -> list[dict[str, object]]:
+def run_muster(workloads: list[tuple[str, list[list[str]]]], args: argparse.Namespace, *,
+               native: bool = False) -> list[dict[str, object]]:
+    """Muster's runs: the jobs ``sbatch``ed into staging, or with ``native`` submitted to Muster
+    directly (the adapter runs them with ``--native-jobs-user nobody``)."""
     workdir = Path(tempfile.mkdtemp(prefix="muster-bench-"))
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -200,7 +241,7 @@ def run_muster(workloads: list[tuple[str, list[list[str]]]], args: argparse.Name
         grpc.channel_ready_future(channel).result(timeout=30)
         adapter = subprocess.Popen(
             [str(BIN / "muster-slurm-adapter"), "--server", address, "--poll-interval", args.poll_interval,
-             "--log-level", "info", *args.adapter_arg],
+             "--log-level", "info", *(["--native-jobs-user", "nobody"] if native else []), *args.adapter_arg],
             stdout=open(workdir / "adapter.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
         # Measure from a ready adapter (its first poll and snapshot reached the server), as Slurm's
         # own scheduler is ready before its run starts: a burst submitted while the adapter is
@@ -211,22 +252,35 @@ def run_muster(workloads: list[tuple[str, list[list[str]]]], args: argparse.Name
                 raise RuntimeError(f"the adapter did not report {args.nodes} nodes")
             time.sleep(0.1)
         results = []
-        for name, args_list in workloads:
+        if native:
+            try:
+                stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="default")), timeout=10)
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.ALREADY_EXISTS:
+                    raise
+        for n, (name, args_list) in enumerate(workloads):
             cpu_before = cpu_seconds(adapter.pid), cpu_seconds(server.pid)
-            result = measure(name, args_list, args.timeout)
+            submit: Callable[[], Mapping[int | str, float]] | None = None
+            if native:
+                specs = native_specs(f"native{n}", args_list)
+
+                def submit(specs: list[pb.JobSpec] = specs) -> Mapping[int | str, float]:
+                    return submit_native(specs, stub)
+
+            result = measure(name, args_list, args.timeout, submit)
             result["cpu_s"] = {"adapter": round(cpu_seconds(adapter.pid) - cpu_before[0], 2),
                                "server": round(cpu_seconds(server.pid) - cpu_before[1], 2)}
             mismatches = 0
-            for jid, nodes in result["_nodes"].items():  # type: ignore[union-attr]
+            for jid, nodes in result["_nodes"].items():  # type: ignore[attr-defined]
                 try:
-                    job = stub.GetJob(pb.GetJobRequest(id=f"slurm-{jid}"), timeout=10)
+                    job = stub.GetJob(pb.GetJobRequest(id=jid if native else f"slurm-{jid}"), timeout=10)
                 except grpc.RpcError:
                     mismatches += 1  # running, yet Muster never saw it
                     continue
                 if sorted(t.node for t in job.tasks) != expand(nodes):
                     mismatches += 1
             result["mismatches"] = mismatches
-            result["breakdown"] = breakdown(workdir / "adapter.log", result)
+            result["breakdown"] = breakdown(workdir / "adapter.log", result, native=native)
             results.append(result)
             drain_cluster()
         return results
@@ -256,6 +310,9 @@ def main() -> int:
                    help="the server's --min-cycle-interval (default: the server's own)")
     p.add_argument("--adapter-arg", action="append", default=[],
                    help="extra adapter argument (repeatable), e.g. --adapter-arg=--parallel=8")
+    p.add_argument("--native", action="store_true",
+                   help="also run the workloads as jobs submitted to Muster directly (SubmitJob, 4 at a time "
+                        "like the sbatch submitters), which the adapter sbatches pinned at bind time")
     p.add_argument("--keep-logs", type=Path, default=None, help="copy the server and adapter logs here")
     args = p.parse_args()
     if os.geteuid() != 0:
@@ -273,13 +330,16 @@ def main() -> int:
     workloads = [(f"{args.singles} single-node jobs", single), (f"{args.gangs} {args.gang_size}-node gangs", gang)]
     out: dict[str, object] = {"nodes": args.nodes, "cpus": os.cpu_count()}
     out["muster"] = run_muster(workloads, args)
+    native_results = run_muster(workloads, args, native=True) if args.native else []
+    if args.native:
+        out["muster_native"] = native_results
     slurm_results = []
     for name, args_list in workloads:
         slurm_results.append(measure(name, [["-p", "batch", *a] for a in args_list], args.timeout))
         drain_cluster()
     out["slurm"] = slurm_results
-    for results in (out["muster"], out["slurm"]):
-        for r in results:  # type: ignore[union-attr]
+    for results in (out["muster"], native_results, slurm_results):
+        for r in results:  # type: ignore[attr-defined]
             for key in ("_nodes", "_submitted", "_started"):
                 r.pop(key, None)
     print(json.dumps(out, indent=2))

@@ -461,6 +461,7 @@ class ClusterState:
                 duration_seconds=group.duration_seconds,
                 annotations=group.annotations,
                 gpu_fraction=group.gpu_fraction,
+                min_member=job.min_member,
             ),
         )
 

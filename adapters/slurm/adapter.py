@@ -10,6 +10,9 @@ through ``scontrol`` (see ``adapters/slurm/backend.py`` and docs/slurm.md).
 from __future__ import annotations
 
 import argparse
+import grp
+import os
+import pwd
 import re
 import signal
 import sys
@@ -65,8 +68,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=int, default=8, help="concurrent Slurm commands (default 8)")
     p.add_argument("--decision-linger", type=parse_duration, default=0.01,
                    help="after a decision arrives, wait this long for more to enforce together (default 10ms)")
+    p.add_argument("--native-jobs-user", default="", metavar="USER",
+                   help="also run jobs submitted to Muster directly (not with sbatch): each becomes a Slurm "
+                        "job submitted at bind time, pinned to Muster's nodes, run as USER and USER's group "
+                        "(default: off; binds of such jobs are refused)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
+
+
+def native_identity(user: str) -> tuple[str, str, str]:
+    """``--native-jobs-user`` -> (user, its primary group, the jobs' default working directory: its
+    home, or /tmp when that does not exist), checked to exist on this host."""
+    if not user:
+        return "", "", ""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise SystemExit(f"--native-jobs-user: no user {user!r} on this host") from None
+    try:
+        group = grp.getgrgid(entry.pw_gid).gr_name
+    except KeyError:
+        group = str(entry.pw_gid)
+    return user, group, entry.pw_dir if os.path.isdir(entry.pw_dir) else "/tmp"
 
 
 async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -> None:
@@ -74,7 +97,11 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
     cli = SlurmCLI(bin_dir=args.slurm_bin, parallel=args.parallel)
     if not await cli.ping():
         raise SystemExit("slurmctld does not answer `scontrol ping` (is the cluster up? scripts/slurm-up.sh)")
+    native_user, native_group, native_workdir = native_identity(args.native_jobs_user)
     settings = Settings(
+        native_user=native_user,
+        native_group=native_group,
+        native_workdir=native_workdir,
         staging_partition=args.staging_partition,
         run_partition=args.run_partition,
         queue_from=args.queue_from,

@@ -18,6 +18,9 @@ attempt (``<id>.a<N>``). Jobs Muster does not manage (submitted straight to the 
 root, say) are foreign tasks that only consume capacity. The AdminComment marker lets a
 restarted adapter recognise what it placed, so nothing is placed twice.
 
+Jobs submitted to Muster directly run too with ``--native-jobs-user``: the adapter ``sbatch``es
+each at bind time, pinned to Muster's nodes (:mod:`adapters.slurm.native`, docs/slurm.md).
+
 This module is the polling side (Slurm -> tracked jobs, submissions, reports, deltas);
 :mod:`adapters.slurm.enforce` applies decisions (step 2 and evictions); :mod:`adapters.slurm.jobs`
 holds the tracked jobs both work on.
@@ -46,6 +49,7 @@ from adapters.slurm.jobs import (
     Settings,
     TrackedJob,
 )
+from adapters.slurm.native import NATIVE_MARKER, parse_comment
 from adapters.slurm.parse import SlurmJob, SlurmNode
 from adapters.slurm.translate import (
     foreign_tasks,
@@ -156,12 +160,17 @@ class SlurmBackend:
         """Whether some job waiting for a placement has only part of its K binds in ``decisions``
         (the rest of its cycle is probably still on the way)."""
         binds: dict[str, set[str]] = {}
+        need: dict[str, int] = {}
         for decision in decisions:
             if decision.WhichOneof("action") == "bind":
                 binds.setdefault(decision.bind.job_id, set()).add(decision.bind.task_id)
+                need[decision.bind.job_id] = max(need.get(decision.bind.job_id, 0), decision.bind.min_member)
         for job_id, tasks in binds.items():
             job = self.table.by_muster_id.get(job_id)
             if job is not None and job.placed is None and not job.done and len(tasks) < job.size:
+                return True
+            native_unplaced = job is None or (job.native and job.done)
+            if native_unplaced and self.enforcer.is_native_id(job_id) and len(tasks) < need[job_id]:
                 return True
         return False
 
@@ -208,6 +217,8 @@ class SlurmBackend:
                 if sj.partition == self.settings.staging_partition and sj.state == "PENDING":
                     tracked = self.table.track(sj.job_id, sj.num_nodes)
                 elif sj.active:
+                    if self.enforcer.native_in_flight and self._is_native(sj):
+                        continue  # its sbatch has not returned yet: tracked once it does
                     for task in foreign_tasks(sj, self._nodes):
                         if task.node in self._nodes:  # the server only knows run-partition nodes
                             foreign[task.task_id] = task
@@ -267,7 +278,17 @@ class SlurmBackend:
     async def _adopt(self) -> None:
         """After a restart: recognise the jobs this adapter placed earlier (AdminComment)."""
         for sj in await self.cli.jobs_full():
-            if not sj.admin_comment.startswith(MARKER) or sj.finished:
+            if sj.finished:
+                continue
+            native = parse_comment(sj.comment) if self._is_native(sj) else None
+            if native is not None:
+                muster_id, tasks, nodes = native
+                job = self.table.track(sj.job_id, len(tasks), muster_id=muster_id, native_tasks=tasks)
+                job.submitted = True
+                job.placed = nodes
+                job.ran = sj.active
+                continue
+            if not sj.admin_comment.startswith(MARKER):
                 continue
             muster_id = sj.admin_comment[len(MARKER):]
             job = self.table.track(sj.job_id, sj.num_nodes, muster_id=muster_id)
@@ -279,6 +300,11 @@ class SlurmBackend:
         self._adopted = True
         if self.jobs:
             log.info("adopted jobs placed before a restart", count=len(self.jobs))
+
+    def _is_native(self, sj: SlurmJob) -> bool:
+        """A job this adapter submitted for a native Muster job (its user and comment say so)."""
+        user = self.settings.native_user
+        return bool(user) and sj.user == user and sj.comment.startswith(NATIVE_MARKER)
 
     async def _observe(self, job: TrackedJob, sj: SlurmJob, to_submit: list[tuple[TrackedJob, SlurmJob]]) -> None:
         staging, run = self.settings.staging_partition, self.settings.run_partition
@@ -320,6 +346,12 @@ class SlurmBackend:
             self._report(job, task_id, pb.TASK_STATUS_FAILED, node, message=why)
         job.done = True
         log.warning("placement attempt failed", slurm_job=sj.job_id, job=job.muster_id, reason=why)
+        if job.native:  # the adapter's own Slurm job: gone; the Muster job decides what comes next
+            try:
+                await self.cli.cancel(sj.job_id)
+            except SlurmError as exc:
+                log.warning("could not cancel job", slurm_job=sj.job_id, error=exc.message)
+            return
         await self.enforcer.withdraw(sj)
         self.table.track(sj.job_id, sj.num_nodes, attempt=job.attempt + 1)
 

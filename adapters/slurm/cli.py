@@ -152,6 +152,14 @@ class SlurmCLI:
         ]
         return await self.run("scontrol", check=False, stdin=("\n".join(lines) + "\n").encode())
 
+    async def submit(self, argv: Sequence[str]) -> int:
+        """``sbatch --parsable ...`` -> the new job's id."""
+        result = await self.run(*argv)
+        head = result.stdout.strip().split(";", 1)[0]
+        if not head.isdigit():
+            raise SlurmError(argv, result.returncode, f"sbatch printed {result.stdout.strip()!r}, not a job id")
+        return int(head)
+
     async def unstage(self, job_id: int, staging: str) -> None:
         """Back to the staging partition with no node list (after an eviction or a bad placement)."""
         await self.run("scontrol", "update", f"JobId={job_id}", f"Partition={staging}", "NodeList=")

@@ -7,6 +7,10 @@ and node list (else the job goes back to staging and the binds are rejected with
 A burst's gangs are placed together: the updates as ``scontrol`` stdin chunks, then one
 ``squeue`` verifying them all. An evict -> ``scontrol requeuehold``, back to staging with no node
 list, ``scontrol release`` (or ``scancel`` when the job is cancelled).
+
+Native jobs (submitted to Muster directly; ``Settings.native_user``): the binds that arrived
+together become one new Slurm job, ``sbatch``ed pinned to their nodes (:mod:`adapters.slurm.native`);
+an eviction is ``scancel``.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from adapters.slurm.jobs import (
     Settings,
     TrackedJob,
 )
+from adapters.slurm.native import NativeJob, native_job
 from adapters.slurm.parse import JobRecord, SlurmJob
-from adapters.slurm.translate import task_index
+from adapters.slurm.translate import Untranslatable, task_index
 from muster.v1 import muster_pb2 as pb
 
 log = structlog.get_logger("muster.slurm")
@@ -51,6 +56,16 @@ class _Placement:
     started: float  # perf_counter when the binds were checked
 
 
+@dataclass(slots=True)
+class _NativePlacement:
+    """Binds of a job submitted to Muster directly: a new Slurm job on their nodes (``sbatch``)."""
+
+    spec: NativeJob
+    binds: list[pb.Decision]
+    received: float  # wall clock: the binds reached the adapter
+    started: float  # perf_counter when the binds were checked
+
+
 class Enforcer:
     """Applies a burst of decisions to the Slurm jobs in ``table``; see the module docstring."""
 
@@ -60,15 +75,22 @@ class Enforcer:
         self.table = table
         self.placements = 0  # successful enforcement RPCs (tests: nothing placed twice)
         self.place_seconds: list[float] = []
+        self.native_in_flight = 0  # native ``sbatch``es under way (the poll must not call them foreign)
+
+    def is_native_id(self, job_id: str) -> bool:
+        """Whether a Muster job id names a job submitted to Muster directly, run by this adapter when
+        native jobs are on (ids of staged Slurm jobs carry the job prefix)."""
+        return bool(self.settings.native_user) and not job_id.startswith(self.table.job_prefix)
 
     async def apply_batch(self, decisions: list[pb.Decision]) -> list[Outcome]:
         received = time.time()
         outcomes: dict[int, Outcome] = {}
         updated: list[_Placement] = []  # `scontrol update` accepted, not verified yet
+        native: list[_NativePlacement] = []  # to be submitted
 
         async def one_job(job_id: str, group: list[pb.Decision]) -> None:
             try:
-                outcomes.update(await self._apply_job(job_id, group, updated, received))
+                outcomes.update(await self._apply_job(job_id, group, updated, native, received))
             except Exception as exc:  # noqa: BLE001 - one job's failure must not sink the batch
                 log.exception("apply failed", job=job_id)
                 outcomes.update({d.id: Outcome.reject(f"adapter error: {exc}") for d in group})
@@ -79,6 +101,10 @@ class Enforcer:
         if updated:
             for placement, outcome in zip(updated, await self._place_all(updated), strict=True):
                 outcomes.update({d.id: outcome for d in placement.binds})
+        if native:
+            async with anyio.create_task_group() as tg:
+                for submission in native:
+                    tg.start_soon(self._submit_native, submission, outcomes)
         return [outcomes.get(d.id, Outcome.reject("not handled")) for d in decisions]
 
     async def _place_all(self, placements: list[_Placement]) -> list[Outcome]:
@@ -149,18 +175,26 @@ class Enforcer:
         return self._settle(placement, confirmed=True)
 
     async def _apply_job(self, job_id: str, group: list[pb.Decision], updated: list[_Placement],
-                         received: float) -> dict[int, Outcome]:
+                         native: list[_NativePlacement], received: float) -> dict[int, Outcome]:
         job = self.table.by_muster_id.get(job_id)
         out: dict[int, Outcome] = {}
         evicts = [d for d in group if d.WhichOneof("action") == "evict"]
         binds = [d for d in group if d.WhichOneof("action") == "bind"]
-        if job is None:
+        if job is None and not self.is_native_id(job_id):
             reason = f"job {job_id!r} is not a Slurm job this adapter manages"
             return {d.id: Outcome.reject(reason) for d in group}
         if evicts:
-            outcome = await self.evict(job, evicts[0].evict.reason)
+            # A native job with no Slurm job here has nothing to stop.
+            outcome = APPLIED if job is None else await self.evict(job, evicts[0].evict.reason)
             out.update({d.id: outcome for d in evicts})
-        if binds:
+        if binds and (job is None or (job.native and job.done)):
+            try:
+                spec = native_job(job_id, [d.bind for d in binds])
+            except Untranslatable as exc:
+                out.update({d.id: Outcome.reject(str(exc)) for d in binds})
+            else:
+                native.append(_NativePlacement(spec, binds, received, time.perf_counter()))
+        elif binds and job is not None:
             job.bind_at = received
             placement_or_outcome = await self._bind(job, binds)
             if isinstance(placement_or_outcome, _Placement):
@@ -172,9 +206,11 @@ class Enforcer:
     async def _bind(self, job: TrackedJob, binds: list[pb.Decision]) -> Outcome | _Placement:
         """Check the binds; the burst's gangs are then enforced together (``_place_all``)."""
         chosen: dict[int, str] = {}
+        tasks = job.tasks
         for decision in binds:
-            index = task_index(decision.bind.task_id)
-            if index is None or index >= job.size or decision.bind.task_id not in job.tasks:
+            task_id = decision.bind.task_id
+            index = (tasks.index(task_id) if task_id in tasks else None) if job.native else task_index(task_id)
+            if index is None or index >= job.size or task_id not in tasks:
                 return Outcome.reject(f"task {decision.bind.task_id!r} is not a task of job {job.muster_id}")
             chosen[index] = decision.bind.node
         if job.done:
@@ -192,6 +228,27 @@ class Enforcer:
             return Outcome.reject(f"Slurm needs {job.size} distinct nodes for job {job.slurm_id}, got {','.join(nodes)}")
         job.version += 1  # a poll read from now on must not act on this job
         return _Placement(job, nodes, binds, time.perf_counter())
+
+    async def _submit_native(self, placement: _NativePlacement, outcomes: dict[int, Outcome]) -> None:
+        """``sbatch`` the placement's Slurm job; tracked (and its binds applied) once Slurm took it.
+        The next poll checks Slurm shows it on exactly those nodes, as for a staged job."""
+        spec = placement.spec
+        argv = spec.sbatch_argv(partition=self.settings.run_partition, user=self.settings.native_user,
+                                group=self.settings.native_group, workdir=self.settings.native_workdir)
+        self.native_in_flight += 1
+        try:
+            slurm_id = await self.cli.submit(argv)
+        except SlurmError as exc:
+            outcomes.update({d.id: Outcome.reject(f"sbatch refused: {exc.message}") for d in placement.binds})
+            return
+        finally:
+            self.native_in_flight -= 1
+        job = self.table.track(slurm_id, len(spec.nodes), muster_id=spec.job_id, native_tasks=list(spec.tasks))
+        job.submitted = True
+        job.bind_at = placement.received
+        job.updated_at = time.time()
+        settled = self._settle(_Placement(job, list(spec.nodes), placement.binds, placement.started), confirmed=False)
+        outcomes.update({d.id: settled for d in placement.binds})
 
     def _settle(self, placement: _Placement, *, confirmed: bool) -> Outcome:
         """Slurm took the placement: record it. ``confirmed``: read back already (else the next
@@ -236,7 +293,7 @@ class Enforcer:
         job.version += 1
         if job.done:
             return APPLIED
-        if reason == "cancel":
+        if reason == "cancel" or job.native:  # a native job is placed again as a new Slurm job
             try:
                 await self.cli.cancel(job.slurm_id)
             except SlurmError as exc:

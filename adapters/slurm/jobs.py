@@ -36,6 +36,10 @@ class Settings:
     poll_interval: float = 0.25
     node_poll_interval: float = 1.0
     submit_parallel: int = 16
+    # Run jobs submitted to Muster directly as this user ('' = off; see adapters.slurm.native).
+    native_user: str = ""
+    native_group: str = ""
+    native_workdir: str = "/tmp"  # a native job's working directory unless its task names one
 
 
 @dataclass(slots=True)
@@ -56,6 +60,9 @@ class TrackedJob:
     done: bool = False
     refused: str = ""  # why it is not submitted (untranslatable; '' when it is fine)
     checked: tuple[str, int] | None = None  # (constraint, nodes) that `refused` was worked out for
+    # A native job (submitted to Muster directly; the adapter made the Slurm job at bind time):
+    # its Muster task ids, in node order. None: the derived ``<muster id>/node-<i>``.
+    native_tasks: list[str] | None = None
     # Wall-clock stamps of the latest placement's path (logged with "placed"; 0 = unknown).
     seen_at: float = 0.0  # first poll that listed it
     submitted_at: float = 0.0  # SubmitJob returned
@@ -63,8 +70,12 @@ class TrackedJob:
     updated_at: float = 0.0  # `scontrol update` returned
 
     @property
+    def native(self) -> bool:
+        return self.native_tasks is not None
+
+    @property
     def tasks(self) -> list[str]:
-        return task_ids(self.muster_id, self.size)
+        return self.native_tasks if self.native_tasks is not None else task_ids(self.muster_id, self.size)
 
 
 class JobTable:
@@ -75,13 +86,14 @@ class JobTable:
         self.jobs: dict[int, TrackedJob] = {}
         self.by_muster_id: dict[str, TrackedJob] = {}
 
-    def track(self, slurm_id: int, size: int, *, muster_id: str = "", attempt: int = 0) -> TrackedJob:
+    def track(self, slurm_id: int, size: int, *, muster_id: str = "", attempt: int = 0,
+              native_tasks: list[str] | None = None) -> TrackedJob:
         """Start tracking (a new attempt of) a Slurm job; replaces an earlier attempt."""
         base = f"{self.job_prefix}{slurm_id}"
         if not muster_id:
             muster_id = base if attempt == 0 else f"{base}.a{attempt}"
         job = TrackedJob(slurm_id=slurm_id, muster_id=muster_id, size=max(1, size), attempt=attempt,
-                         seen_at=time.time())
+                         seen_at=time.time(), native_tasks=native_tasks)
         old = self.jobs.get(slurm_id)
         if old is not None:
             self.by_muster_id.pop(old.muster_id, None)

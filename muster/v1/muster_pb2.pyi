@@ -646,7 +646,7 @@ class StreamDecisionsRequest(_message.Message):
     def __init__(self, backend: _Optional[str] = ..., after_decision_id: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class BindDecision(_message.Message):
-    __slots__ = ("task_id", "job_id", "node", "devices", "request", "command", "duration_seconds", "pipelined", "annotations", "gpu_fraction")
+    __slots__ = ("task_id", "job_id", "node", "devices", "request", "command", "duration_seconds", "pipelined", "annotations", "gpu_fraction", "min_member")
     class AnnotationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -664,6 +664,7 @@ class BindDecision(_message.Message):
     PIPELINED_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     GPU_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    MIN_MEMBER_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     job_id: str
     node: str
@@ -674,7 +675,8 @@ class BindDecision(_message.Message):
     pipelined: bool
     annotations: _containers.ScalarMap[str, str]
     gpu_fraction: float
-    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., duration_seconds: _Optional[float] = ..., pipelined: _Optional[bool] = ..., annotations: _Optional[_Mapping[str, str]] = ..., gpu_fraction: _Optional[float] = ...) -> None: ...
+    min_member: int
+    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., duration_seconds: _Optional[float] = ..., pipelined: _Optional[bool] = ..., annotations: _Optional[_Mapping[str, str]] = ..., gpu_fraction: _Optional[float] = ..., min_member: _Optional[int] = ...) -> None: ...
 
 class EvictDecision(_message.Message):
     __slots__ = ("task_id", "job_id", "node", "reason")

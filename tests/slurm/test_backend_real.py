@@ -11,7 +11,7 @@ import pytest
 from adapters.slurm.backend import Settings, SlurmBackend
 from adapters.slurm.cli import SlurmCLI
 from muster.v1 import muster_pb2 as pb
-from tests.slurm.conftest import job_info, sbatch, wait_until
+from tests.slurm.conftest import job_info, run, sbatch, wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -140,3 +140,68 @@ async def test_poll_reports_nodes_and_foreign_jobs(backend: SlurmBackend) -> Non
     assert sorted(t.node for t in foreign) == job_info(own)["_nodes"].split(",")
     assert all(dict(t.request.quantities)["cpu"] == "4" for t in foreign)
     assert own not in backend.jobs
+
+
+def native_bind(job: str, index: int, node: str, *, min_member: int, cycle: int = 1) -> pb.Decision:
+    return pb.Decision(id=next(_next_id), cycle_id=cycle, bind=pb.BindDecision(
+        task_id=f"{job}/worker-{index}", job_id=job, node=node, min_member=min_member, command=["sleep", "120"],
+        request=pb.ResourceList(quantities={"cpu": "2", "memory": "1Gi"})))
+
+
+def slurm_ids_named(name: str) -> list[int]:
+    out = run("squeue", "-h", "-a", "-n", name, "-o", "%i")
+    return sorted(int(line) for line in out.split())
+
+
+async def test_native_job_is_submitted_pinned_at_bind_evicted_replaced_and_adopted(clean_slurm: list[str]) -> None:
+    settings = Settings(poll_interval=0.2, native_user="nobody", native_group="nogroup", native_workdir="/tmp")
+    backend = SlurmBackend(SlurmCLI(), settings, name="slurm-test")
+    await backend.poll_once()
+
+    # A partial gang is refused before anything reaches Slurm.
+    partial = await backend.apply_batch([native_bind("mpi", 0, "n2", min_member=2)])
+    assert not partial[0].applied and "gang incomplete: 1 of 2" in partial[0].reason
+    assert slurm_ids_named("mpi") == []
+
+    out = await backend.apply_batch([native_bind("mpi", 0, "n2", min_member=2),
+                                     native_bind("mpi", 1, "n5", min_member=2)])
+    assert all(o.applied for o in out), out
+    [first] = slurm_ids_named("mpi")
+    info = job_info(first)
+    # One Slurm job, as the native user, on exactly the bound nodes, with the per-node request.
+    assert info["_req"] == "n2,n5" and info["Partition"] == "batch" and info["UserId"].startswith("nobody(")
+    assert info["NumNodes"] in ("2", "2-2") and info["MinMemoryNode"] == "1G" and info["NumCPUs"] == "4"
+    wait_until("the job to run", lambda: job_info(first)["JobState"] == "RUNNING")
+    await backend.poll_once()
+    assert backend.jobs[first].ran and backend.jobs[first].tasks == ["mpi/worker-0", "mpi/worker-1"]
+    tasks = {t.task_id: (t.node, t.status) for t in await backend.list_tasks() if not t.foreign_task}
+    assert tasks == {"mpi/worker-0": ("n2", pb.TASK_STATUS_RUNNING), "mpi/worker-1": ("n5", pb.TASK_STATUS_RUNNING)}
+
+    # A repeated bind of the same placement is idempotent: no second Slurm job.
+    assert (await backend.apply_batch([native_bind("mpi", 1, "n5", min_member=2)]))[0].applied
+    assert slurm_ids_named("mpi") == [first]
+
+    # Evicted: the Slurm job is cancelled; binds after it make a new Slurm job elsewhere.
+    out = await backend.apply_batch([pb.Decision(id=next(_next_id), cycle_id=2, evict=pb.EvictDecision(
+        task_id=f"mpi/worker-{i}", job_id="mpi", node=n, reason="preempt")) for i, n in ((0, "n2"), (1, "n5"))])
+    assert all(o.applied for o in out), out
+    wait_until("the first job to end", lambda: job_info(first)["JobState"] in ("CANCELLED", "COMPLETED"))
+    out = await backend.apply_batch([native_bind("mpi", 0, "n9", min_member=2, cycle=3),
+                                     native_bind("mpi", 1, "n10", min_member=2, cycle=3)])
+    assert all(o.applied for o in out), out
+    [second] = slurm_ids_named("mpi")
+    assert second != first and job_info(second)["_req"] == "n9,n10"
+    wait_until("the new job to run", lambda: job_info(second)["JobState"] == "RUNNING")
+
+    # A restarted adapter recognises the job it submitted (not a foreign job).
+    restarted = SlurmBackend(SlurmCLI(), settings, name="slurm-test")
+    await restarted.poll_once()
+    assert restarted.jobs[second].native and restarted.jobs[second].placed == ["n9", "n10"]
+    assert not [t for t in await restarted.list_tasks() if t.foreign_task]
+
+    # Off by default: such binds are refused, nothing is submitted.
+    plain = SlurmBackend(SlurmCLI(), Settings(poll_interval=0.2), name="slurm-test")
+    await plain.poll_once()
+    refused = await plain.apply_batch([native_bind("other", 0, "n3", min_member=1)])
+    assert not refused[0].applied and "not a Slurm job this adapter manages" in refused[0].reason
+    assert slurm_ids_named("other") == []
