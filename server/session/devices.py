@@ -73,6 +73,20 @@ class DeviceLedger:
         held, shared = self.held[row], self.shared[row]
         return [d for d in self.of(row).get(resource, ()) if d.healthy and d.id not in held and d.id not in shared]
 
+    def first_free(self, row: int, resource: str, count: int) -> list[str]:
+        """The ids of the first ``count`` of :meth:`free` (fewer if fewer are free), without
+        listing the rest: what a task takes when nothing chooses for it."""
+        held, shared = self.held[row], self.shared[row]
+        ids: list[str] = []
+        if count <= 0:
+            return ids
+        for d in self.of(row).get(resource, ()):
+            if d.healthy and d.id not in held and d.id not in shared:
+                ids.append(d.id)
+                if len(ids) == count:
+                    break
+        return ids
+
     def releasing(self, row: int, resource: str) -> list[Device]:
         """Devices held by a Releasing task: free once it is gone (offered to pipelined tasks only)."""
         held = self.held[row]

@@ -170,7 +170,7 @@ class Session:
     def _give_existing_devices(self, task: TaskInfo, i: int) -> None:
         ledger = self.nodes.devices
         for resource, count in task.device_needs.items():
-            task.devices += [d.id for d in ledger.free(i, resource)[:count]]
+            task.devices += ledger.first_free(i, resource, count)
         ledger.attach(i, task)
 
     # The function a plugin registers has the point's signature (``extension_points.POINTS``).
@@ -256,6 +256,7 @@ class Session:
             if not point.vectorised:
                 self._combined[name] = combined(point, chain)
         self.evaluator.configure(self._chains["predicate"], self._chains["node_order"])
+        self._device_choosers = any(self._chains["device_choice"])
         c = self._combined
         # The order points are asked hundreds of thousands of times a cycle: bound once.
         self._job_order, self._task_order, self._queue_order = c["job_order"], c["task_order"], c["queue_order"]
@@ -540,7 +541,13 @@ class Session:
         ``device_choice`` point's answer, else the first candidates (the lowest free ids)."""
         ledger = self.nodes.devices
         chosen: list[str] = []
+        # Nothing chooses and nothing is promised on the row: the candidates are the free devices
+        # in order, so the first ``count`` are the answer (found without listing them all).
+        plain = not self._device_choosers and status != TaskStatus.PIPELINED and not ledger.promised[row]
         for resource, count in task.device_needs.items():
+            if plain:
+                chosen += ledger.first_free(row, resource, count)
+                continue
             candidates: list[Device] = ledger.candidates(row, resource, status)
             ids = self._combined["device_choice"](task, row, resource, count, candidates)
             if ids is None:
