@@ -12,7 +12,9 @@ vectorised Python scheduler can reach with no plugins, no extension points and n
 
 Both run on the same snapshot, alternating, ``--repeat`` times. Prints one JSON line per run with
 both times (wall and CPU), their ratio, and whether the placements are identical (they must be: a
-difference means the baseline no longer models the policy, and the ratio means nothing).
+difference means the baseline no longer models the policy, and the ratio means nothing). With
+more than one run, a summary line: each side's fastest CPU time and their ratio, and the median
+of the per-run ratios (on a shared machine one run's ratio moves with the host's speed).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import heapq
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -209,11 +212,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     tune_gc()
+    numpy_cpus: list[float] = []
+    muster_cpus: list[float] = []
     for _ in range(args.repeat):
         snapshot = build(args.nodes, args.tasks, args.seed)
         base, base_s, base_cpu = timed(numpy_cycle, snapshot)
         snapshot = build(args.nodes, args.tasks, args.seed)
         mine, mine_s, mine_cpu = timed(muster_cycle, snapshot)
+        numpy_cpus.append(base_cpu)
+        muster_cpus.append(mine_cpu)
         print(json.dumps({
             "nodes": args.nodes,
             "tasks": args.tasks,
@@ -228,6 +235,16 @@ def main() -> None:
         if base != mine:
             diff = sorted(set(base.items()) ^ set(mine.items()))[:5]
             print(json.dumps({"numpy_only_or_muster_only": diff, "numpy_placed": len(base)}), flush=True)
+    if args.repeat > 1:
+        # On a shared machine one pair's ratio moves with the host's speed between the two runs;
+        # each side's fastest run is its least disturbed one, so their ratio is the steadier figure.
+        print(json.dumps({
+            "summary": f"{args.repeat} pairs",
+            "numpy_cpu_min": round(min(numpy_cpus), 4),
+            "muster_cpu_min": round(min(muster_cpus), 4),
+            "ratio_of_mins": round(min(muster_cpus) / min(numpy_cpus), 2),
+            "ratio_median": round(statistics.median(m / n for m, n in zip(muster_cpus, numpy_cpus, strict=True)), 2),
+        }), flush=True)
 
 
 if __name__ == "__main__":
