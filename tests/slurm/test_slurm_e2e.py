@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -287,3 +288,25 @@ def test_exclusive_jobs_get_nodes_of_their_own_and_constraints_are_honoured(
     wait_until("the second exclusive job to run", lambda: running(second), timeout=90)
     assert job_info(second)["_nodes"] == free
     assert job_info(first)["_nodes"] == "n1" and running(first)
+
+
+def test_job_submitted_to_muster_runs_as_one_pinned_slurm_job(muster: Muster, stub: pb_grpc.SchedulerStub) -> None:
+    # --native-jobs-user: a job submitted to Muster itself (no sbatch) becomes, at bind time, one
+    # Slurm job on exactly Muster's nodes, run as that user, and its ending comes back to Muster.
+    muster.start_adapter("--native-jobs-user", "nobody")
+    out = shared_dir()
+    script = f'srun bash -c "echo \\$SLURMD_NODENAME \\$(id -un)" > {out}/native.txt'
+    name = f"native-{uuid.uuid4().hex[:8]}"  # Slurm lists ended jobs of earlier runs for a while
+    stub.SubmitJob(pb.SubmitJobRequest(job=pb.JobSpec(id=name, queue="default", task_groups=[pb.TaskGroup(
+        role="w", replicas=3, request=pb.ResourceList(quantities={"cpu": "2", "memory": "1Gi"}),
+        command=["bash", "-c", script])])), timeout=10)
+    job = wait_until("the job to succeed in Muster", lambda: (j := muster_job(stub, name))
+                     and all(t.status == pb.TASK_STATUS_SUCCEEDED for t in j.tasks) and j, timeout=90)
+    chosen = muster_nodes(job)
+    assert len(chosen) == 3
+    [slurm_id] = [int(x) for x in run("squeue", "-h", "-a", "-t", "all", "-n", name, "-o", "%i").split()]
+    lines = sorted((out / "native.txt").read_text().splitlines())
+    assert sorted(line.split()[0] for line in lines) == chosen
+    assert {line.split()[1] for line in lines} == {"nobody"}
+    info = job_info(slurm_id)
+    assert info["_req"].split(",") == chosen and info["Partition"] == "batch"
