@@ -58,6 +58,7 @@ from adapters.agent.process import (
     start_ticks,
     tagged_groups,
 )
+from adapters.children import ChildProcess
 from adapters.runtime import BackendRuntime, Outcome, Rejected
 from muster.devices import NVIDIA_GPU, Device, device_needs, visible_devices_env
 from muster.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
@@ -123,7 +124,7 @@ class FakeAgent:
         self.ended: dict[str, EndedTask] = {}
         self.runtime: BackendRuntime | None = None
         self._tg: TaskGroup | None = None
-        self._processes: dict[str, anyio.abc.Process] = {}
+        self._processes: dict[str, ChildProcess] = {}
         # Tags every task's environment; ``run`` adds the server, so two agents of the same name
         # serving different servers never take each other's tasks for orphans.
         self.instance = name
@@ -376,9 +377,11 @@ class FakeAgent:
             env["MUSTER_EXIT_FILE"] = exit_file
             argv = ["/bin/sh", "-c", EXIT_WRAPPER, "muster-task", *argv]
         try:
-            process = await anyio.open_process(
-                argv, stdin=None, stdout=stdout, stderr=stdout, env=env, start_new_session=True
-            )
+            # Not an asyncio subprocess: with --state-dir the task must outlive the agent, and
+            # asyncio's subprocess transport kills a running child when it is closed or collected
+            # (with asyncio's pidfd watcher the restart test found the tasks' wrappers gone).
+            process = ChildProcess.start(argv, stdin=None, stdout=stdout, stderr=stdout, env=env,
+                                         start_new_session=True)
         except OSError as exc:
             raise Rejected(f"cannot start task {bind.task_id}: {exc.strerror or exc}") from None
         finally:
@@ -418,7 +421,7 @@ class FakeAgent:
         await self._wait_gone(task, process, 5.0)
         return "SIGKILL"
 
-    async def _wait_gone(self, task: LiveTask, process: anyio.abc.Process | None, timeout: float) -> bool:
+    async def _wait_gone(self, task: LiveTask, process: ChildProcess | None, timeout: float) -> bool:
         with anyio.move_on_after(timeout):
             if process is not None:
                 await process.wait()
@@ -431,7 +434,7 @@ class FakeAgent:
             return True
         return False
 
-    async def _watch_child(self, task: LiveTask, process: anyio.abc.Process) -> None:
+    async def _watch_child(self, task: LiveTask, process: ChildProcess) -> None:
         code = await process.wait()
         self._finish(task, code)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import anyio
 import structlog
 
+from adapters.children import watch_children_with_pidfd
 from adapters.runtime import DecisionLedger, FileDecisionLedger
 from adapters.slurm.backend import Settings, SlurmBackend
 from adapters.slurm.cli import SlurmCLI
@@ -147,6 +148,7 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging("json", args.log_level)
+    watch_children_with_pidfd()
     try:
         anyio.run(serve, args)
     except KeyboardInterrupt:
