@@ -90,6 +90,8 @@ def native_identity(user: str) -> tuple[str, str, str]:
         group = grp.getgrgid(entry.pw_gid).gr_name
     except KeyError:
         group = str(entry.pw_gid)
+    if entry.pw_uid == 0:
+        log.warning("--native-jobs-user is root: every client allowed to submit jobs runs commands as root")
     return user, group, entry.pw_dir if os.path.isdir(entry.pw_dir) else "/tmp"
 
 
