@@ -121,6 +121,11 @@ class SlurmCLI:
             raise
         return parse_squeue_format(out.stdout)
 
+    async def jobs_named(self, name: str, user: str, *, states: str) -> list[SlurmJob]:
+        """The poll's fields for ``user``'s jobs called ``name`` in ``states``."""
+        out = await self.run("squeue", "-h", "-a", "-t", states, "-n", name, "-u", user, "-O", SQUEUE_FORMAT)
+        return parse_squeue_format(out.stdout)
+
     async def jobs_full(self) -> list[SlurmJob]:
         """Every job with every field (incl. AdminComment); used for the start-up re-sync."""
         return parse_squeue_json((await self.run("squeue", "--json")).stdout)

@@ -22,7 +22,7 @@ import anyio
 import structlog
 
 from adapters.runtime import APPLIED, Outcome, group_by_job
-from adapters.slurm.cli import SlurmCLI, SlurmError
+from adapters.slurm.cli import LIVE_STATES, SlurmCLI, SlurmError
 from adapters.slurm.jobs import (
     BAD_PLACEMENT_REASONS,
     HELD_REASONS,
@@ -237,10 +237,17 @@ class Enforcer:
                                 group=self.settings.native_group, workdir=self.settings.native_workdir)
         self.native_in_flight += 1
         try:
-            slurm_id = await self.cli.submit(argv)
-        except SlurmError as exc:
-            outcomes.update({d.id: Outcome.reject(f"sbatch refused: {exc.message}") for d in placement.binds})
-            return
+            try:
+                slurm_id = await self.cli.submit(argv)
+            except SlurmError as exc:
+                # A failed sbatch (a timeout above all) may still have made the job; rejecting the
+                # binds then would have Muster place the tasks again while it runs.
+                found = await self._find_submitted(spec)
+                if found is None:
+                    outcomes.update({d.id: Outcome.reject(f"sbatch refused: {exc.message}") for d in placement.binds})
+                    return
+                log.warning("sbatch failed but Slurm has the job", slurm_job=found, job=spec.job_id, error=exc.message)
+                slurm_id = found
         finally:
             self.native_in_flight -= 1
         job = self.table.track(slurm_id, len(spec.nodes), muster_id=spec.job_id, native_tasks=list(spec.tasks))
@@ -249,6 +256,17 @@ class Enforcer:
         job.updated_at = time.time()
         settled = self._settle(_Placement(job, list(spec.nodes), placement.binds, placement.started), confirmed=False)
         outcomes.update({d.id: settled for d in placement.binds})
+
+    async def _find_submitted(self, spec: NativeJob) -> int | None:
+        """The live Slurm job this adapter submitted for ``spec`` (same name, user and comment, not
+        tracked yet), or None (none, or Slurm cannot say)."""
+        try:
+            jobs = await self.cli.jobs_named(spec.job_id, self.settings.native_user, states=LIVE_STATES)
+        except SlurmError as exc:
+            log.warning("cannot look for a native job after a failed sbatch", job=spec.job_id, error=exc.message)
+            return None
+        ids = [sj.job_id for sj in jobs if sj.comment == spec.comment and sj.job_id not in self.table.jobs]
+        return max(ids) if ids else None
 
     def _settle(self, placement: _Placement, *, confirmed: bool) -> Outcome:
         """Slurm took the placement: record it. ``confirmed``: read back already (else the next

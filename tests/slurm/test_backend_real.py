@@ -5,11 +5,13 @@ message, evict by requeuehold and re-placement) is checked on its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import anyio
 import pytest
 
 from adapters.slurm.backend import Settings, SlurmBackend
-from adapters.slurm.cli import SlurmCLI
+from adapters.slurm.cli import SlurmCLI, SlurmError
 from muster.v1 import muster_pb2 as pb
 from tests.slurm.conftest import job_info, run, sbatch, wait_until
 
@@ -205,3 +207,36 @@ async def test_native_job_is_submitted_pinned_at_bind_evicted_replaced_and_adopt
     refused = await plain.apply_batch([native_bind("other", 0, "n3", min_member=1)])
     assert not refused[0].applied and "not a Slurm job this adapter manages" in refused[0].reason
     assert slurm_ids_named("other") == []
+
+
+class _SbatchFailsAfter(SlurmCLI):
+    """An sbatch that reports failure (as on a timeout) after Slurm took the job, or before."""
+
+    def __init__(self, *, accepted: bool) -> None:
+        super().__init__()
+        self.accepted = accepted
+
+    async def submit(self, argv: Sequence[str]) -> int:
+        if self.accepted:
+            await super().submit(argv)
+        raise SlurmError(argv, -1, "sbatch timed out after 30 s")
+
+
+@pytest.mark.parametrize("accepted", [True, False], ids=["slurm-took-it", "slurm-did-not"])
+async def test_failed_native_sbatch_is_looked_for_before_the_binds_are_rejected(
+        clean_slurm: list[str], accepted: bool) -> None:
+    # Rejecting the binds of a job Slurm did take would have Muster place it again: twice running.
+    settings = Settings(poll_interval=0.2, native_user="nobody", native_group="nogroup", native_workdir="/tmp")
+    backend = SlurmBackend(_SbatchFailsAfter(accepted=accepted), settings, name="slurm-test")
+    await backend.poll_once()
+    name = f"lost-{'a' if accepted else 'b'}"
+    out = await backend.apply_batch([native_bind(name, 0, "n3", min_member=2), native_bind(name, 1, "n4", min_member=2)])
+    ids = slurm_ids_named(name)
+    if accepted:
+        assert all(o.applied for o in out), out
+        assert len(ids) == 1 and backend.jobs[ids[0]].placed == ["n3", "n4"]
+        await backend.poll_once()
+        assert not [t for t in await backend.list_tasks() if t.foreign_task]
+    else:
+        assert not out[0].applied and "sbatch refused: sbatch timed out" in out[0].reason
+        assert ids == []
