@@ -15,13 +15,15 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 import anyio
 
 
+@cache
 def has_pidfd() -> bool:
-    """Whether this host lets a process wait for a child through a pidfd."""
+    """Whether this host lets a process wait for a child through a pidfd (probed once)."""
     if not hasattr(os, "pidfd_open"):
         return False
     try:

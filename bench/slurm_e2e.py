@@ -32,9 +32,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 
@@ -44,6 +45,7 @@ sys.path.insert(0, str(REPO))
 from muster.v1 import muster_pb2 as pb  # noqa: E402
 from muster.v1 import muster_pb2_grpc as pb_grpc  # noqa: E402
 
+T = TypeVar("T")
 BIN = Path(sys.executable).parent
 
 
@@ -94,35 +96,40 @@ class Observer(threading.Thread):
             time.sleep(0.1)
 
 
-def submit_all(args_list: list[list[str]], parallel: int = 4) -> dict[int | str, float]:
+def submit_parallel(items: Sequence[T], submit_one: Callable[[T], int | str], parallel: int = 4) -> dict[int | str, float]:
+    """Submit every item, ``parallel`` at a time: when each submission returned, by the job key
+    ``submit_one`` gives (a Slurm job id, or a Muster job id)."""
     submitted: dict[int | str, float] = {}
     lock = threading.Lock()
 
-    def one(extra: list[str]) -> None:
-        jid = int(sh("sbatch", "--parsable", "-o", "/dev/null", "--chdir=/tmp", *extra,
-                     "--wrap", "sleep 300").strip().split(";")[0])
+    def one(item: T) -> None:
+        key = submit_one(item)
         with lock:
-            submitted[jid] = time.time()
+            submitted[key] = time.time()
 
     with ThreadPoolExecutor(parallel) as pool:
-        list(pool.map(one, args_list))
+        list(pool.map(one, items))
     return submitted
 
 
-def submit_native(specs: list[pb.JobSpec], stub: pb_grpc.SchedulerStub, parallel: int = 4) -> dict[int | str, float]:
+def sbatch_one(extra: list[str]) -> int:
+    return int(sh("sbatch", "--parsable", "-o", "/dev/null", "--chdir=/tmp", *extra,
+                  "--wrap", "sleep 300").strip().split(";")[0])
+
+
+def submit_all(args_list: list[list[str]]) -> dict[int | str, float]:
+    return submit_parallel(args_list, sbatch_one)
+
+
+def submit_native(specs: list[pb.JobSpec], stub: pb_grpc.SchedulerStub) -> dict[int | str, float]:
     """The same jobs submitted to Muster directly, one ``SubmitJob`` each, as many at once as the
-    ``sbatch`` submitters: when each returned, by Muster job id."""
-    submitted: dict[int | str, float] = {}
-    lock = threading.Lock()
+    ``sbatch`` submitters."""
 
-    def one(spec: pb.JobSpec) -> None:
+    def one(spec: pb.JobSpec) -> str:
         stub.SubmitJob(pb.SubmitJobRequest(job=spec), timeout=60)
-        with lock:
-            submitted[spec.id] = time.time()
+        return spec.id
 
-    with ThreadPoolExecutor(parallel) as pool:
-        list(pool.map(one, specs))
-    return submitted
+    return submit_parallel(specs, one)
 
 
 def native_specs(tag: str, args_list: list[list[str]]) -> list[pb.JobSpec]:

@@ -169,8 +169,7 @@ class SlurmBackend:
             job = self.table.by_muster_id.get(job_id)
             if job is not None and job.placed is None and not job.done and len(tasks) < job.size:
                 return True
-            native_unplaced = job is None or (job.native and job.done)
-            if native_unplaced and self.enforcer.is_native_id(job_id) and len(tasks) < need[job_id]:
+            if self.enforcer.needs_new_slurm_job(job_id) and len(tasks) < need[job_id]:
                 return True
         return False
 

@@ -33,7 +33,7 @@ from adapters.slurm.jobs import (
 )
 from adapters.slurm.native import NativeJob, native_job
 from adapters.slurm.parse import JobRecord, SlurmJob
-from adapters.slurm.translate import Untranslatable, task_index
+from adapters.slurm.translate import Untranslatable
 from muster.v1 import muster_pb2 as pb
 
 log = structlog.get_logger("muster.slurm")
@@ -81,6 +81,12 @@ class Enforcer:
         """Whether a Muster job id names a job submitted to Muster directly, run by this adapter when
         native jobs are on (ids of staged Slurm jobs carry the job prefix)."""
         return bool(self.settings.native_user) and not job_id.startswith(self.table.job_prefix)
+
+    def needs_new_slurm_job(self, job_id: str) -> bool:
+        """Whether binds of ``job_id`` would make a new Slurm job: a native job with no live Slurm job
+        here (never placed, or its last one ended or was evicted)."""
+        job = self.table.by_muster_id.get(job_id)
+        return self.is_native_id(job_id) if job is None else job.native and job.done
 
     async def apply_batch(self, decisions: list[pb.Decision]) -> list[Outcome]:
         received = time.time()
@@ -187,7 +193,7 @@ class Enforcer:
             # A native job with no Slurm job here has nothing to stop.
             outcome = APPLIED if job is None else await self.evict(job, evicts[0].evict.reason)
             out.update({d.id: outcome for d in evicts})
-        if binds and (job is None or (job.native and job.done)):
+        if binds and self.needs_new_slurm_job(job_id):
             try:
                 spec = native_job(job_id, [d.bind for d in binds])
             except Untranslatable as exc:
@@ -206,11 +212,10 @@ class Enforcer:
     async def _bind(self, job: TrackedJob, binds: list[pb.Decision]) -> Outcome | _Placement:
         """Check the binds; the burst's gangs are then enforced together (``_place_all``)."""
         chosen: dict[int, str] = {}
-        tasks = job.tasks
+        position = {task_id: i for i, task_id in enumerate(job.tasks)}  # task i runs on node i
         for decision in binds:
-            task_id = decision.bind.task_id
-            index = (tasks.index(task_id) if task_id in tasks else None) if job.native else task_index(task_id)
-            if index is None or index >= job.size or task_id not in tasks:
+            index = position.get(decision.bind.task_id)
+            if index is None:
                 return Outcome.reject(f"task {decision.bind.task_id!r} is not a task of job {job.muster_id}")
             chosen[index] = decision.bind.node
         if job.done:

@@ -11,6 +11,7 @@ offered only to pipelined tasks), and an unhealthy device is never free and coun
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import islice
 from typing import Any
 
 from muster.devices import UNIT, Device, default_devices, is_device_resource
@@ -68,24 +69,12 @@ class DeviceLedger:
                 if target.get(d) is task:
                     del target[d]
 
-    def free(self, row: int, resource: str) -> list[Device]:
-        """Healthy devices no task holds, in listing order."""
+    def free(self, row: int, resource: str, limit: int | None = None) -> list[Device]:
+        """Healthy devices no task holds, in listing order; only the first ``limit`` when given
+        (the rest are not looked at)."""
         held, shared = self.held[row], self.shared[row]
-        return [d for d in self.of(row).get(resource, ()) if d.healthy and d.id not in held and d.id not in shared]
-
-    def first_free(self, row: int, resource: str, count: int) -> list[str]:
-        """The ids of the first ``count`` of :meth:`free` (fewer if fewer are free), without
-        listing the rest: what a task takes when nothing chooses for it."""
-        held, shared = self.held[row], self.shared[row]
-        ids: list[str] = []
-        if count <= 0:
-            return ids
-        for d in self.of(row).get(resource, ()):
-            if d.healthy and d.id not in held and d.id not in shared:
-                ids.append(d.id)
-                if len(ids) == count:
-                    break
-        return ids
+        found = (d for d in self.of(row).get(resource, ()) if d.healthy and d.id not in held and d.id not in shared)
+        return list(found) if limit is None else list(islice(found, limit))
 
     def releasing(self, row: int, resource: str) -> list[Device]:
         """Devices held by a Releasing task: free once it is gone (offered to pipelined tasks only)."""
@@ -106,16 +95,18 @@ class DeviceLedger:
         promised = self.promised[row]
         return [d for d in self._pool(row, resource, status) if d.id not in promised]
 
-    def candidates(self, row: int, resource: str, status: TaskStatus) -> list[Device]:
+    def candidates(self, row: int, resource: str, status: TaskStatus, limit: int | None = None) -> list[Device]:
         """Devices a task placed with ``status`` may take, best first: an allocation takes free
         devices no pipelined task waits for, then the rest of the free ones; a pipelined task takes
         devices being released, then free ones; neither takes a device another pipelined task was
-        promised while an unpromised one is left."""
+        promised while an unpromised one is left. Only the first ``limit`` when given."""
         promised = self.promised[row]
+        if not promised and status != TaskStatus.PIPELINED:
+            return self.free(row, resource, limit)  # the pool is the free devices, in order
         pool = self._pool(row, resource, status)
-        if not promised:
-            return pool
-        return [d for d in pool if d.id not in promised] + [d for d in pool if d.id in promised]
+        if promised:
+            pool = [d for d in pool if d.id not in promised] + [d for d in pool if d.id in promised]
+        return pool[:limit]
 
     def healthy_count(self, row: int, resource: str) -> int:
         return sum(1 for d in self.of(row).get(resource, ()) if d.healthy)

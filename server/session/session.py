@@ -170,7 +170,7 @@ class Session:
     def _give_existing_devices(self, task: TaskInfo, i: int) -> None:
         ledger = self.nodes.devices
         for resource, count in task.device_needs.items():
-            task.devices += ledger.first_free(i, resource, count)
+            task.devices += [d.id for d in ledger.free(i, resource, count)]
         ledger.attach(i, task)
 
     # The function a plugin registers has the point's signature (``extension_points.POINTS``).
@@ -541,12 +541,9 @@ class Session:
         ``device_choice`` point's answer, else the first candidates (the lowest free ids)."""
         ledger = self.nodes.devices
         chosen: list[str] = []
-        # Nothing chooses and nothing is promised on the row: the candidates are the free devices
-        # in order, so the first ``count`` are the answer (found without listing them all).
-        plain = not self._device_choosers and status != TaskStatus.PIPELINED and not ledger.promised[row]
         for resource, count in task.device_needs.items():
-            if plain:
-                chosen += ledger.first_free(row, resource, count)
+            if not self._device_choosers:  # the first candidates: found without listing the rest
+                chosen += [d.id for d in ledger.candidates(row, resource, status, count)]
                 continue
             candidates: list[Device] = ledger.candidates(row, resource, status)
             ids = self._combined["device_choice"](task, row, resource, count, candidates)
