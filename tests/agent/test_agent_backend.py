@@ -168,11 +168,16 @@ async def test_state_dir_adopts_running_task_and_reports_ended_one(tmp_path):
         long = bind(1, "j/long-0", node="n1", cpu="2")
         long.bind.duration_seconds = 30
         short = bind(2, "j/short-0", node="n1", cpu="1")
-        short.bind.command.extend(["sh", "-c", "exit 0"])
+        # The short task waits for a gate the test opens only after the agent is gone: its
+        # watcher must not see it end first (a fast 'exit 0' raced the cancel on a busy host).
+        gate = tmp_path / "gate"
+        short.bind.command.extend(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 0"])
         await agent.apply_bind(long)
         await agent.apply_bind(short)
         # The "agent dies" before it notices the short task ended.
         tg.cancel_scope.cancel()
+    assert "j/short-0" in agent.live
+    gate.touch()
     long_pid = agent.live["j/long-0"].pid
     await eventually(lambda: not _alive(agent.live["j/short-0"].pid, 0))
 
