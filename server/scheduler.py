@@ -1,8 +1,9 @@
 """Entry point of the scheduling core: one cycle over a snapshot.
 
 ``SchedulerCore.run_cycle`` is pure: snapshot in, decisions out (open session -> configured
-actions -> close session). The server runs it in a worker thread; ``muster simulate`` runs it
-directly.
+actions -> close session). It runs with the cycle collector paused and frees the session's
+objects itself when it ends (``Session.release``). The server runs it in its cycle worker process
+(or a thread, ``--cycle-worker thread``); ``muster simulate`` runs it directly.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 
 from server.actions import ACTIONS
 from server.config import SchedulerConfig, default_config
+from server.gctune import collector_paused
 from server.model import ClusterSnapshot, CycleResult
 from server.plugins.gang_backend import NAME as GANG_BACKEND
 from server.plugins.gang_backend import GangBackendPlugin
@@ -43,15 +45,19 @@ class SchedulerCore:
 
     def run_cycle(self, snapshot: ClusterSnapshot, cycle_id: int) -> CycleResult:
         config = self._effective  # one config for the whole cycle, even if swapped meanwhile
-        started = time.perf_counter()
-        ssn = Session(snapshot, config, cycle_id)
-        ssn.result.action_seconds["session.open"] = time.perf_counter() - started
-        for name in config.actions:
-            action = (config.action_classes.get(name) or ACTIONS[name])(config.action_arguments.get(name))
+        # The session's objects live until it is released: a collection in between would only
+        # traverse them (see collector_paused).
+        with collector_paused():
+            started = time.perf_counter()
+            ssn = Session(snapshot, config, cycle_id)
+            ssn.result.action_seconds["session.open"] = time.perf_counter() - started
+            for name in config.actions:
+                action = (config.action_classes.get(name) or ACTIONS[name])(config.action_arguments.get(name))
+                t0 = time.perf_counter()
+                action.execute(ssn)
+                ssn.result.action_seconds[name] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            action.execute(ssn)
-            ssn.result.action_seconds[name] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        result = ssn.close()
-        result.action_seconds["session.close"] = time.perf_counter() - t0
+            result = ssn.close()
+            ssn.release()
+            result.action_seconds["session.close"] = time.perf_counter() - t0
         return result
