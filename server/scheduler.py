@@ -9,11 +9,13 @@ objects itself when it ends (``Session.release``). The server runs it in its cyc
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from server.actions import ACTIONS
 from server.config import SchedulerConfig, default_config
-from server.gctune import collector_paused
 from server.model import ClusterSnapshot, CycleResult
 from server.plugins.gang_backend import NAME as GANG_BACKEND
 from server.plugins.gang_backend import GangBackendPlugin
@@ -31,6 +33,23 @@ def with_backend_rule(config: SchedulerConfig) -> SchedulerConfig:
         return config
     rule = PluginOption(GANG_BACKEND, {"predicate": True}, plugin_class=GangBackendPlugin)
     return dataclasses.replace(config, tiers=[*config.tiers, [rule]])
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """No automatic garbage collection inside the block; the collector's state as it was after it.
+
+    For a cycle: its objects stay alive until the session is released at its end, so a collection
+    inside it traverses ~100,000 live objects (at 10,000 tasks) and frees nothing: ~5 % of the
+    cycle. With the session's own reference cycles broken by ``Session.release``, the collection
+    that follows finds almost nothing to do (2 ms measured)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class SchedulerCore:

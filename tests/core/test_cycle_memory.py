@@ -1,5 +1,5 @@
 """A cycle frees its own objects: none is left for the cycle collector, and no collection runs
-inside it (server/gctune.py, Session.release)."""
+inside it (server/scheduler.py, Session.release)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ import pytest
 from server.actions import ACTIONS
 from server.actions.allocate import AllocateAction
 from server.config import default_config
-from server.gctune import collector_paused
 from server.model import ClusterSnapshot, TaskStatus
-from server.scheduler import SchedulerCore
+from server.scheduler import SchedulerCore, collector_paused
 from server.session.session import Session
 from tests.core.core_helpers import job, node, snapshot
 
