@@ -117,10 +117,6 @@ def sbatch_one(extra: list[str]) -> int:
                   "--wrap", "sleep 300").strip().split(";")[0])
 
 
-def submit_all(args_list: list[list[str]]) -> dict[int | str, float]:
-    return submit_parallel(args_list, sbatch_one)
-
-
 def submit_native(specs: list[pb.JobSpec], stub: pb_grpc.SchedulerStub) -> dict[int | str, float]:
     """The same jobs submitted to Muster directly, one ``SubmitJob`` each, as many at once as the
     ``sbatch`` submitters."""
@@ -148,7 +144,7 @@ def measure(name: str, args_list: list[list[str]], timeout: float,
             submit: Callable[[], Mapping[int | str, float]] | None = None) -> dict[str, object]:
     observer = Observer()
     observer.start()
-    submitted = submit() if submit is not None else submit_all(args_list)
+    submitted = submit() if submit is not None else submit_parallel(args_list, sbatch_one)
     deadline = time.monotonic() + timeout
     while len([j for j in submitted if j in observer.started]) < len(submitted):
         if time.monotonic() > deadline:

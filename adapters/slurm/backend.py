@@ -37,7 +37,7 @@ import structlog
 from anyio.abc import TaskGroup
 
 from adapters.retry import Backoff
-from adapters.runtime import BackendRuntime, Outcome
+from adapters.runtime import BackendRuntime, Outcome, group_by_job
 from adapters.slurm.cli import LIVE_STATES, SlurmCLI, SlurmError
 from adapters.slurm.enforce import Enforcer
 from adapters.slurm.jobs import (
@@ -49,7 +49,7 @@ from adapters.slurm.jobs import (
     Settings,
     TrackedJob,
 )
-from adapters.slurm.native import NATIVE_MARKER, parse_comment
+from adapters.slurm.native import NATIVE_MARKER, gang_minimum, parse_comment
 from adapters.slurm.parse import SlurmJob, SlurmNode
 from adapters.slurm.translate import (
     foreign_tasks,
@@ -159,17 +159,15 @@ class SlurmBackend:
     def incomplete_gangs(self, decisions: list[pb.Decision]) -> bool:
         """Whether some job waiting for a placement has only part of its K binds in ``decisions``
         (the rest of its cycle is probably still on the way)."""
-        binds: dict[str, set[str]] = {}
-        need: dict[str, int] = {}
-        for decision in decisions:
-            if decision.WhichOneof("action") == "bind":
-                binds.setdefault(decision.bind.job_id, set()).add(decision.bind.task_id)
-                need[decision.bind.job_id] = max(need.get(decision.bind.job_id, 0), decision.bind.min_member)
-        for job_id, tasks in binds.items():
+        for job_id, group in group_by_job(decisions).items():
+            binds = [d.bind for d in group if d.WhichOneof("action") == "bind"]
+            if not binds:
+                continue
+            tasks = {b.task_id for b in binds}
             job = self.table.by_muster_id.get(job_id)
             if job is not None and job.placed is None and not job.done and len(tasks) < job.size:
                 return True
-            if self.enforcer.needs_new_slurm_job(job_id) and len(tasks) < need[job_id]:
+            if self.enforcer.needs_new_slurm_job(job_id) and len(tasks) < gang_minimum(binds):
                 return True
         return False
 

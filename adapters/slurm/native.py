@@ -66,12 +66,18 @@ class NativeJob:
         return argv
 
 
+def gang_minimum(binds: Sequence[pb.BindDecision]) -> int:
+    """How many of a job's binds Slurm needs together to run it as one allocation: the job's
+    minMember, as the binds carry it (at least one)."""
+    return max((b.min_member for b in binds), default=0) or 1
+
+
 def native_job(job_id: str, binds: Sequence[pb.BindDecision]) -> NativeJob:
     """The Slurm job for ``binds`` (one Muster job's, arrived together); raises
     :class:`~adapters.slurm.translate.Untranslatable` saying why Slurm cannot run them as one job."""
     if not binds:
         raise Untranslatable("no binds")
-    need = max(b.min_member for b in binds) or 1
+    need = gang_minimum(binds)
     if len(binds) < need:
         raise Untranslatable(f"gang incomplete: {len(binds)} of {need} binds arrived together "
                              "(Slurm runs a gang as one allocation)")

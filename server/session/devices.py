@@ -84,11 +84,12 @@ class DeviceLedger:
             if d.healthy and d.id in held and held[d.id].status == TaskStatus.RELEASING
         ]
 
-    def _pool(self, row: int, resource: str, status: TaskStatus) -> list[Device]:
+    def _pool(self, row: int, resource: str, status: TaskStatus, limit: int | None = None) -> list[Device]:
         """What a task placed with ``status`` may take: free devices; for a pipelined task, those
-        being released first."""
-        free = self.free(row, resource)
-        return free if status != TaskStatus.PIPELINED else self.releasing(row, resource) + free
+        being released first. Only the first ``limit`` when given."""
+        if status != TaskStatus.PIPELINED:
+            return self.free(row, resource, limit)
+        return (self.releasing(row, resource) + self.free(row, resource))[:limit]
 
     def available(self, row: int, resource: str, status: TaskStatus) -> list[Device]:
         """The pool without the devices a pipelined task was promised."""
@@ -101,12 +102,10 @@ class DeviceLedger:
         devices being released, then free ones; neither takes a device another pipelined task was
         promised while an unpromised one is left. Only the first ``limit`` when given."""
         promised = self.promised[row]
-        if not promised and status != TaskStatus.PIPELINED:
-            return self.free(row, resource, limit)  # the pool is the free devices, in order
+        if not promised:
+            return self._pool(row, resource, status, limit)
         pool = self._pool(row, resource, status)
-        if promised:
-            pool = [d for d in pool if d.id not in promised] + [d for d in pool if d.id in promised]
-        return pool[:limit]
+        return ([d for d in pool if d.id not in promised] + [d for d in pool if d.id in promised])[:limit]
 
     def healthy_count(self, row: int, resource: str) -> int:
         return sum(1 for d in self.of(row).get(resource, ()) if d.healthy)

@@ -237,6 +237,7 @@ class NodeEvaluator:
             return None
         if restrict is None and not self.predicates["task"] and not self.scorers["task"]:
             entry = self._shape_entry(task)
+            # Written out, not a loop over the two arrays: asked once per placement.
             best = int(entry.idle_score.argmax())
             if entry.idle_score.item(best) > NEG_INF:
                 return best, True
