@@ -36,6 +36,17 @@ Decisions and acks
     A bind whose ``deadline`` has passed is rejected without reaching the backend (the server
     has already expired it and returned the task to Pending).
 
+    The ledger is told which ids are about to be applied (``ledger.begin``, durable in a
+    :class:`FileDecisionLedger`) *before* the backend sees them. An adapter killed while applying
+    restarts with those ids in doubt; when the server resends one, the runtime asks the backend's
+    optional ``recall_outcomes(decisions) -> list[Outcome | None]`` what became of it: an
+    :class:`Outcome` is acknowledged as is (never applied again), ``None`` (the backend never
+    applied it) lets it be applied now. A backend without ``recall_outcomes`` gets an in-doubt
+    decision rejected, never applied a second time (the snapshot it sent at sync told the server
+    what actually runs). A runtime whose ledger was restored from a file asks the server for every
+    unacknowledged decision (``after_decision_id`` 0) until its first burst, so outcomes recorded
+    just before a crash whose acks never left are acknowledged too.
+
 Batching (gangs)
     Decisions arrive in batches of what the server had ready, and the runtime hands them to the
     backend in *bursts*: everything already received, plus whatever arrives within
@@ -141,6 +152,9 @@ class BackendRuntime:
         self.server_id = ""
         self.sessions = 0  # successful syncs, for tests and logs
         self.applied_count = 0
+        # A ledger restored from a file may hold outcomes whose acks died with the last run: ask
+        # for every unacknowledged decision until the first burst has been applied.
+        self._recovering = len(self.ledger) > 0 or self.ledger.doubtful > 0
         # Tracing: a given provider, else one from OTEL_* (built in run()), else none (no spans).
         self._tracer_provider = tracer_provider
         self._tracer: trace.Tracer | None = tracer_provider.get_tracer("muster.adapter") if tracer_provider else None
@@ -300,7 +314,7 @@ class BackendRuntime:
     def _resume_after(self) -> int:
         # Resume after the highest applied id only once nothing is waiting to be acked; otherwise
         # ask for everything unacknowledged and let the ledger answer the duplicates.
-        if self._outbox.has_acks():
+        if self._outbox.has_acks() or self._recovering:
             return 0
         return self.ledger.high_water
 
@@ -314,6 +328,9 @@ class BackendRuntime:
                 with anyio.CancelScope(shield=True):
                     for run in self.runs(burst):
                         await self._apply_run(run)
+                # The server resends what is unacknowledged first: after a burst, the ledger's
+                # cursor is good again.
+                self._recovering = False
 
     async def gather(self, receive: ObjectReceiveStream[pb.Decision], burst: list[pb.Decision]) -> None:
         """Add to ``burst`` what arrives within ``batch_linger`` (up to ``max_batch``). An adapter
@@ -327,7 +344,8 @@ class BackendRuntime:
         return runs_by_cycle(burst)
 
     async def _apply_run(self, decisions: list[pb.Decision]) -> None:
-        fresh: list[pb.Decision] = []
+        todo: list[pb.Decision] = []
+        doubtful: list[pb.Decision] = []
         acks: list[pb.DecisionAck] = []
         outcomes: dict[int, Outcome] = {}
         seen: set[int] = set()
@@ -340,12 +358,23 @@ class BackendRuntime:
                 log.debug("duplicate decision re-acked", backend=self.name, decision=decision.id)
                 continue
             seen.add(decision.id)
-            if _expired(decision):
-                outcomes[decision.id] = Outcome.reject("deadline passed before the backend received it")
-                continue
-            fresh.append(decision)
+            if self.ledger.in_doubt(decision.id):
+                doubtful.append(decision)
+            todo.append(decision)
         with self._outbox.acks_first(acks):
+            if doubtful:
+                outcomes.update(await self._recall(doubtful))
+            fresh: list[pb.Decision] = []
+            for decision in todo:
+                if decision.id in outcomes:
+                    continue
+                if _expired(decision):
+                    outcomes[decision.id] = Outcome.reject("deadline passed before the backend received it")
+                    continue
+                fresh.append(decision)
             if fresh:
+                # Durable before any side effect: a crash from here on leaves these ids in doubt.
+                self.ledger.begin(d.id for d in fresh)
                 for decision, result in zip(fresh, await self._call_backend(fresh), strict=True):
                     outcomes[decision.id] = result
             for decision in decisions:
@@ -366,6 +395,30 @@ class BackendRuntime:
                     reason=outcome.reason,
                 )
             self.ledger.flush()
+
+    async def _recall(self, decisions: list[pb.Decision]) -> dict[int, Outcome]:
+        """Outcomes of decisions an earlier run began applying (in doubt), by id; a decision the
+        backend says it never applied is left out (it is applied now like a new one)."""
+        recall = getattr(self.backend, "recall_outcomes", None)
+        unknown = Outcome.reject("not applied again: the adapter stopped while applying it and cannot tell its outcome")
+        if recall is None:
+            log.warning("decisions in doubt rejected (the backend cannot recall outcomes)",
+                        backend=self.name, ids=[d.id for d in decisions])
+            return {d.id: unknown for d in decisions}
+        try:
+            answers = list(await recall(decisions))
+            if len(answers) != len(decisions):
+                raise RuntimeError("recall_outcomes must return one answer per decision")
+        except Exception:  # noqa: BLE001 - never guess "not applied": that could apply it twice
+            log.exception("recall_outcomes failed", backend=self.name)
+            return {d.id: unknown for d in decisions}
+        recalled: dict[int, Outcome] = {}
+        for decision, answer in zip(decisions, answers, strict=True):
+            if answer is not None:
+                recalled[decision.id] = answer
+            log.info("decision in doubt", backend=self.name, id=decision.id, task=_task_of(decision),
+                     recalled=answer is not None, applied=answer.applied if answer else None)
+        return recalled
 
     async def _call_backend(self, decisions: list[pb.Decision]) -> list[Outcome]:
         if self._tracer is None or not hasattr(self.backend, "apply_batch"):

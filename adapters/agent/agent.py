@@ -17,10 +17,14 @@ Restarts:
   orphans). An agent killed with SIGKILL cannot do that, so every task carries
   MUSTER_AGENT_INSTANCE (``name@server``) in its environment and a starting agent kills every
   process group so tagged that it did not adopt, before it reports anything: a task never runs
-  twice at once because its first copy outlived its agent. With ``state_dir`` tasks run in their own session and survive the agent: their pid
-  and the file their exit code is written to are recorded, applied decision ids too, and the next
-  agent re-adopts running tasks, reports the ones that ended meanwhile, and re-acks (never
-  re-applies) decisions the server resends.
+  twice at once because its first copy outlived its agent. With ``state_dir`` tasks run in their
+  own session and survive the agent. ``tasks.json`` (one atomic write per change) records each
+  task (pid, exit-code file), the binds being started and the outcome of every decision applied.
+  A burst's binds are checked and reserved first; a job's binds in it start all or none (a gang);
+  their intent is written in one write before any process starts. The next agent re-adopts running
+  tasks, reports the ones that ended meanwhile, finishes starting a gang a crash interrupted (or
+  rolls the gang back when that is impossible), and answers ``recall_outcomes`` for decisions the
+  runtime's ledger holds in doubt, so a resent bind is re-acked, never re-applied.
 
 Each task gets MUSTER_TASK_ID, MUSTER_JOB_ID, MUSTER_NODE, MUSTER_AGENT, MUSTER_DECISION_ID,
 MUSTER_CYCLE_ID and, when it holds GPUs, CUDA_VISIBLE_DEVICES / MUSTER_DEVICES in its environment.
@@ -36,6 +40,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,15 +56,18 @@ from adapters.agent.process import (
     alive,
     file_stem,
     group_alive,
+    legacy_file_stem,
     mtime,
     read_exit_file,
     seconds_arg,
     signal_group,
     start_ticks,
+    tagged_group_envs,
     tagged_groups,
 )
 from adapters.children import ChildProcess
-from adapters.runtime import BackendRuntime, Outcome, Rejected
+from adapters.ledger import private_dir, write_private
+from adapters.runtime import BackendRuntime, Outcome, Rejected, group_by_job
 from muster.devices import NVIDIA_GPU, Device, device_needs, visible_devices_env
 from muster.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
@@ -70,8 +78,10 @@ log = structlog.get_logger("muster.agent")
 # delta arrives sees them ended rather than lost.
 _ENDED_TTL = 600.0
 _ENDED_MAX = 2000
-# Binds of one burst started at once (process spawns overlap; each checked and reserved first).
-START_CONCURRENCY = 16
+# Outcomes of the latest decisions kept in the state dir, to answer recall_outcomes after a restart
+# (the runtime only asks about its last burst: at most max_batch, 500, decisions).
+_DECISIONS_MAX = 5000
+_STATE_VERSION = 2
 
 
 @dataclass(slots=True)
@@ -82,11 +92,14 @@ class LiveTask:
     request: dict[str, float]
     devices: list[str]
     decision_id: int
-    pid: int
+    pid: int  # 0: not started (yet)
     start_ticks: int  # /proc/<pid>/stat starttime: guards against pid reuse on adoption
     exit_file: str = ""
     evicted: bool = False
     gpu_fraction: float = 0.0  # a share of the one GPU in devices (KAI GPU sharing)
+    cycle_id: int = 0
+    argv: list[str] = field(default_factory=list)  # the command (before the exit-code wrapper)
+    log_file: str = ""  # "": an agent before log_file was recorded (its name is legacy_file_stem's)
 
 
 @dataclass(slots=True)
@@ -120,8 +133,13 @@ class FakeAgent:
         # Per node, the tasks holding it: live ones and binds being started (reserved first, so
         # concurrent starts never over-commit a node).
         self._holding: dict[str, dict[str, LiveTask]] = {}
-        self._starting: set[str] = set()
+        # Binds reserved and not started yet (with a state dir, recorded before any is started).
+        self._starting: dict[str, LiveTask] = {}
         self.ended: dict[str, EndedTask] = {}
+        # Outcomes of the decisions applied: id -> (task id, applied, reason); with a state dir
+        # they survive a restart and answer recall_outcomes. Keyed by the server identity.
+        self.decisions: OrderedDict[int, tuple[str, bool, str]] = OrderedDict()
+        self.server_id = ""
         self.runtime: BackendRuntime | None = None
         self._tg: TaskGroup | None = None
         self._processes: dict[str, ChildProcess] = {}
@@ -129,10 +147,12 @@ class FakeAgent:
         # serving different servers never take each other's tasks for orphans.
         self.instance = name
         if self.state_dir:
-            (self.state_dir / "tasks").mkdir(parents=True, exist_ok=True)
+            private_dir(self.state_dir)  # 0700: task commands, logs and exit codes are private
+            private_dir(self.state_dir / "tasks")
         # Every task's output is kept (muster logs): beside its state, else in a directory of this run.
         self.log_dir = self.state_dir / "tasks" if self.state_dir else Path(tempfile.mkdtemp(prefix=f"muster-agent-{name}-"))
         self._log_offsets: dict[str, int] = {}  # task -> bytes of its log already sent
+        self._log_files: dict[str, Path] = {}  # task -> its log, while it is being followed
 
     # -- resources ----------------------------------------------------------------------------
 
@@ -273,16 +293,17 @@ class FakeAgent:
         return tasks
 
     async def apply_bind(self, decision: pb.Decision) -> Outcome:
-        reserved = self._reserve(decision)
-        try:
-            return await self._start(decision, reserved)
-        finally:
-            self._save()
+        """One bind: a burst of one (raises :class:`Rejected` when it is refused)."""
+        outcome = (await self.apply_batch([decision]))[0]
+        if not outcome.applied:
+            raise Rejected(outcome.reason)
+        return outcome
 
     async def apply_batch(self, decisions: list[pb.Decision]) -> list[Outcome]:
-        """A burst of decisions in order; consecutive binds are checked one by one (each reserving
-        its share of the node) and then started concurrently, at most ``START_CONCURRENCY`` at a
-        time; the task state is saved once."""
+        """A burst of decisions in order. Consecutive binds are checked one by one (each reserving
+        its share of the node), a job's binds among them are kept all or none, their intent is
+        saved, then they are started; an evict is applied in its place in the burst."""
+        self._note_server()
         outcomes: list[Outcome] = []
         try:
             for binds, run in itertools.groupby(decisions, key=lambda d: d.WhichOneof("action") == "bind"):
@@ -290,10 +311,25 @@ class FakeAgent:
                     outcomes += await self._bind_run(list(run))
                 else:
                     for decision in run:
-                        outcomes.append(await self._apply_rejecting(decision))
+                        outcome = await self._apply_rejecting(decision)
+                        self._remember(decision.id, _task_of(decision), outcome)
+                        outcomes.append(outcome)
         finally:
             self._save()
         return outcomes
+
+    async def recall_outcomes(self, decisions: list[pb.Decision]) -> list[Outcome | None]:
+        """What became of decisions the runtime's ledger holds in doubt (an agent died while
+        applying them): the recorded outcome, or None for one this agent never applied."""
+        self._note_server()
+        answers: list[Outcome | None] = []
+        for decision in decisions:
+            known = self.decisions.get(decision.id)
+            if known is None or known[0] != _task_of(decision):
+                answers.append(None)
+            else:
+                answers.append(Outcome(known[1], known[2]))
+        return answers
 
     async def _apply_rejecting(self, decision: pb.Decision) -> Outcome:
         action = decision.WhichOneof("action")
@@ -305,26 +341,57 @@ class FakeAgent:
             return Outcome.reject(str(exc))
 
     async def _bind_run(self, decisions: list[pb.Decision]) -> list[Outcome]:
-        outcomes: list[Outcome] = [Outcome.reject("not started")] * len(decisions)
-        reserved: list[tuple[int, LiveTask]] = []
+        """Consecutive binds: check and reserve each, keep each job's binds all or none, record
+        the intent of all in one write, start them; a gang whose member fails to start is rolled
+        back (its started members killed, every bind of it rejected)."""
+        outcomes: list[Outcome | None] = [None] * len(decisions)
+        reserved: dict[int, LiveTask] = {}
         for k, decision in enumerate(decisions):
             try:
-                reserved.append((k, self._reserve(decision)))
+                reserved[k] = self._reserve(decision)
             except Rejected as exc:
                 outcomes[k] = Outcome.reject(str(exc))
-        limiter = anyio.CapacityLimiter(START_CONCURRENCY)
-
-        async def start(k: int, task: LiveTask) -> None:
-            async with limiter:
+        jobs = _indices_by_job(decisions)
+        for job, ks in jobs.items():
+            refused = next((k for k in ks if outcomes[k] is not None), None)
+            if refused is None or len(ks) == 1:
+                continue
+            why = (f"gang {job}: task {_task_of(decisions[refused])} was rejected "
+                   f"({outcomes[refused].reason}), so none of its {len(ks)} binds is applied")  # type: ignore[union-attr]
+            for k in ks:
+                if k in reserved:
+                    self._unreserve(reserved.pop(k))
+                    outcomes[k] = Outcome.reject(why)
+        if reserved:
+            for task in reserved.values():
+                self._prepare_files(task)
+                self._remember(task.decision_id, task.task_id, Outcome(True, "being started"))
+            self._save()  # the intent of every gang here, in one write, before any process starts
+            started: dict[int, ChildProcess] = {}
+            failed: dict[str, str] = {}  # job -> why one of its tasks did not start
+            for k, task in reserved.items():
+                if task.job_id in failed:
+                    continue
                 try:
-                    outcomes[k] = await self._start(decisions[k], task)
+                    started[k] = self._spawn(task)
                 except Rejected as exc:
-                    outcomes[k] = Outcome.reject(str(exc))
-
-        async with anyio.create_task_group() as tg:
-            for k, task in reserved:
-                tg.start_soon(start, k, task)
-        return outcomes
+                    failed[task.job_id] = str(exc)
+            for job, why in failed.items():
+                ks = [k for k in jobs[job] if k in reserved]
+                await self._roll_back([reserved[k] for k in ks],
+                                      {reserved[k].task_id: started[k] for k in ks if k in started})
+                reason = why if len(ks) == 1 else f"gang {job}: {why}; none of its {len(ks)} tasks was started"
+                for k in ks:
+                    outcomes[k] = Outcome.reject(reason)
+            for k, process in started.items():
+                task = reserved[k]
+                if task.job_id not in failed:
+                    self._go_live(task, process)
+                    outcomes[k] = Outcome(True, f"started pid {task.pid}")
+        result = [o if o is not None else Outcome.reject("not started") for o in outcomes]
+        for decision, outcome in zip(decisions, result, strict=True):
+            self._remember(decision.id, decision.bind.task_id, outcome)
+        return result
 
     def _reserve(self, decision: pb.Decision) -> LiveTask:
         """Check a bind and hold its share of the node until it is started (or fails to)."""
@@ -332,70 +399,92 @@ class FakeAgent:
         request, devices = self._check_bind(bind)
         task = LiveTask(task_id=bind.task_id, job_id=bind.job_id, node=bind.node, request=request,
                         devices=devices, decision_id=decision.id, pid=0, start_ticks=0,
-                        gpu_fraction=bind.gpu_fraction)
-        self._starting.add(task.task_id)
+                        gpu_fraction=bind.gpu_fraction, cycle_id=decision.cycle_id,
+                        argv=list(bind.command) or ["sleep", seconds_arg(bind.duration_seconds)])
+        self._starting[task.task_id] = task
         self._hold(task)
         return task
 
-    async def _start(self, decision: pb.Decision, reserved: LiveTask) -> Outcome:
-        """Start a reserved bind: the reservation becomes the live task, or is dropped if it fails."""
-        try:
-            return await self._start_process(decision, reserved)
-        finally:
-            self._starting.discard(reserved.task_id)
-            if self.live.get(reserved.task_id) is not reserved:
-                self._release(reserved)
+    def _unreserve(self, task: LiveTask) -> None:
+        if self._starting.get(task.task_id) is task:
+            del self._starting[task.task_id]
+        self._release(task)
 
-    async def _start_process(self, decision: pb.Decision, task: LiveTask) -> Outcome:
-        bind = decision.bind
-        devices = task.devices
-        argv = list(bind.command) or ["sleep", seconds_arg(bind.duration_seconds)]
+    def _prepare_files(self, task: LiveTask) -> None:
+        """Name the task's log and exit-code files and remove what an earlier run of the same task
+        left there (before the intent is recorded: a restart then reads only this run's files)."""
+        stem = file_stem(task.task_id)
+        task.log_file = str(self.log_dir / f"{stem}.log")
+        Path(task.log_file).unlink(missing_ok=True)  # a task bound again starts a fresh log
+        if self.state_dir:
+            task.exit_file = str(self.state_dir / "tasks" / f"{stem}.exit")
+            Path(task.exit_file).unlink(missing_ok=True)
+
+    def _spawn(self, task: LiveTask) -> ChildProcess:
+        """Start a reserved task's process (its pid and start time go into ``task``)."""
+        argv = list(task.argv)
         env = dict(os.environ)
         env.update(
-            MUSTER_TASK_ID=bind.task_id,
-            MUSTER_JOB_ID=bind.job_id,
-            MUSTER_NODE=bind.node,
+            MUSTER_TASK_ID=task.task_id,
+            MUSTER_JOB_ID=task.job_id,
+            MUSTER_NODE=task.node,
             MUSTER_AGENT=self.name,
             MUSTER_AGENT_INSTANCE=self.instance,
-            MUSTER_DECISION_ID=str(decision.id),
-            MUSTER_CYCLE_ID=str(decision.cycle_id),
+            MUSTER_DECISION_ID=str(task.decision_id),
+            MUSTER_CYCLE_ID=str(task.cycle_id),
         )
-        if devices:
-            known = {d.id: d for d in self.nodes[bind.node].devices}
-            env.update(visible_devices_env([known[d] for d in devices if d in known]))
-            env["MUSTER_DEVICES"] = ",".join(devices)
-        exit_file = ""
-        stem = file_stem(bind.task_id)
-        log_path = self.log_dir / f"{stem}.log"
-        log_path.unlink(missing_ok=True)  # a task bound again starts a fresh log
-        stdout: Any = sys.stderr if os.environ.get("MUSTER_AGENT_TASK_OUTPUT") else open(log_path, "ab")
-        if not os.environ.get("MUSTER_AGENT_TASK_OUTPUT"):
-            self._log_offsets[bind.task_id] = 0
-        if self.state_dir:
-            exit_file = str(self.state_dir / "tasks" / f"{stem}.exit")
-            Path(exit_file).unlink(missing_ok=True)
-            env["MUSTER_EXIT_FILE"] = exit_file
+        if task.devices:
+            known = {d.id: d for d in self.nodes[task.node].devices}
+            env.update(visible_devices_env([known[d] for d in task.devices if d in known]))
+            env["MUSTER_DEVICES"] = ",".join(task.devices)
+        if task.exit_file:
+            env["MUSTER_EXIT_FILE"] = task.exit_file
             argv = ["/bin/sh", "-c", EXIT_WRAPPER, "muster-task", *argv]
+        stdout: Any = sys.stderr
         try:
+            if not os.environ.get("MUSTER_AGENT_TASK_OUTPUT"):
+                stdout = os.fdopen(os.open(task.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
             # Not an asyncio subprocess: with --state-dir the task must outlive the agent, and
             # asyncio's subprocess transport kills a running child when it is closed or collected
             # (with asyncio's pidfd watcher the restart test found the tasks' wrappers gone).
             process = ChildProcess.start(argv, stdin=None, stdout=stdout, stderr=stdout, env=env,
                                          start_new_session=True)
         except OSError as exc:
-            raise Rejected(f"cannot start task {bind.task_id}: {exc.strerror or exc}") from None
+            raise Rejected(f"cannot start task {task.task_id}: {exc.strerror or exc}") from None
         finally:
             if stdout is not sys.stderr:
                 stdout.close()
-        task.pid, task.start_ticks, task.exit_file = process.pid, start_ticks(process.pid), exit_file
-        self._add_live(task)  # the reservation already holds its share of the node
+        task.pid, task.start_ticks = process.pid, start_ticks(process.pid)
+        log.info("task started", task=task.task_id, node=task.node, pid=process.pid, argv=argv[-3:])
+        return process
+
+    def _go_live(self, task: LiveTask, process: ChildProcess) -> None:
+        """A started task becomes live (its reservation already holds its share of the node)."""
+        if self._starting.get(task.task_id) is task:
+            del self._starting[task.task_id]
+        self._add_live(task)
         self.ended.pop(task.task_id, None)
         self._processes[task.task_id] = process
-        self._report(task.task_id, pb.TASK_STATUS_RUNNING, task.node, f"pid {process.pid}")
+        if not os.environ.get("MUSTER_AGENT_TASK_OUTPUT"):
+            self._log_files[task.task_id] = Path(task.log_file)
+            self._log_offsets[task.task_id] = 0
+        self._report(task.task_id, pb.TASK_STATUS_RUNNING, task.node, f"pid {task.pid}")
         assert self._tg is not None, "FakeAgent.run() must be running"
         self._tg.start_soon(self._watch_child, task, process)
-        log.info("task started", task=task.task_id, node=task.node, pid=process.pid, argv=argv[-3:])
-        return Outcome(True, f"started pid {process.pid}")
+
+    async def _roll_back(self, tasks: list[LiveTask], started: dict[str, ChildProcess]) -> None:
+        """Undo a gang that could not be started whole: kill the members that did start (nothing
+        is reported for them, as after an eviction) and free every member's reservation.
+        ``started``: task id -> process of the members that were started."""
+        for task in tasks:
+            process = started.get(task.task_id)
+            if process is not None:
+                task.evicted = True
+                self._processes[task.task_id] = process
+                await self._kill(task)
+                self._processes.pop(task.task_id, None)
+            self._unreserve(task)
+        log.warning("gang rolled back", job=tasks[0].job_id, tasks=[t.task_id for t in tasks])
 
     async def apply_evict(self, decision: pb.Decision) -> Outcome:
         evict = decision.evict
@@ -405,8 +494,23 @@ class FakeAgent:
         task.evicted = True
         how = await self._kill(task)
         self._forget(task)
+        self._save()
         log.info("task evicted", task=task.task_id, node=task.node, reason=evict.reason, how=how)
         return Outcome(True, f"killed pid {task.pid} ({how})")
+
+    def _remember(self, decision_id: int, task_id: str, outcome: Outcome) -> None:
+        self.decisions[decision_id] = (task_id, outcome.applied, outcome.reason)
+        self.decisions.move_to_end(decision_id)
+        while len(self.decisions) > _DECISIONS_MAX:
+            self.decisions.popitem(last=False)
+
+    def _note_server(self) -> None:
+        """Decision ids are per server identity: forget the outcomes of another server's."""
+        current = getattr(self.runtime, "server_id", "") or ""
+        if current and current != self.server_id:
+            if self.server_id:
+                self.decisions.clear()
+            self.server_id = current
 
     # -- processes ----------------------------------------------------------------------------
 
@@ -445,6 +549,7 @@ class FakeAgent:
         self._finish(task, code if code is not None else -1, lost=code is None)
 
     def _finish(self, task: LiveTask, code: int, *, lost: bool = False) -> None:
+        """A task ended: live -> ended in one state write."""
         if task.evicted or self.live.get(task.task_id) is not task:
             return  # the evict path reports (through its ack) and frees
         if lost:
@@ -472,7 +577,7 @@ class FakeAgent:
         if self.runtime is None:
             return
         for task_id, offset in list(self._log_offsets.items()):
-            path = self.log_dir / f"{file_stem(task_id)}.log"
+            path = self._log_files.get(task_id) or self.log_dir / f"{file_stem(task_id)}.log"
             ended = task_id not in self.live
             data = b""
             try:
@@ -488,12 +593,13 @@ class FakeAgent:
                 self._log_offsets[task_id] = offset + len(data)
             if done:
                 del self._log_offsets[task_id]
+                self._log_files.pop(task_id, None)
 
     def _forget(self, task: LiveTask) -> None:
+        """Drop a task from memory (the caller saves the state)."""
         self.live.pop(task.task_id, None)
         self._release(task)
         self._processes.pop(task.task_id, None)
-        self._save()
 
     def _report(self, task_id: str, status: pb.TaskStatus, node: str, message: str, exit_code: int = 0) -> None:
         if self.runtime is not None:
@@ -509,21 +615,24 @@ class FakeAgent:
     # -- state dir ----------------------------------------------------------------------------
 
     def _save(self) -> None:
+        """Write the whole task state in one atomic, fsynced write (0600)."""
         if not self.state_dir:
             return
         data = {
+            "version": _STATE_VERSION,
+            "server_id": self.server_id,
             "live": [asdict(t) for t in self.live.values()],
+            "starting": [asdict(t) for t in self._starting.values()],
             "ended": [asdict(e) for e in self.ended.values()],
+            "decisions": [[k, *v] for k, v in self.decisions.items()],
         }
-        path = self.state_dir / "tasks.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
+        write_private(self.state_dir / "tasks.json", json.dumps(data).encode())
 
     def _adopt(self) -> tuple[list[LiveTask], list[LiveTask]]:
         """Take over tasks of a previous agent run recorded in the state dir.
 
-        Returns (still running, ended while the agent was away).
+        Returns (still running, ended while the agent was away). Binds that run was starting
+        are reserved again (``_starting``) for :meth:`_resolve_intents`.
         """
         running: list[LiveTask] = []
         gone: list[LiveTask] = []
@@ -531,13 +640,24 @@ class FakeAgent:
             return running, gone
         try:
             data = json.loads((self.state_dir / "tasks.json").read_text())
-            for raw in data.get("ended", []):
-                ended = EndedTask(**raw)
-                self.ended[ended.task_id] = ended
+            ended = [EndedTask(**raw) for raw in data.get("ended", [])]
             live = [LiveTask(**raw) for raw in data.get("live", [])]
+            starting = [LiveTask(**raw) for raw in data.get("starting", [])]
+            decisions = [(int(k), str(t), bool(a), str(r)) for k, t, a, r in data.get("decisions", [])]
         except (OSError, ValueError, TypeError) as exc:
             log.warning("task state unreadable, ignoring", error=str(exc))
             return running, gone
+        self.server_id = str(data.get("server_id", ""))
+        for record in ended:
+            self.ended[record.task_id] = record
+        for decision_id, task_id, applied, reason in decisions:
+            self.decisions[decision_id] = (task_id, applied, reason)
+        for task in live + starting:
+            if not task.log_file:  # recorded by an agent that named files with legacy_file_stem
+                task.log_file = str(self.log_dir / f"{legacy_file_stem(task.task_id)}.log")
+        for task in starting:
+            self._starting[task.task_id] = task
+            self._hold(task)
         for task in live:
             if task.evicted:
                 continue
@@ -548,6 +668,76 @@ class FakeAgent:
             else:
                 gone.append(task)
         return running, gone
+
+    def _resolve_intents(self) -> tuple[list[LiveTask], list[LiveTask]]:
+        """Binds a crashed run recorded as being started: each one's process is found by its
+        environment (this instance, its decision id) and adopted, or it ended meanwhile (its exit
+        file says so), or it never started (left reserved in ``_starting``).
+
+        Returns (running, ended) like :meth:`_adopt`; both are live again."""
+        running: list[LiveTask] = []
+        gone: list[LiveTask] = []
+        if not self._starting:
+            return running, gone
+        groups = {
+            (env.get("MUSTER_TASK_ID", ""), env.get("MUSTER_DECISION_ID", "")): pgid
+            for pgid, env in tagged_group_envs("MUSTER_AGENT_INSTANCE", self.instance).items()
+        }
+        for task in list(self._starting.values()):
+            pgid = groups.get((task.task_id, str(task.decision_id)))
+            code = read_exit_file(task.exit_file)
+            if pgid is None and code is None:
+                continue  # never started
+            del self._starting[task.task_id]
+            self._add_live(task)
+            how = "ended"
+            if pgid is not None and alive(pgid, 0):
+                task.pid, task.start_ticks = pgid, start_ticks(pgid)
+                running.append(task)
+                how = f"running, pid {pgid}"
+            else:  # ended (its exit file says how), or its leader is gone and the code with it
+                task.pid = 0
+                gone.append(task)
+            self._remember(task.decision_id, task.task_id,
+                           Outcome(True, f"started before an agent restart ({how})"))
+            log.info("bind in progress at a crash had started", task=task.task_id, state=how)
+        return running, gone
+
+    async def _complete_gangs(self) -> None:
+        """Start the binds a crash left unstarted (the rest of their gang is running or ended).
+        A gang that cannot be completed (its node left the inventory, a start fails) is rolled
+        back: members still running are killed unreported and every unfinished member's bind is
+        recorded rejected, so the server, which saw none of it in the snapshot, binds the gang
+        anew; a member that already ended is reported as it ended."""
+        for job, tasks in _tasks_by_job(list(self._starting.values())).items():
+            why = next((f"node {t.node} is no longer in the inventory" for t in tasks if t.node not in self.nodes), "")
+            started: list[tuple[LiveTask, ChildProcess]] = []
+            if not why:
+                for task in tasks:
+                    try:
+                        started.append((task, self._spawn(task)))
+                    except Rejected as exc:
+                        why = str(exc)
+                        break
+            if not why:
+                for task, process in started:
+                    self._go_live(task, process)
+                    self._remember(task.decision_id, task.task_id,
+                                   Outcome(True, f"started pid {task.pid} (after an agent restart, with its gang)"))
+                log.info("gang completed after a restart", job=job, started=[t.task_id for t in tasks])
+                continue
+            cycle = tasks[0].cycle_id
+            members = [t for t in self.live.values() if t.job_id == job and t.cycle_id == cycle]
+            for task in members:
+                task.evicted = True
+                await self._kill(task)
+                self._forget(task)
+            await self._roll_back(tasks, {t.task_id: p for t, p in started})
+            reason = f"gang {job} could not be completed after an agent restart: {why}"
+            for task in [*members, *tasks]:
+                self._remember(task.decision_id, task.task_id, Outcome.reject(reason))
+            log.warning("gang rolled back after a restart", job=job, why=why)
+        self._save()
 
     # -- inventory ----------------------------------------------------------------------------
 
@@ -589,6 +779,9 @@ class FakeAgent:
         self.runtime = runtime
         self.instance = f"{self.name}@{runtime.server}"
         running, gone = self._adopt()
+        more_running, more_gone = self._resolve_intents()
+        running += more_running
+        gone += more_gone
         await self._kill_orphans({task.pid for task in running})
         for task in gone:  # reported before the first sync is even attempted (queued deltas)
             code = read_exit_file(task.exit_file)
@@ -596,10 +789,12 @@ class FakeAgent:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                await self._complete_gangs()  # before the first sync: the snapshot shows them
                 for task in running:
                     tg.start_soon(self._watch_adopted, task)
                     # Follow an adopted task's output from here on (what came before was sent).
-                    log_path = self.log_dir / f"{file_stem(task.task_id)}.log"
+                    log_path = Path(task.log_file)
+                    self._log_files[task.task_id] = log_path
                     self._log_offsets[task.task_id] = log_path.stat().st_size if log_path.exists() else 0
                 tg.start_soon(self._watch_inventory)
                 tg.start_soon(self._ship_logs)
@@ -640,3 +835,21 @@ class FakeAgent:
             self._forget(task)
         shutil.rmtree(self.log_dir, ignore_errors=True)  # this run's logs: its tasks are gone
         log.info("agent stopped; tasks killed")
+
+
+def _task_of(decision: pb.Decision) -> str:
+    action = decision.WhichOneof("action")
+    return getattr(decision, action).task_id if action else ""
+
+
+def _indices_by_job(decisions: list[pb.Decision]) -> dict[str, list[int]]:
+    """Positions of a run's binds per job (a gang), in order."""
+    position = {id(d): k for k, d in enumerate(decisions)}
+    return {job: [position[id(d)] for d in ds] for job, ds in group_by_job(decisions).items()}
+
+
+def _tasks_by_job(tasks: Iterable[LiveTask]) -> dict[str, list[LiveTask]]:
+    groups: dict[str, list[LiveTask]] = {}
+    for task in tasks:
+        groups.setdefault(task.job_id, []).append(task)
+    return groups

@@ -3,12 +3,18 @@ process groups, and the exit-code file a detached task leaves behind."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 from pathlib import Path
+from urllib.parse import quote
 
-# Wrapper that records the exit code of a detached task (only used with --state-dir).
-EXIT_WRAPPER = '"$@"; code=$?; echo "$code" > "$MUSTER_EXIT_FILE"; exit "$code"'
+# Wrapper that records the exit code of a detached task (only used with --state-dir); the file is
+# created 0600 whatever the umask (the task itself keeps the agent's umask).
+EXIT_WRAPPER = '"$@"; code=$?; (umask 077; echo "$code" > "$MUSTER_EXIT_FILE"); exit "$code"'
+
+# Longest file stem kept whole (a file name is at most 255 bytes, and ".exit" / ".log" follow).
+_STEM_MAX = 200
 
 
 def seconds_arg(value: float) -> str:
@@ -17,7 +23,19 @@ def seconds_arg(value: float) -> str:
 
 
 def file_stem(task_id: str) -> str:
-    """A task id made safe as a file name."""
+    """A task id as a file name that no other task id maps to: percent-encoded (every byte outside
+    ``A-Za-z0-9_.-~`` as ``%XX``; ``urllib.parse.unquote`` gives the id back). A stem longer than
+    200 characters is cut and ends in ``%%`` and a hash of the id instead (``%%`` never occurs in
+    an encoded id, so a cut stem cannot equal a whole one)."""
+    stem = quote(task_id, safe="")
+    if len(stem) > _STEM_MAX:
+        stem = stem[: _STEM_MAX - 34] + "%%" + hashlib.sha256(task_id.encode()).hexdigest()[:32]
+    return stem
+
+
+def legacy_file_stem(task_id: str) -> str:
+    """The file stem of an agent before ``file_stem`` (lossy: ``x/y_z`` and ``x_y/z`` collide);
+    only used to find the files of tasks recorded by such an agent."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)
 
 
@@ -80,7 +98,12 @@ def environ(pid: int) -> dict[str, str]:
 def tagged_groups(variable: str, value: str) -> dict[int, str]:
     """Process groups with a live member whose environment has ``variable=value``: pgid -> the
     member's MUSTER_TASK_ID. Environments are inherited, so this finds a task's children too."""
-    groups: dict[int, str] = {}
+    return {pgid: env.get("MUSTER_TASK_ID", "") for pgid, env in tagged_group_envs(variable, value).items()}
+
+
+def tagged_group_envs(variable: str, value: str) -> dict[int, dict[str, str]]:
+    """Like :func:`tagged_groups`, with the environment of the first tagged member found."""
+    groups: dict[int, dict[str, str]] = {}
     me = os.getpid()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == me:
@@ -93,7 +116,7 @@ def tagged_groups(variable: str, value: str) -> dict[int, str]:
             continue
         env = environ(int(entry.name))
         if env.get(variable) == value:
-            groups.setdefault(int(fields[2]), env.get("MUSTER_TASK_ID", ""))
+            groups.setdefault(int(fields[2]), env)
     return groups
 
 

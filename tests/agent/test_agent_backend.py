@@ -250,9 +250,11 @@ async def test_ascend_chips_reach_the_task_and_a_bind_on_taken_or_broken_chips_i
         tg.cancel_scope.cancel()
 
 
-async def test_a_burst_of_binds_starts_concurrently_without_over_committing(tmp_path):
+async def test_a_burst_of_binds_starts_without_over_committing(tmp_path):
     """apply_batch checks binds in order (each reserving its share before any process starts),
-    starts them together, applies an evict in its place in the burst, and saves the state once."""
+    starts them, applies an evict in its place in the burst, and saves the state twice: the
+    intent before any process starts, the started pids after. (One job per bind here: a job's
+    binds in a burst are all or none, tests/agent/test_agent_crash.py.)"""
     agent, _ = make_agent(tmp_path)
     saves = 0
     save = agent._save
@@ -269,10 +271,11 @@ async def test_a_burst_of_binds_starts_concurrently_without_over_committing(tmp_
     agent._save = counting_save  # type: ignore[method-assign]
     async with anyio.create_task_group() as tg:
         agent._tg = tg
-        burst = [long(bind(i, f"j/a-{i}", node="n1", cpu="1", **{"nvidia.com/gpu": "1"})) for i in range(3)]
-        burst += [long(bind(3, "j/a-0", node="n1", cpu="1")),  # the same task twice in one burst
-                  long(bind(4, "k/b-0", node="n1", cpu="1")),
-                  long(bind(5, "k/b-1", node="n1", cpu="2"))]  # n1 has 4 CPUs, 3 are taken by then
+        burst = [long(bind(i, f"j/a-{i}", node="n1", job=f"j{i}", cpu="1", **{"nvidia.com/gpu": "1"}))
+                 for i in range(3)]
+        burst += [long(bind(3, "j/a-0", node="n1", job="dup", cpu="1")),  # the same task twice in one burst
+                  long(bind(4, "k/b-0", node="n1", job="k0", cpu="1")),
+                  long(bind(5, "k/b-1", node="n1", job="k1", cpu="2"))]  # n1 has 4 CPUs, 3 are taken by then
         outcomes = await agent.apply_batch(burst)
         assert [o.applied for o in outcomes] == [True, True, False, False, True, False]
         assert "nvidia.com/gpu" in outcomes[2].reason
@@ -280,11 +283,11 @@ async def test_a_burst_of_binds_starts_concurrently_without_over_committing(tmp_
         assert sorted(agent.live) == ["j/a-0", "j/a-1", "k/b-0"]
         assert sorted(agent.live["j/a-0"].devices + agent.live["j/a-1"].devices) == ["0", "1"]
         assert agent.free("n1")["cpu"] == 1000 and not agent._starting
-        assert saves == 1
+        assert saves == 2
         # An evict between binds frees its share for the binds after it.
-        outcomes = await agent.apply_batch([long(bind(6, "k/b-2", node="n1", cpu="2")),
-                                            evict(7, "k/b-0", node="n1"),
-                                            long(bind(8, "k/b-3", node="n1", cpu="2"))])
+        outcomes = await agent.apply_batch([long(bind(6, "k/b-2", node="n1", job="k2", cpu="2")),
+                                            evict(7, "k/b-0", node="n1", job="k0"),
+                                            long(bind(8, "k/b-3", node="n1", job="k3", cpu="2"))])
         assert [o.applied for o in outcomes] == [False, True, True]
         assert sorted(agent.live) == ["j/a-0", "j/a-1", "k/b-3"]
         for task in list(agent.live):

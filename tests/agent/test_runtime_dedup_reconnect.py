@@ -225,3 +225,86 @@ async def test_gives_up_after_max_attempts():
         with anyio.fail_after(20):
             await runtime.run()
     assert runtime.sessions == 0
+
+
+def test_file_ledger_keeps_begun_ids_in_doubt_across_a_restart(tmp_path):
+    """begin() is durable before the backend sees the ids: a restart finds the ones without an
+    outcome in doubt, and a new server identity forgets them."""
+    path = tmp_path / "ledger.json"
+    ledger = FileDecisionLedger(path)
+    ledger.bind_server("s1")
+    ledger.begin([4, 5])  # ... the process dies before recording (no flush at all)
+    again = FileDecisionLedger(path)
+    assert again.server_id == "s1" and again.in_doubt(4) and again.in_doubt(5) and again.high_water == 0
+    again.begin([6])
+    again.record(4, Outcome(True))
+    again.flush()
+    third = FileDecisionLedger(path)
+    assert not third.in_doubt(4) and third.get(4) == Outcome(True)
+    assert third.in_doubt(6) and not third.in_doubt(5)  # only the last burst can be in doubt
+    assert third.bind_server("s2") and not third.in_doubt(6)
+
+
+class RecallingBackend(RecordingBackend):
+    def __init__(self, answer: Outcome | None) -> None:
+        super().__init__()
+        self.answer = answer
+        self.recalled: list[int] = []
+
+    async def recall_outcomes(self, decisions):
+        self.recalled += [d.id for d in decisions]
+        return [self.answer] * len(decisions)
+
+
+@pytest.mark.parametrize(
+    ("backend", "applied", "acked"),
+    [
+        (RecallingBackend(Outcome(True, "started pid 7")), [], Outcome(True, "started pid 7")),
+        (RecallingBackend(None), [1], Outcome(True, "")),  # the backend never applied it
+        (RecordingBackend(), [], None),  # cannot tell: rejected, never applied twice
+    ],
+    ids=["recalled", "never-applied", "no-recall"],
+)
+async def test_a_decision_in_doubt_is_recalled_never_applied_twice(handle, tmp_path, backend, applied, acked):
+    path = tmp_path / "ledger.json"
+    crashed = FileDecisionLedger(path)
+    crashed.bind_server(handle.servicer.server_id)
+    crashed.begin([1])  # the adapter died applying decision 1
+    runtime = await start(backend, handle, ledger=FileDecisionLedger(path))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runtime.run)
+        await runtime.wait_ready()
+        await handle.servicer.push(bind(1, "a"))
+        await eventually(lambda: len(handle.servicer.rec.acks) == 1)
+        ack = handle.servicer.rec.acks[0]
+        assert backend.applied == applied
+        if acked is None:
+            assert not ack.applied and "not applied again" in ack.reason
+        else:
+            assert (ack.applied, ack.reason) == (acked.applied, acked.reason)
+            assert backend.recalled == [1]
+        runtime.stop()
+    assert FileDecisionLedger(path).get(1) is not None  # the outcome is recorded: no longer in doubt
+
+
+async def test_a_restored_ledger_asks_for_unacked_decisions_it_has_outcomes_for(handle, tmp_path):
+    """An outcome recorded just before a crash whose ack never left: the restarted runtime asks
+    for every unacknowledged decision (not only those after its highest id) and re-acks it."""
+    path = tmp_path / "ledger.json"
+    crashed = FileDecisionLedger(path)
+    crashed.bind_server(handle.servicer.server_id)
+    crashed.record(3, Outcome(False, "no room"))
+    crashed.flush()
+    handle.servicer.decisions.append(bind(3, "a"))
+    backend = RecordingBackend()
+    runtime = await start(backend, handle, ledger=FileDecisionLedger(path))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runtime.run)
+        await runtime.wait_ready()
+        await handle.servicer.push(bind(4, "b"))
+        await eventually(lambda: len(handle.servicer.rec.acks) == 2)
+        assert handle.servicer.rec.stream_requests[0].after_decision_id == 0
+        acks = {a.decision_id: (a.applied, a.reason) for a in handle.servicer.rec.acks}
+        assert acks == {3: (False, "no room"), 4: (True, "")}
+        assert backend.applied == [4]
+        runtime.stop()
