@@ -221,9 +221,14 @@ class MiniMuster(pb_grpc.SchedulerServicer):
                 continue
             job, task = found
             if action == "bind":
+                # As the real server (server/ingest.py): an ack only settles a task still binding
+                # by this decision. A task placed meanwhile (the adapter reported where its pod
+                # really is) stays put: sending it back to Pending would make the next cycle bind
+                # it again, the adapter refuse again, and so on forever.
+                if task.status != pb.TASK_STATUS_BINDING or task.node != decision.bind.node:
+                    continue
                 if ack.applied:
-                    if task.status == pb.TASK_STATUS_BINDING:
-                        task.status = pb.TASK_STATUS_BOUND
+                    task.status = pb.TASK_STATUS_BOUND
                 else:
                     task.status, task.node, task.message = pb.TASK_STATUS_PENDING, "", ack.reason
             elif ack.applied:

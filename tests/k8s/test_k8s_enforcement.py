@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Callable
+
 from muster.v1 import muster_pb2 as pb
 
-from .conftest import Env, eventually
+from .conftest import Env, eventually, open_env
 from .fake_apiserver import make_node, make_pod, make_volcano_podgroup
+from .mini_muster import MiniMuster, MiniMusterHandle
 
 
 def _bind(task_id: str, node: str, decision_id: int = 999) -> pb.Decision:
@@ -156,22 +161,101 @@ async def test_volcano_queue_becomes_a_muster_queue(env: Env) -> None:
     assert env.muster.servicer.jobs["k8s:default:pg"].spec.queue == "research"
 
 
-async def test_expired_bind_then_rebind_elsewhere_reports_where_the_pod_really_is(env: Env) -> None:
+async def _expired_bind_then_rebind_elsewhere(env: Env) -> None:
+    """Pod p is bound to n0; the server then loses track of it (as when its bind deadline passes)
+    and wants it on n1. The adapter refuses (the pod is on n0) and tells the server where it is."""
     env.kube.put_object(make_node("n0", cpu="1"))
     env.kube.put_object(make_node("n1", cpu="1"))
     env.kube.put_object(make_pod("p", cpu="1"))
-    await env.start_adapter()
+    backend = await env.start_adapter()
     await eventually(lambda: env.pod("p")["spec"].get("nodeName") == "n0")
     servicer = env.muster.servicer
-    await eventually(lambda: len(servicer.acked) == 1)
+    task_id = backend.pod_task["default/p"]
+    # The bind's ack and the adapter's BOUND report are two RPCs, and the report may land after
+    # the ack. Both must be in before the expiry is simulated: a report landing after it places
+    # the task on n0 again (rightly: that is where the pod is) and no rebind is ever decided.
+    await eventually(lambda: len(servicer.acked) == 1 and any(
+        d.task_status.task_id == task_id and d.task_status.status == pb.TASK_STATUS_BOUND for d in servicer.deltas))
     # The server lost track (its bind deadline passed) and now wants the pod on n1.
     task = servicer.jobs["k8s:default:pod:p"].tasks[0]
     task.status, task.node = pb.TASK_STATUS_PENDING, ""
     servicer.nodes["n0"].unschedulable = True
     servicer.poke()
     await eventually(lambda: any(not a.applied for a in servicer.acked.values()))
-    await eventually(lambda: task.status == pb.TASK_STATUS_BOUND and task.node == "n0")
+    # Settled: the task is where the pod is, and no decision is left in flight.
+    await eventually(lambda: task.status == pb.TASK_STATUS_BOUND and task.node == "n0"
+                     and len(servicer.acked) == len(servicer.decisions))
     assert env.pod("p")["spec"]["nodeName"] == "n0" and env.bind_posts("p") == 1
+
+
+async def test_expired_bind_then_rebind_elsewhere_reports_where_the_pod_really_is(env: Env) -> None:
+    await _expired_bind_then_rebind_elsewhere(env)
+
+
+async def _until(predicate: Callable[[], bool], limit: float) -> None:
+    """Wait until ``predicate`` holds or ``limit`` seconds passed (whichever is first)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(limit):
+            while not predicate():
+                await asyncio.sleep(0.005)
+
+
+def _reports_status(request: pb.SendDeltasRequest) -> bool:
+    return any(d.WhichOneof("change") == "task_status" for d in request.deltas)
+
+
+class _ReportLandsAfterTheExpiry(MiniMuster):
+    """Forces this ordering: the adapter's BOUND report for the first bind reaches the server only
+    after the test has simulated the expiry (the task is Pending again), and before any cycle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = 0
+
+    async def SendDeltas(self, request, context):  # noqa: N802
+        if _reports_status(request):
+            self.holding += 1
+            try:
+                await _until(lambda: all(t.status == pb.TASK_STATUS_PENDING
+                                         for j in self.jobs.values() for t in j.tasks), 0.5)
+            finally:
+                self.holding -= 1
+        return await super().SendDeltas(request, context)
+
+    def cycle(self) -> None:
+        if self.holding:
+            self.poke()  # a report is on its way: it lands first
+            return
+        super().cycle()
+
+
+class _CycleRunsBeforeTheReport(MiniMuster):
+    """Forces this ordering: after every ack, a cycle runs before the adapter's next status report
+    lands (a rejected bind's ack, then a cycle that binds the task again, then the report of where
+    the pod really is)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cycles_at_ack = 0
+
+    async def AckDecisions(self, request, context):  # noqa: N802
+        self.cycles_at_ack = self.cycles
+        return await super().AckDecisions(request, context)
+
+    async def SendDeltas(self, request, context):  # noqa: N802
+        if _reports_status(request):
+            await _until(lambda: self.cycles > self.cycles_at_ack, 1.0)
+        return await super().SendDeltas(request, context)
+
+
+async def test_expired_bind_then_rebind_when_the_bound_report_lands_after_the_expiry() -> None:
+    async with open_env(MiniMusterHandle(_ReportLandsAfterTheExpiry())) as env:
+        await _expired_bind_then_rebind_elsewhere(env)
+
+
+async def test_expired_bind_then_rebind_when_a_cycle_runs_between_the_reject_and_the_report() -> None:
+    async with open_env(MiniMusterHandle(_CycleRunsBeforeTheReport())) as env:
+        await _expired_bind_then_rebind_elsewhere(env)
 
 
 async def test_ascend_chips_are_read_from_the_node_and_written_on_the_pod_before_binding(env: Env) -> None:
