@@ -20,11 +20,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
 from google.protobuf import json_format
 
 from muster.quantity import QuantityError, parse_resources
 from muster.v1 import muster_pb2 as pb
+from muster.yamldoc import DocumentError, load_all
 
 # Proto field names and their JSON (camelCase) spellings, per message, for friendly renames.
 _JOB_ALIASES = {"tasks": "task_groups", "taskGroups": "task_groups"}
@@ -59,9 +59,9 @@ def load_job_file(path: str | Path) -> list[pb.JobSpec]:
 def parse_jobs(text: str) -> list[pb.JobSpec]:
     """Parse every job of a YAML text; raises JobFileError listing all problems found."""
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise JobFileError([f"not valid YAML: {exc}"]) from None
+        documents = [d for d in load_all(text) if d is not None]
+    except DocumentError as exc:
+        raise JobFileError([str(exc)]) from None
     entries: list[Any] = []
     for doc in documents:
         if isinstance(doc, dict) and "jobs" in doc and len(doc) == 1:

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 from muster.v1 import muster_pb2 as pb
 
-# Conditions that say where a job stands, most telling first: how it ended, that it can never fit,
-# why it waits.
-REASON_CONDITIONS = ("Ended", "Unsatisfiable", "Unschedulable")
+# Conditions that say where a job stands, most telling first: how it ended, that it is left out of
+# scheduling (a cycle failed with it), that it can never fit, why it waits.
+REASON_CONDITIONS = ("Ended", "Quarantined", "Unsatisfiable", "Unschedulable")
 
 
 def job_reason(conditions: Iterable[pb.Condition]) -> tuple[str, str]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 # Resources whose units are whole devices with ids. vNPU resources (``huawei.com/Ascend910-2c``)
@@ -14,6 +15,10 @@ DEVICE_RESOURCE = re.compile(r"^(?:nvidia\.com/gpu|amd\.com/gpu|intel\.com/gpu|h
 NVIDIA_GPU = "nvidia.com/gpu"
 ASCEND910 = "huawei.com/Ascend910"
 UNIT = 1000.0  # canonical milli-units per device (``muster.quantity``)
+# The most devices of one device resource a node may have (counted or listed): a node declaring
+# more is refused where it enters (API, scenario, agent inventory), and nothing makes up more
+# device ids than this for a node (``default_devices``).
+MAX_DEVICES_PER_NODE = 1024
 # The environment variable through which each kind of device is handed to a process.
 VISIBLE_DEVICES_ENV = {"nvidia.com/gpu": "CUDA_VISIBLE_DEVICES", "amd.com/gpu": "ROCR_VISIBLE_DEVICES"}
 ASCEND_VISIBLE_DEVICES = "ASCEND_VISIBLE_DEVICES"
@@ -43,11 +48,29 @@ class Device:
     healthy: bool = True
 
 
+def device_count_problem(allocatable: Mapping[str, float], device_types: Iterable[str] = ()) -> tuple[str, str] | None:
+    """(field, message) when a node has more than MAX_DEVICES_PER_NODE devices of one device
+    resource: listed (``device_types``, one entry per listed device), or, for a device resource it
+    lists none of, counted in ``allocatable`` (canonical units). The field is relative to the node:
+    ``devices`` or ``allocatable.nvidia.com/gpu``. None when every count is within the bound."""
+    listed = Counter(device_types)
+    for kind, count in listed.items():
+        if count > MAX_DEVICES_PER_NODE:
+            return ("devices", f"{count} devices of type {kind} are more than a node may have "
+                               f"({MAX_DEVICES_PER_NODE} per device resource)")
+    for name, value in allocatable.items():
+        if name not in listed and is_device_resource(name) and value / UNIT > MAX_DEVICES_PER_NODE:
+            return (f"allocatable.{name}",
+                    f"{value / UNIT:.15g} devices are more than a node may have ({MAX_DEVICES_PER_NODE} per device resource)")
+    return None
+
+
 def default_devices(resource: str, count: int) -> list[Device]:
     """The devices of a node that lists none: ``0 .. N-1``; Ascend chips ``Ascend910-<i>`` in HCCS
     rings of four (chips 0-3 ring "0", 4-7 ring "1", as on a 910 x8 module). A new list each call;
-    the devices (immutable) are shared between nodes of the same kind."""
-    return list(_default_devices(resource, count))
+    the devices (immutable) are shared between nodes of the same kind. At most
+    MAX_DEVICES_PER_NODE (a larger count, refused where nodes enter, never enumerates per unit)."""
+    return list(_default_devices(resource, max(0, min(count, MAX_DEVICES_PER_NODE))))
 
 
 @functools.lru_cache(maxsize=256)

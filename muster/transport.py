@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -77,23 +78,34 @@ def token_from_args(args: argparse.Namespace) -> str | None:
     return None
 
 
-class _Headers(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+class _Headers:
     """Adds fixed metadata to every call: ``authorization: Bearer <token>`` (works on plaintext
     loopback too, unlike grpc's access-token call credentials) and the caller's user claim."""
 
     def __init__(self, headers: list[tuple[str, str]]) -> None:
         self.headers = headers
 
-    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+    def details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         metadata = grpc.aio.Metadata(*(details.metadata or ()), *self.headers)
         return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
                                           details.wait_for_ready)
 
-    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        return await continuation(self._details(details), request)
 
+# grpc.aio files an interceptor under the first call kind it implements only, so each kind gets an
+# object of its own (one class for both sent no token on streaming calls).
+class _UnaryHeaders(_Headers, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        return await continuation(self.details(details), request)
+
+
+class _StreamHeaders(_Headers, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        return await continuation(self._details(details), request)
+        return await continuation(self.details(details), request)
+
+
+class _BidiHeaders(_Headers, grpc.aio.StreamStreamClientInterceptor):  # reflection
+    async def intercept_stream_stream(self, continuation, details, requests):  # type: ignore[no-untyped-def]
+        return await continuation(self.details(details), requests)
 
 
 def _read(path: str | None) -> bytes | None:
@@ -116,7 +128,7 @@ def channel(address: str, tls: ClientTls | None = None,
     headers = [("authorization", f"Bearer {token}")] if token else []
     if user:
         headers.append(("x-muster-user", user))
-    interceptors = [_Headers(headers)] if headers else None
+    interceptors: list[Any] | None = [kind(headers) for kind in (_UnaryHeaders, _StreamHeaders, _BidiHeaders)] if headers else None
     if tls is None or not tls.enabled:
         return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
     credentials = grpc.ssl_channel_credentials(

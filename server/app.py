@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from muster import transport
 from muster.v1 import muster_pb2 as pb
+from server.api.gate import AuthGate
 from server.api.handlers import add_scheduler_service
 from server.auth import Policy
 from server.decisions import DecisionLog
@@ -36,9 +37,10 @@ from server.loop import ConfigManager, CycleLoop
 from server.observability import Telemetry
 from server.observability.dashboard import DashboardServer
 from server.observability.history import CycleHistory
+from server.observability.http import HttpAccess
 from server.service import SchedulerService
 from server.state import ClusterState
-from server.store import SqliteStore, StoreWriter
+from server.store import SqliteStore, StateFileLost, StoreWriter
 from server.tls import ReloadingCredentials, TlsFiles, is_loopback
 
 log = structlog.get_logger("muster.server")
@@ -104,12 +106,15 @@ class MusterServer:
     async def run(self) -> None:
         """Serve until ``request_stop()`` (or cancellation), then shut down cleanly."""
         opts = self.options
+        # StateFileInUse (another server has the file) or StateFileError (not a Muster state
+        # database): a one-line refusal in server.main. The file's lock is held until close.
         store = SqliteStore(opts.state)
         writer = StoreWriter(store)
-        self.telemetry = Telemetry(
-            otlp_endpoint=opts.otlp_endpoint, metrics_listen=opts.metrics_listen, tracer_provider=opts.tracer_provider
-        )
         try:
+            self.telemetry = Telemetry(
+                otlp_endpoint=opts.otlp_endpoint, metrics_listen=opts.metrics_listen,
+                tracer_provider=opts.tracer_provider,
+            )
             stored = await anyio.to_thread.run_sync(store.load, time.time() - opts.job_retention)
             cluster = ClusterState(
                 DecisionLog(bind_timeout=opts.bind_timeout), retention=opts.job_retention, archive=store
@@ -139,20 +144,28 @@ class MusterServer:
                 policy=Policy(opts.auth_policy) if opts.auth_policy else None,
             )
             self.state, self.loop, self.service = cluster, loop, service
+            # The HTTP endpoints take the gRPC port's certificate and tokens.
+            access = HttpAccess(service.policy, opts.tls_cert, opts.tls_key)
+            if self.telemetry.metrics_server is not None:
+                self.telemetry.metrics_server.access = access
             if opts.dashboard_listen:
                 loop.history = CycleHistory()
                 self.dashboard = DashboardServer(
-                    cluster, loop.history, opts.dashboard_listen, policy=service.policy,
-                    tls_cert=opts.tls_cert, tls_key=opts.tls_key, insecure=opts.insecure,
+                    cluster, loop.history, opts.dashboard_listen, access=access, insecure=opts.insecure,
                 )
             await self._serve(service, loop, state_jobs=len(cluster.jobs))
         finally:
-            if self.state is not None:
-                await writer.flush(self.state.commit)
-            await writer.close()
-            with anyio.CancelScope(shield=True):  # export buffered spans (bounded by the exporter timeout)
-                await anyio.to_thread.run_sync(self.telemetry.shutdown)
-            log.info("server.stopped")
+            try:
+                if self.state is not None:
+                    await writer.flush(self.state.commit)
+            except StateFileLost:
+                pass  # logged when it was found; nothing more can be saved
+            finally:
+                await writer.close()  # also releases the state file's lock
+                if self.telemetry is not None:
+                    with anyio.CancelScope(shield=True):  # export buffered spans (bounded by the exporter timeout)
+                        await anyio.to_thread.run_sync(self.telemetry.shutdown)
+                log.info("server.stopped")
 
     async def _serve(self, service: SchedulerService, loop: CycleLoop, *, state_jobs: int) -> None:
         opts = self.options
@@ -162,7 +175,11 @@ class MusterServer:
                 ("grpc.max_send_message_length", opts.max_message_bytes),
                 ("grpc.so_reuseport", 0),
             ],
-            interceptors=self.telemetry.interceptors() if self.telemetry else (),
+            # The auth gate first: a call with no identity is refused before anything reads it.
+            interceptors=[
+                *([AuthGate(service.policy)] if service.policy is not None else []),
+                *(self.telemetry.interceptors() if self.telemetry else ()),
+            ],
         )
         add_scheduler_service(service, server)  # undecodable requests: INVALID_ARGUMENT, rate-limited log
         health_servicer = health.aio.HealthServicer()
@@ -196,6 +213,12 @@ class MusterServer:
                 if self.dashboard is not None:
                     await tg.start(self.dashboard.run)
                 tg.start_soon(loop.run)
+
+                def not_serving(_: Exception) -> None:  # the state file is gone: say so to probes
+                    for name in ("", SERVICE_NAME):
+                        tg.start_soon(health_servicer.set, name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+                service.writer.on_lost = not_serving
                 log.info("server.listening", address=self.address, state=opts.state, jobs=state_jobs)
                 self.ready.set()
                 await self._stop.wait()

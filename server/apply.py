@@ -217,6 +217,8 @@ def _record_outcome(
             old.transition_time if old is not None and old.status == cond.status else now,
         )
         st.conditions = [c for c in st.conditions if c.type != cond.type] + [new]
+        if cond.type == model.QUARANTINED and cond.status == "True":  # the cycle failed with it
+            st.quarantined = True
     if outcome.explanation is not None:
         exp = outcome.explanation
         st.explanation = {

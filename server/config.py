@@ -19,16 +19,23 @@ errors naming the field.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from server import yamldoc
+from muster import yamldoc
+from muster.yamldoc import brief
 from server.actions import ACTIONS
 from server.actions.kai import KAI_ACTIONS
 from server.model import PriorityClass
 from server.plugins import PLUGINS
 from server.plugins.kai import KAI_PLUGINS
 from server.session.extension_points import ALL_SWITCHES
-from server.session.options import PluginOption, SchedulerConfig, parse_go_duration
+from server.session.options import (
+    MAX_DURATION_SECONDS,
+    PluginOption,
+    SchedulerConfig,
+    parse_go_duration,
+)
 
 __all__ = [
     "DEFAULT_CONFIG_YAML", "SWITCHES", "ConfigError", "PluginOption", "SchedulerConfig",
@@ -73,10 +80,38 @@ PROFILES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
+# Kubernetes priorities are 32-bit integers.
+_INT32 = (-(2**31), 2**31 - 1)
+
+
 def _bool(value: Any, path: str) -> bool:
     if isinstance(value, bool):
         return value
-    raise ConfigError(f"{path}: {value!r} is not a boolean")
+    raise ConfigError(f"{path}: {brief(value)} is not a boolean")
+
+
+def _check_arguments(args: dict[Any, Any], path: str) -> None:
+    """What holds for the arguments of every plugin and action (each checks its own names, and
+    reads values leniently, as Volcano's ``GetInt``...): names are strings (YAML also allows
+    numbers, null ... as keys) and numbers are finite and within 64 bits (``.inf`` or ``1e400``
+    would overflow where a plugin converts them)."""
+    for key, value in args.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{path}.{brief(key)}: an argument name must be a string")
+        _check_argument_value(value, f"{path}.{key}")
+
+
+def _check_argument_value(value: Any, path: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{path}: {brief(value)} is not a finite number")
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise ConfigError(f"{path}: {brief(value)} is out of range")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_argument_value(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_argument_value(v, f"{path}[{i}]")
 
 
 def parse_priority_classes(raw: Any, path: str) -> dict[str, PriorityClass]:
@@ -94,12 +129,18 @@ def parse_priority_classes(raw: Any, path: str) -> dict[str, PriorityClass]:
             raise ConfigError(f"{p}.{sorted(unknown)[0]}: unknown field")
         if not isinstance(pc.get("name"), str) or not pc["name"]:
             raise ConfigError(f"{p}.name: required")
-        if not isinstance(pc.get("value"), int) or isinstance(pc.get("value"), bool):
-            raise ConfigError(f"{p}.value: {pc.get('value')!r} is not an integer")
+        value = pc.get("value")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{p}.value: {brief(value)} is not an integer")
+        if not _INT32[0] <= value <= _INT32[1]:
+            raise ConfigError(f"{p}.value: {brief(value)} is not a 32-bit integer")
         policy = pc.get("preemptionPolicy", "PreemptLowerPriority")
         if policy not in ("PreemptLowerPriority", "Never"):
-            raise ConfigError(f"{p}.preemptionPolicy: {policy!r} is not PreemptLowerPriority or Never")
-        out[pc["name"]] = PriorityClass(pc["name"], pc["value"], policy, bool(pc.get("globalDefault", False)))
+            raise ConfigError(f"{p}.preemptionPolicy: {brief(policy)} is not PreemptLowerPriority or Never")
+        if not isinstance(pc.get("description", ""), str):
+            raise ConfigError(f"{p}.description: must be a string")
+        default = _bool(pc.get("globalDefault", False), f"{p}.globalDefault")
+        out[pc["name"]] = PriorityClass(pc["name"], value, policy, default)
     return out
 
 
@@ -115,8 +156,8 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
             raise ConfigError(f"{path}.{key}: unknown field")
 
     profile = raw.get("profile", "volcano")
-    if profile not in PROFILES:
-        raise ConfigError(f"{path}.profile: {profile!r} is not volcano or kai")
+    if not isinstance(profile, str) or profile not in PROFILES:
+        raise ConfigError(f"{path}.profile: {brief(profile)} is not volcano or kai")
     action_registry, plugin_registry = PROFILES[profile]
     actions_raw = raw.get("actions", "enqueue, allocate, backfill")
     if isinstance(actions_raw, str):
@@ -128,12 +169,12 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
     for i, a in enumerate(actions):
         if a not in action_registry:
             raise ConfigError(
-                f"{path}.actions[{i}]: unknown action {a!r} (known in profile {profile}: {', '.join(sorted(action_registry))})"
+                f"{path}.actions[{i}]: unknown action {brief(a)} (known in profile {profile}: {', '.join(sorted(action_registry))})"
             )
 
     mode = raw.get("extension_points_not_listed", "enabled")
-    if mode not in ("enabled", "disabled"):
-        raise ConfigError(f"{path}.extension_points_not_listed: {mode!r} is not enabled or disabled")
+    if not isinstance(mode, str) or mode not in ("enabled", "disabled"):
+        raise ConfigError(f"{path}.extension_points_not_listed: {brief(mode)} is not enabled or disabled")
     tiers_raw = raw.get("tiers", [])
     if not isinstance(tiers_raw, list):
         raise ConfigError(f"{path}.tiers: must be a list")
@@ -154,7 +195,7 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
             plugin_cls = plugin_registry.get(name)
             if plugin_cls is None:
                 raise ConfigError(
-                    f"{pp}.name: unknown plugin {name!r} (known in profile {profile}: {', '.join(sorted(plugin_registry))})"
+                    f"{pp}.name: unknown plugin {brief(name)} (known in profile {profile}: {', '.join(sorted(plugin_registry))})"
                 )
             switches: dict[str, bool] = {}
             for key, value in p.items():
@@ -169,6 +210,7 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
             args = p.get("arguments") or {}
             if not isinstance(args, dict):
                 raise ConfigError(f"{pp}.arguments: must be a mapping")
+            _check_arguments(args, f"{pp}.arguments")
             try:
                 plugin_cls.validate_arguments(args)
             except ValueError as exc:
@@ -182,15 +224,26 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
         raise ConfigError(f"{path}.configurations: must be a list")
     for ci, c in enumerate(confs):
         cp = f"{path}.configurations[{ci}]"
-        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+        if not isinstance(c, dict):
+            raise ConfigError(f"{cp}: must be a mapping (name, arguments)")
+        if not isinstance(c.get("name"), str):
             raise ConfigError(f"{cp}.name: required")
-        action_arguments[c["name"]] = dict(c.get("arguments") or {})
+        if c["name"] not in action_registry:
+            raise ConfigError(f"{cp}.name: unknown action {brief(c['name'])}")
+        args = c.get("arguments") or {}
+        if not isinstance(args, dict):
+            raise ConfigError(f"{cp}.arguments: must be a mapping")
+        _check_arguments(args, f"{cp}.arguments")
+        action_arguments.setdefault(c["name"], {}).update(args)
     extra = raw.get("action_arguments") or {}
     if not isinstance(extra, dict):
         raise ConfigError(f"{path}.action_arguments: must be a mapping")
     for name, args in extra.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"{path}.action_arguments.{brief(name)}: an action name must be a string")
         if not isinstance(args, dict):
             raise ConfigError(f"{path}.action_arguments.{name}: must be a mapping")
+        _check_arguments(args, f"{path}.action_arguments.{name}")
         action_arguments.setdefault(name, {}).update(args)
     for name, args in action_arguments.items():
         action_cls = action_registry.get(name)
@@ -241,7 +294,9 @@ def _check_session(session: dict[str, Any], path: str) -> None:
                 continue
             raise ConfigError(f"{path}.{key}: unknown scheduler parameter (known: {', '.join(sorted(SESSION_PARAMETERS))})")
         if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ConfigError(f"{path}.{key}: {value!r} is not an integer")
+            raise ConfigError(f"{path}.{key}: {brief(value)} is not an integer")
+        if kind == "int" and not -(2**63) <= value < 2**63:
+            raise ConfigError(f"{path}.{key}: {brief(value)} is out of range")
         if kind == "bool":
             _bool(value, f"{path}.{key}")
         if kind == "duration":
@@ -250,14 +305,16 @@ def _check_session(session: dict[str, Any], path: str) -> None:
                     raise ValueError
                 if isinstance(value, str):
                     parse_go_duration(value)
+                elif not abs(value) <= MAX_DURATION_SECONDS:  # also inf and nan
+                    raise ValueError
             except ValueError:
-                raise ConfigError(f"{path}.{key}: {value!r} is not a duration (e.g. 60s, 5m)") from None
+                raise ConfigError(f"{path}.{key}: {brief(value)} is not a duration (e.g. 60s, 5m)") from None
 
 
 def load_config(text: str) -> SchedulerConfig:
     try:
         raw = yamldoc.load(text)
-    except ValueError as exc:
+    except yamldoc.DocumentError as exc:
         raise ConfigError(f"config: {exc}") from None
     if not isinstance(raw, dict):
         # `-0`, `null`, `[]` or an empty text would otherwise pass as a configuration of nothing.

@@ -12,6 +12,10 @@ CycleResult)`` or ``("error", traceback)`` out. The worker keeps the cluster bet
 (``snapshot.DeltaSender``), and the configuration only when it changed: the whole snapshot is never
 pickled again after the first cycle. A worker that dies, or fails a cycle, is sent everything next
 time (started again if needed); the scheduling core itself keeps nothing between cycles.
+
+Once imported, the worker writes one frame, ``READY``, before it reads anything: a worker that
+cannot be spawned, or dies or hangs before that (an import error, a broken interpreter), is
+``CoreWorkerStartError`` ("scheduling worker process failed to start: ..."), not a cycle error.
 """
 
 from __future__ import annotations
@@ -36,10 +40,18 @@ from server.snapshot import Capture, CaptureDelta, DeltaSender, ResidentState
 
 CycleWorker = Literal["process", "thread"]
 _HEADER = struct.Struct("!Q")
+READY = b"muster-core-worker ready"
 
 
 class CoreWorkerError(RuntimeError):
     """The worker process failed a cycle (its traceback is the message) or died."""
+
+
+class CoreWorkerStartError(CoreWorkerError):
+    """The worker process could not be spawned, or exited or hung before it was ready."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"scheduling worker process failed to start: {reason}")
 
 
 def _dumps(obj: Any) -> bytes:
@@ -93,7 +105,7 @@ class CoreRunner:
                 self._forget()  # what the worker holds is in doubt: everything again next cycle
                 raise CoreWorkerError(str(value))
         result: CycleResult = value
-        quiet = not (result.binds or result.evictions or result.pipelined)
+        quiet = not (result.binds or result.evictions or result.pipelined or result.quarantined)
         self._quiet = replace(result, action_seconds={}, plugin_seconds={}) if quiet else None
         return result
 
@@ -117,10 +129,47 @@ class CoreRunner:
             async with self._lock:
                 await self._started()
 
+    # The worker's command line, and how long it may take to import the core and say READY.
+    command: tuple[str, ...] = (sys.executable, "-m", "server.core_runner")
+    start_timeout = 60.0
+
     async def _started(self) -> Process:
         if self._process is None or self._process.returncode is not None:
-            self._process = await anyio.open_process([sys.executable, "-m", "server.core_runner"], stderr=None)
+            self._process = None
+            self._process = await self._spawn()
         return self._process
+
+    async def _spawn(self) -> Process:
+        """A new worker that has said READY, or ``CoreWorkerStartError`` naming what failed."""
+        try:
+            proc = await anyio.open_process(list(self.command), stderr=None)  # its errors: our stderr
+        except OSError as exc:
+            raise CoreWorkerStartError(f"{self.command[0]}: {exc}") from exc
+        try:
+            with anyio.fail_after(self.start_timeout):
+                header = await _receive_exactly(proc, _HEADER.size)
+                (size,) = _HEADER.unpack(header)
+                greeting = await _receive_exactly(proc, size) if size <= len(READY) else b""
+            if greeting != READY:
+                raise CoreWorkerStartError(f"it answered {greeting[:40]!r}, not its ready line")
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                if proc.returncode is None:
+                    with anyio.move_on_after(1):
+                        await proc.wait()  # it may be on its way out: get its exit code
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+                await proc.aclose()
+            if isinstance(exc, TimeoutError):
+                raise CoreWorkerStartError(f"not ready after {self.start_timeout:g} s") from None
+            if isinstance(exc, CoreWorkerError) and not isinstance(exc, CoreWorkerStartError):
+                raise CoreWorkerStartError(
+                    f"it exited with code {proc.returncode} before it was ready (its error, if any, "
+                    "is on the server's stderr)"
+                ) from None
+            raise
+        return proc
 
     async def _exchange(self, payload: bytes) -> bytes:
         proc = await self._started()
@@ -211,6 +260,8 @@ def main() -> None:
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    protocol_out.write(_HEADER.pack(len(READY)) + READY)  # imported: the server may send cycles
+    protocol_out.flush()
     serve(sys.stdin.buffer, protocol_out)
 
 

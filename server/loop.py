@@ -29,7 +29,7 @@ from server.observability.history import CycleHistory
 from server.scheduler import SchedulerCore
 from server.snapshot import Capture, capture
 from server.state import ClusterState
-from server.store import StoreWriter
+from server.store import StateFileLost, StoreWriter
 
 log = structlog.get_logger("muster.loop")
 
@@ -58,12 +58,20 @@ class ConfigManager:
 
     def update(self, text: str) -> SchedulerConfig:
         """UpdateConfig: ConfigError -> INVALID_ARGUMENT; nothing changes on error."""
+        return self.apply(self.parse(text), text)
+
+    @staticmethod
+    def parse(text: str) -> SchedulerConfig:
+        """Validate an UpdateConfig text (no state read: callers may run it in a worker thread,
+        as pure-Python YAML parsing of a large text takes seconds)."""
         if not text.strip():
             raise invalid("yaml: must not be empty")
         try:
-            config = load_config(text)
+            return load_config(text)
         except ConfigError as exc:
             raise invalid(f"yaml: {exc}") from None
+
+    def apply(self, config: SchedulerConfig, text: str) -> SchedulerConfig:
         self._set(config, text)
         return config
 
@@ -74,7 +82,10 @@ class ConfigManager:
         self.pending = config
 
     def poll_file(self) -> bool:
-        """Re-read ``--config FILE`` if its mtime changed; a broken file is logged and ignored."""
+        """Re-read ``--config FILE`` if its mtime changed. Whatever goes wrong (the file gone or
+        unreadable, not text, not a valid configuration, or a bug in the parser) is logged as
+        ``config.reload_failed`` and the configuration in use stays: a reload never stops the server.
+        The file is read again when its mtime changes again."""
         if self.path is None:
             return False
         try:
@@ -84,8 +95,9 @@ class ConfigManager:
             self._mtime = mtime
             text = self.path.read_text()
             config = load_config(text)
-        except (OSError, ConfigError) as exc:
-            log.error("config.reload_failed", path=str(self.path), error=str(exc))
+        except Exception as exc:  # anything: see above
+            reason = str(exc) if isinstance(exc, OSError | ConfigError) else f"{type(exc).__name__}: {exc}"
+            log.error("config.reload_failed", path=str(self.path), error=reason[:2000], generation=self.generation)
             return False
         self._set(config, text)
         log.info("config.reloaded", path=str(self.path), generation=self.generation)
@@ -139,6 +151,10 @@ class CycleLoop:
         self._wake.set()
 
     async def run(self) -> None:
+        """Cycles until cancelled. A worker process that cannot start ends it (``CoreWorkerError``
+        saying so: the server cannot schedule); so does a state file deleted under the server,
+        quietly (``StateFileLost``, logged by the store): a cycle must not issue decisions that
+        cannot be saved, while the API stays up to say why."""
         try:
             await self.runner.start()
             async with anyio.create_task_group() as tg:
@@ -152,6 +168,8 @@ class CycleLoop:
                     self._wake = anyio.Event()  # wakes from here on ask for another cycle
                     self._last_start = time.monotonic()
                     await self.run_once()
+        except* StateFileLost:
+            log.error("cycle.stopped", reason="the state file is gone: no more cycles until a restart")
         finally:
             await self.runner.aclose()  # the core's worker process goes with the loop
 
@@ -187,6 +205,8 @@ class CycleLoop:
             await self._flush()
             self._finish_cycle()
             return
+        for job_id, why in result.quarantined.items():  # the cycle ran without them
+            log.error("job.quarantined", cycle=captured.cycle_id, job=job_id, reason="CycleFailed", error=why)
         with obs.applying():  # decisions issued here carry the cycle's trace context
             stats = await apply_result(self.state, captured, result, after_part=self._flush)
         await self._flush()

@@ -8,6 +8,12 @@
 Stops cleanly on SIGTERM / SIGINT. Once listening it logs ``server.listening`` with the bound
 address and prints one line ``muster-server listening on HOST:PORT`` to stdout (useful with
 ``--listen 127.0.0.1:0``).
+
+A failure to start or to keep running is one line per cause on stderr, ``muster-server: ...``, the
+causes taken out of the task groups' exception groups (``report_failure``): exit status 2 for a
+bad ``--config`` / ``--auth-policy`` / TLS setting or a ``--state`` file that is not a Muster state
+database, 1 for the rest (the state file in use by another server, a port that cannot be bound, a
+cycle worker process that cannot start). Only an unexpected error also prints its traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import argparse
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 import anyio
@@ -26,8 +33,10 @@ from muster.tracing import tracing_settings
 from server.app import MusterServer, ServerOptions
 from server.auth import Policy, PolicyError
 from server.config import ConfigError, load_config
+from server.core_runner import CoreWorkerError
 from server.gctune import tune_gc
 from server.observability.http import split_listen
+from server.store import StateFileError, StateFileInUse
 
 
 def positive_float(text: str) -> float:
@@ -150,24 +159,52 @@ def main(argv: list[str] | None = None) -> int:
     if args.config:  # fail fast, before anything listens
         try:
             load_config(Path(args.config).read_text())
-        except (OSError, ConfigError) as exc:
+        except (OSError, UnicodeDecodeError, ConfigError) as exc:
             sys.stderr.write(f"muster-server: --config {args.config}: {exc}\n")
             return 2
     try:
         anyio.run(serve, options, backend="asyncio")
     except KeyboardInterrupt:
         return 0
-    except OSError as exc:
-        sys.stderr.write(f"muster-server: {exc}\n")
-        return 1
-    except BaseExceptionGroup as group:  # from the task group around the server
-        matched, rest = group.split(OSError)
-        if rest is not None or matched is None:
-            raise
-        for failure in matched.exceptions:
-            sys.stderr.write(f"muster-server: {failure}\n")
-        return 1
+    except BaseException as exc:  # often wrapped in task groups' exception groups: report each cause
+        return report_failure(exc)
     return 0
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or ``exc`` itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
+
+
+# Failures that explain themselves in one line (no traceback), and the exit status of each.
+EXPECTED_FAILURES: tuple[tuple[type[BaseException], int], ...] = (
+    (StateFileInUse, 1),  # like a port in use: another server has it
+    (StateFileError, 2),  # like a bad --config: this file cannot be the state
+    (CoreWorkerError, 1),
+    (OSError, 1),
+)
+
+
+def report_failure(exc: BaseException) -> int:
+    """One ``muster-server: ...`` line per cause on stderr; a traceback only for an unexpected
+    one (a bug). Returns the exit status."""
+    status = 0
+    for failure in leaves(exc):
+        if isinstance(failure, KeyboardInterrupt | SystemExit):
+            if isinstance(failure, SystemExit) and isinstance(failure.code, int):
+                status = max(status, failure.code)
+            continue
+        code = next((c for kind, c in EXPECTED_FAILURES if isinstance(failure, kind)), None)
+        if code is None:  # unexpected: its own traceback (not the groups around it), then the line
+            traceback.print_exception(failure, file=sys.stderr)
+            sys.stderr.write(f"muster-server: unexpected {type(failure).__name__}: {failure}\n")
+            status = max(status, 1)
+            continue
+        sys.stderr.write(f"muster-server: {failure}\n")
+        status = max(status, code)
+    return status
 
 
 if __name__ == "__main__":

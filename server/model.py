@@ -242,9 +242,14 @@ class ClusterSnapshot:
     topologies: list[dict[str, Any]] = field(default_factory=list)
 
 
+# A job's condition while it is left out of scheduling: a cycle failed on it (reason CycleFailed)
+# or its stored spec is refused by today's validation (InvalidSpec). ``server.scheduler``.
+QUARANTINED = "Quarantined"
+
+
 @dataclass(slots=True)
 class Condition:
-    type: str  # Unschedulable | Scheduled
+    type: str  # Unschedulable | Scheduled | Unsatisfiable | Quarantined
     status: str = "True"
     reason: str = ""
     message: str = ""
@@ -254,7 +259,7 @@ class Condition:
 class Explanation:
     """Why a job is (not) placed, from the last cycle (``muster explain``)."""
 
-    gate: str  # none | queue | enqueue | gang | placement
+    gate: str  # none | queue | enqueue | gang | placement | unsatisfiable | quarantined
     summary: str
     node_reasons: dict[str, int] = field(default_factory=dict)
 
@@ -288,3 +293,6 @@ class CycleResult:
     plugin_seconds: dict[str, float] = field(default_factory=dict)
     # Deserved share per queue computed by proportion (metrics: volcano_queue_deserved_*).
     queue_deserved: dict[str, Resources] = field(default_factory=dict)
+    # Jobs this cycle left out because the cycle failed with them: job -> why (their outcome
+    # carries the Quarantined condition).
+    quarantined: dict[str, str] = field(default_factory=dict)

@@ -14,8 +14,8 @@ from typing import Any
 
 from muster.v1 import muster_pb2 as pb
 from server import model
-from server.api.convert import job_to_model
-from server.model import PodGroupPhase, TaskStatus
+from server.api.convert import checked_job_to_model
+from server.model import QUARANTINED, PodGroupPhase, TaskStatus
 
 TERMINAL_PHASES = frozenset({pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED})
 
@@ -75,6 +75,9 @@ class JobStatusRecord:
     # TYJobs: the last cycle's schedule state, and how often the Leader was started again.
     schedule_state: str = ""
     leader_restarts: int = 0
+    # Left out of scheduling: its Quarantined condition is true (kept with the condition, which is
+    # what is stored; cycles skip the job without reading its conditions).
+    quarantined: bool = False
 
     def to_json(self) -> str:
         return json.dumps(
@@ -95,11 +98,13 @@ class JobStatusRecord:
     @classmethod
     def from_json(cls, text: str) -> JobStatusRecord:
         raw = json.loads(text)
+        conditions = [ConditionRecord(*c) for c in raw["conditions"]]
         return cls(
             phase=raw["phase"],
             sched_phase=PodGroupPhase(raw["sched_phase"]),
             cancelled=raw["cancelled"],
-            conditions=[ConditionRecord(*c) for c in raw["conditions"]],
+            conditions=conditions,
+            quarantined=any(c.type == QUARANTINED and c.status == "True" for c in conditions),
             explanation=raw["explanation"],
             submit_time=raw["times"][0],
             start_time=raw["times"][1],
@@ -172,13 +177,20 @@ class JobRecord:
     # The core's view of the spec, built on first use: a job read back from the store to answer
     # GetJob or ListJobs never needs it (building it costs more than answering).
     _template: model.JobSpec | None = field(default=None, repr=False)
+    # What today's validation refuses in the spec ("" : nothing), known once the template is
+    # built: a job stored by an earlier version, which the next cycle quarantines.
+    refusal: str = field(default="", repr=False)
 
     @property
     def template(self) -> model.JobSpec:
         """Never mutated; its tasks are aligned with ``tasks``."""
         if self._template is None:
-            self._template = job_to_model(self.spec, self.creation_index)
+            self._template, self.refusal = checked_job_to_model(self.spec, self.creation_index)
         return self._template
+
+    def checked_template(self) -> tuple[model.JobSpec, str]:
+        """The template, and what today's validation refuses in the spec ("" : nothing)."""
+        return self.template, self.refusal
 
     def set_creation_index(self, index: int) -> None:
         """Give a prepared job its place among submissions (its template's and tasks' too)."""

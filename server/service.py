@@ -23,7 +23,8 @@ from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 from server import commands, ingest
 from server.api import queries, validate
-from server.auth import Policy, Principal
+from server.api.gate import audit
+from server.auth import Policy, Principal, bearer_token, certificate_names
 from server.decisions import DECISION_BATCH, DECISION_BATCH_BYTES
 from server.errors import DomainError, ErrorCode, denied, invalid, precondition, unauthenticated
 from server.loop import ConfigManager, CycleLoop
@@ -64,6 +65,15 @@ AUDITED = frozenset({"RegisterBackend", "SyncSnapshot", "SendDeltas", "AckDecisi
                      "CreateQueue", "UpdateQueue", "DeleteQueue", "UpdateConfig"})
 
 
+# Simulate runs at most this many cycles (a scenario's config.cycles is bounded alike).
+MAX_SIMULATED_CYCLES = 1000
+
+# Refusals audited for every RPC, reads and streams included.
+REFUSALS = frozenset({ErrorCode.UNAUTHENTICATED, ErrorCode.PERMISSION_DENIED})
+# RPCs answered from jobs: under an auth policy a caller reads the jobs of the queues a rule lets
+# them read, and their own.
+JOB_READS = frozenset({"GetJob", "Explain", "GetTaskLogs"})
+
 # Who makes the current call (each RPC runs in its own task, so its own context).
 CALLER: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("muster_caller", default=None)
 # Without an auth policy a client may say who it is (unverified; the CLI sends $USER).
@@ -77,20 +87,21 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
 
     @functools.wraps(handler)
     async def wrapper(self: SchedulerService, request: Any, context: grpc.aio.ServicerContext) -> R:
-        who = "?"
+        who = self.peer_name(context)
         try:
             principal = self.identify(name, context)
             CALLER.set(principal)
-            who = principal.user if principal is not None else "anonymous"
+            if principal is not None:
+                who = principal.name
             validate.check_bounds(request)
             self.authorize(name, principal, request)
             reply = await handler(self, request, context)
             if name in AUDITED:
-                log.info("audit", who=who, rpc=name, result="OK")
+                audit(who, name, "OK")
             return reply
         except DomainError as exc:
-            if name in AUDITED:
-                log.info("audit", who=who, rpc=name, result=STATUS_CODES[exc.code].name, reason=exc.message)
+            if name in AUDITED or exc.code in REFUSALS:
+                audit(who, name, STATUS_CODES[exc.code].name, exc.message)
             await context.abort(STATUS_CODES[exc.code], exc.message)
         except (anyio.get_cancelled_exc_class(), grpc.aio.AbortError):
             raise
@@ -119,16 +130,39 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         self._closing = anyio.Event()
 
     def identify(self, rpc: str, context: grpc.aio.ServicerContext) -> Principal | None:
-        """Who calls: None without a policy, or for a backend RPC on a connection whose client
-        certificate names the backend (checked by ``_as_backend``)."""
+        """Who calls under the auth policy (None without one): the bearer token's user, or the
+        identity the policy maps the client certificate to. A certificate the policy does not
+        name identifies nobody; a token and a certificate naming different identities are refused."""
         if self.policy is None:
             return None
-        if RPC_VERBS[rpc][0] == "backend" and self.bind_backends and context.auth_context().get("x509_common_name"):
-            return None
-        who = self.policy.authenticate(context.invocation_metadata() or ())
+        metadata = context.invocation_metadata() or ()
+        by_cert = self.policy.from_certificate(context.auth_context())
+        token = bearer_token(metadata)
+        by_token = self.policy.authenticate(metadata) if token else None
+        if token and by_token is None:
+            raise unauthenticated("authorization: the bearer token is not valid")
+        if by_cert is not None and by_token is not None:
+            # They agree when they name one user, or the backend and the token of its name.
+            if (by_cert.backend or by_cert.user) != by_token.user:
+                raise unauthenticated(
+                    f"authorization: the client certificate identifies {by_cert.name!r} but the token "
+                    f"{by_token.name!r}; send one identity"
+                )
+            return by_cert if by_cert.backend else by_token
+        who = by_token or by_cert
         if who is None:
-            raise unauthenticated("authorization: a valid bearer token is required (metadata 'authorization: Bearer ...')")
+            raise unauthenticated(
+                "authorization: a valid bearer token is required (metadata 'authorization: Bearer ...'), "
+                "or a client certificate the auth policy maps to an identity"
+            )
         return who
+
+    @staticmethod
+    def peer_name(context: grpc.aio.ServicerContext) -> str:
+        """How an audit line names a caller not (yet) identified by the policy: its certificate's
+        CN under mutual TLS, else ``anonymous``."""
+        cn, _ = certificate_names(context.auth_context())
+        return f"cert:{cn}" if cn else "anonymous"
 
     def _owner_of(self, job_id: str) -> str | None:
         rec = self.state.jobs.get(job_id)
@@ -152,6 +186,9 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         if self.policy is None or who is None:
             return
         verb, queue_of = RPC_VERBS[rpc]
+        if verb == "backend":
+            self._authorize_backend(rpc, who, request)
+            return
         queues = queue_of(self.state, request) if queue_of is not None else ""
         for queue in [queues] if isinstance(queues, str) else queues:
             if verb == "cancel" and self._owner_of(request.id) == who.user \
@@ -159,17 +196,47 @@ class SchedulerService(pb_grpc.SchedulerServicer):
                 continue
             if not self.policy.allows(who, verb, queue):
                 where = f" in queue {queue!r}" if queue_of is not None else ""
-                raise denied(f"user {who.user!r} may not {verb}{where}")
-        if verb == "backend":  # a backend token acts for the backend of its user name only
-            backend = request.name if rpc == "RegisterBackend" else request.backend
-            if backend != who.user:
-                raise denied(f"backend: the token is for {who.user!r}, not for backend {backend!r}")
+                raise denied(f"user {who.name!r} may not {verb}{where}")
+        if rpc in JOB_READS:
+            job_id = request.job_id if rpc != "GetJob" else request.id
+            rec = self.state.jobs.get(job_id)
+            if rec is not None and not self.may_read(who, rec.spec.queue, rec.spec.owner):
+                raise denied(f"user {who.name!r} may not read jobs in queue {rec.spec.queue!r}")
+
+    def _authorize_backend(self, rpc: str, who: Principal, request: Any) -> None:
+        assert self.policy is not None
+        backend = request.name if rpc == "RegisterBackend" else request.backend
+        field = "name" if rpc == "RegisterBackend" else "backend"
+        if who.backend:  # a backend certificate: that backend, and no other
+            if backend != who.backend:
+                raise denied(f"{field}: this certificate is for backend {who.backend!r}, not for backend {backend!r}")
+            return
+        if not self.policy.allows(who, "backend"):
+            raise denied(f"user {who.name!r} may not backend")
+        if backend != who.user:  # a backend token acts for the backend of its user name only
+            raise denied(f"{field}: the token is for {who.user!r}, not for backend {backend!r}")
+
+    def may_read(self, who: Principal | None, queue: str, owner: str) -> bool:
+        """Whether ``who`` may read a job of ``queue`` submitted by ``owner``: a rule granting read
+        in the queue, or their own job."""
+        if self.policy is None or who is None:
+            return True
+        readable = self.policy.readable_queues(who)
+        return readable is None or queue in readable or (bool(owner) and owner == who.user)
+
+    def read_scope(self, who: Principal | None) -> queries.ReadScope | None:
+        """What ListJobs / WatchJobs may show ``who`` (None: everything)."""
+        if self.policy is None or who is None:
+            return None
+        readable = self.policy.readable_queues(who)
+        return None if readable is None else queries.ReadScope(readable, who.user)
 
     def _as_backend(self, context: grpc.aio.ServicerContext, backend: str, field: str) -> None:
-        if not self.bind_backends:
+        """Without an auth policy, mutual TLS still binds a backend to its certificate's CN (with
+        one, ``authorize`` decides from the policy's certificate mapping)."""
+        if not self.bind_backends or self.policy is not None:
             return
-        names = context.auth_context().get("x509_common_name") or []
-        identity = names[0].decode(errors="replace") if names else ""
+        identity, _ = certificate_names(context.auth_context())
         if identity != backend:
             raise denied(
                 f"{field}: this connection's certificate is for {identity or 'no backend'!r}, "
@@ -230,15 +297,22 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     ) -> AsyncIterator[list[pb.Decision]]:
         """A backend's decision feed: what is queued for it, up to ``max_batch`` decisions and about
         ``max_bytes`` serialized at a time (a decision that would pass ``max_bytes`` starts the next)."""
+        who = self.peer_name(context)
         try:
-            self.authorize(rpc, self.identify(rpc, context), request)
+            principal = self.identify(rpc, context)
+            who = principal.name if principal is not None else who
+            self.authorize(rpc, principal, request)
             validate.check_bounds(request)
             self._as_backend(context, request.backend, "backend")
             ingest.check_stream(self.state, request)
-            if self.bind_backends and self._streams.get(request.backend):
+            # With identities (a policy, or mutual TLS) a backend has one feed: a second would
+            # split its decisions between two readers.
+            if (self.bind_backends or self.policy is not None) and self._streams.get(request.backend):
                 raise precondition(f"backend: {request.backend!r} already has a live decision stream")
         except DomainError as exc:
+            audit(who, rpc, STATUS_CODES[exc.code].name, exc.message)
             await context.abort(STATUS_CODES[exc.code], exc.message)
+        audit(who, rpc, "OK")
         if self._closing.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down")
         sub = self.state.decisions.subscribe(request.backend, request.after_decision_id)
@@ -317,16 +391,25 @@ class SchedulerService(pb_grpc.SchedulerServicer):
 
     @unary
     async def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:
-        return queries.list_jobs(self.state, request)
+        return queries.list_jobs(self.state, request, self.read_scope(CALLER.get()))
 
     async def WatchJobs(
         self, request: pb.WatchJobsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.JobEvent]:
+        who = self.peer_name(context)
         try:
-            self.authorize("WatchJobs", self.identify("WatchJobs", context), request)
+            principal = self.identify("WatchJobs", context)
+            who = principal.name if principal is not None else who
+            self.authorize("WatchJobs", principal, request)
             validate.check_bounds(request)
-            sub, initial = queries.watch_jobs(self.state, request)
+            if request.job_id:
+                rec = self.state.jobs.get(request.job_id)
+                if rec is not None and not self.may_read(principal, rec.spec.queue, rec.spec.owner):
+                    raise denied(f"user {who!r} may not read jobs in queue {rec.spec.queue!r}")
+            sub, initial = queries.watch_jobs(self.state, request, self.read_scope(principal))
         except DomainError as exc:
+            if exc.code in REFUSALS:
+                audit(who, "WatchJobs", STATUS_CODES[exc.code].name, exc.message)
             await context.abort(STATUS_CODES[exc.code], exc.message)
         if self._closing.is_set():
             self.state.watch.unsubscribe(sub)
@@ -387,7 +470,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):
 
     @unary
     async def UpdateConfig(self, request: pb.UpdateConfigRequest, context: Any) -> pb.SchedulerConfig:
-        self.configs.update(request.yaml)
+        config = await anyio.to_thread.run_sync(self.configs.parse, request.yaml)
+        self.configs.apply(config, request.yaml)
         self.state.set_meta("config_yaml", self.configs.yaml)
         self.state.set_meta("config_generation", str(self.configs.generation))
         await self._persist()
@@ -399,8 +483,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     async def Simulate(self, request: pb.SimulateRequest, context: Any) -> pb.SimulateResponse:
         if not request.scenario.strip():
             raise invalid("scenario: must not be empty")
-        if request.cycles < 0:
-            raise invalid(f"cycles: {request.cycles} is negative")
+        if not 0 <= request.cycles <= MAX_SIMULATED_CYCLES:
+            raise invalid(f"cycles: {request.cycles} is not between 0 and {MAX_SIMULATED_CYCLES}")
         try:
             result = await anyio.to_thread.run_sync(simulate_text, request.scenario, request.cycles or None)
         except ScenarioError as exc:

@@ -181,13 +181,19 @@ def capture(state: ClusterState) -> Capture:
     state.set_meta("next_cycle_id", str(state.next_cycle_id))
     jobs = []
     # Tasks of jobs that are over but still hold a node (being released, or kept running by a
-    # TYJob's cleanPodPolicy None) hold its capacity like foreign work.
+    # TYJob's cleanPodPolicy None), and of quarantined jobs, hold its capacity like foreign work.
     leftovers: list[model.TaskSpec] = []
     for rec in state.jobs.values():
-        if rec.active:
-            jobs.append((rec, rec.status.sched_phase, [(t.status, t.node, tuple(t.devices)) for t in rec.tasks],
-                         rec.status.leader_restarts))
-        elif any(t.node and t.status in OCCUPYING for t in rec.tasks):
+        if rec.active and not rec.status.quarantined:
+            if not rec.checked_template()[1]:
+                jobs.append((rec, rec.status.sched_phase, [(t.status, t.node, tuple(t.devices)) for t in rec.tasks],
+                             rec.status.leader_restarts))
+                continue
+            # A spec stored by an earlier version that today's bounds refuse: never scheduled.
+            state.quarantine(rec, "InvalidSpec", f"left out of scheduling: {rec.refusal} (stored by an earlier "
+                             "version; refused today); it stays out until it is cancelled", cycle_id)
+        # Quarantined jobs and jobs that are over hold the nodes their tasks are on, like foreign work.
+        if any(t.node and t.status in OCCUPYING for t in rec.tasks):
             leftovers += [
                 replace(spec, job="", status=t.status, node=t.node, devices=list(t.devices))
                 for spec, t in zip(rec.template.tasks, rec.tasks, strict=True)

@@ -534,6 +534,19 @@ class ClusterState:
             log.info("job.finished", job=job.id, phase=pb.JobPhase.Name(phase))
         self.changes.job_modified(job.id)
 
+    def quarantine(self, job: JobRecord, reason: str, message: str, cycle_id: int = 0) -> None:
+        """Leave ``job`` out of every cycle from now on (until it is cancelled): its Quarantined
+        condition says why. For a job whose stored spec today's validation refuses (reason
+        InvalidSpec); a cycle that fails with a job reports it in its result (``server.apply``)."""
+        st = job.status
+        st.quarantined = True
+        st.conditions = [c for c in st.conditions if c.type != model.QUARANTINED] + [
+            ConditionRecord(model.QUARANTINED, "True", reason, message, cycle_id, self.clock())
+        ]
+        st.explanation = {"gate": "quarantined", "summary": message, "node_reasons": {}, "cycle_id": cycle_id}
+        self.changes.job_modified(job.id)
+        log.error("job.quarantined", job=job.id, reason=reason, message=message)
+
     def set_ended(self, job: JobRecord, message: str) -> None:
         """A job that ended says so: an ``Ended`` condition (reason: the phase, message: which tasks
         ended how), and its scheduling conditions turn False (their old "unschedulable" text would
@@ -601,12 +614,14 @@ def new_job_record(
     for tg in spec.task_groups:
         for i in range(tg.replicas):
             tasks.append(TaskRecord(convert.task_uid(spec.id, tg.role, i), spec.id, tg.role, i))
-    return JobRecord(
+    rec = JobRecord(
         spec=spec,
         spec_bytes=spec.SerializeToString(deterministic=True),
-        _template=convert.job_to_model(spec, creation_index) if template else None,
         creation_index=creation_index,
         tasks=tasks,
         status=status,
         groups={tg.role: tg for tg in spec.task_groups},
     )
+    if template:
+        rec._template, rec.refusal = convert.checked_job_to_model(spec, creation_index)
+    return rec

@@ -18,22 +18,37 @@ not bring every finished job back into memory.
 
 The state file, its ``-wal`` / ``-shm`` companions and a directory created for them are private
 to the server's user (0600 / 0700): job specs may carry commands and annotations.
+
+One server per file: ``SqliteStore`` holds an exclusive ``flock`` on ``PATH.lock`` from open to
+close (``StateLock``; the operating system drops it when the process dies, however it dies), and
+the lock file names the holder for the refusal message. A file that is not a Muster state
+database is refused at open, before anything is written to it (``StateFileError``). While the
+server runs, every write first checks that the path still names the file opened: a state file
+deleted or replaced under the server would otherwise take every later write with it, unseen
+(``StateFileLost``, a ``DomainError``: the RPC that wanted the write fails, nothing is
+acknowledged).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 import sqlite3
 import threading
-from collections.abc import Callable, Container, Iterable, Iterator
+import time
+from collections.abc import Callable, Collection, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
+import structlog
+from google.protobuf.message import DecodeError
 
 from muster.v1 import muster_pb2 as pb
+from server.errors import DomainError, ErrorCode
 from server.model import TaskStatus
 from server.records import TERMINAL_PHASES, BackendRecord, DecisionRow, JobStatusRecord, TaskRecord
 
@@ -75,6 +90,34 @@ HOLDING_SQL = ",".join(
     str(int(s)) for s in (TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING)
 )
 JOB_SELECT = "SELECT id, creation_index, spec, status FROM jobs"
+# What a Muster state database may hold, and the columns each table has had from the start: a
+# file with other tables (or views), or one of these without its columns, is something else.
+MUSTER_TABLES = {
+    "meta": {"key", "value"},
+    "queues": {"name", "spec"},
+    "jobs": {"id", "creation_index", "spec", "status"},
+    "tasks": {"id", "job_id", "status", "node", "backend", "devices", "message", "exit_code"},
+    "decisions": {"id", "backend", "cycle_id", "task_id", "kind", "payload", "state", "reason", "deadline"},
+    "backends": {"name", "kind", "labels", "last_decision_id"},
+}
+LOCK_SUFFIX = ".lock"
+
+log = structlog.get_logger("muster.store")
+
+
+class StateFileError(Exception):
+    """The state file cannot be used: it is not a Muster state database, or cannot be opened."""
+
+
+class StateFileInUse(StateFileError):
+    """Another process (another server) holds the state file's lock."""
+
+
+class StateFileLost(DomainError):
+    """The state file was deleted or replaced while the server ran: no write can be saved."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.FAILED_PRECONDITION, message)
 
 
 @dataclass
@@ -134,6 +177,7 @@ class JobArchive(Protocol):
         before_index: int | None = None,
         skip: Container[str] = (),
         owner: str = "",
+        readable: tuple[Collection[str], str] | None = None,
     ) -> list[StoredJob]:
         """Up to ``limit`` jobs created after ``after_index`` (and before ``before_index``)
         matching the filters (empty: any) and whose id is not in ``skip``, in creation order."""
@@ -146,7 +190,13 @@ class Store(JobArchive, Protocol):
         node) are left out: they are answered through the ``JobArchive`` reads."""
         ...
 
-    def write(self, batch: WriteBatch) -> None: ...
+    def write(self, batch: WriteBatch) -> None:
+        """One transaction; ``StateFileLost`` (nothing written) once the state file is gone."""
+        ...
+
+    def check(self) -> None:
+        """``StateFileLost`` if the state file was deleted or replaced since it was opened."""
+        ...
 
     def decision_states(self, ids: list[int]) -> dict[int, tuple[str, str, bytes]]:
         """id -> (backend, state, serialized pb.Decision) for the ids that exist."""
@@ -163,6 +213,123 @@ def _private_file(path: Path) -> None:
             os.fchmod(fd, 0o600)
     finally:
         os.close(fd)
+
+
+class StateLock:
+    """An exclusive ``flock`` on ``<state>.lock`` for as long as the store is open.
+
+    A lock, not the file's existence, says who holds it: the kernel releases it when the holding
+    process exits or is killed, so a server that crashed leaves nothing to clean up (its lock file
+    stays, with its details, and is simply locked again). The holder writes
+    ``{"program", "pid", "host", "since"}`` into it for the refusal message of the next one, and
+    removes it when it lets go.
+    """
+
+    def __init__(self, state_path: str, program: str = "muster-server") -> None:
+        self.state_path = state_path
+        self.path = state_path + LOCK_SUFFIX
+        fd = self._acquire()
+        self._fd: int | None = fd
+        try:
+            if os.fstat(fd).st_mode & 0o077:
+                os.fchmod(fd, 0o600)
+            record = {
+                "program": program,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        except BaseException:
+            self.release()
+            raise
+
+    def _acquire(self) -> int:
+        # The holder removes the file when it lets go: a lock taken on a file that has since been
+        # removed (or replaced) is no lock, so it is taken again on what the path names now.
+        for _attempt in range(100):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise StateFileError(f"cannot lock state file {self.state_path}: {exc}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _lock_holder(fd)
+                os.close(fd)
+                raise StateFileInUse(
+                    f"state file {self.state_path} is in use by {holder} (lock file {self.path}); "
+                    "stop that server first, or give this one another --state"
+                ) from None
+            except OSError as exc:  # e.g. a file system without locks
+                os.close(fd)
+                raise StateFileError(f"cannot lock state file {self.state_path}: {exc}") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            st = os.fstat(fd)
+            if _file_identity(self.path) == (st.st_dev, st.st_ino):
+                return fd
+            os.close(fd)
+        raise StateFileError(f"cannot lock state file {self.state_path}: {self.path} keeps changing")
+
+    def release(self) -> None:
+        """Remove the lock file, then let go of the lock (in that order: see ``_acquire``)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(fd)
+
+
+def _lock_holder(fd: int) -> str:
+    """Who holds the lock, as its holder wrote it into the lock file."""
+    try:
+        record = json.loads(os.pread(fd, 4096, 0).decode() or "null")
+        return f"{record['program']} pid {record['pid']} on host {record['host']} since {record['since']}"
+    except (OSError, ValueError, TypeError, KeyError):
+        return "another process (which has not written its details)"
+
+
+def _file_identity(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of ``path``; None if nothing is there."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _not_muster(path: str, why: str) -> StateFileError:
+    return StateFileError(f"state file {path} is not a Muster state database ({why})")
+
+
+def _sqlite_error(path: str, exc: sqlite3.Error) -> StateFileError:
+    """A start-up SQLite error as one line: a damaged or foreign file, or one that cannot be opened."""
+    name = getattr(exc, "sqlite_errorname", "")
+    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or type(exc) is sqlite3.DatabaseError:
+        return _not_muster(path, f"sqlite: {exc}")
+    return StateFileError(f"cannot use state file {path}: sqlite: {exc}" + (f" ({name})" if name else ""))
+
+
+def _check_muster_database(db: sqlite3.Connection, path: str) -> None:
+    """Refuse a file that is not a Muster state database (an empty one is a new store). Only reads."""
+    objects = db.execute(
+        "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%'"
+    ).fetchall()
+    foreign = sorted(name for kind, name in objects if kind != "table" or name not in MUSTER_TABLES)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise _not_muster(path, f"it has tables Muster does not use: {shown}")
+    for _kind, table in objects:
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        missing = MUSTER_TABLES[table] - have
+        if missing:
+            raise _not_muster(path, f"its {table} table has no {', '.join(sorted(missing))} column")
 
 
 def _task_record(row: tuple[Any, ...]) -> TaskRecord:
@@ -190,29 +357,60 @@ class SqliteStore:
     one for the archive reads on the event loop (the same one, under a lock, for ``:memory:``)."""
 
     def __init__(self, path: str | Path) -> None:
+        """Open (or create) the state file; ``StateFileInUse`` if another process has it open,
+        ``StateFileError`` if it is not a Muster state database or cannot be opened."""
         self.path = str(path)
-        if self.path != ":memory:":
+        self._lock: StateLock | None = None
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
+        self._lost: str | None = None  # why writes are refused, once the file is gone
+        memory = self.path == ":memory:"
+        if not memory:
             file = Path(self.path)
             if not file.parent.exists():
                 file.parent.mkdir(mode=0o700, parents=True)
                 file.parent.chmod(0o700)  # mkdir's mode is filtered by the umask
+            self._lock = StateLock(self.path)  # before anything reads or writes the file
+        try:
+            self._open(memory)
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
+
+    def _open(self, memory: bool) -> None:
+        existing = not memory and os.path.exists(self.path) and os.path.getsize(self.path) > 0
+        if not memory and not existing:
             # SQLite gives the -wal and -shm files the database file's permissions.
-            _private_file(file)
-            for suffix in ("-wal", "-shm"):
-                companion = Path(self.path + suffix)
-                if companion.exists():
-                    _private_file(companion)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA foreign_keys=OFF")
-        self._db.executescript(SCHEMA)
-        self._migrate()
-        self._db.executescript(INDEXES)
+            _private_file(Path(self.path))
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise _sqlite_error(self.path, exc) from None
+        try:
+            if existing:  # look before changing anything: a foreign file is left as it was
+                _check_muster_database(self._db, self.path)
+                _private_file(Path(self.path))
+                for suffix in ("-wal", "-shm"):
+                    companion = Path(self.path + suffix)
+                    if companion.exists():
+                        _private_file(companion)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA foreign_keys=OFF")
+            self._db.executescript(SCHEMA)
+            self._migrate()
+            self._db.executescript(INDEXES)
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise _sqlite_error(self.path, exc) from None
+        except BaseException:
+            self._db.close()
+            raise
         self._write_lock = threading.Lock()
-        if self.path == ":memory:":  # a second connection would open another, empty database
+        if memory:  # a second connection would open another, empty database
             self._reader, self._read_lock = self._db, self._write_lock
         else:
+            self._identity = _file_identity(self.path)
             self._reader = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._reader.execute("PRAGMA query_only=ON")
             self._read_lock = threading.Lock()
@@ -242,8 +440,15 @@ class SqliteStore:
             raise
 
     def load(self, finished_before: float | None = None) -> StoredState:
+        """Everything a restart needs; ``StateFileError`` if the file cannot be read back (damaged,
+        or rows that are not Muster's)."""
         with self._write_lock:
-            return self._load(finished_before)
+            try:
+                return self._load(finished_before)
+            except sqlite3.Error as exc:
+                raise _sqlite_error(self.path, exc) from None
+            except (ValueError, TypeError, KeyError, DecodeError) as exc:
+                raise _not_muster(self.path, f"a row cannot be read: {type(exc).__name__}: {exc}") from None
 
     def _load(self, finished_before: float | None) -> StoredState:
         db = self._db
@@ -292,10 +497,33 @@ class SqliteStore:
         ]
         return StoredState(meta, queues, jobs, pending, backends)
 
+    def check(self) -> None:
+        """``StateFileLost`` if the path no longer names the file opened (deleted, or another file
+        moved over it): what is written would go to an unlinked inode, lost at exit. Costs one
+        ``stat``; once lost, always lost (logged once)."""
+        if self._lost is None and self._identity is not None:
+            now = _file_identity(self.path)
+            if now != self._identity:
+                what = "deleted" if now is None else "replaced by another file"
+                self._lost = (
+                    f"state file {self.path} was {what} while the server ran: changes can no longer "
+                    "be saved; restart the server"
+                )
+                log.error("store.state_file_lost", path=self.path, change=what,
+                          effect="writes refused (FAILED_PRECONDITION), no cycles; restart the server")
+        if self._lost is not None:
+            raise StateFileLost(self._lost)
+
+    @property
+    def lost(self) -> str | None:
+        """Why writes are refused (the state file is gone), or None."""
+        return self._lost
+
     def write(self, batch: WriteBatch) -> None:
         if batch.empty():
             return
         with self._write_lock:
+            self.check()
             self._write(batch)
 
     def _write(self, batch: WriteBatch) -> None:
@@ -381,9 +609,15 @@ class SqliteStore:
         before_index: int | None = None,
         skip: Container[str] = (),
         owner: str = "",
+        readable: tuple[Collection[str], str] | None = None,
     ) -> list[StoredJob]:
+        """``readable``: (queues, user) -- only jobs of those queues or owned by that user."""
         where = ["creation_index > ?"]
         filters: list[Any] = []
+        if readable is not None:
+            queues, user = sorted(readable[0]), readable[1]
+            where.append(f"(queue IN ({','.join('?' * len(queues))}) OR (owner != '' AND owner = ?))")
+            filters.extend([*queues, user])
         if owner:
             where.append("owner = ?")
             filters.append(owner)
@@ -430,11 +664,16 @@ class SqliteStore:
         return [_stored_job(r, tasks.get(r[0], [])) for r in rows]
 
     def close(self) -> None:
-        with self._read_lock:
-            if self._reader is not self._db:
-                self._reader.close()
-        with self._write_lock:
-            self._db.close()
+        try:
+            with self._read_lock:
+                if self._reader is not self._db:
+                    self._reader.close()
+            with self._write_lock:
+                self._db.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
 
 
 def _stored_job(row: tuple[Any, ...], tasks: list[TaskRecord]) -> StoredJob:
@@ -458,13 +697,26 @@ class StoreWriter:
 
         self.store = store
         self._lock = anyio.Lock()
+        # Called once, on the event loop, when a flush first finds the state file gone (e.g. to
+        # turn the health service NOT_SERVING).
+        self.on_lost: Callable[[StateFileLost], None] | None = None
+        self._lost_reported = False
 
     async def flush(self, drain: Callable[[], WriteBatch]) -> None:
-
+        """Drain and write; ``StateFileLost`` (a DomainError: FAILED_PRECONDITION to an RPC) once
+        the state file is gone, checked before anything is drained: no change is taken as saved."""
         async with self._lock:
-            batch = drain()
-            if not batch.empty():
-                await anyio.to_thread.run_sync(self.store.write, batch)
+            try:
+                self.store.check()
+                batch = drain()
+                if not batch.empty():
+                    await anyio.to_thread.run_sync(self.store.write, batch)
+            except StateFileLost as exc:
+                if not self._lost_reported:
+                    self._lost_reported = True
+                    if self.on_lost is not None:
+                        self.on_lost(exc)
+                raise
 
     async def decision_states(self, ids: list[int]) -> dict[int, tuple[str, str, bytes]]:
 

@@ -28,12 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from muster.devices import NVIDIA_GPU as GPU
-from muster.devices import UNIT, Device, default_devices, is_device_resource
+from muster.devices import UNIT, Device, default_devices, device_count_problem, is_device_resource
 from muster.quantity import QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
+from muster.yamldoc import DocumentError, load
 
 _NODE_KEYS = {"name", "count", "cpu", "memory", "gpus", "labels", "taints", "resources", "unschedulable", "devices"}
 _DEVICE_KEYS = {"id", "type", "group", "healthy"}
@@ -75,9 +74,9 @@ def load_inventory(path: str | Path) -> list[InventoryNode]:
 
 def parse_inventory(text: str) -> list[InventoryNode]:
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InventoryError(f"not valid YAML: {exc}") from None
+        doc = load(text)
+    except DocumentError as exc:
+        raise InventoryError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
         raise InventoryError("nodes: expected a list of nodes")
     nodes: list[InventoryNode] = []
@@ -135,6 +134,13 @@ def _parse_node(entry: Any, where: str) -> list[InventoryNode]:
     listed = Counter(d.type for d in devices)
     for res, n in listed.items():  # listed devices are what the node has of their resource
         allocatable[res] = n * UNIT
+    too_many = device_count_problem(allocatable, listed.elements())
+    if too_many is not None:
+        field_name, message = too_many
+        if field_name.startswith("allocatable."):
+            res = field_name.removeprefix("allocatable.")
+            field_name = "gpus" if res == GPU and gpus else f"resources.{res}"
+        raise InventoryError(f"{where}.{field_name}: {message}")
     for res, value in sorted(allocatable.items()):
         if res not in listed and is_device_resource(res) and value >= UNIT:
             devices += default_devices(res, int(value // UNIT))
@@ -161,6 +167,7 @@ def _parse_devices(raw: Any, where: str) -> list[Device]:
     if not isinstance(raw, list):
         raise InventoryError(f"{where}: expected a list of devices")
     out: list[Device] = []
+    ids: set[str] = set()
     for i, d in enumerate(raw):
         p = f"{where}[{i}]"
         if not isinstance(d, dict):
@@ -175,7 +182,8 @@ def _parse_devices(raw: Any, where: str) -> list[Device]:
         healthy = d.get("healthy", True)
         if not isinstance(healthy, bool):
             raise InventoryError(f"{p}.healthy: expected true or false")
-        if any(x.id == str(d["id"]) for x in out):
+        if str(d["id"]) in ids:
             raise InventoryError(f"{p}.id: duplicate device {d['id']!r}")
+        ids.add(str(d["id"]))
         out.append(Device(str(d["id"]), d["type"], str(d.get("group", "") or ""), healthy))
     return out

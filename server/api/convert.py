@@ -1,6 +1,9 @@
 """Proto (API) <-> model (scheduling core) conversion.
 
 Inputs are assumed validated (``server.api.validate``); these functions do not raise on bad input.
+A job read back from the store was validated by the version that stored it: ``checked_job_to_model``
+says what today's bounds refuse in it (the server quarantines such a job) and builds its model with
+the refused quantities held to the bound.
 """
 
 from __future__ import annotations
@@ -9,7 +12,13 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from muster.quantity import format_resources, parse_resources
+from muster.quantity import (
+    MAX_CANONICAL,
+    QuantityError,
+    QuantityTooLarge,
+    format_resources,
+    parse_resources,
+)
 from muster.v1 import muster_pb2 as pb
 from server import model
 
@@ -101,11 +110,37 @@ def affinity_dict(aff: pb.Affinity) -> dict[str, Any]:
 # --- jobs ----------------------------------------------------------------------------------------
 
 
+def _resources(path: str, rl: pb.ResourceList, problems: list[str], *, unlimited: bool = False) -> dict[str, float]:
+    """``rl`` in canonical units; what the bounds refuse (a spec stored by an earlier version) is
+    noted in ``problems`` (one line naming the field) and held to the bound (too large) or 0."""
+    quantities = dict(rl.quantities)
+    try:
+        return parse_resources(quantities, allow_unlimited=unlimited)
+    except QuantityError as exc:
+        problems.append(f"{path}.{exc}")
+    out: dict[str, float] = {}
+    for name, raw in quantities.items():
+        try:
+            out.update(parse_resources({name: raw}, allow_unlimited=unlimited))
+        except QuantityTooLarge:
+            out[name] = MAX_CANONICAL
+        except QuantityError:
+            out[name] = 0.0
+    return out
+
+
 def job_to_model(spec: pb.JobSpec, creation_index: int) -> model.JobSpec:
     """A normalized pb.JobSpec -> model.JobSpec with one TaskSpec per replica (status Pending)."""
+    return checked_job_to_model(spec, creation_index)[0]
+
+
+def checked_job_to_model(spec: pb.JobSpec, creation_index: int) -> tuple[model.JobSpec, str]:
+    """``job_to_model``, and what today's bounds refuse in ``spec`` ("" when nothing: always so for
+    a spec validated now), e.g. ``job.task_groups[0].request.cpu: '1e308' is more than ...``."""
+    problems: list[str] = []
     tasks: list[model.TaskSpec] = []
-    for tg in spec.task_groups:
-        request = parse_resources(dict(tg.request.quantities))
+    for g, tg in enumerate(spec.task_groups):
+        request = _resources(f"job.task_groups[{g}].request", tg.request, problems)
         tolerations = [
             model.Toleration(key=t.key, operator=t.operator or "Equal", value=t.value, effect=t.effect)
             for t in tg.tolerations
@@ -142,14 +177,14 @@ def job_to_model(spec: pb.JobSpec, creation_index: int) -> model.JobSpec:
                     gpu_fraction=tg.gpu_fraction,
                 )
             )
-    min_resources = parse_resources(dict(spec.min_resources.quantities)) or None
+    min_resources = _resources("job.min_resources", spec.min_resources, problems) or None
     network_topology: dict[str, Any] = {}
     if spec.network_topology.mode:
         network_topology = {
             "mode": spec.network_topology.mode,
             "highestTierAllowed": spec.network_topology.highest_tier_allowed,
         }
-    return model.JobSpec(
+    job = model.JobSpec(
         uid=spec.id,
         name=spec.name,
         namespace=spec.namespace,
@@ -167,6 +202,7 @@ def job_to_model(spec: pb.JobSpec, creation_index: int) -> model.JobSpec:
         creation_index=creation_index,
         tyjob=tyjob_to_model(spec.tyjob) if spec.HasField("tyjob") else None,
     )
+    return job, "; ".join(problems)
 
 
 def tyjob_to_model(ty: pb.TYJob, leader_restarts: int = 0) -> model.TYJobSpec:
@@ -208,14 +244,16 @@ def node_to_model(node: pb.Node, backend: str) -> model.NodeSpec:
 
 
 def queue_to_model(queue: pb.Queue) -> model.QueueSpec:
-    """A normalized pb.Queue -> model.QueueSpec ("-1" capability = unlimited, i.e. +inf)."""
+    """A normalized pb.Queue -> model.QueueSpec ("-1" capability = unlimited, i.e. +inf). A queue
+    stored by an earlier version with a quantity beyond today's bound gets the bound instead."""
+    ignored: list[str] = []
     return model.QueueSpec(
         name=queue.name,
         parent=queue.parent or None,
         weight=queue.weight or 1,
-        guarantee=parse_resources(dict(queue.guarantee.quantities)),
-        deserved=parse_resources(dict(queue.deserved.quantities), allow_unlimited=True),
-        capability=parse_resources(dict(queue.capability.quantities), allow_unlimited=True),
+        guarantee=_resources("queue.guarantee", queue.guarantee, ignored),
+        deserved=_resources("queue.deserved", queue.deserved, ignored, unlimited=True),
+        capability=_resources("queue.capability", queue.capability, ignored, unlimited=True),
         priority=queue.priority,
         reclaimable=queue.reclaimable if queue.HasField("reclaimable") else True,
         state=_QUEUE_STATE_NAMES.get(queue.state, "Open"),

@@ -9,6 +9,7 @@ arguments raise ``DomainError`` naming the field.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 from muster.v1 import muster_pb2 as pb
 from server.api import convert
@@ -20,11 +21,22 @@ from server.records import JobRecord
 from server.state import ClusterState, record_from_stored
 
 
+@dataclass(frozen=True, slots=True)
+class ReadScope:
+    """The jobs a caller may read under an auth policy: those of ``queues``, and their own."""
+
+    queues: frozenset[str]
+    user: str
+
+    def allows(self, queue: str, owner: str) -> bool:
+        return queue in self.queues or (bool(owner) and owner == self.user)
+
+
 def get_job(state: ClusterState, job_id: str) -> pb.Job:
     return job_proto(state.job_or_error(job_id))
 
 
-def list_jobs(state: ClusterState, req: pb.ListJobsRequest) -> pb.ListJobsResponse:
+def list_jobs(state: ClusterState, req: pb.ListJobsRequest, scope: ReadScope | None = None) -> pb.ListJobsResponse:
     if req.page_size < 0:
         raise invalid(f"page_size: {req.page_size} is negative")
     for i, phase in enumerate(req.phases):
@@ -43,12 +55,14 @@ def list_jobs(state: ClusterState, req: pb.ListJobsRequest) -> pb.ListJobsRespon
             continue
         if phases and rec.status.phase not in phases:
             continue
+        if scope is not None and not scope.allows(rec.spec.queue, rec.spec.owner):
+            continue
         memory.append(rec)
         if len(memory) > size:
             break
     # Only archived jobs created before the last memory candidate can make this page.
     upper = memory[-1].creation_index if len(memory) > size else None
-    merged = sorted([*memory, *_archived(state, after, upper, req, size + 1)], key=lambda r: r.creation_index)
+    merged = sorted([*memory, *_archived(state, after, upper, req, size + 1, scope)], key=lambda r: r.creation_index)
     out = pb.ListJobsResponse()
     for rec in merged[:size]:
         out.jobs.append(job_proto(rec))
@@ -58,7 +72,8 @@ def list_jobs(state: ClusterState, req: pb.ListJobsRequest) -> pb.ListJobsRespon
 
 
 def _archived(
-    state: ClusterState, after: int, upper: int | None, req: pb.ListJobsRequest, want: int
+    state: ClusterState, after: int, upper: int | None, req: pb.ListJobsRequest, want: int,
+    scope: ReadScope | None = None,
 ) -> list[JobRecord]:
     """Up to ``want`` jobs matching the request that only the store has, created after ``after``
     (and before ``upper``), in creation order.
@@ -70,12 +85,15 @@ def _archived(
     if archive is None:
         return []
     page = archive.jobs_page(
-        after, req.queue, req.namespace, req.phases, want, before_index=upper, skip=state.jobs, owner=req.owner
+        after, req.queue, req.namespace, req.phases, want, before_index=upper, skip=state.jobs, owner=req.owner,
+        readable=None if scope is None else (scope.queues, scope.user),
     )
     return [record_from_stored(stored, template=False) for stored in page]
 
 
-def watch_jobs(state: ClusterState, req: pb.WatchJobsRequest) -> tuple[Subscriber[pb.JobEvent], list[pb.JobEvent]]:
+def watch_jobs(
+    state: ClusterState, req: pb.WatchJobsRequest, scope: ReadScope | None = None
+) -> tuple[Subscriber[pb.JobEvent], list[pb.JobEvent]]:
     """A subscription to job events matching the request, and the initial events to send first."""
     watched = state.jobs.get(req.job_id) if req.job_id else None
     if req.job_id and watched is None:
@@ -87,6 +105,7 @@ def watch_jobs(state: ClusterState, req: pb.WatchJobsRequest) -> tuple[Subscribe
             (req.job_id and spec.id != req.job_id)
             or (req.queue and spec.queue != req.queue)
             or (req.namespace and spec.namespace != req.namespace)
+            or (scope is not None and not scope.allows(spec.queue, spec.owner))
         )
 
     initial = []

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from muster.devices import NVIDIA_GPU
+from muster.devices import NVIDIA_GPU, device_count_problem
 from muster.quantity import QuantityError, parse_resources
 from muster.v1 import muster_pb2 as pb
 from server.errors import invalid
@@ -33,7 +33,7 @@ MAX_TASKS_PER_JOB = 100_000
 MAX_STRING = 65_536  # characters in any string field (names are held to 253 by check_name)
 MAX_LIST = 100_000  # entries in any repeated field (nodes of a snapshot, deltas, acks ...)
 MAX_MAP = 10_000  # entries in any map field (labels, annotations, quantities ...)
-# Documents with their own, larger bound (server/yamldoc.py checks them when they are parsed).
+# Documents with their own, larger bound (muster/yamldoc.py checks them when they are parsed).
 LONG_STRINGS = frozenset({"muster.v1.UpdateConfigRequest.yaml", "muster.v1.SimulateRequest.scenario"})
 MAX_RESTART_LIMIT = 1000
 # Decision ids are SQLite INTEGERs (signed 64-bit): anything above was never issued.
@@ -383,6 +383,10 @@ def check_node(path: str, node: pb.Node) -> dict[str, float]:
         if dev.id in ids:
             raise invalid(f"{path}.devices[{i}].id: duplicate device {dev.id!r}")
         ids.add(dev.id)
+    # Device ids are made up per unit for a device resource the node does not list: bounded here.
+    too_many = device_count_problem(allocatable, (d.type for d in node.devices))
+    if too_many is not None:
+        raise invalid(f"{path}.{too_many[0]}: {too_many[1]}")
     return allocatable
 
 

@@ -10,7 +10,6 @@ utilisation, and the recent cycles (CycleHistory: per-action seconds, each queue
 
 from __future__ import annotations
 
-import ssl
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,8 @@ from muster.quantity import from_canonical, parse_resources
 from muster.v1 import muster_pb2 as pb
 from server.api import queries
 from server.api.views import job_proto
-from server.auth import Policy
 from server.observability.history import CycleHistory
-from server.observability.http import serve_app
+from server.observability.http import HttpAccess, serve_app
 from server.state import ClusterState
 from server.tls import is_loopback
 
@@ -39,20 +37,19 @@ RECENT_JOBS = 200
 
 class DashboardServer:
     def __init__(
-        self, state: ClusterState, history: CycleHistory, listen: str, *, policy: Policy | None = None,
-        tls_cert: str | None = None, tls_key: str | None = None, insecure: bool = False,
+        self, state: ClusterState, history: CycleHistory, listen: str, *, access: HttpAccess | None = None,
+        insecure: bool = False,
     ) -> None:
         self.state = state
         self.history = history
-        self.policy = policy
+        self.access = access or HttpAccess()
         host, _, port = listen.rpartition(":")
         if not host or not port.isdigit():
             raise OSError(f"--dashboard-listen {listen!r}: expected HOST:PORT")
-        if not (tls_cert and tls_key) and not insecure and not is_loopback(listen):
+        if self.access.ssl_context() is None and not insecure and not is_loopback(listen):
             raise OSError(f"--dashboard-listen {listen}: refusing plain HTTP off loopback; give --tls-cert/--tls-key "
                              "(the dashboard then serves HTTPS) or --insecure")
         self.host, self.requested_port = host.strip("[]"), int(port)
-        self.tls = (tls_cert, tls_key) if tls_cert and tls_key else None
         self.port = 0
 
     # -- handlers --------------------------------------------------------------------------------
@@ -60,23 +57,21 @@ class DashboardServer:
         return web.FileResponse(STATIC / "index.html")
 
     async def _overview(self, request: web.Request) -> web.Response:
-        if self.policy is not None:
-            who = self.policy.authenticate([("authorization", request.headers.get("Authorization", ""))])
-            if who is None:
-                return web.json_response({"error": "a valid bearer token is required"}, status=401)
-            if not self.policy.allows(who, "read"):
-                return web.json_response({"error": f"user {who.user!r} may not read"}, status=403)
-        return web.json_response(overview(self.state, self.history))
+        who = self.access.check(request)
+        if isinstance(who, web.Response):
+            return who
+        scope = None
+        if who is not None and self.access.policy is not None:
+            readable = self.access.policy.readable_queues(who)
+            scope = None if readable is None else queries.ReadScope(readable, who.user)
+        return web.json_response(overview(self.state, self.history, scope))
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         app = web.Application()
         app.router.add_get("/", self._index)
         app.router.add_get("/api/overview", self._overview)
         app.router.add_static("/static/", STATIC)
-        context = None
-        if self.tls is not None:
-            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            context.load_cert_chain(*self.tls)
+        context = self.access.ssl_context()
 
         def bound(port: int) -> None:
             self.port = port
@@ -85,10 +80,12 @@ class DashboardServer:
         await serve_app(app, self.host, self.requested_port, "the dashboard", bound, task_status, context)
 
 
-def overview(state: ClusterState, history: CycleHistory) -> dict[str, Any]:
+def overview(state: ClusterState, history: CycleHistory, scope: queries.ReadScope | None = None) -> dict[str, Any]:
+    """The dashboard's data; ``scope``: the jobs the caller may read (None: all)."""
     queues = [to_json_dict(v) for v in queries.list_queues(state).queues]
     jobs = []
-    for rec in list(state.jobs.values())[-RECENT_JOBS:]:
+    readable = [rec for rec in state.jobs.values() if scope is None or scope.allows(rec.spec.queue, rec.spec.owner)]
+    for rec in readable[-RECENT_JOBS:]:
         job = job_proto(rec, with_tasks=False)
         code, message = job_reason(job.status.conditions)
         jobs.append({

@@ -14,12 +14,20 @@ from collections.abc import Mapping
 from itertools import islice
 from typing import Any
 
-from muster.devices import UNIT, Device, default_devices, is_device_resource
+from muster.devices import (
+    MAX_DEVICES_PER_NODE,
+    NVIDIA_GPU,
+    UNIT,
+    Device,
+    default_devices,
+    is_device_resource,
+)
 from server.model import NodeSpec, TaskStatus
 
 
 def node_devices(spec: NodeSpec) -> dict[str, list[Device]]:
-    """Per device resource, the node's devices in listing order (listed ones, else defaults)."""
+    """Per device resource, the node's devices in listing order (listed ones, else defaults: at
+    most MAX_DEVICES_PER_NODE, the bound nodes are held to where they enter)."""
     out: dict[str, list[Device]] = {}
     for raw in spec.devices:
         d = device_from_dict(raw)
@@ -27,7 +35,7 @@ def node_devices(spec: NodeSpec) -> dict[str, list[Device]]:
             out.setdefault(d.type, []).append(d)
     for name, value in spec.allocatable.items():
         if name not in out and is_device_resource(name) and value >= UNIT:
-            out[name] = default_devices(name, int(value // UNIT))
+            out[name] = default_devices(name, int(min(value, MAX_DEVICES_PER_NODE * UNIT) // UNIT))
     return out
 
 
@@ -50,6 +58,9 @@ class DeviceLedger:
         self.promised: list[dict[str, Any]] = [{} for _ in specs]
         # Ids that name a shared GPU group (KAI GPU sharing): not free for a whole-device task.
         self.shared: list[set[str]] = [set() for _ in specs]
+        # Of those, the groups held only by releasing tasks (none pipelined behind them): a whole
+        # GPU being released, offered to pipelined tasks like a device of a Releasing task.
+        self.shared_releasing: list[set[str]] = [set() for _ in specs]
 
     def of(self, row: int) -> dict[str, list[Device]]:
         devs = self._devices[row]
@@ -77,11 +88,16 @@ class DeviceLedger:
         return list(found) if limit is None else list(islice(found, limit))
 
     def releasing(self, row: int, resource: str) -> list[Device]:
-        """Devices held by a Releasing task: free once it is gone (offered to pipelined tasks only)."""
-        held = self.held[row]
+        """Devices held by a Releasing task (unless a shared GPU pipelined onto it took the id), or
+        shared GPUs all of whose tasks are releasing: free once they are gone (offered to pipelined
+        tasks only)."""
+        held, named = self.held[row], self.shared[row]
+        whole = self.shared_releasing[row] if resource == NVIDIA_GPU else ()
         return [
             d for d in self.of(row).get(resource, ())
-            if d.healthy and d.id in held and held[d.id].status == TaskStatus.RELEASING
+            if d.healthy and (
+                (d.id in held and held[d.id].status == TaskStatus.RELEASING and d.id not in named) or d.id in whole
+            )
         ]
 
     def _pool(self, row: int, resource: str, status: TaskStatus, limit: int | None = None) -> list[Device]:

@@ -73,13 +73,16 @@ class SchedulerConfig:
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h)")
+# Go's Duration is int64 nanoseconds: about 292 years; a longer one is invalid there too.
+MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
 
 
 def parse_go_duration(text: str) -> float:
     """Go ``time.ParseDuration`` in seconds; ValueError on a malformed string."""
     s = text.strip() if isinstance(text, str) else ""
+    shown = repr(text[:40]) if isinstance(text, str) else type(text).__name__
     if not s:
-        raise ValueError(f"invalid duration {text!r}")
+        raise ValueError(f"invalid duration {shown}")
     sign = 1.0
     if s[0] in "+-":
         sign = -1.0 if s[0] == "-" else 1.0
@@ -90,9 +93,11 @@ def parse_go_duration(text: str) -> float:
     while pos < len(s):
         m = _DURATION.match(s, pos)
         if m is None or m.group(1) in ("", "."):
-            raise ValueError(f"invalid duration {text!r}")
+            raise ValueError(f"invalid duration {shown}")
         total += float(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
     if pos == 0:
-        raise ValueError(f"invalid duration {text!r}")
+        raise ValueError(f"invalid duration {shown}")
+    if not total <= MAX_DURATION_SECONDS:  # also inf and nan
+        raise ValueError(f"invalid duration {shown}: out of range")
     return sign * total

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from muster import yamldoc
+from muster.devices import device_count_problem
 from muster.quantity import QuantityError, parse_resources
-from server import yamldoc
+from muster.yamldoc import brief
 from server.config import (
     DEFAULT_CONFIG_YAML,
     ConfigError,
@@ -43,6 +43,7 @@ from server.model import (
     TYJobSpec,
 )
 from server.session.devices import node_devices
+from server.session.options import MAX_DURATION_SECONDS
 
 
 class ScenarioError(ValueError):
@@ -60,6 +61,9 @@ class Scenario:
     snapshot: ClusterSnapshot
     cycles: int = 1
 
+
+# A scenario runs at most this many cycles.
+MAX_CYCLES = 1000
 
 _TOP = {"name", "config", "priorityClasses", "topologies", "hypernodes", "nodes", "queues", "jobs"}
 _NODE = {"name", "allocatable", "labels", "taints", "unschedulable", "devices"}
@@ -79,6 +83,41 @@ _TASK = {
 _TAINT = {"key", "value", "effect"}
 _TOLERATION = {"key", "operator", "value", "effect", "tolerationSeconds"}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_INT64 = (-(2**63), 2**63 - 1)
+_MAX_WEIGHT = 2**31 - 1  # a queue weight (Volcano's is an int32)
+_SCALAR = (str, int, float, bool)
+_PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+
+# The nested Kubernetes-form fields a scenario passes through to the plugins, as shapes for
+# ``_Loader.shape``: a type (``str``, ``int``: not bool, ``_SCALAR``: any scalar), ``[shape]`` (a
+# list of), ``{key: shape}`` (a mapping; keys not named here are not read, and not checked) or
+# ``_MapOf(shape)`` (a mapping of string keys to values of shape).
+
+
+@dataclass(frozen=True)
+class _MapOf:
+    values: Any
+
+
+_REQUIREMENT = {"key": str, "operator": str, "values": [_SCALAR]}
+_NODE_TERM = {"matchExpressions": [_REQUIREMENT], "matchFields": [_REQUIREMENT]}
+_SELECTOR = {"matchLabels": _MapOf(_SCALAR), "matchExpressions": [_REQUIREMENT]}
+_POD_TERM = {"labelSelector": _SELECTOR, "topologyKey": str, "namespaces": [str], "namespaceSelector": _SELECTOR}
+_POD_AFFINITY = {
+    "requiredDuringSchedulingIgnoredDuringExecution": [_POD_TERM],
+    "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": int, "podAffinityTerm": _POD_TERM}],
+}
+_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [_NODE_TERM]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": int, "preference": _NODE_TERM}],
+    },
+    "podAffinity": _POD_AFFINITY,
+    "podAntiAffinity": _POD_AFFINITY,
+}
+_TOPOLOGY = {"topology": str, "requiredLevel": str, "preferredLevel": str}  # KAI's topology constraint
+_NETWORK_TOPOLOGY = {"mode": str, "highestTierAllowed": int, "highest_tier_allowed": int}
+_TOPOLOGIES = [{"name": str, "levels": [str]}]
 
 
 class _Loader:
@@ -95,7 +134,7 @@ class _Loader:
             self.problem(f"{path}.name", "required")
             return None
         if name in seen:
-            self.problem(f"{path}.name", f"duplicate {what} {name!r}")
+            self.problem(f"{path}.name", f"duplicate {what} {brief(name)}")
         seen.add(name)
         return name
 
@@ -107,6 +146,16 @@ class _Loader:
             self.problem(path, "must be a list")
             return []
         return obj
+
+    def strings(self, obj: Any, path: str) -> list[str]:
+        """A list of names (ids as numbers allowed: written as strings)."""
+        out = []
+        for i, v in enumerate(self.items(obj, path)):
+            if isinstance(v, str | int) and not isinstance(v, bool):
+                out.append(str(v))
+            else:
+                self.problem(f"{path}[{i}]", "must be a string")
+        return out
 
     def keys(self, obj: Any, allowed: set[str], path: str) -> bool:
         if not isinstance(obj, dict):
@@ -134,18 +183,95 @@ class _Loader:
         return out
 
     def string_map(self, obj: Any, path: str) -> dict[str, str]:
+        """Labels, annotations, a node selector: string keys, scalar values (as strings)."""
         if obj is None:
             return {}
         if not isinstance(obj, dict):
             self.problem(path, "must be a mapping")
             return {}
-        return {str(k): str(v) for k, v in obj.items()}
+        out: dict[str, str] = {}
+        for k, v in obj.items():
+            if not isinstance(v, _SCALAR):
+                self.problem(f"{path}.{k}", "must be a string")
+            else:
+                out[str(k)] = str(v)
+        return out
+
+    def string(self, obj: Any, path: str, default: str | None = None) -> str | None:
+        """A name or another string field (absent: ``default``)."""
+        if obj is None:
+            return default
+        if not isinstance(obj, str):
+            self.problem(path, "must be a string")
+            return default
+        return obj
+
+    def text(self, obj: Any, path: str) -> str:
+        """A scalar written as a string (a taint's value may be written ``1``); absent: ''."""
+        if obj is None:
+            return ""
+        if not isinstance(obj, _SCALAR):
+            self.problem(path, "must be a string")
+            return ""
+        return str(obj)
+
+    def shape(self, obj: Any, shape: Any, path: str) -> bool:
+        """Does ``obj`` have the ``shape`` (see _AFFINITY)? Each mismatch is a problem."""
+        if obj is None:
+            return True  # absent: Kubernetes' default
+        if isinstance(shape, dict):
+            if not isinstance(obj, dict):
+                self.problem(path, "must be a mapping")
+                return False
+            return all([self.shape(obj.get(k), sub, f"{path}.{k}") for k, sub in shape.items()])
+        if isinstance(shape, _MapOf):
+            if not isinstance(obj, dict):
+                self.problem(path, "must be a mapping")
+                return False
+            ok = True
+            for k, v in obj.items():
+                if not isinstance(k, str):
+                    self.problem(f"{path}.{k}", "must be a string key")
+                    ok = False
+                elif not self.shape(v, shape.values, f"{path}.{k}"):
+                    ok = False
+            return ok
+        if isinstance(shape, list):
+            if not isinstance(obj, list):
+                self.problem(path, "must be a list")
+                return False
+            return all([self.shape(v, shape[0], f"{path}[{i}]") for i, v in enumerate(obj)])
+        if shape is int:
+            if isinstance(obj, bool) or not isinstance(obj, int):
+                self.problem(path, f"{brief(obj)} is not an integer")
+                return False
+            if not _INT64[0] <= obj <= _INT64[1]:
+                self.problem(path, f"{brief(obj)} is out of range")
+                return False
+            return True
+        if isinstance(obj, bool) and shape is not _SCALAR:
+            self.problem(path, "must be a string")
+            return False
+        if not isinstance(obj, shape):
+            self.problem(path, "must be a string" if shape is str else "must be a string or a number")
+            return False
+        return True
+
+    def mapping(self, obj: Any, shape: dict[str, Any], path: str) -> dict[str, Any]:
+        """A Kubernetes-form mapping (affinity, topology ...) checked against its shape; absent
+        or wrong: {}."""
+        if obj is None or not self.shape(obj, shape, path):
+            return {}
+        return dict(obj)
 
     def integer(self, obj: Any, path: str, default: int = 0) -> int:
         if obj is None:
             return default
         if isinstance(obj, bool) or not isinstance(obj, int):
-            self.problem(path, f"{obj!r} is not an integer")
+            self.problem(path, f"{brief(obj)} is not an integer")
+            return default
+        if not _INT64[0] <= obj <= _INT64[1]:
+            self.problem(path, f"{brief(obj)} is out of range")
             return default
         return obj
 
@@ -153,7 +279,7 @@ class _Loader:
         if obj is None:
             return default
         if not isinstance(obj, bool):
-            self.problem(path, f"{obj!r} is not a boolean")
+            self.problem(path, f"{brief(obj)} is not a boolean")
             return default
         return obj
 
@@ -162,10 +288,13 @@ class _Loader:
         if obj is None:
             return default
         if isinstance(obj, bool) or not isinstance(obj, int | float):
-            self.problem(path, f"{obj!r} is not a number")
+            self.problem(path, f"{brief(obj)} is not a number")
             return default
         if obj < 0:
-            self.problem(path, f"{obj} must not be negative")
+            self.problem(path, f"{brief(obj)} must not be negative")
+            return default
+        if not obj <= _MAX_WEIGHT:  # also NaN
+            self.problem(path, f"{brief(obj)} is more than {_MAX_WEIGHT}")
             return default
         return float(obj)
 
@@ -174,12 +303,12 @@ class _Loader:
         if obj is None:
             return 0.0
         if isinstance(obj, bool) or not isinstance(obj, int | float | str):
-            self.problem(path, f"{obj!r} is not a number")
+            self.problem(path, f"{brief(obj)} is not a number")
             return 0.0
         try:
             value = float(obj)
         except ValueError:
-            self.problem(path, f"{obj!r} is not a number")
+            self.problem(path, f"{brief(obj)} is not a number")
             return 0.0
         if not 0.0 < value < 1.0:
             self.problem(path, f"{value} is not a fraction of one GPU (above 0, below 1)")
@@ -190,25 +319,31 @@ class _Loader:
         if obj is None:
             return None
         if isinstance(obj, int | float) and not isinstance(obj, bool):
-            return float(obj)
-        m = _DURATION.match(str(obj))
-        if not m:
-            self.problem(path, f"{obj!r} is not a duration (e.g. 90s, 5m)")
+            seconds = obj
+        else:
+            m = _DURATION.match(obj) if isinstance(obj, str) else None
+            if not m:
+                self.problem(path, f"{brief(obj)} is not a duration (e.g. 90s, 5m)")
+                return None
+            seconds = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+        if not abs(seconds) <= MAX_DURATION_SECONDS:  # also inf and nan
+            self.problem(path, f"{brief(obj)} is out of range")
             return None
-        scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
-        return float(m.group(1)) * scale
+        return float(seconds)
 
     def taints(self, obj: Any, path: str) -> list[Taint]:
         out = []
         for i, t in enumerate(self.items(obj, path)):
             p = f"{path}[{i}]"
             if self.keys(t, _TAINT, p):
-                if not t.get("key"):
+                key = self.text(t.get("key"), f"{p}.key")
+                if not key:
                     self.problem(f"{p}.key", "required")
                 effect = t.get("effect", "NoSchedule")
-                if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-                    self.problem(f"{p}.effect", f"{effect!r} is not NoSchedule, PreferNoSchedule or NoExecute")
-                out.append(Taint(str(t.get("key", "")), str(t.get("value", "")), effect))
+                if not isinstance(effect, str) or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+                    self.problem(f"{p}.effect", f"{brief(effect)} is not NoSchedule, PreferNoSchedule or NoExecute")
+                    effect = "NoSchedule"
+                out.append(Taint(key, self.text(t.get("value"), f"{p}.value"), effect))
         return out
 
     def tolerations(self, obj: Any, path: str) -> list[Toleration]:
@@ -217,9 +352,15 @@ class _Loader:
             p = f"{path}[{i}]"
             if self.keys(t, _TOLERATION, p):
                 op = t.get("operator", "Equal")
-                if op not in ("Equal", "Exists"):
-                    self.problem(f"{p}.operator", f"{op!r} is not Equal or Exists")
-                out.append(Toleration(str(t.get("key", "")), op, str(t.get("value", "")), str(t.get("effect", ""))))
+                if not isinstance(op, str) or op not in ("Equal", "Exists"):
+                    self.problem(f"{p}.operator", f"{brief(op)} is not Equal or Exists")
+                    op = "Equal"
+                effect = self.text(t.get("effect"), f"{p}.effect")
+                if effect not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+                    self.problem(f"{p}.effect", f"{brief(effect)} is not NoSchedule, PreferNoSchedule or NoExecute")
+                if t.get("tolerationSeconds") is not None:
+                    self.integer(t.get("tolerationSeconds"), f"{p}.tolerationSeconds")
+                out.append(Toleration(self.text(t.get("key"), f"{p}.key"), op, self.text(t.get("value"), f"{p}.value"), effect))
         return out
 
 
@@ -239,7 +380,7 @@ class _Loader:
                 self.problem(f"{p}.type", "required (the resource the device counts towards)")
                 continue
             if str(dev_id) in seen:
-                self.problem(f"{p}.id", f"duplicate device {dev_id!r}")
+                self.problem(f"{p}.id", f"duplicate device {brief(dev_id)}")
             seen.add(str(dev_id))
             group = d.get("group")
             out.append({
@@ -268,7 +409,7 @@ class _Loader:
             self.problem(f"{path}.restartLimit", "must not be negative")
         clean = j.get("cleanPodPolicy", "All")
         if clean not in TY_CLEAN_POD_POLICIES:
-            self.problem(f"{path}.cleanPodPolicy", f"{clean!r} is not one of {', '.join(TY_CLEAN_POD_POLICIES)}")
+            self.problem(f"{path}.cleanPodPolicy", f"{brief(clean)} is not one of {', '.join(TY_CLEAN_POD_POLICIES)}")
         else:
             ty.clean_pod_policy = clean
         policy = j.get("schedulerPolicy")
@@ -276,12 +417,12 @@ class _Loader:
             queue_policy = policy.get("jobQueuePolicy", "Priority")
             if queue_policy not in TY_JOB_QUEUE_POLICIES:
                 self.problem(f"{path}.schedulerPolicy.jobQueuePolicy",
-                             f"{queue_policy!r} is not one of {', '.join(TY_JOB_QUEUE_POLICIES)}")
+                             f"{brief(queue_policy)} is not one of {', '.join(TY_JOB_QUEUE_POLICIES)}")
             else:
                 ty.job_queue_policy = queue_policy
             basic = policy.get("basicPolicy", "Gang")
             if basic not in TY_BASIC_POLICIES:
-                self.problem(f"{path}.schedulerPolicy.basicPolicy", f"{basic!r} is not one of {', '.join(TY_BASIC_POLICIES)}")
+                self.problem(f"{path}.schedulerPolicy.basicPolicy", f"{brief(basic)} is not one of {', '.join(TY_BASIC_POLICIES)}")
             else:
                 ty.basic_policy = basic
         return ty
@@ -293,7 +434,7 @@ def _phase(loader: _Loader, raw: Any, path: str) -> PodGroupPhase:
     try:
         return PodGroupPhase(raw)
     except ValueError:
-        loader.problem(path, f"{raw!r} is not one of Pending, Inqueue, Running, Unknown, Completed")
+        loader.problem(path, f"{brief(raw)} is not one of Pending, Inqueue, Running, Unknown, Completed")
         return PodGroupPhase.PENDING
 
 
@@ -303,16 +444,17 @@ def load_scenario(raw: Any) -> Scenario:
     if not isinstance(raw, dict):
         raise ScenarioError(["scenario: must be a mapping"])
     L.keys(raw, _TOP, "scenario")
+    scenario_name = L.string(raw.get("name"), "name") or ""
     # No config at all: Muster's (= Volcano's) default configuration.
-    cfg_raw = raw["config"] if raw.get("config") is not None else yaml.safe_load(DEFAULT_CONFIG_YAML)
+    cfg_raw = raw["config"] if raw.get("config") is not None else yamldoc.load(DEFAULT_CONFIG_YAML)
     config: SchedulerConfig | None = None
     cycles = 1
     try:
         config = parse_config(cfg_raw, path="config")
         if isinstance(cfg_raw, dict) and "cycles" in cfg_raw:
             cycles = L.integer(cfg_raw.get("cycles"), "config.cycles", 1)
-            if cycles < 1:
-                L.problem("config.cycles", "must be at least 1")
+            if not 1 <= cycles <= MAX_CYCLES:
+                L.problem("config.cycles", f"must be between 1 and {MAX_CYCLES}")
     except ConfigError as exc:
         L.problems.append(str(exc))
     priority_classes: dict[str, PriorityClass] = {}
@@ -332,17 +474,20 @@ def load_scenario(raw: Any) -> Scenario:
         name = L.unique_name(n, p, seen_nodes, "node")
         if name is None:
             continue
-        nodes.append(
-            NodeSpec(
-                name=name,
-                # A listed device counts towards its resource: the session's NodeTable sets it.
-                allocatable=L.resources(n.get("allocatable"), f"{p}.allocatable"),
-                labels=L.string_map(n.get("labels"), f"{p}.labels"),
-                taints=L.taints(n.get("taints"), f"{p}.taints"),
-                unschedulable=L.boolean(n.get("unschedulable"), f"{p}.unschedulable", False),
-                devices=L.devices(n.get("devices"), f"{p}.devices"),
-            )
+        node_spec = NodeSpec(
+            name=name,
+            # A listed device counts towards its resource: the session's NodeTable sets it.
+            allocatable=L.resources(n.get("allocatable"), f"{p}.allocatable"),
+            labels=L.string_map(n.get("labels"), f"{p}.labels"),
+            taints=L.taints(n.get("taints"), f"{p}.taints"),
+            unschedulable=L.boolean(n.get("unschedulable"), f"{p}.unschedulable", False),
+            devices=L.devices(n.get("devices"), f"{p}.devices"),
         )
+        too_many = device_count_problem(node_spec.allocatable, (str(d["type"]) for d in node_spec.devices))
+        if too_many is not None:  # device ids are made up per unit: a node is held to the bound
+            L.problem(f"{p}.{too_many[0]}", too_many[1])
+            continue
+        nodes.append(node_spec)
 
     queues: list[QueueSpec] = []
     queue_names: set[str] = set()
@@ -354,13 +499,14 @@ def load_scenario(raw: Any) -> Scenario:
         if name is None:
             continue
         state = q.get("state", "Open")
-        if state not in ("Open", "Closing", "Closed"):
-            L.problem(f"{p}.state", f"{state!r} is not Open, Closing or Closed")
+        if not isinstance(state, str) or state not in ("Open", "Closing", "Closed"):
+            L.problem(f"{p}.state", f"{brief(state)} is not Open, Closing or Closed")
+            state = "Open"
         weight = L.number(q.get("weight"), f"{p}.weight", 1.0)
         queues.append(
             QueueSpec(
                 name=name,
-                parent=q.get("parent"),
+                parent=L.string(q.get("parent"), f"{p}.parent"),
                 weight=weight,
                 guarantee=L.resources(q.get("guarantee"), f"{p}.guarantee", unlimited=True),
                 deserved=L.resources(q.get("deserved"), f"{p}.deserved"),
@@ -373,7 +519,7 @@ def load_scenario(raw: Any) -> Scenario:
         )
     for i, q in enumerate(queues):
         if q.parent and q.parent not in queue_names and q.parent != "root":
-            L.problem(f"queues[{i}].parent", f"unknown queue {q.parent!r}")
+            L.problem(f"queues[{i}].parent", f"unknown queue {brief(q.parent)}")
 
     jobs: list[JobSpec] = []
     task_uids: set[str] = set()
@@ -389,12 +535,12 @@ def load_scenario(raw: Any) -> Scenario:
         if not isinstance(name, str) or not name:
             L.problem(f"{p}.name", "required")
             continue
-        namespace = str(j.get("namespace") or "default")
+        namespace = L.string(j.get("namespace"), f"{p}.namespace") or "default"
         uid = f"{namespace}/{name}"
         if uid in job_uids:
-            L.problem(f"{p}.name", f"duplicate job {uid!r}")
+            L.problem(f"{p}.name", f"duplicate job {brief(uid)}")
         job_uids.add(uid)
-        queue = str(j.get("queue") or "default")
+        queue = L.string(j.get("queue"), f"{p}.queue") or "default"
         priority = L.integer(j.get("priority"), f"{p}.priority", 0)
         tyjob = L.tyjob(j, p)
         if tyjob is not None:  # TY-Arranger priorities are 1..10, default 5
@@ -402,14 +548,14 @@ def load_scenario(raw: Any) -> Scenario:
                 priority = 5
             elif not 1 <= priority <= 10:
                 L.problem(f"{p}.priority", f"{priority} is not a TYJob priority (1 to 10)")
-        pclass = j.get("priorityClass")
+        pclass = L.string(j.get("priorityClass"), f"{p}.priorityClass")
         if pclass is not None:
             if pclass in priority_classes:
                 priority = priority_classes[pclass].value
             elif profile == "volcano":
                 priority = 0  # Volcano: a PodGroup naming a class that does not exist gets priority 0
             else:
-                L.problem(f"{p}.priorityClass", f"unknown priority class {pclass!r}")
+                L.problem(f"{p}.priorityClass", f"unknown priority class {brief(pclass)}")
         elif j.get("priority") is None and default_class is not None:
             priority = default_class.value
         tasks: list[TaskSpec] = []
@@ -423,24 +569,24 @@ def load_scenario(raw: Any) -> Scenario:
                 continue
             tuid = f"{namespace}/{tname}"
             if tuid in task_uids:
-                L.problem(f"{tp}.name", f"duplicate task {tuid!r}")
+                L.problem(f"{tp}.name", f"duplicate task {brief(tuid)}")
             task_uids.add(tuid)
             status_raw = t.get("status", "Pending")
             try:
                 status = TaskStatus.from_title(str(status_raw))
             except KeyError:
-                L.problem(f"{tp}.status", f"{status_raw!r} is not a task status")
+                L.problem(f"{tp}.status", f"{brief(status_raw)} is not a task status")
                 status = TaskStatus.PENDING
-            node = t.get("node")
+            node = L.string(t.get("node"), f"{tp}.node")
             if node is not None and node not in seen_nodes:
-                L.problem(f"{tp}.node", f"node {node!r} does not exist")
-            if node is None and status not in (TaskStatus.PENDING, *ENDED):
+                L.problem(f"{tp}.node", f"node {brief(node)} does not exist")
+            if node is None and t.get("node") is None and status not in (TaskStatus.PENDING, *ENDED):
                 L.problem(f"{tp}.node", f"a {status.title} task needs a node")
-            affinity = t.get("affinity") or {}
-            if not isinstance(affinity, dict):
-                L.problem(f"{tp}.affinity", "must be a mapping")
-                affinity = {}
+            affinity = L.mapping(t.get("affinity"), _AFFINITY, f"{tp}.affinity")
             policy = t.get("preemptionPolicy", "PreemptLowerPriority")
+            if not isinstance(policy, str) or policy not in _PREEMPTION_POLICIES:
+                L.problem(f"{tp}.preemptionPolicy", f"{brief(policy)} is not PreemptLowerPriority or Never")
+                policy = "PreemptLowerPriority"
             tasks.append(
                 TaskSpec(
                     uid=tuid,
@@ -448,7 +594,7 @@ def load_scenario(raw: Any) -> Scenario:
                     namespace=namespace,
                     job=uid,
                     request=L.resources(t.get("request"), f"{tp}.request"),
-                    role=str(t.get("role") or ""),
+                    role=L.string(t.get("role"), f"{tp}.role") or "",
                     status=status,
                     node=node,
                     priority=L.integer(t.get("priority"), f"{tp}.priority", priority),
@@ -459,10 +605,10 @@ def load_scenario(raw: Any) -> Scenario:
                     node_selector=L.string_map(t.get("nodeSelector"), f"{tp}.nodeSelector"),
                     tolerations=L.tolerations(t.get("tolerations"), f"{tp}.tolerations"),
                     affinity=affinity,
-                    sub_group=t.get("subGroup"),
-                    gpu_groups=[str(g) for g in L.items(t.get("gpu_groups"), f"{tp}.gpu_groups")],
+                    sub_group=L.string(t.get("subGroup"), f"{tp}.subGroup"),
+                    gpu_groups=L.strings(t.get("gpu_groups"), f"{tp}.gpu_groups"),
                     creation_index=creation,
-                    devices=[str(d) for d in L.items(t.get("devices"), f"{tp}.devices")],
+                    devices=L.strings(t.get("devices"), f"{tp}.devices"),
                     gpu_fraction=L.fraction(t.get("gpu_fraction"), f"{tp}.gpu_fraction"),
                 )
             )
@@ -481,10 +627,17 @@ def load_scenario(raw: Any) -> Scenario:
             L.problem(f"{p}.minMember", "must not be negative")
         sub_groups = []
         for s, sg in enumerate(L.items(j.get("subGroups"), f"{p}.subGroups")):
-            if isinstance(sg, dict) and sg.get("name"):
-                sub_groups.append(SubGroupSpec(str(sg["name"]), L.integer(sg.get("minMember"), f"{p}.subGroups[{s}].minMember", 0), sg.get("topology") or {}))
-            else:
-                L.problem(f"{p}.subGroups[{s}].name", "required")
+            sp = f"{p}.subGroups[{s}]"
+            if not L.keys(sg, {"name", "minMember", "topology"}, sp):
+                continue
+            sg_name = L.string(sg.get("name"), f"{sp}.name")
+            if not sg_name:
+                L.problem(f"{sp}.name", "required")
+                continue
+            sub_groups.append(SubGroupSpec(
+                sg_name, L.integer(sg.get("minMember"), f"{sp}.minMember", 0),
+                L.mapping(sg.get("topology"), _TOPOLOGY, f"{sp}.topology"),
+            ))
         min_resources = j.get("minResources")
         jobs.append(
             JobSpec(
@@ -498,11 +651,11 @@ def load_scenario(raw: Any) -> Scenario:
                 min_resources=L.resources(min_resources, f"{p}.minResources") if min_resources is not None else None,
                 priority=priority,
                 priority_class=str(pclass or ""),
-                preemptible=j.get("preemptible"),
+                preemptible=None if j.get("preemptible") is None else L.boolean(j.get("preemptible"), f"{p}.preemptible", True),
                 phase=_phase(L, j.get("phase"), f"{p}.phase"),
                 sub_groups=sub_groups,
-                topology=j.get("topology") or {},
-                network_topology=j.get("networkTopology") or {},
+                topology=L.mapping(j.get("topology"), _TOPOLOGY, f"{p}.topology"),
+                network_topology=L.mapping(j.get("networkTopology"), _NETWORK_TOPOLOGY, f"{p}.networkTopology"),
                 annotations=L.string_map(j.get("annotations"), f"{p}.annotations"),
                 stale_seconds=L.duration(j.get("staleFor"), f"{p}.staleFor"),
                 creation_index=i,
@@ -520,21 +673,23 @@ def load_scenario(raw: Any) -> Scenario:
         members = h.get("members") or {}
         if not L.keys(members, {"nodes", "hypernodes"}, f"{p}.members"):
             members = {}
-        member_nodes = [str(x) for x in L.items(members.get("nodes"), f"{p}.members.nodes")]
-        member_hypernodes = [str(x) for x in L.items(members.get("hypernodes"), f"{p}.members.hypernodes")]
+        member_nodes = L.strings(members.get("nodes"), f"{p}.members.nodes")
+        member_hypernodes = L.strings(members.get("hypernodes"), f"{p}.members.hypernodes")
         for k, nname in enumerate(member_nodes):
             if nname not in seen_nodes:
-                L.problem(f"{p}.members.nodes[{k}]", f"node {nname!r} does not exist")
-        if not h.get("name"):
-            L.problem(f"{p}.name", "required")
+                L.problem(f"{p}.members.nodes[{k}]", f"node {brief(nname)} does not exist")
+        hn_name = h.get("name")
+        if not isinstance(hn_name, str) or not hn_name:
+            L.problem(f"{p}.name", "required" if hn_name in (None, "") else "must be a string")
+            hn_name = ""
         hypernodes.append(
-            HyperNodeSpec(str(h.get("name", "")), L.integer(h.get("tier"), f"{p}.tier", 1), member_nodes, member_hypernodes)
+            HyperNodeSpec(hn_name, L.integer(h.get("tier"), f"{p}.tier", 1), member_nodes, member_hypernodes)
         )
     known_hn = {h.name for h in hypernodes}
     for i, h in enumerate(hypernodes):
         for k, child in enumerate(h.hypernodes):
             if child not in known_hn:
-                L.problem(f"hypernodes[{i}].members.hypernodes[{k}]", f"hypernode {child!r} does not exist")
+                L.problem(f"hypernodes[{i}].members.hypernodes[{k}]", f"hypernode {brief(child)} does not exist")
     children = {h.name: h.hypernodes for h in hypernodes}
     for i, h in enumerate(hypernodes):
         # A hypernode may not contain itself, directly or through its members.
@@ -542,14 +697,13 @@ def load_scenario(raw: Any) -> Scenario:
         while stack:
             member = stack.pop()
             if member == h.name:
-                L.problem(f"hypernodes[{i}].members", f"hypernode {h.name!r} contains itself")
+                L.problem(f"hypernodes[{i}].members", f"hypernode {brief(h.name)} contains itself")
                 break
             if member not in seen:
                 seen.add(member)
                 stack.extend(children.get(member, []))
     topologies = raw.get("topologies") or []
-    if not isinstance(topologies, list):
-        L.problem("topologies", "must be a list")
+    if not L.shape(topologies, _TOPOLOGIES, "topologies"):
         topologies = []
 
     _check_held_devices(L, nodes, jobs)
@@ -563,7 +717,7 @@ def load_scenario(raw: Any) -> Scenario:
         hypernodes=hypernodes,
         topologies=topologies,
     )
-    return Scenario(str(raw.get("name") or ""), config, snapshot, cycles)
+    return Scenario(scenario_name, config, snapshot, cycles)
 
 
 def _check_held_devices(L: _Loader, nodes: list[NodeSpec], jobs: list[JobSpec]) -> None:
@@ -581,9 +735,9 @@ def _check_held_devices(L: _Loader, nodes: list[NodeSpec], jobs: list[JobSpec]) 
             for m, dev in enumerate(task.devices):
                 path = f"jobs[{i}].tasks[{k}].devices[{m}]"
                 if dev not in known[node]:
-                    L.problem(path, f"node {node!r} has no device {dev!r}")
+                    L.problem(path, f"node {brief(node)} has no device {brief(dev)}")
                 elif (node, dev) in holder:
-                    L.problem(path, f"device {dev!r} of node {node!r} is already held by {holder[node, dev]}")
+                    L.problem(path, f"device {brief(dev)} of node {brief(node)} is already held by {holder[node, dev]}")
                 else:
                     holder[node, dev] = task.uid
 
@@ -591,6 +745,6 @@ def _check_held_devices(L: _Loader, nodes: list[NodeSpec], jobs: list[JobSpec]) 
 def parse_scenario_text(text: str) -> Scenario:
     try:
         raw = yamldoc.load(text)  # JSON is YAML
-    except ValueError as exc:
+    except yamldoc.DocumentError as exc:
         raise ScenarioError([f"scenario: {exc}"]) from None
     return load_scenario(raw)

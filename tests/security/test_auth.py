@@ -85,7 +85,9 @@ async def test_submit_and_cancel_are_checked_per_queue(server: ServerHandle) -> 
         assert await code_of(bob.cancel_job("a1")) == grpc.StatusCode.PERMISSION_DENIED
         assert await code_of(alice.cancel_job("b1")) == grpc.StatusCode.PERMISSION_DENIED
         assert await code_of(alice.cancel_job("a1")) == grpc.StatusCode.OK
-        assert {j.spec.id async for j in bob.list_jobs()} == {"a1", "b1"}
+        # reads are scoped like submit: bob reads queue default (and his own jobs), not ml
+        assert {j.spec.id async for j in bob.list_jobs()} == {"b1"}
+        assert {j.spec.id async for j in alice.list_jobs()} == {"a1"}
 
 
 async def test_queues_and_configuration_need_their_verbs(server: ServerHandle) -> None:

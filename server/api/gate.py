@@ -1,0 +1,118 @@
+"""Authentication before a request's message is read, and the audit line.
+
+grpc reads a unary request's whole message (up to the server's size limit, 64 MiB) before the
+handler runs, so a caller with no credentials could make the server hold 64 MiB per call just by
+sending. Under an auth policy this interceptor looks at what arrives before the message: a bearer
+token the policy knows lets the call through unchanged; otherwise the call is turned into a
+request-streaming one (the same bytes on the wire) whose first step checks the peer's certificate
+against the policy and, when it names nobody, refuses with UNAUTHENTICATED without asking for the
+message -- HTTP/2 flow control then keeps the rest of it on the client's side.
+
+Health checks stay open (load balancers and kubelets probe without credentials); reflection, like
+every Muster RPC, needs an identity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import structlog
+
+from server.auth import Policy, bearer_token, certificate_names
+
+log = structlog.get_logger("muster.service")
+
+OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
+UNAUTHENTICATED_MESSAGE = (
+    "authorization: a valid bearer token is required (metadata 'authorization: Bearer ...'), "
+    "or a client certificate the auth policy maps to an identity"
+)
+# An audit line names at most this much of a refusal's reason: a reason quotes the request, and a
+# small request can expand into a huge one.
+AUDIT_REASON_CHARS = 512
+
+
+def audit(who: str, rpc: str, result: str, reason: str = "") -> None:
+    """One audit line: who made which call, and how it ended (the reason, bounded, when refused)."""
+    if reason:
+        if len(reason) > AUDIT_REASON_CHARS:
+            reason = f"{reason[:AUDIT_REASON_CHARS]}... ({len(reason):,} characters)"
+        log.info("audit", who=who, rpc=rpc, result=result, reason=reason)
+    else:
+        log.info("audit", who=who, rpc=rpc, result=result)
+
+
+class AuthGate(grpc.aio.ServerInterceptor):
+    """Refuses calls with no identity under ``policy`` before their request message is read."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        method: str = details.method
+        if handler is None or method.startswith(OPEN_PREFIXES):
+            return handler
+        metadata = tuple(details.invocation_metadata or ())
+        if bearer_token(metadata) and self.policy.authenticate(metadata) is not None:
+            return handler  # the common case: nothing added to the call
+        return self._certificate_first(handler, method)
+
+    async def _admit(self, method: str, context: grpc.aio.ServicerContext) -> None:
+        if self.policy.from_certificate(context.auth_context()) is not None:
+            return  # the service identifies the caller fully (and checks a token against it)
+        cn, _ = certificate_names(context.auth_context())
+        audit(f"cert:{cn}" if cn else "anonymous", method.rsplit("/", 1)[-1], "UNAUTHENTICATED",
+              "no valid token, no certificate the policy maps")
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
+
+    def _certificate_first(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        admit = self._admit
+        kinds = dict(request_deserializer=handler.request_deserializer,
+                     response_serializer=handler.response_serializer)
+        if handler.unary_unary is not None:
+            unary_unary = handler.unary_unary
+
+            async def unary_response(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+                await admit(method, context)
+                return await unary_unary(await _single(requests, context), context)
+
+            return grpc.stream_unary_rpc_method_handler(unary_response, **kinds)
+        if handler.unary_stream is not None:
+            unary_stream = handler.unary_stream
+
+            async def stream_response(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                await admit(method, context)
+                async for item in unary_stream(await _single(requests, context), context):
+                    yield item
+
+            return grpc.stream_stream_rpc_method_handler(stream_response, **kinds)
+        if handler.stream_stream is not None:  # reflection
+            stream_stream = handler.stream_stream
+
+            async def streams(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                await admit(method, context)
+                async for item in stream_stream(requests, context):
+                    yield item
+
+            return grpc.stream_stream_rpc_method_handler(streams, **kinds)
+        stream_unary = handler.stream_unary
+
+        async def unary_of_stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            await admit(method, context)
+            return await stream_unary(requests, context)
+
+        return grpc.stream_unary_rpc_method_handler(unary_of_stream, **kinds)
+
+
+async def _single(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+    """The one message of a unary call read as a stream."""
+    async for request in requests:
+        return request
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request: no message")
