@@ -28,8 +28,8 @@ import grpc  # noqa: E402
 from muster.logs import configure_logging  # noqa: E402
 from muster.v1 import muster_pb2 as pb  # noqa: E402
 from muster.v1 import muster_pb2_grpc as pb_grpc  # noqa: E402
-from server.app import ServerOptions, ServerThread  # noqa: E402
-from server.gctune import tune_gc  # noqa: E402
+from server.service.app import ServerOptions, ServerThread  # noqa: E402
+from server.service.gctune import tune_gc  # noqa: E402
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:

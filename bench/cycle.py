@@ -25,7 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from muster.quantity import parse_resources  # noqa: E402
 from server.config import default_config, load_config  # noqa: E402
-from server.gctune import tune_gc  # noqa: E402
 from server.model import (  # noqa: E402
     ClusterSnapshot,
     JobSpec,
@@ -36,6 +35,7 @@ from server.model import (  # noqa: E402
     TaskSpec,
 )
 from server.scheduler import SchedulerCore  # noqa: E402
+from server.service.gctune import tune_gc  # noqa: E402
 
 SHAPES = [
     {"cpu": "1", "memory": "2Gi"},

@@ -251,7 +251,7 @@ async def main() -> int:
         port, metrics_port = free_port(), free_port()
         log = (directory / "server.log").open("wb")
         server = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from server.main import main; sys.exit(main())",
+            [sys.executable, "-c", "import sys; from server.service.main import main; sys.exit(main())",
              "--listen", f"127.0.0.1:{port}", "--state", str(directory / "muster.db"),
              "--tls-cert", str(directory / "server.crt"), "--tls-key", str(directory / "server.key"),
              "--tls-client-ca", str(directory / "ca.crt"), "--auth-policy", str(directory / "policy.yaml"),

@@ -54,7 +54,7 @@ async def bench(args: argparse.Namespace) -> dict:
 
     tmp = tempfile.TemporaryDirectory()
     if args.server == "real":
-        from server.app import ServerOptions, start_server
+        from server.service.app import ServerOptions, start_server
 
         server = await start_server(ServerOptions(listen="127.0.0.1:0", state=os.path.join(tmp.name, "m.db"),
                                                   cycle_period=0.2))

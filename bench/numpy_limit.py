@@ -37,9 +37,9 @@ from bench.cycle import build  # noqa: E402
 from muster.devices import NVIDIA_GPU  # noqa: E402
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE  # noqa: E402
 from server.config import default_config  # noqa: E402
-from server.gctune import tune_gc  # noqa: E402
 from server.model import ClusterSnapshot, JobSpec  # noqa: E402
 from server.scheduler import SchedulerCore  # noqa: E402
+from server.service.gctune import tune_gc  # noqa: E402
 
 DIMS = (CPU, MEMORY, NVIDIA_GPU)
 MAX_SCORE = 100.0

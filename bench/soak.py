@@ -38,7 +38,7 @@ from muster.v1 import muster_pb2 as pb  # noqa: E402
 from muster.v1 import muster_pb2_grpc as pb_grpc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVER = "import sys; from server.main import main; sys.exit(main())"
+SERVER = "import sys; from server.service.main import main; sys.exit(main())"
 AGENT = "import sys; from adapters.agent.main import main; sys.exit(main())"
 TERMINAL = {pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED}
 

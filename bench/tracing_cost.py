@@ -43,8 +43,8 @@ from bench.cycle import build  # noqa: E402
 from muster.logs import configure_logging  # noqa: E402
 from muster.v1 import muster_pb2 as pb  # noqa: E402
 from server.config import default_config  # noqa: E402
-from server.observability import Telemetry  # noqa: E402
 from server.scheduler import SchedulerCore  # noqa: E402
+from server.service.observability import Telemetry  # noqa: E402
 
 
 class CountingReceiver(tsg.TraceServiceServicer):

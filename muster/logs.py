@@ -2,7 +2,7 @@
 
 Every line logged while an OpenTelemetry span is current carries ``trace_id`` / ``span_id``
 (hex, as Jaeger shows them), so a log line leads to its trace and back. The cycle loop binds
-``cycle_id`` for the lines of a cycle (see ``server.observability.cycletrace``). Lines from
+``cycle_id`` for the lines of a cycle (see ``server.service.observability.cycletrace``). Lines from
 standard-library loggers (grpc, aiohttp, the OTLP exporter) go through the same renderer.
 """
 

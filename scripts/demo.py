@@ -36,7 +36,7 @@ from clients.jobfile import load_job_file  # noqa: E402
 from muster.v1 import muster_pb2 as pb  # noqa: E402
 
 ENDED = {pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED}
-SERVER = "import sys; from server.main import main; sys.exit(main())"
+SERVER = "import sys; from server.service.main import main; sys.exit(main())"
 AGENT = "import sys; from adapters.agent.main import main; sys.exit(main())"
 
 

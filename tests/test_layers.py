@@ -1,8 +1,10 @@
 """Import direction: the packages form one-way layers (docs/architecture.md).
 
     muster (shared: API, quantities, logs, tracing)
-      <- scheduling core (model, session, plugins, actions, config, scheduler, simulate)
-      <- server I/O (state, ingest, commands, snapshot, apply, api, store, loop, service ...)
+      <- scheduling core: server minus server.service (model, session, plugins, actions, config,
+         scheduler, simulate)
+      <- server I/O: server.service (wire conversion and records, store, state, ingest, commands,
+         snapshot, apply, loop, core_runner, observability <- api, rpc, dashboard, app, main)
     adapters and clients use only the shared package (the CLI's ``simulate --local`` also the core)
 
 Every import statement counts, including those inside functions and under ``TYPE_CHECKING``.
@@ -30,6 +32,20 @@ CORE = (
     "server.config",
     "server.scheduler",
     "server.simulate",
+)
+# The server's I/O: everything in server/ that is not the core.
+SERVICE = ("server.service",)
+# The top of server.service, the RPC-facing layer: nothing else in server.service imports it.
+SERVICE_TOP = (
+    "server.service.api",
+    "server.service.rpc",
+    "server.service.observability.dashboard",
+    "server.service.app",
+    "server.service.main",
+)
+# The wire conversion, below the state: it imports nothing else from server.service.
+SERVICE_WIRE = tuple(
+    f"server.service.{m}" for m in ("errors", "convert", "validate", "records", "views")
 )
 # What the core may import besides itself and the standard library.
 CORE_THIRD_PARTY = ("numpy", "yaml", "structlog", "muster.quantity", "muster.devices", "muster.yamldoc")
@@ -121,6 +137,21 @@ def direction_violations(imports: list[Import]) -> list[str]:
     return bad
 
 
+def service_violations(imports: list[Import]) -> list[str]:
+    """Inside server.service: only the top imports the top; the wire imports only the wire."""
+    bad = []
+    for imp in imports:
+        m, t = imp.module, imp.target
+        where = f"{m}:{imp.line} imports {t}"
+        if not under(m, SERVICE) or not under(t, SERVICE):
+            continue
+        if under(t, SERVICE_TOP) and not under(m, SERVICE_TOP):
+            bad.append(where)
+        elif under(m, SERVICE_WIRE) and not under(t, SERVICE_WIRE):
+            bad.append(where)
+    return bad
+
+
 # KAI's actions share their machinery as KAI does (its actions/common): placing a job, the job queue
 # through the queue hierarchy, the victim search.
 KAI_ACTION_MACHINERY = ("server.actions.kai.common", "server.actions.kai.job_queue", "server.actions.kai.solver")
@@ -165,6 +196,16 @@ def test_inside_the_core_framework_plugins_and_actions_import_one_way() -> None:
     assert core_internal_violations(project_imports("server")) == []
 
 
+def test_inside_the_server_io_the_rpc_layer_is_on_top_and_the_wire_at_the_bottom() -> None:
+    assert service_violations(project_imports("server")) == []
+
+
+def test_every_server_module_is_core_or_io() -> None:
+    """server/ holds the core and one I/O package, nothing beside them."""
+    modules = {module_name(p) for p in (ROOT / "server").rglob("*.py")} - {"server"}
+    assert sorted(m for m in modules if not under(m, CORE) and not under(m, SERVICE)) == []
+
+
 def test_importing_the_core_loads_no_network_api_or_server_io() -> None:
     """At run time too (a static check can miss an import by ``importlib``)."""
     code = (
@@ -186,12 +227,22 @@ def test_importing_the_core_loads_no_network_api_or_server_io() -> None:
         ("server.session.session", "from server.plugins import PLUGINS", core_internal_violations),
         ("server.actions.allocate", "from . import preempt", core_internal_violations),
         ("server.session.info", "import grpc", core_violations),
-        ("server.plugins.gang", "from server.state import ClusterState", core_violations),
+        ("server.plugins.gang", "from server.service.state import ClusterState", core_violations),
+        ("server.scheduler", "from server.service import errors", core_violations),
+        ("server.session.session", "def f():\n    import server.service.convert\n", core_violations),
         ("server.model", "from muster.v1 import muster_pb2", core_violations),
-        ("adapters.k8s.adapter", "from server.api import convert", direction_violations),
-        ("clients.cli", "from server.app import ServerOptions", direction_violations),
+        ("adapters.k8s.adapter", "from server.service import convert", direction_violations),
+        ("clients.cli", "from server.service.app import ServerOptions", direction_violations),
         ("muster.quantity", "from server import model", direction_violations),
-        ("server.state", "from adapters.runtime import x", direction_violations),
+        ("server.service.state", "from adapters.runtime import x", direction_violations),
+        ("server.service.state", "from server.service.api.queries import list_queues", service_violations),
+        ("server.service.records", "from server.service.api import views", service_violations),
+        ("server.service.loop", "from server.service.rpc import SchedulerService", service_violations),
+        ("server.service.commands", "from server.service import app", service_violations),
+        ("server.service.observability.history", "from server.service.observability import dashboard", service_violations),
+        ("server.service.convert", "from server.service.state import ClusterState", service_violations),
+        ("server.service.records", "from server.service import store", service_violations),
+        ("server.service.views", "from . import decisions", service_violations),
     ],
 )
 def test_the_checks_catch_a_wrong_import(module: str, source: str, checker: object) -> None:
@@ -205,7 +256,12 @@ def test_the_checks_allow_the_intended_imports() -> None:
         ("server.plugins.gang", "from server.session.session import Session"),
         ("server.plugins.drf", "from server.plugins.util import x\nfrom muster.quantity import CPU"),
         ("server.actions.allocate", "from server.actions.base import Action\nimport numpy as np"),
-        ("server.state", "from muster.v1 import muster_pb2 as pb\nfrom server.model import TaskStatus"),
+        ("server.service.state", "from muster.v1 import muster_pb2 as pb\nfrom server.model import TaskStatus"),
+        ("server.service.state", "from server.service import convert\nfrom server.service.records import JobRecord"),
+        ("server.service.views", "from server.service.convert import timestamp\nfrom . import records"),
+        ("server.service.rpc", "from server.service.api import queries\nfrom server.service.state import ClusterState"),
+        ("server.service.app", "from server.service.rpc import SchedulerService"),
+        ("server.service.observability.dashboard", "from server.service.api import queries"),
         ("clients.cli", "from server.simulate import simulate_text"),
         ("adapters.runtime", "from muster.tracing import extract"),
     ]
@@ -214,3 +270,4 @@ def test_the_checks_allow_the_intended_imports() -> None:
         assert not core_violations(found), (module, source)
         assert not direction_violations(found), (module, source)
         assert not core_internal_violations(found), (module, source)
+        assert not service_violations(found), (module, source)

@@ -16,7 +16,7 @@ import pytest
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.app import ServerHandle, ServerOptions, start_server
+from server.service.app import ServerHandle, ServerOptions, start_server
 
 NODE_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "node"
 SCRIPT = NODE_CLIENT / "dist" / "submit-and-watch.js"

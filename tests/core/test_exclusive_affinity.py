@@ -20,10 +20,10 @@ from adapters.slurm.translate import HOSTNAME, foreign_task_id, job_to_spec
 from muster.quantity import format_resources
 from muster.v1 import muster_pb2 as pb
 from server import model
-from server.api import convert, validate
 from server.config import DEFAULT_CONFIG_YAML
-from server.ingest import _put_foreign
 from server.model import PodGroupPhase, TaskStatus
+from server.service import convert, validate
+from server.service.ingest import _put_foreign
 
 GIB = 1024**3
 OVERSUBSCRIBE = {"": "OK", "node": "NO", "user": "USER"}

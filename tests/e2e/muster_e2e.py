@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER = "import sys; from server.main import main; sys.exit(main())"
+SERVER = "import sys; from server.service.main import main; sys.exit(main())"
 AGENT = "import sys; from adapters.agent.main import main; sys.exit(main())"
 DEADLINE = 30.0
 

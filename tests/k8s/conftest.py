@@ -11,7 +11,7 @@ import pytest
 
 from adapters.k8s.adapter import K8sBackend
 from adapters.k8s.kube import make_api_client
-from server.app import ServerOptions, start_server
+from server.service.app import ServerOptions, start_server
 
 from .fake_apiserver import FakeApiServer
 from .mini_muster import MiniMusterHandle
@@ -69,7 +69,7 @@ class Env:
 
 
 class RealMusterHandle:
-    """The real Muster server (``server.app``), looking like MiniMusterHandle to the Env helpers."""
+    """The real Muster server (``server.service.app``), looking like MiniMusterHandle to the Env helpers."""
 
     def __init__(self, state: str, config_path: str | None = None) -> None:
         self.state = state

@@ -2,7 +2,7 @@
 
 It speaks the real gRPC API (backend and client RPCs the adapter uses) and schedules with a plain
 gang first-fit (all-or-nothing up to min_member, honouring node capacity, foreign tasks,
-NotReady and cordoned nodes). It stands in for ``server/app.py`` so that the adapter's
+NotReady and cordoned nodes). It stands in for ``server/service/app.py`` so that the adapter's
 behaviour is tested in isolation from the scheduling core; its state survives ``stop()`` /
 ``start()`` on the same port, like the real server's SQLite store.
 """
@@ -221,7 +221,7 @@ class MiniMuster(pb_grpc.SchedulerServicer):
                 continue
             job, task = found
             if action == "bind":
-                # As the real server (server/ingest.py): an ack only settles a task still binding
+                # As the real server (server/service/ingest.py): an ack only settles a task still binding
                 # by this decision. A task placed meanwhile (the adapter reported where its pod
                 # really is) stays put: sending it back to Pending would make the next cycle bind
                 # it again, the adapter refuse again, and so on forever.

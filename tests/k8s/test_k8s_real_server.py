@@ -1,4 +1,4 @@
-"""The adapter against the real Muster server (server/app.py, in-process) and the fake API server."""
+"""The adapter against the real Muster server (server/service/app.py, in-process) and the fake API server."""
 
 from __future__ import annotations
 

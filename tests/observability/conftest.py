@@ -11,7 +11,7 @@ import pytest
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.app import ServerHandle, ServerOptions, start_server
+from server.service.app import ServerHandle, ServerOptions, start_server
 
 from .otlp_receiver import Receiver
 

@@ -16,9 +16,9 @@ import pytest
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.app import ServerHandle, ServerOptions, start_server
-from server.observability.dashboard import DashboardServer
-from server.observability.history import CycleHistory
+from server.service.app import ServerHandle, ServerOptions, start_server
+from server.service.observability.dashboard import DashboardServer
+from server.service.observability.history import CycleHistory
 
 from .conftest import next_cycle
 

@@ -7,7 +7,6 @@ import grpc
 from muster.quantity import parse_resources
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.app import ServerHandle
 from server.model import (
     ClusterSnapshot,
     JobSpec,
@@ -19,6 +18,7 @@ from server.model import (
     TaskStatus,
 )
 from server.scheduler import SchedulerCore
+from server.service.app import ServerHandle
 
 from .conftest import next_cycle, register
 

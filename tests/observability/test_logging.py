@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from muster.logs import configure_logging
 from server.model import CycleResult
-from server.observability.cycletrace import CycleObservation
+from server.service.observability.cycletrace import CycleObservation
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server import ingest
-from server.app import ServerHandle, start_server
-from server.observability.http import split_listen
-from server.observability.metrics import exponential_buckets_range
+from server.service import ingest
+from server.service.app import ServerHandle, start_server
+from server.service.observability.http import split_listen
+from server.service.observability.metrics import exponential_buckets_range
 
 from .conftest import WAIT, gang, next_cycle, node, options, read_decisions, register
 

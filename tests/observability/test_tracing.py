@@ -17,9 +17,9 @@ from adapters.runtime import BackendRuntime
 from muster.tracing import normalize_endpoint, tracing_settings
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.app import ServerHandle, start_server
 from server.model import CycleResult, Explanation, JobOutcome, PodGroupPhase
-from server.observability.cycletrace import CycleObservation
+from server.service.app import ServerHandle, start_server
+from server.service.observability.cycletrace import CycleObservation
 
 from .conftest import (
     WAIT,

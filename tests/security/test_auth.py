@@ -1,4 +1,4 @@
-"""Bearer tokens and per-verb, per-queue authorization (server/auth.py), with hot reload."""
+"""Bearer tokens and per-verb, per-queue authorization (server/service/auth.py), with hot reload."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import structlog
 from clients.client import MusterClient
 from clients.jobfile import job_from_dict
 from muster.v1 import muster_pb2 as pb
-from server.app import ServerHandle, ServerOptions, start_server
-from server.auth import PolicyError, parse_policy
-from server.service import RPC_VERBS, SchedulerService
+from server.service.app import ServerHandle, ServerOptions, start_server
+from server.service.auth import PolicyError, parse_policy
+from server.service.rpc import RPC_VERBS, SchedulerService
 
 POLICY = """
 tokens:

@@ -27,8 +27,8 @@ from muster import transport
 from muster.transport import ClientTls
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.app import ServerHandle, ServerOptions, start_server
-from server.auth import PolicyError, parse_policy
+from server.service.app import ServerHandle, ServerOptions, start_server
+from server.service.auth import PolicyError, parse_policy
 
 POLICY = """
 tokens:
@@ -323,7 +323,7 @@ async def test_oversized_requests_without_credentials_cost_no_memory(tmp_path: P
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from server.main import main; sys.exit(main())",
+        [sys.executable, "-c", "import sys; from server.service.main import main; sys.exit(main())",
          "--listen", f"127.0.0.1:{port}", "--state", ":memory:", "--auth-policy", str(policy)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from server.auth import PolicyError, parse_policy
+from server.service.auth import PolicyError, parse_policy
 
 
 def test_a_policy_alias_bomb_is_refused_quickly() -> None:

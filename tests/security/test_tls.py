@@ -16,8 +16,8 @@ from muster import transport
 from muster.transport import ClientTls
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.app import MusterServer, ServerHandle, ServerOptions, start_server
-from server.tls import is_loopback
+from server.service.app import MusterServer, ServerHandle, ServerOptions, start_server
+from server.service.tls import is_loopback
 
 QUIET = 3600.0
 

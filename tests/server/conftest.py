@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.app import ServerHandle, ServerOptions, start_server
+from server.service.app import ServerHandle, ServerOptions, start_server
 
 # Only wake-ups (submissions, cluster changes) drive cycles in tests: no periodic noise.
 QUIET_PERIOD = 3600.0

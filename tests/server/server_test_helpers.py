@@ -8,7 +8,7 @@ import anyio
 import grpc
 
 from muster.v1 import muster_pb2 as pb
-from server.app import ServerHandle
+from server.service.app import ServerHandle
 
 WAIT = 20.0  # safety bound for event waits; never part of a verdict
 

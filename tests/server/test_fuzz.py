@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.app import ServerThread
+from server.service.app import ServerThread
 
 SERVICE = pb.DESCRIPTOR.services_by_name["Scheduler"]
 METHODS = [m for m in SERVICE.methods]

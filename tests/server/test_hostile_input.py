@@ -15,11 +15,11 @@ from server_test_helpers import gang, node, register, rpc_error, wait_for
 from muster.devices import MAX_DEVICES_PER_NODE
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.api import validate
-from server.app import ServerHandle, ServerOptions, start_server
-from server.errors import DomainError
 from server.plugins import PLUGINS
 from server.plugins.base import Plugin
+from server.service import validate
+from server.service.app import ServerHandle, ServerOptions, start_server
+from server.service.errors import DomainError
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 DEEP_YAML = "a: " + "[" * 5000 + "]" * 5000

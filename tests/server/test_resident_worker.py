@@ -1,5 +1,5 @@
 """The core's worker keeps the cluster between cycles and is sent only what changed
-(snapshot.DeltaSender -> snapshot.ResidentState, server.core_runner)."""
+(snapshot.DeltaSender -> snapshot.ResidentState, server.service.core_runner)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import pytest
 from server_test_helpers import gang, node
 
 from muster.v1 import muster_pb2 as pb
-from server import commands, ingest, snapshot
-from server.apply import apply
 from server.config import DEFAULT_CONFIG_YAML, load_config
-from server.core_runner import CoreRunner
-from server.decisions import DecisionLog
 from server.scheduler import SchedulerCore
-from server.state import ClusterState
+from server.service import commands, ingest, snapshot
+from server.service.apply import apply
+from server.service.core_runner import CoreRunner
+from server.service.decisions import DecisionLog
+from server.service.state import ClusterState
 
 
 @pytest.fixture

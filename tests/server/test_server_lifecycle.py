@@ -13,8 +13,8 @@ from server_test_helpers import WAIT, gang, next_cycle, node, read_decisions, re
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server import commands, service
-from server.app import start_server
+from server.service import commands, rpc
+from server.service.app import start_server
 
 
 async def test_gang_waits_for_capacity_then_binds_in_one_cycle(server, stub) -> None:
@@ -81,7 +81,7 @@ async def test_decision_batches_stay_within_their_byte_limit(server, stub, monke
     singles = await five_queued_binds(server, stub)
     one = max(d.ByteSize() for d in singles)
     # Room for two decisions a message: five queued binds come as 2, 2, 1 though max_batch allows 5.
-    monkeypatch.setattr(service, "DECISION_BATCH_BYTES", 2 * one + one // 2)
+    monkeypatch.setattr(rpc, "DECISION_BATCH_BYTES", 2 * one + one // 2)
     batches = stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=5))
     batched = await read_batches(batches, 5)
     assert [len(b) for b in batched] == [2, 2, 1]
@@ -165,7 +165,7 @@ async def test_watch_jobs_events(server, stub) -> None:
 
 
 async def test_slow_watcher_is_dropped_cleanly(server, stub, monkeypatch) -> None:
-    from server import decisions
+    from server.service import decisions
 
     WATCH_BUFFER = 200  # noqa: N806  (the shipped buffer is 10,000: a smaller one overflows sooner)
     monkeypatch.setattr(decisions, "WATCH_BUFFER", WATCH_BUFFER)

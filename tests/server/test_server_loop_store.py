@@ -16,12 +16,12 @@ from server_test_helpers import WAIT, gang, node
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server import commands, ingest, snapshot
-from server.apply import apply
-from server.loop import ConfigManager, CycleLoop
 from server.model import CycleResult
-from server.state import ClusterState
-from server.store import SqliteStore, StoreWriter
+from server.service import commands, ingest, snapshot
+from server.service.apply import apply
+from server.service.loop import ConfigManager, CycleLoop
+from server.service.state import ClusterState
+from server.service.store import SqliteStore, StoreWriter
 
 
 class BlockingCore:
@@ -157,7 +157,7 @@ def test_store_round_trip(tmp_path: Path) -> None:
 def test_muster_server_process_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.main", "--listen", "127.0.0.1:0", "--state", str(tmp_path / "m.db"),
+        [sys.executable, "-m", "server.service.main", "--listen", "127.0.0.1:0", "--state", str(tmp_path / "m.db"),
          "--log-format", "json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).parents[2],
     )
@@ -187,7 +187,7 @@ def test_bad_config_file_exits_nonzero(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("actions: [unclosed")
     proc = subprocess.run(
-        [sys.executable, "-m", "server.main", "--listen", "127.0.0.1:0", "--state", str(tmp_path / "m.db"),
+        [sys.executable, "-m", "server.service.main", "--listen", "127.0.0.1:0", "--state", str(tmp_path / "m.db"),
          "--config", str(bad)],
         capture_output=True, text=True, timeout=WAIT, cwd=Path(__file__).parents[2],
     )

@@ -17,15 +17,15 @@ from server_test_helpers import gang, node, register, rpc_error, wait_for
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server import commands, ingest, snapshot
-from server.api import queries
-from server.app import ServerOptions, start_server
-from server.apply import apply
-from server.decisions import DecisionLog
-from server.errors import DomainError, ErrorCode
 from server.model import CycleResult, JobOutcome, PodGroupPhase, TaskStatus
-from server.state import ClusterState
-from server.store import SqliteStore
+from server.service import commands, ingest, snapshot
+from server.service.api import queries
+from server.service.app import ServerOptions, start_server
+from server.service.apply import apply
+from server.service.decisions import DecisionLog
+from server.service.errors import DomainError, ErrorCode
+from server.service.state import ClusterState
+from server.service.store import SqliteStore
 
 RETENTION = 60.0
 

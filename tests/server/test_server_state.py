@@ -6,13 +6,13 @@ import pytest
 from server_test_helpers import gang, node, rl
 
 from muster.v1 import muster_pb2 as pb
-from server import commands, ingest, snapshot
-from server.api import queries
-from server.apply import apply
-from server.decisions import DecisionLog
-from server.errors import DomainError
 from server.model import Condition, CycleResult, JobOutcome, PodGroupPhase, TaskStatus
-from server.state import ClusterState
+from server.service import commands, ingest, snapshot
+from server.service.api import queries
+from server.service.apply import apply
+from server.service.decisions import DecisionLog
+from server.service.errors import DomainError
+from server.service.state import ClusterState
 
 
 class Clock:
@@ -369,7 +369,7 @@ def test_prepared_jobs_take_their_creation_order_when_created(state: ClusterStat
 
 
 def test_task_output_from_its_backend_is_kept_bounded_and_served(state: ClusterState) -> None:
-    from server.logs import TaskLogs
+    from server.service.logs import TaskLogs
 
     commands.submit_job(state, gang("g", replicas=2))
     apply(state, *bind_all(state, "g"))

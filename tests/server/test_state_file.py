@@ -24,12 +24,12 @@ from server_test_helpers import WAIT, gang, rpc_error, wait_for
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server import commands
-from server import main as server_main
-from server.app import ServerHandle, start_server
-from server.core_runner import CoreRunner, CoreWorkerStartError
-from server.state import ClusterState
-from server.store import SqliteStore, StateFileError, StateFileInUse, StateFileLost
+from server.service import commands
+from server.service import main as server_main
+from server.service.app import ServerHandle, start_server
+from server.service.core_runner import CoreRunner, CoreWorkerStartError
+from server.service.state import ClusterState
+from server.service.store import SqliteStore, StateFileError, StateFileInUse, StateFileLost
 
 ROOT = Path(__file__).parents[2]
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX locks and signals")
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX locks and
 
 def muster_server(*args: str, timeout: float = WAIT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "server.main", "--listen", "127.0.0.1:0", *args],
+        [sys.executable, "-m", "server.service.main", "--listen", "127.0.0.1:0", *args],
         capture_output=True, text=True, timeout=timeout, cwd=ROOT,
     )
 
@@ -107,7 +107,7 @@ def test_a_lock_held_by_a_killed_process_is_free(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
-            from server.store import SqliteStore
+            from server.service.store import SqliteStore
             store = SqliteStore({state!r})
             print("locked", flush=True)
             time.sleep(120)
@@ -291,7 +291,7 @@ def test_a_store_written_by_muster_is_accepted_and_an_empty_file_is_a_new_store(
 
 
 async def test_a_worker_that_cannot_be_spawned_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(CoreRunner, "command", ("/nonexistent/python3", "-m", "server.core_runner"))
+    monkeypatch.setattr(CoreRunner, "command", ("/nonexistent/python3", "-m", "server.service.core_runner"))
     runner = CoreRunner("process")
     with pytest.raises(CoreWorkerStartError, match=r"^scheduling worker process failed to start: "
                                                      r"/nonexistent/python3: .*No such file"):

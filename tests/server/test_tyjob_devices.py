@@ -9,16 +9,16 @@ import pytest
 from server_test_helpers import node, rl
 
 from muster.v1 import muster_pb2 as pb
-from server import commands, ingest, snapshot
-from server.api import queries
-from server.apply import apply
 from server.config import DEFAULT_CONFIG_YAML, load_config
-from server.decisions import DecisionLog
-from server.errors import DomainError
 from server.model import CycleResult, JobOutcome, PodGroupPhase, TaskStatus
 from server.scheduler import SchedulerCore
-from server.state import ClusterState
-from server.store import SqliteStore
+from server.service import commands, ingest, snapshot
+from server.service.api import queries
+from server.service.apply import apply
+from server.service.decisions import DecisionLog
+from server.service.errors import DomainError
+from server.service.state import ClusterState
+from server.service.store import SqliteStore
 
 ASCEND = "huawei.com/Ascend910"
 

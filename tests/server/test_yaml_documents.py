@@ -20,7 +20,7 @@ from server_test_helpers import WAIT, next_cycle, rpc_error
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.app import ServerHandle, start_server
+from server.service.app import ServerHandle, start_server
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 

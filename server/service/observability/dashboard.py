@@ -22,12 +22,12 @@ from muster.conditions import job_reason
 from muster.jsonmap import short_enum_name, to_json_dict
 from muster.quantity import from_canonical, parse_resources
 from muster.v1 import muster_pb2 as pb
-from server.api import queries
-from server.api.views import job_proto
-from server.observability.history import CycleHistory
-from server.observability.http import HttpAccess, serve_app
-from server.state import ClusterState
-from server.tls import is_loopback
+from server.service.api import queries
+from server.service.observability.history import CycleHistory
+from server.service.observability.http import HttpAccess, serve_app
+from server.service.state import ClusterState
+from server.service.tls import is_loopback
+from server.service.views import job_proto
 
 log = structlog.get_logger("muster.dashboard")
 

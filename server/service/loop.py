@@ -17,19 +17,19 @@ from typing import Any
 import anyio
 import structlog
 
-from server import ingest
-from server.apply import apply_result
 from server.config import DEFAULT_CONFIG_YAML, ConfigError, SchedulerConfig, load_config
-from server.core_runner import CoreRunner, CycleWorker
-from server.errors import invalid
 from server.model import PriorityClass
-from server.observability import Telemetry
-from server.observability.cycletrace import CycleObservation
-from server.observability.history import CycleHistory
 from server.scheduler import SchedulerCore
-from server.snapshot import Capture, capture
-from server.state import ClusterState
-from server.store import StateFileLost, StoreWriter
+from server.service import ingest
+from server.service.apply import apply_result
+from server.service.core_runner import CoreRunner, CycleWorker
+from server.service.errors import invalid
+from server.service.observability import Telemetry
+from server.service.observability.cycletrace import CycleObservation
+from server.service.observability.history import CycleHistory
+from server.service.snapshot import Capture, capture
+from server.service.state import ClusterState
+from server.service.store import StateFileLost, StoreWriter
 
 log = structlog.get_logger("muster.loop")
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.quantity import from_canonical, parse_resources
-from server.api.queries import list_queues
 from server.model import CycleResult
-from server.state import ClusterState
+from server.service import convert
+from server.service.state import ClusterState, queue_allocated
 
 Resources = dict[str, float]
 
@@ -75,4 +75,4 @@ class CycleHistory:
 
 def queue_allocations(state: ClusterState) -> dict[str, Resources]:
     """Per queue, the resources its placed tasks hold now (ListQueues' allocation)."""
-    return {v.queue.name: parse_resources(dict(v.allocated.quantities)) for v in list_queues(state).queues}
+    return {q: parse_resources(dict(convert.resource_list(res).quantities)) for q, res in queue_allocated(state).items()}

@@ -30,13 +30,13 @@ import structlog
 
 from muster.logs import LEVELS, configure_logging
 from muster.tracing import tracing_settings
-from server.app import MusterServer, ServerOptions
-from server.auth import Policy, PolicyError
 from server.config import ConfigError, load_config
-from server.core_runner import CoreWorkerError
-from server.gctune import tune_gc
-from server.observability.http import split_listen
-from server.store import StateFileError, StateFileInUse
+from server.service.app import MusterServer, ServerOptions
+from server.service.auth import Policy, PolicyError
+from server.service.core_runner import CoreWorkerError
+from server.service.gctune import tune_gc
+from server.service.observability.http import split_listen
+from server.service.store import StateFileError, StateFileInUse
 
 
 def positive_float(text: str) -> float:

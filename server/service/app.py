@@ -2,7 +2,7 @@
 
 Three ways to run one:
 
-* ``MusterServer(options).run()`` -- structured: returns after ``request_stop()`` (``server.main``
+* ``MusterServer(options).run()`` -- structured: returns after ``request_stop()`` (``server.service.main``
   uses it under a task group with a signal watcher);
 * ``await start_server(options)`` -> ``ServerHandle`` for async code (tests): the server runs in a
   background task of the current event loop; ``await handle.stop()``;
@@ -29,19 +29,19 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from muster import transport
 from muster.v1 import muster_pb2 as pb
-from server.api.gate import AuthGate
-from server.api.handlers import add_scheduler_service
-from server.auth import Policy
-from server.decisions import DecisionLog
-from server.loop import ConfigManager, CycleLoop
-from server.observability import Telemetry
-from server.observability.dashboard import DashboardServer
-from server.observability.history import CycleHistory
-from server.observability.http import HttpAccess
-from server.service import SchedulerService
-from server.state import ClusterState
-from server.store import SqliteStore, StateFileLost, StoreWriter
-from server.tls import ReloadingCredentials, TlsFiles, is_loopback
+from server.service.api.gate import AuthGate
+from server.service.api.handlers import add_scheduler_service
+from server.service.auth import Policy
+from server.service.decisions import DecisionLog
+from server.service.loop import ConfigManager, CycleLoop
+from server.service.observability import Telemetry
+from server.service.observability.dashboard import DashboardServer
+from server.service.observability.history import CycleHistory
+from server.service.observability.http import HttpAccess
+from server.service.rpc import SchedulerService
+from server.service.state import ClusterState
+from server.service.store import SqliteStore, StateFileLost, StoreWriter
+from server.service.tls import ReloadingCredentials, TlsFiles, is_loopback
 
 log = structlog.get_logger("muster.server")
 
@@ -61,11 +61,11 @@ class ServerOptions:
     expire_interval: float | None = None  # how often deadlines are checked; None: derived
     shutdown_grace: float = 2.0
     max_message_bytes: int = transport.MAX_MESSAGE_BYTES
-    tls_cert: str | None = None  # with tls_key: serve TLS (see server/tls.py)
+    tls_cert: str | None = None  # with tls_key: serve TLS (see server/service/tls.py)
     tls_key: str | None = None
     tls_client_ca: str | None = None  # clients must present a certificate this CA signed (mTLS)
     insecure: bool = False  # allow plaintext on a non-loopback address (explicitly asked for)
-    auth_policy: str | None = None  # tokens and rules file (server/auth.py); None: no authentication
+    auth_policy: str | None = None  # tokens and rules file (server/service/auth.py); None: no authentication
     # Observability (docs/observability.md): OTLP/gRPC trace export (also OTEL_* env vars; off
     # by default), /metrics on HOST:PORT (off by default), or a ready-made provider (tests).
     otlp_endpoint: str | None = None
@@ -107,7 +107,7 @@ class MusterServer:
         """Serve until ``request_stop()`` (or cancellation), then shut down cleanly."""
         opts = self.options
         # StateFileInUse (another server has the file) or StateFileError (not a Muster state
-        # database): a one-line refusal in server.main. The file's lock is held until close.
+        # database): a one-line refusal in server.service.main. The file's lock is held until close.
         store = SqliteStore(opts.state)
         writer = StoreWriter(store)
         try:

@@ -3,7 +3,7 @@
 Each function checks one message completely and raises ``DomainError`` (INVALID_ARGUMENT) whose
 message starts with the field path, e.g. ``job.task_groups[1].request.cpu: '2x' is not a
 quantity``. Checks that need server state (does the queue exist, who owns the node) live in
-``server.ingest`` and ``server.commands``, which run them before applying anything.
+``server.service.ingest`` and ``server.service.commands``, which run them before applying anything.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from google.protobuf.message import Message
 from muster.devices import NVIDIA_GPU, device_count_problem
 from muster.quantity import QuantityError, parse_resources
 from muster.v1 import muster_pb2 as pb
-from server.errors import invalid
 from server.model import TY_BASIC_POLICIES, TY_CLEAN_POD_POLICIES, TY_JOB_QUEUE_POLICIES
+from server.service.errors import invalid
 
 # Ids, names, roles: DNS-label-like, plus '.' and '_' (no '/', which separates job id and role).
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:]{0,251}[A-Za-z0-9])?$")

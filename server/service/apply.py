@@ -16,9 +16,9 @@ import anyio
 
 from server import model
 from server.model import OCCUPYING, CycleResult, PodGroupPhase, TaskStatus
-from server.records import ConditionRecord, JobRecord, TaskRecord
-from server.snapshot import Capture
-from server.state import PLACED, ClusterState
+from server.service.records import ConditionRecord, JobRecord, TaskRecord
+from server.service.snapshot import Capture
+from server.service.state import PLACED, ClusterState
 
 # Decisions applied per event-loop turn. Each job's part of a result is applied whole (the gang
 # checks are per job), so splitting by job keeps apply's all-or-nothing guarantees.

@@ -3,7 +3,7 @@
 Each handler validates and applies its request through ``ingest`` (backends), ``commands`` (jobs
 and queues) or ``api.queries`` (reads) on the ``ClusterState`` -- synchronously, so atomically --
 then persists the resulting changes before it answers. This is the one place where domain errors
-(``server.errors.DomainError``) become gRPC status codes; any other exception is logged and
+(``server.service.errors.DomainError``) become gRPC status codes; any other exception is logged and
 answered with INTERNAL: a bad request never takes the server down.
 """
 
@@ -21,16 +21,23 @@ import structlog
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server import commands, ingest
-from server.api import queries, validate
-from server.api.gate import audit
-from server.auth import Policy, Principal, bearer_token, certificate_names
-from server.decisions import DECISION_BATCH, DECISION_BATCH_BYTES
-from server.errors import DomainError, ErrorCode, denied, invalid, precondition, unauthenticated
-from server.loop import ConfigManager, CycleLoop
+from server.service import commands, ingest, validate
+from server.service.api import queries
+from server.service.api.gate import audit
+from server.service.auth import Policy, Principal, bearer_token, certificate_names
+from server.service.decisions import DECISION_BATCH, DECISION_BATCH_BYTES
+from server.service.errors import (
+    DomainError,
+    ErrorCode,
+    denied,
+    invalid,
+    precondition,
+    unauthenticated,
+)
+from server.service.loop import ConfigManager, CycleLoop
+from server.service.state import ClusterState
+from server.service.store import StoreWriter
 from server.simulate import ScenarioError, simulate_text
-from server.state import ClusterState
-from server.store import StoreWriter
 
 log = structlog.get_logger("muster.service")
 
@@ -44,7 +51,7 @@ def _job_queue(state: ClusterState, job_id: str) -> str:
     return rec.spec.queue if rec is not None else ""
 
 
-# What each RPC needs under an auth policy (server/auth.py): its verb, and for submit / cancel the
+# What each RPC needs under an auth policy (server/service/auth.py): its verb, and for submit / cancel the
 # queue it acts on. One table, so a new RPC without an entry fails the test that checks them all.
 RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str | list[str]] | None]] = {
     **{name: ("backend", None) for name in

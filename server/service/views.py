@@ -9,10 +9,10 @@ import json
 from collections.abc import Iterable
 
 from muster.v1 import muster_pb2 as pb
-from server.api.convert import resource_list, timestamp, tyjob_to_model
-from server.errors import invalid
 from server.model import TaskStatus, ty_schedule_state, ty_stage
-from server.records import JobRecord, is_terminal_phase
+from server.service.convert import resource_list, timestamp, tyjob_to_model
+from server.service.errors import invalid
+from server.service.records import JobRecord, is_terminal_phase
 
 PENDING_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.ALLOCATED, TaskStatus.PIPELINED})
 TY_PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.SUCCEEDED})

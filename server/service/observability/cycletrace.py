@@ -34,7 +34,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from server.model import CycleResult
-from server.observability.metrics import SESSION_PHASES, ServerMetrics
+from server.service.observability.metrics import SESSION_PHASES, ServerMetrics
 
 MAX_JOB_EVENTS = 64
 MAX_LINKS = 64

@@ -12,13 +12,13 @@ from collections import Counter
 from dataclasses import dataclass
 
 from muster.v1 import muster_pb2 as pb
-from server.api import convert
-from server.api.views import decode_page_token, encode_page_token, job_proto, node_view
-from server.decisions import Subscriber
-from server.errors import invalid, not_found
-from server.model import ALLOCATED, OCCUPYING
-from server.records import JobRecord
-from server.state import ClusterState, record_from_stored
+from server.model import OCCUPYING
+from server.service import convert
+from server.service.decisions import Subscriber
+from server.service.errors import invalid, not_found
+from server.service.records import JobRecord
+from server.service.state import ClusterState, queue_allocated, record_from_stored
+from server.service.views import decode_page_token, encode_page_token, job_proto, node_view
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +139,7 @@ def explain(state: ClusterState, job_id: str) -> pb.ExplainResponse:
 
 
 def list_queues(state: ClusterState) -> pb.ListQueuesResponse:
-    allocated: dict[str, dict[str, float]] = {n: {} for n in state.queues}
+    allocated = queue_allocated(state)
     pending = Counter[str]()
     running = Counter[str]()
     for rec in state.active_jobs.values():  # finished jobs count nowhere here
@@ -148,13 +148,6 @@ def list_queues(state: ClusterState) -> pb.ListQueuesResponse:
             pending[qname] += 1
         elif rec.status.phase == pb.JOB_PHASE_RUNNING:
             running[qname] += 1
-        if not rec.active or qname not in allocated:
-            continue
-        alloc = allocated[qname]
-        for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
-            if t.status in ALLOCATED:
-                for r, v in tmpl.request.items():
-                    alloc[r] = alloc.get(r, 0.0) + v
     out = pb.ListQueuesResponse()
     for name, entry in state.queues.items():
         out.queues.add(

@@ -1,9 +1,9 @@
 """The server state's record types: what the server keeps per backend, node, queue, job and task.
 
-Mutable records, changed only through ``server.state.ClusterState`` (and the modules that work on
+Mutable records, changed only through ``server.service.state.ClusterState`` (and the modules that work on
 it: ingest, commands, apply); the store persists the ones with a ``row()`` / ``to_json()``.
 Specs stay in their API form (protobuf) because that is what is stored and answered; the
-scheduling core sees ``server.model`` copies made by ``server.snapshot``.
+scheduling core sees ``server.model`` copies made by ``server.service.snapshot``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from muster.v1 import muster_pb2 as pb
 from server import model
-from server.api.convert import checked_job_to_model
 from server.model import QUARANTINED, PodGroupPhase, TaskStatus
+from server.service.convert import checked_job_to_model
 
 TERMINAL_PHASES = frozenset({pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED})
 

@@ -1,7 +1,7 @@
 """Domain errors: a rejected request, with a code and a message that names the offending field.
 
 State, ingest, commands and queries raise these; only the gRPC service maps them onto status codes
-(``server.service``), so nothing below the service imports grpc. The codes carry gRPC's names
+(``server.service.rpc``), so nothing below the service imports grpc. The codes carry gRPC's names
 because that is the vocabulary clients see.
 """
 

@@ -14,13 +14,13 @@ import structlog
 
 from muster.v1 import muster_pb2 as pb
 from server import model
-from server.api import convert, validate
-from server.decisions import DECISION_BUFFER
-from server.errors import already_exists, invalid, not_found, precondition
-from server.logs import MAX_CHUNK
 from server.model import OCCUPYING, TaskStatus
-from server.records import BackendRecord, ForeignTask, JobRecord, NodeEntry
-from server.state import ON_BACKEND, ClusterState
+from server.service import convert, validate
+from server.service.decisions import DECISION_BUFFER
+from server.service.errors import already_exists, invalid, not_found, precondition
+from server.service.logs import MAX_CHUNK
+from server.service.records import BackendRecord, ForeignTask, JobRecord, NodeEntry
+from server.service.state import ON_BACKEND, ClusterState
 
 log = structlog.get_logger("muster.ingest")
 

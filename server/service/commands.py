@@ -12,12 +12,12 @@ from collections.abc import Sequence
 import structlog
 
 from muster.v1 import muster_pb2 as pb
-from server.api import validate
-from server.api.views import job_proto
-from server.errors import DomainError, already_exists, invalid, not_found, precondition
 from server.model import TaskStatus
-from server.records import JobRecord, JobStatusRecord
-from server.state import PLACED, ClusterState, ended_summary, new_job_record
+from server.service import validate
+from server.service.errors import DomainError, already_exists, invalid, not_found, precondition
+from server.service.records import JobRecord, JobStatusRecord
+from server.service.state import PLACED, ClusterState, ended_summary, new_job_record
+from server.service.views import job_proto
 
 log = structlog.get_logger("muster.commands")
 

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from muster.quantity import CPU, MEMORY
 from muster.v1 import muster_pb2 as pb
 from server.model import CycleResult, TaskStatus
-from server.state import ClusterState
+from server.service.state import ClusterState
 
 
 def exponential_buckets_range(low: float, high: float, count: int) -> list[float]:

@@ -18,7 +18,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from server.auth import Policy, Principal
+from server.service.auth import Policy, Principal
 
 log = structlog.get_logger("muster.metrics")
 

@@ -1,6 +1,6 @@
 """The server's in-memory cluster state and the task / job lifecycle.
 
-``ClusterState`` holds the records (``server.records``) of backends, nodes, queues, jobs, tasks and
+``ClusterState`` holds the records (``server.service.records``) of backends, nodes, queues, jobs, tasks and
 foreign work, the decision log and the WatchJobs hub, and owns every lifecycle transition: a task
 going back to Pending, being released, evicted or bound, a gang falling below its minimum, a job's
 phase following its tasks. Each transition notes what it changed in ``changes`` (a ``ChangeSet``);
@@ -11,13 +11,13 @@ Finished jobs do not stay in memory for ever: ``drop_finished`` removes a job (w
 it has been Completed, Failed or Cancelled for ``retention`` seconds and nothing of it is still
 unwritten or on a node. It stays in the store, and ``jobs.get`` (a ``JobTable``) reads through to
 the store, so lookups by id -- GetJob, Explain, CancelJob, a resubmission of the same id -- answer
-as before; ``server.api.queries.list_jobs`` merges memory and store.
+as before; ``server.service.api.queries.list_jobs`` merges memory and store.
 
-Who changes it: ``server.ingest`` (backend RPCs), ``server.commands`` (jobs and queues),
-``server.apply`` (a cycle's result); ``server.snapshot`` reads it for a cycle and
-``server.api.queries`` for the read RPCs. All of them run on the event loop, one call at a time,
+Who changes it: ``server.service.ingest`` (backend RPCs), ``server.service.commands`` (jobs and queues),
+``server.service.apply`` (a cycle's result); ``server.service.snapshot`` reads it for a cycle and
+``server.service.api.queries`` for the read RPCs. All of them run on the event loop, one call at a time,
 so each call is atomic with respect to the others. Every mutating call validates its whole request
-first (raising ``server.errors.DomainError``) and only then changes state, so a rejected request
+first (raising ``server.service.errors.DomainError``) and only then changes state, so a rejected request
 changes nothing.
 """
 
@@ -35,13 +35,12 @@ import structlog
 
 from muster.v1 import muster_pb2 as pb
 from server import model
-from server.api import convert, validate
-from server.api.views import job_proto
-from server.decisions import DecisionLog, JobWatchHub
-from server.errors import invalid, not_found
-from server.logs import TaskLogs
 from server.model import ALLOCATED, ENDED, OCCUPYING, PodGroupPhase, TaskStatus
-from server.records import (
+from server.service import convert, validate
+from server.service.decisions import DecisionLog, JobWatchHub
+from server.service.errors import invalid, not_found
+from server.service.logs import TaskLogs
+from server.service.records import (
     BackendRecord,
     ConditionRecord,
     ForeignTask,
@@ -52,7 +51,8 @@ from server.records import (
     TaskRecord,
     is_terminal_phase,
 )
-from server.store import JobArchive, StoredJob, StoredState, WriteBatch
+from server.service.store import JobArchive, StoredJob, StoredState, WriteBatch
+from server.service.views import job_proto
 
 log = structlog.get_logger("muster.state")
 
@@ -537,7 +537,7 @@ class ClusterState:
     def quarantine(self, job: JobRecord, reason: str, message: str, cycle_id: int = 0) -> None:
         """Leave ``job`` out of every cycle from now on (until it is cancelled): its Quarantined
         condition says why. For a job whose stored spec today's validation refuses (reason
-        InvalidSpec); a cycle that fails with a job reports it in its result (``server.apply``)."""
+        InvalidSpec); a cycle that fails with a job reports it in its result (``server.service.apply``)."""
         st = job.status
         st.quarantined = True
         st.conditions = [c for c in st.conditions if c.type != model.QUARANTINED] + [
@@ -561,6 +561,21 @@ class ClusterState:
             if c.type != "Ended":
                 kept.append(c)
         job.status.conditions = [*kept, ConditionRecord("Ended", "True", reason, message, 0, now)]
+
+
+def queue_allocated(state: ClusterState) -> dict[str, dict[str, float]]:
+    """Per queue, the resources (canonical units) its active jobs' placed tasks hold now: ListQueues'
+    allocation and the dashboard's history both read it."""
+    allocated: dict[str, dict[str, float]] = {n: {} for n in state.queues}
+    for rec in state.active_jobs.values():  # finished jobs count nowhere here
+        alloc = allocated.get(rec.spec.queue)
+        if not rec.active or alloc is None:
+            continue
+        for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
+            if t.status in ALLOCATED:
+                for r, v in tmpl.request.items():
+                    alloc[r] = alloc.get(r, 0.0) + v
+    return allocated
 
 
 def ended_summary(job: JobRecord, phase: int) -> str:

@@ -4,7 +4,7 @@
 replaced, never mutated) and each active job's task statuses and nodes. ``materialize`` deep-copies
 that into a ``model.ClusterSnapshot`` (in a worker thread): the records go on changing while the
 cycle runs. The scheduling core itself never changes its snapshot (every cycle in the tests checks
-it), which lets the worker's ``ResidentState`` hand it what it holds. ``server.apply`` later
+it), which lets the worker's ``ResidentState`` hand it what it holds. ``server.service.apply`` later
 compares a cycle's result against the same capture and drops whatever the world changed in between.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 from server import model
 from server.model import OCCUPYING, PodGroupPhase, TaskStatus
-from server.records import JobRecord
-from server.state import ClusterState
+from server.service.records import JobRecord
+from server.service.state import ClusterState
 
 
 @dataclass

@@ -23,8 +23,8 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from muster.v1 import muster_pb2 as pb
-from server.api.convert import timestamp
-from server.records import DecisionRow
+from server.service.convert import timestamp
+from server.service.records import DecisionRow
 
 T = TypeVar("T")
 
@@ -96,7 +96,7 @@ class DecisionLog:
         # Outcomes of recently settled decisions: id -> (backend, state, serialized decision), so
         # (duplicate) acks rarely need the store.
         self.recent: OrderedDict[int, tuple[str, str, bytes]] = OrderedDict()
-        # Telemetry (server.observability): counts decisions and stamps their trace context.
+        # Telemetry (server.service.observability): counts decisions and stamps their trace context.
         self.observer: DecisionObserver | None = None
 
     # --- issuing ---------------------------------------------------------------------------------

@@ -48,9 +48,15 @@ import structlog
 from google.protobuf.message import DecodeError
 
 from muster.v1 import muster_pb2 as pb
-from server.errors import DomainError, ErrorCode
 from server.model import TaskStatus
-from server.records import TERMINAL_PHASES, BackendRecord, DecisionRow, JobStatusRecord, TaskRecord
+from server.service.errors import DomainError, ErrorCode
+from server.service.records import (
+    TERMINAL_PHASES,
+    BackendRecord,
+    DecisionRow,
+    JobStatusRecord,
+    TaskRecord,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

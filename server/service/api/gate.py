@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import structlog
 
-from server.auth import Policy, bearer_token, certificate_names
+from server.service.auth import Policy, bearer_token, certificate_names
 
 log = structlog.get_logger("muster.service")
 

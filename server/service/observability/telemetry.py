@@ -29,12 +29,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from muster.tracing import build_provider, inject_current, tracing_settings
 from muster.v1 import muster_pb2 as pb
 from server.model import CycleResult
-from server.observability.cycletrace import CycleObservation
-from server.observability.http import MetricsServer
-from server.observability.interceptor import TelemetryInterceptor
-from server.observability.metrics import ServerMetrics
-from server.snapshot import Capture
-from server.state import ClusterState
+from server.service.observability.cycletrace import CycleObservation
+from server.service.observability.http import MetricsServer
+from server.service.observability.interceptor import TelemetryInterceptor
+from server.service.observability.metrics import ServerMetrics
+from server.service.snapshot import Capture
+from server.service.state import ClusterState
 
 log = structlog.get_logger("muster.telemetry")
 

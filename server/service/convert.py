@@ -1,6 +1,6 @@
 """Proto (API) <-> model (scheduling core) conversion.
 
-Inputs are assumed validated (``server.api.validate``); these functions do not raise on bad input.
+Inputs are assumed validated (``server.service.validate``); these functions do not raise on bad input.
 A job read back from the store was validated by the version that stored it: ``checked_job_to_model``
 says what today's bounds refuse in it (the server quarantines such a job) and builds its model with
 the refused quantities held to the bound.

@@ -19,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from muster.tracing import extract
-from server.observability.metrics import ServerMetrics
+from server.service.observability.metrics import ServerMetrics
 
 # (request, response, span) after a successful unary call.
 ResponseHook = Callable[[Any, Any, trace.Span], None]

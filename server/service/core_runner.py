@@ -5,7 +5,7 @@ GIL with the gRPC event loop, and every RPC waits behind it (bench/api_latency.p
 seconds of stall). In a worker process only the snapshot's serialisation (in a helper thread) and
 the result's are paid in the server process.
 
-The worker is one long-lived child, ``python -m server.core_runner``, speaking length-prefixed
+The worker is one long-lived child, ``python -m server.service.core_runner``, speaking length-prefixed
 pickles over its stdin / stdout: ``(config or None, CaptureDelta, cycle id)`` in, ``("ok",
 CycleResult)`` or ``("error", traceback)`` out. The worker keeps the cluster between cycles
 (``snapshot.ResidentState``) and is sent only what changed since the previous cycle
@@ -33,10 +33,10 @@ import anyio
 from anyio.abc import Process
 
 from server.config import SchedulerConfig
-from server.gctune import tune_gc
 from server.model import CycleResult
 from server.scheduler import SchedulerCore
-from server.snapshot import Capture, CaptureDelta, DeltaSender, ResidentState
+from server.service.gctune import tune_gc
+from server.service.snapshot import Capture, CaptureDelta, DeltaSender, ResidentState
 
 CycleWorker = Literal["process", "thread"]
 _HEADER = struct.Struct("!Q")
@@ -130,7 +130,7 @@ class CoreRunner:
                 await self._started()
 
     # The worker's command line, and how long it may take to import the core and say READY.
-    command: tuple[str, ...] = (sys.executable, "-m", "server.core_runner")
+    command: tuple[str, ...] = (sys.executable, "-m", "server.service.core_runner")
     start_timeout = 60.0
 
     async def _started(self) -> Process:
