@@ -31,6 +31,7 @@ from clients.render import (
     status_name,
     to_dict,
 )
+from muster.gang import gang_minimum
 from muster.jsonmap import short_enum_name
 from muster.v1 import muster_pb2 as pb
 
@@ -214,7 +215,7 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
         c.print(f"[bold]Job[/bold] {s.id}  namespace={s.namespace} name={s.name} queue={s.queue} "
                 f"owner={s.owner or '-'}")
         c.print(
-            f"Phase: {phase_name(st.phase)}   min_member={s.min_member or len(job.tasks)}   "
+            f"Phase: {phase_name(st.phase)}   min_member={gang_minimum(s.min_member, len(job.tasks))}   "
             f"pending={st.pending} running={st.running} succeeded={st.succeeded} failed={st.failed}"
         )
         ran = f" (ran {duration(st.finish_time.seconds - st.start_time.seconds)})" \

@@ -205,7 +205,9 @@ class JobSpec:
     namespace: str
     queue: str
     tasks: list[TaskSpec]
-    min_member: int | None = None  # None: every task (an explicit 0 is Volcano's minMember 0)
+    # The resolved gang minimum (muster.gang.gang_minimum of the API's / scenario's value): 0 is
+    # no minimum (Volcano's minMember 0); None: every task (left unresolved).
+    min_member: int | None = None
     min_task_member: dict[str, int] = field(default_factory=dict)
     min_resources: Resources | None = None
     priority: int = 0

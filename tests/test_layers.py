@@ -48,7 +48,8 @@ SERVICE_WIRE = tuple(
     f"server.service.{m}" for m in ("errors", "convert", "validate", "records", "views")
 )
 # What the core may import besides itself and the standard library.
-CORE_THIRD_PARTY = ("numpy", "yaml", "structlog", "muster.quantity", "muster.devices", "muster.yamldoc")
+CORE_THIRD_PARTY = ("numpy", "yaml", "structlog", "muster.quantity", "muster.devices", "muster.yamldoc",
+                    "muster.gang")
 # Never in the core: the network, the API messages, the server's I/O, the edges.
 CORE_FORBIDDEN = ("grpc", "google", "muster.v1", "opentelemetry", "anyio", "adapters", "clients")
 

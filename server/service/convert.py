@@ -12,6 +12,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from muster.gang import gang_minimum
 from muster.quantity import (
     MAX_CANONICAL,
     QuantityError,
@@ -190,7 +191,7 @@ def checked_job_to_model(spec: pb.JobSpec, creation_index: int) -> tuple[model.J
         namespace=spec.namespace,
         queue=spec.queue,
         tasks=tasks,
-        min_member=spec.min_member or None,  # API: 0 means every task
+        min_member=gang_minimum(spec.min_member, len(tasks)),  # 0: every task
         min_task_member=dict(spec.min_task_member),
         min_resources=min_resources,
         priority=spec.priority,

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.gang import gang_minimum
 from muster.v1 import muster_pb2 as pb
 from server import model
 from server.model import QUARANTINED, PodGroupPhase, TaskStatus
@@ -206,7 +207,7 @@ class JobRecord:
 
     @property
     def min_member(self) -> int:
-        return self.spec.min_member or len(self.tasks)
+        return gang_minimum(self.spec.min_member, len(self.tasks))
 
     @property
     def active(self) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 from muster import yamldoc
 from muster.devices import device_count_problem
+from muster.gang import NO_GANG_MINIMUM, gang_minimum
 from muster.quantity import QuantityError, parse_resources
 from muster.yamldoc import brief
 from server.config import (
@@ -617,14 +618,17 @@ def load_scenario(raw: Any) -> Scenario:
         if not isinstance(min_task_member, dict):
             L.problem(f"{p}.minTaskMember", "must be a mapping of role to count")
             min_task_member = {}
-        min_member: int | None = L.integer(j.get("minMember"), f"{p}.minMember", 0) if "minMember" in j else None
+        # minMember as the API's min_member: absent or 0 is every task; NO_GANG_MINIMUM (-1) is
+        # none (Volcano's minMember 0).
+        min_member: int = L.integer(j.get("minMember"), f"{p}.minMember", 0) if "minMember" in j else 0
         if tyjob is not None:  # the gang: the Leader and minWorkersNum workers
-            if min_member is None:
+            if min_member == 0:
                 min_member = 1 + tyjob.min_workers
             if not min_task_member:
                 min_task_member = {tyjob.leader_role: 1}
-        if min_member is not None and min_member < 0:
-            L.problem(f"{p}.minMember", "must not be negative")
+        if min_member < NO_GANG_MINIMUM:
+            L.problem(f"{p}.minMember", f"must not be negative (except {NO_GANG_MINIMUM}: no gang minimum)")
+            min_member = 0
         sub_groups = []
         for s, sg in enumerate(L.items(j.get("subGroups"), f"{p}.subGroups")):
             sp = f"{p}.subGroups[{s}]"
@@ -646,7 +650,7 @@ def load_scenario(raw: Any) -> Scenario:
                 namespace=namespace,
                 queue=queue,
                 tasks=tasks,
-                min_member=min_member,
+                min_member=gang_minimum(min_member, len(tasks)),
                 min_task_member={str(r): L.integer(v, f"{p}.minTaskMember.{r}") for r, v in min_task_member.items()},  # noqa: E501
                 min_resources=L.resources(min_resources, f"{p}.minResources") if min_resources is not None else None,
                 priority=priority,

@@ -4,8 +4,8 @@ scenarios run through ``muster simulate`` (``server.simulate.simulate_text``).
 Each test names the behaviour and cites the Volcano case (``TestAllocate`` / ``TestFareShareAllocate``
 and the case name). Volcano's test tiers switch on only the extension points they list, which a
 scenario writes as ``extension_points_not_listed: disabled``. Volcano's ``minMember: 0`` (no gang
-at all) has no Muster spelling (0 means "every task"), so those cases use ``minMember: 1``, which
-gives the same decisions there.
+at all) is spelled ``minMember: -1`` in Muster (0 means "every task"); these cases use
+``minMember: 1``, which gives the same decisions there.
 """
 
 from __future__ import annotations

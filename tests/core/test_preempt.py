@@ -24,6 +24,7 @@ from core_helpers import (
     uid,
 )
 
+from muster.gang import NO_GANG_MINIMUM
 from server.config import ConfigError, load_config
 from server.model import PodGroupPhase, TaskStatus
 
@@ -141,7 +142,7 @@ def test_preempts_low_priority_job_when_queue_capability_is_reached(topology_awa
         [scenario_node("n1", res("12", "12G"))],
         [scenario_queue("q1", capability={"cpu": "4", "memory": "4G"})],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", res("3", "3G"), "n1")], priority_class="low-priority"),
+            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", res("3", "3G"), "n1")], priority_class="low-priority"),
             pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
@@ -192,7 +193,7 @@ def test_besteffort_victim_frees_the_pod_slot() -> None:
         [scenario_node("n1", res("12", "12G"), pods=1)],
         [scenario_queue("q1", capability={"cpu": "6", "memory": "6G"})],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", None, "n1")], priority_class="low-priority"),
+            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", None, "n1")], priority_class="low-priority"),
             pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
         ],
         topology_aware=True,
@@ -208,7 +209,7 @@ def test_besteffort_preemptor_evicts_besteffort_pod(topology_aware: bool) -> Non
         [scenario_node("n1", res("12", "12G"), pods=1)],
         [scenario_queue("q1", capability={"cpu": "6", "memory": "6G"})],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", None, "n1")], priority_class="low-priority"),
+            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", None, "n1")], priority_class="low-priority"),
             pg("pg2", "q1", 1, [pod("preemptor1", None)], priority_class="high-priority"),
         ],
         topology_aware=True,
@@ -222,7 +223,7 @@ def test_besteffort_preemptor_never_evicts_a_resource_pod() -> None:
         [scenario_node("n1", res("12", "12G"), pods=1)],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
             pg("pg2", "q1", 1, [pod("preemptor1", None)], priority_class="high-priority"),
         ],
         topology_aware=True,
@@ -237,7 +238,7 @@ def test_preemption_policy_never_does_not_preempt(topology_aware: bool) -> None:
         [scenario_node("n1", res("1", "1Gi"), pods=1)],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
             pg("pg2", "q1", 1, [pod("preemptor1", res("1", "1G"), preemptionPolicy="Never")], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
@@ -271,9 +272,9 @@ def test_only_the_winning_nodes_evictions_are_committed() -> None:
         [scenario_node("n1", res("3", "3G")), scenario_node("n2", res("4", "4G"))],
         [scenario_queue("q1", capability={"cpu": "6", "memory": "6G"})],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
             pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
-            pg("pg3", "q1", 0, [pod("preemptee2", res("4", "4G"), "n2")], priority_class="low-priority"),
+            pg("pg3", "q1", NO_GANG_MINIMUM, [pod("preemptee2", res("4", "4G"), "n2")], priority_class="low-priority"),
         ],
     )
     assert evicted(out) == {uid("preemptee2")}
@@ -288,7 +289,7 @@ def test_preemptors_of_every_queue_are_served() -> None:
         [scenario_queue("q1"), scenario_queue("q2", capability={"cpu": "4", "memory": "4G"})],
         [
             pg("pg1", "q1", 1, [pod("q1-runner1", res("1", "1G"), "n1")]),
-            pg("pg2", "q2", 0, [pod("q2-preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg2", "q2", NO_GANG_MINIMUM, [pod("q2-preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
             pg("pg3", "q2", 1, [pod("q2-preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
@@ -301,7 +302,7 @@ def test_never_preempts_across_queues() -> None:
         [scenario_node("n1", res("2", "2G"))],
         [scenario_queue("q1"), scenario_queue("q2")],
         [
-            pg("pg1", "q1", 0, [pod("other-queue-1", res("1", "1G"), "n1"), pod("other-queue-2", res("1", "1G"), "n1")],
+            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("other-queue-1", res("1", "1G"), "n1"), pod("other-queue-2", res("1", "1G"), "n1")],
                priority_class="low-priority"),
             pg("pg2", "q2", 1, [pod("preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
@@ -348,7 +349,7 @@ def test_equal_priority_jobs_do_not_preempt_each_other() -> None:
         [scenario_node("n1", res("1", "1G"))],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 0, [pod("running", res("1", "1G"), "n1")], priority_class="high-priority"),
+            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("running", res("1", "1G"), "n1")], priority_class="high-priority"),
             pg("pg2", "q1", 1, [pod("waiting", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
@@ -388,9 +389,9 @@ def test_pod_anti_affinity_conflict_is_resolved_by_eviction() -> None:
         [scenario_node("n1", res("2", "2Gi"), pods=2, labels={"kubernetes.io/hostname": "n1"})],
         [scenario_queue("q1", capability={"cpu": "2", "memory": "2G"})],
         [
-            pg("pg1", "q1", 0, [pod("preemptee2", res("1", "1G"), "n1", labels={"test": "test"}, affinity=anti)],
+            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee2", res("1", "1G"), "n1", labels={"test": "test"}, affinity=anti)],
                priority_class="low-priority"),
-            pg("pg2", "q1", 0, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg2", "q1", NO_GANG_MINIMUM, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
             pg("pg3", "q1", 1, [pod("preemptor1", res("1", "1G"), labels={"test": "test"}, affinity=anti)],
                priority_class="high-priority"),
         ],
@@ -408,8 +409,8 @@ def test_topology_aware_prefers_node_with_lowest_priority_victims(candidates: in
         [scenario_node("n1", res("1", "1G")), scenario_node("n2", res("1", "1G"))],
         [scenario_queue("q1")],
         [
-            pg("mid", "q1", 0, [pod("on-n1", res("1", "1G"), "n1", priority=50)], priority_class="low-priority"),
-            pg("low", "q1", 0, [pod("on-n2", res("1", "1G"), "n2", priority=5)], priority_class="low-priority"),
+            pg("mid", "q1", NO_GANG_MINIMUM, [pod("on-n1", res("1", "1G"), "n1", priority=50)], priority_class="low-priority"),
+            pg("low", "q1", NO_GANG_MINIMUM, [pod("on-n2", res("1", "1G"), "n2", priority=5)], priority_class="low-priority"),
             pg("high", "q1", 1, [pod("preemptor", res("1", "1G"))], priority_class="high-priority"),
         ],
         topology_aware=True,
@@ -425,7 +426,7 @@ def test_network_topology_jobs_do_not_preempt() -> None:
         [scenario_node("n1", res("1", "1G"))],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 0, [pod("victim", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("victim", res("1", "1G"), "n1")], priority_class="low-priority"),
             pg("pg2", "q1", 1, [pod("preemptor", res("1", "1G"))], priority_class="high-priority",
                networkTopology={"mode": "hard", "highestTierAllowed": 1}),
         ],
@@ -439,7 +440,7 @@ def test_pending_phase_jobs_do_not_preempt() -> None:
         [scenario_node("n1", res("1", "1G"))],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 0, [pod("victim", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("victim", res("1", "1G"), "n1")], priority_class="low-priority"),
             pg("pg2", "q1", 1, [pod("preemptor", res("1", "1G"))], priority_class="high-priority", phase="Pending"),
         ],
     )

@@ -19,6 +19,7 @@ from core_helpers import (
     uid,
 )
 
+from muster.gang import NO_GANG_MINIMUM
 from server.plugins import PLUGINS
 from server.plugins.base import Plugin
 
@@ -55,16 +56,16 @@ def shuffle(tiers, nodes, queues, jobs, *, actions=("shuffle",), listed_only=Tru
 def _cluster() -> tuple[list, list, list]:
     nodes = [scenario_node("node1", res("4", "8Gi")), scenario_node("node2", res("4", "8Gi"))]
     jobs = [
-        pg("pg1", "default", 0, [
+        pg("pg1", "default", NO_GANG_MINIMUM, [
             pod("pod1-1", res("1", "2G"), "node1", priority=LOW),
             pod("pod1-2", res("1", "2G"), "node1", priority=HIGH),
             pod("pod1-3", res("1", "2G"), "node1", priority=HIGH),
         ], phase="Running"),
-        pg("pg2", "default", 0, [
+        pg("pg2", "default", NO_GANG_MINIMUM, [
             pod("pod2-1", res("1", "2G"), "node1", priority=LOW),
             pod("pod2-2", res("1", "2G"), "node2", priority=HIGH),
         ], phase="Running"),
-        pg("pg3", "default", 0, [
+        pg("pg3", "default", NO_GANG_MINIMUM, [
             pod("pod3-1", res("1", "2G"), "node2", priority=LOW),
             pod("pod3-2", res("1", "2G"), "node2", priority=HIGH),
         ], phase="Running"),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from muster.gang import gang_minimum
 from muster.quantity import MIN_RESOURCE, QuantityError, parse_resources
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
@@ -92,7 +93,7 @@ class MiniMuster(pb_grpc.SchedulerServicer):
             if not pending:
                 continue
             placed = sum(1 for t in job.tasks if t.status in OCCUPYING or t.status == pb.TASK_STATUS_SUCCEEDED)
-            need = (job.spec.min_member or len(job.tasks)) - placed
+            need = gang_minimum(job.spec.min_member, len(job.tasks)) - placed
             trial: list[tuple[pb.Task, str]] = []
             for t in pending:
                 req = job.requests[t.role]
