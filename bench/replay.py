@@ -17,7 +17,7 @@ each pod is placed seeing every earlier placement and no later pod. A pod's GPU 
 (``gpu_spec``) is a required node affinity on the node label ``gpu-model``; cpu and memory are
 requested as in the trace. Policies (the tiers of that cycle):
 
-* ``fgd``: predicates + the ``fgd`` plugin (server/plugins/fgd.py);
+* ``fgd``: predicates + the ``fgd`` plugin (server/plugins/volcano/fgd.py);
 * ``binpack``: BestFit-like -- predicates + binpack (cpu, memory and GPUs) + gpusharingorder (a share
   goes to a node with a shared GPU it fits) + gpupack (onto the most used shared GPU);
 * ``random``: predicates + a seeded random node score and GPU choice (defined here);

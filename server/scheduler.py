@@ -38,8 +38,8 @@ from server.model import (
     JobSpec,
     TaskSpec,
 )
-from server.plugins.gang_backend import NAME as GANG_BACKEND
-from server.plugins.gang_backend import GangBackendPlugin
+from server.plugins.muster.gang_backend import NAME as GANG_BACKEND
+from server.plugins.muster.gang_backend import GangBackendPlugin
 from server.session.options import PluginOption
 from server.session.session import Session
 

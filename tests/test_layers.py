@@ -83,7 +83,7 @@ def imports_of(source: str, module: str, is_package: bool = False) -> Iterator[I
                 target = f"{prefix}.{node.module}" if node.module else prefix
             else:
                 target = node.module or ""
-            # ``from server.plugins import gang`` imports the module server.plugins.gang
+            # ``from server.plugins.volcano import gang`` imports the module server.plugins.volcano.gang
             for alias in node.names:
                 yield Import(module, f"{target}.{alias.name}", node.lineno)
 
@@ -158,6 +158,13 @@ def service_violations(imports: list[Import]) -> list[str]:
 KAI_ACTION_MACHINERY = ("server.actions.kai.common", "server.actions.kai.job_queue", "server.actions.kai.solver")
 
 
+# Plugins live in one sub-package per system they come from; what they share is at the top.
+PLUGIN_FAMILIES = tuple(
+    f"server.plugins.{family}" for family in ("volcano", "kai", "tyarranger", "ascend", "muster")
+)
+PLUGIN_SHARED = ("server.plugins.base", "server.plugins.util")
+
+
 def core_internal_violations(imports: list[Import]) -> list[str]:
     """Inside the core: the framework never imports plugins, actions or config parsing; a plugin
     imports no action and no other plugin; an action imports no plugin and no other action."""
@@ -169,10 +176,13 @@ def core_internal_violations(imports: list[Import]) -> list[str]:
             t, ("server.plugins", "server.actions", "server.config", "server.scheduler", "server.simulate")
         ):
             bad.append(where)
-        elif under(m, ("server.plugins",)) and m not in ("server.plugins", "server.plugins.kai"):
+        elif under(m, ("server.plugins",)) and m != "server.plugins":
+            # a family's package (``server.plugins.kai``) may gather its own members; a plugin module
+            # imports only the shared helpers, never another plugin, of its family or another
+            own = (m,) if m in PLUGIN_FAMILIES else ()
             if under(t, ("server.actions", "server.config", "server.scheduler", "server.simulate")):
                 bad.append(where)
-            elif under(t, ("server.plugins",)) and not under(t, ("server.plugins.base", "server.plugins.util")):
+            elif under(t, ("server.plugins",)) and not under(t, (*PLUGIN_SHARED, *own)):
                 bad.append(where)
         elif under(m, ("server.actions",)) and m not in ("server.actions", "server.actions.kai"):
             if under(t, ("server.plugins", "server.config", "server.scheduler", "server.simulate")):
@@ -223,12 +233,15 @@ def test_importing_the_core_loads_no_network_api_or_server_io() -> None:
 @pytest.mark.parametrize(
     ("module", "source", "checker"),
     [
-        ("server.plugins.gang", "from server.actions.victims import victims_queue", core_internal_violations),
-        ("server.plugins.drf", "def f():\n    from server.plugins.proportion import x\n", core_internal_violations),
+        ("server.plugins.volcano.gang", "from server.actions.victims import victims_queue", core_internal_violations),
+        ("server.plugins.volcano.drf", "def f():\n    from server.plugins.volcano.proportion import x\n", core_internal_violations),
+        ("server.plugins.volcano.gang", "from server.plugins.kai.elastic import x", core_internal_violations),
+        ("server.plugins.kai.gpupack", "from server.plugins.volcano import binpack", core_internal_violations),
+        ("server.plugins.volcano", "from server.plugins.kai import gpupack", core_internal_violations),
         ("server.session.session", "from server.plugins import PLUGINS", core_internal_violations),
         ("server.actions.allocate", "from . import preempt", core_internal_violations),
         ("server.session.info", "import grpc", core_violations),
-        ("server.plugins.gang", "from server.service.state import ClusterState", core_violations),
+        ("server.plugins.volcano.gang", "from server.service.state import ClusterState", core_violations),
         ("server.scheduler", "from server.service import errors", core_violations),
         ("server.session.session", "def f():\n    import server.service.convert\n", core_violations),
         ("server.model", "from muster.v1 import muster_pb2", core_violations),
@@ -247,15 +260,17 @@ def test_importing_the_core_loads_no_network_api_or_server_io() -> None:
     ],
 )
 def test_the_checks_catch_a_wrong_import(module: str, source: str, checker: object) -> None:
-    is_package = module in ("server.plugins",)
+    is_package = module in ("server.plugins", *PLUGIN_FAMILIES)
     found = list(imports_of(source, module, is_package))
     assert checker(found), f"{module}: {source!r} should be a violation"  # type: ignore[operator]
 
 
 def test_the_checks_allow_the_intended_imports() -> None:
     allowed = [
-        ("server.plugins.gang", "from server.session.session import Session"),
-        ("server.plugins.drf", "from server.plugins.util import x\nfrom muster.quantity import CPU"),
+        ("server.plugins.volcano.gang", "from server.session.session import Session"),
+        ("server.plugins.volcano.drf", "from server.plugins.util import x\nfrom muster.quantity import CPU"),
+        ("server.plugins.kai.gpupack", "from server.plugins.base import Plugin"),
+        ("server.plugins.kai", "from server.plugins.kai.elastic import ElasticPlugin"),
         ("server.actions.allocate", "from server.actions.base import Action\nimport numpy as np"),
         ("server.service.state", "from muster.v1 import muster_pb2 as pb\nfrom server.model import TaskStatus"),
         ("server.service.state", "from server.service import convert\nfrom server.service.records import JobRecord"),

@@ -8,7 +8,7 @@ import pytest
 from core_helpers import job, node, queue, session, snapshot, task
 
 from server.model import ClusterSnapshot, PodGroupPhase, TaskStatus
-from server.plugins.binpack import BinpackPlugin
+from server.plugins.volcano.binpack import BinpackPlugin
 
 
 def test_arguments_set_weights_and_a_negative_resource_weight_falls_back_to_one() -> None:

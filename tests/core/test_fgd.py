@@ -14,7 +14,7 @@ from muster.devices import NVIDIA_GPU
 from server.config import ConfigError, load_config
 from server.model import CycleResult, JobSpec, NodeSpec, PodGroupPhase
 from server.plugins import PLUGINS
-from server.plugins.fgd import (
+from server.plugins.volcano.fgd import (
     FgdPlugin,
     NodeState,
     TaskType,

@@ -8,7 +8,7 @@ import pytest
 from core_helpers import job, node, queue, res, session, simulate_yaml, snapshot, task
 
 from server.model import JobSpec, PodGroupPhase, TaskStatus
-from server.plugins.gang import _releasing_covers_gang
+from server.plugins.volcano.gang import _releasing_covers_gang
 from server.session.info import JobInfo, ResourceSpace
 from server.session.session import Session
 

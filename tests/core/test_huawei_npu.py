@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from server.plugins.huawei_npu import PRIORITY_TABLE, best_ring
+from server.plugins.ascend.huawei_npu import PRIORITY_TABLE, best_ring
 from server.simulate.run import simulate_text
 
 ASCEND = "huawei.com/Ascend910"

@@ -26,7 +26,7 @@ from core_helpers import (
     snapshot,
 )
 
-from server.plugins.proportion import ProportionPlugin
+from server.plugins.volcano.proportion import ProportionPlugin
 from server.session.info import dominant_share as share
 
 # TestEnqueueAndAllocable: the tier switches of each case.

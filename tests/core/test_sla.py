@@ -6,7 +6,7 @@ import pytest
 from core_helpers import config, cycle, job, node, plugin, queue, session, snapshot
 
 from server.model import ClusterSnapshot, JobSpec, PodGroupPhase
-from server.plugins import sla
+from server.plugins.volcano import sla
 from server.session.session import Session
 
 NOW = 1_000_000.0

@@ -8,7 +8,7 @@ import pytest
 from core_helpers import cycle, job, node, queue, res, session, snapshot, task
 
 from server.model import JobSpec, NodeSpec
-from server.plugins.task_topology import read_topology
+from server.plugins.volcano.task_topology import read_topology
 from server.session.info import JobInfo, ResourceSpace
 
 CONFIG = """

@@ -9,7 +9,7 @@ import pytest
 from core_helpers import config, job, node, plugin, queue, res, session, snapshot, task
 
 from server.model import JobSpec, NodeSpec, PodGroupPhase, TaskSpec, TaskStatus
-from server.plugins import tdm
+from server.plugins.volcano import tdm
 from server.session.session import Session
 
 NOON = datetime(2026, 3, 10, 12, 0, 0)

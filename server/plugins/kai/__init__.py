@@ -1,7 +1,8 @@
 """KAI Scheduler's plugins (``profile: kai``): each one small module, registered under KAI's names.
 
 Where a name exists in both systems (proportion, priority, predicates), ``profile: kai`` selects the
-module here (predicates: the Kubernetes filters are the same in both, so it is the shared module)."""
+module here (predicates: the Kubernetes filters are the same in both, so both use Volcano's
+``server/plugins/volcano/predicates.py``)."""
 
 from __future__ import annotations
 
