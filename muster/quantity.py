@@ -27,6 +27,7 @@ MIN_RESOURCE = 0.1
 # every integer up to it is a float, so sums and differences of quantities stay exact. 2**53
 # millicores are 9 trillion cores, 2**53 bytes 8 PiB, 2**53 milli-GPUs 9 trillion GPUs.
 MAX_CANONICAL = float(2**53)
+_MAX_EXACT = Decimal(2**53)
 # A quantity's decimal exponent (its leading digit's place, suffix included) beyond which it is
 # refused as too large before any arithmetic: far above MAX_CANONICAL in any unit, far below what
 # would make building the value slow. Below -_MAX_MAGNITUDE a value is 0.
@@ -186,10 +187,11 @@ def parse_resources(
             continue
         if value < 0 and not allow_negative:
             raise QuantityError(f"{name}: {_short(raw)} is negative")
-        canonical = to_canonical(name, value)
-        if abs(canonical) > MAX_CANONICAL:
+        # The bound on the exact value: 2**53 + 1 would round to 2**53 as a float.
+        exact = value if name == PODS or is_bytes_resource(name) else value * 1000
+        if abs(exact) > _MAX_EXACT:
             raise QuantityTooLarge(_too_large(name, raw))
-        out[name] = canonical
+        out[name] = float(exact)
     return out
 
 

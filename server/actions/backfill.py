@@ -28,9 +28,11 @@ class BackfillAction(Action):
         jobs_by_queue: dict[str, PriorityQueue] = {}
         tasks_by_job: dict[str, PriorityQueue] = {}
         for job, queue in ssn.admitted_jobs():
-            best_effort = [t for t in job.index[TaskStatus.PENDING].values() if t.best_effort]
+            # A task asking a share of a GPU and nothing else is no best-effort task: the share is
+            # placed by KAI's allocate (on a shared GPU), never here.
+            best_effort = [t for t in job.index[TaskStatus.PENDING].values() if t.best_effort and not t.gpu_fraction]
             # Volcano unpipelines best-effort tasks and backfills them like pending ones.
-            for t in [t for t in job.index[TaskStatus.PIPELINED].values() if t.best_effort]:
+            for t in [t for t in job.index[TaskStatus.PIPELINED].values() if t.best_effort and not t.gpu_fraction]:
                 ssn.unplace_task(t, TaskStatus.PENDING)
                 best_effort.append(t)
             if not best_effort:

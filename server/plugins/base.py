@@ -9,6 +9,7 @@ is in ``server/plugins/util.py``); they only talk to the session.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from server.session.session import Session
@@ -41,15 +42,16 @@ class Plugin:
         value = self.arguments.get(key, default)
         try:
             return int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(float("inf"))
             return default
 
     def arg_float(self, key: str, default: float = 0.0) -> float:
         value = self.arguments.get(key, default)
         try:
-            return float(value)
-        except (TypeError, ValueError):
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
             return default
+        return number if math.isfinite(number) else default  # "1e309", "inf", "nan": as if unset
 
     def arg_bool(self, key: str, default: bool = False) -> bool:
         value = self.arguments.get(key, default)

@@ -227,7 +227,8 @@ class NodeEvaluator:
 
     def scores(self, task: TaskInfo, rows: Rows) -> np.ndarray:
         entry = self._shape_entry(task)
-        return self._add(self.scorers["task"], task, rows, entry.score[rows].copy())
+        scores: np.ndarray = self._add(self.scorers["task"], task, rows, entry.score[rows].copy())
+        return scores
 
     def select(self, task: TaskInfo, restrict: np.ndarray | None = None) -> tuple[int, bool] | None:
         """Volcano ``prioritizeNodes``: the best node that fits idle now, else the best that fits

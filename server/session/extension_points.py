@@ -360,7 +360,8 @@ def combined(point: Point, chain: Chain[Any]) -> Callable[..., Any]:
     """``point.combine`` over ``chain`` as one function."""
     fns = [fn for row in chain for _, fn in row]
     if len(fns) == 1 and point.combine in _ONE_PLUGIN_IS_THE_RULE:
-        return fns[0]
+        only: Callable[..., Any] = fns[0]
+        return only
     return partial(point.combine, chain)
 
 

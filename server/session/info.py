@@ -557,6 +557,10 @@ class NodeTable:
                 self.devices.shared[i].discard(name)
             else:
                 self.devices.shared[i].add(name)
+            if after == (1, 1, 0):  # only releasing tasks left on it: a whole GPU being released
+                self.devices.shared_releasing[i].add(name)
+            else:
+                self.devices.shared_releasing[i].discard(name)
             if d is not None and before != after:
                 used, releasing, pipelined = (UNIT * (a - b) for a, b in zip(after, before, strict=True))
                 self.idle[i, d] -= used

@@ -223,6 +223,23 @@ def fraction_fits(nodes: NodeTable, row: int, fraction: float) -> tuple[bool, bo
     return future, now and future
 
 
+def new_group_name(nodes: NodeTable, row: int, releasing: bool) -> str:
+    """A new shared GPU is named by the device id of the GPU it takes (one being released when the
+    task is pipelined onto it), so the agent can hand the task that GPU."""
+    ledger = nodes.devices
+    # Shared GPUs' names and ids promised to pipelined tasks are taken; a shared GPU all of whose
+    # tasks are releasing is a whole GPU being released: joining it under its id is taking it.
+    taken = (set(nodes.shared[row]) - ledger.shared_releasing[row]) | set(ledger.promised[row])
+    pool = (ledger.releasing(row, NVIDIA_GPU) if releasing else []) + ledger.free(row, NVIDIA_GPU)
+    for d in pool:
+        if d.id not in taken:
+            return d.id
+    k = 0
+    while f"shared-{k}" in taken:
+        k += 1
+    return f"shared-{k}"
+
+
 def fit_rows(nodes: NodeTable, task: TaskInfo, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row: does the task's request fit once releasing tasks are gone, and does it fit now
     (resources only, GPU shares included; predicates are the evaluator's)."""

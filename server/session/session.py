@@ -74,6 +74,7 @@ from server.session.info import (
     job_phase_after,
     new_queue_infos,
 )
+from server.session.kai import new_group_name
 from server.session.options import PluginOption, SchedulerConfig, SessionPlugin
 from server.session.priority_queue import PriorityQueue
 from server.session.statement import Statement
@@ -494,7 +495,9 @@ class Session:
         job = self.jobs[task.job]
         job.update_task_status(task, status)
         task.node = node
+        rivals = self._rivals(task)
         self.nodes.add_task(self.nodes.index[node], task)
+        self._take_back_devices(task, rivals)
 
     def unplace_task(self, task: TaskInfo, previous: TaskStatus) -> None:
         assert task.node is not None
@@ -520,11 +523,45 @@ class Session:
             job.update_task_status(task, status)
         else:
             task.status = status
+        rivals = self._rivals(task)
         self.nodes.add_task(i, task)
+        self._take_back_devices(task, rivals)
         for h in self.event_handlers:
             fn = h.deallocate if releasing else h.allocate
             if fn:
                 fn(task)
+
+    def _rivals(self, task: TaskInfo) -> tuple[list[TaskInfo], list[str]]:
+        """Before a task takes its devices again (unevicted, a move undone): the pipelined tasks
+        promised them while it was releasing, and the shared GPUs pipelined onto them."""
+        if not task.devices or task.node is None or task.status == TaskStatus.RELEASING:
+            return [], []
+        row = self.nodes.index[task.node]
+        promised, shared = self.nodes.devices.promised[row], self.nodes.shared[row]
+        whole = {id(t): t for d in task.devices if (t := promised.get(d)) is not None and t is not task}
+        groups = [d for d in task.devices if shared.get(d) and all(t.status == TaskStatus.PIPELINED for t in shared[d])]
+        return list(whole.values()), groups
+
+    def _take_back_devices(self, task: TaskInfo, rivals: tuple[list[TaskInfo], list[str]]) -> None:
+        """The rivals of a task that took its devices again take other ones."""
+        whole, groups = rivals
+        for other in whole:
+            self.choose_devices_again(other)
+        if groups:
+            assert task.node is not None
+            row = self.nodes.index[task.node]
+            for name in groups:
+                self._move_share(row, name)
+
+    def _move_share(self, row: int, name: str) -> None:
+        """The tasks of a pipelined shared GPU move to another GPU (one being released first)."""
+        holders = list(self.nodes.shared[row].get(name, ()))
+        for t in holders:
+            self.nodes.remove_task(row, t)
+        new = new_group_name(self.nodes, row, releasing=True)
+        for t in holders:
+            t.gpu_groups = [new]
+            self.nodes.add_task(row, t)
 
     def dispatch_bind(self, task: TaskInfo) -> None:
         """Commit of an allocation: the task is Binding, and a bind decision is emitted. Allocated
@@ -535,6 +572,21 @@ class Session:
             self.result.bind_devices[task.uid] = list(task.devices)
         if task.gpu_groups:
             self.result.bind_gpu_groups[task.uid] = list(task.gpu_groups)
+
+    def choose_devices_again(self, task: TaskInfo) -> None:
+        """A placed task's device ids chosen anew for its status, and the name of a shared GPU it
+        is alone on (an allocation turned pipelined must not keep free devices that a later
+        allocation of the cycle would then find promised)."""
+        assert task.node is not None
+        row = self.nodes.index[task.node]
+        if task.gpu_fraction and task.gpu_groups and self.nodes.shared[row].get(task.gpu_groups[0]) == [task]:
+            self._move_share(row, task.gpu_groups[0])
+        if task.devices:
+            ledger = self.nodes.devices
+            ledger.detach(row, task)
+            task.devices = []
+            task.devices = self.choose_devices(task, row, task.status)
+            ledger.attach(row, task)
 
     def choose_devices(self, task: TaskInfo, row: int, status: TaskStatus) -> list[str]:
         """Device ids for a task placed on ``row`` with ``status``: per device resource, the

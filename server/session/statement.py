@@ -84,6 +84,8 @@ class Statement:
         for o in self.operations:
             if o.op is Op.ALLOCATE and o.task.job == job:
                 self.ssn.change_status_on_node(o.task, TaskStatus.PIPELINED)
+                if o.task.devices or o.task.gpu_fraction:  # as a pipelined task takes them: released first
+                    self.ssn.choose_devices_again(o.task)
                 o.op = Op.PIPELINE
 
     def evict(self, task: TaskInfo, reason: str) -> None:

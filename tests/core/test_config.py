@@ -109,3 +109,12 @@ def test_every_volcano_switch_is_accepted(key: str) -> None:
 def test_plugin_options_carry_their_plugin_class() -> None:
     cfg = default_config()
     assert all(option.plugin_class is PLUGINS[option.name] for tier in cfg.tiers for option in tier)
+
+
+def test_plugin_numbers_that_are_not_finite_read_as_unset() -> None:
+    """``overcommit-factor: "1e309"`` became infinity inside the plugin; now the default applies."""
+    from server.plugins.base import Plugin
+
+    plugin = Plugin({"f": "1e309", "g": "nan", "h": float("inf"), "i": "2.5"})
+    assert [plugin.arg_float(k, 1.2) for k in "fghi"] == [1.2, 1.2, 1.2, 2.5]
+    assert plugin.arg_int("h", 7) == 7

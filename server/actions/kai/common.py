@@ -11,9 +11,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from muster.devices import NVIDIA_GPU
 from server.session.info import JobInfo, TaskInfo
-from server.session.kai import fraction_fits, tasks_to_allocate
+from server.session.kai import fraction_fits, new_group_name, tasks_to_allocate
 from server.session.session import Session
 from server.session.statement import Statement
 
@@ -131,24 +130,10 @@ def choose_group(ssn: Session, task: TaskInfo, row: int, pipeline: bool) -> tupl
         return None, False
     candidates.sort(key=lambda c: (-c[0], c[1]))
     _, _, group, now = candidates[0]
-    if not group:
-        group = new_group_name(ssn, row, releasing=not now)
-    return group, now and not pipeline
-
-
-def new_group_name(ssn: Session, row: int, releasing: bool) -> str:
-    """A new shared GPU is named by the device id of the GPU it takes (one being released when the
-    task is pipelined onto it), so the agent can hand the task that GPU."""
-    ledger = ssn.nodes.devices
-    taken = set(ssn.nodes.shared[row])
-    pool = (ledger.releasing(row, NVIDIA_GPU) if releasing else []) + ledger.free(row, NVIDIA_GPU)
-    for d in pool:
-        if d.id not in taken:
-            return d.id
-    k = 0
-    while f"shared-{k}" in taken:
-        k += 1
-    return f"shared-{k}"
+    now = now and not pipeline
+    if not group:  # a pipelined share takes a GPU being released first, as whole GPUs do
+        group = new_group_name(ssn.nodes, row, releasing=not now)
+    return group, now
 
 
 def _record_failure(ssn: Session, job: JobInfo, task: TaskInfo, placed: int) -> None:
