@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import argcomplete
 import grpc
+from argcomplete import shell_integration
 
 from clients.client import DEFAULT_SERVER, MusterClient
 from clients.commands import (
@@ -214,7 +215,7 @@ def _version() -> str:
 
 
 async def cmd_completion(client: MusterClient | None, args: argparse.Namespace, out: Output) -> int:
-    sys.stdout.write(argcomplete.shellcode(["muster"], shell=args.shell))
+    sys.stdout.write(shell_integration.shellcode(["muster"], shell=args.shell))
     return 0
 
 
@@ -230,7 +231,8 @@ async def _run(args: argparse.Namespace, out: Output) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     async with MusterClient(args.server, timeout=args.timeout, tls=tls, token=token) as client:
-        return await args.func(client, args, out)
+        code: int = await args.func(client, args, out)
+        return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

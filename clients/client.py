@@ -71,7 +71,8 @@ class MusterClient:
             reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2.0)
         except grpc.aio.AioRpcError:
             return False
-        return reply.status == health_pb2.HealthCheckResponse.SERVING
+        serving: bool = reply.status == health_pb2.HealthCheckResponse.SERVING
+        return serving
 
     async def wait_until_serving(self, timeout: float = 30.0, interval: float = 0.1) -> None:
         """Poll the health service until SERVING; TimeoutError after ``timeout`` seconds."""
@@ -82,7 +83,8 @@ class MusterClient:
     # -- jobs ---------------------------------------------------------------------------------
 
     async def submit_job(self, spec: pb.JobSpec) -> pb.SubmitJobResponse:
-        return await self.stub.SubmitJob(pb.SubmitJobRequest(job=spec), timeout=self.timeout)
+        reply: pb.SubmitJobResponse = await self.stub.SubmitJob(pb.SubmitJobRequest(job=spec), timeout=self.timeout)
+        return reply
 
     async def submit_jobs(self, specs: Iterable[pb.JobSpec]) -> list[pb.SubmitJobResponse]:
         """All or nothing: every job is submitted, or none (the error names the refused one)."""
@@ -94,11 +96,12 @@ class MusterClient:
         return list(reply.logs)
 
     async def cancel_job(self, job_id: str) -> pb.Job:
-        reply = await self.stub.CancelJob(pb.CancelJobRequest(id=job_id), timeout=self.timeout)
+        reply: pb.CancelJobResponse = await self.stub.CancelJob(pb.CancelJobRequest(id=job_id), timeout=self.timeout)
         return reply.job
 
     async def get_job(self, job_id: str) -> pb.Job:
-        return await self.stub.GetJob(pb.GetJobRequest(id=job_id), timeout=self.timeout)
+        reply: pb.Job = await self.stub.GetJob(pb.GetJobRequest(id=job_id), timeout=self.timeout)
+        return reply
 
     async def list_jobs(
         self,
@@ -144,7 +147,8 @@ class MusterClient:
             call.cancel()
 
     async def explain(self, job_id: str) -> pb.ExplainResponse:
-        return await self.stub.Explain(pb.ExplainRequest(job_id=job_id), timeout=self.timeout)
+        reply: pb.ExplainResponse = await self.stub.Explain(pb.ExplainRequest(job_id=job_id), timeout=self.timeout)
+        return reply
 
     # -- queues -------------------------------------------------------------------------------
 
@@ -153,10 +157,12 @@ class MusterClient:
         return list(reply.queues)
 
     async def create_queue(self, queue: pb.Queue) -> pb.Queue:
-        return await self.stub.CreateQueue(pb.QueueRequest(queue=queue), timeout=self.timeout)
+        reply: pb.Queue = await self.stub.CreateQueue(pb.QueueRequest(queue=queue), timeout=self.timeout)
+        return reply
 
     async def update_queue(self, queue: pb.Queue) -> pb.Queue:
-        return await self.stub.UpdateQueue(pb.QueueRequest(queue=queue), timeout=self.timeout)
+        reply: pb.Queue = await self.stub.UpdateQueue(pb.QueueRequest(queue=queue), timeout=self.timeout)
+        return reply
 
     async def delete_queue(self, name: str) -> None:
         await self.stub.DeleteQueue(pb.DeleteQueueRequest(name=name), timeout=self.timeout)
@@ -168,12 +174,15 @@ class MusterClient:
         return list(reply.nodes)
 
     async def get_config(self) -> pb.SchedulerConfig:
-        return await self.stub.GetConfig(pb.GetConfigRequest(), timeout=self.timeout)
+        reply: pb.SchedulerConfig = await self.stub.GetConfig(pb.GetConfigRequest(), timeout=self.timeout)
+        return reply
 
     async def update_config(self, yaml_text: str) -> pb.SchedulerConfig:
-        return await self.stub.UpdateConfig(pb.UpdateConfigRequest(yaml=yaml_text), timeout=self.timeout)
+        reply: pb.SchedulerConfig = await self.stub.UpdateConfig(pb.UpdateConfigRequest(yaml=yaml_text), timeout=self.timeout)
+        return reply
 
     async def simulate(self, scenario: str, cycles: int = 0) -> dict[str, Any]:
         """Run a scenario on the server (docs/simulate.md); returns the decoded result object."""
         reply = await self.stub.Simulate(pb.SimulateRequest(scenario=scenario, cycles=cycles), timeout=self.timeout)
-        return json.loads(reply.result_json)
+        result: dict[str, Any] = json.loads(reply.result_json)
+        return result

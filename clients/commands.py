@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -35,7 +35,10 @@ from muster.gang import gang_minimum
 from muster.jsonmap import short_enum_name
 from muster.v1 import muster_pb2 as pb
 
-PHASES = {name.removeprefix("JOB_PHASE_").lower(): value for name, value in pb.JobPhase.items() if value}
+# types-protobuf's EnumTypeWrapper.items() gives plain ints; protoc's .pyi names them pb.JobPhase.
+PHASES = {
+    name.removeprefix("JOB_PHASE_").lower(): cast(pb.JobPhase, value) for name, value in pb.JobPhase.items() if value
+}
 QUEUE_STATES = {"open": pb.QUEUE_STATE_OPEN, "closing": pb.QUEUE_STATE_CLOSING, "closed": pb.QUEUE_STATE_CLOSED}
 
 

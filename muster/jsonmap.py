@@ -36,7 +36,9 @@ def to_json_dict(message: Message) -> dict[str, Any]:
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True,
         use_integers_for_enums=True,
     )
-    _shorten(message.DESCRIPTOR, data)
+    # types-protobuf types DESCRIPTOR as the pure-Python or the upb Descriptor; both have the
+    # fields/message_type/enum_type interface _shorten reads, but only the first is public to name.
+    _shorten(message.DESCRIPTOR, data)  # type: ignore[arg-type]
     return data
 
 

@@ -72,7 +72,7 @@ def configure_logging(fmt: str = "console", level: str = "info", *, cache: bool 
     )
     # Standard-library loggers (grpc, aiohttp, opentelemetry) render the same way; warnings and up
     # only, so a chatty library cannot flood the log.
-    handler = logging.StreamHandler(_CurrentStderr())  # type: ignore[arg-type]
+    handler = logging.StreamHandler(_CurrentStderr())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],

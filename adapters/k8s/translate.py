@@ -64,7 +64,8 @@ def key_of(obj: Obj) -> str:
 def node_ready(node: Obj) -> bool:
     for cond in (node.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            ready: bool = cond.get("status") == "True"
+            return ready
     return False  # no Ready condition yet: the kubelet has not reported
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ class PreemptAction(Action):
         "maxCandidateNodesAbsolute": 100,
     }
 
-    def __init__(self, arguments: dict | None = None) -> None:
+    def __init__(self, arguments: dict[str, Any] | None = None) -> None:
         super().__init__(arguments)
         self._capacity: dict[str, np.ndarray] = {}
 

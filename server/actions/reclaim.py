@@ -15,6 +15,8 @@ it is pipelined (``ssn.job_pipelined``), else discarded.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from server.actions.base import Action
@@ -38,7 +40,7 @@ class ReclaimAction(Action):
     name = "reclaim"
     ARGUMENTS = {"predicateErrorCacheEnable": True}
 
-    def __init__(self, arguments: dict | None = None) -> None:
+    def __init__(self, arguments: dict[str, Any] | None = None) -> None:
         super().__init__(arguments)
         self._capacity: dict[str, np.ndarray] = {}
 

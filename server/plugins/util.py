@@ -12,7 +12,8 @@ from server.session.info import JobInfo, less_equal
 
 
 def exceeded(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    return np.maximum(left - right, 0.0)
+    over: np.ndarray = np.maximum(left - right, 0.0)
+    return over
 
 
 def inqueue_resource(job: JobInfo) -> np.ndarray:

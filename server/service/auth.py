@@ -33,7 +33,7 @@ a verifier of signed tokens would be another source of principals with the same 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Self
@@ -123,9 +123,9 @@ CN_KEY = "x509_common_name"
 SAN_KEY = "x509_subject_alternative_name"
 
 
-def certificate_names(auth_context: Mapping[str, Sequence[bytes]]) -> tuple[str, list[str]]:
+def certificate_names(auth_context: Mapping[str, Iterable[bytes]]) -> tuple[str, list[str]]:
     """The peer certificate's CN ("" when none) and subject alternative names."""
-    cns = auth_context.get(CN_KEY) or []
+    cns = list(auth_context.get(CN_KEY) or [])
     sans = auth_context.get(SAN_KEY) or []
     return (cns[0].decode(errors="replace") if cns else ""), [s.decode(errors="replace") for s in sans]
 
@@ -183,13 +183,13 @@ class Policy:
         self._index()
         log.info("auth.policy_reloaded", path=str(self.path), tokens=len(self._tokens))
 
-    def authenticate(self, metadata: Sequence[tuple[str, str | bytes]]) -> Principal | None:
+    def authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> Principal | None:
         """The principal of a request's ``authorization: Bearer`` token; None: none or unknown."""
         self._refresh()
         token = bearer_token(metadata)
         return self._tokens.get(token) if token else None
 
-    def from_certificate(self, auth_context: Mapping[str, Sequence[bytes]]) -> Principal | None:
+    def from_certificate(self, auth_context: Mapping[str, Iterable[bytes]]) -> Principal | None:
         """The principal the policy maps the peer's certificate to (CN first, then SANs); None:
         no certificate, or one the policy does not name."""
         self._refresh()
@@ -224,7 +224,7 @@ class Policy:
         return False
 
 
-def bearer_token(metadata: Sequence[tuple[str, str | bytes]]) -> str:
+def bearer_token(metadata: Iterable[tuple[str, str | bytes]]) -> str:
     """The request's ``authorization: Bearer`` token ("" when none)."""
     for key, value in metadata:
         if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):

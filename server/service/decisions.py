@@ -17,13 +17,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from muster.v1 import muster_pb2 as pb
-from server.service.convert import timestamp
 from server.service.records import DecisionRow
 
 T = TypeVar("T")
@@ -154,7 +153,7 @@ class DecisionLog:
             decision = pb.Decision.FromString(row.payload)
             if row.kind == "bind":
                 row.deadline = now + self.bind_timeout
-                decision.deadline.CopyFrom(timestamp(row.deadline))
+                decision.deadline.FromNanoseconds(int(row.deadline * 1e9))  # convert.timestamp, in place
                 self.dirty[row.id] = row
             self.pending[row.id] = PendingDecision(row, decision)
 
@@ -164,7 +163,7 @@ class DecisionLog:
     def pending_for_task(self, task_id: str) -> list[PendingDecision]:
         return [p for p in self.pending.values() if p.row.task_id == task_id]
 
-    def drain_rows(self) -> list[tuple]:
+    def drain_rows(self) -> list[tuple[Any, ...]]:
         rows = []
         for decision_id, row in self.dirty.items():
             if not row.payload:

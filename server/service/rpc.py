@@ -93,7 +93,7 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     name = handler.__name__
 
     @functools.wraps(handler)
-    async def wrapper(self: SchedulerService, request: Any, context: grpc.aio.ServicerContext) -> R:
+    async def wrapper(self: SchedulerService, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> R:
         who = self.peer_name(context)
         try:
             principal = self.identify(name, context)
@@ -136,7 +136,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         self._streams: dict[str, int] = {}
         self._closing = anyio.Event()
 
-    def identify(self, rpc: str, context: grpc.aio.ServicerContext) -> Principal | None:
+    def identify(self, rpc: str, context: grpc.aio.ServicerContext[Any, Any]) -> Principal | None:
         """Who calls under the auth policy (None without one): the bearer token's user, or the
         identity the policy maps the client certificate to. A certificate the policy does not
         name identifies nobody; a token and a certificate naming different identities are refused."""
@@ -165,7 +165,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         return who
 
     @staticmethod
-    def peer_name(context: grpc.aio.ServicerContext) -> str:
+    def peer_name(context: grpc.aio.ServicerContext[Any, Any]) -> str:
         """How an audit line names a caller not (yet) identified by the policy: its certificate's
         CN under mutual TLS, else ``anonymous``."""
         cn, _ = certificate_names(context.auth_context())
@@ -175,7 +175,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         rec = self.state.jobs.get(job_id)
         return rec.spec.owner if rec is not None and rec.spec.owner else None
 
-    def owner(self, context: grpc.aio.ServicerContext) -> str:
+    def owner(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
         """Who owns what this call submits: the authenticated user; without an auth policy, the
         caller's unverified ``x-muster-user`` claim ("" when none)."""
         principal = CALLER.get()
@@ -238,7 +238,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         readable = self.policy.readable_queues(who)
         return None if readable is None else queries.ReadScope(readable, who.user)
 
-    def _as_backend(self, context: grpc.aio.ServicerContext, backend: str, field: str) -> None:
+    def _as_backend(self, context: grpc.aio.ServicerContext[Any, Any], backend: str, field: str) -> None:
         """Without an auth policy, mutual TLS still binds a backend to its certificate's CN (with
         one, ``authorize`` decides from the policy's certificate mapping)."""
         if not self.bind_backends or self.policy is not None:
@@ -284,13 +284,13 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         return resp
 
     async def StreamDecisions(
-        self, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.Decision]:
         async for batch in self._decision_feed("StreamDecisions", request, context, 1, 0):
             yield batch[0]
 
     async def StreamDecisionBatches(
-        self, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.DecisionBatch]:
         # One message per burst: streaming costs the server (and the backend) per message, and a
         # cycle issues thousands of binds at once.
@@ -299,7 +299,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             yield pb.DecisionBatch(decisions=batch)
 
     async def _decision_feed(
-        self, rpc: str, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext, max_batch: int,
+        self, rpc: str, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext[Any, Any], max_batch: int,
         max_bytes: int,
     ) -> AsyncIterator[list[pb.Decision]]:
         """A backend's decision feed: what is queued for it, up to ``max_batch`` decisions and about
@@ -401,7 +401,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         return queries.list_jobs(self.state, request, self.read_scope(CALLER.get()))
 
     async def WatchJobs(
-        self, request: pb.WatchJobsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.WatchJobsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.JobEvent]:
         who = self.peer_name(context)
         try:

@@ -45,7 +45,9 @@ class ReloadingCredentials:
         self._stamp = self._mtimes()
         self.credentials = grpc.dynamic_ssl_server_credentials(
             self._configuration(),
-            self._fetch,
+            # types-grpcio wants a fetcher that always returns a configuration; grpc documents None
+            # as "keep the current certificates", which is what _fetch returns when nothing changed.
+            self._fetch,  # type: ignore[arg-type]
             require_client_authentication=files.client_ca is not None,
         )
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from muster.devices import NVIDIA_GPU, UNIT
 from muster.quantity import CPU, MEMORY
@@ -81,7 +81,7 @@ class QueueShares:
     allocation_key: tuple[float, ...] = ()
 
     def get(self, what: str) -> tuple[float, float, float]:
-        return tuple(getattr(self.by_resource[r], what) for r in RESOURCES)  # type: ignore[return-value]
+        return tuple(getattr(self.by_resource[r], what) for r in RESOURCES)
 
     def copy(self) -> QueueShares:
         return QueueShares(self.name, self.parent, self.priority, self.creation, list(self.children),
@@ -100,8 +100,11 @@ def job_state(job: JobInfo, jobs: dict[str, JobInfo]) -> tuple[object, ...]:
     return (job.uid, id(job.tasks), tuple(t.status for t in job.tasks.values()))
 
 
-def _memo(cache: dict[tuple[object, ...], tuple[Any, object]], key: tuple[object, ...], keep: object,
-          compute: Callable[..., Any], *args: Any) -> Any:
+T = TypeVar("T")
+
+
+def _memo(cache: dict[tuple[object, ...], tuple[T, object]], key: tuple[object, ...], keep: object,
+          compute: Callable[..., T], *args: Any) -> T:
     """``cache[key]``, computed once as ``compute(*args)``; ``keep`` stays referenced beside the
     value, so the ids in ``key`` (a job seen through some of its tasks) are not reused while it is
     cached. (The arguments, not a closure: a closure made per call costs as much as a hit.)"""
@@ -211,9 +214,9 @@ class KaiProportionPlugin(Plugin):
         self.dims = ssn.space.index
         # Caches asked at every queue comparison, keyed by job_state (and the queue's allocation_key):
         # what a job still requests, what it holds, a queue's order key.
-        self._requests: dict[tuple[object, ...], tuple[Any, object]] = {}
-        self._allocated: dict[tuple[object, ...], tuple[Any, object]] = {}
-        self._keys: dict[tuple[object, ...], tuple[Any, object]] = {}
+        self._requests: dict[tuple[object, ...], tuple[Vec3, object]] = {}
+        self._allocated: dict[tuple[object, ...], tuple[Vec3, object]] = {}
+        self._keys: dict[tuple[object, ...], tuple[tuple[object, ...], object]] = {}
         self.multiplier = max(1.0, self.arg_float("relcaimerSaturationMultiplier", 1.0))
         self.queues = self._build(ssn)
         self.frozen: dict[str, QueueShares] = {n: q.copy() for n, q in self.queues.items()}
@@ -377,7 +380,7 @@ class KaiProportionPlugin(Plugin):
         jobs = self.ssn.jobs
         cache_key = (q.name, q.allocation_key, job_state(job, jobs) if job is not None else None,
                      tuple([job_state(v, jobs) for v in victims]) if victims else ())
-        return _memo(self._keys, cache_key, (job, victims), self._compute_queue_key, q, job, victims)  # type: ignore[no-any-return]
+        return _memo(self._keys, cache_key, (job, victims), self._compute_queue_key, q, job, victims)
 
     def _compute_queue_key(self, q: QueueShares, job: JobInfo | None, victims: list[JobInfo]) -> tuple[object, ...]:
         alloc = q.get("allocated")

@@ -92,13 +92,15 @@ class GangBackendPlugin(Plugin):
                 mask[list(held)] = True
                 return mask
             need = needed(job, task)
-            return np.all(free >= need - 1e-9, axis=1)
+            fits: np.ndarray = np.all(free >= need - 1e-9, axis=1)
+            return fits
 
         def check(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
             mask = allowed(task)
             if mask is None:
                 return np.ones(len(rows), dtype=bool)
-            return mask[node_backend[rows]]
+            on_rows: np.ndarray = mask[node_backend[rows]]
+            return on_rows
 
         def reasons(task: TaskInfo, rows: np.ndarray) -> list[str]:
             job = ssn.jobs.get(task.job)

@@ -150,7 +150,8 @@ class TYArrangerPlugin(Plugin):
         def min_fragment(task: TaskInfo, job: JobInfo, ty: TYJobSpec, rows: np.ndarray) -> np.ndarray:
             cpu = util.of(rows, CPU, task.resreq[space.index[CPU]])
             mem = util.of(rows, MEMORY, task.resreq[space.index[MEMORY]])
-            return MAX_SCORE * (1.0 - np.abs(cpu - mem))
+            scores: np.ndarray = MAX_SCORE * (1.0 - np.abs(cpu - mem))
+            return scores
 
         def job_tasks_on(job: JobInfo, rows: np.ndarray) -> np.ndarray:
             return np.array(

@@ -117,7 +117,8 @@ class NetworkTopologyPlugin(Plugin):
             topo = topology(task)
             if topo is None or topo[0] != "hard":
                 return np.ones(len(rows), dtype=bool)
-            return region(task, topo[1])[rows]
+            inside: np.ndarray = region(task, topo[1])[rows]
+            return inside
 
         # Volcano batchNodeOrderFnForNormalPods: a task of a job without a network topology scores
         # a node by how well it bin-packs each enclosing hypernode, tier by tier (tier t weighted
@@ -154,7 +155,8 @@ class NetworkTopologyPlugin(Plugin):
                 hn_scores = np.where(fits, (np.where(np.isfinite(ratio), ratio, 0.0) @ w) / w.sum(), 0.0)
             owners = owner[:, rows]
             per_tier = np.where(owners >= 0, hn_scores[np.maximum(owners, 0)], 1.0)
-            return weight * MAX_NODE_SCORE * (tier_weights @ per_tier) / tier_weights.sum()
+            scores: np.ndarray = weight * MAX_NODE_SCORE * (tier_weights @ per_tier) / tier_weights.sum()
+            return scores
 
         def score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
             out = np.zeros(len(rows))

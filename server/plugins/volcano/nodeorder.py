@@ -205,4 +205,5 @@ class NodeOrderPlugin(Plugin):
         lo, hi = raw.min(initial=0.0), raw.max(initial=0.0)
         if hi - lo <= 0:
             return np.zeros(len(rows))
-        return np.floor((raw - lo) * MAX_NODE_SCORE / (hi - lo))
+        scores: np.ndarray = np.floor((raw - lo) * MAX_NODE_SCORE / (hi - lo))
+        return scores

@@ -193,9 +193,10 @@ class PredicatesPlugin(Plugin):
                             ok &= np.fromiter((domain(r, key) != d for r in rows), dtype=bool, count=len(rows))
             return ok
 
-        any_anti = lambda: any(  # noqa: E731 - evaluated lazily, per call
-            _terms(t.spec.affinity, "podAntiAffinity") for tasks in nodes.tasks for t in tasks.values()
-        )
+        def any_anti() -> bool:  # evaluated lazily, per call
+            return any(
+                _terms(t.spec.affinity, "podAntiAffinity") for tasks in nodes.tasks for t in tasks.values()
+            )
 
         def pod_affinity(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
             if not _terms(task.spec.affinity, "podAffinity"):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
 
@@ -153,7 +154,7 @@ class TdmPlugin(Plugin):
     reads_clock = True  # revocable zones open and close by the time of day
     ARGUMENTS = {f"{ZONE_PREFIX}*": "", EVICT_PERIOD: "1m"}
 
-    def __init__(self, arguments: dict | None = None) -> None:
+    def __init__(self, arguments: dict[str, Any] | None = None) -> None:
         super().__init__(arguments)
         self.zones: dict[str, str] = {
             k[len(ZONE_PREFIX):]: str(v) for k, v in self.arguments.items() if k.startswith(ZONE_PREFIX)
@@ -191,7 +192,8 @@ class TdmPlugin(Plugin):
         pass_without_zone = ~revocable
 
         def check(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
-            return (pass_with_zone if task_revocable_zone(task) else pass_without_zone)[rows]
+            passes: np.ndarray = (pass_with_zone if task_revocable_zone(task) else pass_without_zone)[rows]
+            return passes
 
         def reasons(task: TaskInfo, rows: np.ndarray) -> list[str]:
             out = []

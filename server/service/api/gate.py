@@ -15,7 +15,7 @@ every Muster RPC, needs an identity.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import grpc
 import structlog
@@ -32,6 +32,16 @@ UNAUTHENTICATED_MESSAGE = (
 # An audit line names at most this much of a refusal's reason: a reason quotes the request, and a
 # small request can expand into a huge one.
 AUDIT_REASON_CHARS = 512
+
+# A method handler's behaviours as grpc.aio calls them. types-grpcio types RpcMethodHandler for the
+# sync server (plain functions over iterators, taking grpc.ServicerContext); on grpc.aio they are
+# coroutine and async-generator functions taking grpc.aio.ServicerContext, hence the casts below.
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+UnaryUnary: TypeAlias = Callable[[Any, Context], Awaitable[Any]]
+UnaryStream: TypeAlias = Callable[[Any, Context], AsyncIterator[Any]]
+StreamUnary: TypeAlias = Callable[[AsyncIterator[Any], Context], Awaitable[Any]]
+StreamStream: TypeAlias = Callable[[AsyncIterator[Any], Context], AsyncIterator[Any]]
 
 
 def audit(who: str, rpc: str, result: str, reason: str = "") -> None:
@@ -52,9 +62,9 @@ class AuthGate(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler | None:
         handler = await continuation(details)
         method: str = details.method
         if handler is None or method.startswith(OPEN_PREFIXES):
@@ -64,7 +74,7 @@ class AuthGate(grpc.aio.ServerInterceptor):
             return handler  # the common case: nothing added to the call
         return self._certificate_first(handler, method)
 
-    async def _admit(self, method: str, context: grpc.aio.ServicerContext) -> None:
+    async def _admit(self, method: str, context: Context) -> None:
         if self.policy.from_certificate(context.auth_context()) is not None:
             return  # the service identifies the caller fully (and checks a token against it)
         cn, _ = certificate_names(context.auth_context())
@@ -72,46 +82,46 @@ class AuthGate(grpc.aio.ServerInterceptor):
               "no valid token, no certificate the policy maps")
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
 
-    def _certificate_first(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    def _certificate_first(self, handler: Handler, method: str) -> Handler:
         admit = self._admit
         kinds = dict(request_deserializer=handler.request_deserializer,
                      response_serializer=handler.response_serializer)
         if handler.unary_unary is not None:
-            unary_unary = handler.unary_unary
+            unary_unary = cast(UnaryUnary, handler.unary_unary)
 
-            async def unary_response(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            async def unary_response(requests: AsyncIterator[Any], context: Context) -> Any:
                 await admit(method, context)
                 return await unary_unary(await _single(requests, context), context)
 
             return grpc.stream_unary_rpc_method_handler(unary_response, **kinds)
         if handler.unary_stream is not None:
-            unary_stream = handler.unary_stream
+            unary_stream = cast(UnaryStream, handler.unary_stream)
 
-            async def stream_response(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async def stream_response(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
                 await admit(method, context)
                 async for item in unary_stream(await _single(requests, context), context):
                     yield item
 
             return grpc.stream_stream_rpc_method_handler(stream_response, **kinds)
         if handler.stream_stream is not None:  # reflection
-            stream_stream = handler.stream_stream
+            stream_stream = cast(StreamStream, handler.stream_stream)
 
-            async def streams(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async def streams(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
                 await admit(method, context)
                 async for item in stream_stream(requests, context):
                     yield item
 
             return grpc.stream_stream_rpc_method_handler(streams, **kinds)
-        stream_unary = handler.stream_unary
+        stream_unary = cast(StreamUnary, handler.stream_unary)  # the one kind left: never None here
 
-        async def unary_of_stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        async def unary_of_stream(requests: AsyncIterator[Any], context: Context) -> Any:
             await admit(method, context)
             return await stream_unary(requests, context)
 
         return grpc.stream_unary_rpc_method_handler(unary_of_stream, **kinds)
 
 
-async def _single(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+async def _single(requests: AsyncIterator[Any], context: Context) -> Any:
     """The one message of a unary call read as a stream."""
     async for request in requests:
         return request

@@ -63,7 +63,7 @@ def add_scheduler_service(servicer: Any, server: grpc.aio.Server) -> None:
     """Register every method of the Scheduler service on ``server``."""
     limiter = _PeerLogLimiter(LOG_EVERY_SECONDS)
 
-    async def refuse(method: str, type_name: str, context: grpc.aio.ServicerContext) -> None:
+    async def refuse(method: str, type_name: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         peer = context.peer() or "?"
         if limiter.allow(peer, time.monotonic()):
             log.warning("undecodable request", method=method, peer=peer, message=type_name,
@@ -72,7 +72,7 @@ def add_scheduler_service(servicer: Any, server: grpc.aio.Server) -> None:
                             f"request: not a valid {type_name} message")
 
     def unary(name: str, type_name: str, behaviour: Any) -> Any:
-        async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             if request is UNDECODABLE:
                 await refuse(name, type_name, context)
             return await behaviour(request, context)
@@ -80,7 +80,7 @@ def add_scheduler_service(servicer: Any, server: grpc.aio.Server) -> None:
         return handle
 
     def streaming(name: str, type_name: str, behaviour: Any) -> Any:
-        async def handle(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
             if request is UNDECODABLE:
                 await refuse(name, type_name, context)
             async for item in behaviour(request, context):
@@ -88,7 +88,7 @@ def add_scheduler_service(servicer: Any, server: grpc.aio.Server) -> None:
 
         return handle
 
-    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in SERVICE.methods:
         if method.client_streaming:
             raise TypeError(f"{method.name}: client streaming is not supported here")

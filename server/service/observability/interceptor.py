@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import grpc
 from opentelemetry import trace
@@ -21,13 +21,18 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from muster.tracing import extract
 from server.service.observability.metrics import ServerMetrics
 
+# grpc.aio's handler types. types-grpcio types RpcMethodHandler's behaviours for the sync server;
+# on grpc.aio they are coroutine / async-generator functions taking grpc.aio.ServicerContext.
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
 # (request, response, span) after a successful unary call.
 ResponseHook = Callable[[Any, Any, trace.Span], None]
 
 TRACED_PREFIX = "/muster.v1."
 
 
-def status_name(context: grpc.aio.ServicerContext, default: grpc.StatusCode) -> str:
+def status_name(context: Context, default: grpc.StatusCode) -> str:
     code = context.code()
     if isinstance(code, grpc.StatusCode):
         return code.name
@@ -51,9 +56,9 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler | None:
         handler = await continuation(details)
         if handler is None:
             return handler
@@ -62,13 +67,13 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
             traced = self.tracer is not None and method.startswith(TRACED_PREFIX)
             metadata = dict(details.invocation_metadata or ()) if traced else {}
             return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, method, traced, metadata),
+                self._unary(cast(Callable[..., Awaitable[Any]], handler.unary_unary), method, traced, metadata),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None and self.metrics is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._stream(handler.unary_stream, method),
+                self._stream(cast(Callable[..., AsyncIterator[Any]], handler.unary_stream), method),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -81,7 +86,7 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
         hook = self.hooks.get(method.rsplit("/", 1)[-1])
         service, _, name = method.strip("/").partition("/")
 
-        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def call(request: Any, context: Context) -> Any:
             started = time.perf_counter()
             code = "OK"
             span: trace.Span = trace.INVALID_SPAN
@@ -125,7 +130,7 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
         assert metrics is not None
         name = method.rsplit("/", 1)[-1]
 
-        async def call(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def call(request: Any, context: Context) -> AsyncIterator[Any]:
             code = "OK"
             try:
                 async for item in behavior(request, context):
