@@ -37,6 +37,7 @@ node-client:
 	else echo "node-client: no Node.js here (its test will be skipped)"; fi
 
 lint: $(STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy server muster adapters clients
 

@@ -160,7 +160,9 @@ class FileDecisionLedger(DecisionLedger):
             try:
                 self._load(json.loads(self.path.read_text()))
             except (ValueError, TypeError, OSError) as exc:
-                log.warning("ledger unreadable, starting empty", path=str(self.path), error=str(exc))
+                log.warning(
+                    "ledger unreadable, starting empty", path=str(self.path), error=str(exc)
+                )
         if self.applying_path.exists():
             try:
                 applying = json.loads(self.applying_path.read_text())
@@ -168,12 +170,21 @@ class FileDecisionLedger(DecisionLedger):
                 # No outcome flushed yet (a first burst): the applying file names the server.
                 if server_id == self.server_id or not self.server_id:
                     self.server_id = server_id
-                    self._doubt = {int(d) for d in applying.get("applying", [])} - set(self._outcomes)
+                    self._doubt = {int(d) for d in applying.get("applying", [])} - set(
+                        self._outcomes
+                    )
             except (ValueError, TypeError, OSError, AttributeError) as exc:
-                log.warning("ledger's applying file unreadable", path=str(self.applying_path), error=str(exc))
+                log.warning(
+                    "ledger's applying file unreadable",
+                    path=str(self.applying_path),
+                    error=str(exc),
+                )
         if self._doubt:
-            log.warning("decisions in doubt: the adapter stopped while applying them",
-                        ids=sorted(self._doubt)[:20], count=len(self._doubt))
+            log.warning(
+                "decisions in doubt: the adapter stopped while applying them",
+                ids=sorted(self._doubt)[:20],
+                count=len(self._doubt),
+            )
 
     def begin(self, decision_ids: Iterable[int]) -> None:
         self._make_parent()

@@ -26,7 +26,11 @@ log = structlog.get_logger("muster.adapter")
 
 # Server answers meaning "this item is wrong", as opposed to "the connection is broken".
 _ITEM_ERRORS = frozenset(
-    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.FAILED_PRECONDITION,
+    }
 )
 
 
@@ -102,11 +106,15 @@ class Outbox:
         async def send(items: list[_Item]) -> None:
             if acks:
                 await stub.AckDecisions(
-                    pb.AckDecisionsRequest(backend=self.backend, acks=[i.ack for i in items if i.ack])
+                    pb.AckDecisionsRequest(
+                        backend=self.backend, acks=[i.ack for i in items if i.ack]
+                    )
                 )
             else:
                 await stub.SendDeltas(
-                    pb.SendDeltasRequest(backend=self.backend, deltas=[i.delta for i in items if i.delta])
+                    pb.SendDeltasRequest(
+                        backend=self.backend, deltas=[i.delta for i in items if i.delta]
+                    )
                 )
 
         try:

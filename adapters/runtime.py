@@ -144,7 +144,9 @@ class BackendRuntime:
         self.batch_linger = batch_linger
         self.max_batch = max_batch
         self.flush_interval = flush_interval
-        self._channel_factory = channel_factory or (lambda address: transport.channel(address, tls, token=token))
+        self._channel_factory = channel_factory or (
+            lambda address: transport.channel(address, tls, token=token)
+        )
         self._outbox = Outbox(name, max_batch=max_batch, flush_interval=flush_interval)
         self._stop = anyio.Event()
         self._ready = anyio.Event()
@@ -157,7 +159,9 @@ class BackendRuntime:
         self._recovering = len(self.ledger) > 0 or self.ledger.doubtful > 0
         # Tracing: a given provider, else one from OTEL_* (built in run()), else none (no spans).
         self._tracer_provider = tracer_provider
-        self._tracer: trace.Tracer | None = tracer_provider.get_tracer("muster.adapter") if tracer_provider else None
+        self._tracer: trace.Tracer | None = (
+            tracer_provider.get_tracer("muster.adapter") if tracer_provider else None
+        )
 
     # -- deltas -------------------------------------------------------------------------------
 
@@ -177,7 +181,9 @@ class BackendRuntime:
 
     def send_task_log(self, task_id: str, data: bytes, *, eof: bool = False) -> None:
         """New output of a task (``muster logs``), in order."""
-        self._outbox.put_delta(pb.Delta(task_log=pb.TaskLogChunk(task_id=task_id, data=data, eof=eof)))
+        self._outbox.put_delta(
+            pb.Delta(task_log=pb.TaskLogChunk(task_id=task_id, data=data, eof=eof))
+        )
 
     def upsert_node(self, node: pb.Node) -> None:
         self._outbox.put_delta(pb.Delta(node_upserted=node))
@@ -226,7 +232,9 @@ class BackendRuntime:
 
     async def _run_sessions(self) -> None:
         # Full jitter in [cap/2, cap], so a restarted server is not hit by every adapter at once.
-        backoff = Backoff(initial=self.backoff_initial, factor=2.0, max=self.backoff_max, jitter=0.5)
+        backoff = Backoff(
+            initial=self.backoff_initial, factor=2.0, max=self.backoff_max, jitter=0.5
+        )
         async with anyio.create_task_group() as tg:
 
             async def watch_stop() -> None:
@@ -239,7 +247,12 @@ class BackendRuntime:
                 try:
                     synced = await self._session()
                 except grpc.aio.AioRpcError as exc:
-                    log.info("disconnected", backend=self.name, code=exc.code().name, details=exc.details())
+                    log.info(
+                        "disconnected",
+                        backend=self.name,
+                        code=exc.code().name,
+                        details=exc.details(),
+                    )
                 except (OSError, anyio.EndOfStream) as exc:
                     log.info("disconnected", backend=self.name, error=repr(exc))
                 except Exception:  # noqa: BLE001 - a bug in one session must not end the adapter
@@ -254,7 +267,12 @@ class BackendRuntime:
                     log.error("giving up", backend=self.name, attempts=backoff.attempts)
                     break
                 delay = backoff.next()
-                log.info("reconnecting", backend=self.name, attempt=backoff.attempts, delay=round(delay, 3))
+                log.info(
+                    "reconnecting",
+                    backend=self.name,
+                    attempt=backoff.attempts,
+                    delay=round(delay, 3),
+                )
                 await anyio.sleep(delay)
             tg.cancel_scope.cancel()
 
@@ -269,15 +287,25 @@ class BackendRuntime:
             )
             self.server_id = reply.server_id
             if self.ledger.bind_server(reply.server_id):
-                log.warning("server identity changed: forgetting applied decisions", backend=self.name)
+                log.warning(
+                    "server identity changed: forgetting applied decisions", backend=self.name
+                )
                 self.ledger.flush()
             nodes = list(await self.backend.list_nodes())
             tasks = list(await self.backend.list_tasks())
-            await stub.SyncSnapshot(pb.SyncSnapshotRequest(backend=self.name, nodes=nodes, tasks=tasks))
+            await stub.SyncSnapshot(
+                pb.SyncSnapshotRequest(backend=self.name, nodes=nodes, tasks=tasks)
+            )
             synced = True
             self.sessions += 1
             self.connected = True
-            log.info("synced", backend=self.name, server_id=reply.server_id, nodes=len(nodes), tasks=len(tasks))
+            log.info(
+                "synced",
+                backend=self.name,
+                server_id=reply.server_id,
+                nodes=len(nodes),
+                tasks=len(tasks),
+            )
             await self._outbox.flush(stub)
             self._ready.set()
             send, receive = anyio.create_memory_object_stream[pb.Decision](10_000)
@@ -295,7 +323,9 @@ class BackendRuntime:
 
     # -- decisions ----------------------------------------------------------------------------
 
-    async def _read_decisions(self, stub: pb_grpc.SchedulerStub, send: ObjectSendStream[pb.Decision]) -> None:
+    async def _read_decisions(
+        self, stub: pb_grpc.SchedulerStub, send: ObjectSendStream[pb.Decision]
+    ) -> None:
         request = pb.StreamDecisionsRequest(
             backend=self.name, after_decision_id=self._resume_after(), max_batch=self.max_batch
         )
@@ -306,7 +336,10 @@ class BackendRuntime:
                 if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise
                 # A server from before StreamDecisionBatches: the same feed, one decision a message.
-                log.info("decision batches unimplemented; reading one decision per message", backend=self.name)
+                log.info(
+                    "decision batches unimplemented; reading one decision per message",
+                    backend=self.name,
+                )
                 await _forward(stub.StreamDecisions(request), send)
         # The server ended the stream (e.g. it is shutting down): treat as a disconnect.
         raise anyio.EndOfStream
@@ -332,7 +365,9 @@ class BackendRuntime:
                 # cursor is good again.
                 self._recovering = False
 
-    async def gather(self, receive: ObjectReceiveStream[pb.Decision], burst: list[pb.Decision]) -> None:
+    async def gather(
+        self, receive: ObjectReceiveStream[pb.Decision], burst: list[pb.Decision]
+    ) -> None:
         """Add to ``burst`` what arrives within ``batch_linger`` (up to ``max_batch``). An adapter
         may shape its bursts differently by overriding this and :meth:`runs`."""
         with anyio.move_on_after(self.batch_linger):
@@ -354,7 +389,11 @@ class BackendRuntime:
             if known is not None or decision.id in seen:
                 # Already applied: re-ack with the remembered outcome, never apply twice.
                 prior = known or APPLIED
-                acks.append(pb.DecisionAck(decision_id=decision.id, applied=prior.applied, reason=prior.reason))
+                acks.append(
+                    pb.DecisionAck(
+                        decision_id=decision.id, applied=prior.applied, reason=prior.reason
+                    )
+                )
                 log.debug("duplicate decision re-acked", backend=self.name, decision=decision.id)
                 continue
             seen.add(decision.id)
@@ -369,7 +408,9 @@ class BackendRuntime:
                 if decision.id in outcomes:
                     continue
                 if _expired(decision):
-                    outcomes[decision.id] = Outcome.reject("deadline passed before the backend received it")
+                    outcomes[decision.id] = Outcome.reject(
+                        "deadline passed before the backend received it"
+                    )
                     continue
                 fresh.append(decision)
             if fresh:
@@ -383,7 +424,11 @@ class BackendRuntime:
                     continue
                 self.ledger.record(decision.id, outcome)
                 self.applied_count += 1
-                acks.append(pb.DecisionAck(decision_id=decision.id, applied=outcome.applied, reason=outcome.reason))
+                acks.append(
+                    pb.DecisionAck(
+                        decision_id=decision.id, applied=outcome.applied, reason=outcome.reason
+                    )
+                )
                 log.info(
                     "decision",
                     backend=self.name,
@@ -400,10 +445,15 @@ class BackendRuntime:
         """Outcomes of decisions an earlier run began applying (in doubt), by id; a decision the
         backend says it never applied is left out (it is applied now like a new one)."""
         recall = getattr(self.backend, "recall_outcomes", None)
-        unknown = Outcome.reject("not applied again: the adapter stopped while applying it and cannot tell its outcome")
+        unknown = Outcome.reject(
+            "not applied again: the adapter stopped while applying it and cannot tell its outcome"
+        )
         if recall is None:
-            log.warning("decisions in doubt rejected (the backend cannot recall outcomes)",
-                        backend=self.name, ids=[d.id for d in decisions])
+            log.warning(
+                "decisions in doubt rejected (the backend cannot recall outcomes)",
+                backend=self.name,
+                ids=[d.id for d in decisions],
+            )
             return {d.id: unknown for d in decisions}
         try:
             answers = list(await recall(decisions))
@@ -416,8 +466,14 @@ class BackendRuntime:
         for decision, answer in zip(decisions, answers, strict=True):
             if answer is not None:
                 recalled[decision.id] = answer
-            log.info("decision in doubt", backend=self.name, id=decision.id, task=_task_of(decision),
-                     recalled=answer is not None, applied=answer.applied if answer else None)
+            log.info(
+                "decision in doubt",
+                backend=self.name,
+                id=decision.id,
+                task=_task_of(decision),
+                recalled=answer is not None,
+                applied=answer.applied if answer else None,
+            )
         return recalled
 
     async def _call_backend(self, decisions: list[pb.Decision]) -> list[Outcome]:
@@ -444,7 +500,10 @@ class BackendRuntime:
         if len(decisions) == 1 and action:
             attributes["muster.node"] = getattr(first, action).node
         return self._tracer.start_as_current_span(
-            name, context=extract(first.trace_context), kind=trace.SpanKind.CONSUMER, attributes=attributes
+            name,
+            context=extract(first.trace_context),
+            kind=trace.SpanKind.CONSUMER,
+            attributes=attributes,
         )
 
     async def _call_backend_untraced(self, decisions: list[pb.Decision]) -> list[Outcome]:
@@ -502,7 +561,9 @@ async def _forward(call: Any, send: ObjectSendStream[pb.Decision]) -> None:
     the call is cancelled when this ends."""
     try:
         async for message in call:
-            for decision in message.decisions if isinstance(message, pb.DecisionBatch) else (message,):
+            for decision in (
+                message.decisions if isinstance(message, pb.DecisionBatch) else (message,)
+            ):
                 await send.send(decision)
     finally:
         call.cancel()

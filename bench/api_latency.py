@@ -49,7 +49,9 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 def client(address: str, seconds: float, job_ids: list[str], out: mp.Queue) -> None:
     get_job: list[float] = []
     list_nodes: list[float] = []
-    with grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 256 << 20)]) as ch:
+    with grpc.insecure_channel(
+        address, options=[("grpc.max_receive_message_length", 256 << 20)]
+    ) as ch:
         stub = pb_grpc.SchedulerStub(ch)
         deadline = time.monotonic() + seconds
         i = 0
@@ -69,7 +71,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--tasks", type=int, default=10000)
-    ap.add_argument("--unplaceable", type=float, default=0.5, help="fraction of tasks that never fit")
+    ap.add_argument(
+        "--unplaceable", type=float, default=0.5, help="fraction of tasks that never fit"
+    )
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--cycle-period", type=float, default=0.5)
     args = ap.parse_args()
@@ -77,14 +81,21 @@ def main() -> None:
     tune_gc()  # as muster-server does
 
     with tempfile.TemporaryDirectory() as tmp:
-        opts = ServerOptions(listen="127.0.0.1:0", state=f"{tmp}/bench.db", cycle_period=args.cycle_period,
-                             bind_timeout=3600)
+        opts = ServerOptions(
+            listen="127.0.0.1:0",
+            state=f"{tmp}/bench.db",
+            cycle_period=args.cycle_period,
+            bind_timeout=3600,
+        )
         with ServerThread(opts) as srv, grpc.insecure_channel(srv.address) as ch:
             stub = pb_grpc.SchedulerStub(ch)
             stub.RegisterBackend(pb.RegisterBackendRequest(name="bench", kind="fake-agent"))
             nodes = [
-                pb.Node(name=f"node-{i:05d}", allocatable=pb.ResourceList(quantities={"cpu": "8", "memory": "64Gi"}),
-                        labels={"zone": f"z{i % 8}"})
+                pb.Node(
+                    name=f"node-{i:05d}",
+                    allocatable=pb.ResourceList(quantities={"cpu": "8", "memory": "64Gi"}),
+                    labels={"zone": f"z{i % 8}"},
+                )
                 for i in range(args.nodes)
             ]
             jobs = args.tasks // 4
@@ -95,8 +106,14 @@ def main() -> None:
                 request = {"cpu": "2", "memory": "4Gi"}
                 if j < unplaceable:
                     request["nvidia.com/gpu"] = "1"
-                spec = pb.JobSpec(id=f"job-{j:05d}", task_groups=[
-                    pb.TaskGroup(role="worker", replicas=4, request=pb.ResourceList(quantities=request))])
+                spec = pb.JobSpec(
+                    id=f"job-{j:05d}",
+                    task_groups=[
+                        pb.TaskGroup(
+                            role="worker", replicas=4, request=pb.ResourceList(quantities=request)
+                        )
+                    ],
+                )
                 stub.SubmitJob(pb.SubmitJobRequest(job=spec), timeout=60)
                 job_ids.append(spec.id)
             submit_s = time.perf_counter() - t0
@@ -104,7 +121,9 @@ def main() -> None:
             cycles_before = loop.cycles
 
             out: mp.Queue = mp.get_context("spawn").Queue()
-            proc = mp.get_context("spawn").Process(target=client, args=(srv.address, args.seconds, job_ids, out))
+            proc = mp.get_context("spawn").Process(
+                target=client, args=(srv.address, args.seconds, job_ids, out)
+            )
             proc.start()
             # Nodes arrive while the client measures: the first cycle over them is the biggest.
             time.sleep(1.0)
@@ -121,7 +140,9 @@ def main() -> None:
                     cycle_times.append(loop.last_cycle_seconds)
             samples = out.get(timeout=60)
             proc.join(10)
-            running = stub.ListJobs(pb.ListJobsRequest(phases=[pb.JOB_PHASE_RUNNING], page_size=1000), timeout=60)
+            running = stub.ListJobs(
+                pb.ListJobsRequest(phases=[pb.JOB_PHASE_RUNNING], page_size=1000), timeout=60
+            )
             result = {
                 "nodes": args.nodes,
                 "tasks": jobs * 4,
@@ -130,7 +151,9 @@ def main() -> None:
                 "submit_all_s": round(submit_s, 3),
                 "cycles_during_measurement": loop.cycles - cycles_before,
                 "cycle_seconds_max": round(max(cycle_times, default=0.0), 3),
-                "cycle_seconds_mean": round(statistics.fmean(cycle_times), 3) if cycle_times else None,
+                "cycle_seconds_mean": round(statistics.fmean(cycle_times), 3)
+                if cycle_times
+                else None,
                 "running_jobs_first_page": len(running.jobs),
                 "get_job": percentiles(samples["get_job"]),
                 "list_nodes": percentiles(samples["list_nodes"]),

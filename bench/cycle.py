@@ -53,8 +53,11 @@ def build(nodes: int, tasks: int, seed: int) -> ClusterSnapshot:
     node_specs = []
     for i in range(nodes):
         gpu = i % 4 == 3
-        alloc = {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8", "pods": "110"} if gpu else {
-            "cpu": "32", "memory": "128Gi", "pods": "110"}
+        alloc = (
+            {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "8", "pods": "110"}
+            if gpu
+            else {"cpu": "32", "memory": "128Gi", "pods": "110"}
+        )
         node_specs.append(
             NodeSpec(
                 name=f"node-{i:05d}",
@@ -72,13 +75,30 @@ def build(nodes: int, tasks: int, seed: int) -> ClusterSnapshot:
         shape = parse_resources(rng.choice(SHAPES))
         uid = f"bench/job-{j}"
         job_tasks = [
-            TaskSpec(uid=f"{uid}-{k}", name=f"job-{j}-{k}", namespace="bench", job=uid, request=dict(shape),
-                     role="worker", creation_index=made + k)
+            TaskSpec(
+                uid=f"{uid}-{k}",
+                name=f"job-{j}-{k}",
+                namespace="bench",
+                job=uid,
+                request=dict(shape),
+                role="worker",
+                creation_index=made + k,
+            )
             for k in range(size)
         ]
-        jobs.append(JobSpec(uid=uid, name=f"job-{j}", namespace="bench", queue=f"q{j % 4}", tasks=job_tasks,
-                            min_member=size, phase=PodGroupPhase.INQUEUE, priority=rng.choice([0, 0, 10]),
-                            creation_index=j))
+        jobs.append(
+            JobSpec(
+                uid=uid,
+                name=f"job-{j}",
+                namespace="bench",
+                queue=f"q{j % 4}",
+                tasks=job_tasks,
+                min_member=size,
+                phase=PodGroupPhase.INQUEUE,
+                priority=rng.choice([0, 0, 10]),
+                creation_index=j,
+            )
+        )
         made += size
         j += 1
     return ClusterSnapshot(nodes=node_specs, queues=queues, jobs=jobs)
@@ -91,7 +111,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--config", type=Path, default=None)
-    ap.add_argument("--profile", action="store_true", help="print the top functions (cProfile) after each cycle")
+    ap.add_argument(
+        "--profile", action="store_true", help="print the top functions (cProfile) after each cycle"
+    )
     args = ap.parse_args()
     config = load_config(args.config.read_text()) if args.config else default_config()
     tune_gc()  # as the server's core worker process does
@@ -108,15 +130,20 @@ def main() -> None:
         seconds = time.perf_counter() - started
         cpu_seconds = time.process_time() - cpu_started
         placed = len(result.binds) + len(result.pipelined)
-        print(json.dumps({
-            "nodes": args.nodes,
-            "tasks": args.tasks,
-            "placed": placed,
-            "cycle_seconds": round(seconds, 4),
-            "cpu_seconds": round(cpu_seconds, 4),
-            "placements_per_second": round(placed / seconds, 1) if seconds else None,
-            "actions": {k: round(v, 4) for k, v in result.action_seconds.items()},
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "nodes": args.nodes,
+                    "tasks": args.tasks,
+                    "placed": placed,
+                    "cycle_seconds": round(seconds, 4),
+                    "cpu_seconds": round(cpu_seconds, 4),
+                    "placements_per_second": round(placed / seconds, 1) if seconds else None,
+                    "actions": {k: round(v, 4) for k, v in result.action_seconds.items()},
+                }
+            ),
+            flush=True,
+        )
         if profiler is not None:  # the cycle under the profiler runs ~2x slower; shares hold
             stats = pstats.Stats(profiler, stream=sys.stdout)
             stats.sort_stats("tottime").print_stats(20)

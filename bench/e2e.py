@@ -84,16 +84,25 @@ class NullBackend:
 
     async def register(self, nodes: int) -> None:
         await self.stub.RegisterBackend(pb.RegisterBackendRequest(name=BACKEND, kind="fake-agent"))
-        node_list = [pb.Node(name=f"n{i:05d}", allocatable=pb.ResourceList(quantities={"cpu": "64", "memory": "256Gi"}))
-                     for i in range(nodes)]
-        await self.stub.SyncSnapshot(pb.SyncSnapshotRequest(backend=BACKEND, nodes=node_list), timeout=120)
+        node_list = [
+            pb.Node(
+                name=f"n{i:05d}",
+                allocatable=pb.ResourceList(quantities={"cpu": "64", "memory": "256Gi"}),
+            )
+            for i in range(nodes)
+        ]
+        await self.stub.SyncSnapshot(
+            pb.SyncSnapshotRequest(backend=BACKEND, nodes=node_list), timeout=120
+        )
 
     async def serve(self) -> None:
         """Read decisions as they stream in; ack whatever arrived since the last ack, in one call."""
         queue: asyncio.Queue[tuple[pb.Decision, float]] = asyncio.Queue()
 
         async def read() -> None:
-            async for batch in self.stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend=BACKEND)):
+            async for batch in self.stub.StreamDecisionBatches(
+                pb.StreamDecisionsRequest(backend=BACKEND)
+            ):
                 received = time.perf_counter()
                 for decision in batch.decisions:
                     queue.put_nowait((decision, received))
@@ -112,16 +121,24 @@ class NullBackend:
         acks = [pb.DecisionAck(decision_id=d.id, applied=True) for d, _ in batch]
         await self.stub.AckDecisions(pb.AckDecisionsRequest(backend=BACKEND, acks=acks), timeout=60)
         now = time.perf_counter()
-        done = [pb.Delta(task_status=pb.TaskStatusUpdate(task_id=d.bind.task_id, status=pb.TASK_STATUS_SUCCEEDED,
-                                                         node=d.bind.node))
-                for d, _ in batch if d.HasField("bind")]
+        done = [
+            pb.Delta(
+                task_status=pb.TaskStatusUpdate(
+                    task_id=d.bind.task_id, status=pb.TASK_STATUS_SUCCEEDED, node=d.bind.node
+                )
+            )
+            for d, _ in batch
+            if d.HasField("bind")
+        ]
         for d, received in batch:
             self.ack_seconds.append(now - received)
             if d.HasField("bind"):
                 self.binds += 1
         self.last_ack = now
         if done:
-            await self.stub.SendDeltas(pb.SendDeltasRequest(backend=BACKEND, deltas=done), timeout=60)
+            await self.stub.SendDeltas(
+                pb.SendDeltasRequest(backend=BACKEND, deltas=done), timeout=60
+            )
 
 
 class AgentsWatch:
@@ -135,7 +152,9 @@ class AgentsWatch:
         self.last_ack = 0.0
 
     async def serve(self) -> None:
-        while True:  # a watch that falls behind is ended by the server: watch again from the current state
+        while (
+            True
+        ):  # a watch that falls behind is ended by the server: watch again from the current state
             try:
                 async for event in self.stub.WatchJobs(pb.WatchJobsRequest(send_initial=True)):
                     st = event.job.status
@@ -156,9 +175,21 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="muster-e2e-"))
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-c", SERVER, "--listen", f"127.0.0.1:{port}", "--state", str(work / "m.db"),
-         "--log-level", "warning", *args.server_arg],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=open(work / "server.log", "wb"),
+        [
+            sys.executable,
+            "-c",
+            SERVER,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--state",
+            str(work / "m.db"),
+            "--log-level",
+            "warning",
+            *args.server_arg,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=open(work / "server.log", "wb"),
     )
     peak_rss = 0
     agents: list[subprocess.Popen[bytes]] = []
@@ -166,10 +197,27 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         for i in range(args.agents):
             inventory = work / f"inventory-{i}.yaml"
             count = args.nodes // args.agents + (1 if i < args.nodes % args.agents else 0)
-            inventory.write_text(f"nodes:\n  - name: a{i}-n\n    count: {count}\n    cpu: 64\n    memory: 256Gi\n")
-            agents.append(start(["-c", AGENT, "--server", f"127.0.0.1:{port}", "--name", f"agent-{i}",
-                                 "--inventory", str(inventory), "--log-level", "warning"],
-                                work / f"agent-{i}.log", ROOT))
+            inventory.write_text(
+                f"nodes:\n  - name: a{i}-n\n    count: {count}\n    cpu: 64\n    memory: 256Gi\n"
+            )
+            agents.append(
+                start(
+                    [
+                        "-c",
+                        AGENT,
+                        "--server",
+                        f"127.0.0.1:{port}",
+                        "--name",
+                        f"agent-{i}",
+                        "--inventory",
+                        str(inventory),
+                        "--log-level",
+                        "warning",
+                    ],
+                    work / f"agent-{i}.log",
+                    ROOT,
+                )
+            )
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.SchedulerStub(channel)
             await asyncio.wait_for(channel.channel_ready(), 30)
@@ -201,9 +249,17 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                     await asyncio.sleep(0.2)
 
             specs = [
-                pb.JobSpec(id=f"e2e-{i:06d}", task_groups=[pb.TaskGroup(
-                    role="w", replicas=args.tasks, request=pb.ResourceList(quantities={"cpu": "1", "memory": "1Gi"}),
-                    command=["true"] if args.agents else [])])
+                pb.JobSpec(
+                    id=f"e2e-{i:06d}",
+                    task_groups=[
+                        pb.TaskGroup(
+                            role="w",
+                            replicas=args.tasks,
+                            request=pb.ResourceList(quantities={"cpu": "1", "memory": "1Gi"}),
+                            command=["true"] if args.agents else [],
+                        )
+                    ],
+                )
                 for i in range(args.jobs)
             ]
             rss_task = asyncio.create_task(watch_rss())
@@ -222,7 +278,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                     sampler = asyncio.create_task(sample_get_job())
                     observer = subprocess.Popen(
                         [sys.executable, "-c", SAMPLER, f"127.0.0.1:{port}", "e2e-000000"],
-                        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                        cwd=ROOT,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
                     )
             submitted = time.perf_counter()
             deadline = started + args.timeout
@@ -237,17 +295,30 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             observed: list[float] = json.loads(observer.communicate(b"", timeout=60)[0] or b"[]")
             return {
                 "backend": f"{args.agents} agents" if args.agents else "null",
-                "jobs": args.jobs, "tasks_per_job": args.tasks, "nodes": args.nodes, "batch": args.batch,
+                "jobs": args.jobs,
+                "tasks_per_job": args.tasks,
+                "nodes": args.nodes,
+                "batch": args.batch,
                 "submit_jobs_per_s": round(args.jobs / max(submitted - started, 1e-9), 1),
                 "placements": backend.binds,
                 "placements_per_s": round(backend.binds / max(finished - started, 1e-9), 1),
                 "all_placed": backend.binds >= total_tasks,
-                "ack_ms": ({"p50": pct(backend.ack_seconds, 0.5), "p99": pct(backend.ack_seconds, 0.99)}
-                           if isinstance(backend, NullBackend) else None),
-                "get_job_ms": {"p50": pct(observed, 0.5), "p99": pct(observed, 0.99), "samples": len(observed)},
+                "ack_ms": (
+                    {"p50": pct(backend.ack_seconds, 0.5), "p99": pct(backend.ack_seconds, 0.99)}
+                    if isinstance(backend, NullBackend)
+                    else None
+                ),
+                "get_job_ms": {
+                    "p50": pct(observed, 0.5),
+                    "p99": pct(observed, 0.99),
+                    "samples": len(observed),
+                },
                 # The same, asked from the backend's own event loop (it waits behind the backend's
                 # and the submitter's work in that process too).
-                "get_job_in_backend_process_ms": {"p50": pct(get_job, 0.5), "p99": pct(get_job, 0.99)},
+                "get_job_in_backend_process_ms": {
+                    "p50": pct(get_job, 0.5),
+                    "p99": pct(get_job, 0.99),
+                },
                 **({"rewatches": backend.rewatches} if isinstance(backend, AgentsWatch) else {}),
                 "server_peak_rss_mib": round(peak_rss / 1024, 1),
                 "server_cpu_s": round(server_cpu, 2),
@@ -265,14 +336,28 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--tasks", type=int, default=5, help="tasks per job (a gang)")
     ap.add_argument("--nodes", type=int, default=2000)
-    ap.add_argument("--batch", type=int, default=100, help="jobs per SubmitJobs call (1: SubmitJob per job)")
-    ap.add_argument("--agents", type=int, default=0, help="real muster-agent processes instead of the null backend")
+    ap.add_argument(
+        "--batch", type=int, default=100, help="jobs per SubmitJobs call (1: SubmitJob per job)"
+    )
+    ap.add_argument(
+        "--agents",
+        type=int,
+        default=0,
+        help="real muster-agent processes instead of the null backend",
+    )
     ap.add_argument("--timeout", type=float, default=600.0, help="give up after this many seconds")
-    ap.add_argument("--server-arg", action="append", default=[], help="extra muster-server argument (repeatable)")
+    ap.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="extra muster-server argument (repeatable)",
+    )
     args = ap.parse_args()
     print(json.dumps(asyncio.run(run(args)), indent=2))
 

@@ -59,8 +59,11 @@ rules:
 
 ALIAS_BOMB = "\n".join(
     ["a: &a [x, x, x, x, x, x, x, x, x]"]
-    + [f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-       f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]" for i in range(8)]
+    + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]"
+        for i in range(8)
+    ]
 )
 
 
@@ -68,14 +71,55 @@ def openssl_pki(directory: Path) -> None:
     def run(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
 
-    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
-        "-subj", "/CN=audit-ca", "-keyout", "ca.key", "-out", "ca.crt")
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=audit-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+    )
     (directory / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
     for name, server in (("server", True), ("alice", False), ("rack-a", False)):
-        run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", f"/CN={name}",
-            "-keyout", f"{name}.key", "-out", f"{name}.csr")
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-days", "2", "-out", f"{name}.crt", *(["-extfile", "san.ext"] if server else []))
+        run(
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+        )
+        run(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            f"{name}.crt",
+            *(["-extfile", "san.ext"] if server else []),
+        )
 
 
 @dataclass
@@ -91,7 +135,9 @@ class Attempt:
 
 
 class Audit:
-    def __init__(self, directory: Path, server: subprocess.Popen[bytes], address: str, metrics: str) -> None:
+    def __init__(
+        self, directory: Path, server: subprocess.Popen[bytes], address: str, metrics: str
+    ) -> None:
         self.dir = directory
         self.server = server
         self.address = address
@@ -99,7 +145,11 @@ class Audit:
         self.attempts: list[Attempt] = []
 
     def tls(self, name: str) -> ClientTls:
-        return ClientTls(ca=str(self.dir / "ca.crt"), cert=str(self.dir / f"{name}.crt"), key=str(self.dir / f"{name}.key"))
+        return ClientTls(
+            ca=str(self.dir / "ca.crt"),
+            cert=str(self.dir / f"{name}.crt"),
+            key=str(self.dir / f"{name}.key"),
+        )
 
     def peak_rss_mib(self) -> float:
         for line in Path(f"/proc/{self.server.pid}/status").read_text().splitlines():
@@ -131,59 +181,133 @@ async def attacks(audit: Audit) -> None:
     async with transport.channel(audit.address, alice_cert) as ch:
         s = pb_grpc.SchedulerStub(ch)
         node = pb.Node(name="fake-0", allocatable=pb.ResourceList(quantities={"cpu": "1000"}))
-        await audit.expect("alice's certificate, no token: RegisterBackend{name: alice}", "UNAUTHENTICATED",
-                           s.RegisterBackend(pb.RegisterBackendRequest(name="alice", kind="x"), timeout=10))
-        await audit.expect("alice's certificate, no token: SyncSnapshot a 1,000-CPU node", "UNAUTHENTICATED",
-                           s.SyncSnapshot(pb.SyncSnapshotRequest(backend="alice", nodes=[node]), timeout=10))
-        await audit.expect("alice's certificate, no token: StreamDecisions(rack-a)", "UNAUTHENTICATED",
-                           first(s.StreamDecisions(pb.StreamDecisionsRequest(backend="rack-a"), timeout=10)))
-        await audit.expect("alice's certificate, no token: AckDecisions(rack-a)", "UNAUTHENTICATED",
-                           s.AckDecisions(pb.AckDecisionsRequest(backend="rack-a"), timeout=10))
-        await audit.expect("alice's certificate, no token: reflection", "UNAUTHENTICATED",
-                           first(reflection_pb2_grpc.ServerReflectionStub(ch).ServerReflectionInfo(
-                               iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)))
+        await audit.expect(
+            "alice's certificate, no token: RegisterBackend{name: alice}",
+            "UNAUTHENTICATED",
+            s.RegisterBackend(pb.RegisterBackendRequest(name="alice", kind="x"), timeout=10),
+        )
+        await audit.expect(
+            "alice's certificate, no token: SyncSnapshot a 1,000-CPU node",
+            "UNAUTHENTICATED",
+            s.SyncSnapshot(pb.SyncSnapshotRequest(backend="alice", nodes=[node]), timeout=10),
+        )
+        await audit.expect(
+            "alice's certificate, no token: StreamDecisions(rack-a)",
+            "UNAUTHENTICATED",
+            first(s.StreamDecisions(pb.StreamDecisionsRequest(backend="rack-a"), timeout=10)),
+        )
+        await audit.expect(
+            "alice's certificate, no token: AckDecisions(rack-a)",
+            "UNAUTHENTICATED",
+            s.AckDecisions(pb.AckDecisionsRequest(backend="rack-a"), timeout=10),
+        )
+        await audit.expect(
+            "alice's certificate, no token: reflection",
+            "UNAUTHENTICATED",
+            first(
+                reflection_pb2_grpc.ServerReflectionStub(ch).ServerReflectionInfo(
+                    iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+                )
+            ),
+        )
         before = audit.peak_rss_mib()
         big = pb.GetJobRequest(id="x" * (60 * 1024 * 1024))
         started = time.perf_counter()
-        results = await asyncio.gather(*(s.GetJob(big, timeout=30) for _ in range(8)), return_exceptions=True)
+        results = await asyncio.gather(
+            *(s.GetJob(big, timeout=30) for _ in range(8)), return_exceptions=True
+        )
         codes = {r.code().name if isinstance(r, grpc.aio.AioRpcError) else "OK" for r in results}
-        audit.attempts.append(Attempt("8 concurrent 60 MiB GetJob, no token", "UNAUTHENTICATED",
-                                      ",".join(sorted(codes)), time.perf_counter() - started))
-        print(f"{'ok ' if codes == {'UNAUTHENTICATED'} else 'BAD'} {'8 concurrent 60 MiB GetJob, no token':<78} "
-              f"expected UNAUTHENTICATED     got {','.join(sorted(codes))}  (peak RSS {before:.0f} -> "
-              f"{audit.peak_rss_mib():.0f} MiB, {time.perf_counter() - started:.2f} s)", flush=True)
-        health = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10)
-        print(f"    health without a token: {health_pb2.HealthCheckResponse.ServingStatus.Name(health.status)}")
+        audit.attempts.append(
+            Attempt(
+                "8 concurrent 60 MiB GetJob, no token",
+                "UNAUTHENTICATED",
+                ",".join(sorted(codes)),
+                time.perf_counter() - started,
+            )
+        )
+        print(
+            f"{'ok ' if codes == {'UNAUTHENTICATED'} else 'BAD'} {'8 concurrent 60 MiB GetJob, no token':<78} "
+            f"expected UNAUTHENTICATED     got {','.join(sorted(codes))}  (peak RSS {before:.0f} -> "
+            f"{audit.peak_rss_mib():.0f} MiB, {time.perf_counter() - started:.2f} s)",
+            flush=True,
+        )
+        health = await health_pb2_grpc.HealthStub(ch).Check(
+            health_pb2.HealthCheckRequest(), timeout=10
+        )
+        print(
+            f"    health without a token: {health_pb2.HealthCheckResponse.ServingStatus.Name(health.status)}"
+        )
 
     async with transport.channel(audit.address, alice_cert, token="alice-token-1") as ch:
         s = pb_grpc.SchedulerStub(ch)
-        await audit.expect("alice's token: RegisterBackend{name: alice}", "PERMISSION_DENIED",
-                           s.RegisterBackend(pb.RegisterBackendRequest(name="alice", kind="x"), timeout=10))
+        await audit.expect(
+            "alice's token: RegisterBackend{name: alice}",
+            "PERMISSION_DENIED",
+            s.RegisterBackend(pb.RegisterBackendRequest(name="alice", kind="x"), timeout=10),
+        )
         for value in ("1e308", "1e309", "9" * 400, "nan", "inf", "1e999999999"):
-            job = pb.JobSpec(id=f"poison-{len(value)}-{value[:4]}", queue="ml", task_groups=[pb.TaskGroup(
-                role="w", replicas=1, request=pb.ResourceList(quantities={"cpu": value}))])
-            await audit.expect(f"SubmitJob request cpu {value[:24]!r}", "INVALID_ARGUMENT",
-                               s.SubmitJob(pb.SubmitJobRequest(job=job), timeout=10))
-        await audit.expect("GetJob of bob's job in queue default", "PERMISSION_DENIED",
-                           s.GetJob(pb.GetJobRequest(id="bob-1"), timeout=10))
-        await audit.expect("GetTaskLogs of bob's job in queue default", "PERMISSION_DENIED",
-                           s.GetTaskLogs(pb.GetTaskLogsRequest(job_id="bob-1"), timeout=10))
+            job = pb.JobSpec(
+                id=f"poison-{len(value)}-{value[:4]}",
+                queue="ml",
+                task_groups=[
+                    pb.TaskGroup(
+                        role="w", replicas=1, request=pb.ResourceList(quantities={"cpu": value})
+                    )
+                ],
+            )
+            await audit.expect(
+                f"SubmitJob request cpu {value[:24]!r}",
+                "INVALID_ARGUMENT",
+                s.SubmitJob(pb.SubmitJobRequest(job=job), timeout=10),
+            )
+        await audit.expect(
+            "GetJob of bob's job in queue default",
+            "PERMISSION_DENIED",
+            s.GetJob(pb.GetJobRequest(id="bob-1"), timeout=10),
+        )
+        await audit.expect(
+            "GetTaskLogs of bob's job in queue default",
+            "PERMISSION_DENIED",
+            s.GetTaskLogs(pb.GetTaskLogsRequest(job_id="bob-1"), timeout=10),
+        )
         before = audit.peak_rss_mib()
-        await audit.expect("Simulate: 9 levels of nested YAML aliases", "INVALID_ARGUMENT",
-                           s.Simulate(pb.SimulateRequest(scenario=ALIAS_BOMB), timeout=30))
-        ascend = json.dumps({"nodes": [{"name": "n", "allocatable": {"cpu": "8", "huawei.com/Ascend910": "1e30"}}],
-                             "jobs": []})
-        await audit.expect("Simulate: a node with 1e30 Ascend910 and no device list", "INVALID_ARGUMENT",
-                           s.Simulate(pb.SimulateRequest(scenario=ascend), timeout=30))
-        for scenario in ("jobs: [{id: j, tasks: [{node: []}]}]\nnodes: []", "config: {profile: []}\nnodes: []\njobs: []"):
-            await audit.expect(f"Simulate {scenario.splitlines()[0]!r}", "INVALID_ARGUMENT",
-                               s.Simulate(pb.SimulateRequest(scenario=scenario), timeout=30))
-        print(f"    peak RSS across the YAML and device attacks: {before:.0f} -> {audit.peak_rss_mib():.0f} MiB")
+        await audit.expect(
+            "Simulate: 9 levels of nested YAML aliases",
+            "INVALID_ARGUMENT",
+            s.Simulate(pb.SimulateRequest(scenario=ALIAS_BOMB), timeout=30),
+        )
+        ascend = json.dumps(
+            {
+                "nodes": [
+                    {"name": "n", "allocatable": {"cpu": "8", "huawei.com/Ascend910": "1e30"}}
+                ],
+                "jobs": [],
+            }
+        )
+        await audit.expect(
+            "Simulate: a node with 1e30 Ascend910 and no device list",
+            "INVALID_ARGUMENT",
+            s.Simulate(pb.SimulateRequest(scenario=ascend), timeout=30),
+        )
+        for scenario in (
+            "jobs: [{id: j, tasks: [{node: []}]}]\nnodes: []",
+            "config: {profile: []}\nnodes: []\njobs: []",
+        ):
+            await audit.expect(
+                f"Simulate {scenario.splitlines()[0]!r}",
+                "INVALID_ARGUMENT",
+                s.Simulate(pb.SimulateRequest(scenario=scenario), timeout=30),
+            )
+        print(
+            f"    peak RSS across the YAML and device attacks: {before:.0f} -> {audit.peak_rss_mib():.0f} MiB"
+        )
 
     async with transport.channel(audit.address, alice_cert, token="ops-token-123") as ch:
         s = pb_grpc.SchedulerStub(ch)
         bombs = {
-            "UpdateConfig: aliases in extension_points_not_listed": ALIAS_BOMB.replace("a: &a", "x-a: &a", 1)
+            "UpdateConfig: aliases in extension_points_not_listed": ALIAS_BOMB.replace(
+                "a: &a", "x-a: &a", 1
+            )
             + "\nextension_points_not_listed: *i",
             "UpdateConfig profile: []": "profile: []",
             "UpdateConfig profile: {a: 1}": "profile: {a: 1}",
@@ -191,29 +315,53 @@ async def attacks(audit: Audit) -> None:
             "UpdateConfig configurations arguments: [x]": "configurations: [{name: preempt, arguments: [x]}]",
         }
         for what, text in bombs.items():
-            await audit.expect(what, "INVALID_ARGUMENT", s.UpdateConfig(pb.UpdateConfigRequest(yaml=text), timeout=30))
+            await audit.expect(
+                what,
+                "INVALID_ARGUMENT",
+                s.UpdateConfig(pb.UpdateConfigRequest(yaml=text), timeout=30),
+            )
 
     async with transport.channel(audit.address, audit.tls("rack-a")) as ch:
         s = pb_grpc.SchedulerStub(ch)
-        await audit.expect("rack-a's certificate: RegisterBackend rack-a", "OK",
-                           s.RegisterBackend(pb.RegisterBackendRequest(name="rack-a", kind="x"), timeout=10))
-        await audit.expect("rack-a's certificate: RegisterBackend rack-b", "PERMISSION_DENIED",
-                           s.RegisterBackend(pb.RegisterBackendRequest(name="rack-b", kind="x"), timeout=10))
-        await audit.expect("rack-a's certificate: ListJobs (a backend is no user)", "PERMISSION_DENIED",
-                           s.ListJobs(pb.ListJobsRequest(), timeout=10))
-        gpus = pb.Node(name="g-0", allocatable=pb.ResourceList(quantities={"cpu": "8", "nvidia.com/gpu": "1000000000000"}))
+        await audit.expect(
+            "rack-a's certificate: RegisterBackend rack-a",
+            "OK",
+            s.RegisterBackend(pb.RegisterBackendRequest(name="rack-a", kind="x"), timeout=10),
+        )
+        await audit.expect(
+            "rack-a's certificate: RegisterBackend rack-b",
+            "PERMISSION_DENIED",
+            s.RegisterBackend(pb.RegisterBackendRequest(name="rack-b", kind="x"), timeout=10),
+        )
+        await audit.expect(
+            "rack-a's certificate: ListJobs (a backend is no user)",
+            "PERMISSION_DENIED",
+            s.ListJobs(pb.ListJobsRequest(), timeout=10),
+        )
+        gpus = pb.Node(
+            name="g-0",
+            allocatable=pb.ResourceList(quantities={"cpu": "8", "nvidia.com/gpu": "1000000000000"}),
+        )
         before = audit.peak_rss_mib()
-        await audit.expect("rack-a: SyncSnapshot a node of 10^12 GPUs", "INVALID_ARGUMENT",
-                           s.SyncSnapshot(pb.SyncSnapshotRequest(backend="rack-a", nodes=[gpus]), timeout=10))
-        print(f"    peak RSS across the GPU-count attack: {before:.0f} -> {audit.peak_rss_mib():.0f} MiB")
+        await audit.expect(
+            "rack-a: SyncSnapshot a node of 10^12 GPUs",
+            "INVALID_ARGUMENT",
+            s.SyncSnapshot(pb.SyncSnapshotRequest(backend="rack-a", nodes=[gpus]), timeout=10),
+        )
+        print(
+            f"    peak RSS across the GPU-count attack: {before:.0f} -> {audit.peak_rss_mib():.0f} MiB"
+        )
 
     async with transport.channel(audit.address, audit.tls("alice"), token="rack-b-token1") as ch:
         s = pb_grpc.SchedulerStub(ch)
         await s.RegisterBackend(pb.RegisterBackendRequest(name="rack-b", kind="x"), timeout=10)
         feed = s.StreamDecisions(pb.StreamDecisionsRequest(backend="rack-b"))
         await asyncio.sleep(0.5)
-        await audit.expect("rack-b's token: a second live StreamDecisions", "FAILED_PRECONDITION",
-                           first(s.StreamDecisions(pb.StreamDecisionsRequest(backend="rack-b"), timeout=10)))
+        await audit.expect(
+            "rack-b's token: a second live StreamDecisions",
+            "FAILED_PRECONDITION",
+            first(s.StreamDecisions(pb.StreamDecisionsRequest(backend="rack-b"), timeout=10)),
+        )
         feed.cancel()
 
     context = ssl.create_default_context(cafile=str(audit.dir / "ca.crt"))
@@ -223,7 +371,9 @@ async def attacks(audit: Audit) -> None:
     except urllib.error.HTTPError as err:
         got = str(err.code)
     audit.attempts.append(Attempt("/metrics without a token", "401", got, 0.0))
-    print(f"{'ok ' if got == '401' else 'BAD'} {'/metrics without a token':<78} expected 401                 got {got}")
+    print(
+        f"{'ok ' if got == '401' else 'BAD'} {'/metrics without a token':<78} expected 401                 got {got}"
+    )
 
 
 async def setup_jobs(audit: Audit) -> None:
@@ -231,8 +381,18 @@ async def setup_jobs(audit: Audit) -> None:
         s = pb_grpc.SchedulerStub(ch)
         await s.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="ml")), timeout=10)
     async with transport.channel(audit.address, audit.tls("alice"), token="bob-token-123") as ch:
-        job = pb.JobSpec(id="bob-1", queue="default", task_groups=[pb.TaskGroup(
-            role="w", replicas=1, command=["sh", "-c", "echo OPS-PASSWORD=hunter2"], request=pb.ResourceList(quantities={"cpu": "1"}))])
+        job = pb.JobSpec(
+            id="bob-1",
+            queue="default",
+            task_groups=[
+                pb.TaskGroup(
+                    role="w",
+                    replicas=1,
+                    command=["sh", "-c", "echo OPS-PASSWORD=hunter2"],
+                    request=pb.ResourceList(quantities={"cpu": "1"}),
+                )
+            ],
+        )
         await pb_grpc.SchedulerStub(ch).SubmitJob(pb.SubmitJobRequest(job=job), timeout=10)
 
 
@@ -243,7 +403,9 @@ def free_port() -> int:
 
 
 async def main() -> int:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()
     with tempfile.TemporaryDirectory(prefix="muster-audit-") as tmp:
         directory = Path(tmp)
         openssl_pki(directory)
@@ -251,19 +413,40 @@ async def main() -> int:
         port, metrics_port = free_port(), free_port()
         log = (directory / "server.log").open("wb")
         server = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from server.service.main import main; sys.exit(main())",
-             "--listen", f"127.0.0.1:{port}", "--state", str(directory / "muster.db"),
-             "--tls-cert", str(directory / "server.crt"), "--tls-key", str(directory / "server.key"),
-             "--tls-client-ca", str(directory / "ca.crt"), "--auth-policy", str(directory / "policy.yaml"),
-             "--metrics-listen", f"127.0.0.1:{metrics_port}"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            [
+                sys.executable,
+                "-c",
+                "import sys; from server.service.main import main; sys.exit(main())",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--state",
+                str(directory / "muster.db"),
+                "--tls-cert",
+                str(directory / "server.crt"),
+                "--tls-key",
+                str(directory / "server.key"),
+                "--tls-client-ca",
+                str(directory / "ca.crt"),
+                "--auth-policy",
+                str(directory / "policy.yaml"),
+                "--metrics-listen",
+                f"127.0.0.1:{metrics_port}",
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
-        audit = Audit(directory, server, f"localhost:{port}", f"https://localhost:{metrics_port}/metrics")
+        audit = Audit(
+            directory, server, f"localhost:{port}", f"https://localhost:{metrics_port}/metrics"
+        )
         try:
             async with transport.channel(audit.address, audit.tls("alice")) as ch:
                 for _ in range(300):
                     try:
-                        await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=1)
+                        await health_pb2_grpc.HealthStub(ch).Check(
+                            health_pb2.HealthCheckRequest(), timeout=1
+                        )
                         break
                     except grpc.aio.AioRpcError:
                         await asyncio.sleep(0.1)
@@ -279,11 +462,15 @@ async def main() -> int:
         lines = (directory / "server.log").read_bytes().splitlines()
         audit_lines = [line for line in lines if b"audit" in line]
         bad = [a for a in audit.attempts if not a.ok]
-        print(f"\n{len(audit.attempts)} attempts: {len(audit.attempts) - len(bad)} answered as they should, "
-              f"{len(bad)} not; server alive at the end: {alive}")
-        print(f"slowest answer {max(a.seconds for a in audit.attempts):.2f} s; peak RSS {peak:.0f} MiB; "
-              f"longest audit line {max((len(line) for line in audit_lines), default=0):,} bytes; "
-              f"'hunter2' in the log: {any(b'hunter2' in line for line in lines)}")
+        print(
+            f"\n{len(audit.attempts)} attempts: {len(audit.attempts) - len(bad)} answered as they should, "
+            f"{len(bad)} not; server alive at the end: {alive}"
+        )
+        print(
+            f"slowest answer {max(a.seconds for a in audit.attempts):.2f} s; peak RSS {peak:.0f} MiB; "
+            f"longest audit line {max((len(line) for line in audit_lines), default=0):,} bytes; "
+            f"'hunter2' in the log: {any(b'hunter2' in line for line in lines)}"
+        )
         return 0 if not bad and alive else 1
 
 

@@ -36,7 +36,11 @@ def _load(name: str):
 async def bench(args: argparse.Namespace) -> dict:
     import structlog
 
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(int(os.environ.get("BENCH_LOG_LEVEL", "40"))))
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(
+            int(os.environ.get("BENCH_LOG_LEVEL", "40"))
+        )
+    )
     fake = _load("fake_apiserver")
     from adapters.k8s.adapter import K8sBackend
     from adapters.k8s.kube import make_api_client
@@ -56,8 +60,11 @@ async def bench(args: argparse.Namespace) -> dict:
     if args.server == "real":
         from server.service.app import ServerOptions, start_server
 
-        server = await start_server(ServerOptions(listen="127.0.0.1:0", state=os.path.join(tmp.name, "m.db"),
-                                                  cycle_period=0.2))
+        server = await start_server(
+            ServerOptions(
+                listen="127.0.0.1:0", state=os.path.join(tmp.name, "m.db"), cycle_period=0.2
+            )
+        )
         address, stop = server.address, server.stop
     else:
         mini = _load("mini_muster").MiniMusterHandle()
@@ -65,8 +72,12 @@ async def bench(args: argparse.Namespace) -> dict:
         address, stop = mini.address, mini.stop
 
     api = await make_api_client(host=kube.url)
-    backend = K8sBackend(api, server=address, bind_concurrency=args.concurrency,
-                         runtime_options={"batch_linger": 0.02, "max_batch": 2000})
+    backend = K8sBackend(
+        api,
+        server=address,
+        bind_concurrency=args.concurrency,
+        runtime_options={"batch_linger": 0.02, "max_batch": 2000},
+    )
     started = time.perf_counter()
     task = asyncio.create_task(backend.run())
 

@@ -46,7 +46,9 @@ MAX_SCORE = 100.0
 TAINT_WEIGHT = 3.0
 
 
-def water_fill(total: np.ndarray, weights: list[float], requests: list[np.ndarray]) -> list[np.ndarray]:
+def water_fill(
+    total: np.ndarray, weights: list[float], requests: list[np.ndarray]
+) -> list[np.ndarray]:
     """proportion's deserved shares: the cluster shared by weight, each capped by its request."""
     deserved = [np.zeros_like(total) for _ in weights]
     remaining = total.copy()
@@ -61,8 +63,12 @@ def water_fill(total: np.ndarray, weights: list[float], requests: list[np.ndarra
             if i in met:
                 continue
             old = deserved[i]
-            deserved[i] = np.maximum(np.minimum(old + remaining * (w / total_weight), requests[i]), 0.0)
-            if np.all(requests[i] <= deserved[i] + MIN_RESOURCE) or np.array_equal(deserved[i], old):
+            deserved[i] = np.maximum(
+                np.minimum(old + remaining * (w / total_weight), requests[i]), 0.0
+            )
+            if np.all(requests[i] <= deserved[i] + MIN_RESOURCE) or np.array_equal(
+                deserved[i], old
+            ):
                 met.add(i)
             diff = deserved[i] - old
             increased += np.maximum(diff, 0)
@@ -89,7 +95,9 @@ def numpy_cycle(snapshot: ClusterSnapshot) -> dict[str, str]:
     inv = np.divide(1.0, alloc[:, :2], out=np.zeros_like(alloc[:, :2]), where=alloc[:, :2] > 0)
     has = inv > 0
     # tainttoleration: no task tolerates the GPU nodes' PreferNoSchedule taint.
-    tainted = np.array([any(t.effect == "PreferNoSchedule" for t in by_name[n].taints) for n in names])
+    tainted = np.array(
+        [any(t.effect == "PreferNoSchedule" for t in by_name[n].taints) for n in names]
+    )
     taint_score = (MAX_SCORE - np.floor(tainted * MAX_SCORE / max(tainted.max(), 1))) * TAINT_WEIGHT
 
     queue_index = {q.name: i for i, q in enumerate(snapshot.queues)}
@@ -111,7 +119,9 @@ def numpy_cycle(snapshot: ClusterSnapshot) -> dict[str, str]:
         least = np.floor(np.where(fits_cm, np.floor((1.0 - frac) * MAX_SCORE), 0.0).sum(axis=1) / 2)
         capped = np.where(has[rows], np.minimum(frac, 1.0), 1.0)
         balanced = np.floor((1 - np.abs(capped[:, 0] - capped[:, 1]) / 2) * MAX_SCORE)
-        fits = ((alloc[rows] - used[rows]) >= req - MIN_RESOURCE).all(axis=1) & (pods[rows] < max_pods[rows])
+        fits = ((alloc[rows] - used[rows]) >= req - MIN_RESOURCE).all(axis=1) & (
+            pods[rows] < max_pods[rows]
+        )
         return np.where(fits, least + balanced + taint_score[rows], -np.inf)
 
     inv_list, alloc_list, max_pods_list = inv.tolist(), alloc.tolist(), max_pods.tolist()
@@ -121,7 +131,9 @@ def numpy_cycle(snapshot: ClusterSnapshot) -> dict[str, str]:
     def row_score(req: list[float], row: int) -> float:
         """``scores`` for one row in plain floats (numpy's per-call cost dominates one row)."""
         u, a = used_list[row], alloc_list[row]
-        if pods_list[row] >= max_pods_list[row] or any(a[d] - u[d] < req[d] - MIN_RESOURCE for d in range(len(DIMS))):
+        if pods_list[row] >= max_pods_list[row] or any(
+            a[d] - u[d] < req[d] - MIN_RESOURCE for d in range(len(DIMS))
+        ):
             return -math.inf
         ic, im = inv_list[row]
         fc, fm = (u[0] + req[0]) * ic, (u[1] + req[1]) * im
@@ -129,7 +141,11 @@ def numpy_cycle(snapshot: ClusterSnapshot) -> dict[str, str]:
         lm = math.floor((1.0 - fm) * MAX_SCORE) if im > 0 and fm <= 1.0 else 0.0
         cc = min(fc, 1.0) if ic > 0 else 1.0
         cm = min(fm, 1.0) if im > 0 else 1.0
-        return math.floor((lc + lm) / 2) + math.floor((1 - abs(cc - cm) / 2) * MAX_SCORE) + taint_list[row]
+        return (
+            math.floor((lc + lm) / 2)
+            + math.floor((1 - abs(cc - cm) / 2) * MAX_SCORE)
+            + taint_list[row]
+        )
 
     changed: list[int] = []  # rows in the order placements changed them
     by_shape: dict[tuple[float, ...], tuple[np.ndarray, int]] = {}
@@ -198,7 +214,9 @@ def muster_cycle(snapshot: ClusterSnapshot) -> dict[str, str]:
     return dict(result.binds)
 
 
-def timed(fn: Callable[[ClusterSnapshot], dict[str, str]], snapshot: ClusterSnapshot) -> tuple[dict[str, str], float, float]:
+def timed(
+    fn: Callable[[ClusterSnapshot], dict[str, str]], snapshot: ClusterSnapshot
+) -> tuple[dict[str, str], float, float]:
     started, cpu_started = time.perf_counter(), time.process_time()
     out = fn(snapshot)
     return out, time.perf_counter() - started, time.process_time() - cpu_started
@@ -221,30 +239,48 @@ def main() -> None:
         mine, mine_s, mine_cpu = timed(muster_cycle, snapshot)
         numpy_cpus.append(base_cpu)
         muster_cpus.append(mine_cpu)
-        print(json.dumps({
-            "nodes": args.nodes,
-            "tasks": args.tasks,
-            "placed": len(mine),
-            "identical": base == mine,
-            "numpy_seconds": round(base_s, 4),
-            "muster_seconds": round(mine_s, 4),
-            "numpy_cpu": round(base_cpu, 4),
-            "muster_cpu": round(mine_cpu, 4),
-            "ratio_cpu": round(mine_cpu / base_cpu, 2),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "nodes": args.nodes,
+                    "tasks": args.tasks,
+                    "placed": len(mine),
+                    "identical": base == mine,
+                    "numpy_seconds": round(base_s, 4),
+                    "muster_seconds": round(mine_s, 4),
+                    "numpy_cpu": round(base_cpu, 4),
+                    "muster_cpu": round(mine_cpu, 4),
+                    "ratio_cpu": round(mine_cpu / base_cpu, 2),
+                }
+            ),
+            flush=True,
+        )
         if base != mine:
             diff = sorted(set(base.items()) ^ set(mine.items()))[:5]
-            print(json.dumps({"numpy_only_or_muster_only": diff, "numpy_placed": len(base)}), flush=True)
+            print(
+                json.dumps({"numpy_only_or_muster_only": diff, "numpy_placed": len(base)}),
+                flush=True,
+            )
     if args.repeat > 1:
         # On a shared machine one pair's ratio moves with the host's speed between the two runs;
         # each side's fastest run is its least disturbed one, so their ratio is the steadier figure.
-        print(json.dumps({
-            "summary": f"{args.repeat} pairs",
-            "numpy_cpu_min": round(min(numpy_cpus), 4),
-            "muster_cpu_min": round(min(muster_cpus), 4),
-            "ratio_of_mins": round(min(muster_cpus) / min(numpy_cpus), 2),
-            "ratio_median": round(statistics.median(m / n for m, n in zip(muster_cpus, numpy_cpus, strict=True)), 2),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "summary": f"{args.repeat} pairs",
+                    "numpy_cpu_min": round(min(numpy_cpus), 4),
+                    "muster_cpu_min": round(min(muster_cpus), 4),
+                    "ratio_of_mins": round(min(muster_cpus) / min(numpy_cpus), 2),
+                    "ratio_median": round(
+                        statistics.median(
+                            m / n for m, n in zip(muster_cpus, numpy_cpus, strict=True)
+                        ),
+                        2,
+                    ),
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

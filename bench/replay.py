@@ -116,8 +116,13 @@ def _int(row: dict[str, str], key: str, default: int = 0) -> int:
 def load_nodes(path: Path) -> list[TraceNode]:
     with path.open(newline="") as f:
         return [
-            TraceNode(row["sn"], _int(row, "cpu_milli"), _int(row, "memory_mib"), _int(row, "gpu"),
-                      (row.get("model") or "").strip())
+            TraceNode(
+                row["sn"],
+                _int(row, "cpu_milli"),
+                _int(row, "memory_mib"),
+                _int(row, "gpu"),
+                (row.get("model") or "").strip(),
+            )
             for row in csv.DictReader(f)
         ]
 
@@ -132,11 +137,22 @@ def load_pods(path: Path) -> list[TracePod]:
             if num_gpu and milli <= 0:  # a GPU pod without a share asks whole GPUs
                 milli = MILLI
             spec = tuple(s.strip() for s in (row.get("gpu_spec") or "").split("|") if s.strip())
-            pods.append(TracePod(row["name"], _int(row, "cpu_milli"), _int(row, "memory_mib"), num_gpu, milli, spec))
+            pods.append(
+                TracePod(
+                    row["name"],
+                    _int(row, "cpu_milli"),
+                    _int(row, "memory_mib"),
+                    num_gpu,
+                    milli,
+                    spec,
+                )
+            )
     return pods
 
 
-def load_expected(path: Path, workload: str, tune: float, seeds: Sequence[int] | None = None) -> dict[str, dict[int, float]]:
+def load_expected(
+    path: Path, workload: str, tune: float, seeds: Sequence[int] | None = None
+) -> dict[str, dict[int, float]]:
     """Published allocation curves: per simulator policy, per arrival % (the CSV's columns
     ``0`` .. ``130``), the mean over the seeds given (None: every seed) of the allocation %."""
     values: dict[str, dict[int, list[float]]] = {}
@@ -156,7 +172,10 @@ def load_expected(path: Path, workload: str, tune: float, seeds: Sequence[int] |
             for key, value in row.items():
                 if key is not None and key.isdigit() and value not in (None, ""):
                     curve.setdefault(int(key), []).append(float(value))
-    return {policy: {p: statistics.fmean(v) for p, v in curve.items()} for policy, curve in values.items()}
+    return {
+        policy: {p: statistics.fmean(v) for p, v in curve.items()}
+        for policy, curve in values.items()
+    }
 
 
 # -- the experiment ------------------------------------------------------------------------------------
@@ -197,7 +216,11 @@ def build_snapshot(nodes: Sequence[TraceNode], pods: Sequence[TracePod]) -> Clus
         alloc: dict[str, float] = {"cpu": float(n.cpu_milli), "memory": float(n.memory_mib * MIB)}
         if n.gpus:
             alloc[NVIDIA_GPU] = n.gpus * UNIT
-        node_specs.append(NodeSpec(name=n.name, allocatable=alloc, labels={MODEL_LABEL: n.model} if n.model else {}))
+        node_specs.append(
+            NodeSpec(
+                name=n.name, allocatable=alloc, labels={MODEL_LABEL: n.model} if n.model else {}
+            )
+        )
     jobs = []
     for k, p in enumerate(pods):
         request: dict[str, float] = {"cpu": float(p.cpu_milli), "memory": float(p.memory_mib * MIB)}
@@ -205,13 +228,39 @@ def build_snapshot(nodes: Sequence[TraceNode], pods: Sequence[TracePod]) -> Clus
             request[NVIDIA_GPU] = p.num_gpu * UNIT
         affinity: dict[str, Any] = {}
         if p.gpu_spec:
-            term = {"matchExpressions": [{"key": MODEL_LABEL, "operator": "In", "values": list(p.gpu_spec)}]}
-            affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+            term = {
+                "matchExpressions": [
+                    {"key": MODEL_LABEL, "operator": "In", "values": list(p.gpu_spec)}
+                ]
+            }
+            affinity = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+                }
+            }
         uid = f"trace/{p.name}"
-        task = TaskSpec(uid=f"{uid}-0", name=p.name, namespace="trace", job=uid, request=request,
-                        affinity=affinity, gpu_fraction=p.fraction, creation_index=k)
-        jobs.append(JobSpec(uid=uid, name=p.name, namespace="trace", queue="trace", tasks=[task], min_member=1,
-                            phase=PodGroupPhase.INQUEUE, creation_index=k))
+        task = TaskSpec(
+            uid=f"{uid}-0",
+            name=p.name,
+            namespace="trace",
+            job=uid,
+            request=request,
+            affinity=affinity,
+            gpu_fraction=p.fraction,
+            creation_index=k,
+        )
+        jobs.append(
+            JobSpec(
+                uid=uid,
+                name=p.name,
+                namespace="trace",
+                queue="trace",
+                tasks=[task],
+                min_member=1,
+                phase=PodGroupPhase.INQUEUE,
+                creation_index=k,
+            )
+        )
     return ClusterSnapshot(nodes=node_specs, queues=[QueueSpec("trace")], jobs=jobs)
 
 
@@ -254,20 +303,25 @@ def policy_config(policy: str, seed: int = 0) -> SchedulerConfig:
     config = load_config(f"profile: kai\nactions: allocate\ntiers:\n{_TIERS[policy]}")
     if policy == "random":
         switches = dict(config.tiers[0][0].switches)
-        option = PluginOption(RandomScorePlugin.name, switches, {"seed": seed}, plugin_class=RandomScorePlugin)
+        option = PluginOption(
+            RandomScorePlugin.name, switches, {"seed": seed}, plugin_class=RandomScorePlugin
+        )
         config = dataclasses.replace(config, tiers=[[*config.tiers[0], option]])
     return config
 
 
-def replay(nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: SchedulerConfig) -> list[bool]:
+def replay(
+    nodes: Sequence[TraceNode], pods: Sequence[TracePod], config: SchedulerConfig
+) -> list[bool]:
     """Place the pods in arrival order through one scheduling cycle; per pod: was it placed?"""
     result = SchedulerCore(config).run_cycle(build_snapshot(nodes, pods), 1)
     placed = set(result.binds) | set(result.pipelined)
     return [f"trace/{p.name}-0" in placed for p in pods]
 
 
-def allocation_curve(pods: Sequence[TracePod], placed: Sequence[bool], capacity: int,
-                     points: Sequence[int]) -> dict[int, float | None]:
+def allocation_curve(
+    pods: Sequence[TracePod], placed: Sequence[bool], capacity: int, points: Sequence[int]
+) -> dict[int, float | None]:
     """Per arrival % of capacity, the allocated % of capacity, as the published analysis takes it
     (``merge_alloc_discrete.py``): the mean over the arrivals after which the arrived GPU requests,
     in % of capacity rounded, equal the point (none: those within one point of it). Where no arrival
@@ -306,14 +360,29 @@ class Run:
     curve: dict[int, float | None]
 
 
-def run_one(trace: Path, pod_file: str, policy: str, seed: int, tune: float, node_stride: int, points: Sequence[int]) -> Run:
+def run_one(
+    trace: Path,
+    pod_file: str,
+    policy: str,
+    seed: int,
+    tune: float,
+    node_stride: int,
+    points: Sequence[int],
+) -> Run:
     nodes = load_nodes(trace / NODE_FILE)[::node_stride]
     capacity = capacity_milli(nodes)
     pods = sample_pods(load_pods(trace / pod_file), capacity, tune, seed)
     started = time.perf_counter()
     placed = replay(nodes, pods, policy_config(policy, seed))
     seconds = time.perf_counter() - started
-    return Run(policy, seed, len(pods), sum(placed), seconds, allocation_curve(pods, placed, capacity, points))
+    return Run(
+        policy,
+        seed,
+        len(pods),
+        sum(placed),
+        seconds,
+        allocation_curve(pods, placed, capacity, points),
+    )
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -340,8 +409,12 @@ def mean_curve(runs: Sequence[Run], points: Sequence[int]) -> dict[int, float | 
     return out
 
 
-def table(policies: Sequence[str], measured: dict[str, dict[int, float | None]], published: dict[str, dict[int, float]],
-          points: Sequence[int]) -> str:
+def table(
+    policies: Sequence[str],
+    measured: dict[str, dict[int, float | None]],
+    published: dict[str, dict[int, float]],
+    points: Sequence[int],
+) -> str:
     """Arrival % x policy: the measured allocation % (mean over seeds) and the published one."""
     head = ["arrival %"]
     for policy in policies:
@@ -366,13 +439,25 @@ def table(policies: Sequence[str], measured: dict[str, dict[int, float | None]],
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", type=Path, required=True, help="the trace directory (openb CSVs)")
-    ap.add_argument("--pods", default=POD_FILE, help=f"pod list file in the trace directory (default {POD_FILE})")
+    ap.add_argument(
+        "--pods",
+        default=POD_FILE,
+        help=f"pod list file in the trace directory (default {POD_FILE})",
+    )
     ap.add_argument("--seeds", default="42-51", help="seeds: 42-51 or 42,43 (default 42-51)")
-    ap.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, of {', '.join(POLICIES)}")
-    ap.add_argument("--tune", type=float, default=1.3, help="GPUs asked / cluster GPUs (default 1.3)")
-    ap.add_argument("--step", type=int, default=10, help="arrival %% between table rows (default 10)")
+    ap.add_argument(
+        "--policies", default=",".join(POLICIES), help=f"comma-separated, of {', '.join(POLICIES)}"
+    )
+    ap.add_argument(
+        "--tune", type=float, default=1.3, help="GPUs asked / cluster GPUs (default 1.3)"
+    )
+    ap.add_argument(
+        "--step", type=int, default=10, help="arrival %% between table rows (default 10)"
+    )
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel processes (default 1)")
-    ap.add_argument("--quick", action="store_true", help="smoke run: first seed only, every 8th node")
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: first seed only, every 8th node"
+    )
     ap.add_argument("--json", type=Path, default=None, help="write every run's curve to this file")
     args = ap.parse_args(argv)
 
@@ -393,26 +478,53 @@ def main(argv: Sequence[str] | None = None) -> None:
     every_point = list(range(0, top + 1))
 
     started = time.perf_counter()
-    tasks = [(args.trace, args.pods, policy, seed, args.tune, stride, every_point) for seed in seeds for policy in policies]
+    tasks = [
+        (args.trace, args.pods, policy, seed, args.tune, stride, every_point)
+        for seed in seeds
+        for policy in policies
+    ]
     runs: list[Run] = []
-    with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
-        for r in pool.map(run_one, *zip(*tasks, strict=True)) if pool else itertools.starmap(run_one, tasks):
+    with (
+        ProcessPoolExecutor(max_workers=args.jobs)
+        if args.jobs > 1
+        else contextlib.nullcontext() as pool
+    ):
+        for r in (
+            pool.map(run_one, *zip(*tasks, strict=True))
+            if pool
+            else itertools.starmap(run_one, tasks)
+        ):
             runs.append(r)
-            print(f"# {r.policy} seed {r.seed}: {r.placed}/{r.pods} pods placed, "
-                  f"{r.curve.get(top)}% at {top}%, {r.seconds:.1f}s", file=sys.stderr, flush=True)
+            print(
+                f"# {r.policy} seed {r.seed}: {r.placed}/{r.pods} pods placed, "
+                f"{r.curve.get(top)}% at {top}%, {r.seconds:.1f}s",
+                file=sys.stderr,
+                flush=True,
+            )
 
-    measured = {policy: mean_curve([r for r in runs if r.policy == policy], every_point) for policy in policies}
+    measured = {
+        policy: mean_curve([r for r in runs if r.policy == policy], every_point)
+        for policy in policies
+    }
     expected_path = args.trace / EXPECTED_FILE
     published: dict[str, dict[int, float]] = {}
     if expected_path.exists() and stride == 1:
         published = load_expected(expected_path, Path(args.pods).stem, args.tune, seeds)
     nodes = load_nodes(args.trace / NODE_FILE)[::stride]
-    print(f"trace {args.trace} pods {args.pods}: {len(nodes)} nodes, {capacity_milli(nodes) // MILLI} GPUs, "
-          f"tune {args.tune}, seeds {','.join(map(str, seeds))}; GPU allocation % of capacity "
-          f"(mean over seeds) at each arrival % of capacity" + ("" if published else "; no published numbers"))
+    print(
+        f"trace {args.trace} pods {args.pods}: {len(nodes)} nodes, {capacity_milli(nodes) // MILLI} GPUs, "
+        f"tune {args.tune}, seeds {','.join(map(str, seeds))}; GPU allocation % of capacity "
+        f"(mean over seeds) at each arrival % of capacity"
+        + ("" if published else "; no published numbers")
+    )
     print(table(policies, measured, published, points))
-    print(f"wall {time.perf_counter() - started:.1f}s; per run (s): "
-          + ", ".join(f"{p} {statistics.fmean(r.seconds for r in runs if r.policy == p):.1f}" for p in policies))
+    print(
+        f"wall {time.perf_counter() - started:.1f}s; per run (s): "
+        + ", ".join(
+            f"{p} {statistics.fmean(r.seconds for r in runs if r.policy == p):.1f}"
+            for p in policies
+        )
+    )
     if args.json is not None:
         args.json.write_text(json.dumps([dataclasses.asdict(r) for r in runs], indent=1))
 

@@ -96,7 +96,9 @@ class Observer(threading.Thread):
             time.sleep(0.1)
 
 
-def submit_parallel(items: Sequence[T], submit_one: Callable[[T], int | str], parallel: int = 4) -> dict[int | str, float]:
+def submit_parallel(
+    items: Sequence[T], submit_one: Callable[[T], int | str], parallel: int = 4
+) -> dict[int | str, float]:
     """Submit every item, ``parallel`` at a time: when each submission returned, by the job key
     ``submit_one`` gives (a Slurm job id, or a Muster job id)."""
     submitted: dict[int | str, float] = {}
@@ -113,8 +115,11 @@ def submit_parallel(items: Sequence[T], submit_one: Callable[[T], int | str], pa
 
 
 def sbatch_one(extra: list[str]) -> int:
-    return int(sh("sbatch", "--parsable", "-o", "/dev/null", "--chdir=/tmp", *extra,
-                  "--wrap", "sleep 300").strip().split(";")[0])
+    return int(
+        sh("sbatch", "--parsable", "-o", "/dev/null", "--chdir=/tmp", *extra, "--wrap", "sleep 300")
+        .strip()
+        .split(";")[0]
+    )
 
 
 def submit_native(specs: list[pb.JobSpec], stub: pb_grpc.SchedulerStub) -> dict[int | str, float]:
@@ -134,14 +139,30 @@ def native_specs(tag: str, args_list: list[list[str]]) -> list[pb.JobSpec]:
     specs = []
     for i, argv in enumerate(args_list):
         nodes = int(next(a[2:] for a in argv if a.startswith("-N")))
-        specs.append(pb.JobSpec(id=f"{tag}-{i:05d}", queue="default", task_groups=[pb.TaskGroup(
-            role="w", replicas=nodes, request=pb.ResourceList(quantities={"cpu": "1", "memory": "1Gi"}),
-            command=["sleep", "300"], annotations={"slurm.schedmd.com/output": "/dev/null"})]))
+        specs.append(
+            pb.JobSpec(
+                id=f"{tag}-{i:05d}",
+                queue="default",
+                task_groups=[
+                    pb.TaskGroup(
+                        role="w",
+                        replicas=nodes,
+                        request=pb.ResourceList(quantities={"cpu": "1", "memory": "1Gi"}),
+                        command=["sleep", "300"],
+                        annotations={"slurm.schedmd.com/output": "/dev/null"},
+                    )
+                ],
+            )
+        )
     return specs
 
 
-def measure(name: str, args_list: list[list[str]], timeout: float,
-            submit: Callable[[], Mapping[int | str, float]] | None = None) -> dict[str, object]:
+def measure(
+    name: str,
+    args_list: list[list[str]],
+    timeout: float,
+    submit: Callable[[], Mapping[int | str, float]] | None = None,
+) -> dict[str, object]:
     observer = Observer()
     observer.start()
     submitted = submit() if submit is not None else submit_parallel(args_list, sbatch_one)
@@ -171,16 +192,26 @@ def measure(name: str, args_list: list[list[str]], timeout: float,
 
 
 # The adapter's "placed" log line stamps each step of a placement (wall clock, seconds).
-_STEPS = (("sbatch->seen", "sbatch", "seen_at"), ("seen->submitted", "seen_at", "submitted_at"),
-          ("submitted->bind", "submitted_at", "bind_at"), ("bind->updated", "bind_at", "updated_at"),
-          ("updated->verified", "updated_at", "verified_at"), ("verified->running", "verified_at", "running"))
+_STEPS = (
+    ("sbatch->seen", "sbatch", "seen_at"),
+    ("seen->submitted", "seen_at", "submitted_at"),
+    ("submitted->bind", "submitted_at", "bind_at"),
+    ("bind->updated", "bind_at", "updated_at"),
+    ("updated->verified", "updated_at", "verified_at"),
+    ("verified->running", "verified_at", "running"),
+)
 # A native job: SubmitJob returned ("sbatch" here) -> binds reach the adapter -> its sbatch
 # returned -> observed RUNNING.
-_NATIVE_STEPS = (("submit->bind", "sbatch", "bind_at"), ("bind->sbatch-returned", "bind_at", "updated_at"),
-                 ("sbatch-returned->running", "updated_at", "running"))
+_NATIVE_STEPS = (
+    ("submit->bind", "sbatch", "bind_at"),
+    ("bind->sbatch-returned", "bind_at", "updated_at"),
+    ("sbatch-returned->running", "updated_at", "running"),
+)
 
 
-def breakdown(log_path: Path, result: dict[str, object], *, native: bool = False) -> dict[str, dict[str, float]]:
+def breakdown(
+    log_path: Path, result: dict[str, object], *, native: bool = False
+) -> dict[str, dict[str, float]]:
     """p50 / p95 of each step of the Muster path, for the jobs of this workload."""
     submitted: dict[int | str, float] = result["_submitted"]  # type: ignore[assignment]
     started: dict[int | str, float] = result["_started"]  # type: ignore[assignment]
@@ -190,15 +221,19 @@ def breakdown(log_path: Path, result: dict[str, object], *, native: bool = False
             event = json.loads(line)
         except ValueError:
             continue
-        jid = event.get("job" if native else "slurm_job") if event.get("event") == "placed" else None
+        jid = (
+            event.get("job" if native else "slurm_job") if event.get("event") == "placed" else None
+        )
         if jid in submitted and jid in started:
             stamps[jid] = {**event, "sbatch": submitted[jid], "running": started[jid]}
     out: dict[str, dict[str, float]] = {}
     for name, begin, end in _NATIVE_STEPS if native else _STEPS:
         values = sorted(s[end] - s[begin] for s in stamps.values() if s.get(begin) and s.get(end))
         if values:
-            out[name] = {"p50": round(statistics.median(values), 3),
-                         "p95": round(values[int(0.95 * (len(values) - 1))], 3)}
+            out[name] = {
+                "p50": round(statistics.median(values), 3),
+                "p95": round(values[int(0.95 * (len(values) - 1))], 3),
+            }
     return out
 
 
@@ -225,27 +260,48 @@ def cpu_seconds(pid: int) -> float:
     return round(walk(pid), 2)
 
 
-def run_muster(workloads: list[tuple[str, list[list[str]]]], args: argparse.Namespace, *,
-               native: bool = False) -> list[dict[str, object]]:
+def run_muster(
+    workloads: list[tuple[str, list[list[str]]]], args: argparse.Namespace, *, native: bool = False
+) -> list[dict[str, object]]:
     """Muster's runs: the jobs ``sbatch``ed into staging, or with ``native`` submitted to Muster
     directly (the adapter runs them with ``--native-jobs-user nobody``)."""
     workdir = Path(tempfile.mkdtemp(prefix="muster-bench-"))
     port = free_port()
     address = f"127.0.0.1:{port}"
-    server_argv = [str(BIN / "muster-server"), "--listen", address, "--state", str(workdir / "m.db")]
+    server_argv = [
+        str(BIN / "muster-server"),
+        "--listen",
+        address,
+        "--state",
+        str(workdir / "m.db"),
+    ]
     if args.min_cycle_interval is not None:
         server_argv += ["--min-cycle-interval", str(args.min_cycle_interval)]
-    server = subprocess.Popen(server_argv, stdout=open(workdir / "server.log", "wb"),  # noqa: SIM115
-                              stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        server_argv,
+        stdout=open(workdir / "server.log", "wb"),  # noqa: SIM115
+        stderr=subprocess.STDOUT,
+    )
     channel = grpc.insecure_channel(address)
     stub = pb_grpc.SchedulerStub(channel)
     adapter = None
     try:
         grpc.channel_ready_future(channel).result(timeout=30)
         adapter = subprocess.Popen(
-            [str(BIN / "muster-slurm-adapter"), "--server", address, "--poll-interval", args.poll_interval,
-             "--log-level", "info", *(["--native-jobs-user", "nobody"] if native else []), *args.adapter_arg],
-            stdout=open(workdir / "adapter.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+            [
+                str(BIN / "muster-slurm-adapter"),
+                "--server",
+                address,
+                "--poll-interval",
+                args.poll_interval,
+                "--log-level",
+                "info",
+                *(["--native-jobs-user", "nobody"] if native else []),
+                *args.adapter_arg,
+            ],
+            stdout=open(workdir / "adapter.log", "wb"),
+            stderr=subprocess.STDOUT,
+        )  # noqa: SIM115
         # Measure from a ready adapter (its first poll and snapshot reached the server), as Slurm's
         # own scheduler is ready before its run starts: a burst submitted while the adapter is
         # still starting would count its start-up as scheduling latency.
@@ -271,12 +327,16 @@ def run_muster(workloads: list[tuple[str, list[list[str]]]], args: argparse.Name
                     return submit_native(specs, stub)
 
             result = measure(name, args_list, args.timeout, submit)
-            result["cpu_s"] = {"adapter": round(cpu_seconds(adapter.pid) - cpu_before[0], 2),
-                               "server": round(cpu_seconds(server.pid) - cpu_before[1], 2)}
+            result["cpu_s"] = {
+                "adapter": round(cpu_seconds(adapter.pid) - cpu_before[0], 2),
+                "server": round(cpu_seconds(server.pid) - cpu_before[1], 2),
+            }
             mismatches = 0
             for jid, nodes in result["_nodes"].items():  # type: ignore[attr-defined]
                 try:
-                    job = stub.GetJob(pb.GetJobRequest(id=jid if native else f"slurm-{jid}"), timeout=10)
+                    job = stub.GetJob(
+                        pb.GetJobRequest(id=jid if native else f"slurm-{jid}"), timeout=10
+                    )
                 except grpc.RpcError:
                     mismatches += 1  # running, yet Muster never saw it
                     continue
@@ -308,15 +368,30 @@ def main() -> int:
     p.add_argument("--gangs", type=int, default=40)
     p.add_argument("--gang-size", type=int, default=8)
     p.add_argument("--timeout", type=float, default=300)
-    p.add_argument("--poll-interval", default="0.2s", help="the adapter's --poll-interval (default 0.2s)")
-    p.add_argument("--min-cycle-interval", type=float, default=None,
-                   help="the server's --min-cycle-interval (default: the server's own)")
-    p.add_argument("--adapter-arg", action="append", default=[],
-                   help="extra adapter argument (repeatable), e.g. --adapter-arg=--parallel=8")
-    p.add_argument("--native", action="store_true",
-                   help="also run the workloads as jobs submitted to Muster directly (SubmitJob, 4 at a time "
-                        "like the sbatch submitters), which the adapter sbatches pinned at bind time")
-    p.add_argument("--keep-logs", type=Path, default=None, help="copy the server and adapter logs here")
+    p.add_argument(
+        "--poll-interval", default="0.2s", help="the adapter's --poll-interval (default 0.2s)"
+    )
+    p.add_argument(
+        "--min-cycle-interval",
+        type=float,
+        default=None,
+        help="the server's --min-cycle-interval (default: the server's own)",
+    )
+    p.add_argument(
+        "--adapter-arg",
+        action="append",
+        default=[],
+        help="extra adapter argument (repeatable), e.g. --adapter-arg=--parallel=8",
+    )
+    p.add_argument(
+        "--native",
+        action="store_true",
+        help="also run the workloads as jobs submitted to Muster directly (SubmitJob, 4 at a time "
+        "like the sbatch submitters), which the adapter sbatches pinned at bind time",
+    )
+    p.add_argument(
+        "--keep-logs", type=Path, default=None, help="copy the server and adapter logs here"
+    )
     args = p.parse_args()
     if os.geteuid() != 0:
         print("bench/slurm_e2e.py needs root (it starts a local Slurm)", file=sys.stderr)
@@ -330,7 +405,10 @@ def main() -> int:
     drain_cluster()
     single = [["-N1", "-c", "1", "--mem=1G"]] * args.singles
     gang = [[f"-N{args.gang_size}", "--ntasks-per-node=1", "-c", "1", "--mem=1G"]] * args.gangs
-    workloads = [(f"{args.singles} single-node jobs", single), (f"{args.gangs} {args.gang_size}-node gangs", gang)]
+    workloads = [
+        (f"{args.singles} single-node jobs", single),
+        (f"{args.gangs} {args.gang_size}-node gangs", gang),
+    ]
     out: dict[str, object] = {"nodes": args.nodes, "cpus": os.cpu_count()}
     out["muster"] = run_muster(workloads, args)
     native_results = run_muster(workloads, args, native=True) if args.native else []

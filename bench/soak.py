@@ -191,8 +191,13 @@ def start(argv: list[str], log: Path, code: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(code))
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, *argv], cwd=code, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,
+            [sys.executable, *argv],
+            cwd=code,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
         )
 
 
@@ -228,35 +233,74 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
     code = Path(args.code).resolve()
     address = f"127.0.0.1:{free_port()}"
     server = start(
-        ["-c", SERVER, "--listen", address, "--state", str(workdir / "muster.db"), "--cycle-period", "1",
-         "--log-format", "json", "--log-level", "warning", *args.server_arg],
-        workdir / "server.log", code,
+        [
+            "-c",
+            SERVER,
+            "--listen",
+            address,
+            "--state",
+            str(workdir / "muster.db"),
+            "--cycle-period",
+            "1",
+            "--log-format",
+            "json",
+            "--log-level",
+            "warning",
+            *args.server_arg,
+        ],
+        workdir / "server.log",
+        code,
     )
     agents: list[subprocess.Popen[bytes]] = []
     try:
         for i in range(args.agents):
             inventory = workdir / f"inventory-{i}.yaml"
-            inventory.write_text(f"nodes:\n  - name: n{i}\n    count: {args.nodes}\n    cpu: 64\n    memory: 256Gi\n")
-            agents.append(start(
-                ["-c", AGENT, "--server", address, "--name", f"agent-{i}", "--inventory", str(inventory),
-                 "--log-format", "json", "--log-level", "warning"],
-                workdir / f"agent-{i}.log", code,
-            ))
+            inventory.write_text(
+                f"nodes:\n  - name: n{i}\n    count: {args.nodes}\n    cpu: 64\n    memory: 256Gi\n"
+            )
+            agents.append(
+                start(
+                    [
+                        "-c",
+                        AGENT,
+                        "--server",
+                        address,
+                        "--name",
+                        f"agent-{i}",
+                        "--inventory",
+                        str(inventory),
+                        "--log-format",
+                        "json",
+                        "--log-level",
+                        "warning",
+                    ],
+                    workdir / f"agent-{i}.log",
+                    code,
+                )
+            )
         async with grpc.aio.insecure_channel(address) as channel:
             stub = pb_grpc.SchedulerStub(channel)
             await wait_nodes(stub, args.agents * args.nodes, 60)
             load = Load(stub, args)
             rss_start = rss_kib(server.pid)
-            print(f"server pid {server.pid} on {address}; RSS at start {rss_start / 1024:.1f} MiB", flush=True)
-            print(f"{'t(s)':>6} {'sub':>6} {'done':>6} {'err':>5} {'get p50':>8} {'get p99':>8} "
-                  f"{'list p50':>8} {'list p99':>8} {'RSS MiB':>8}", flush=True)
+            print(
+                f"server pid {server.pid} on {address}; RSS at start {rss_start / 1024:.1f} MiB",
+                flush=True,
+            )
+            print(
+                f"{'t(s)':>6} {'sub':>6} {'done':>6} {'err':>5} {'get p50':>8} {'get p99':>8} "
+                f"{'list p50':>8} {'list p99':>8} {'RSS MiB':>8}",
+                flush=True,
+            )
             intervals: list[dict[str, object]] = []
             clients = [asyncio.create_task(load.client(n)) for n in range(args.clients)]
             t0 = time.monotonic()
             while (elapsed := time.monotonic() - t0) < args.duration:
                 await asyncio.sleep(min(args.interval, args.duration - elapsed))
                 if server.poll() is not None:
-                    raise RuntimeError(f"the server exited ({server.returncode}); see {workdir}/server.log")
+                    raise RuntimeError(
+                        f"the server exited ({server.returncode}); see {workdir}/server.log"
+                    )
                 w = load.take_window()
                 row = {
                     "t": round(time.monotonic() - t0),
@@ -270,10 +314,13 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
                     "rss_mib": round(rss_kib(server.pid) / 1024, 1),
                 }
                 intervals.append(row)
-                print(f"{row['t']:>6} {w.submitted:>6} {w.finished:>6} {sum(w.errors.values()):>5} "
-                      f"{row['get_job_p50_ms']:>8} {row['get_job_p99_ms']:>8} {row['list_jobs_p50_ms']:>8} "
-                      f"{row['list_jobs_p99_ms']:>8} {row['rss_mib']:>8}"
-                      + (f"  {w.errors}" if w.errors else ""), flush=True)
+                print(
+                    f"{row['t']:>6} {w.submitted:>6} {w.finished:>6} {sum(w.errors.values()):>5} "
+                    f"{row['get_job_p50_ms']:>8} {row['get_job_p99_ms']:>8} {row['list_jobs_p50_ms']:>8} "
+                    f"{row['list_jobs_p99_ms']:>8} {row['rss_mib']:>8}"
+                    + (f"  {w.errors}" if w.errors else ""),
+                    flush=True,
+                )
             load.submitting = False
             await asyncio.wait_for(asyncio.gather(*clients), timeout=args.drain + 60)
             await load.drain(args.drain)
@@ -293,18 +340,26 @@ async def soak(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
         "jobs_submitted": submitted,
         "jobs_lost": len(load.unfinished),
         "errors": load.total_errors,
-        "get_job_ms": {"start": [first["get_job_p50_ms"], first["get_job_p99_ms"]],
-                       "end": [last["get_job_p50_ms"], last["get_job_p99_ms"]]},
-        "rss_mib": {"start": round(rss_start / 1024, 1), "first_interval": first["rss_mib"],
-                    "end": round(rss_end / 1024, 1)},
+        "get_job_ms": {
+            "start": [first["get_job_p50_ms"], first["get_job_p99_ms"]],
+            "end": [last["get_job_p50_ms"], last["get_job_p99_ms"]],
+        },
+        "rss_mib": {
+            "start": round(rss_start / 1024, 1),
+            "first_interval": first["rss_mib"],
+            "end": round(rss_end / 1024, 1),
+        },
         "rss_growth_pct": round(100 * (rss_end - rss_start) / rss_start, 1),
         "rss_growth_after_first_interval_pct": round(
-            100 * (rss_end / 1024 - float(first["rss_mib"])) / float(first["rss_mib"]), 1),  # type: ignore[arg-type]
+            100 * (rss_end / 1024 - float(first["rss_mib"])) / float(first["rss_mib"]), 1
+        ),  # type: ignore[arg-type]
     }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--duration", type=float, default=300.0, help="seconds of load")
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--agents", type=int, default=4)
@@ -312,9 +367,18 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=30.0, help="seconds per printed row")
     ap.add_argument("--poll", type=float, default=0.2, help="seconds between a client's polls")
     ap.add_argument("--task-seconds", type=int, default=1, help="how long each job's task sleeps")
-    ap.add_argument("--drain", type=float, default=60.0, help="seconds to wait for running jobs at the end")
-    ap.add_argument("--code", default=str(ROOT), help="checkout whose server and agent run (PYTHONPATH)")
-    ap.add_argument("--server-arg", action="append", default=[], help="extra muster-server argument (repeatable)")
+    ap.add_argument(
+        "--drain", type=float, default=60.0, help="seconds to wait for running jobs at the end"
+    )
+    ap.add_argument(
+        "--code", default=str(ROOT), help="checkout whose server and agent run (PYTHONPATH)"
+    )
+    ap.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="extra muster-server argument (repeatable)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, state)")
     args = ap.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="muster-soak-"))

@@ -51,7 +51,9 @@ class CountingReceiver(tsg.TraceServiceServicer):
     def __init__(self) -> None:
         self.spans = 0
 
-    def Export(self, request: tsp.ExportTraceServiceRequest, context: Any) -> tsp.ExportTraceServiceResponse:
+    def Export(
+        self, request: tsp.ExportTraceServiceRequest, context: Any
+    ) -> tsp.ExportTraceServiceResponse:
         self.spans += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
         return tsp.ExportTraceServiceResponse()
 
@@ -63,7 +65,9 @@ def refused_port() -> int:
         return s.getsockname()[1]
 
 
-def one_cycle(telemetry: Telemetry, nodes: int, tasks: int, seed: int, cycle_id: int) -> dict[str, float]:
+def one_cycle(
+    telemetry: Telemetry, nodes: int, tasks: int, seed: int, cycle_id: int
+) -> dict[str, float]:
     snapshot = build(nodes, tasks, seed)
     core = SchedulerCore(default_config())
     if telemetry.tracer is not None:  # every job was submitted through a traced SubmitJob
@@ -72,7 +76,9 @@ def one_cycle(telemetry: Telemetry, nodes: int, tasks: int, seed: int, cycle_id:
         for job in snapshot.jobs:
             telemetry.submissions.remember(job.uid, submit.get_span_context())
     job_of = {t.uid: j.uid for j in snapshot.jobs for t in j.tasks}
-    capture = SimpleNamespace(cycle_id=cycle_id, jobs=snapshot.jobs, nodes=snapshot.nodes, queues=snapshot.queues)
+    capture = SimpleNamespace(
+        cycle_id=cycle_id, jobs=snapshot.jobs, nodes=snapshot.nodes, queues=snapshot.queues
+    )
     started = time.perf_counter()
     with telemetry.cycle(capture) as obs:  # type: ignore[arg-type]
         obs.snapshot_done()
@@ -92,11 +98,20 @@ def one_cycle(telemetry: Telemetry, nodes: int, tasks: int, seed: int, cycle_id:
         )
         obs.finish(result, binds=len(result.binds), evictions=len(result.evictions), dropped=0)
     seconds = time.perf_counter() - started
-    return {"cycle": seconds, "core": core_seconds, "telemetry": seconds - core_seconds, "placed": len(result.binds)}
+    return {
+        "cycle": seconds,
+        "core": core_seconds,
+        "telemetry": seconds - core_seconds,
+        "placed": len(result.binds),
+    }
 
 
-def run_mode(name: str, telemetry: Telemetry, args: argparse.Namespace, receiver: CountingReceiver | None) -> dict:
-    runs = [one_cycle(telemetry, args.nodes, args.tasks, args.seed, i + 1) for i in range(args.repeat)]
+def run_mode(
+    name: str, telemetry: Telemetry, args: argparse.Namespace, receiver: CountingReceiver | None
+) -> dict:
+    runs = [
+        one_cycle(telemetry, args.nodes, args.tasks, args.seed, i + 1) for i in range(args.repeat)
+    ]
     flush_seconds = None
     if telemetry.provider is not None:
         t0 = time.perf_counter()
@@ -131,20 +146,39 @@ def main() -> None:
         modes = [
             run_mode("off", Telemetry.disabled(), args, None),
             run_mode("metrics", Telemetry(metrics_listen="127.0.0.1:0", env={}), args, None),
-            run_mode("tracing_unreachable",
-                     Telemetry(otlp_endpoint=f"127.0.0.1:{refused_port()}", env={}), args, None),
-            run_mode("tracing_export", Telemetry(otlp_endpoint=f"127.0.0.1:{port}", env={}), args, receiver),
+            run_mode(
+                "tracing_unreachable",
+                Telemetry(otlp_endpoint=f"127.0.0.1:{refused_port()}", env={}),
+                args,
+                None,
+            ),
+            run_mode(
+                "tracing_export",
+                Telemetry(otlp_endpoint=f"127.0.0.1:{port}", env={}),
+                args,
+                receiver,
+            ),
         ]
         receiver.spans = 0
-        modes.append(run_mode("tracing_export_metrics",
-                              Telemetry(otlp_endpoint=f"127.0.0.1:{port}", metrics_listen="127.0.0.1:0", env={}),
-                              args, receiver))
+        modes.append(
+            run_mode(
+                "tracing_export_metrics",
+                Telemetry(otlp_endpoint=f"127.0.0.1:{port}", metrics_listen="127.0.0.1:0", env={}),
+                args,
+                receiver,
+            )
+        )
     finally:
         server.stop(0)
     base = modes[0]["telemetry_seconds"]
     for mode in modes:  # building bind decisions is in every mode; the difference is telemetry's
         mode["overhead_vs_off_seconds"] = round(mode["telemetry_seconds"] - base, 5)
-    print(json.dumps({"nodes": args.nodes, "tasks": args.tasks, "repeat": args.repeat, "modes": modes}, indent=1))
+    print(
+        json.dumps(
+            {"nodes": args.nodes, "tasks": args.tasks, "repeat": args.repeat, "modes": modes},
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -85,64 +85,110 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"server address HOST:PORT (default $MUSTER_SERVER or {DEFAULT_SERVER})",
     )
-    common.add_argument("--output", "-o", choices=["table", "wide", "json"], default=None,
-                        help="output format: table, wide (every column) or json (docs/api.md JSON mapping)")
+    common.add_argument(
+        "--output",
+        "-o",
+        choices=["table", "wide", "json"],
+        default=None,
+        help="output format: table, wide (every column) or json (docs/api.md JSON mapping)",
+    )
     common.add_argument("--timeout", type=float, default=30.0, help="seconds per call (default 30)")
     add_tls_args(common)
     add_token_args(common)
 
     parser = argparse.ArgumentParser(
-        prog="muster", description="Muster scheduler client.", parents=[common],
+        prog="muster",
+        description="Muster scheduler client.",
+        parents=[common],
         epilog="examples:\n  muster submit examples/jobs-demo.yaml\n  muster jobs --owner me --phase running\n"
-               "  muster job demo-big\n  eval \"$(muster completion bash)\"   # tab completion",
+        '  muster job demo-big\n  eval "$(muster completion bash)"   # tab completion',
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"muster {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, func: Command, help_text: str, examples: str = "") -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text, parents=[common],
-                           epilog=f"examples:\n{examples}" if examples else None,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    def add(
+        name: str, func: Command, help_text: str, examples: str = ""
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            parents=[common],
+            epilog=f"examples:\n{examples}" if examples else None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         p.set_defaults(func=func)
         return p
 
-    p = add("submit", cmd_submit, "submit the jobs of one or more YAML job files",
-            "  muster submit examples/job-volcano-gang.yaml\n  muster submit -o json jobs/*.yaml")
+    p = add(
+        "submit",
+        cmd_submit,
+        "submit the jobs of one or more YAML job files",
+        "  muster submit examples/job-volcano-gang.yaml\n  muster submit -o json jobs/*.yaml",
+    )
     p.add_argument("files", nargs="+", metavar="FILE")
 
-    p = add("jobs", cmd_jobs, "list jobs",
-            "  muster jobs --phase pending --phase inqueue\n  muster jobs --owner me --sort=-submit -o wide\n"
-            "  muster jobs --queue ml --queue research -o json")
+    p = add(
+        "jobs",
+        cmd_jobs,
+        "list jobs",
+        "  muster jobs --phase pending --phase inqueue\n  muster jobs --owner me --sort=-submit -o wide\n"
+        "  muster jobs --queue ml --queue research -o json",
+    )
     p.add_argument("--queue", action="append", help="only jobs of this queue; repeatable")
     p.add_argument("--namespace", "-n")
-    p.add_argument("--owner", action="append", help="only jobs this user submitted ('me': your login name); repeatable")
-    p.add_argument("--phase", action="append", help=f"filter by phase ({', '.join(PHASES)}); repeatable")
-    p.add_argument("--sort", help="submit (default), start, id, queue, owner or phase; --sort=-KEY reverses")
+    p.add_argument(
+        "--owner",
+        action="append",
+        help="only jobs this user submitted ('me': your login name); repeatable",
+    )
+    p.add_argument(
+        "--phase", action="append", help=f"filter by phase ({', '.join(PHASES)}); repeatable"
+    )
+    p.add_argument(
+        "--sort", help="submit (default), start, id, queue, owner or phase; --sort=-KEY reverses"
+    )
     p.add_argument("--limit", type=int, default=None)
 
-    p = add("job", cmd_job, "show one job: status, placement per task, conditions, why pending",
-            "  muster job train-7\n  muster job train-7 -o json | jq '.tasks[].devices'")
+    p = add(
+        "job",
+        cmd_job,
+        "show one job: status, placement per task, conditions, why pending",
+        "  muster job train-7\n  muster job train-7 -o json | jq '.tasks[].devices'",
+    )
     p.add_argument("id")
 
-    p = add("logs", cmd_logs, "print the output of a job's tasks (what their backend sent)",
-            "  muster logs train            # every task, each under a ==> task <== header\n"
-            "  muster logs train w-0        # one task (or its full id train/w-0)")
+    p = add(
+        "logs",
+        cmd_logs,
+        "print the output of a job's tasks (what their backend sent)",
+        "  muster logs train            # every task, each under a ==> task <== header\n"
+        "  muster logs train w-0        # one task (or its full id train/w-0)",
+    )
     p.add_argument("job")
     p.add_argument("task", nargs="?")
 
     p = add("explain", cmd_explain, "why a job is (not) placed, from the last cycle")
     p.add_argument("id")
 
-    p = add("cancel", cmd_cancel, "cancel jobs (their running tasks are evicted)",
-            "  muster cancel train-7\n  muster cancel a b c        # each is reported; exit 1 if any failed")
+    p = add(
+        "cancel",
+        cmd_cancel,
+        "cancel jobs (their running tasks are evicted)",
+        "  muster cancel train-7\n  muster cancel a b c        # each is reported; exit 1 if any failed",
+    )
     p.add_argument("ids", nargs="+", metavar="ID")
 
     add("queues", cmd_queues, "list queues", "  muster queues\n  muster queues -o json")
 
-    p = add("queue", cmd_queue, "create, update or delete a queue",
-            "  muster queue create ml --weight 3 --capability cpu=64,nvidia.com/gpu=8\n"
-            "  muster queue update ml --state closing\n  muster queue delete ml")
+    p = add(
+        "queue",
+        cmd_queue,
+        "create, update or delete a queue",
+        "  muster queue create ml --weight 3 --capability cpu=64,nvidia.com/gpu=8\n"
+        "  muster queue update ml --state closing\n  muster queue delete ml",
+    )
     qsub = p.add_subparsers(dest="queue_command", required=True, metavar="ACTION")
     for action in ("create", "update"):
         q = qsub.add_parser(action, help=f"{action} a queue", parents=[common])
@@ -158,34 +204,59 @@ def build_parser() -> argparse.ArgumentParser:
     q = qsub.add_parser("delete", help="delete a queue", parents=[common])
     q.add_argument("name")
 
-    p = add("nodes", cmd_nodes, "list nodes with used and idle resources",
-            "  muster nodes\n  muster nodes --backend rack-a -o json | jq '.[].device_holders'")
+    p = add(
+        "nodes",
+        cmd_nodes,
+        "list nodes with used and idle resources",
+        "  muster nodes\n  muster nodes --backend rack-a -o json | jq '.[].device_holders'",
+    )
     p.add_argument("--backend")
 
-    p = add("watch", cmd_watch, "stream job changes",
-            "  muster watch --queue ml\n  muster watch --job train-7 --until-done && echo done")
+    p = add(
+        "watch",
+        cmd_watch,
+        "stream job changes",
+        "  muster watch --queue ml\n  muster watch --job train-7 --until-done && echo done",
+    )
     p.add_argument("--queue")
     p.add_argument("--namespace", "-n")
     p.add_argument("--job")
-    p.add_argument("--no-initial", action="store_true", help="skip the current state of matching jobs")
+    p.add_argument(
+        "--no-initial", action="store_true", help="skip the current state of matching jobs"
+    )
     p.add_argument("--count", type=int, default=0, help="stop after this many events")
-    p.add_argument("--until-done", action="store_true",
-                   help="with --job: exit when the job ends (status 0 if it completed, 1 otherwise)")
+    p.add_argument(
+        "--until-done",
+        action="store_true",
+        help="with --job: exit when the job ends (status 0 if it completed, 1 otherwise)",
+    )
 
-    p = add("config", cmd_config, "get or set the scheduler configuration (Volcano format)",
-            "  muster config get > scheduler.yaml\n  muster config set scheduler.yaml")
+    p = add(
+        "config",
+        cmd_config,
+        "get or set the scheduler configuration (Volcano format)",
+        "  muster config get > scheduler.yaml\n  muster config set scheduler.yaml",
+    )
     csub = p.add_subparsers(dest="config_command", required=True, metavar="ACTION")
     csub.add_parser("get", help="print the current configuration", parents=[common])
     c = csub.add_parser("set", help="replace the configuration with FILE", parents=[common])
     c.add_argument("file")
 
-    p = add("completion", cmd_completion, "print a shell completion script",
-            '  eval "$(muster completion bash)"      # in ~/.bashrc\n  muster completion zsh > ~/.zfunc/_muster')
+    p = add(
+        "completion",
+        cmd_completion,
+        "print a shell completion script",
+        '  eval "$(muster completion bash)"      # in ~/.bashrc\n  muster completion zsh > ~/.zfunc/_muster',
+    )
     p.add_argument("shell", choices=["bash", "zsh", "fish", "tcsh"])
 
-    p = add("simulate", cmd_simulate, "run a scenario through the scheduling core",
-            "  muster simulate --local examples/scenarios/gang-basic.yaml\n"
-            "  muster simulate --local scenario.yaml --cycles 3 -o json | jq .binds")
+    p = add(
+        "simulate",
+        cmd_simulate,
+        "run a scenario through the scheduling core",
+        "  muster simulate --local examples/scenarios/gang-basic.yaml\n"
+        "  muster simulate --local scenario.yaml --cycles 3 -o json | jq .binds",
+    )
     p.add_argument("file")
     p.add_argument("--local", action="store_true", help="run in this process (no server needed)")
     p.add_argument("--cycles", type=int, default=0)
@@ -244,7 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging("console", os.environ.get("MUSTER_LOG_LEVEL", "warning"), cache=False)
     _merge_common(args, argv)
     args.server = args.server or os.environ.get("MUSTER_SERVER") or DEFAULT_SERVER
-    fmt = args.output or ("json" if args.command == "simulate" and not sys.stdout.isatty() else "table")
+    fmt = args.output or (
+        "json" if args.command == "simulate" and not sys.stdout.isatty() else "table"
+    )
     out = Output(fmt)
     try:
         return anyio.run(_run, args, out, backend="asyncio")
@@ -256,8 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except grpc.aio.AioRpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
         if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            print(f"hint: no Muster server answered at {args.server}; give its address with --server HOST:PORT "
-                  "or MUSTER_SERVER (start one with `muster-server`, or `make demo`)", file=sys.stderr)
+            print(
+                f"hint: no Muster server answered at {args.server}; give its address with --server HOST:PORT "
+                "or MUSTER_SERVER (start one with `muster-server`, or `make demo`)",
+                file=sys.stderr,
+            )
         return 1
     except KeyboardInterrupt:
         return 130

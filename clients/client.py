@@ -40,17 +40,27 @@ def _login_name() -> str:
 class MusterClient:
     """One channel to a Muster server. Use as an async context manager, or call ``close()``."""
 
-    def __init__(self, address: str = DEFAULT_SERVER, *, timeout: float | None = 30.0,
-                 tls: ClientTls | None = None, token: str | None = None, user: str | None = None) -> None:
+    def __init__(
+        self,
+        address: str = DEFAULT_SERVER,
+        *,
+        timeout: float | None = 30.0,
+        tls: ClientTls | None = None,
+        token: str | None = None,
+        user: str | None = None,
+    ) -> None:
         """``tls``: how to reach a TLS server (default: from the MUSTER_TLS_* variables, see
         ``muster.transport``; none set: plaintext). ``token``: bearer token (default: MUSTER_TOKEN).
         ``user``: who a server without authentication records as the owner of submitted jobs
         (default: the login name; a server with tokens takes the token's user instead)."""
         self.address = address
         self.timeout = timeout  # per unary call; streams are unbounded
-        self._channel = transport.channel(address, tls if tls is not None else ClientTls.from_env(),
-                                          token=token if token is not None else os.environ.get("MUSTER_TOKEN"),
-                                          user=user if user is not None else _login_name())
+        self._channel = transport.channel(
+            address,
+            tls if tls is not None else ClientTls.from_env(),
+            token=token if token is not None else os.environ.get("MUSTER_TOKEN"),
+            user=user if user is not None else _login_name(),
+        )
         self.stub = pb_grpc.SchedulerStub(self._channel)
 
     async def __aenter__(self) -> MusterClient:
@@ -83,20 +93,28 @@ class MusterClient:
     # -- jobs ---------------------------------------------------------------------------------
 
     async def submit_job(self, spec: pb.JobSpec) -> pb.SubmitJobResponse:
-        reply: pb.SubmitJobResponse = await self.stub.SubmitJob(pb.SubmitJobRequest(job=spec), timeout=self.timeout)
+        reply: pb.SubmitJobResponse = await self.stub.SubmitJob(
+            pb.SubmitJobRequest(job=spec), timeout=self.timeout
+        )
         return reply
 
     async def submit_jobs(self, specs: Iterable[pb.JobSpec]) -> list[pb.SubmitJobResponse]:
         """All or nothing: every job is submitted, or none (the error names the refused one)."""
-        reply = await self.stub.SubmitJobs(pb.SubmitJobsRequest(jobs=list(specs)), timeout=self.timeout)
+        reply = await self.stub.SubmitJobs(
+            pb.SubmitJobsRequest(jobs=list(specs)), timeout=self.timeout
+        )
         return list(reply.results)
 
     async def task_logs(self, job_id: str, task_id: str = "") -> list[pb.TaskLog]:
-        reply = await self.stub.GetTaskLogs(pb.GetTaskLogsRequest(job_id=job_id, task_id=task_id), timeout=self.timeout)
+        reply = await self.stub.GetTaskLogs(
+            pb.GetTaskLogsRequest(job_id=job_id, task_id=task_id), timeout=self.timeout
+        )
         return list(reply.logs)
 
     async def cancel_job(self, job_id: str) -> pb.Job:
-        reply: pb.CancelJobResponse = await self.stub.CancelJob(pb.CancelJobRequest(id=job_id), timeout=self.timeout)
+        reply: pb.CancelJobResponse = await self.stub.CancelJob(
+            pb.CancelJobRequest(id=job_id), timeout=self.timeout
+        )
         return reply.job
 
     async def get_job(self, job_id: str) -> pb.Job:
@@ -120,7 +138,11 @@ class MusterClient:
         while True:
             reply = await self.stub.ListJobs(
                 pb.ListJobsRequest(
-                    queue=queue, namespace=namespace, phases=list(phases), page_size=page_size, page_token=token,
+                    queue=queue,
+                    namespace=namespace,
+                    phases=list(phases),
+                    page_size=page_size,
+                    page_token=token,
                     owner=owner,
                 ),
                 timeout=self.timeout,
@@ -138,7 +160,9 @@ class MusterClient:
         self, *, queue: str = "", namespace: str = "", job_id: str = "", send_initial: bool = True
     ) -> AsyncIterator[pb.JobEvent]:
         call = self.stub.WatchJobs(
-            pb.WatchJobsRequest(queue=queue, namespace=namespace, job_id=job_id, send_initial=send_initial)
+            pb.WatchJobsRequest(
+                queue=queue, namespace=namespace, job_id=job_id, send_initial=send_initial
+            )
         )
         try:
             async for event in call:
@@ -147,7 +171,9 @@ class MusterClient:
             call.cancel()
 
     async def explain(self, job_id: str) -> pb.ExplainResponse:
-        reply: pb.ExplainResponse = await self.stub.Explain(pb.ExplainRequest(job_id=job_id), timeout=self.timeout)
+        reply: pb.ExplainResponse = await self.stub.Explain(
+            pb.ExplainRequest(job_id=job_id), timeout=self.timeout
+        )
         return reply
 
     # -- queues -------------------------------------------------------------------------------
@@ -157,11 +183,15 @@ class MusterClient:
         return list(reply.queues)
 
     async def create_queue(self, queue: pb.Queue) -> pb.Queue:
-        reply: pb.Queue = await self.stub.CreateQueue(pb.QueueRequest(queue=queue), timeout=self.timeout)
+        reply: pb.Queue = await self.stub.CreateQueue(
+            pb.QueueRequest(queue=queue), timeout=self.timeout
+        )
         return reply
 
     async def update_queue(self, queue: pb.Queue) -> pb.Queue:
-        reply: pb.Queue = await self.stub.UpdateQueue(pb.QueueRequest(queue=queue), timeout=self.timeout)
+        reply: pb.Queue = await self.stub.UpdateQueue(
+            pb.QueueRequest(queue=queue), timeout=self.timeout
+        )
         return reply
 
     async def delete_queue(self, name: str) -> None:
@@ -170,19 +200,27 @@ class MusterClient:
     # -- cluster, config, simulate ------------------------------------------------------------
 
     async def list_nodes(self, backend: str = "") -> list[pb.NodeView]:
-        reply = await self.stub.ListNodes(pb.ListNodesRequest(backend=backend), timeout=self.timeout)
+        reply = await self.stub.ListNodes(
+            pb.ListNodesRequest(backend=backend), timeout=self.timeout
+        )
         return list(reply.nodes)
 
     async def get_config(self) -> pb.SchedulerConfig:
-        reply: pb.SchedulerConfig = await self.stub.GetConfig(pb.GetConfigRequest(), timeout=self.timeout)
+        reply: pb.SchedulerConfig = await self.stub.GetConfig(
+            pb.GetConfigRequest(), timeout=self.timeout
+        )
         return reply
 
     async def update_config(self, yaml_text: str) -> pb.SchedulerConfig:
-        reply: pb.SchedulerConfig = await self.stub.UpdateConfig(pb.UpdateConfigRequest(yaml=yaml_text), timeout=self.timeout)
+        reply: pb.SchedulerConfig = await self.stub.UpdateConfig(
+            pb.UpdateConfigRequest(yaml=yaml_text), timeout=self.timeout
+        )
         return reply
 
     async def simulate(self, scenario: str, cycles: int = 0) -> dict[str, Any]:
         """Run a scenario on the server (docs/simulate.md); returns the decoded result object."""
-        reply = await self.stub.Simulate(pb.SimulateRequest(scenario=scenario, cycles=cycles), timeout=self.timeout)
+        reply = await self.stub.Simulate(
+            pb.SimulateRequest(scenario=scenario, cycles=cycles), timeout=self.timeout
+        )
         result: dict[str, Any] = json.loads(reply.result_json)
         return result

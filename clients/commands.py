@@ -37,9 +37,15 @@ from muster.v1 import muster_pb2 as pb
 
 # types-protobuf's EnumTypeWrapper.items() gives plain ints; protoc's .pyi names them pb.JobPhase.
 PHASES = {
-    name.removeprefix("JOB_PHASE_").lower(): cast(pb.JobPhase, value) for name, value in pb.JobPhase.items() if value
+    name.removeprefix("JOB_PHASE_").lower(): cast(pb.JobPhase, value)
+    for name, value in pb.JobPhase.items()
+    if value
 }
-QUEUE_STATES = {"open": pb.QUEUE_STATE_OPEN, "closing": pb.QUEUE_STATE_CLOSING, "closed": pb.QUEUE_STATE_CLOSED}
+QUEUE_STATES = {
+    "open": pb.QUEUE_STATE_OPEN,
+    "closing": pb.QUEUE_STATE_CLOSING,
+    "closed": pb.QUEUE_STATE_CLOSED,
+}
 
 
 class UsageError(Exception):
@@ -79,9 +85,14 @@ async def cmd_submit(client: MusterClient, args: argparse.Namespace, out: Output
     if problems:
         raise UsageError(problems)
     # Several jobs go in one all-or-nothing batch: a refused job leaves nothing half-submitted.
-    results = await client.submit_jobs(specs) if len(specs) > 1 else [await client.submit_job(specs[0])]
+    results = (
+        await client.submit_jobs(specs) if len(specs) > 1 else [await client.submit_job(specs[0])]
+    )
     out.emit(
-        [{"id": r.job.spec.id, "created": r.created, "phase": phase_name(r.job.status.phase)} for r in results],
+        [
+            {"id": r.job.spec.id, "created": r.created, "phase": phase_name(r.job.status.phase)}
+            for r in results
+        ],
         lambda: out.table(
             None,
             ["JOB", "QUEUE", "TASKS", "RESULT"],
@@ -113,8 +124,11 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
     jobs = [
         job
         async for job in client.list_jobs(
-            queue=queues[0] if len(queues) == 1 else "", namespace=args.namespace or "", phases=phases,
-            limit=args.limit, owner=owners[0] if len(owners) == 1 else "",
+            queue=queues[0] if len(queues) == 1 else "",
+            namespace=args.namespace or "",
+            phases=phases,
+            limit=args.limit,
+            owner=owners[0] if len(owners) == 1 else "",
         )
         if (not queues or job.spec.queue in queues) and (not owners or job.spec.owner in owners)
     ]
@@ -125,11 +139,24 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
         code, message = reason(j)
         phase = phase_name(j.status.phase) + (f" ({j.status.stage})" if j.status.stage else "")
         tasks = f"{j.status.running}/{len(j.tasks)}"
-        cells: list[Any] = [j.spec.id, j.spec.queue, j.spec.owner or "-", phase, tasks, clock(j.status.submit_time),
-                 age(j, now), code or "-"]
+        cells: list[Any] = [
+            j.spec.id,
+            j.spec.queue,
+            j.spec.owner or "-",
+            phase,
+            tasks,
+            clock(j.status.submit_time),
+            age(j, now),
+            code or "-",
+        ]
         if out.wide:
             cells[1:1] = [j.spec.namespace]
-            cells[6:6] = [j.status.pending, j.status.succeeded, j.status.failed, clock(j.status.start_time)]
+            cells[6:6] = [
+                j.status.pending,
+                j.status.succeeded,
+                j.status.failed,
+                clock(j.status.start_time),
+            ]
             cells.append(message)
         return cells
 
@@ -149,7 +176,9 @@ def sort_jobs(jobs: list[pb.Job], key: str | None) -> list[pb.Job]:
     reverse = key.startswith("-")
     name = key.lstrip("-")
     if name not in JOB_SORT_KEYS:
-        raise UsageError([f"--sort: {name!r} is not one of {', '.join(JOB_SORT_KEYS)} (prefix - to reverse)"])
+        raise UsageError(
+            [f"--sort: {name!r} is not one of {', '.join(JOB_SORT_KEYS)} (prefix - to reverse)"]
+        )
     keys: dict[str, Any] = {
         "submit": lambda j: j.status.submit_time.ToNanoseconds(),
         "start": lambda j: j.status.start_time.ToNanoseconds(),
@@ -215,16 +244,23 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
     def render() -> None:
         c = out.console
         s, st = job.spec, job.status
-        c.print(f"[bold]Job[/bold] {s.id}  namespace={s.namespace} name={s.name} queue={s.queue} "
-                f"owner={s.owner or '-'}")
+        c.print(
+            f"[bold]Job[/bold] {s.id}  namespace={s.namespace} name={s.name} queue={s.queue} "
+            f"owner={s.owner or '-'}"
+        )
         c.print(
             f"Phase: {phase_name(st.phase)}   min_member={gang_minimum(s.min_member, len(job.tasks))}   "
             f"pending={st.pending} running={st.running} succeeded={st.succeeded} failed={st.failed}"
         )
-        ran = f" (ran {duration(st.finish_time.seconds - st.start_time.seconds)})" \
-            if st.finish_time.seconds and st.start_time.seconds else ""
-        c.print(f"Submitted: {clock(st.submit_time)}   Started: {clock(st.start_time)}   "
-                f"Finished: {clock(st.finish_time)}{ran}")
+        ran = (
+            f" (ran {duration(st.finish_time.seconds - st.start_time.seconds)})"
+            if st.finish_time.seconds and st.start_time.seconds
+            else ""
+        )
+        c.print(
+            f"Submitted: {clock(st.submit_time)}   Started: {clock(st.start_time)}   "
+            f"Finished: {clock(st.finish_time)}{ran}"
+        )
         if s.HasField("tyjob"):
             ty = s.tyjob
             c.print(
@@ -234,12 +270,23 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
                 f"policy={ty.scheduler_policy.job_queue_policy}/{ty.scheduler_policy.basic_policy}"
             )
         for cond in st.conditions:
-            c.print(f"Condition: {condition_line(cond)}" + (f" (cycle {cond.cycle_id})" if cond.cycle_id else ""))
+            c.print(
+                f"Condition: {condition_line(cond)}"
+                + (f" (cycle {cond.cycle_id})" if cond.cycle_id else "")
+            )
         out.table(
             None,
             ["TASK", "ROLE", "STATUS", "NODE", "BACKEND", "DEVICES", "MESSAGE"],
             [
-                (t.id, t.role, status_name(t.status), t.node, t.backend, ",".join(t.devices), t.message)
+                (
+                    t.id,
+                    t.role,
+                    status_name(t.status),
+                    t.node,
+                    t.backend,
+                    ",".join(t.devices),
+                    t.message,
+                )
                 for t in job.tasks
             ],
         )
@@ -313,7 +360,18 @@ async def cmd_queues(client: MusterClient, args: argparse.Namespace, out: Output
         [to_dict(q) for q in queues],
         lambda: out.table(
             None,
-            ["QUEUE", "PARENT", "WEIGHT", "STATE", "RECLAIMABLE", "CAPABILITY", "DESERVED", "ALLOCATED", "PENDING", "RUNNING"],
+            [
+                "QUEUE",
+                "PARENT",
+                "WEIGHT",
+                "STATE",
+                "RECLAIMABLE",
+                "CAPABILITY",
+                "DESERVED",
+                "ALLOCATED",
+                "PENDING",
+                "RUNNING",
+            ],
             [
                 (
                     q.queue.name,
@@ -347,7 +405,11 @@ def queue_from_flags(args: argparse.Namespace, base: pb.Queue | None = None) -> 
         queue.weight = args.weight
     if args.priority is not None:
         queue.priority = args.priority
-    for flag, field in (("capability", "capability"), ("deserved", "deserved"), ("guarantee", "guarantee")):
+    for flag, field in (
+        ("capability", "capability"),
+        ("deserved", "deserved"),
+        ("guarantee", "guarantee"),
+    ):
         values = parse_resource_flag(getattr(args, flag), f"--{flag}")
         if values is not None:
             getattr(queue, field).Clear()
@@ -389,7 +451,9 @@ def device_cell(n: pb.NodeView) -> str:
     for kind, devs in sorted(by_type.items()):
         broken = sum(1 for d in devs if not d.healthy)
         free = sum(1 for d in devs if d.healthy and d.id not in n.device_holders)
-        parts.append(f"{kind} {free}/{len(devs)} free" + (f" ({broken} unhealthy)" if broken else ""))
+        parts.append(
+            f"{kind} {free}/{len(devs)} free" + (f" ({broken} unhealthy)" if broken else "")
+        )
     return ", ".join(parts)
 
 
@@ -399,12 +463,24 @@ async def cmd_nodes(client: MusterClient, args: argparse.Namespace, out: Output)
         [to_dict(n) for n in nodes],
         lambda: out.table(
             None,
-            ["NODE", "BACKEND", "STATE", "ALLOCATABLE", "USED", "IDLE", "TASKS", "DEVICES", "LABELS"],
+            [
+                "NODE",
+                "BACKEND",
+                "STATE",
+                "ALLOCATABLE",
+                "USED",
+                "IDLE",
+                "TASKS",
+                "DEVICES",
+                "LABELS",
+            ],
             [
                 (
                     n.node.name,
                     n.node.backend,
-                    "NotReady" if n.node.not_ready else ("Cordoned" if n.node.unschedulable else "Ready"),
+                    "NotReady"
+                    if n.node.not_ready
+                    else ("Cordoned" if n.node.unschedulable else "Ready"),
                     quantities(n.node.allocatable),
                     quantities(n.used),
                     quantities(n.idle),
@@ -427,7 +503,10 @@ async def cmd_watch(client: MusterClient, args: argparse.Namespace, out: Output)
         raise UsageError(["--until-done: give the job to wait for with --job ID"])
     count = 0
     async for event in client.watch_jobs(
-        queue=args.queue or "", namespace=args.namespace or "", job_id=args.job or "", send_initial=not args.no_initial
+        queue=args.queue or "",
+        namespace=args.namespace or "",
+        job_id=args.job or "",
+        send_initial=not args.no_initial,
     ):
         job = event.job
         kind = pb.JobEvent.Type.Name(event.type).removeprefix("TYPE_")

@@ -31,11 +31,16 @@ _JOB_ALIASES = {"tasks": "task_groups", "taskGroups": "task_groups"}
 _GROUP_ALIASES = {"duration": "duration_seconds", "durationSeconds": "duration_seconds"}
 _JOB_RESOURCES = ("min_resources", "minResources")
 _TY_FIELDS = {
-    "leaderRole": "leader_role", "leader_role": "leader_role",
-    "minWorkersNum": "min_workers_num", "min_workers_num": "min_workers_num",
-    "restartLimit": "restart_limit", "restart_limit": "restart_limit",
-    "cleanPodPolicy": "clean_pod_policy", "clean_pod_policy": "clean_pod_policy",
-    "schedulerPolicy": "scheduler_policy", "scheduler_policy": "scheduler_policy",
+    "leaderRole": "leader_role",
+    "leader_role": "leader_role",
+    "minWorkersNum": "min_workers_num",
+    "min_workers_num": "min_workers_num",
+    "restartLimit": "restart_limit",
+    "restart_limit": "restart_limit",
+    "cleanPodPolicy": "clean_pod_policy",
+    "clean_pod_policy": "clean_pod_policy",
+    "schedulerPolicy": "scheduler_policy",
+    "scheduler_policy": "scheduler_policy",
 }
 _GROUP_RESOURCES = ("request",)
 
@@ -83,7 +88,9 @@ def parse_jobs(text: str) -> list[pb.JobSpec]:
         except JobFileError as exc:
             problems.extend(exc.problems)
     ids = [j.id for j in jobs]
-    problems.extend(f"jobs: duplicate id {i!r}" for i in sorted({i for i in ids if ids.count(i) > 1}))
+    problems.extend(
+        f"jobs: duplicate id {i!r}" for i in sorted({i for i in ids if ids.count(i) > 1})
+    )
     if problems:
         raise JobFileError(problems)
     return jobs
@@ -98,7 +105,9 @@ def job_from_dict(entry: Any, where: str = "job") -> pb.JobSpec:
     ty_fields = {_TY_FIELDS[k]: data.pop(k) for k in list(data) if k in _TY_FIELDS}
     if ty_fields:
         if "tyjob" in data:
-            problems.append(f"{where}.tyjob: give the TYJob fields either in tyjob or on the job, not both")
+            problems.append(
+                f"{where}.tyjob: give the TYJob fields either in tyjob or on the job, not both"
+            )
         else:
             data["tyjob"] = ty_fields
     _check_fields(data, pb.JobSpec.DESCRIPTOR, where, problems)
@@ -111,7 +120,9 @@ def job_from_dict(entry: Any, where: str = "job") -> pb.JobSpec:
     if not isinstance(groups, list) or not groups:
         problems.append(f"{where}.tasks: required, a non-empty list of task groups")
     else:
-        data["task_groups"] = [_task_group(g, f"{where}.tasks[{k}]", problems) for k, g in enumerate(groups)]
+        data["task_groups"] = [
+            _task_group(g, f"{where}.tasks[{k}]", problems) for k, g in enumerate(groups)
+        ]
     if problems:
         raise JobFileError(problems)
     spec = pb.JobSpec()
@@ -134,7 +145,9 @@ def _task_group(group: Any, where: str, problems: list[str]) -> Any:
     command = data.get("command")
     if isinstance(command, str):
         data["command"] = ["sh", "-c", command]
-    elif command is not None and not (isinstance(command, list) and all(isinstance(c, str | int | float) for c in command)):
+    elif command is not None and not (
+        isinstance(command, list) and all(isinstance(c, str | int | float) for c in command)
+    ):
         problems.append(f"{where}.command: expected a string or a list of strings")
     elif command is not None:
         data["command"] = [str(c) for c in command]

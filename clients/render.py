@@ -32,7 +32,9 @@ class Output:
         else:
             render()
 
-    def table(self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def table(
+        self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
         table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
         for column in columns:
             table.add_column(column)
@@ -105,8 +107,12 @@ def render_simulation(out: Output, result: dict[str, Any]) -> None:
         [
             (
                 uid,
-                j.get("phase", "") + (f" ({j['scheduleState']}, {j['stage']})" if j.get("scheduleState") else ""),
-                "; ".join(f"{c.get('type')}: {c.get('reason', '')} {c.get('message', '')}".strip() for c in j.get("conditions", [])),
+                j.get("phase", "")
+                + (f" ({j['scheduleState']}, {j['stage']})" if j.get("scheduleState") else ""),
+                "; ".join(
+                    f"{c.get('type')}: {c.get('reason', '')} {c.get('message', '')}".strip()
+                    for c in j.get("conditions", [])
+                ),
             )
             for uid, j in sorted(jobs.items())
         ],

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 # Resources whose units are whole devices with ids. vNPU resources (``huawei.com/Ascend910-2c``)
 # are plain counts: they have no ids.
-DEVICE_RESOURCE = re.compile(r"^(?:nvidia\.com/gpu|amd\.com/gpu|intel\.com/gpu|huawei\.com/Ascend\d+[A-Za-z]*)$")
+DEVICE_RESOURCE = re.compile(
+    r"^(?:nvidia\.com/gpu|amd\.com/gpu|intel\.com/gpu|huawei\.com/Ascend\d+[A-Za-z]*)$"
+)
 NVIDIA_GPU = "nvidia.com/gpu"
 ASCEND910 = "huawei.com/Ascend910"
 UNIT = 1000.0  # canonical milli-units per device (``muster.quantity``)
@@ -20,7 +22,10 @@ UNIT = 1000.0  # canonical milli-units per device (``muster.quantity``)
 # device ids than this for a node (``default_devices``).
 MAX_DEVICES_PER_NODE = 1024
 # The environment variable through which each kind of device is handed to a process.
-VISIBLE_DEVICES_ENV = {"nvidia.com/gpu": "CUDA_VISIBLE_DEVICES", "amd.com/gpu": "ROCR_VISIBLE_DEVICES"}
+VISIBLE_DEVICES_ENV = {
+    "nvidia.com/gpu": "CUDA_VISIBLE_DEVICES",
+    "amd.com/gpu": "ROCR_VISIBLE_DEVICES",
+}
 ASCEND_VISIBLE_DEVICES = "ASCEND_VISIBLE_DEVICES"
 
 
@@ -48,7 +53,9 @@ class Device:
     healthy: bool = True
 
 
-def device_count_problem(allocatable: Mapping[str, float], device_types: Iterable[str] = ()) -> tuple[str, str] | None:
+def device_count_problem(
+    allocatable: Mapping[str, float], device_types: Iterable[str] = ()
+) -> tuple[str, str] | None:
     """(field, message) when a node has more than MAX_DEVICES_PER_NODE devices of one device
     resource: listed (``device_types``, one entry per listed device), or, for a device resource it
     lists none of, counted in ``allocatable`` (canonical units). The field is relative to the node:
@@ -56,12 +63,17 @@ def device_count_problem(allocatable: Mapping[str, float], device_types: Iterabl
     listed = Counter(device_types)
     for kind, count in listed.items():
         if count > MAX_DEVICES_PER_NODE:
-            return ("devices", f"{count} devices of type {kind} are more than a node may have "
-                               f"({MAX_DEVICES_PER_NODE} per device resource)")
+            return (
+                "devices",
+                f"{count} devices of type {kind} are more than a node may have "
+                f"({MAX_DEVICES_PER_NODE} per device resource)",
+            )
     for name, value in allocatable.items():
         if name not in listed and is_device_resource(name) and value / UNIT > MAX_DEVICES_PER_NODE:
-            return (f"allocatable.{name}",
-                    f"{value / UNIT:.15g} devices are more than a node may have ({MAX_DEVICES_PER_NODE} per device resource)")
+            return (
+                f"allocatable.{name}",
+                f"{value / UNIT:.15g} devices are more than a node may have ({MAX_DEVICES_PER_NODE} per device resource)",
+            )
     return None
 
 
@@ -95,7 +107,9 @@ def visible_devices_env(devices: list[Device]) -> dict[str, str]:
     for d in devices:
         if d.type.startswith("huawei.com/Ascend"):
             number = chip_number(d.id)
-            env.setdefault(ASCEND_VISIBLE_DEVICES, []).append(d.id if number is None else str(number))
+            env.setdefault(ASCEND_VISIBLE_DEVICES, []).append(
+                d.id if number is None else str(number)
+            )
         elif d.type in VISIBLE_DEVICES_ENV:
             env.setdefault(VISIBLE_DEVICES_ENV[d.type], []).append(d.id)
     return {k: ",".join(v) for k, v in env.items()}

@@ -33,7 +33,9 @@ def _upper_snake(name: str) -> str:
 
 def to_json_dict(message: Message) -> dict[str, Any]:
     data = json_format.MessageToDict(
-        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True,
+        message,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
         use_integers_for_enums=True,
     )
     # types-protobuf types DESCRIPTOR as the pure-Python or the upb Descriptor; both have the
@@ -60,6 +62,10 @@ def _shorten(descriptor: Descriptor, data: dict[str, Any]) -> None:
 def _convert(field: FieldDescriptor, value: Any) -> Any:
     if field.enum_type is not None and isinstance(value, int):
         return short_enum_name(field.enum_type, value)
-    if field.message_type is not None and isinstance(value, dict) and field.message_type.full_name.startswith("muster."):
+    if (
+        field.message_type is not None
+        and isinstance(value, dict)
+        and field.message_type.full_name.startswith("muster.")
+    ):
         _shorten(field.message_type, value)
     return value

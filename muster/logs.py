@@ -19,7 +19,9 @@ from opentelemetry import trace
 LEVELS = ("debug", "info", "warning", "error")
 
 
-def add_trace_context(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def add_trace_context(
+    _logger: Any, _method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     """structlog processor: trace_id / span_id of the current span (nothing without tracing)."""
     ctx = trace.get_current_span().get_span_context()
     if ctx.is_valid:

@@ -51,8 +51,12 @@ _SUFFIX: dict[str, Decimal] = {
     "Pi": Decimal(2) ** 50,
     "Ei": Decimal(2) ** 60,
 }
-_QUANTITY = re.compile(r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(?:[eE]([+-]?[0-9]+))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$")
-_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_QUANTITY = re.compile(
+    r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(?:[eE]([+-]?[0-9]+))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]?)$"
+)
+_RESOURCE_NAME = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 
 class QuantityError(ValueError):
@@ -161,7 +165,10 @@ def validate_resource_name(name: str) -> None:
 
 
 def parse_resources(
-    quantities: Mapping[str, str | int | float], *, allow_negative: bool = False, allow_unlimited: bool = False
+    quantities: Mapping[str, str | int | float],
+    *,
+    allow_negative: bool = False,
+    allow_unlimited: bool = False,
 ) -> dict[str, float]:
     """Parse {name: quantity} into canonical units.
 

@@ -63,7 +63,11 @@ def tracing_settings(
     )
     if not endpoint:
         return None
-    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "grpc"
+    )
     if protocol != "grpc":
         raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: only 'grpc' is supported")
     url, insecure = normalize_endpoint(endpoint)
@@ -72,7 +76,9 @@ def tracing_settings(
     return TracingSettings(url, env.get("OTEL_SERVICE_NAME") or service_name, insecure)
 
 
-def build_provider(settings: TracingSettings, exporter: SpanExporter | None = None) -> TracerProvider:
+def build_provider(
+    settings: TracingSettings, exporter: SpanExporter | None = None
+) -> TracerProvider:
     """An SDK provider exporting over OTLP/gRPC in batches (off the event loop, in the SDK's
     worker thread). An unreachable collector costs a failed export per batch, never a cycle."""
     if exporter is None:
@@ -82,7 +88,9 @@ def build_provider(settings: TracingSettings, exporter: SpanExporter | None = No
         exporter = OTLPSpanExporter(endpoint=settings.endpoint, insecure=settings.insecure)
     resource = Resource.create({SERVICE_NAME: settings.service_name})
     # Cycle spans carry bounded events and links (see cycletrace); the SDK limits are a backstop.
-    provider = TracerProvider(resource=resource, span_limits=SpanLimits(max_events=256, max_links=256))
+    provider = TracerProvider(
+        resource=resource, span_limits=SpanLimits(max_events=256, max_links=256)
+    )
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
 
@@ -106,4 +114,3 @@ def inject_current() -> dict[str, str]:
 def extract(carrier: Mapping[str, str]) -> otel_context.Context:
     """A context whose parent is the remote span in ``carrier`` (empty context if none)."""
     return PROPAGATOR.extract(dict(carrier))
-

@@ -39,19 +39,32 @@ class ClientTls:
     @classmethod
     def from_env(cls) -> ClientTls:
         env = os.environ
-        return cls(env.get("MUSTER_TLS_CA") or None, env.get("MUSTER_TLS_CERT") or None,
-                   env.get("MUSTER_TLS_KEY") or None, env.get("MUSTER_TLS_SERVER_NAME") or None)
+        return cls(
+            env.get("MUSTER_TLS_CA") or None,
+            env.get("MUSTER_TLS_CERT") or None,
+            env.get("MUSTER_TLS_KEY") or None,
+            env.get("MUSTER_TLS_SERVER_NAME") or None,
+        )
 
 
 def add_tls_args(parser: argparse.ArgumentParser) -> None:
     """The TLS options every command line that talks to the server takes."""
     env = ClientTls.from_env()
     group = parser.add_argument_group("TLS (see docs/security.md)")
-    group.add_argument("--tls-ca", default=env.ca, help="CA bundle of the server's certificate (env MUSTER_TLS_CA)")
-    group.add_argument("--tls-cert", default=env.cert, help="client certificate for mutual TLS (env MUSTER_TLS_CERT)")
+    group.add_argument(
+        "--tls-ca", default=env.ca, help="CA bundle of the server's certificate (env MUSTER_TLS_CA)"
+    )
+    group.add_argument(
+        "--tls-cert",
+        default=env.cert,
+        help="client certificate for mutual TLS (env MUSTER_TLS_CERT)",
+    )
     group.add_argument("--tls-key", default=env.key, help="its private key (env MUSTER_TLS_KEY)")
-    group.add_argument("--tls-server-name", default=env.server_name,
-                       help="name to verify in the server's certificate (env MUSTER_TLS_SERVER_NAME)")
+    group.add_argument(
+        "--tls-server-name",
+        default=env.server_name,
+        help="name to verify in the server's certificate (env MUSTER_TLS_SERVER_NAME)",
+    )
 
 
 def tls_from_args(args: argparse.Namespace) -> ClientTls:
@@ -64,9 +77,14 @@ def tls_from_args(args: argparse.Namespace) -> ClientTls:
 def add_token_args(parser: argparse.ArgumentParser) -> None:
     """The bearer-token options of command lines that act for a user."""
     group = parser.add_argument_group("authentication (see docs/security.md)")
-    group.add_argument("--token", default=os.environ.get("MUSTER_TOKEN"), help="bearer token (env MUSTER_TOKEN)")
-    group.add_argument("--token-file", default=os.environ.get("MUSTER_TOKEN_FILE"),
-                       help="file holding the bearer token (env MUSTER_TOKEN_FILE)")
+    group.add_argument(
+        "--token", default=os.environ.get("MUSTER_TOKEN"), help="bearer token (env MUSTER_TOKEN)"
+    )
+    group.add_argument(
+        "--token-file",
+        default=os.environ.get("MUSTER_TOKEN_FILE"),
+        help="file holding the bearer token (env MUSTER_TOKEN_FILE)",
+    )
 
 
 def token_from_args(args: argparse.Namespace) -> str | None:
@@ -87,8 +105,9 @@ class _Headers:
 
     def details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
         metadata = grpc.aio.Metadata(*(details.metadata or ()), *self.headers)
-        return grpc.aio.ClientCallDetails(details.method, details.timeout, metadata, details.credentials,
-                                          details.wait_for_ready)
+        return grpc.aio.ClientCallDetails(
+            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+        )
 
 
 # grpc.aio files an interceptor under the first call kind it implements only, so each kind gets an
@@ -115,9 +134,14 @@ def _read(path: str | None) -> bytes | None:
         return f.read()
 
 
-def channel(address: str, tls: ClientTls | None = None,
-            options: list[tuple[str, object]] | None = None, *, token: str | None = None,
-            user: str | None = None) -> grpc.aio.Channel:
+def channel(
+    address: str,
+    tls: ClientTls | None = None,
+    options: list[tuple[str, object]] | None = None,
+    *,
+    token: str | None = None,
+    user: str | None = None,
+) -> grpc.aio.Channel:
     """An asyncio channel to ``address``: TLS when ``tls`` asks for it, else plaintext; with
     ``token``, every call carries it as a bearer token; with ``user``, the ``x-muster-user`` claim
     a server without authentication records as the owner of submitted jobs (ignored otherwise).
@@ -128,11 +152,17 @@ def channel(address: str, tls: ClientTls | None = None,
     headers = [("authorization", f"Bearer {token}")] if token else []
     if user:
         headers.append(("x-muster-user", user))
-    interceptors: list[Any] | None = [kind(headers) for kind in (_UnaryHeaders, _StreamHeaders, _BidiHeaders)] if headers else None
+    interceptors: list[Any] | None = (
+        [kind(headers) for kind in (_UnaryHeaders, _StreamHeaders, _BidiHeaders)]
+        if headers
+        else None
+    )
     if tls is None or not tls.enabled:
         return grpc.aio.insecure_channel(address, options=opts, interceptors=interceptors)
     credentials = grpc.ssl_channel_credentials(
-        root_certificates=_read(tls.ca), private_key=_read(tls.key), certificate_chain=_read(tls.cert)
+        root_certificates=_read(tls.ca),
+        private_key=_read(tls.key),
+        certificate_chain=_read(tls.cert),
     )
     if tls.server_name:
         opts.append(("grpc.ssl_target_name_override", tls.server_name))

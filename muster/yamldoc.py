@@ -30,7 +30,13 @@ from yaml.events import AliasEvent
 from yaml.nodes import ScalarNode
 
 __all__ = [
-    "MAX_ALIAS_CHARS", "MAX_ALIAS_NODES", "MAX_BYTES", "MAX_DEPTH", "DocumentError", "brief", "load",
+    "MAX_ALIAS_CHARS",
+    "MAX_ALIAS_NODES",
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "DocumentError",
+    "brief",
+    "load",
     "load_all",
 ]
 
@@ -80,7 +86,9 @@ class _BoundedLoader(yaml.SafeLoader):
                     f"characters (line {line})"
                 )
             if depth + height - 1 > MAX_DEPTH:
-                raise DocumentError(f"nested deeper than {MAX_DEPTH} levels through alias *{anchor} (line {line})")
+                raise DocumentError(
+                    f"nested deeper than {MAX_DEPTH} levels through alias *{anchor} (line {line})"
+                )
             self._nodes += nodes
             self._chars += chars
             self._deepest = max(self._deepest, depth + height - 1)
@@ -98,7 +106,11 @@ class _BoundedLoader(yaml.SafeLoader):
         if isinstance(node, ScalarNode):
             self._chars += len(node.value)
         if anchor is not None:
-            self._extent[id(node)] = (self._nodes - nodes, self._chars - chars, self._deepest - depth + 1)
+            self._extent[id(node)] = (
+                self._nodes - nodes,
+                self._chars - chars,
+                self._deepest - depth + 1,
+            )
         self._deepest = max(outer_deepest, self._deepest)
         return node
 

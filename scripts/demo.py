@@ -97,7 +97,9 @@ def render(jobs: list[pb.Job]) -> Table:
     for job in jobs:
         st = job.status
         placement = " ".join(
-            f"{t.role}-{t.index}@{t.node}" for t in job.tasks if t.node and t.status != pb.TASK_STATUS_PENDING
+            f"{t.role}-{t.index}@{t.node}"
+            for t in job.tasks
+            if t.node and t.status != pb.TASK_STATUS_PENDING
         )
         table.add_row(
             job.spec.id,
@@ -144,7 +146,14 @@ async def run_demo(args: argparse.Namespace, children: Children, console: Consol
         children.start(
             f"agent-{rack}",
             AGENT,
-            ["--server", address, "--name", f"rack-{rack}", "--inventory", str(ROOT / "examples" / f"inventory-{rack}.yaml")],
+            [
+                "--server",
+                address,
+                "--name",
+                f"rack-{rack}",
+                "--inventory",
+                str(ROOT / "examples" / f"inventory-{rack}.yaml"),
+            ],
         )
     console.print(f"server on {address}; agents rack-a and rack-b; logs in {state}/")
 
@@ -152,7 +161,9 @@ async def run_demo(args: argparse.Namespace, children: Children, console: Consol
         try:
             await client.wait_until_serving(timeout=30)
         except TimeoutError:
-            console.print(f"error: the server did not become healthy within 30 s (see {state}/server.log)")
+            console.print(
+                f"error: the server did not become healthy within 30 s (see {state}/server.log)"
+            )
             return 1
         with anyio.move_on_after(30) as scope:
             while len(await client.list_nodes()) < 4:
@@ -161,7 +172,9 @@ async def run_demo(args: argparse.Namespace, children: Children, console: Consol
                 await anyio.sleep(0.2)
         nodes = await client.list_nodes()
         if scope.cancelled_caught or len(nodes) < 4:
-            console.print(f"error: only {len(nodes)} of 4 nodes registered (see {state}/agent-*.log)")
+            console.print(
+                f"error: only {len(nodes)} of 4 nodes registered (see {state}/agent-*.log)"
+            )
             return 1
         console.print(f"{len(nodes)} nodes registered: " + ", ".join(n.node.name for n in nodes))
 
@@ -178,7 +191,9 @@ async def run_demo(args: argparse.Namespace, children: Children, console: Consol
         console.print(f"all jobs ended: {completed}/{len(jobs)} completed")
         if args.exit_when_done:
             return 0 if completed == len(jobs) else 1
-        console.print(f"still running: try `muster --server {address} jobs` or `nodes`; Ctrl-C to stop")
+        console.print(
+            f"still running: try `muster --server {address} jobs` or `nodes`; Ctrl-C to stop"
+        )
         while not children.dead():
             await anyio.sleep(0.5)
         console.print(f"error: {', '.join(children.dead())} exited unexpectedly")
@@ -207,7 +222,9 @@ async def watch_until_done(
             if all(j.status.phase in ENDED for j in jobs):
                 return jobs
             if children.dead():
-                console.print(f"error: {', '.join(children.dead())} exited unexpectedly (see the logs)")
+                console.print(
+                    f"error: {', '.join(children.dead())} exited unexpectedly (see the logs)"
+                )
                 return None
             if anyio.current_time() > deadline:
                 console.print(f"error: jobs did not finish within {timeout:g} s")
@@ -251,16 +268,24 @@ async def main_async(args: argparse.Namespace) -> int:
     finally:
         children.stop()
         console.print("stopped server and agents")
-        console.print("next: `make install` puts the `muster` command on PATH (try `muster jobs` against a server)")
+        console.print(
+            "next: `make install` puts the `muster` command on PATH (try `muster jobs` against a server)"
+        )
     return code
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--exit-when-done", action="store_true", help="exit once every job has ended")
-    parser.add_argument("--timeout", type=float, default=180.0, help="give up if jobs are not done after S seconds")
+    parser.add_argument(
+        "--exit-when-done", action="store_true", help="exit once every job has ended"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=180.0, help="give up if jobs are not done after S seconds"
+    )
     parser.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
-    parser.add_argument("--state-dir", type=Path, default=ROOT / "var" / "demo", help="state and logs (wiped first)")
+    parser.add_argument(
+        "--state-dir", type=Path, default=ROOT / "var" / "demo", help="state and logs (wiped first)"
+    )
     args = parser.parse_args(argv)
     args.state_dir = args.state_dir.resolve()
     return anyio.run(main_async, args, backend="asyncio")

@@ -38,8 +38,15 @@ from server.session.options import (
 )
 
 __all__ = [
-    "DEFAULT_CONFIG_YAML", "SWITCHES", "ConfigError", "PluginOption", "SchedulerConfig",
-    "default_config", "load_config", "parse_config", "parse_priority_classes",
+    "DEFAULT_CONFIG_YAML",
+    "SWITCHES",
+    "ConfigError",
+    "PluginOption",
+    "SchedulerConfig",
+    "default_config",
+    "load_config",
+    "parse_config",
+    "parse_priority_classes",
 ]
 
 DEFAULT_CONFIG_YAML = """\
@@ -68,8 +75,17 @@ class ConfigError(ValueError):
 
 
 _TOP_KEYS = {
-    "actions", "tiers", "configurations", "action_arguments", "extension_points_not_listed",
-    "profile", "session", "priorityClasses", "metrics", "cycles", "name",
+    "actions",
+    "tiers",
+    "configurations",
+    "action_arguments",
+    "extension_points_not_listed",
+    "profile",
+    "session",
+    "priorityClasses",
+    "metrics",
+    "cycles",
+    "name",
 }
 
 
@@ -136,7 +152,9 @@ def parse_priority_classes(raw: Any, path: str) -> dict[str, PriorityClass]:
             raise ConfigError(f"{p}.value: {brief(value)} is not a 32-bit integer")
         policy = pc.get("preemptionPolicy", "PreemptLowerPriority")
         if policy not in ("PreemptLowerPriority", "Never"):
-            raise ConfigError(f"{p}.preemptionPolicy: {brief(policy)} is not PreemptLowerPriority or Never")
+            raise ConfigError(
+                f"{p}.preemptionPolicy: {brief(policy)} is not PreemptLowerPriority or Never"
+            )
         if not isinstance(pc.get("description", ""), str):
             raise ConfigError(f"{p}.description: must be a string")
         default = _bool(pc.get("globalDefault", False), f"{p}.globalDefault")
@@ -174,7 +192,9 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
 
     mode = raw.get("extension_points_not_listed", "enabled")
     if not isinstance(mode, str) or mode not in ("enabled", "disabled"):
-        raise ConfigError(f"{path}.extension_points_not_listed: {brief(mode)} is not enabled or disabled")
+        raise ConfigError(
+            f"{path}.extension_points_not_listed: {brief(mode)} is not enabled or disabled"
+        )
     tiers_raw = raw.get("tiers", [])
     if not isinstance(tiers_raw, list):
         raise ConfigError(f"{path}.tiers: must be a list")
@@ -240,7 +260,9 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
         raise ConfigError(f"{path}.action_arguments: must be a mapping")
     for name, args in extra.items():
         if not isinstance(name, str):
-            raise ConfigError(f"{path}.action_arguments.{brief(name)}: an action name must be a string")
+            raise ConfigError(
+                f"{path}.action_arguments.{brief(name)}: an action name must be a string"
+            )
         if not isinstance(args, dict):
             raise ConfigError(f"{path}.action_arguments.{name}: must be a mapping")
         _check_arguments(args, f"{path}.action_arguments.{name}")
@@ -264,7 +286,9 @@ def parse_config(raw: Any, *, path: str = "config", text: str = "") -> Scheduler
         action_arguments=action_arguments,
         profile=profile,
         session=dict(session),
-        priority_classes=parse_priority_classes(raw.get("priorityClasses"), f"{path}.priorityClasses"),
+        priority_classes=parse_priority_classes(
+            raw.get("priorityClasses"), f"{path}.priorityClasses"
+        ),
         yaml_text=text,
         action_classes={a: action_registry[a] for a in actions},
     )
@@ -279,11 +303,21 @@ SESSION_PARAMETERS: dict[str, str] = {
     "gangAcrossBackends": "bool",
     "useSchedulingSignatures": "bool",  # KAI: skip a job no easier than one that found no victims  # Muster: may a gang span backends (server/scheduler.py)
 }
-SESSION_COMPATIBILITY = frozenset({
-    "queueDepthPerAction", "isInferencePreemptible", "restrictSchedulingNodes", "detailedFitErrors",
-    "fullHierarchyFairness", "numOfStatusRecordingWorkers", "schedulePeriod",
-    "schedulerName", "partitionParams", "k8sClusterPodAffinityInfo", "updatePodEvictionCondition",
-})
+SESSION_COMPATIBILITY = frozenset(
+    {
+        "queueDepthPerAction",
+        "isInferencePreemptible",
+        "restrictSchedulingNodes",
+        "detailedFitErrors",
+        "fullHierarchyFairness",
+        "numOfStatusRecordingWorkers",
+        "schedulePeriod",
+        "schedulerName",
+        "partitionParams",
+        "k8sClusterPodAffinityInfo",
+        "updatePodEvictionCondition",
+    }
+)
 
 
 def _check_session(session: dict[str, Any], path: str) -> None:
@@ -292,7 +326,9 @@ def _check_session(session: dict[str, Any], path: str) -> None:
         if kind is None:
             if key in SESSION_COMPATIBILITY or str(key).startswith("x-"):
                 continue
-            raise ConfigError(f"{path}.{key}: unknown scheduler parameter (known: {', '.join(sorted(SESSION_PARAMETERS))})")
+            raise ConfigError(
+                f"{path}.{key}: unknown scheduler parameter (known: {', '.join(sorted(SESSION_PARAMETERS))})"
+            )
         if kind == "int" and (isinstance(value, bool) or not isinstance(value, int)):
             raise ConfigError(f"{path}.{key}: {brief(value)} is not an integer")
         if kind == "int" and not -(2**63) <= value < 2**63:
@@ -308,7 +344,9 @@ def _check_session(session: dict[str, Any], path: str) -> None:
                 elif not abs(value) <= MAX_DURATION_SECONDS:  # also inf and nan
                     raise ValueError
             except ValueError:
-                raise ConfigError(f"{path}.{key}: {brief(value)} is not a duration (e.g. 60s, 5m)") from None
+                raise ConfigError(
+                    f"{path}.{key}: {brief(value)} is not a duration (e.g. 60s, 5m)"
+                ) from None
 
 
 def load_config(text: str) -> SchedulerConfig:
@@ -318,7 +356,9 @@ def load_config(text: str) -> SchedulerConfig:
         raise ConfigError(f"config: {exc}") from None
     if not isinstance(raw, dict):
         # `-0`, `null`, `[]` or an empty text would otherwise pass as a configuration of nothing.
-        raise ConfigError(f"config: must be a mapping (actions, tiers ...), not {type(raw).__name__}")
+        raise ConfigError(
+            f"config: must be a mapping (actions, tiers ...), not {type(raw).__name__}"
+        )
     return parse_config(raw, text=text)
 
 

@@ -40,10 +40,18 @@ class TaskStatus(enum.IntEnum):
 
 # Statuses whose resources are held on a node (Volcano's AllocatedStatus + Releasing).
 OCCUPYING = frozenset(
-    {TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING}
+    {
+        TaskStatus.ALLOCATED,
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+        TaskStatus.RELEASING,
+    }
 )
 # Volcano's AllocatedStatus: counted as allocated to the job / queue.
-ALLOCATED = frozenset({TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+ALLOCATED = frozenset(
+    {TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING}
+)
 ENDED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED})
 
 
@@ -158,11 +166,15 @@ class TYJobSpec:
     restart_limit: int = 3
     clean_pod_policy: str = "All"  # Running | All | None
     job_queue_policy: str = ""  # Priority | DRF ("" : no schedulerPolicy)
-    basic_policy: str = ""  # Gang | BinPack | LeaderFirst | MinFragment | JobAffinity | JobAntiAffinity
+    basic_policy: str = (
+        ""  # Gang | BinPack | LeaderFirst | MinFragment | JobAffinity | JobAntiAffinity
+    )
     leader_restarts: int = 0  # times the Leader was started again after failing
 
 
-def ty_schedule_state(ty: TYJobSpec, leader_placed: bool, workers_placed: int, workers: int, failed: bool) -> str:
+def ty_schedule_state(
+    ty: TYJobSpec, leader_placed: bool, workers_placed: int, workers: int, failed: bool
+) -> str:
     """TY-Arranger's schedule state: ScheduledSucceed when every pod is placed; ScheduledPartly when
     the Leader and minWorkersNum workers are; otherwise ScheduledFailed when the job can never be
     scheduled (``failed``), else Unscheduled."""
@@ -173,7 +185,9 @@ def ty_schedule_state(ty: TYJobSpec, leader_placed: bool, workers_placed: int, w
     return "ScheduledFailed" if failed else "Unscheduled"
 
 
-def ty_stage(ty: TYJobSpec, leader: TaskStatus | None, workers_running: int, schedule_state: str) -> str:
+def ty_stage(
+    ty: TYJobSpec, leader: TaskStatus | None, workers_running: int, schedule_state: str
+) -> str:
     """TY-Arranger's job stage from the Leader's status, the running workers and the schedule state:
     Succeeded when the Leader succeeded; Rescheduling while a failed Leader has restarts left
     (Failed once they are spent); Failed when it can never be scheduled; Pending until the gang is
@@ -194,7 +208,14 @@ def ty_stage(ty: TYJobSpec, leader: TaskStatus | None, workers_running: int, sch
 
 
 TY_JOB_QUEUE_POLICIES = ("Priority", "DRF")
-TY_BASIC_POLICIES = ("Gang", "BinPack", "LeaderFirst", "MinFragment", "JobAffinity", "JobAntiAffinity")
+TY_BASIC_POLICIES = (
+    "Gang",
+    "BinPack",
+    "LeaderFirst",
+    "MinFragment",
+    "JobAffinity",
+    "JobAntiAffinity",
+)
 TY_CLEAN_POD_POLICIES = ("Running", "All", "None")
 
 
@@ -220,7 +241,9 @@ class JobSpec:
     annotations: dict[str, str] = field(default_factory=dict)
     stale_seconds: float | None = None
     creation_index: int = 0  # submission order (Volcano orders equal jobs by creation time)
-    created_at: float | None = None  # submission time, epoch seconds (sla waiting time); None: unknown
+    created_at: float | None = (
+        None  # submission time, epoch seconds (sla waiting time); None: unknown
+    )
     tyjob: TYJobSpec | None = None  # a TY-Arranger TYJob
 
 
@@ -271,7 +294,9 @@ class JobOutcome:
     phase: PodGroupPhase
     conditions: list[Condition] = field(default_factory=list)
     explanation: Explanation | None = None
-    schedule_state: str = ""  # TYJobs: Unscheduled | ScheduledSucceed | ScheduledFailed | ScheduledPartly
+    schedule_state: str = (
+        ""  # TYJobs: Unscheduled | ScheduledSucceed | ScheduledFailed | ScheduledPartly
+    )
     stage: str = ""  # TYJobs: Pending | Starting | Running | Rescheduling | Succeeded | Failed
 
 
@@ -282,10 +307,14 @@ class CycleResult:
     cycle_id: int
     binds: dict[str, str] = field(default_factory=dict)  # task -> node (free resources)
     bind_devices: dict[str, list[str]] = field(default_factory=dict)
-    bind_gpu_groups: dict[str, list[str]] = field(default_factory=dict)  # fractional tasks: the shared GPU
+    bind_gpu_groups: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # fractional tasks: the shared GPU
     # Device ids of every task holding a node after the cycle (bound, running, pipelined ...).
     task_devices: dict[str, list[str]] = field(default_factory=dict)
-    task_gpu_groups: dict[str, list[str]] = field(default_factory=dict)  # fractional tasks: shared GPUs
+    task_gpu_groups: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # fractional tasks: shared GPUs
     pipelined: dict[str, str] = field(default_factory=dict)  # task -> node (releasing resources)
     evictions: dict[str, str] = field(default_factory=dict)  # task -> reason
     moved: dict[str, tuple[str, str]] = field(default_factory=dict)  # task -> (from, to)

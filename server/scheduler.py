@@ -96,13 +96,17 @@ class SchedulerCore:
             except Exception as exc:  # a job may be what breaks it: the others still get a cycle
                 return self._quarantining(config, snapshot, cycle_id, exc)
 
-    def _run(self, config: SchedulerConfig, snapshot: ClusterSnapshot, cycle_id: int) -> CycleResult:
+    def _run(
+        self, config: SchedulerConfig, snapshot: ClusterSnapshot, cycle_id: int
+    ) -> CycleResult:
         started = time.perf_counter()
         ssn = Session(snapshot, config, cycle_id)
         try:  # released even when an action raises: a failed cycle leaves no reference cycles
             ssn.result.action_seconds["session.open"] = time.perf_counter() - started
             for name in config.actions:
-                action = (config.action_classes.get(name) or ACTIONS[name])(config.action_arguments.get(name))
+                action = (config.action_classes.get(name) or ACTIONS[name])(
+                    config.action_arguments.get(name)
+                )
                 t0 = time.perf_counter()
                 action.execute(ssn)
                 ssn.result.action_seconds[name] = time.perf_counter() - t0
@@ -128,16 +132,21 @@ class SchedulerCore:
             index, why = found
             left_out.append((jobs.pop(index), why))
             try:
-                result = self._run(config, _some_jobs(snapshot, jobs, [j for j, _ in left_out]), cycle_id)
+                result = self._run(
+                    config, _some_jobs(snapshot, jobs, [j for j, _ in left_out]), cycle_id
+                )
             except Exception as exc:
                 why = describe_error(exc)
                 continue
             for job, reason in left_out:
-                message = (f"left out of scheduling: a cycle fails with this job ({reason}); "
-                           "it stays out until it is cancelled")
+                message = (
+                    f"left out of scheduling: a cycle fails with this job ({reason}); "
+                    "it stays out until it is cancelled"
+                )
                 result.quarantined[job.uid] = reason
                 result.jobs[job.uid] = JobOutcome(
-                    job.phase, [Condition(QUARANTINED, "True", "CycleFailed", message)],
+                    job.phase,
+                    [Condition(QUARANTINED, "True", "CycleFailed", message)],
                     Explanation("quarantined", message),
                 )
                 for task in job.tasks:  # as they were: the cycle did nothing with them
@@ -160,7 +169,9 @@ class SchedulerCore:
 
         def failure(count: int) -> str | None:
             try:
-                self._run(config, _some_jobs(snapshot, jobs[:count], [*left_out, *jobs[count:]]), cycle_id)
+                self._run(
+                    config, _some_jobs(snapshot, jobs[:count], [*left_out, *jobs[count:]]), cycle_id
+                )
             except Exception as exc:
                 return describe_error(exc)
             return None
@@ -178,13 +189,20 @@ class SchedulerCore:
         return bad - 1, why
 
 
-def _some_jobs(snapshot: ClusterSnapshot, jobs: list[JobSpec], others: Sequence[JobSpec]) -> ClusterSnapshot:
+def _some_jobs(
+    snapshot: ClusterSnapshot, jobs: list[JobSpec], others: Sequence[JobSpec]
+) -> ClusterSnapshot:
     """``snapshot`` with only ``jobs``; the tasks of ``others`` that hold a node still hold it, as
     foreign work (nothing may take their place)."""
     holding: list[TaskSpec] = [
-        dataclasses.replace(t, job="") for job in others for t in job.tasks if t.node and t.status in OCCUPYING
+        dataclasses.replace(t, job="")
+        for job in others
+        for t in job.tasks
+        if t.node and t.status in OCCUPYING
     ]
-    return dataclasses.replace(snapshot, jobs=jobs, foreign_tasks=[*snapshot.foreign_tasks, *holding])
+    return dataclasses.replace(
+        snapshot, jobs=jobs, foreign_tasks=[*snapshot.foreign_tasks, *holding]
+    )
 
 
 def describe_error(exc: BaseException) -> str:

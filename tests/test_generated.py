@@ -11,7 +11,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _body(path: Path) -> list[str]:
     # The protobuf runtime version line depends on the local grpcio-tools; everything else must match.
-    return [line for line in path.read_text().splitlines() if not line.startswith("# Protobuf Python Version")]
+    return [
+        line
+        for line in path.read_text().splitlines()
+        if not line.startswith("# Protobuf Python Version")
+    ]
 
 
 def test_generated_code_is_fresh(tmp_path: Path) -> None:
@@ -21,7 +25,9 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
     sys.modules["gen_proto"] = module
     spec.loader.exec_module(module)
     module.generate(tmp_path)
-    generated = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.py*") if p.suffix in (".py", ".pyi"))
+    generated = sorted(
+        p.relative_to(tmp_path) for p in tmp_path.rglob("*.py*") if p.suffix in (".py", ".pyi")
+    )
     assert generated, "protoc produced nothing"
     for rel in generated:
         committed = ROOT / rel

@@ -48,8 +48,15 @@ SERVICE_WIRE = tuple(
     f"server.service.{m}" for m in ("errors", "convert", "validate", "records", "views")
 )
 # What the core may import besides itself and the standard library.
-CORE_THIRD_PARTY = ("numpy", "yaml", "structlog", "muster.quantity", "muster.devices", "muster.yamldoc",
-                    "muster.gang")
+CORE_THIRD_PARTY = (
+    "numpy",
+    "yaml",
+    "structlog",
+    "muster.quantity",
+    "muster.devices",
+    "muster.yamldoc",
+    "muster.gang",
+)
 # Never in the core: the network, the API messages, the server's I/O, the edges.
 CORE_FORBIDDEN = ("grpc", "google", "muster.v1", "opentelemetry", "anyio", "adapters", "clients")
 
@@ -94,7 +101,9 @@ def project_imports(*packages: str) -> list[Import]:
         for path in sorted((ROOT / package).rglob("*.py")):
             if "v1" in path.relative_to(ROOT).parts[:2] and package == "muster":
                 continue  # generated code
-            found.extend(imports_of(path.read_text(), module_name(path), path.name == "__init__.py"))
+            found.extend(
+                imports_of(path.read_text(), module_name(path), path.name == "__init__.py")
+            )
     return found
 
 
@@ -155,7 +164,11 @@ def service_violations(imports: list[Import]) -> list[str]:
 
 # KAI's actions share their machinery as KAI does (its actions/common): placing a job, the job queue
 # through the queue hierarchy, the victim search.
-KAI_ACTION_MACHINERY = ("server.actions.kai.common", "server.actions.kai.job_queue", "server.actions.kai.solver")
+KAI_ACTION_MACHINERY = (
+    "server.actions.kai.common",
+    "server.actions.kai.job_queue",
+    "server.actions.kai.solver",
+)
 
 
 # Plugins live in one sub-package per system they come from; what they share is at the top.
@@ -173,7 +186,14 @@ def core_internal_violations(imports: list[Import]) -> list[str]:
         m, t = imp.module, imp.target
         where = f"{m}:{imp.line} imports {t}"
         if under(m, ("server.session", "server.model")) and under(
-            t, ("server.plugins", "server.actions", "server.config", "server.scheduler", "server.simulate")
+            t,
+            (
+                "server.plugins",
+                "server.actions",
+                "server.config",
+                "server.scheduler",
+                "server.simulate",
+            ),
         ):
             bad.append(where)
         elif under(m, ("server.plugins",)) and m != "server.plugins":
@@ -187,7 +207,9 @@ def core_internal_violations(imports: list[Import]) -> list[str]:
         elif under(m, ("server.actions",)) and m not in ("server.actions", "server.actions.kai"):
             if under(t, ("server.plugins", "server.config", "server.scheduler", "server.simulate")):
                 bad.append(where)
-            elif under(t, ("server.actions",)) and not under(t, ("server.actions.base", *KAI_ACTION_MACHINERY)):
+            elif under(t, ("server.actions",)) and not under(
+                t, ("server.actions.base", *KAI_ACTION_MACHINERY)
+            ):
                 bad.append(where)
     return bad
 
@@ -226,35 +248,81 @@ def test_importing_the_core_loads_no_network_api_or_server_io() -> None:
         f"{CORE!r})))\n"
         "print(bad)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize(
     ("module", "source", "checker"),
     [
-        ("server.plugins.volcano.gang", "from server.actions.victims import victims_queue", core_internal_violations),
-        ("server.plugins.volcano.drf", "def f():\n    from server.plugins.volcano.proportion import x\n", core_internal_violations),
-        ("server.plugins.volcano.gang", "from server.plugins.kai.elastic import x", core_internal_violations),
-        ("server.plugins.kai.gpupack", "from server.plugins.volcano import binpack", core_internal_violations),
-        ("server.plugins.volcano", "from server.plugins.kai import gpupack", core_internal_violations),
+        (
+            "server.plugins.volcano.gang",
+            "from server.actions.victims import victims_queue",
+            core_internal_violations,
+        ),
+        (
+            "server.plugins.volcano.drf",
+            "def f():\n    from server.plugins.volcano.proportion import x\n",
+            core_internal_violations,
+        ),
+        (
+            "server.plugins.volcano.gang",
+            "from server.plugins.kai.elastic import x",
+            core_internal_violations,
+        ),
+        (
+            "server.plugins.kai.gpupack",
+            "from server.plugins.volcano import binpack",
+            core_internal_violations,
+        ),
+        (
+            "server.plugins.volcano",
+            "from server.plugins.kai import gpupack",
+            core_internal_violations,
+        ),
         ("server.session.session", "from server.plugins import PLUGINS", core_internal_violations),
         ("server.actions.allocate", "from . import preempt", core_internal_violations),
         ("server.session.info", "import grpc", core_violations),
-        ("server.plugins.volcano.gang", "from server.service.state import ClusterState", core_violations),
+        (
+            "server.plugins.volcano.gang",
+            "from server.service.state import ClusterState",
+            core_violations,
+        ),
         ("server.scheduler", "from server.service import errors", core_violations),
-        ("server.session.session", "def f():\n    import server.service.convert\n", core_violations),
+        (
+            "server.session.session",
+            "def f():\n    import server.service.convert\n",
+            core_violations,
+        ),
         ("server.model", "from muster.v1 import muster_pb2", core_violations),
         ("adapters.k8s.adapter", "from server.service import convert", direction_violations),
         ("clients.cli", "from server.service.app import ServerOptions", direction_violations),
         ("muster.quantity", "from server import model", direction_violations),
         ("server.service.state", "from adapters.runtime import x", direction_violations),
-        ("server.service.state", "from server.service.api.queries import list_queues", service_violations),
+        (
+            "server.service.state",
+            "from server.service.api.queries import list_queues",
+            service_violations,
+        ),
         ("server.service.records", "from server.service.api import views", service_violations),
-        ("server.service.loop", "from server.service.rpc import SchedulerService", service_violations),
+        (
+            "server.service.loop",
+            "from server.service.rpc import SchedulerService",
+            service_violations,
+        ),
         ("server.service.commands", "from server.service import app", service_violations),
-        ("server.service.observability.history", "from server.service.observability import dashboard", service_violations),
-        ("server.service.convert", "from server.service.state import ClusterState", service_violations),
+        (
+            "server.service.observability.history",
+            "from server.service.observability import dashboard",
+            service_violations,
+        ),
+        (
+            "server.service.convert",
+            "from server.service.state import ClusterState",
+            service_violations,
+        ),
         ("server.service.records", "from server.service import store", service_violations),
         ("server.service.views", "from . import decisions", service_violations),
     ],
@@ -268,14 +336,29 @@ def test_the_checks_catch_a_wrong_import(module: str, source: str, checker: obje
 def test_the_checks_allow_the_intended_imports() -> None:
     allowed = [
         ("server.plugins.volcano.gang", "from server.session.session import Session"),
-        ("server.plugins.volcano.drf", "from server.plugins.util import x\nfrom muster.quantity import CPU"),
+        (
+            "server.plugins.volcano.drf",
+            "from server.plugins.util import x\nfrom muster.quantity import CPU",
+        ),
         ("server.plugins.kai.gpupack", "from server.plugins.base import Plugin"),
         ("server.plugins.kai", "from server.plugins.kai.elastic import ElasticPlugin"),
         ("server.actions.allocate", "from server.actions.base import Action\nimport numpy as np"),
-        ("server.service.state", "from muster.v1 import muster_pb2 as pb\nfrom server.model import TaskStatus"),
-        ("server.service.state", "from server.service import convert\nfrom server.service.records import JobRecord"),
-        ("server.service.views", "from server.service.convert import timestamp\nfrom . import records"),
-        ("server.service.rpc", "from server.service.api import queries\nfrom server.service.state import ClusterState"),
+        (
+            "server.service.state",
+            "from muster.v1 import muster_pb2 as pb\nfrom server.model import TaskStatus",
+        ),
+        (
+            "server.service.state",
+            "from server.service import convert\nfrom server.service.records import JobRecord",
+        ),
+        (
+            "server.service.views",
+            "from server.service.convert import timestamp\nfrom . import records",
+        ),
+        (
+            "server.service.rpc",
+            "from server.service.api import queries\nfrom server.service.state import ClusterState",
+        ),
         ("server.service.app", "from server.service.rpc import SchedulerService"),
         ("server.service.observability.dashboard", "from server.service.api import queries"),
         ("clients.cli", "from server.simulate import simulate_text"),

@@ -150,7 +150,11 @@ class FakeAgent:
             private_dir(self.state_dir)  # 0700: task commands, logs and exit codes are private
             private_dir(self.state_dir / "tasks")
         # Every task's output is kept (muster logs): beside its state, else in a directory of this run.
-        self.log_dir = self.state_dir / "tasks" if self.state_dir else Path(tempfile.mkdtemp(prefix=f"muster-agent-{name}-"))
+        self.log_dir = (
+            self.state_dir / "tasks"
+            if self.state_dir
+            else Path(tempfile.mkdtemp(prefix=f"muster-agent-{name}-"))
+        )
         self._log_offsets: dict[str, int] = {}  # task -> bytes of its log already sent
         self._log_files: dict[str, Path] = {}  # task -> its log, while it is being followed
 
@@ -207,15 +211,23 @@ class FakeAgent:
         whole = {d for t in self._holders(bind.node) if not t.gpu_fraction for d in t.devices}
         gpus = {d.id: d for d in self.nodes[bind.node].devices if d.type == NVIDIA_GPU}
         if len(bind.devices) > 1:
-            raise Rejected(f"bind.devices: a fractional task shares one GPU, not {list(bind.devices)}")
+            raise Rejected(
+                f"bind.devices: a fractional task shares one GPU, not {list(bind.devices)}"
+            )
         if bind.devices:
             gpu = bind.devices[0]
             if gpu not in gpus or not gpus[gpu].healthy or gpu in whole:
-                raise Rejected(f"GPU {gpu} cannot be shared on node {bind.node} (held whole, unhealthy or unknown)")
+                raise Rejected(
+                    f"GPU {gpu} cannot be shared on node {bind.node} (held whole, unhealthy or unknown)"
+                )
             if shares.get(gpu, 0.0) + f > 1 + MIN_RESOURCE:
-                raise Rejected(f"GPU {gpu} on node {bind.node} has {1 - shares.get(gpu, 0.0):g} left, the task asks {f:g}")
+                raise Rejected(
+                    f"GPU {gpu} on node {bind.node} has {1 - shares.get(gpu, 0.0):g} left, the task asks {f:g}"
+                )
             return [gpu]
-        fitting = sorted((-used, gid) for gid, used in shares.items() if used + f <= 1 + MIN_RESOURCE)
+        fitting = sorted(
+            (-used, gid) for gid, used in shares.items() if used + f <= 1 + MIN_RESOURCE
+        )
         if fitting:
             return [fitting[0][1]]
         free = [d.id for d in self.free_devices(bind.node) if d.type == NVIDIA_GPU]
@@ -248,21 +260,27 @@ class FakeAgent:
             if want > free.get(res, 0.0) + MIN_RESOURCE
         ]
         if short:
-            raise Rejected(f"node {bind.node} cannot fit task {bind.task_id}: insufficient " + ", ".join(short))
+            raise Rejected(
+                f"node {bind.node} cannot fit task {bind.task_id}: insufficient " + ", ".join(short)
+            )
         if bind.gpu_fraction:
             return request, self._check_share(bind)
         free_devs = {d.id: d for d in self.free_devices(bind.node)}
         if bind.devices:
             bad = [d for d in bind.devices if d not in free_devs]
             if bad:
-                raise Rejected(f"devices {bad} are not free on node {bind.node} (held, unhealthy or unknown)")
+                raise Rejected(
+                    f"devices {bad} are not free on node {bind.node} (held, unhealthy or unknown)"
+                )
             return request, list(bind.devices)
         # A server that chose no ids (an older one): the lowest free ids of each device resource.
         chosen: list[str] = []
         for res, count in device_needs(request).items():
             ids = [d.id for d in free_devs.values() if d.type == res][:count]
             if len(ids) < count:
-                raise Rejected(f"node {bind.node} has {len(ids)} free {res} devices, the task needs {count}")
+                raise Rejected(
+                    f"node {bind.node} has {len(ids)} free {res} devices, the task needs {count}"
+                )
             chosen += ids
         return request, chosen
 
@@ -306,7 +324,9 @@ class FakeAgent:
         self._note_server()
         outcomes: list[Outcome] = []
         try:
-            for binds, run in itertools.groupby(decisions, key=lambda d: d.WhichOneof("action") == "bind"):
+            for binds, run in itertools.groupby(
+                decisions, key=lambda d: d.WhichOneof("action") == "bind"
+            ):
                 if binds:
                     outcomes += await self._bind_run(list(run))
                 else:
@@ -356,8 +376,12 @@ class FakeAgent:
             refused = next((k for k in ks if outcomes[k] is not None), None)
             if refused is None or len(ks) == 1:
                 continue
-            why = (f"gang {job}: task {_task_of(decisions[refused])} was rejected "
-                   f"({outcomes[refused].reason}), so none of its {len(ks)} binds is applied")  # type: ignore[union-attr]
+            first_refusal = outcomes[refused]
+            assert first_refusal is not None  # picked above for having an outcome
+            why = (
+                f"gang {job}: task {_task_of(decisions[refused])} was rejected "
+                f"({first_refusal.reason}), so none of its {len(ks)} binds is applied"
+            )
             for k in ks:
                 if k in reserved:
                     self._unreserve(reserved.pop(k))
@@ -378,9 +402,15 @@ class FakeAgent:
                     failed[task.job_id] = str(exc)
             for job, why in failed.items():
                 ks = [k for k in jobs[job] if k in reserved]
-                await self._roll_back([reserved[k] for k in ks],
-                                      {reserved[k].task_id: started[k] for k in ks if k in started})
-                reason = why if len(ks) == 1 else f"gang {job}: {why}; none of its {len(ks)} tasks was started"
+                await self._roll_back(
+                    [reserved[k] for k in ks],
+                    {reserved[k].task_id: started[k] for k in ks if k in started},
+                )
+                reason = (
+                    why
+                    if len(ks) == 1
+                    else f"gang {job}: {why}; none of its {len(ks)} tasks was started"
+                )
                 for k in ks:
                     outcomes[k] = Outcome.reject(reason)
             for k, process in started.items():
@@ -397,10 +427,19 @@ class FakeAgent:
         """Check a bind and hold its share of the node until it is started (or fails to)."""
         bind = decision.bind
         request, devices = self._check_bind(bind)
-        task = LiveTask(task_id=bind.task_id, job_id=bind.job_id, node=bind.node, request=request,
-                        devices=devices, decision_id=decision.id, pid=0, start_ticks=0,
-                        gpu_fraction=bind.gpu_fraction, cycle_id=decision.cycle_id,
-                        argv=list(bind.command) or ["sleep", seconds_arg(bind.duration_seconds)])
+        task = LiveTask(
+            task_id=bind.task_id,
+            job_id=bind.job_id,
+            node=bind.node,
+            request=request,
+            devices=devices,
+            decision_id=decision.id,
+            pid=0,
+            start_ticks=0,
+            gpu_fraction=bind.gpu_fraction,
+            cycle_id=decision.cycle_id,
+            argv=list(bind.command) or ["sleep", seconds_arg(bind.duration_seconds)],
+        )
         self._starting[task.task_id] = task
         self._hold(task)
         return task
@@ -443,12 +482,15 @@ class FakeAgent:
         stdout: Any = sys.stderr
         try:
             if not os.environ.get("MUSTER_AGENT_TASK_OUTPUT"):
-                stdout = os.fdopen(os.open(task.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+                stdout = os.fdopen(
+                    os.open(task.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab"
+                )
             # Not an asyncio subprocess: with --state-dir the task must outlive the agent, and
             # asyncio's subprocess transport kills a running child when it is closed or collected
             # (with asyncio's pidfd watcher the restart test found the tasks' wrappers gone).
-            process = ChildProcess.start(argv, stdin=None, stdout=stdout, stderr=stdout, env=env,
-                                         start_new_session=True)
+            process = ChildProcess.start(
+                argv, stdin=None, stdout=stdout, stderr=stdout, env=env, start_new_session=True
+            )
         except OSError as exc:
             raise Rejected(f"cannot start task {task.task_id}: {exc.strerror or exc}") from None
         finally:
@@ -525,7 +567,9 @@ class FakeAgent:
         await self._wait_gone(task, process, 5.0)
         return "SIGKILL"
 
-    async def _wait_gone(self, task: LiveTask, process: ChildProcess | None, timeout: float) -> bool:
+    async def _wait_gone(
+        self, task: LiveTask, process: ChildProcess | None, timeout: float
+    ) -> bool:
         with anyio.move_on_after(timeout):
             if process is not None:
                 await process.wait()
@@ -564,7 +608,13 @@ class FakeAgent:
         self.ended[task.task_id] = EndedTask(task.task_id, task.node, status, code, message)
         self._save()
         self._report(task.task_id, status, task.node, message, exit_code=code)
-        log.info("task ended", task=task.task_id, node=task.node, status=pb.TaskStatus.Name(status), code=code)
+        log.info(
+            "task ended",
+            task=task.task_id,
+            node=task.node,
+            status=pb.TaskStatus.Name(status),
+            code=code,
+        )
 
     async def _ship_logs(self, interval: float = 0.5) -> None:
         while True:
@@ -601,9 +651,13 @@ class FakeAgent:
         self._release(task)
         self._processes.pop(task.task_id, None)
 
-    def _report(self, task_id: str, status: pb.TaskStatus, node: str, message: str, exit_code: int = 0) -> None:
+    def _report(
+        self, task_id: str, status: pb.TaskStatus, node: str, message: str, exit_code: int = 0
+    ) -> None:
         if self.runtime is not None:
-            self.runtime.report_task_status(task_id, status, node=node, message=message, exit_code=exit_code)
+            self.runtime.report_task_status(
+                task_id, status, node=node, message=message, exit_code=exit_code
+            )
 
     def _expire_ended(self) -> None:
         horizon = time.time() - _ENDED_TTL
@@ -643,7 +697,9 @@ class FakeAgent:
             ended = [EndedTask(**raw) for raw in data.get("ended", [])]
             live = [LiveTask(**raw) for raw in data.get("live", [])]
             starting = [LiveTask(**raw) for raw in data.get("starting", [])]
-            decisions = [(int(k), str(t), bool(a), str(r)) for k, t, a, r in data.get("decisions", [])]
+            decisions = [
+                (int(k), str(t), bool(a), str(r)) for k, t, a, r in data.get("decisions", [])
+            ]
         except (OSError, ValueError, TypeError) as exc:
             log.warning("task state unreadable, ignoring", error=str(exc))
             return running, gone
@@ -698,8 +754,11 @@ class FakeAgent:
             else:  # ended (its exit file says how), or its leader is gone and the code with it
                 task.pid = 0
                 gone.append(task)
-            self._remember(task.decision_id, task.task_id,
-                           Outcome(True, f"started before an agent restart ({how})"))
+            self._remember(
+                task.decision_id,
+                task.task_id,
+                Outcome(True, f"started before an agent restart ({how})"),
+            )
             log.info("bind in progress at a crash had started", task=task.task_id, state=how)
         return running, gone
 
@@ -710,7 +769,14 @@ class FakeAgent:
         recorded rejected, so the server, which saw none of it in the snapshot, binds the gang
         anew; a member that already ended is reported as it ended."""
         for job, tasks in _tasks_by_job(list(self._starting.values())).items():
-            why = next((f"node {t.node} is no longer in the inventory" for t in tasks if t.node not in self.nodes), "")
+            why = next(
+                (
+                    f"node {t.node} is no longer in the inventory"
+                    for t in tasks
+                    if t.node not in self.nodes
+                ),
+                "",
+            )
             started: list[tuple[LiveTask, ChildProcess]] = []
             if not why:
                 for task in tasks:
@@ -722,9 +788,16 @@ class FakeAgent:
             if not why:
                 for task, process in started:
                     self._go_live(task, process)
-                    self._remember(task.decision_id, task.task_id,
-                                   Outcome(True, f"started pid {task.pid} (after an agent restart, with its gang)"))
-                log.info("gang completed after a restart", job=job, started=[t.task_id for t in tasks])
+                    self._remember(
+                        task.decision_id,
+                        task.task_id,
+                        Outcome(
+                            True, f"started pid {task.pid} (after an agent restart, with its gang)"
+                        ),
+                    )
+                log.info(
+                    "gang completed after a restart", job=job, started=[t.task_id for t in tasks]
+                )
                 continue
             cycle = tasks[0].cycle_id
             members = [t for t in self.live.values() if t.job_id == job and t.cycle_id == cycle]
@@ -795,7 +868,9 @@ class FakeAgent:
                     # Follow an adopted task's output from here on (what came before was sent).
                     log_path = Path(task.log_file)
                     self._log_files[task.task_id] = log_path
-                    self._log_offsets[task.task_id] = log_path.stat().st_size if log_path.exists() else 0
+                    self._log_offsets[task.task_id] = (
+                        log_path.stat().st_size if log_path.exists() else 0
+                    )
                 tg.start_soon(self._watch_inventory)
                 tg.start_soon(self._ship_logs)
                 await runtime.run()
@@ -809,8 +884,11 @@ class FakeAgent:
         """Kill tasks of an earlier run of this agent that nobody adopted (it was killed without a
         state dir, or died between starting a task and recording it): the server will bind them
         again, and the old copy must be gone first."""
-        orphans = {pgid: task for pgid, task in tagged_groups("MUSTER_AGENT_INSTANCE", self.instance).items()
-                   if pgid not in adopted}
+        orphans = {
+            pgid: task
+            for pgid, task in tagged_groups("MUSTER_AGENT_INSTANCE", self.instance).items()
+            if pgid not in adopted
+        }
         for pgid, task_id in orphans.items():
             log.warning("killing an orphaned task of an earlier agent run", task=task_id, pgid=pgid)
             signal_group(pgid, signal.SIGTERM)

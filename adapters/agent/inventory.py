@@ -34,7 +34,18 @@ from muster.quantity import QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
 from muster.yamldoc import DocumentError, load
 
-_NODE_KEYS = {"name", "count", "cpu", "memory", "gpus", "labels", "taints", "resources", "unschedulable", "devices"}
+_NODE_KEYS = {
+    "name",
+    "count",
+    "cpu",
+    "memory",
+    "gpus",
+    "labels",
+    "taints",
+    "resources",
+    "unschedulable",
+    "devices",
+}
 _DEVICE_KEYS = {"id", "type", "group", "healthy"}
 _EFFECTS = {"NoSchedule", "PreferNoSchedule", "NoExecute"}
 
@@ -60,7 +71,10 @@ class InventoryNode:
             labels=self.labels,
             taints=[pb.Taint(key=k, value=v, effect=e) for k, v, e in self.taints],
             unschedulable=self.unschedulable,
-            devices=[pb.Device(id=d.id, type=d.type, group=d.group, healthy=d.healthy) for d in self.devices],
+            devices=[
+                pb.Device(id=d.id, type=d.type, group=d.group, healthy=d.healthy)
+                for d in self.devices
+            ],
         )
 
 
@@ -128,7 +142,9 @@ def _parse_node(entry: Any, where: str) -> list[InventoryNode]:
             raise InventoryError(f"{where}.taints[{j}].key: required")
         effect = str(taint.get("effect", "NoSchedule"))
         if effect not in _EFFECTS:
-            raise InventoryError(f"{where}.taints[{j}].effect: {effect!r} is not one of {sorted(_EFFECTS)}")
+            raise InventoryError(
+                f"{where}.taints[{j}].effect: {effect!r} is not one of {sorted(_EFFECTS)}"
+            )
         taints.append((str(taint["key"]), str(taint.get("value", "")), effect))
     devices = _parse_devices(entry.get("devices"), f"{where}.devices")
     listed = Counter(d.type for d in devices)
@@ -178,7 +194,9 @@ def _parse_devices(raw: Any, where: str) -> list[Device]:
         if d.get("id") in (None, ""):
             raise InventoryError(f"{p}.id: required")
         if not isinstance(d.get("type"), str) or not is_device_resource(d["type"]):
-            raise InventoryError(f"{p}.type: required, a device resource such as nvidia.com/gpu or huawei.com/Ascend910")
+            raise InventoryError(
+                f"{p}.type: required, a device resource such as nvidia.com/gpu or huawei.com/Ascend910"
+            )
         healthy = d.get("healthy", True)
         if not isinstance(healthy, bool):
             raise InventoryError(f"{p}.healthy: expected true or false")

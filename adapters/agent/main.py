@@ -28,13 +28,21 @@ log = structlog.get_logger("muster.agent")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="muster-agent", description="Fake bare-metal Muster backend.")
+    parser = argparse.ArgumentParser(
+        prog="muster-agent", description="Fake bare-metal Muster backend."
+    )
     parser.add_argument("--server", default=os.environ.get("MUSTER_SERVER", "127.0.0.1:50051"))
     parser.add_argument("--name", required=True, help="backend name (unique per server)")
     parser.add_argument("--inventory", required=True, help="YAML file of nodes (see docs/agent.md)")
-    parser.add_argument("--state-dir", help="keep tasks and applied decision ids across agent restarts")
-    parser.add_argument("--kill-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
-    parser.add_argument("--backoff-max", type=float, default=5.0, help="longest reconnect delay (seconds)")
+    parser.add_argument(
+        "--state-dir", help="keep tasks and applied decision ids across agent restarts"
+    )
+    parser.add_argument(
+        "--kill-grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL"
+    )
+    parser.add_argument(
+        "--backoff-max", type=float, default=5.0, help="longest reconnect delay (seconds)"
+    )
     parser.add_argument("--log-format", choices=["console", "json"], default="console")
     parser.add_argument("--log-level", default="info")
     add_tls_args(parser)
@@ -52,14 +60,23 @@ async def serve(args: argparse.Namespace) -> None:
         kill_grace=args.kill_grace,
     )
     ledger: DecisionLedger = (
-        FileDecisionLedger(Path(args.state_dir) / "ledger.json") if args.state_dir else DecisionLedger()
+        FileDecisionLedger(Path(args.state_dir) / "ledger.json")
+        if args.state_dir
+        else DecisionLedger()
     )
     runtime = BackendRuntime(
-        agent, server=args.server, name=args.name, kind="fake-agent", ledger=ledger, backoff_max=args.backoff_max,
+        agent,
+        server=args.server,
+        name=args.name,
+        kind="fake-agent",
+        ledger=ledger,
+        backoff_max=args.backoff_max,
         tls=tls_from_args(args),
         token=token_from_args(args),
     )
-    log.info("agent starting", name=args.name, server=args.server, nodes=len(inventory), pid=os.getpid())
+    log.info(
+        "agent starting", name=args.name, server=args.server, nodes=len(inventory), pid=os.getpid()
+    )
     async with anyio.create_task_group() as tg:
 
         async def on_signal() -> None:

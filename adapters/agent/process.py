@@ -98,7 +98,10 @@ def environ(pid: int) -> dict[str, str]:
 def tagged_groups(variable: str, value: str) -> dict[int, str]:
     """Process groups with a live member whose environment has ``variable=value``: pgid -> the
     member's MUSTER_TASK_ID. Environments are inherited, so this finds a task's children too."""
-    return {pgid: env.get("MUSTER_TASK_ID", "") for pgid, env in tagged_group_envs(variable, value).items()}
+    return {
+        pgid: env.get("MUSTER_TASK_ID", "")
+        for pgid, env in tagged_group_envs(variable, value).items()
+    }
 
 
 def tagged_group_envs(variable: str, value: str) -> dict[int, dict[str, str]]:

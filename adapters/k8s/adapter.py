@@ -72,45 +72,103 @@ class K8sBackend:
         self.book = JobBook()
         self.link = ServerLink(server, tls, token)
         self.runtime = BackendRuntime(
-            self, server=server, name=name, kind="kubernetes", ledger=ledger, tls=tls, token=token,
-            **(runtime_options or {})
+            self,
+            server=server,
+            name=name,
+            kind="kubernetes",
+            ledger=ledger,
+            tls=tls,
+            token=token,
+            **(runtime_options or {}),
         )
 
         core, custom, sched = self.writer.core, self.writer.custom, self.writer.scheduling
-        self.nodes = Informer("nodes", core.list_node, handler=self._on_node, watch_timeout=watch_timeout)
-        self.pods = Informer("pods", core.list_pod_for_all_namespaces, handler=self._on_pod,
-                             watch_timeout=watch_timeout)
+        self.nodes = Informer(
+            "nodes", core.list_node, handler=self._on_node, watch_timeout=watch_timeout
+        )
+        self.pods = Informer(
+            "pods",
+            core.list_pod_for_all_namespaces,
+            handler=self._on_pod,
+            watch_timeout=watch_timeout,
+        )
         self.podgroups = {
             api_version: Informer(
-                f"podgroups.{group}", custom.list_custom_object_for_all_namespaces, group, version, "podgroups",
-                handler=self._on_podgroup(api_version), watch_timeout=watch_timeout,
+                f"podgroups.{group}",
+                custom.list_custom_object_for_all_namespaces,
+                group,
+                version,
+                "podgroups",
+                handler=self._on_podgroup(api_version),
+                watch_timeout=watch_timeout,
             )
             for api_version, (group, version) in PODGROUP_APIS.items()
-            if kai or api_version != tr.KAI_PODGROUP  # KAI's needs RBAC on scheduling.run.ai: opt in
+            if kai
+            or api_version != tr.KAI_PODGROUP  # KAI's needs RBAC on scheduling.run.ai: opt in
         }
-        self.queues = Informer("queues", custom.list_cluster_custom_object, "scheduling.volcano.sh", "v1beta1",
-                               "queues", handler=self._on_queue, watch_timeout=watch_timeout)
+        self.queues = Informer(
+            "queues",
+            custom.list_cluster_custom_object,
+            "scheduling.volcano.sh",
+            "v1beta1",
+            "queues",
+            handler=self._on_queue,
+            watch_timeout=watch_timeout,
+        )
         self.kai_queues: Informer | None = None
         if kai:
-            self.kai_queues = Informer("queues.scheduling.run.ai", custom.list_cluster_custom_object,
-                                       *tr.KAI_QUEUE_API, "queues", handler=self._on_queue, watch_timeout=watch_timeout)
-        self.priority_classes = Informer("priorityclasses", sched.list_priority_class,
-                                         handler=_read_at_submission, watch_timeout=watch_timeout)
-        self.informers = [self.nodes, self.pods, *self.podgroups.values(), self.queues,
-                          *([self.kai_queues] if self.kai_queues is not None else []), self.priority_classes]
+            self.kai_queues = Informer(
+                "queues.scheduling.run.ai",
+                custom.list_cluster_custom_object,
+                *tr.KAI_QUEUE_API,
+                "queues",
+                handler=self._on_queue,
+                watch_timeout=watch_timeout,
+            )
+        self.priority_classes = Informer(
+            "priorityclasses",
+            sched.list_priority_class,
+            handler=_read_at_submission,
+            watch_timeout=watch_timeout,
+        )
+        self.informers = [
+            self.nodes,
+            self.pods,
+            *self.podgroups.values(),
+            self.queues,
+            *([self.kai_queues] if self.kai_queues is not None else []),
+            self.priority_classes,
+        ]
 
         self.reporter = ClusterReporter(self.runtime, self.book, nodes=self.nodes, pods=self.pods)
-        self.status_controller = StatusController(self.link, self.writer, self.book, self.stats,
-                                                  pods=self.pods, podgroups=self.podgroups)
-        self.job_controller = JobController(
-            self.link, self.book, self.stats, pods=self.pods, podgroups=self.podgroups,
-            priority_classes=self.priority_classes, reporter=self.reporter, status=self.status_controller,
-            scheduler_name=scheduler_name, backend_name=name,
+        self.status_controller = StatusController(
+            self.link, self.writer, self.book, self.stats, pods=self.pods, podgroups=self.podgroups
         )
-        self.queue_controller = QueueController(self.link, queues=self.queues, kai_queues=self.kai_queues)
+        self.job_controller = JobController(
+            self.link,
+            self.book,
+            self.stats,
+            pods=self.pods,
+            podgroups=self.podgroups,
+            priority_classes=self.priority_classes,
+            reporter=self.reporter,
+            status=self.status_controller,
+            scheduler_name=scheduler_name,
+            backend_name=name,
+        )
+        self.queue_controller = QueueController(
+            self.link, queues=self.queues, kai_queues=self.kai_queues
+        )
         self.enforcer = Enforcer(
-            self.writer, self.book, self.stats, nodes=self.nodes, pods=self.pods, reporter=self.reporter,
-            status=self.status_controller, bind_concurrency=bind_concurrency, evict_attempts=evict_attempts,
+            self.writer,
+            self.book,
+            self.stats,
+            nodes=self.nodes,
+            pods=self.pods,
+            reporter=self.reporter,
+            status=self.status_controller,
+            bind_concurrency=bind_concurrency,
+            evict_attempts=evict_attempts,
             evict_backoff=evict_backoff,
         )
         self._server_id_seen = ""
@@ -209,6 +267,7 @@ class K8sBackend:
     def _on_podgroup(self, api_version: str) -> Handler:
         def handle(kind: str, podgroup: Obj, old: Obj | None) -> None:
             self.job_controller.on_podgroup(api_version, podgroup)
+
         return handle
 
     def _on_queue(self, kind: str, queue: Obj, old: Obj | None) -> None:

@@ -20,7 +20,11 @@ Obj = dict[str, Any]
 JobKey = tuple[str, str, str]
 
 # Server answers meaning "this item is wrong", as opposed to "the server is away".
-ITEM_ERRORS = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
+ITEM_ERRORS = (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION,
+)
 PODGROUP_APIS = {
     tr.VOLCANO_PODGROUP: ("scheduling.volcano.sh", "v1beta1"),
     tr.COSCHEDULING_PODGROUP: ("scheduling.x-k8s.io", "v1alpha1"),
@@ -119,7 +123,9 @@ class ServerLink:
     """The adapter's own channel to the Muster server (jobs, queues, watches), beside the
     runtime's; opened and closed by :meth:`K8sBackend.run <adapters.k8s.adapter.K8sBackend.run>`."""
 
-    def __init__(self, address: str, tls: ClientTls | None = None, token: str | None = None) -> None:
+    def __init__(
+        self, address: str, tls: ClientTls | None = None, token: str | None = None
+    ) -> None:
         self.address = address
         self.tls = tls
         self.token = token

@@ -103,7 +103,9 @@ class Enforcer:
         if current == b.node:
             return APPLIED  # a resent decision after an adapter restart: already done, never bind twice
         if current:
-            if tr.pod_node(pod):  # tell the server where the pod really is (e.g. after an expired bind)
+            if tr.pod_node(
+                pod
+            ):  # tell the server where the pod really is (e.g. after an expired bind)
                 self.reporter.report_pod(b.task_id, pod, deleted=False, force=True)
             return self._reject_bind(f"pod {key} is already assigned to node {current}")
         ns, name = key.split("/", 1)
@@ -112,7 +114,9 @@ class Enforcer:
             annotated = await self.writer.annotate_pod(ns, name, chips)
             if not annotated.ok:
                 return self._reject_bind(f"annotating {key} with its devices: {annotated.message}")
-        if b.gpu_fraction and b.devices:  # KAI GPU sharing: record the shared GPU, as KAI's binder does
+        if (
+            b.gpu_fraction and b.devices
+        ):  # KAI GPU sharing: record the shared GPU, as KAI's binder does
             labelled = await self.writer.label_pod(ns, name, {tr.GPU_GROUP_LABEL: b.devices[0]})
             if not labelled.ok:
                 return self._reject_bind(f"labelling {key} with its shared GPU: {labelled.message}")
@@ -120,7 +124,9 @@ class Enforcer:
         if result.ok:
             self.stats.binds += 1
             self.bound_by_us[key] = b.node
-            self.status.emit_event(pod, "Scheduled", f"Successfully assigned {key} to {b.node}", "Normal")
+            self.status.emit_event(
+                pod, "Scheduled", f"Successfully assigned {key} to {b.node}", "Normal"
+            )
             return APPLIED
         if result.status == 409 and f'assigned to node "{b.node}"' in result.message:
             return APPLIED  # bound by an earlier incarnation of this adapter
@@ -139,7 +145,9 @@ class Enforcer:
         if pod is None:
             return APPLIED  # already gone: the resources are free
         ns, name = key.split("/", 1)
-        result = await self.writer.evict(ns, name, attempts=self.evict_attempts, backoff_initial=self.evict_backoff)
+        result = await self.writer.evict(
+            ns, name, attempts=self.evict_attempts, backoff_initial=self.evict_backoff
+        )
         if result.ok or result.status == 404:
             self.stats.evictions += 1
             return APPLIED

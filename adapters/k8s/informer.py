@@ -72,7 +72,9 @@ class Informer:
 
     async def run(self) -> None:
         # Full jitter in [cap/2, cap]; reset once a watch ran to its end.
-        backoff = Backoff(initial=self.backoff_initial, factor=2.0, max=self.backoff_max, jitter=0.5)
+        backoff = Backoff(
+            initial=self.backoff_initial, factor=2.0, max=self.backoff_max, jitter=0.5
+        )
         while True:
             try:
                 if not self.resource_version:
@@ -82,7 +84,9 @@ class Informer:
                 self.resumes += 1
             except ApiException as exc:
                 if exc.status == 410:
-                    log.info("watch expired, re-listing", informer=self.name, rv=self.resource_version)
+                    log.info(
+                        "watch expired, re-listing", informer=self.name, rv=self.resource_version
+                    )
                     self.resource_version = ""
                     self.relists += 1
                     continue
@@ -100,7 +104,9 @@ class Informer:
 
     async def _not_served(self) -> None:
         if self.served:
-            log.warning("resource not served by the API server (CRD not installed?)", informer=self.name)
+            log.warning(
+                "resource not served by the API server (CRD not installed?)", informer=self.name
+            )
         self.served = False
         self._replace({})
         self.resource_version = ""
@@ -130,9 +136,9 @@ class Informer:
             before = old.get(key)
             if before is None:
                 self._emit("ADDED", obj, None)
-            elif (before.get("metadata") or {}).get("resourceVersion") != (obj.get("metadata") or {}).get(
-                "resourceVersion"
-            ):
+            elif (before.get("metadata") or {}).get("resourceVersion") != (
+                obj.get("metadata") or {}
+            ).get("resourceVersion"):
                 self._emit("MODIFIED", obj, before)
         for key, obj in old.items():
             if key not in fresh:

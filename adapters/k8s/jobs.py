@@ -74,7 +74,9 @@ class JobController:
         self.scheduler_name = scheduler_name
         self.backend_name = backend_name
         self.enabled = False  # set once the first snapshot has submitted everything
-        self.group_members: dict[tuple[str, str], set[str]] = {}  # (apiVersion, "ns/pg") -> pod keys
+        self.group_members: dict[
+            tuple[str, str], set[str]
+        ] = {}  # (apiVersion, "ns/pg") -> pod keys
         self.submit_errors: dict[str, str] = {}  # job id -> why the server refused it
         self._dirty: WorkQueue[JobKey] = WorkQueue()
         self._lock = anyio.Lock()  # one reconciliation pass at a time
@@ -129,7 +131,9 @@ class JobController:
                 self._dirty.requeue(keys)  # a pass runs again once the delay is over
                 delay = backoff.next()
                 if isinstance(exc, grpc.aio.AioRpcError):
-                    log.info("job sync failed, retrying", code=exc.code().name, delay=round(delay, 2))
+                    log.info(
+                        "job sync failed, retrying", code=exc.code().name, delay=round(delay, 2)
+                    )
                 else:
                     log.exception("job sync failed, retrying", delay=round(delay, 2))
                 await anyio.sleep(delay)
@@ -174,8 +178,12 @@ class JobController:
             if submitted is not None:
                 await self._cancel(job_id, "podgroup deleted")
             elif informer is None and members:
-                self._refuse(job_id, members, f"pods name {api_version} PodGroup {gkey}, which this adapter does not "
-                                              "read (start it with --kai to read KAI PodGroups)")
+                self._refuse(
+                    job_id,
+                    members,
+                    f"pods name {api_version} PodGroup {gkey}, which this adapter does not "
+                    "read (start it with --kai to read KAI PodGroups)",
+                )
             return  # gang pods wait for their PodGroup: no partial placement
         gang = tr.gang_spec(podgroup)
         if submitted is None:
@@ -186,7 +194,9 @@ class JobController:
                 self._refuse(job_id, members, problem)
                 return
             anyone_bound = any(tr.pod_node(p) for p in members)
-            if not anyone_bound and (len(members) < max(1, gang.min_member) or self._sub_groups_short(members, gang)):
+            if not anyone_bound and (
+                len(members) < max(1, gang.min_member) or self._sub_groups_short(members, gang)
+            ):
                 return  # Volcano and KAI: a gang is not schedulable until minMember pods exist
             queue = gang.queue or self._pod_queue(members[0])
             priority = self._priority(gang.priority_class, members)
@@ -204,8 +214,15 @@ class JobController:
                 if problem:
                     self._refuse(extra_id, [pod], problem)
                     continue
-                spec = self._job_spec(extra_id, ns, tr.meta(pod)["name"], [pod], gang.queue or self._pod_queue(pod),
-                                      self._priority(gang.priority_class, [pod]), None)
+                spec = self._job_spec(
+                    extra_id,
+                    ns,
+                    tr.meta(pod)["name"],
+                    [pod],
+                    gang.queue or self._pod_queue(pod),
+                    self._priority(gang.priority_class, [pod]),
+                    None,
+                )
                 await self._submit(("pod", "", pod_key), spec)
         if not members and all(self.pods.cache.get(k) is None for k in submitted.tasks.values()):
             await self._cancel(job_id, "every pod of the podgroup was deleted")
@@ -224,19 +241,26 @@ class JobController:
         if submitted is None and pod_key not in self.book.pod_task:
             if tr.pod_terminal(pod):
                 return
-            problem = self._pods_problem([pod], None) or tr.pod_topology(pod).problem(f"pod {pod_key}")
+            problem = self._pods_problem([pod], None) or tr.pod_topology(pod).problem(
+                f"pod {pod_key}"
+            )
             if problem:
                 self._refuse(job_id, [pod], problem)
                 return
-            spec = self._job_spec(job_id, ns, name, [pod], self._pod_queue(pod), self._priority("", [pod]), None)
+            spec = self._job_spec(
+                job_id, ns, name, [pod], self._pod_queue(pod), self._priority("", [pod]), None
+            )
             await self._submit(key, spec)
         self.status.mark(job_id)
 
     # -- job specs ----------------------------------------------------------------------------
 
     def _pod_queue(self, pod: Obj) -> str:
-        return ((tr.meta(pod).get("annotations") or {}).get(VOLCANO_QUEUE_ANNOTATION) or tr.pod_queue_label(pod)
-                or "default")
+        return (
+            (tr.meta(pod).get("annotations") or {}).get(VOLCANO_QUEUE_ANNOTATION)
+            or tr.pod_queue_label(pod)
+            or "default"
+        )
 
     @staticmethod
     def _pods_problem(pods: list[Obj], gang: tr.GangSpec | None) -> str:
@@ -249,9 +273,13 @@ class JobController:
                 problems.append(tr.pod_preemptibility(pod)[1])
             elif gang.all_sub_groups and (sub := tr.pod_sub_group(pod)):
                 if sub not in gang.all_sub_groups:
-                    problems.append(f"pod {tr.key_of(pod)}: sub-group {sub!r} is not defined by its PodGroup")
+                    problems.append(
+                        f"pod {tr.key_of(pod)}: sub-group {sub!r} is not defined by its PodGroup"
+                    )
                 elif sub not in gang.sub_groups:
-                    problems.append(f"pod {tr.key_of(pod)}: sub-group {sub!r} has sub-groups; pods belong to leaves")
+                    problems.append(
+                        f"pod {tr.key_of(pod)}: sub-group {sub!r} has sub-groups; pods belong to leaves"
+                    )
         return "; ".join(p for p in problems if p)
 
     @staticmethod
@@ -285,8 +313,16 @@ class JobController:
                 return tr.priority_value(pc)
         return 0
 
-    def _job_spec(self, job_id: str, ns: str, name: str, pods: list[Obj], queue: str, priority: int,
-                  gang: tr.GangSpec | None) -> pb.JobSpec:
+    def _job_spec(
+        self,
+        job_id: str,
+        ns: str,
+        name: str,
+        pods: list[Obj],
+        queue: str,
+        priority: int,
+        gang: tr.GangSpec | None,
+    ) -> pb.JobSpec:
         sub_groups = gang.sub_groups if gang is not None else {}
         by_role: dict[str, list[Obj]] = {}
         role_sub: dict[str, str] = {}
@@ -296,13 +332,25 @@ class JobController:
                 role = sub if role == tr.DEFAULT_ROLE else f"{sub}.{role}"
                 role_sub[role] = sub
             by_role.setdefault(role, []).append(pod)
-        groups = [tr.task_group(role, by_role[role], role_sub.get(role, "")) for role in sorted(by_role)]
+        groups = [
+            tr.task_group(role, by_role[role], role_sub.get(role, "")) for role in sorted(by_role)
+        ]
         total = len(pods)
-        spec = pb.JobSpec(id=job_id, namespace=ns, name=name, queue=queue, priority=priority, task_groups=groups,
-                          min_member=total, annotations={"muster.dev/backend": self.backend_name})
+        spec = pb.JobSpec(
+            id=job_id,
+            namespace=ns,
+            name=name,
+            queue=queue,
+            priority=priority,
+            task_groups=groups,
+            min_member=total,
+            annotations={"muster.dev/backend": self.backend_name},
+        )
         if gang is not None:
             spec.min_member = min(total, max(1, gang.min_member))
-            spec.sub_groups.extend(pb.SubGroup(name=sub, min_member=n) for sub, n in sorted(sub_groups.items()))
+            spec.sub_groups.extend(
+                pb.SubGroup(name=sub, min_member=n) for sub, n in sorted(sub_groups.items())
+            )
             if gang.preemptible is not None:
                 spec.preemptible = gang.preemptible
             for role, count in gang.min_task_member.items():
@@ -330,8 +378,13 @@ class JobController:
                 # the server's job and its task <-> pod mapping.
                 job = await stub.GetJob(pb.GetJobRequest(id=spec.id))
             elif exc.code() in ITEM_ERRORS:
-                pods = self._live_own_pods([f"{spec.namespace}/{n}" for tg in spec.task_groups
-                                            for n in tg.annotations[tr.PODS_ANNOTATION].split(",")])
+                pods = self._live_own_pods(
+                    [
+                        f"{spec.namespace}/{n}"
+                        for tg in spec.task_groups
+                        for n in tg.annotations[tr.PODS_ANNOTATION].split(",")
+                    ]
+                )
                 self._refuse(spec.id, pods, str(exc.details()), code=exc.code().name)
                 return
             else:
@@ -340,7 +393,10 @@ class JobController:
         self._adopt(key, job)
 
     def _adopt(self, key: JobKey, job: pb.Job) -> None:
-        names = {tg.role: tg.annotations.get(tr.PODS_ANNOTATION, "").split(",") for tg in job.spec.task_groups}
+        names = {
+            tg.role: tg.annotations.get(tr.PODS_ANNOTATION, "").split(",")
+            for tg in job.spec.task_groups
+        }
         submitted = self.book.job(job.spec.id, key)
         for task in job.tasks:
             pods = names.get(task.role) or []

@@ -91,7 +91,9 @@ class KubeWriter:
             self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
         )
 
-    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> WriteResult:
+    async def annotate_pod(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> WriteResult:
         """Merge ``annotations`` into the pod's (e.g. the chips a device plugin must hand it)."""
         return await self.patch_pod_metadata(namespace, name, {"annotations": annotations})
 
@@ -99,7 +101,9 @@ class KubeWriter:
         """Merge ``labels`` into the pod's (e.g. the shared GPU a fractional pod is bound to)."""
         return await self.patch_pod_metadata(namespace, name, {"labels": labels})
 
-    async def patch_pod_metadata(self, namespace: str, name: str, metadata: dict[str, Any]) -> WriteResult:
+    async def patch_pod_metadata(
+        self, namespace: str, name: str, metadata: dict[str, Any]
+    ) -> WriteResult:
         body = {"metadata": metadata}
         try:
             await self.core.patch_namespaced_pod(  # type: ignore[call-arg]  # _content_type: see patch_podgroup_status
@@ -111,21 +115,35 @@ class KubeWriter:
         return WriteResult(True, 200)
 
     async def evict(
-        self, namespace: str, name: str, *, attempts: int = 5, backoff_initial: float = 0.2, backoff_max: float = 5.0
+        self,
+        namespace: str,
+        name: str,
+        *,
+        attempts: int = 5,
+        backoff_initial: float = 0.2,
+        backoff_max: float = 5.0,
     ) -> WriteResult:
         """Evict through the Eviction API; 429 (disruption budget) is retried with backoff."""
         body = client.V1Eviction(
-            api_version="policy/v1", kind="Eviction", metadata=client.V1ObjectMeta(name=name, namespace=namespace)
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
         )
 
         async def evict_once() -> WriteResult:
             return await self._raw(
-                self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+                self.core.create_namespaced_pod_eviction(
+                    name, namespace, body, _preload_content=False
+                )
             )
 
         def refused(attempt: int, delay: float, failure: object) -> None:
-            log.info("eviction refused by a disruption budget, retrying", pod=f"{namespace}/{name}",
-                     attempt=attempt, delay=round(delay, 3))
+            log.info(
+                "eviction refused by a disruption budget, retrying",
+                pod=f"{namespace}/{name}",
+                attempt=attempt,
+                delay=round(delay, 3),
+            )
 
         result = await retry(
             evict_once,
@@ -143,14 +161,28 @@ class KubeWriter:
     ) -> WriteResult:
         try:
             await self.custom.patch_namespaced_custom_object_status(  # type: ignore[call-arg]  # _content_type: accepted at run time, missing from the package's stubs
-                group, version, namespace, "podgroups", name, {"status": status}, _content_type=MERGE_PATCH
+                group,
+                version,
+                namespace,
+                "podgroups",
+                name,
+                {"status": status},
+                _content_type=MERGE_PATCH,
             )
         except ApiException as exc:
-            return WriteResult(False, exc.status or 0, _status_message(exc.status or 0, (exc.body or "").encode()
-                                                                      if isinstance(exc.body, str) else exc.body or b""))
+            return WriteResult(
+                False,
+                exc.status or 0,
+                _status_message(
+                    exc.status or 0,
+                    (exc.body or "").encode() if isinstance(exc.body, str) else exc.body or b"",
+                ),
+            )
         return WriteResult(True, 200)
 
-    async def pod_event(self, pod: dict[str, Any], *, reason: str, message: str, event_type: str = "Normal") -> WriteResult:
+    async def pod_event(
+        self, pod: dict[str, Any], *, reason: str, message: str, event_type: str = "Normal"
+    ) -> WriteResult:
         """A core/v1 Event on a pod, as kube-scheduler writes ``Scheduled`` / ``FailedScheduling``."""
         m = pod.get("metadata") or {}
         now = datetime.now(UTC).replace(microsecond=0)
@@ -158,10 +190,16 @@ class KubeWriter:
         body = client.CoreV1Event(
             api_version="v1",
             kind="Event",
-            metadata=client.V1ObjectMeta(name=f"{m.get('name')}.{uuid.uuid4().hex[:16]}", namespace=namespace),
+            metadata=client.V1ObjectMeta(
+                name=f"{m.get('name')}.{uuid.uuid4().hex[:16]}", namespace=namespace
+            ),
             involved_object=client.V1ObjectReference(
-                api_version="v1", kind="Pod", name=m.get("name"), namespace=namespace,
-                uid=m.get("uid", ""), resource_version=m.get("resourceVersion", ""),
+                api_version="v1",
+                kind="Pod",
+                name=m.get("name"),
+                namespace=namespace,
+                uid=m.get("uid", ""),
+                resource_version=m.get("resourceVersion", ""),
             ),
             reason=reason,
             message=message[:1024],

@@ -25,7 +25,9 @@ log = structlog.get_logger("muster.k8s")
 class QueueController:
     """Keeps the server's queues in step with the cluster's Volcano (and KAI) Queues."""
 
-    def __init__(self, server: ServerLink, *, queues: Informer, kai_queues: Informer | None = None) -> None:
+    def __init__(
+        self, server: ServerLink, *, queues: Informer, kai_queues: Informer | None = None
+    ) -> None:
         self.server = server
         # (informer, translation), first match wins
         self.sources: list[tuple[Informer, Callable[[Obj], pb.Queue]]] = [(queues, tr.queue_to_pb)]
@@ -54,7 +56,9 @@ class QueueController:
                 self._dirty.requeue(set())
 
     async def sync_all(self) -> None:
-        await self.sync({tr.meta(q)["name"] for informer, _ in self.sources for q in informer.cache.values()})
+        await self.sync(
+            {tr.meta(q)["name"] for informer, _ in self.sources for q in informer.cache.values()}
+        )
 
     def desired(self, name: str) -> pb.Queue | None:
         """The Muster queue for ``name`` (Volcano's Queue first, then KAI's), or None."""
@@ -94,7 +98,12 @@ class QueueController:
                 changed = True
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in ITEM_ERRORS:
-                    log.warning("queue refused by the server", queue=name, code=exc.code().name, details=exc.details())
+                    log.warning(
+                        "queue refused by the server",
+                        queue=name,
+                        code=exc.code().name,
+                        details=exc.details(),
+                    )
                     self.refused.add(name)
                 else:
                     self._dirty.add(name)  # server away: retried on the next sync

@@ -16,13 +16,20 @@ from adapters.k8s.informer import Informer
 from adapters.runtime import BackendRuntime
 from muster.v1 import muster_pb2 as pb
 
-REPORTED_STATUSES = (pb.TASK_STATUS_BOUND, pb.TASK_STATUS_RUNNING, pb.TASK_STATUS_SUCCEEDED, pb.TASK_STATUS_FAILED)
+REPORTED_STATUSES = (
+    pb.TASK_STATUS_BOUND,
+    pb.TASK_STATUS_RUNNING,
+    pb.TASK_STATUS_SUCCEEDED,
+    pb.TASK_STATUS_FAILED,
+)
 
 
 class ClusterReporter:
     """Snapshot and deltas of nodes, Muster pods (as tasks) and other pods (as foreign tasks)."""
 
-    def __init__(self, runtime: BackendRuntime, book: JobBook, *, nodes: Informer, pods: Informer) -> None:
+    def __init__(
+        self, runtime: BackendRuntime, book: JobBook, *, nodes: Informer, pods: Informer
+    ) -> None:
         self.runtime = runtime
         self.book = book
         self.nodes = nodes
@@ -50,9 +57,15 @@ class ClusterReporter:
             task_id = self.book.pod_task.get(key)
             if task_id is not None:
                 status = tr.pod_task_status(pod)
-                tasks.append(pb.BackendTask(task_id=task_id, node=node, status=status,
-                                            request=pb.ResourceList(quantities=tr.pod_request(pod)),
-                                            **tr.gpu_share(pod)))
+                tasks.append(
+                    pb.BackendTask(
+                        task_id=task_id,
+                        node=node,
+                        status=status,
+                        request=pb.ResourceList(quantities=tr.pod_request(pod)),
+                        **tr.gpu_share(pod),
+                    )
+                )
                 self.reported[task_id] = status
             elif tr.pod_active_on_node(pod):
                 task = tr.foreign_task(pod)
@@ -103,8 +116,9 @@ class ClusterReporter:
         if status not in REPORTED_STATUSES or (self.reported.get(task_id) == status and not force):
             return
         self.reported[task_id] = status
-        self.runtime.report_task_status(task_id, status, node=tr.pod_node(pod), message=message,
-                                        exit_code=tr.pod_exit_code(pod))
+        self.runtime.report_task_status(
+            task_id, status, node=tr.pod_node(pod), message=message, exit_code=tr.pod_exit_code(pod)
+        )
 
     def mapped(self, task_id: str, pod_key: str) -> None:
         """A pod has just been mapped to a task: report what happened to it meanwhile (e.g.

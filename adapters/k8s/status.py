@@ -102,7 +102,9 @@ class StatusController:
         async with receive:
             async for pod, reason, message, event_type in receive:
                 try:
-                    result = await self.writer.pod_event(pod, reason=reason, message=message, event_type=event_type)
+                    result = await self.writer.pod_event(
+                        pod, reason=reason, message=message, event_type=event_type
+                    )
                 except Exception as exc:  # noqa: BLE001 - events are best effort
                     log.info("event not written", reason=reason, error=repr(exc))
                     continue
@@ -158,7 +160,11 @@ class StatusController:
         if cond is not None:
             message = cond.message or await self._explain(submitted.job_id)
             for pod_key, pod in pods:
-                if pod is not None and not tr.pod_node(pod) and self.event_messages.get(pod_key) != message:
+                if (
+                    pod is not None
+                    and not tr.pod_node(pod)
+                    and self.event_messages.get(pod_key) != message
+                ):
                     self.event_messages[pod_key] = message
                     self.emit_event(pod, "FailedScheduling", message, "Warning")
         if submitted.key[0] != "group":
@@ -195,7 +201,9 @@ class StatusController:
         return reply.summary or "waiting for the gang to fit"
 
 
-def podgroup_status(podgroup: Obj, pods: list[Obj], job: pb.Job | None, cond: pb.Condition | None) -> Obj:
+def podgroup_status(
+    podgroup: Obj, pods: list[Obj], job: pb.Job | None, cond: pb.Condition | None
+) -> Obj:
     """Volcano's PodGroup status: Running once minMember pods are allocated (bound)."""
     gang = tr.gang_spec(podgroup)
     running = sum(1 for p in pods if tr.pod_phase(p) == "Running")
@@ -203,7 +211,12 @@ def podgroup_status(podgroup: Obj, pods: list[Obj], job: pb.Job | None, cond: pb
     failed = sum(1 for p in pods if tr.pod_phase(p) == "Failed")
     allocated = sum(1 for p in pods if tr.pod_active_on_node(p))
     min_member = max(1, gang.min_member)
-    if pods and running + succeeded + failed == len(pods) and succeeded >= min_member and running == 0:
+    if (
+        pods
+        and running + succeeded + failed == len(pods)
+        and succeeded >= min_member
+        and running == 0
+    ):
         phase = "Completed"
     elif allocated + succeeded >= min_member:
         phase = "Running"
@@ -213,12 +226,32 @@ def podgroup_status(podgroup: Obj, pods: list[Obj], job: pb.Job | None, cond: pb
         phase = "Pending"
     conditions: list[Obj] = []
     if phase in ("Running", "Completed"):
-        conditions.append({"type": "Scheduled", "status": "True", "reason": "tasks in gang are ready to be scheduled",
-                           "message": "", "lastTransitionTime": _now()})
+        conditions.append(
+            {
+                "type": "Scheduled",
+                "status": "True",
+                "reason": "tasks in gang are ready to be scheduled",
+                "message": "",
+                "lastTransitionTime": _now(),
+            }
+        )
     elif cond is not None:
-        conditions.append({"type": "Unschedulable", "status": "True", "reason": cond.reason or "NotEnoughResources",
-                           "message": cond.message, "lastTransitionTime": _now()})
-    return {"phase": phase, "running": running, "succeeded": succeeded, "failed": failed, "conditions": conditions}
+        conditions.append(
+            {
+                "type": "Unschedulable",
+                "status": "True",
+                "reason": cond.reason or "NotEnoughResources",
+                "message": cond.message,
+                "lastTransitionTime": _now(),
+            }
+        )
+    return {
+        "phase": phase,
+        "running": running,
+        "succeeded": succeeded,
+        "failed": failed,
+        "conditions": conditions,
+    }
 
 
 KAI_NODE_POOL_LABEL = "kai.scheduler/node-pool"  # KAI's default node-pool label key
@@ -229,14 +262,25 @@ def kai_podgroup_status(podgroup: Obj, pods: list[Obj], unschedulable: str) -> O
     condition (reason ``Unschedulable``) while the gang cannot be placed and none of its pods is
     allocated (KAI leaves the condition alone once a pod is). ``unschedulable``: why, or ""."""
     phases = [tr.pod_phase(p) for p in pods]
-    status: Obj = {"pending": phases.count("Pending"), "running": phases.count("Running"),
-                   "succeeded": phases.count("Succeeded"), "failed": phases.count("Failed")}
+    status: Obj = {
+        "pending": phases.count("Pending"),
+        "running": phases.count("Running"),
+        "succeeded": phases.count("Succeeded"),
+        "failed": phases.count("Failed"),
+    }
     if unschedulable and not any(tr.pod_active_on_node(p) for p in pods):
         node_pool = (tr.meta(podgroup).get("labels") or {}).get(KAI_NODE_POOL_LABEL) or "default"
-        status["schedulingConditions"] = [{
-            "type": "UnschedulableOnNodePool", "nodePool": node_pool, "reason": "Unschedulable",
-            "message": unschedulable, "status": "True", "transitionID": "1", "lastTransitionTime": _now(),
-        }]
+        status["schedulingConditions"] = [
+            {
+                "type": "UnschedulableOnNodePool",
+                "nodePool": node_pool,
+                "reason": "Unschedulable",
+                "message": unschedulable,
+                "status": "True",
+                "transitionID": "1",
+                "lastTransitionTime": _now(),
+            }
+        ]
     return status
 
 
@@ -271,13 +315,18 @@ def _without_times(status: Obj) -> Obj:
     out = dict(status)
     for key in ("conditions", "schedulingConditions"):
         if key in status:
-            out[key] = [{k: v for k, v in c.items() if k not in ("lastTransitionTime", "transitionID")}
-                        for c in status[key]]
+            out[key] = [
+                {k: v for k, v in c.items() if k not in ("lastTransitionTime", "transitionID")}
+                for c in status[key]
+            ]
     return out
 
 
 def _keep_transition_times(previous: Obj, status: Obj) -> None:
-    before = {(c["type"], c["status"]): c.get("lastTransitionTime") for c in previous.get("conditions", [])}
+    before = {
+        (c["type"], c["status"]): c.get("lastTransitionTime")
+        for c in previous.get("conditions", [])
+    }
     for c in status.get("conditions", []):
         if before.get((c["type"], c["status"])):
             c["lastTransitionTime"] = before[(c["type"], c["status"])]

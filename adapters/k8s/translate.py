@@ -33,7 +33,9 @@ KAI_LEGACY_QUEUE_LABEL = "runai/queue"  # before KAI v0.6
 KAI_SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 KAI_PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
 KAI_TOPOLOGY = "kai.scheduler/topology"
-KAI_TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"  # the preferred placement: ignored
+KAI_TOPOLOGY_REQUIRED = (
+    "kai.scheduler/topology-required-placement"  # the preferred placement: ignored
+)
 GPU_FRACTION_ANNOTATION = "gpu-fraction"
 GPU_MEMORY_ANNOTATION = "gpu-memory"
 GPU_FRACTION_DEVICES_ANNOTATION = "gpu-fraction-num-devices"
@@ -84,7 +86,11 @@ def node_devices(annotations: dict[str, Any]) -> list[pb.Device]:
     """The Ascend chips of a node from its device-plugin annotations (HCCS ring = chip number // 4)."""
     out: list[pb.Device] = []
     for key, value in sorted(annotations.items()):
-        if not key.startswith(ASCEND_PREFIX) or key.endswith(UNHEALTHY_SUFFIX) or not is_device_resource(key):
+        if (
+            not key.startswith(ASCEND_PREFIX)
+            or key.endswith(UNHEALTHY_SUFFIX)
+            or not is_device_resource(key)
+        ):
             continue
         healthy = [(c, True) for c in _chip_list(value)]
         broken = [(c, False) for c in _chip_list(annotations.get(key + UNHEALTHY_SUFFIX))]
@@ -94,7 +100,14 @@ def node_devices(annotations: dict[str, Any]) -> list[pb.Device]:
                 continue
             seen.add(chip)
             number = chip_number(chip)
-            out.append(pb.Device(id=chip, type=key, group=str(number // 4) if number is not None else "", healthy=ok))
+            out.append(
+                pb.Device(
+                    id=chip,
+                    type=key,
+                    group=str(number // 4) if number is not None else "",
+                    healthy=ok,
+                )
+            )
     return out
 
 
@@ -118,7 +131,9 @@ def pod_device_annotations(devices: list[str], request: dict[str, str]) -> dict[
 
 def node_to_pb(node: Obj) -> pb.Node:
     m, spec, status = meta(node), node.get("spec") or {}, node.get("status") or {}
-    allocatable = {k: str(v) for k, v in (status.get("allocatable") or {}).items() if _valid_quantity(k, v)}
+    allocatable = {
+        k: str(v) for k, v in (status.get("allocatable") or {}).items() if _valid_quantity(k, v)
+    }
     taints = [
         pb.Taint(key=t.get("key", ""), value=t.get("value", "") or "", effect=t.get("effect", ""))
         for t in spec.get("taints") or []
@@ -205,7 +220,9 @@ _ROLE_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
 def pod_role(pod: Obj) -> str:
     m = meta(pod)
-    raw = (m.get("annotations") or {}).get(VOLCANO_TASK_SPEC) or (m.get("labels") or {}).get(VOLCANO_TASK_SPEC)
+    raw = (m.get("annotations") or {}).get(VOLCANO_TASK_SPEC) or (m.get("labels") or {}).get(
+        VOLCANO_TASK_SPEC
+    )
     role = _ROLE_BAD.sub("-", raw or "").strip("-_.")
     return role or DEFAULT_ROLE
 
@@ -252,22 +269,31 @@ def pod_gpu_problem(pod: Obj) -> str:
     annotations = meta(pod).get("annotations") or {}
     name = key_of(pod)
     if GPU_MEMORY_ANNOTATION in annotations:
-        return (f"pod {name}: annotation {GPU_MEMORY_ANNOTATION}={annotations[GPU_MEMORY_ANNOTATION]!s} asks GPU "
-                f"memory, which Muster does not support; ask a share of a GPU with {GPU_FRACTION_ANNOTATION} instead")
+        return (
+            f"pod {name}: annotation {GPU_MEMORY_ANNOTATION}={annotations[GPU_MEMORY_ANNOTATION]!s} asks GPU "
+            f"memory, which Muster does not support; ask a share of a GPU with {GPU_FRACTION_ANNOTATION} instead"
+        )
     if GPU_FRACTION_ANNOTATION not in annotations:
         return ""
     raw = str(annotations[GPU_FRACTION_ANNOTATION])
     if not 0 < _fraction(raw) < 1:  # NaN fails too
         return f"pod {name}: annotation {GPU_FRACTION_ANNOTATION}={raw!r} is not a share of one GPU (above 0, below 1)"
     containers = (pod.get("spec") or {}).get("containers") or []
-    if any(NVIDIA_GPU in ((c.get("resources") or {}).get(kind) or {}) for c in containers
-           for kind in ("requests", "limits")):
-        return (f"pod {name}: annotation {GPU_FRACTION_ANNOTATION} and a whole {NVIDIA_GPU} request together; "
-                "ask one or the other")
+    if any(
+        NVIDIA_GPU in ((c.get("resources") or {}).get(kind) or {})
+        for c in containers
+        for kind in ("requests", "limits")
+    ):
+        return (
+            f"pod {name}: annotation {GPU_FRACTION_ANNOTATION} and a whole {NVIDIA_GPU} request together; "
+            "ask one or the other"
+        )
     devices = str(annotations.get(GPU_FRACTION_DEVICES_ANNOTATION) or "1")
     if devices != "1":
-        return (f"pod {name}: annotation {GPU_FRACTION_DEVICES_ANNOTATION}={devices} asks fractions of several GPUs; "
-                "Muster shares one GPU per pod")
+        return (
+            f"pod {name}: annotation {GPU_FRACTION_DEVICES_ANNOTATION}={devices} asks fractions of several GPUs; "
+            "Muster shares one GPU per pod"
+        )
     return ""
 
 
@@ -284,20 +310,27 @@ class KaiTopology:
     def from_constraint(cls, constraint: Any) -> KaiTopology:
         """From a PodGroup's or sub-group's ``topologyConstraint``."""
         constraint = constraint or {}
-        return cls(str(constraint.get("topology") or ""), str(constraint.get("requiredTopologyLevel") or ""))
+        return cls(
+            str(constraint.get("topology") or ""),
+            str(constraint.get("requiredTopologyLevel") or ""),
+        )
 
     def problem(self, what: str) -> str:
         """KAI applies a constraint only when it names a Topology; a required level is refused
         (Muster cannot keep the pods inside one domain of a KAI Topology), a preferred one is not."""
         if self.topology and self.required:
-            return (f"{what}: KAI topology constraint (topology {self.topology!r}, required level "
-                    f"{self.required!r}) is not supported by Muster")
+            return (
+                f"{what}: KAI topology constraint (topology {self.topology!r}, required level "
+                f"{self.required!r}) is not supported by Muster"
+            )
         return ""
 
 
 def pod_topology(pod: Obj) -> KaiTopology:
     annotations = meta(pod).get("annotations") or {}
-    return KaiTopology(str(annotations.get(KAI_TOPOLOGY) or ""), str(annotations.get(KAI_TOPOLOGY_REQUIRED) or ""))
+    return KaiTopology(
+        str(annotations.get(KAI_TOPOLOGY) or ""), str(annotations.get(KAI_TOPOLOGY_REQUIRED) or "")
+    )
 
 
 def preemptibility(value: Any, what: str) -> tuple[bool | None, str]:
@@ -315,7 +348,9 @@ def preemptibility(value: Any, what: str) -> tuple[bool | None, str]:
 def pod_preemptibility(pod: Obj) -> tuple[bool | None, str]:
     """:func:`preemptibility` of a pod's own ``kai.scheduler/preemptibility`` label (KAI reads it
     on a pod without group, its own top owner)."""
-    return preemptibility((meta(pod).get("labels") or {}).get(KAI_PREEMPTIBILITY_LABEL), f"pod {key_of(pod)}")
+    return preemptibility(
+        (meta(pod).get("labels") or {}).get(KAI_PREEMPTIBILITY_LABEL), f"pod {key_of(pod)}"
+    )
 
 
 def pod_node(pod: Obj) -> str:
@@ -416,22 +451,29 @@ def task_group(role: str, pods: list[Obj], sub_group: str = "") -> pb.TaskGroup:
 
 def _requirements(reqs: list[Obj] | None) -> list[pb.LabelSelectorRequirement]:
     return [
-        pb.LabelSelectorRequirement(key=r.get("key", ""), operator=r.get("operator", ""),
-                                    values=[str(v) for v in r.get("values") or []])
+        pb.LabelSelectorRequirement(
+            key=r.get("key", ""),
+            operator=r.get("operator", ""),
+            values=[str(v) for v in r.get("values") or []],
+        )
         for r in reqs or []
     ]
 
 
 def _term(term: Obj) -> pb.NodeSelectorTerm:
-    return pb.NodeSelectorTerm(match_expressions=_requirements(term.get("matchExpressions")),
-                               match_fields=_requirements(term.get("matchFields")))
+    return pb.NodeSelectorTerm(
+        match_expressions=_requirements(term.get("matchExpressions")),
+        match_fields=_requirements(term.get("matchFields")),
+    )
 
 
 def _pod_term(term: Obj) -> pb.PodAffinityTerm:
     sel = term.get("labelSelector") or {}
     return pb.PodAffinityTerm(
-        label_selector=pb.LabelSelector(match_labels=sel.get("matchLabels") or {},
-                                        match_expressions=_requirements(sel.get("matchExpressions"))),
+        label_selector=pb.LabelSelector(
+            match_labels=sel.get("matchLabels") or {},
+            match_expressions=_requirements(sel.get("matchExpressions")),
+        ),
         namespaces=term.get("namespaces") or [],
         topology_key=term.get("topologyKey", ""),
     )
@@ -439,9 +481,15 @@ def _pod_term(term: Obj) -> pb.PodAffinityTerm:
 
 def _pod_affinity(pa: Obj) -> pb.PodAffinity:
     return pb.PodAffinity(
-        required=[_pod_term(t) for t in pa.get("requiredDuringSchedulingIgnoredDuringExecution") or []],
-        preferred=[pb.WeightedPodAffinityTerm(weight=int(w.get("weight", 1)), term=_pod_term(w.get("podAffinityTerm") or {}))
-                   for w in pa.get("preferredDuringSchedulingIgnoredDuringExecution") or []],
+        required=[
+            _pod_term(t) for t in pa.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+        ],
+        preferred=[
+            pb.WeightedPodAffinityTerm(
+                weight=int(w.get("weight", 1)), term=_pod_term(w.get("podAffinityTerm") or {})
+            )
+            for w in pa.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+        ],
     )
 
 
@@ -451,12 +499,20 @@ def affinity_to_pb(aff: Obj) -> pb.Affinity | None:
     out = pb.Affinity()
     na = aff.get("nodeAffinity") or {}
     if na:
-        required = (na.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
-        out.node_affinity.CopyFrom(pb.NodeAffinity(
-            required=[_term(t) for t in required],
-            preferred=[pb.PreferredSchedulingTerm(weight=int(p.get("weight", 1)), preference=_term(p.get("preference") or {}))
-                       for p in na.get("preferredDuringSchedulingIgnoredDuringExecution") or []],
-        ))
+        required = (na.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+            "nodeSelectorTerms"
+        ) or []
+        out.node_affinity.CopyFrom(
+            pb.NodeAffinity(
+                required=[_term(t) for t in required],
+                preferred=[
+                    pb.PreferredSchedulingTerm(
+                        weight=int(p.get("weight", 1)), preference=_term(p.get("preference") or {})
+                    )
+                    for p in na.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+                ],
+            )
+        )
     if aff.get("podAffinity"):
         out.pod_affinity.CopyFrom(_pod_affinity(aff["podAffinity"]))
     if aff.get("podAntiAffinity"):
@@ -488,7 +544,9 @@ class GangSpec:
 
 def gang_spec(podgroup: Obj) -> GangSpec:
     spec = podgroup.get("spec") or {}
-    min_resources = {k: str(v) for k, v in (spec.get("minResources") or {}).items() if _valid_quantity(k, v)}
+    min_resources = {
+        k: str(v) for k, v in (spec.get("minResources") or {}).items() if _valid_quantity(k, v)
+    }
     gang = GangSpec(
         min_member=max(0, int(spec.get("minMember") or 0)),
         min_task_member={str(k): int(v) for k, v in (spec.get("minTaskMember") or {}).items()},
@@ -507,7 +565,9 @@ def _kai_gang(gang: GangSpec, spec: Obj, what: str) -> None:
     gang.preemptible, problem = preemptibility(spec.get("preemptibility"), what)
     problems.append(problem)
     problems.append(KaiTopology.from_constraint(spec.get("topologyConstraint")).problem(what))
-    sub_groups = [sg for sg in spec.get("subGroups") or [] if isinstance(sg, dict) and sg.get("name")]
+    sub_groups = [
+        sg for sg in spec.get("subGroups") or [] if isinstance(sg, dict) and sg.get("name")
+    ]
     names = [str(sg["name"]) for sg in sub_groups]
     parents = {str(sg["parent"]) for sg in sub_groups if sg.get("parent")}
     gang.all_sub_groups = set(names)
@@ -517,7 +577,11 @@ def _kai_gang(gang: GangSpec, spec: Obj, what: str) -> None:
         problems.append(f"{what}: sub-group parent {parent!r} is not one of its sub-groups")
     for sg in sub_groups:
         name = str(sg["name"])
-        problems.append(KaiTopology.from_constraint(sg.get("topologyConstraint")).problem(f"{what} sub-group {name}"))
+        problems.append(
+            KaiTopology.from_constraint(sg.get("topologyConstraint")).problem(
+                f"{what} sub-group {name}"
+            )
+        )
         if name not in parents:  # a leaf: KAI's pod set, at least one member
             gang.sub_groups[name] = max(1, int(sg.get("minMember") or 0))
     gang.problem = "; ".join(p for p in problems if p)
@@ -537,12 +601,19 @@ def queue_to_pb(queue: Obj) -> pb.Queue:
     m, spec, status = meta(queue), queue.get("spec") or {}, queue.get("status") or {}
 
     def rl(value: Any) -> pb.ResourceList:
-        return pb.ResourceList(quantities={k: str(v) for k, v in (value or {}).items()
-                                           if str(v) == "-1" or _valid_quantity(k, v)})
+        return pb.ResourceList(
+            quantities={
+                k: str(v)
+                for k, v in (value or {}).items()
+                if str(v) == "-1" or _valid_quantity(k, v)
+            }
+        )
 
-    state = {"Open": pb.QUEUE_STATE_OPEN, "Closing": pb.QUEUE_STATE_CLOSING,
-             "Closed": pb.QUEUE_STATE_CLOSED}.get(str(status.get("state") or spec.get("state") or "Open"),
-                                                 pb.QUEUE_STATE_OPEN)
+    state = {
+        "Open": pb.QUEUE_STATE_OPEN,
+        "Closing": pb.QUEUE_STATE_CLOSING,
+        "Closed": pb.QUEUE_STATE_CLOSED,
+    }.get(str(status.get("state") or spec.get("state") or "Open"), pb.QUEUE_STATE_OPEN)
     q = pb.Queue(
         name=m["name"],
         parent="" if m["name"] == "root" else str(spec.get("parent") or ""),

@@ -52,27 +52,67 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server", required=True, help="Muster server HOST:PORT")
     add_tls_args(p)
     add_token_args(p)
-    p.add_argument("--name", default="slurm", help="backend name registered with the server (default slurm)")
-    p.add_argument("--staging-partition", default="staging", help="DOWN partition jobs wait in (default staging)")
-    p.add_argument("--run-partition", default="batch", help="partition Muster places jobs into (default batch)")
-    p.add_argument("--poll-interval", type=parse_duration, default=0.25,
-                   help="Slurm job poll period (default 0.25s)")
-    p.add_argument("--node-poll-interval", type=parse_duration, default=1.0,
-                   help="Slurm node poll period (default 1s; `sinfo --json` is the costly read)")
-    p.add_argument("--queue-from", choices=QUEUE_SOURCES, default="account",
-                   help="which job field names the Muster queue (default account)")
-    p.add_argument("--default-queue", default="default", help="queue for jobs with an empty queue field")
-    p.add_argument("--job-prefix", default="slurm-", help="Muster job id = PREFIX + Slurm job id (default slurm-)")
-    p.add_argument("--state-dir", type=Path, default=None,
-                   help="keep the decision ledger here so a restarted adapter never re-applies a decision")
-    p.add_argument("--slurm-bin", default="", help="directory of the Slurm commands (default: PATH)")
+    p.add_argument(
+        "--name", default="slurm", help="backend name registered with the server (default slurm)"
+    )
+    p.add_argument(
+        "--staging-partition",
+        default="staging",
+        help="DOWN partition jobs wait in (default staging)",
+    )
+    p.add_argument(
+        "--run-partition", default="batch", help="partition Muster places jobs into (default batch)"
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=parse_duration,
+        default=0.25,
+        help="Slurm job poll period (default 0.25s)",
+    )
+    p.add_argument(
+        "--node-poll-interval",
+        type=parse_duration,
+        default=1.0,
+        help="Slurm node poll period (default 1s; `sinfo --json` is the costly read)",
+    )
+    p.add_argument(
+        "--queue-from",
+        choices=QUEUE_SOURCES,
+        default="account",
+        help="which job field names the Muster queue (default account)",
+    )
+    p.add_argument(
+        "--default-queue", default="default", help="queue for jobs with an empty queue field"
+    )
+    p.add_argument(
+        "--job-prefix",
+        default="slurm-",
+        help="Muster job id = PREFIX + Slurm job id (default slurm-)",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="keep the decision ledger here so a restarted adapter never re-applies a decision",
+    )
+    p.add_argument(
+        "--slurm-bin", default="", help="directory of the Slurm commands (default: PATH)"
+    )
     p.add_argument("--parallel", type=int, default=8, help="concurrent Slurm commands (default 8)")
-    p.add_argument("--decision-linger", type=parse_duration, default=0.01,
-                   help="after a decision arrives, wait this long for more to enforce together (default 10ms)")
-    p.add_argument("--native-jobs-user", default="", metavar="USER",
-                   help="also run jobs submitted to Muster directly (not with sbatch): each becomes a Slurm "
-                        "job submitted at bind time, pinned to Muster's nodes, run as USER and USER's group "
-                        "(default: off; binds of such jobs are refused)")
+    p.add_argument(
+        "--decision-linger",
+        type=parse_duration,
+        default=0.01,
+        help="after a decision arrives, wait this long for more to enforce together (default 10ms)",
+    )
+    p.add_argument(
+        "--native-jobs-user",
+        default="",
+        metavar="USER",
+        help="also run jobs submitted to Muster directly (not with sbatch): each becomes a Slurm "
+        "job submitted at bind time, pinned to Muster's nodes, run as USER and USER's group "
+        "(default: off; binds of such jobs are refused)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -91,7 +131,9 @@ def native_identity(user: str) -> tuple[str, str, str]:
     except KeyError:
         group = str(entry.pw_gid)
     if entry.pw_uid == 0:
-        log.warning("--native-jobs-user is root: every client allowed to submit jobs runs commands as root")
+        log.warning(
+            "--native-jobs-user is root: every client allowed to submit jobs runs commands as root"
+        )
     return user, group, entry.pw_dir if os.path.isdir(entry.pw_dir) else "/tmp"
 
 
@@ -99,7 +141,9 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
     """Run the adapter until cancelled or SIGINT / SIGTERM."""
     cli = SlurmCLI(bin_dir=args.slurm_bin, parallel=args.parallel)
     if not await cli.ping():
-        raise SystemExit("slurmctld does not answer `scontrol ping` (is the cluster up? scripts/slurm-up.sh)")
+        raise SystemExit(
+            "slurmctld does not answer `scontrol ping` (is the cluster up? scripts/slurm-up.sh)"
+        )
     native_user, native_group, native_workdir = native_identity(args.native_jobs_user)
     settings = Settings(
         native_user=native_user,
@@ -115,12 +159,23 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
     )
     backend = SlurmBackend(cli, settings, name=args.name)
     ledger: DecisionLedger = (
-        FileDecisionLedger(args.state_dir / f"{args.name}-ledger.json") if args.state_dir else DecisionLedger()
+        FileDecisionLedger(args.state_dir / f"{args.name}-ledger.json")
+        if args.state_dir
+        else DecisionLedger()
     )
     tls, token = tls_from_args(args), token_from_args(args)
-    runtime = SlurmRuntime(backend, server=args.server, name=args.name, kind="slurm", ledger=ledger, tls=tls,
-                           token=token, max_batch=10_000, batch_linger=args.decision_linger,
-                           labels={"slurm.schedmd.com/run-partition": args.run_partition})
+    runtime = SlurmRuntime(
+        backend,
+        server=args.server,
+        name=args.name,
+        kind="slurm",
+        ledger=ledger,
+        tls=tls,
+        token=token,
+        max_batch=10_000,
+        batch_linger=args.decision_linger,
+        labels={"slurm.schedmd.com/run-partition": args.run_partition},
+    )
     async with transport.channel(args.server, tls, token=token) as channel:
         backend.attach(runtime, pb_grpc.SchedulerStub(channel))
         async with anyio.create_task_group() as tg:
@@ -140,8 +195,13 @@ async def serve(args: argparse.Namespace, *, ready: anyio.Event | None = None) -
             tg.start_soon(watch_signals)
             tg.start_soon(backend.run_poller)
             tg.start_soon(run_runtime)
-            log.info("slurm adapter started", server=args.server, staging=settings.staging_partition,
-                     run=settings.run_partition, queue_from=settings.queue_from)
+            log.info(
+                "slurm adapter started",
+                server=args.server,
+                staging=settings.staging_partition,
+                run=settings.run_partition,
+                queue_from=settings.queue_from,
+            )
             if ready is not None:
                 await runtime.wait_ready()
                 ready.set()

@@ -67,10 +67,17 @@ log = structlog.get_logger("muster.slurm")
 _SUBMIT_BATCH = 1000
 # SubmitJobs answers meaning "something in this batch is wrong" (or "no batch RPC here"): retry
 # the jobs one by one, so one bad job does not hold back the rest.
-_BATCH_REFUSED = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS,
-                            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND,
-                            grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED,
-                            grpc.StatusCode.RESOURCE_EXHAUSTED})
+_BATCH_REFUSED = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
 
 __all__ = ["Settings", "SlurmBackend", "TrackedJob"]
 
@@ -198,8 +205,12 @@ class SlurmBackend:
             await self._adopt()
         versions = {sid: job.version for sid, job in self.jobs.items()}
         nodes, jobs = await self._read_state()
-        if self._nodes_of_read != self._node_read_at:  # converted once per `sinfo` read, not per poll
-            self._nodes = {n.name: node_to_pb(n) for n in nodes if self.settings.run_partition in n.partitions}
+        if (
+            self._nodes_of_read != self._node_read_at
+        ):  # converted once per `sinfo` read, not per poll
+            self._nodes = {
+                n.name: node_to_pb(n) for n in nodes if self.settings.run_partition in n.partitions
+            }
             self._nodes_of_read = self._node_read_at
         seen: set[int] = set()
         foreign: dict[str, pb.BackendTask] = {}
@@ -252,7 +263,10 @@ class SlurmBackend:
             # Nodes change rarely and `sinfo --json` is the costliest read: every
             # node_poll_interval, the last answer in between (jobs are read every poll).
             now = time.monotonic()
-            if self._node_cache is None or now - self._node_read_at >= self.settings.node_poll_interval:
+            if (
+                self._node_cache is None
+                or now - self._node_read_at >= self.settings.node_poll_interval
+            ):
                 self._node_cache = await self.cli.nodes()
                 self._node_read_at = now
             nodes.extend(self._node_cache)
@@ -265,7 +279,11 @@ class SlurmBackend:
             live = {sj.job_id for sj in jobs}
             gone = sorted(sid for sid, job in self.jobs.items() if not job.done and sid not in live)
             if gone:
-                jobs.extend(sj for sj in await self.cli.jobs_by_id(gone, missing_ok=True) if sj.job_id not in live)
+                jobs.extend(
+                    sj
+                    for sj in await self.cli.jobs_by_id(gone, missing_ok=True)
+                    if sj.job_id not in live
+                )
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_nodes)
@@ -280,14 +298,16 @@ class SlurmBackend:
             native = parse_comment(sj.comment) if self._is_native(sj) else None
             if native is not None:
                 muster_id, tasks, nodes = native
-                job = self.table.track(sj.job_id, len(tasks), muster_id=muster_id, native_tasks=tasks)
+                job = self.table.track(
+                    sj.job_id, len(tasks), muster_id=muster_id, native_tasks=tasks
+                )
                 job.submitted = True
                 job.placed = nodes
                 job.ran = sj.active
                 continue
             if not sj.admin_comment.startswith(MARKER):
                 continue
-            muster_id = sj.admin_comment[len(MARKER):]
+            muster_id = sj.admin_comment[len(MARKER) :]
             job = self.table.track(sj.job_id, sj.num_nodes, muster_id=muster_id)
             job.submitted = True
             if sj.partition == self.settings.run_partition and len(sj.required_nodes) == job.size:
@@ -303,7 +323,9 @@ class SlurmBackend:
         user = self.settings.native_user
         return bool(user) and sj.user == user and sj.comment.startswith(NATIVE_MARKER)
 
-    async def _observe(self, job: TrackedJob, sj: SlurmJob, to_submit: list[tuple[TrackedJob, SlurmJob]]) -> None:
+    async def _observe(
+        self, job: TrackedJob, sj: SlurmJob, to_submit: list[tuple[TrackedJob, SlurmJob]]
+    ) -> None:
         staging, run = self.settings.staging_partition, self.settings.run_partition
         if sj.partition == staging and sj.state == "PENDING" and job.placed is None:
             if not job.submitted and not job.submitting and sj.reason not in HELD_REASONS:
@@ -332,7 +354,11 @@ class SlurmBackend:
         elif sj.state == "PENDING" and (job.ran or sj.reason.startswith(BAD_PLACEMENT_REASONS)):
             # Slurm requeued it by itself (node failure), or it can never start on the chosen
             # nodes: this attempt failed; back to staging, and through Muster again as a new attempt.
-            why = f"requeued by Slurm ({sj.reason})" if job.ran else f"Slurm cannot start it there: {sj.reason}"
+            why = (
+                f"requeued by Slurm ({sj.reason})"
+                if job.ran
+                else f"Slurm cannot start it there: {sj.reason}"
+            )
             await self._placement_failed(job, sj, why)
 
     async def _placement_failed(self, job: TrackedJob, sj: SlurmJob, why: str) -> None:
@@ -364,8 +390,12 @@ class SlurmBackend:
             reason, previous = untranslatable(sj), job.refused
             job.refused = reason
             if reason and reason != previous:
-                log.warning("job not submitted: Muster cannot place it as Slurm would", slurm_job=sj.job_id,
-                            job=job.muster_id, reason=reason)
+                log.warning(
+                    "job not submitted: Muster cannot place it as Slurm would",
+                    slurm_job=sj.job_id,
+                    job=job.muster_id,
+                    reason=reason,
+                )
                 try:
                     await self.cli.set_admin_comment(sj.job_id, REFUSED + reason)
                 except SlurmError as exc:
@@ -383,7 +413,9 @@ class SlurmBackend:
                 try:
                     await self.client.CancelJob(pb.CancelJobRequest(id=job.muster_id))
                 except grpc.aio.AioRpcError as exc:
-                    log.info("cancel of an ended job failed", job=job.muster_id, code=exc.code().name)
+                    log.info(
+                        "cancel of an ended job failed", job=job.muster_id, code=exc.code().name
+                    )
             return
         exit_code, message = 0, sj.state
         if sj.state not in ("COMPLETED", "CANCELLED"):  # cancelled: nothing more to learn
@@ -403,15 +435,27 @@ class SlurmBackend:
         job.done = True
         if job.placed is not None:
             for task_id, node in zip(job.tasks, job.placed, strict=True):
-                self._report(job, task_id, pb.TASK_STATUS_FAILED, node, message="job vanished from Slurm")
+                self._report(
+                    job, task_id, pb.TASK_STATUS_FAILED, node, message="job vanished from Slurm"
+                )
 
-    def _report(self, job: TrackedJob, task_id: str, status: pb.TaskStatus, node: str, *, message: str = "",
-                exit_code: int = 0) -> None:
+    def _report(
+        self,
+        job: TrackedJob,
+        task_id: str,
+        status: pb.TaskStatus,
+        node: str,
+        *,
+        message: str = "",
+        exit_code: int = 0,
+    ) -> None:
         if job.reported.get(task_id) == status:
             return
         job.reported[task_id] = status
         if self.runtime is not None:
-            self.runtime.report_task_status(task_id, status, node=node, message=message, exit_code=exit_code)
+            self.runtime.report_task_status(
+                task_id, status, node=node, message=message, exit_code=exit_code
+            )
 
     async def _submit(self, items: list[tuple[TrackedJob, SlurmJob]]) -> None:
         try:
@@ -436,22 +480,38 @@ class SlurmBackend:
                 await self._ensure_queue(queue)
             except grpc.aio.AioRpcError as exc:
                 # Its jobs stay unsubmitted: a later poll tries again.
-                log.warning("queue creation failed", queue=queue, code=exc.code().name, details=exc.details())
+                log.warning(
+                    "queue creation failed",
+                    queue=queue,
+                    code=exc.code().name,
+                    details=exc.details(),
+                )
                 prepared = [p for p in prepared if p[2].queue != queue]
         for i in range(0, len(prepared), _SUBMIT_BATCH):
-            chunk = prepared[i:i + _SUBMIT_BATCH]
+            chunk = prepared[i : i + _SUBMIT_BATCH]
             if len(chunk) == 1:
                 await self._submit_each(chunk)
                 continue
             try:
-                await self.client.SubmitJobs(pb.SubmitJobsRequest(jobs=[spec for _, _, spec in chunk]))
+                await self.client.SubmitJobs(
+                    pb.SubmitJobsRequest(jobs=[spec for _, _, spec in chunk])
+                )
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in _BATCH_REFUSED:
-                    log.info("batch submit refused, submitting one by one", jobs=len(chunk),
-                             code=exc.code().name, details=exc.details())
+                    log.info(
+                        "batch submit refused, submitting one by one",
+                        jobs=len(chunk),
+                        code=exc.code().name,
+                        details=exc.details(),
+                    )
                     await self._submit_each(chunk)
                 else:
-                    log.warning("submit failed", jobs=len(chunk), code=exc.code().name, details=exc.details())
+                    log.warning(
+                        "submit failed",
+                        jobs=len(chunk),
+                        code=exc.code().name,
+                        details=exc.details(),
+                    )
                 continue
             now = time.time()
             for job, sj, spec in chunk:
@@ -470,9 +530,16 @@ class SlurmBackend:
                 except grpc.aio.AioRpcError as exc:
                     if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                         job.submitted = True  # a different spec under this id: keep the server's
-                        log.warning("job id taken on the server", job=job.muster_id, details=exc.details())
+                        log.warning(
+                            "job id taken on the server", job=job.muster_id, details=exc.details()
+                        )
                     else:
-                        log.warning("submit failed", job=job.muster_id, code=exc.code().name, details=exc.details())
+                        log.warning(
+                            "submit failed",
+                            job=job.muster_id,
+                            code=exc.code().name,
+                            details=exc.details(),
+                        )
 
         async with anyio.create_task_group() as tg:
             for job, sj, spec in prepared:

@@ -31,8 +31,10 @@ log = structlog.get_logger("muster.slurm")
 # Every squeue state but the final ones (parse.FINISHED_STATES): what the poll reads. Finished jobs
 # stay listed for MinJobAge (thousands on a busy cluster), and the poll needs only the few it
 # tracks, which it looks up by id.
-LIVE_STATES = ("PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,RESIZING,RESV_DEL_HOLD,REQUEUED,"
-               "REQUEUE_FED,REQUEUE_HOLD,SIGNALING,STAGE_OUT,STOPPED")
+LIVE_STATES = (
+    "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,RESIZING,RESV_DEL_HOLD,REQUEUED,"
+    "REQUEUE_FED,REQUEUE_HOLD,SIGNALING,STAGE_OUT,STOPPED"
+)
 
 
 class SlurmError(Exception):
@@ -75,10 +77,13 @@ class SlurmCLI:
             self.calls += 1
             try:
                 with anyio.fail_after(self.timeout):
-                    proc = await anyio.run_process(full, input=stdin, check=False,
-                                                    env={**os.environ, "LC_ALL": "C"})
+                    proc = await anyio.run_process(
+                        full, input=stdin, check=False, env={**os.environ, "LC_ALL": "C"}
+                    )
             except TimeoutError:
-                raise SlurmError(full, -1, f"{argv[0]} timed out after {self.timeout:.0f} s") from None
+                raise SlurmError(
+                    full, -1, f"{argv[0]} timed out after {self.timeout:.0f} s"
+                ) from None
             except OSError as exc:
                 raise SlurmError(full, -1, f"cannot run {argv[0]}: {exc}") from None
         result = Result(
@@ -107,7 +112,9 @@ class SlurmCLI:
         out = await self.run("squeue", "-h", "-a", "-t", states, "-O", SQUEUE_FORMAT)
         return parse_squeue_format(out.stdout, self._polled_lines)
 
-    async def jobs_by_id(self, job_ids: Sequence[int], *, missing_ok: bool = False) -> list[SlurmJob]:
+    async def jobs_by_id(
+        self, job_ids: Sequence[int], *, missing_ok: bool = False
+    ) -> list[SlurmJob]:
         """The poll's fields for just these jobs, any state: one process verifies a whole burst.
 
         squeue leaves out ids Slurm no longer knows, but fails when it knows none of them
@@ -123,7 +130,9 @@ class SlurmCLI:
 
     async def jobs_named(self, name: str, user: str, *, states: str) -> list[SlurmJob]:
         """The poll's fields for ``user``'s jobs called ``name`` in ``states``."""
-        out = await self.run("squeue", "-h", "-a", "-t", states, "-n", name, "-u", user, "-O", SQUEUE_FORMAT)
+        out = await self.run(
+            "squeue", "-h", "-a", "-t", states, "-n", name, "-u", user, "-O", SQUEUE_FORMAT
+        )
         return parse_squeue_format(out.stdout)
 
     async def jobs_full(self) -> list[SlurmJob]:
@@ -131,28 +140,48 @@ class SlurmCLI:
         return parse_squeue_json((await self.run("squeue", "--json")).stdout)
 
     async def show_job(self, job_id: int) -> JobRecord:
-        return parse_scontrol_job((await self.run("scontrol", "show", "job", "-o", str(job_id))).stdout)
+        return parse_scontrol_job(
+            (await self.run("scontrol", "show", "job", "-o", str(job_id))).stdout
+        )
 
     # -- acting -------------------------------------------------------------------------------
 
-    async def place(self, job_id: int, partition: str, nodes: Sequence[str], marker: str = "") -> None:
+    async def place(
+        self, job_id: int, partition: str, nodes: Sequence[str], marker: str = ""
+    ) -> None:
         """The one enforcement RPC: move a staged job to ``partition`` on exactly ``nodes``.
 
         ``StartTime=now`` undoes the ~2 min EligibleTime a requeue leaves behind.
         """
-        argv = ["scontrol", "update", f"JobId={job_id}", f"Partition={partition}",
-                f"NodeList={','.join(nodes)}", "StartTime=now"]
+        argv = [
+            "scontrol",
+            "update",
+            f"JobId={job_id}",
+            f"Partition={partition}",
+            f"NodeList={','.join(nodes)}",
+            "StartTime=now",
+        ]
         if marker:
             argv.append(f"AdminComment={marker}")
         await self.run(*argv)
 
-    async def place_many(self, placements: Sequence[tuple[int, Sequence[str], str]], partition: str) -> Result:
+    async def place_many(
+        self, placements: Sequence[tuple[int, Sequence[str], str]], partition: str
+    ) -> Result:
         """Many ``place`` updates in ONE ``scontrol`` process (commands on stdin; it runs them all,
         carrying on past a failed one). Returns the result unchecked: a nonzero status means at
         least one update failed, and the caller finds which by verifying."""
         lines = [
-            " ".join(["update", f"JobId={job_id}", f"Partition={partition}", f"NodeList={','.join(nodes)}",
-                      "StartTime=now", *([f"AdminComment={marker}"] if marker else [])])
+            " ".join(
+                [
+                    "update",
+                    f"JobId={job_id}",
+                    f"Partition={partition}",
+                    f"NodeList={','.join(nodes)}",
+                    "StartTime=now",
+                    *([f"AdminComment={marker}"] if marker else []),
+                ]
+            )
             for job_id, nodes, marker in placements
         ]
         return await self.run("scontrol", check=False, stdin=("\n".join(lines) + "\n").encode())
@@ -162,7 +191,9 @@ class SlurmCLI:
         result = await self.run(*argv)
         head = result.stdout.strip().split(";", 1)[0]
         if not head.isdigit():
-            raise SlurmError(argv, result.returncode, f"sbatch printed {result.stdout.strip()!r}, not a job id")
+            raise SlurmError(
+                argv, result.returncode, f"sbatch printed {result.stdout.strip()!r}, not a job id"
+            )
         return int(head)
 
     async def unstage(self, job_id: int, staging: str) -> None:

@@ -75,7 +75,9 @@ class Enforcer:
         self.table = table
         self.placements = 0  # successful enforcement RPCs (tests: nothing placed twice)
         self.place_seconds: list[float] = []
-        self.native_in_flight = 0  # native ``sbatch``es under way (the poll must not call them foreign)
+        self.native_in_flight = (
+            0  # native ``sbatch``es under way (the poll must not call them foreign)
+        )
 
     def is_native_id(self, job_id: str) -> bool:
         """Whether a Muster job id names a job submitted to Muster directly, run by this adapter when
@@ -128,7 +130,9 @@ class Enforcer:
 
         async def place_chunk(chunk: list[_Placement]) -> None:
             result = await self.cli.place_many(
-                [(p.job.slurm_id, p.nodes, MARKER + p.job.muster_id) for p in chunk], self.settings.run_partition)
+                [(p.job.slurm_id, p.nodes, MARKER + p.job.muster_id) for p in chunk],
+                self.settings.run_partition,
+            )
             now = time.time()
             for p in chunk:
                 p.job.updated_at = now
@@ -141,11 +145,13 @@ class Enforcer:
         size = max(_MIN_UPDATES_PER_PROCESS, -(-len(short) // max(1, self.cli.parallel)))
         async with anyio.create_task_group() as tg:
             for i in range(0, len(short), size):
-                tg.start_soon(place_chunk, short[i:i + size])
+                tg.start_soon(place_chunk, short[i : i + size])
         retry: list[_Placement] = []
         records = await self._read_records(unsure) if unsure else {}
         for p in unsure:
-            if records is not None and not self.check_placement(records.get(p.job.slurm_id), p.nodes):
+            if records is not None and not self.check_placement(
+                records.get(p.job.slurm_id), p.nodes
+            ):
                 outcomes[id(p)] = self._settle(p, confirmed=True)
             else:
                 retry.append(p)  # its update may have failed: learn why, on its own
@@ -160,7 +166,10 @@ class Enforcer:
 
     async def _read_records(self, placements: list[_Placement]) -> dict[int, SlurmJob] | None:
         try:
-            return {sj.job_id: sj for sj in await self.cli.jobs_by_id([p.job.slurm_id for p in placements])}
+            return {
+                sj.job_id: sj
+                for sj in await self.cli.jobs_by_id([p.job.slurm_id for p in placements])
+            }
         except SlurmError as exc:
             # squeue refuses a list naming a job that has just vanished: verify one by one.
             log.info("batch verification failed, verifying one by one", error=exc.message)
@@ -169,7 +178,9 @@ class Enforcer:
     async def _place_one(self, placement: _Placement) -> Outcome:
         job, nodes = placement.job, placement.nodes
         try:
-            await self.cli.place(job.slurm_id, self.settings.run_partition, nodes, marker=MARKER + job.muster_id)
+            await self.cli.place(
+                job.slurm_id, self.settings.run_partition, nodes, marker=MARKER + job.muster_id
+            )
         except SlurmError as exc:
             return Outcome.reject(f"scontrol update refused: {exc.message}")
         job.updated_at = time.time()
@@ -180,8 +191,14 @@ class Enforcer:
             return Outcome.reject(problem)
         return self._settle(placement, confirmed=True)
 
-    async def _apply_job(self, job_id: str, group: list[pb.Decision], updated: list[_Placement],
-                         native: list[_NativePlacement], received: float) -> dict[int, Outcome]:
+    async def _apply_job(
+        self,
+        job_id: str,
+        group: list[pb.Decision],
+        updated: list[_Placement],
+        native: list[_NativePlacement],
+        received: float,
+    ) -> dict[int, Outcome]:
         job = self.table.by_muster_id.get(job_id)
         out: dict[int, Outcome] = {}
         evicts = [d for d in group if d.WhichOneof("action") == "evict"]
@@ -216,7 +233,9 @@ class Enforcer:
         for decision in binds:
             index = position.get(decision.bind.task_id)
             if index is None:
-                return Outcome.reject(f"task {decision.bind.task_id!r} is not a task of job {job.muster_id}")
+                return Outcome.reject(
+                    f"task {decision.bind.task_id!r} is not a task of job {job.muster_id}"
+                )
             chosen[index] = decision.bind.node
         if job.done:
             return Outcome.reject(f"Slurm job {job.slurm_id} has already ended")
@@ -224,22 +243,34 @@ class Enforcer:
             # A resent or repeated bind: fine if it names the placement Slurm already has.
             if all(job.placed[i] == node for i, node in chosen.items()):
                 return APPLIED
-            return Outcome.reject(f"Slurm job {job.slurm_id} is already placed on {','.join(job.placed)}")
+            return Outcome.reject(
+                f"Slurm job {job.slurm_id} is already placed on {','.join(job.placed)}"
+            )
         if len(chosen) != job.size:
             # Slurm runs a gang as one allocation: a partial set of binds cannot be honoured.
-            return Outcome.reject(f"gang incomplete: {len(chosen)} of {job.size} binds arrived together")
+            return Outcome.reject(
+                f"gang incomplete: {len(chosen)} of {job.size} binds arrived together"
+            )
         nodes = [chosen[i] for i in range(job.size)]
         if len(set(nodes)) != job.size:
-            return Outcome.reject(f"Slurm needs {job.size} distinct nodes for job {job.slurm_id}, got {','.join(nodes)}")
+            return Outcome.reject(
+                f"Slurm needs {job.size} distinct nodes for job {job.slurm_id}, got {','.join(nodes)}"
+            )
         job.version += 1  # a poll read from now on must not act on this job
         return _Placement(job, nodes, binds, time.perf_counter())
 
-    async def _submit_native(self, placement: _NativePlacement, outcomes: dict[int, Outcome]) -> None:
+    async def _submit_native(
+        self, placement: _NativePlacement, outcomes: dict[int, Outcome]
+    ) -> None:
         """``sbatch`` the placement's Slurm job; tracked (and its binds applied) once Slurm took it.
         The next poll checks Slurm shows it on exactly those nodes, as for a staged job."""
         spec = placement.spec
-        argv = spec.sbatch_argv(partition=self.settings.run_partition, user=self.settings.native_user,
-                                group=self.settings.native_group, workdir=self.settings.native_workdir)
+        argv = spec.sbatch_argv(
+            partition=self.settings.run_partition,
+            user=self.settings.native_user,
+            group=self.settings.native_group,
+            workdir=self.settings.native_workdir,
+        )
         self.native_in_flight += 1
         try:
             try:
@@ -249,28 +280,52 @@ class Enforcer:
                 # binds then would have Muster place the tasks again while it runs.
                 found = await self._find_submitted(spec)
                 if found is None:
-                    outcomes.update({d.id: Outcome.reject(f"sbatch refused: {exc.message}") for d in placement.binds})
+                    outcomes.update(
+                        {
+                            d.id: Outcome.reject(f"sbatch refused: {exc.message}")
+                            for d in placement.binds
+                        }
+                    )
                     return
-                log.warning("sbatch failed but Slurm has the job", slurm_job=found, job=spec.job_id, error=exc.message)
+                log.warning(
+                    "sbatch failed but Slurm has the job",
+                    slurm_job=found,
+                    job=spec.job_id,
+                    error=exc.message,
+                )
                 slurm_id = found
         finally:
             self.native_in_flight -= 1
-        job = self.table.track(slurm_id, len(spec.nodes), muster_id=spec.job_id, native_tasks=list(spec.tasks))
+        job = self.table.track(
+            slurm_id, len(spec.nodes), muster_id=spec.job_id, native_tasks=list(spec.tasks)
+        )
         job.submitted = True
         job.bind_at = placement.received
         job.updated_at = time.time()
-        settled = self._settle(_Placement(job, list(spec.nodes), placement.binds, placement.started), confirmed=False)
+        settled = self._settle(
+            _Placement(job, list(spec.nodes), placement.binds, placement.started), confirmed=False
+        )
         outcomes.update({d.id: settled for d in placement.binds})
 
     async def _find_submitted(self, spec: NativeJob) -> int | None:
         """The live Slurm job this adapter submitted for ``spec`` (same name, user and comment, not
         tracked yet), or None (none, or Slurm cannot say)."""
         try:
-            jobs = await self.cli.jobs_named(spec.job_id, self.settings.native_user, states=LIVE_STATES)
+            jobs = await self.cli.jobs_named(
+                spec.job_id, self.settings.native_user, states=LIVE_STATES
+            )
         except SlurmError as exc:
-            log.warning("cannot look for a native job after a failed sbatch", job=spec.job_id, error=exc.message)
+            log.warning(
+                "cannot look for a native job after a failed sbatch",
+                job=spec.job_id,
+                error=exc.message,
+            )
             return None
-        ids = [sj.job_id for sj in jobs if sj.comment == spec.comment and sj.job_id not in self.table.jobs]
+        ids = [
+            sj.job_id
+            for sj in jobs
+            if sj.comment == spec.comment and sj.job_id not in self.table.jobs
+        ]
         return max(ids) if ids else None
 
     def _settle(self, placement: _Placement, *, confirmed: bool) -> Outcome:
@@ -285,12 +340,22 @@ class Enforcer:
         now = time.time()
         self.place_seconds.append(time.perf_counter() - placement.started)
         # The latency breakdown (bench/slurm_e2e.py reads these wall-clock stamps from the log).
-        log.info("placed", slurm_job=job.slurm_id, job=job.muster_id, nodes=",".join(nodes),
-                 seen_at=round(job.seen_at, 4), submitted_at=round(job.submitted_at, 4),
-                 bind_at=round(job.bind_at, 4), updated_at=round(job.updated_at, 4), verified_at=round(now, 4))
+        log.info(
+            "placed",
+            slurm_job=job.slurm_id,
+            job=job.muster_id,
+            nodes=",".join(nodes),
+            seen_at=round(job.seen_at, 4),
+            submitted_at=round(job.submitted_at, 4),
+            bind_at=round(job.bind_at, 4),
+            updated_at=round(job.updated_at, 4),
+            verified_at=round(now, 4),
+        )
         return APPLIED
 
-    def check_placement(self, record: SlurmJob | JobRecord | None, nodes: list[str], *, reasons: bool = True) -> str:
+    def check_placement(
+        self, record: SlurmJob | JobRecord | None, nodes: list[str], *, reasons: bool = True
+    ) -> str:
         """'' when Slurm's record shows exactly the placement, else what is wrong. ``reasons``:
         also a pending reason meaning the job can never start there."""
         if record is None:
@@ -343,7 +408,9 @@ class Enforcer:
             if held or record.reason in HELD_REASONS:
                 await self.cli.release(job.slurm_id)
         except SlurmError as exc:
-            return Outcome.reject(f"moving job {job.slurm_id} back to staging failed: {exc.message}")
+            return Outcome.reject(
+                f"moving job {job.slurm_id} back to staging failed: {exc.message}"
+            )
         job.placed = None
         job.ran = False
         job.reported.clear()

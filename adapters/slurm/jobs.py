@@ -75,7 +75,11 @@ class TrackedJob:
 
     @property
     def tasks(self) -> list[str]:
-        return self.native_tasks if self.native_tasks is not None else task_ids(self.muster_id, self.size)
+        return (
+            self.native_tasks
+            if self.native_tasks is not None
+            else task_ids(self.muster_id, self.size)
+        )
 
 
 class JobTable:
@@ -86,14 +90,27 @@ class JobTable:
         self.jobs: dict[int, TrackedJob] = {}
         self.by_muster_id: dict[str, TrackedJob] = {}
 
-    def track(self, slurm_id: int, size: int, *, muster_id: str = "", attempt: int = 0,
-              native_tasks: list[str] | None = None) -> TrackedJob:
+    def track(
+        self,
+        slurm_id: int,
+        size: int,
+        *,
+        muster_id: str = "",
+        attempt: int = 0,
+        native_tasks: list[str] | None = None,
+    ) -> TrackedJob:
         """Start tracking (a new attempt of) a Slurm job; replaces an earlier attempt."""
         base = f"{self.job_prefix}{slurm_id}"
         if not muster_id:
             muster_id = base if attempt == 0 else f"{base}.a{attempt}"
-        job = TrackedJob(slurm_id=slurm_id, muster_id=muster_id, size=max(1, size), attempt=attempt,
-                         seen_at=time.time(), native_tasks=native_tasks)
+        job = TrackedJob(
+            slurm_id=slurm_id,
+            muster_id=muster_id,
+            size=max(1, size),
+            attempt=attempt,
+            seen_at=time.time(),
+            native_tasks=native_tasks,
+        )
         old = self.jobs.get(slurm_id)
         if old is not None:
             self.by_muster_id.pop(old.muster_id, None)

@@ -47,13 +47,25 @@ class NativeJob:
 
     @property
     def comment(self) -> str:
-        pairs = ",".join(f"{task}@{node}" for task, node in zip(self.tasks, self.nodes, strict=True))
+        pairs = ",".join(
+            f"{task}@{node}" for task, node in zip(self.tasks, self.nodes, strict=True)
+        )
         return f"{NATIVE_MARKER}{self.job_id}|{pairs}"
 
     def sbatch_argv(self, *, partition: str, user: str, group: str, workdir: str) -> list[str]:
-        argv = ["sbatch", "--parsable", f"--partition={partition}", f"--nodelist={','.join(self.nodes)}",
-                f"--nodes={len(self.nodes)}", "--ntasks-per-node=1", f"--cpus-per-task={self.cpus}",
-                f"--job-name={self.job_id}", f"--comment={self.comment}", f"--uid={user}", f"--gid={group}"]
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--partition={partition}",
+            f"--nodelist={','.join(self.nodes)}",
+            f"--nodes={len(self.nodes)}",
+            "--ntasks-per-node=1",
+            f"--cpus-per-task={self.cpus}",
+            f"--job-name={self.job_id}",
+            f"--comment={self.comment}",
+            f"--uid={user}",
+            f"--gid={group}",
+        ]
         if self.memory_mib:
             argv.append(f"--mem={self.memory_mib}M")
         if self.gres:
@@ -79,17 +91,23 @@ def native_job(job_id: str, binds: Sequence[pb.BindDecision]) -> NativeJob:
         raise Untranslatable("no binds")
     need = gang_minimum(binds)
     if len(binds) < need:
-        raise Untranslatable(f"gang incomplete: {len(binds)} of {need} binds arrived together "
-                             "(Slurm runs a gang as one allocation)")
+        raise Untranslatable(
+            f"gang incomplete: {len(binds)} of {need} binds arrived together "
+            "(Slurm runs a gang as one allocation)"
+        )
     ordered = sorted(binds, key=lambda b: b.task_id)
     nodes = [b.node for b in ordered]
     if len(set(nodes)) != len(nodes):
         twice = sorted({n for n in nodes if nodes.count(n) > 1})
-        raise Untranslatable(f"two tasks of job {job_id} bound to {','.join(twice)}: a Slurm job runs one "
-                             "task per node here")
+        raise Untranslatable(
+            f"two tasks of job {job_id} bound to {','.join(twice)}: a Slurm job runs one "
+            "task per node here"
+        )
     commands = {tuple(b.command) for b in ordered}
     if len(commands) > 1:
-        raise Untranslatable(f"the tasks of job {job_id} run different commands: one Slurm job runs one")
+        raise Untranslatable(
+            f"the tasks of job {job_id} run different commands: one Slurm job runs one"
+        )
     cpus, memory = 1, 0.0
     gres: dict[str, int] = {}
     for b in ordered:
@@ -103,7 +121,7 @@ def native_job(job_id: str, binds: Sequence[pb.BindDecision]) -> NativeJob:
             elif name == MEMORY:
                 memory = max(memory, value)
             elif name == GPU_RESOURCE or name.startswith(_GRES_PREFIX):
-                gres_name = "gpu" if name == GPU_RESOURCE else name[len(_GRES_PREFIX):]
+                gres_name = "gpu" if name == GPU_RESOURCE else name[len(_GRES_PREFIX) :]
                 gres[gres_name] = max(gres.get(gres_name, 0), math.ceil(value / 1000))
             elif value > 0:
                 raise Untranslatable(f"task {b.task_id}: Slurm has no resource for request.{name}")
@@ -116,17 +134,23 @@ def native_job(job_id: str, binds: Sequence[pb.BindDecision]) -> NativeJob:
     else:
         wrap = "true"
     return NativeJob(
-        job_id=job_id, tasks=tuple(b.task_id for b in ordered), nodes=tuple(nodes), cpus=cpus,
+        job_id=job_id,
+        tasks=tuple(b.task_id for b in ordered),
+        nodes=tuple(nodes),
+        cpus=cpus,
         memory_mib=math.ceil(memory / _MIB) if memory else 0,
-        gres=tuple(sorted((n, c) for n, c in gres.items() if c > 0)), wrap=wrap,
-        output=first.annotations.get(OUTPUT_ANNOTATION, ""), workdir=first.annotations.get(WORKDIR_ANNOTATION, ""))
+        gres=tuple(sorted((n, c) for n, c in gres.items() if c > 0)),
+        wrap=wrap,
+        output=first.annotations.get(OUTPUT_ANNOTATION, ""),
+        workdir=first.annotations.get(WORKDIR_ANNOTATION, ""),
+    )
 
 
 def parse_comment(comment: str) -> tuple[str, list[str], list[str]] | None:
     """A native job's ``--comment`` -> (Muster job id, task ids, nodes); None if it is not one."""
     if not comment.startswith(NATIVE_MARKER):
         return None
-    job_id, sep, pairs = comment[len(NATIVE_MARKER):].partition("|")
+    job_id, sep, pairs = comment[len(NATIVE_MARKER) :].partition("|")
     if not sep or not job_id or not pairs:
         return None
     tasks, nodes = [], []

@@ -124,13 +124,46 @@ def null(text: str | None) -> str:
 # ---------------------------------------------------------------------------------------------
 
 # Base states and flags after which Muster must not place new work on a node.
-_UNSCHEDULABLE_STATES = frozenset({"down", "drain", "drained", "draining", "fail", "failing",
-                                   "future", "unknown", "error", "maint", "reboot", "power_down",
-                                   "powered_down", "powering_down", "inval", "planned"})
-_UNSCHEDULABLE_FLAGS = frozenset({"DRAIN", "DRAINED", "DRAINING", "FAIL", "MAINTENANCE", "MAINT",
-                                  "REBOOT_REQUESTED", "REBOOT_ISSUED", "POWER_DOWN", "POWERED_DOWN",
-                                  "POWERING_DOWN", "POWERING_UP", "INVALID_REG", "NOT_RESPONDING",
-                                  "RESERVED", "PLANNED"})
+_UNSCHEDULABLE_STATES = frozenset(
+    {
+        "down",
+        "drain",
+        "drained",
+        "draining",
+        "fail",
+        "failing",
+        "future",
+        "unknown",
+        "error",
+        "maint",
+        "reboot",
+        "power_down",
+        "powered_down",
+        "powering_down",
+        "inval",
+        "planned",
+    }
+)
+_UNSCHEDULABLE_FLAGS = frozenset(
+    {
+        "DRAIN",
+        "DRAINED",
+        "DRAINING",
+        "FAIL",
+        "MAINTENANCE",
+        "MAINT",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "POWER_DOWN",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWERING_UP",
+        "INVALID_REG",
+        "NOT_RESPONDING",
+        "RESERVED",
+        "PLANNED",
+    }
+)
 
 
 @dataclass(slots=True)
@@ -153,7 +186,9 @@ class SlurmNode:
 
     @property
     def schedulable(self) -> bool:
-        return self.state not in _UNSCHEDULABLE_STATES and not (set(self.flags) & _UNSCHEDULABLE_FLAGS)
+        return self.state not in _UNSCHEDULABLE_STATES and not (
+            set(self.flags) & _UNSCHEDULABLE_FLAGS
+        )
 
 
 def _split_state(state: str) -> tuple[str, list[str]]:
@@ -164,8 +199,14 @@ def _split_state(state: str) -> tuple[str, list[str]]:
     if base.endswith("*"):  # sinfo's short form for "not responding"
         base = base[:-1]
         flags.append("NOT_RESPONDING")
-    for suffix, flag in (("~", "POWERED_DOWN"), ("#", "POWERING_UP"), ("%", "POWERING_DOWN"),
-                         ("$", "MAINTENANCE"), ("@", "REBOOT_REQUESTED"), ("!", "POWER_DOWN")):
+    for suffix, flag in (
+        ("~", "POWERED_DOWN"),
+        ("#", "POWERING_UP"),
+        ("%", "POWERING_DOWN"),
+        ("$", "MAINTENANCE"),
+        ("@", "REBOOT_REQUESTED"),
+        ("!", "POWER_DOWN"),
+    ):
         if base.endswith(suffix):
             base = base[: -len(suffix)]
             flags.append(flag)
@@ -208,7 +249,9 @@ def parse_key_values(line: str) -> dict[str, str]:
     runs until the next `` Key=`` token.
     """
     out: dict[str, str] = {}
-    for m in re.finditer(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=(.*?)(?=\s+[A-Za-z][A-Za-z0-9_/:.]*=|\s*$)", line):
+    for m in re.finditer(
+        r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=(.*?)(?=\s+[A-Za-z][A-Za-z0-9_/:.]*=|\s*$)", line
+    ):
         out[m.group(1)] = m.group(2).strip()
     return out
 
@@ -229,7 +272,13 @@ def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
                 cpus=int(kv.get("CPUTot") or 0),
                 real_memory_mb=int(kv.get("RealMemory") or 0),
                 gres=parse_gres(null(kv.get("Gres"))),
-                features=[f for f in null(kv.get("ActiveFeatures") or kv.get("AvailableFeatures")).split(",") if f],
+                features=[
+                    f
+                    for f in null(kv.get("ActiveFeatures") or kv.get("AvailableFeatures")).split(
+                        ","
+                    )
+                    if f
+                ],
                 partitions=[p for p in null(kv.get("Partitions")).split(",") if p],
                 reason=null(kv.get("Reason")),
                 alloc_cpus=int(kv.get("CPUAlloc") or 0),
@@ -247,23 +296,55 @@ def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
 # ``--constraint`` expression, ``a|b``) is followed by FEATURE_END instead (a feature name has no
 # '#': it starts a comment in slurm.conf), and Comment (free text) comes last.
 SQUEUE_FIELDS = (
-    "JobID", "State", "Partition", "NumNodes", "tres-alloc", "tres-per-node", "tres-per-job",
-    "tres-per-task", "NumTasks", "Nice", "Account", "QOS", "ReqNodes", "NodeList", "Reason",
-    "UserName", "OverSubscribe", "Feature", "Comment",
+    "JobID",
+    "State",
+    "Partition",
+    "NumNodes",
+    "tres-alloc",
+    "tres-per-node",
+    "tres-per-job",
+    "tres-per-task",
+    "NumTasks",
+    "Nice",
+    "Account",
+    "QOS",
+    "ReqNodes",
+    "NodeList",
+    "Reason",
+    "UserName",
+    "OverSubscribe",
+    "Feature",
+    "Comment",
 )
 FEATURE_END = "#|"
-SQUEUE_FORMAT = ",".join(f"{name}:{FEATURE_END if name == 'Feature' else '|'}" for name in SQUEUE_FIELDS)
+SQUEUE_FORMAT = ",".join(
+    f"{name}:{FEATURE_END if name == 'Feature' else '|'}" for name in SQUEUE_FIELDS
+)
 # ``squeue --json``'s ``shared`` -> the OverSubscribe word ``squeue -O OverSubscribe`` prints.
 _JSON_SHARED = {"none": "NO", "user": "USER", "mcs": "MCS", "shared": "YES", "oversubscribe": "YES"}
 # OverSubscribe -> SlurmJob.exclusive.
 _EXCLUSIVE = {"NO": "node", "USER": "user", "MCS": "mcs"}
 
 # Job states after which a job holds nothing and will not run again.
-FINISHED_STATES = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                             "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
+FINISHED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
 # States in which a job occupies its nodes.
-ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING",
-                           "RESIZING"})
+ACTIVE_STATES = frozenset(
+    {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESIZING"}
+)
 
 
 @dataclass(slots=True)
@@ -361,7 +442,8 @@ def parse_squeue_format(text: str, known: dict[str, SlurmJob] | None = None) -> 
         features, sep, comment = parts[-1].partition(FEATURE_END)
         if len(parts) != head + 1 or not sep:
             raise SlurmParseError(
-                f"squeue line is not {len(SQUEUE_FIELDS)} fields of SQUEUE_FORMAT: {line!r}")
+                f"squeue line is not {len(SQUEUE_FIELDS)} fields of SQUEUE_FORMAT: {line!r}"
+            )
         comment = comment[:-1] if comment.endswith("|") else comment
         row = dict(zip(SQUEUE_FIELDS, parts[:-1] + [features, comment], strict=True))
         if not row["JobID"].strip().isdigit():

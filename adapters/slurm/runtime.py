@@ -54,11 +54,16 @@ class SlurmRuntime(BackendRuntime):
     def runs(self, burst: list[pb.Decision]) -> list[list[pb.Decision]]:
         return merge_runs(burst)
 
-    async def gather(self, receive: ObjectReceiveStream[pb.Decision], burst: list[pb.Decision]) -> None:
+    async def gather(
+        self, receive: ObjectReceiveStream[pb.Decision], burst: list[pb.Decision]
+    ) -> None:
         """Add to ``burst`` what has arrived, what arrives within ``batch_linger``, and, while a
         gang of it lacks binds, what arrives within ``gang_wait`` (both from now)."""
         start = anyio.current_time()
-        linger_end, gang_end = start + self.batch_linger, start + max(self.batch_linger, self.gang_wait)
+        linger_end, gang_end = (
+            start + self.batch_linger,
+            start + max(self.batch_linger, self.gang_wait),
+        )
         while len(burst) < self.max_batch:
             if isinstance(receive, MemoryObjectReceiveStream):  # what the runtime gives
                 try:

@@ -32,7 +32,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 FEATURE_LABEL = "feature.slurm.schedmd.com/"
 PARTITION_LABEL = "partition.slurm.schedmd.com/"
 ANNOTATION = "slurm.schedmd.com/"
-USER_LABEL = "slurm.schedmd.com/user"  # on every task (``--exclusive=user`` tells users apart by it)
+USER_LABEL = (
+    "slurm.schedmd.com/user"  # on every task (``--exclusive=user`` tells users apart by it)
+)
 QUEUE_SOURCES = ("account", "qos", "partition", "comment")
 HOSTNAME = "kubernetes.io/hostname"
 # Namespaces an exclusive job's anti-affinity covers: the adapter's jobs (JobSpec.namespace is left
@@ -47,7 +49,11 @@ _LABEL_NAME_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
 def gres_resource(name: str) -> str:
     """Slurm GRES name -> Muster resource name."""
-    return GPU_RESOURCE if name == "gpu" else f"slurm.schedmd.com/{_LABEL_NAME_BAD.sub('-', name).strip('-.')}"
+    return (
+        GPU_RESOURCE
+        if name == "gpu"
+        else f"slurm.schedmd.com/{_LABEL_NAME_BAD.sub('-', name).strip('-.')}"
+    )
 
 
 def sanitize_name(text: str, default: str = "default") -> str:
@@ -72,7 +78,10 @@ def label_value(text: str, default: str = "unknown") -> str:
 
 
 def node_to_pb(node: SlurmNode) -> pb.Node:
-    allocatable = {"cpu": float(node.cpus * 1000), "memory": float(node.real_memory_mb * 1024 * 1024)}
+    allocatable = {
+        "cpu": float(node.cpus * 1000),
+        "memory": float(node.real_memory_mb * 1024 * 1024),
+    }
     for name, count in node.gres.items():
         allocatable[gres_resource(name)] = float(count * 1000)
     labels = {HOSTNAME: node.name}
@@ -106,7 +115,12 @@ def per_node_request(job: SlurmJob) -> dict[str, str]:
 
 
 def queue_of(job: SlurmJob, source: str, default: str = "default") -> str:
-    value = {"account": job.account, "qos": job.qos, "partition": job.partition, "comment": job.comment}[source]
+    value = {
+        "account": job.account,
+        "qos": job.qos,
+        "partition": job.partition,
+        "comment": job.comment,
+    }[source]
     name = sanitize_name(value, default)
     return default if name == "root" else name
 
@@ -179,8 +193,10 @@ def parse_constraint(text: str, nodes: int = 1) -> Dnf:
             if take() != ("op", "]"):
                 raise fail("unbalanced brackets")
             if nodes > 1 and len(out) > 1:
-                raise fail("a matching OR [a|b] needs all nodes of the job to share one feature, "
-                           "which Muster cannot express for a multi-node job")
+                raise fail(
+                    "a matching OR [a|b] needs all nodes of the job to share one feature, "
+                    "which Muster cannot express for a multi-node job"
+                )
         else:
             raise fail(f"unexpected {value or 'end'!r}")
         if peek()[0] == "count":
@@ -222,8 +238,14 @@ def constraint_terms(job: SlurmJob) -> list[pb.NodeSelectorTerm]:
         for name, wanted in sorted(alternative):
             key = feature_label(name)
             if not key:
-                raise Untranslatable(f"--constraint {job.features!r}: feature {name!r} has no label name")
-            requirements.append(pb.LabelSelectorRequirement(key=key, operator="Exists" if wanted else "DoesNotExist"))
+                raise Untranslatable(
+                    f"--constraint {job.features!r}: feature {name!r} has no label name"
+                )
+            requirements.append(
+                pb.LabelSelectorRequirement(
+                    key=key, operator="Exists" if wanted else "DoesNotExist"
+                )
+            )
         terms.append(pb.NodeSelectorTerm(match_expressions=requirements))
     return terms
 
@@ -255,9 +277,17 @@ def exclusive_terms(job: SlurmJob) -> list[pb.PodAffinityTerm]:
     selector = pb.LabelSelector()
     if mode == "user":
         selector.match_expressions.append(
-            pb.LabelSelectorRequirement(key=USER_LABEL, operator="NotIn", values=[label_value(job.user)]))
-    return [pb.PodAffinityTerm(label_selector=selector, namespaces=[JOB_NAMESPACE, FOREIGN_NAMESPACE],
-                               topology_key=HOSTNAME)]
+            pb.LabelSelectorRequirement(
+                key=USER_LABEL, operator="NotIn", values=[label_value(job.user)]
+            )
+        )
+    return [
+        pb.PodAffinityTerm(
+            label_selector=selector,
+            namespaces=[JOB_NAMESPACE, FOREIGN_NAMESPACE],
+            topology_key=HOSTNAME,
+        )
+    ]
 
 
 def job_to_spec(job: SlurmJob, *, muster_id: str, queue: str, cluster: str = "") -> pb.JobSpec:
@@ -274,8 +304,12 @@ def job_to_spec(job: SlurmJob, *, muster_id: str, queue: str, cluster: str = "")
         annotations[ANNOTATION + "cluster"] = cluster
     if job.name:
         annotations[ANNOTATION + "job-name"] = job.name
-    group = pb.TaskGroup(role=ROLE, replicas=k, request=pb.ResourceList(quantities=per_node_request(job)),
-                         labels={USER_LABEL: label_value(job.user)})
+    group = pb.TaskGroup(
+        role=ROLE,
+        replicas=k,
+        request=pb.ResourceList(quantities=per_node_request(job)),
+        labels={USER_LABEL: label_value(job.user)},
+    )
     if terms := constraint_terms(job):
         group.affinity.node_affinity.required.extend(terms)
     if anti := exclusive_terms(job):
@@ -309,9 +343,13 @@ def foreign_tasks(job: SlurmJob, nodes: Mapping[str, pb.Node]) -> list[pb.Backen
     holds the whole node (Slurm gives it every CPU and GRES there), when the node is in ``nodes``."""
     request = pb.ResourceList(quantities=per_node_request(job))
     return [
-        pb.BackendTask(task_id=foreign_task_id(job.job_id, node), node=node,
-                       request=nodes[node].allocatable if job.exclusive and node in nodes else request,
-                       status=pb.TASK_STATUS_RUNNING, foreign_task=True)
+        pb.BackendTask(
+            task_id=foreign_task_id(job.job_id, node),
+            node=node,
+            request=nodes[node].allocatable if job.exclusive and node in nodes else request,
+            status=pb.TASK_STATUS_RUNNING,
+            foreign_task=True,
+        )
         for node in job.nodes
     ]
 

@@ -50,7 +50,9 @@ class AllocateAction(Action):
             if job.queue not in ssn.queues:
                 continue
             tasks = PriorityQueue(
-                ssn.task_order_fn, (t for t in job.index[TaskStatus.PENDING].values() if not t.best_effort), task_key
+                ssn.task_order_fn,
+                (t for t in job.index[TaskStatus.PENDING].values() if not t.best_effort),
+                task_key,
             )
             if tasks.empty():
                 continue
@@ -81,7 +83,11 @@ class AllocateAction(Action):
             queues.push(queue)
 
     def allocate_in_hypernodes(
-        self, ssn: Session, job: JobInfo, tasks: PriorityQueue, gradients: list[list[tuple[str, np.ndarray]]]
+        self,
+        ssn: Session,
+        job: JobInfo,
+        tasks: PriorityQueue,
+        gradients: list[list[tuple[str, np.ndarray]]],
     ) -> Statement | None:
         waiting = []
         while not tasks.empty():
@@ -127,20 +133,24 @@ class AllocateAction(Action):
         while not tasks.empty():
             task = tasks.pop()
             if not ssn.allocatable(queue, task):
-                missing = [ssn.space.dims[d] for d in np.nonzero((task.resreq > 0) & (ssn.total_resource <= 0))[0]]
+                missing = [
+                    ssn.space.dims[d]
+                    for d in np.nonzero((task.resreq > 0) & (ssn.total_resource <= 0))[0]
+                ]
                 if missing:
                     job.explain_fit_errors[task.uid] = FitErrors(
-                        total_nodes=len(ssn.nodes), message=f"no node in the cluster offers {', '.join(missing)}"
+                        total_nodes=len(ssn.nodes),
+                        message=f"no node in the cluster offers {', '.join(missing)}",
                     )
                 elif ssn.evaluator.select(task, restrict) is None:
                     # The queue's share is not the only obstacle: no node has room either. Say so
                     # in the explanation (Volcano records nothing here, so the gang condition and the
                     # role fit-error cache stay as they are).
-                    job.explain_fit_errors.setdefault(task.uid, ssn.evaluator.fit_errors(task, restrict))
-                else:
-                    job.queue_verdict = (
-                        f"queue {queue.name}: placing {task.name} would exceed the queue's deserved or capability share"
+                    job.explain_fit_errors.setdefault(
+                        task.uid, ssn.evaluator.fit_errors(task, restrict)
                     )
+                else:
+                    job.queue_verdict = f"queue {queue.name}: placing {task.name} would exceed the queue's deserved or capability share"
                 continue
             if use_role_cache and job.task_has_fit_errors(task):
                 job.fit_errors[task.uid] = FitErrors(

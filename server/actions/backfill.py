@@ -30,9 +30,17 @@ class BackfillAction(Action):
         for job, queue in ssn.admitted_jobs():
             # A task asking a share of a GPU and nothing else is no best-effort task: the share is
             # placed by KAI's allocate (on a shared GPU), never here.
-            best_effort = [t for t in job.index[TaskStatus.PENDING].values() if t.best_effort and not t.gpu_fraction]
+            best_effort = [
+                t
+                for t in job.index[TaskStatus.PENDING].values()
+                if t.best_effort and not t.gpu_fraction
+            ]
             # Volcano unpipelines best-effort tasks and backfills them like pending ones.
-            for t in [t for t in job.index[TaskStatus.PIPELINED].values() if t.best_effort and not t.gpu_fraction]:
+            for t in [
+                t
+                for t in job.index[TaskStatus.PIPELINED].values()
+                if t.best_effort and not t.gpu_fraction
+            ]:
                 ssn.unplace_task(t, TaskStatus.PENDING)
                 best_effort.append(t)
             if not best_effort:

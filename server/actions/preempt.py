@@ -93,7 +93,9 @@ class PreemptAction(Action):
                 continue
             preemptors.setdefault(job.queue, PriorityQueue(ssn.job_order_fn)).push(job)
             under_request.setdefault(job.queue, []).append(job)
-            preemptor_tasks[job.uid] = PriorityQueue(ssn.task_order_fn, job.index[TaskStatus.PENDING].values())
+            preemptor_tasks[job.uid] = PriorityQueue(
+                ssn.task_order_fn, job.index[TaskStatus.PENDING].values()
+            )
 
         self._capacity = victim_capacity(ssn, PREEMPTABLE_STATUSES)
         queues = PriorityQueue(ssn.queue_order_fn, (ssn.queues[q] for q in preemptors))
@@ -104,7 +106,11 @@ class PreemptAction(Action):
                 self._within_job(ssn, job)
 
     def _between_jobs(
-        self, ssn: Session, queue: QueueInfo, jobs: PriorityQueue, preemptor_tasks: dict[str, PriorityQueue]
+        self,
+        ssn: Session,
+        queue: QueueInfo,
+        jobs: PriorityQueue,
+        preemptor_tasks: dict[str, PriorityQueue],
     ) -> None:
         while not jobs.empty():
             job = jobs.pop()
@@ -129,7 +135,9 @@ class PreemptAction(Action):
             stmt.commit()
 
     # -- one preemptor ----------------------------------------------------------------------------
-    def preempt(self, ssn: Session, stmt: Statement, preemptor: TaskInfo, victim_filter: VictimFilter) -> bool:
+    def preempt(
+        self, ssn: Session, stmt: Statement, preemptor: TaskInfo, victim_filter: VictimFilter
+    ) -> bool:
         """Try to place ``preemptor`` by evicting tasks that pass ``victim_filter``; on success the
         evictions and the pipeline are merged into ``stmt``. Returns whether it was placed."""
         if not preemption_allowed(preemptor):
@@ -140,7 +148,9 @@ class PreemptAction(Action):
         queue = ssn.queues[job.queue]
         # Both phases take victims from the preemptor's queue only: nodes whose future idle plus
         # that queue's preemptable tasks cannot hold the preemptor are no candidates.
-        rows = could_fit(ssn, preemptor, candidate_rows(ssn, preemptor), self._capacity.get(job.queue))
+        rows = could_fit(
+            ssn, preemptor, candidate_rows(ssn, preemptor), self._capacity.get(job.queue)
+        )
         if not len(rows):
             return False
         if self.arg_bool("enableTopologyAwarePreemption"):
@@ -148,7 +158,12 @@ class PreemptAction(Action):
         return self._normal(ssn, stmt, queue, preemptor, rows, victim_filter)
 
     def _normal(
-        self, ssn: Session, stmt: Statement, queue: QueueInfo, preemptor: TaskInfo, rows: np.ndarray,
+        self,
+        ssn: Session,
+        stmt: Statement,
+        queue: QueueInfo,
+        preemptor: TaskInfo,
+        rows: np.ndarray,
         victim_filter: VictimFilter,
     ) -> bool:
         names = ssn.nodes.names
@@ -172,13 +187,20 @@ class PreemptAction(Action):
             node_stmt.discard()
         return False
 
-    def _victims_on(self, ssn: Session, preemptor: TaskInfo, row: int, victim_filter: VictimFilter) -> list[TaskInfo]:
+    def _victims_on(
+        self, ssn: Session, preemptor: TaskInfo, row: int, victim_filter: VictimFilter
+    ) -> list[TaskInfo]:
         preemptees = [t for t in ssn.nodes.tasks[row].values() if victim_filter(t)]
         return ssn.preemptable(preemptor, preemptees)
 
     # -- topology-aware (kube-scheduler style dry run) ---------------------------------------------
     def _topology_aware(
-        self, ssn: Session, stmt: Statement, queue: QueueInfo, preemptor: TaskInfo, rows: np.ndarray,
+        self,
+        ssn: Session,
+        stmt: Statement,
+        queue: QueueInfo,
+        preemptor: TaskInfo,
+        rows: np.ndarray,
         victim_filter: VictimFilter,
     ) -> bool:
         wanted = self._num_candidates(len(rows))
@@ -208,7 +230,12 @@ class PreemptAction(Action):
         return min(n, nodes)
 
     def _select_victims_on_node(
-        self, ssn: Session, queue: QueueInfo, preemptor: TaskInfo, row: int, victim_filter: VictimFilter
+        self,
+        ssn: Session,
+        queue: QueueInfo,
+        preemptor: TaskInfo,
+        row: int,
+        victim_filter: VictimFilter,
     ) -> list[TaskInfo]:
         """Volcano ``SelectVictimsOnNode``: evict potential victims in victim order until the
         preemptor fits, then reprieve them highest priority first wherever it still fits. The
@@ -283,6 +310,10 @@ def _pick_one_node(candidates: list[_Candidate]) -> _Candidate | None:
     offset = math.pow(2, 31)
 
     def key(c: _Candidate) -> tuple[int, float, int]:
-        return (max(v.priority for v in c.victims), sum(v.priority + offset for v in c.victims), len(c.victims))
+        return (
+            max(v.priority for v in c.victims),
+            sum(v.priority + offset for v in c.victims),
+            len(c.victims),
+        )
 
     return min(candidates, key=key)

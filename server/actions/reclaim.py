@@ -55,7 +55,9 @@ class ReclaimAction(Action):
                 queues.push(queue)
             if ssn.job_starving(job):
                 preemptors.setdefault(queue.uid, PriorityQueue(ssn.job_order_fn)).push(job)
-                preemptor_tasks[job.uid] = PriorityQueue(ssn.task_order_fn, job.index[TaskStatus.PENDING].values())
+                preemptor_tasks[job.uid] = PriorityQueue(
+                    ssn.task_order_fn, job.index[TaskStatus.PENDING].values()
+                )
 
         self._capacity = self._reclaimable_capacity(ssn)
         while not queues.empty():
@@ -114,7 +116,9 @@ class ReclaimAction(Action):
         """Per reclaiming queue: the requests other reclaimable queues' Running preemptable tasks
         hold on each node (an upper bound of what reclaim can free there; key "" = all)."""
         per_queue = victim_capacity(ssn, frozenset({TaskStatus.RUNNING}))
-        per_queue = {q: a for q, a in per_queue.items() if q in ssn.queues and ssn.queues[q].reclaimable}
+        per_queue = {
+            q: a for q, a in per_queue.items() if q in ssn.queues and ssn.queues[q].reclaimable
+        }
         if not per_queue:
             return {"": np.zeros((len(ssn.nodes), ssn.space.size))}
         total: np.ndarray = np.sum(list(per_queue.values()), axis=0)

@@ -55,7 +55,9 @@ class ServerOptions:
     config_path: str | None = None  # Volcano-format scheduler config; None: built-in
     cycle_period: float = 1.0
     min_cycle_interval: float = 0.05  # a burst of changes makes one cycle, not one per change
-    cycle_worker: str = "process"  # where the core runs: "process" (API never waits on it) or "thread"
+    cycle_worker: str = (
+        "process"  # where the core runs: "process" (API never waits on it) or "thread"
+    )
     bind_timeout: float = 30.0  # seconds a backend has to ack a bind before it expires
     job_retention: float = 600.0  # seconds a finished job stays in memory (then: from the store)
     expire_interval: float | None = None  # how often deadlines are checked; None: derived
@@ -65,7 +67,9 @@ class ServerOptions:
     tls_key: str | None = None
     tls_client_ca: str | None = None  # clients must present a certificate this CA signed (mTLS)
     insecure: bool = False  # allow plaintext on a non-loopback address (explicitly asked for)
-    auth_policy: str | None = None  # tokens and rules file (server/service/auth.py); None: no authentication
+    auth_policy: str | None = (
+        None  # tokens and rules file (server/service/auth.py); None: no authentication
+    )
     # Observability (docs/observability.md): OTLP/gRPC trace export (also OTEL_* env vars; off
     # by default), /metrics on HOST:PORT (off by default), or a ready-made provider (tests).
     otlp_endpoint: str | None = None
@@ -112,12 +116,15 @@ class MusterServer:
         writer = StoreWriter(store)
         try:
             self.telemetry = Telemetry(
-                otlp_endpoint=opts.otlp_endpoint, metrics_listen=opts.metrics_listen,
+                otlp_endpoint=opts.otlp_endpoint,
+                metrics_listen=opts.metrics_listen,
                 tracer_provider=opts.tracer_provider,
             )
             stored = await anyio.to_thread.run_sync(store.load, time.time() - opts.job_retention)
             cluster = ClusterState(
-                DecisionLog(bind_timeout=opts.bind_timeout), retention=opts.job_retention, archive=store
+                DecisionLog(bind_timeout=opts.bind_timeout),
+                retention=opts.job_retention,
+                archive=store,
             )
             cluster.restore(stored)
             configs = ConfigManager(
@@ -140,7 +147,11 @@ class MusterServer:
             loop.telemetry = self.telemetry
             await writer.flush(cluster.commit)  # server id, restored deadlines
             service = SchedulerService(
-                cluster, writer, loop, configs, bind_backends=bool(opts.tls_client_ca),
+                cluster,
+                writer,
+                loop,
+                configs,
+                bind_backends=bool(opts.tls_client_ca),
                 policy=Policy(opts.auth_policy) if opts.auth_policy else None,
             )
             self.state, self.loop, self.service = cluster, loop, service
@@ -151,7 +162,11 @@ class MusterServer:
             if opts.dashboard_listen:
                 loop.history = CycleHistory()
                 self.dashboard = DashboardServer(
-                    cluster, loop.history, opts.dashboard_listen, access=access, insecure=opts.insecure,
+                    cluster,
+                    loop.history,
+                    opts.dashboard_listen,
+                    access=access,
+                    insecure=opts.insecure,
                 )
             await self._serve(service, loop, state_jobs=len(cluster.jobs))
         finally:
@@ -163,7 +178,9 @@ class MusterServer:
             finally:
                 await writer.close()  # also releases the state file's lock
                 if self.telemetry is not None:
-                    with anyio.CancelScope(shield=True):  # export buffered spans (bounded by the exporter timeout)
+                    with anyio.CancelScope(
+                        shield=True
+                    ):  # export buffered spans (bounded by the exporter timeout)
                         await anyio.to_thread.run_sync(self.telemetry.shutdown)
                 log.info("server.stopped")
 
@@ -181,17 +198,25 @@ class MusterServer:
                 *(self.telemetry.interceptors() if self.telemetry else ()),
             ],
         )
-        add_scheduler_service(service, server)  # undecodable requests: INVALID_ARGUMENT, rate-limited log
+        add_scheduler_service(
+            service, server
+        )  # undecodable requests: INVALID_ARGUMENT, rate-limited log
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
             server,
         )
         try:
             if opts.tls_cert and opts.tls_key:
                 files = TlsFiles(opts.tls_cert, opts.tls_key, opts.tls_client_ca)
-                self.port = server.add_secure_port(opts.listen, ReloadingCredentials(files).credentials)
+                self.port = server.add_secure_port(
+                    opts.listen, ReloadingCredentials(files).credentials
+                )
             elif opts.insecure or is_loopback(opts.listen):
                 self.port = server.add_insecure_port(opts.listen)
             else:
@@ -216,10 +241,14 @@ class MusterServer:
 
                 def not_serving(_: Exception) -> None:  # the state file is gone: say so to probes
                     for name in ("", SERVICE_NAME):
-                        tg.start_soon(health_servicer.set, name, health_pb2.HealthCheckResponse.NOT_SERVING)
+                        tg.start_soon(
+                            health_servicer.set, name, health_pb2.HealthCheckResponse.NOT_SERVING
+                        )
 
                 service.writer.on_lost = not_serving
-                log.info("server.listening", address=self.address, state=opts.state, jobs=state_jobs)
+                log.info(
+                    "server.listening", address=self.address, state=opts.state, jobs=state_jobs
+                )
                 self.ready.set()
                 await self._stop.wait()
                 log.info("server.stopping")

@@ -185,11 +185,21 @@ def _held_devices(state: ClusterState) -> dict[str, set[str]]:
 
 
 def _record_outcome(
-    state: ClusterState, job: JobRecord, outcome: model.JobOutcome, cycle_id: int, now: float, *, placed: bool
+    state: ClusterState,
+    job: JobRecord,
+    outcome: model.JobOutcome,
+    cycle_id: int,
+    now: float,
+    *,
+    placed: bool,
 ) -> None:
     """The cycle's verdict on a job: its scheduling phase, conditions and explanation."""
     st = job.status
-    before = (st.sched_phase, st.schedule_state, [(c.type, c.status, c.reason, c.message) for c in st.conditions])
+    before = (
+        st.sched_phase,
+        st.schedule_state,
+        [(c.type, c.status, c.reason, c.message) for c in st.conditions],
+    )
     st.sched_phase = outcome.phase
     if outcome.schedule_state:
         st.schedule_state = outcome.schedule_state
@@ -197,16 +207,24 @@ def _record_outcome(
     # "Can never run on this cluster" is its own condition, apart from waiting for room or a queue.
     exp = outcome.explanation
     if exp is not None and exp.gate == "unsatisfiable":
-        conditions.append(model.Condition("Unsatisfiable", "True", "RequestExceedsEveryNode", exp.summary))
+        conditions.append(
+            model.Condition("Unsatisfiable", "True", "RequestExceedsEveryNode", exp.summary)
+        )
     elif any(c.type == "Unsatisfiable" and c.status == "True" for c in st.conditions):
         conditions.append(model.Condition("Unsatisfiable", "False", "Fits", ""))
     if placed and not any(c.type == "Scheduled" for c in conditions):
-        conditions.append(model.Condition("Scheduled", "True", "Placed", f"tasks bound in cycle {cycle_id}"))
+        conditions.append(
+            model.Condition("Scheduled", "True", "Placed", f"tasks bound in cycle {cycle_id}")
+        )
         if not any(c.type == "Unschedulable" for c in conditions):
             conditions.append(model.Condition("Unschedulable", "False", "Placed", ""))
     for cond in conditions:
         old = next((c for c in st.conditions if c.type == cond.type), None)
-        if old is not None and (old.status, old.reason, old.message) == (cond.status, cond.reason, cond.message):
+        if old is not None and (old.status, old.reason, old.message) == (
+            cond.status,
+            cond.reason,
+            cond.message,
+        ):
             continue
         new = ConditionRecord(
             cond.type,
@@ -228,7 +246,16 @@ def _record_outcome(
             "cycle_id": cycle_id,
         }
     elif placed:
-        st.explanation = {"gate": "none", "summary": "placed", "node_reasons": {}, "cycle_id": cycle_id}
-    after = (st.sched_phase, st.schedule_state, [(c.type, c.status, c.reason, c.message) for c in st.conditions])
+        st.explanation = {
+            "gate": "none",
+            "summary": "placed",
+            "node_reasons": {},
+            "cycle_id": cycle_id,
+        }
+    after = (
+        st.sched_phase,
+        st.schedule_state,
+        [(c.type, c.status, c.reason, c.message) for c in st.conditions],
+    )
     if after != before:
         state.changes.job_modified(job.id)

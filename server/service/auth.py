@@ -46,7 +46,9 @@ from muster import yamldoc
 log = structlog.get_logger("muster.auth")
 
 # "cancel-own": cancel the jobs one submitted (the job's owner), in the rule's queues.
-Verb = Literal["read", "submit", "cancel", "cancel-own", "manage-queues", "configure", "backend", "*"]
+Verb = Literal[
+    "read", "submit", "cancel", "cancel-own", "manage-queues", "configure", "backend", "*"
+]
 VERBS: tuple[str, ...] = ("read", "submit", "cancel", "manage-queues", "configure", "backend")
 
 
@@ -115,7 +117,11 @@ class Principal:
     def matches(self, subject: str) -> bool:
         if self.backend:  # a backend identity is no user: only rules naming it apply
             return subject == f"backend:{self.backend}"
-        return subject == "*" or subject == f"user:{self.user}" or subject in {f"group:{g}" for g in self.groups}
+        return (
+            subject == "*"
+            or subject == f"user:{self.user}"
+            or subject in {f"group:{g}" for g in self.groups}
+        )
 
 
 # grpc's auth context keys for the peer certificate's subject CN and its SANs.
@@ -127,7 +133,9 @@ def certificate_names(auth_context: Mapping[str, Iterable[bytes]]) -> tuple[str,
     """The peer certificate's CN ("" when none) and subject alternative names."""
     cns = list(auth_context.get(CN_KEY) or [])
     sans = auth_context.get(SAN_KEY) or []
-    return (cns[0].decode(errors="replace") if cns else ""), [s.decode(errors="replace") for s in sans]
+    return (cns[0].decode(errors="replace") if cns else ""), [
+        s.decode(errors="replace") for s in sans
+    ]
 
 
 def parse_policy(text: str, source: str) -> PolicyFile:
@@ -163,7 +171,9 @@ class Policy:
         self._by_cn: dict[str, Principal] = {}
         self._by_san: dict[str, Principal] = {}
         for c in self._policy.certificates:
-            who = Principal(c.user or "", tuple(c.groups), backend=c.backend or "", via="certificate")
+            who = Principal(
+                c.user or "", tuple(c.groups), backend=c.backend or "", via="certificate"
+            )
             if c.cn is not None:
                 self._by_cn[c.cn] = who
             else:
@@ -205,7 +215,9 @@ class Policy:
         """The queues whose jobs ``who`` may read (None: every queue)."""
         queues: set[str] = set()
         for rule in self._policy.rules:
-            if ("*" in rule.verbs or "read" in rule.verbs) and any(who.matches(s) for s in rule.subjects):
+            if ("*" in rule.verbs or "read" in rule.verbs) and any(
+                who.matches(s) for s in rule.subjects
+            ):
                 if "*" in rule.queues:
                     return None
                 queues.update(rule.queues)
@@ -218,7 +230,11 @@ class Policy:
                 continue
             if "*" not in rule.verbs and verb not in rule.verbs:
                 continue
-            if verb in ("submit", "cancel", "cancel-own") and "*" not in rule.queues and queue not in rule.queues:
+            if (
+                verb in ("submit", "cancel", "cancel-own")
+                and "*" not in rule.queues
+                and queue not in rule.queues
+            ):
                 continue
             return True
         return False
@@ -228,5 +244,5 @@ def bearer_token(metadata: Iterable[tuple[str, str | bytes]]) -> str:
     """The request's ``authorization: Bearer`` token ("" when none)."""
     for key, value in metadata:
         if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-            return value[len("Bearer "):].strip()
+            return value[len("Bearer ") :].strip()
     return ""

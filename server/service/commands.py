@@ -38,7 +38,9 @@ def submit_job(state: ClusterState, spec: pb.JobSpec, owner: str = "") -> tuple[
     return job_proto(rec), True
 
 
-def submit_jobs(state: ClusterState, specs: Sequence[pb.JobSpec], owner: str = "") -> list[tuple[pb.Job, bool]]:
+def submit_jobs(
+    state: ClusterState, specs: Sequence[pb.JobSpec], owner: str = ""
+) -> list[tuple[pb.Job, bool]]:
     """All or nothing: every job is checked before any is created; the first refusal refuses the
     batch, its message prefixed with the job's place (``jobs[2].job.queue: ...``)."""
     return commit_jobs(state, prepare_jobs(specs, owner))
@@ -88,7 +90,9 @@ def commit_jobs(state: ClusterState, prepared: PreparedJobs) -> list[tuple[pb.Jo
         except DomainError as exc:
             raise DomainError(exc.code, f"jobs[{i}].{exc.message}") from None
         if fresh.id in seen:
-            raise invalid(f"jobs[{i}].job.id: job {fresh.id!r} is also jobs[{seen[fresh.id]}] of this batch")
+            raise invalid(
+                f"jobs[{i}].job.id: job {fresh.id!r} is also jobs[{seen[fresh.id]}] of this batch"
+            )
         seen[fresh.id] = i
         checked.append((fresh, existing))
     out: list[tuple[pb.Job, bool]] = []
@@ -115,16 +119,24 @@ def _check_job(state: ClusterState, rec: JobRecord) -> tuple[JobRecord, JobRecor
     queue = state.queues.get(normalized.queue)
     if queue is None:
         raise not_found(f"job.queue: queue {normalized.queue!r} does not exist")
-    children = sorted(name for name, q in state.queues.items() if q.proto.parent == normalized.queue)
+    children = sorted(
+        name for name, q in state.queues.items() if q.proto.parent == normalized.queue
+    )
     if children:
-        raise precondition(f"job.queue: queue {normalized.queue!r} is not a leaf (it has child queues "
-                           f"{', '.join(children[:5])}); jobs go into leaf queues")
+        raise precondition(
+            f"job.queue: queue {normalized.queue!r} is not a leaf (it has child queues "
+            f"{', '.join(children[:5])}); jobs go into leaf queues"
+        )
     if queue.proto.state in (pb.QUEUE_STATE_CLOSED, pb.QUEUE_STATE_CLOSING):
-        raise precondition(f"job.queue: queue {normalized.queue!r} is {pb.QueueState.Name(queue.proto.state)}")
+        raise precondition(
+            f"job.queue: queue {normalized.queue!r} is {pb.QueueState.Name(queue.proto.state)}"
+        )
     # The k8s adapter resolves PriorityClasses itself (it sends the value); a class named through
     # the API must be one the configuration declares, not silently priority 0.
     if normalized.priority_class and normalized.priority_class not in state.priority_classes:
-        raise invalid(f"job.priority_class: {normalized.priority_class!r} is not a configured priority class")
+        raise invalid(
+            f"job.priority_class: {normalized.priority_class!r} is not a configured priority class"
+        )
     return rec, None
 
 
@@ -139,7 +151,13 @@ def _create_job(state: ClusterState, rec: JobRecord) -> None:
     state.changes.jobs.add(rec.id)
     state.changes.tasks.update(t.uid for t in rec.tasks)
     state.changes.events[rec.id] = pb.JobEvent.TYPE_ADDED
-    log.info("job.submitted", job=rec.id, queue=rec.spec.queue, tasks=len(rec.tasks), min_member=rec.min_member)
+    log.info(
+        "job.submitted",
+        job=rec.id,
+        queue=rec.spec.queue,
+        tasks=len(rec.tasks),
+        min_member=rec.min_member,
+    )
 
 
 def cancel_job(state: ClusterState, job_id: str) -> pb.Job:
@@ -147,7 +165,9 @@ def cancel_job(state: ClusterState, job_id: str) -> pb.Job:
     if rec.status.cancelled:
         return job_proto(rec)
     if not rec.active:
-        raise precondition(f"id: job {job_id!r} already ended ({pb.JobPhase.Name(rec.status.phase)})")
+        raise precondition(
+            f"id: job {job_id!r} already ended ({pb.JobPhase.Name(rec.status.phase)})"
+        )
     rec.status.cancelled = True
     rec.status.phase = pb.JOB_PHASE_CANCELLED
     rec.status.finish_time = state.clock()
@@ -208,9 +228,13 @@ def delete_queue(state: ClusterState, name: str) -> None:
         raise precondition(f"name: queue {name!r} is built in and cannot be deleted")
     children = sorted(n for n, e in state.queues.items() if e.proto.parent == name)
     if children:
-        raise precondition(f"name: queue {name!r} still has child queues: {', '.join(children[:5])}")
+        raise precondition(
+            f"name: queue {name!r} still has child queues: {', '.join(children[:5])}"
+        )
     jobs = [r.id for r in state.jobs.values() if r.spec.queue == name and r.active]
     if jobs:
-        raise precondition(f"name: queue {name!r} still has {len(jobs)} active jobs (e.g. {jobs[0]!r})")
+        raise precondition(
+            f"name: queue {name!r} still has {len(jobs)} active jobs (e.g. {jobs[0]!r})"
+        )
     state.remove_queue(name)
     state.on_change()

@@ -78,10 +78,13 @@ def _pod_affinity_term(term: pb.PodAffinityTerm) -> dict[str, Any]:
 def _pod_affinity(pa: pb.PodAffinity) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if pa.required:
-        out["requiredDuringSchedulingIgnoredDuringExecution"] = [_pod_affinity_term(t) for t in pa.required]
+        out["requiredDuringSchedulingIgnoredDuringExecution"] = [
+            _pod_affinity_term(t) for t in pa.required
+        ]
     if pa.preferred:
         out["preferredDuringSchedulingIgnoredDuringExecution"] = [
-            {"weight": w.weight, "podAffinityTerm": _pod_affinity_term(w.term)} for w in pa.preferred
+            {"weight": w.weight, "podAffinityTerm": _pod_affinity_term(w.term)}
+            for w in pa.preferred
         ]
     return out
 
@@ -111,7 +114,9 @@ def affinity_dict(aff: pb.Affinity) -> dict[str, Any]:
 # --- jobs ----------------------------------------------------------------------------------------
 
 
-def _resources(path: str, rl: pb.ResourceList, problems: list[str], *, unlimited: bool = False) -> dict[str, float]:
+def _resources(
+    path: str, rl: pb.ResourceList, problems: list[str], *, unlimited: bool = False
+) -> dict[str, float]:
     """``rl`` in canonical units; what the bounds refuse (a spec stored by an earlier version) is
     noted in ``problems`` (one line naming the field) and held to the bound (too large) or 0."""
     quantities = dict(rl.quantities)
@@ -143,13 +148,19 @@ def checked_job_to_model(spec: pb.JobSpec, creation_index: int) -> tuple[model.J
     for g, tg in enumerate(spec.task_groups):
         request = _resources(f"job.task_groups[{g}].request", tg.request, problems)
         tolerations = [
-            model.Toleration(key=t.key, operator=t.operator or "Equal", value=t.value, effect=t.effect)
+            model.Toleration(
+                key=t.key, operator=t.operator or "Equal", value=t.value, effect=t.effect
+            )
             for t in tg.tolerations
         ]
         affinity = affinity_dict(tg.affinity)
         # Read each proto map once per group (a map read costs ~30x a dict copy); every task gets
         # its own copies.
-        labels, annotations, node_selector = dict(tg.labels), dict(tg.annotations), dict(tg.node_selector)
+        labels, annotations, node_selector = (
+            dict(tg.labels),
+            dict(tg.annotations),
+            dict(tg.node_selector),
+        )
         priority = tg.priority if tg.HasField("priority") else spec.priority
         if tg.HasField("preemptable"):
             preemptable = tg.preemptable
@@ -260,4 +271,3 @@ def queue_to_model(queue: pb.Queue) -> model.QueueSpec:
         state=_QUEUE_STATE_NAMES.get(queue.state, "Open"),
         annotations=dict(queue.annotations),
     )
-

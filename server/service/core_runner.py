@@ -72,20 +72,29 @@ class CoreRunner:
         self._quiet: CycleResult | None = None
         self.reused = 0  # cycles answered without the worker (nothing changed)
 
-    async def run(self, core: SchedulerCore, captured: Capture, prepared: Callable[[], None] | None = None) -> CycleResult:
+    async def run(
+        self, core: SchedulerCore, captured: Capture, prepared: Callable[[], None] | None = None
+    ) -> CycleResult:
         """One cycle of ``core`` on ``captured``; ``prepared`` is called once the input is ready
         (materialised, or encoded for the worker)."""
         if self.worker == "thread":
             snapshot = await anyio.to_thread.run_sync(captured.materialize)
             if prepared is not None:
                 prepared()
-            return await anyio.to_thread.run_sync(core.run_cycle, snapshot, captured.cycle_id, abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(
+                core.run_cycle, snapshot, captured.cycle_id, abandon_on_cancel=True
+            )
         async with self._lock:
             if self._process is None or self._process.returncode is not None:
                 self._forget()
             try:
                 delta, config = await anyio.to_thread.run_sync(self._delta, core.config, captured)
-                if delta.empty() and config is None and self._quiet is not None and not core.config.reads_clock:
+                if (
+                    delta.empty()
+                    and config is None
+                    and self._quiet is not None
+                    and not core.config.reads_clock
+                ):
                     # The worker would see what it saw last time and decide nothing again (a cycle
                     # is a function of the snapshot and the configuration).
                     if prepared is not None:
@@ -109,7 +118,9 @@ class CoreRunner:
         self._quiet = replace(result, action_seconds={}, plugin_seconds={}) if quiet else None
         return result
 
-    def _delta(self, config: SchedulerConfig, captured: Capture) -> tuple[CaptureDelta, SchedulerConfig | None]:
+    def _delta(
+        self, config: SchedulerConfig, captured: Capture
+    ) -> tuple[CaptureDelta, SchedulerConfig | None]:
         """What the worker has not seen: the cluster's changes, and the configuration if new."""
         delta = self._sender.delta(captured)
         self.last_delta_size = delta.size()
@@ -142,7 +153,9 @@ class CoreRunner:
     async def _spawn(self) -> Process:
         """A new worker that has said READY, or ``CoreWorkerStartError`` naming what failed."""
         try:
-            proc = await anyio.open_process(list(self.command), stderr=None)  # its errors: our stderr
+            proc = await anyio.open_process(
+                list(self.command), stderr=None
+            )  # its errors: our stderr
         except OSError as exc:
             raise CoreWorkerStartError(f"{self.command[0]}: {exc}") from exc
         try:

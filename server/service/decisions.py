@@ -33,7 +33,9 @@ DECISION_BUFFER = 10_000
 # decisions carry (annotations, commands); a single larger decision goes alone.
 DECISION_BATCH = 1_000
 DECISION_BATCH_BYTES = 1 << 20
-WATCH_BUFFER = 10_000  # a burst of 2,000 gangs makes ~8,000 events; falling behind costs a full re-list
+WATCH_BUFFER = (
+    10_000  # a burst of 2,000 gangs makes ~8,000 events; falling behind costs a full re-list
+)
 RECENT_OUTCOMES = 10_000  # a cache: older outcomes are read from the store
 
 
@@ -100,8 +102,16 @@ class DecisionLog:
 
     # --- issuing ---------------------------------------------------------------------------------
 
-    def issue(self, backend: str, cycle_id: int, task_id: str, *, bind: pb.BindDecision | None = None,
-              evict: pb.EvictDecision | None = None, now: float | None = None) -> pb.Decision:
+    def issue(
+        self,
+        backend: str,
+        cycle_id: int,
+        task_id: str,
+        *,
+        bind: pb.BindDecision | None = None,
+        evict: pb.EvictDecision | None = None,
+        now: float | None = None,
+    ) -> pb.Decision:
         now = time.time() if now is None else now
         decision_id = self.next_id
         self.next_id += 1
@@ -118,7 +128,9 @@ class DecisionLog:
         kind = "bind" if bind is not None else "evict"
         if self.observer is not None:
             self.observer.on_issue(decision, kind)
-        row = DecisionRow(decision_id, backend, cycle_id, task_id, kind, b"", "pending", "", deadline)
+        row = DecisionRow(
+            decision_id, backend, cycle_id, task_id, kind, b"", "pending", "", deadline
+        )
         self.pending[decision_id] = PendingDecision(row, decision)
         self.dirty[decision_id] = row
         for sub in list(self._subscribers.get(backend, ())):
@@ -153,7 +165,9 @@ class DecisionLog:
             decision = pb.Decision.FromString(row.payload)
             if row.kind == "bind":
                 row.deadline = now + self.bind_timeout
-                decision.deadline.FromNanoseconds(int(row.deadline * 1e9))  # convert.timestamp, in place
+                decision.deadline.FromNanoseconds(
+                    int(row.deadline * 1e9)
+                )  # convert.timestamp, in place
                 self.dirty[row.id] = row
             self.pending[row.id] = PendingDecision(row, decision)
 
@@ -177,10 +191,16 @@ class DecisionLog:
     def subscribe(self, backend: str, after_id: int) -> Subscriber[pb.Decision]:
         """A new feed subscriber, pre-loaded with the backend's unacked decisions with id > after_id."""
         backlog = sorted(
-            (p.decision for p in self.pending.values() if p.row.backend == backend and p.row.id > after_id),
+            (
+                p.decision
+                for p in self.pending.values()
+                if p.row.backend == backend and p.row.id > after_id
+            ),
             key=lambda d: d.id,
         )
-        sub: Subscriber[pb.Decision] = Subscriber.open(max(DECISION_BUFFER, len(backlog) + DECISION_BUFFER))
+        sub: Subscriber[pb.Decision] = Subscriber.open(
+            max(DECISION_BUFFER, len(backlog) + DECISION_BUFFER)
+        )
         for decision in backlog:
             sub.offer(decision)
         self._subscribers.setdefault(backend, set()).add(sub)

@@ -25,7 +25,9 @@ from server.service.state import ON_BACKEND, ClusterState
 log = structlog.get_logger("muster.ingest")
 
 
-def register_backend(state: ClusterState, req: pb.RegisterBackendRequest) -> pb.RegisterBackendResponse:
+def register_backend(
+    state: ClusterState, req: pb.RegisterBackendRequest
+) -> pb.RegisterBackendResponse:
     validate.check_name("name", req.name, "backend name")
     if not req.kind:
         raise invalid("kind: must not be empty (fake-agent | slurm | kubernetes)")
@@ -37,7 +39,9 @@ def register_backend(state: ClusterState, req: pb.RegisterBackendRequest) -> pb.
     else:
         rec.kind, rec.labels = req.kind, dict(req.labels)
     state.changes.backends.add(req.name)
-    return pb.RegisterBackendResponse(name=req.name, server_id=state.server_id, last_decision_id=rec.last_decision_id)
+    return pb.RegisterBackendResponse(
+        name=req.name, server_id=state.server_id, last_decision_id=rec.last_decision_id
+    )
 
 
 def require_backend(state: ClusterState, name: str, path: str = "backend") -> BackendRecord:
@@ -45,7 +49,9 @@ def require_backend(state: ClusterState, name: str, path: str = "backend") -> Ba
         raise invalid(f"{path}: must not be empty")
     rec = state.backends.get(name)
     if rec is None:
-        raise precondition(f"{path}: backend {name!r} is not registered; call RegisterBackend first")
+        raise precondition(
+            f"{path}: backend {name!r} is not registered; call RegisterBackend first"
+        )
     return rec
 
 
@@ -67,7 +73,9 @@ def sync_snapshot(state: ClusterState, req: pb.SyncSnapshotRequest) -> pb.SyncSn
         if node.name in new_nodes:
             raise invalid(f"{path}.name: duplicate node {node.name!r}")
         if node.backend and node.backend != backend:
-            raise invalid(f"{path}.backend: {node.backend!r} differs from the request's backend {backend!r}")
+            raise invalid(
+                f"{path}.backend: {node.backend!r} differs from the request's backend {backend!r}"
+            )
         _check_node_owner(state, f"{path}.name", node.name, backend)
         new_nodes[node.name] = convert.node_to_model(node, backend)
     reported: dict[str, tuple[pb.BackendTask, dict[str, float]]] = {}
@@ -83,7 +91,9 @@ def sync_snapshot(state: ClusterState, req: pb.SyncSnapshotRequest) -> pb.SyncSn
         reported[task.task_id] = (task, request)
     # --- apply ---
     touched: set[str] = set()
-    for name in [n for n, e in state.nodes.items() if e.spec.backend == backend and n not in new_nodes]:
+    for name in [
+        n for n, e in state.nodes.items() if e.spec.backend == backend and n not in new_nodes
+    ]:
         touched |= state.remove_node(name, f"node {name} no longer reported by backend {backend}")
     for node in req.nodes:
         state.nodes[node.name] = NodeEntry(_with_backend(node, backend), new_nodes[node.name])
@@ -124,7 +134,9 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
         path = f"deltas[{i}]"
         kind = delta.WhichOneof("change")
         if kind is None:
-            raise invalid(f"{path}: empty delta (set one of node_upserted, node_removed, task_status, ...)")
+            raise invalid(
+                f"{path}: empty delta (set one of node_upserted, node_removed, task_status, ...)"
+            )
         path = f"{path}.{kind}"
         if kind == "node_upserted":
             node = delta.node_upserted
@@ -134,7 +146,9 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
             parsed.append(convert.node_to_model(node, backend))
         elif kind == "node_removed":
             if delta.node_removed not in present:
-                raise not_found(f"{path}: node {delta.node_removed!r} does not exist on backend {backend!r}")
+                raise not_found(
+                    f"{path}: node {delta.node_removed!r} does not exist on backend {backend!r}"
+                )
             present.discard(delta.node_removed)
             parsed.append(None)
         elif kind == "task_status":
@@ -144,11 +158,17 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
             if upd.task_id not in state.tasks:
                 raise not_found(f"{path}.task_id: task {upd.task_id!r} does not exist")
             if upd.status not in validate.REPORTABLE_TASK_STATUSES:
-                raise invalid(f"{path}.status: a backend reports BOUND, RUNNING, SUCCEEDED or FAILED")
+                raise invalid(
+                    f"{path}.status: a backend reports BOUND, RUNNING, SUCCEEDED or FAILED"
+                )
             if upd.node and upd.node not in present:
-                raise not_found(f"{path}.node: node {upd.node!r} does not exist on backend {backend!r}")
-            if not upd.node and state.tasks[upd.task_id].node is None and upd.status in (
-                pb.TASK_STATUS_BOUND, pb.TASK_STATUS_RUNNING
+                raise not_found(
+                    f"{path}.node: node {upd.node!r} does not exist on backend {backend!r}"
+                )
+            if (
+                not upd.node
+                and state.tasks[upd.task_id].node is None
+                and upd.status in (pb.TASK_STATUS_BOUND, pb.TASK_STATUS_RUNNING)
             ):
                 raise invalid(f"{path}.node: required for a task Muster has not placed")
             parsed.append(None)
@@ -165,9 +185,13 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
             if rec is None:
                 raise not_found(f"{path}.task_id: task {chunk.task_id!r} does not exist")
             if rec.backend != backend:
-                raise not_found(f"{path}.task_id: task {chunk.task_id!r} does not run on backend {backend!r}")
+                raise not_found(
+                    f"{path}.task_id: task {chunk.task_id!r} does not run on backend {backend!r}"
+                )
             if len(chunk.data) > MAX_CHUNK:
-                raise invalid(f"{path}.data: {len(chunk.data):,} bytes exceed the limit of {MAX_CHUNK:,} per chunk")
+                raise invalid(
+                    f"{path}.data: {len(chunk.data):,} bytes exceed the limit of {MAX_CHUNK:,} per chunk"
+                )
             parsed.append(None)
         else:  # foreign_task_removed: idempotent
             if not delta.foreign_task_removed:
@@ -178,13 +202,19 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
     for delta, extra in zip(req.deltas, parsed, strict=True):
         kind = delta.WhichOneof("change")
         if kind == "node_upserted":
-            state.nodes[delta.node_upserted.name] = NodeEntry(_with_backend(delta.node_upserted, backend), extra)
+            state.nodes[delta.node_upserted.name] = NodeEntry(
+                _with_backend(delta.node_upserted, backend), extra
+            )
         elif kind == "node_removed":
-            touched |= state.remove_node(delta.node_removed, f"node {delta.node_removed} removed by {backend}")
+            touched |= state.remove_node(
+                delta.node_removed, f"node {delta.node_removed} removed by {backend}"
+            )
         elif kind == "task_status":
             upd = delta.task_status
             rec = state.tasks[upd.task_id]
-            state.report_task(rec, upd.status, upd.node or rec.node, backend, upd.message, upd.exit_code)
+            state.report_task(
+                rec, upd.status, upd.node or rec.node, backend, upd.message, upd.exit_code
+            )
             touched.add(rec.job_id)
         elif kind == "foreign_task_upserted":
             _put_foreign(state, backend, delta.foreign_task_upserted, extra)
@@ -199,7 +229,9 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
     return pb.SendDeltasResponse(applied=len(req.deltas))
 
 
-def _put_foreign(state: ClusterState, backend: str, task: pb.BackendTask, request: dict[str, float]) -> None:
+def _put_foreign(
+    state: ClusterState, backend: str, task: pb.BackendTask, request: dict[str, float]
+) -> None:
     state.foreign[f"{backend}/{task.task_id}"] = ForeignTask(
         backend,
         model.TaskSpec(
@@ -246,7 +278,9 @@ def check_acks(state: ClusterState, req: pb.AckDecisionsRequest) -> list[int]:
             if ack.decision_id not in state.decisions.recent:
                 missing.append(ack.decision_id)
         elif pending.row.backend != req.backend:
-            raise not_found(f"acks[{i}].decision_id: decision {ack.decision_id} was not issued to {req.backend!r}")
+            raise not_found(
+                f"acks[{i}].decision_id: decision {ack.decision_id} was not issued to {req.backend!r}"
+            )
     return missing
 
 
@@ -264,7 +298,9 @@ def ack(
             continue
         found = outcome(a.decision_id)
         if found is None or found[0] != req.backend:
-            raise not_found(f"acks[{i}].decision_id: no decision {a.decision_id} for backend {req.backend!r}")
+            raise not_found(
+                f"acks[{i}].decision_id: no decision {a.decision_id} for backend {req.backend!r}"
+            )
     accepted = 0
     touched: dict[str, JobRecord] = {}
     for a in req.acks:
@@ -290,7 +326,9 @@ def ack(
                 rec.message = ""
                 state.changes.tasks.add(rec.uid)
             else:
-                state.to_pending(rec, f"bind rejected by {req.backend}: {a.reason or 'no reason given'}")
+                state.to_pending(
+                    rec, f"bind rejected by {req.backend}: {a.reason or 'no reason given'}"
+                )
         elif rec.status == TaskStatus.RELEASING and rec.node == node:
             state.released(rec)
         job = state.task_job[rec.uid]
@@ -311,15 +349,27 @@ def _late_bind(state: ClusterState, decision: pb.Decision) -> None:
             decision.backend,
             decision.cycle_id,
             bind.task_id,
-            evict=pb.EvictDecision(task_id=bind.task_id, job_id=bind.job_id, node=bind.node, reason="bind-expired"),
+            evict=pb.EvictDecision(
+                task_id=bind.task_id, job_id=bind.job_id, node=bind.node, reason="bind-expired"
+            ),
         )
-        log.info("decision.late_ack", decision_id=decision.id, backend=decision.backend, task=bind.task_id)
+        log.info(
+            "decision.late_ack",
+            decision_id=decision.id,
+            backend=decision.backend,
+            task=bind.task_id,
+        )
         return
     if rec.node == bind.node and rec.status in OCCUPYING:
         return  # already re-placed on that very node
     job = state.task_job[rec.uid]
     node = state.nodes.get(bind.node)
-    if rec.status == TaskStatus.PENDING and job.active and node is not None and node.spec.backend == decision.backend:
+    if (
+        rec.status == TaskStatus.PENDING
+        and job.active
+        and node is not None
+        and node.spec.backend == decision.backend
+    ):
         rec.status = TaskStatus.BOUND
         rec.node = bind.node
         rec.backend = decision.backend
@@ -332,7 +382,9 @@ def _late_bind(state: ClusterState, decision: pb.Decision) -> None:
             decision.backend,
             decision.cycle_id,
             rec.uid,
-            evict=pb.EvictDecision(task_id=rec.uid, job_id=rec.job_id, node=bind.node, reason="bind-expired"),
+            evict=pb.EvictDecision(
+                task_id=rec.uid, job_id=rec.job_id, node=bind.node, reason="bind-expired"
+            ),
         )
     log.info("decision.late_ack", decision_id=decision.id, backend=decision.backend, task=rec.uid)
 
@@ -344,8 +396,14 @@ def expire(state: ClusterState, now: float | None = None) -> int:
     for p in expired:
         state.decisions.settle(p.row.id, "expired", "no ack before the deadline")
         rec = state.tasks.get(p.row.task_id)
-        if rec is not None and rec.status == TaskStatus.BINDING and rec.node == p.decision.bind.node:
-            state.to_pending(rec, f"bind expired: {p.row.backend} did not ack decision {p.row.id} in time")
+        if (
+            rec is not None
+            and rec.status == TaskStatus.BINDING
+            and rec.node == p.decision.bind.node
+        ):
+            state.to_pending(
+                rec, f"bind expired: {p.row.backend} did not ack decision {p.row.id} in time"
+            )
             state.after_task_change(state.task_job[rec.uid])
     if expired:
         log.info("decisions.expired", count=len(expired))

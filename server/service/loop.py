@@ -40,7 +40,9 @@ class ConfigManager:
     A new config is validated when it arrives and swapped in at the start of the next cycle.
     """
 
-    def __init__(self, path: str | None = None, stored_yaml: str | None = None, generation: int = 0) -> None:
+    def __init__(
+        self, path: str | None = None, stored_yaml: str | None = None, generation: int = 0
+    ) -> None:
         self.path = Path(path) if path else None
         self._mtime: float | None = None
         self.generation = generation
@@ -96,8 +98,17 @@ class ConfigManager:
             text = self.path.read_text()
             config = load_config(text)
         except Exception as exc:  # anything: see above
-            reason = str(exc) if isinstance(exc, OSError | ConfigError) else f"{type(exc).__name__}: {exc}"
-            log.error("config.reload_failed", path=str(self.path), error=reason[:2000], generation=self.generation)
+            reason = (
+                str(exc)
+                if isinstance(exc, OSError | ConfigError)
+                else f"{type(exc).__name__}: {exc}"
+            )
+            log.error(
+                "config.reload_failed",
+                path=str(self.path),
+                error=reason[:2000],
+                generation=self.generation,
+            )
             return False
         self._set(config, text)
         log.info("config.reloaded", path=str(self.path), generation=self.generation)
@@ -169,7 +180,9 @@ class CycleLoop:
                     self._last_start = time.monotonic()
                     await self.run_once()
         except* StateFileLost:
-            log.error("cycle.stopped", reason="the state file is gone: no more cycles until a restart")
+            log.error(
+                "cycle.stopped", reason="the state file is gone: no more cycles until a restart"
+            )
         finally:
             await self.runner.aclose()  # the core's worker process goes with the loop
 
@@ -198,7 +211,9 @@ class CycleLoop:
         try:
             result = await self.runner.run(self.core, captured, prepared=obs.snapshot_done)
             obs.core_done()
-        except Exception as exc:  # a broken cycle must not take the server down; the next one retries
+        except (
+            Exception
+        ) as exc:  # a broken cycle must not take the server down; the next one retries
             obs.fail(exc)
             self.failures += 1
             log.exception("cycle.failed", cycle=captured.cycle_id)
@@ -206,7 +221,13 @@ class CycleLoop:
             self._finish_cycle()
             return
         for job_id, why in result.quarantined.items():  # the cycle ran without them
-            log.error("job.quarantined", cycle=captured.cycle_id, job=job_id, reason="CycleFailed", error=why)
+            log.error(
+                "job.quarantined",
+                cycle=captured.cycle_id,
+                job=job_id,
+                reason="CycleFailed",
+                error=why,
+            )
         with obs.applying():  # decisions issued here carry the cycle's trace context
             stats = await apply_result(self.state, captured, result, after_part=self._flush)
         await self._flush()
@@ -218,8 +239,12 @@ class CycleLoop:
         )
         self.last_cycle_seconds = time.perf_counter() - started
         if self.history is not None:
-            self.history.record(self.state, result, self.last_cycle_seconds, stats.binds, stats.evictions)
-        event = "cycle.done" if stats.binds or stats.evictions or stats.dropped_binds else "cycle.idle"
+            self.history.record(
+                self.state, result, self.last_cycle_seconds, stats.binds, stats.evictions
+            )
+        event = (
+            "cycle.done" if stats.binds or stats.evictions or stats.dropped_binds else "cycle.idle"
+        )
         logger = log.info if event == "cycle.done" else log.debug
         logger(
             event,
@@ -254,5 +279,3 @@ class CycleLoop:
         target = self.cycles + count
         while self.cycles < target:
             await self._cycle_done.wait()
-
-

@@ -55,29 +55,58 @@ def listen_address(text: str) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="muster-server", description="Muster batch / gang scheduler (gRPC)")
-    p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT to serve on (port 0: any free port)")
-    p.add_argument("--tls-cert", default=os.environ.get("MUSTER_TLS_CERT"), help="serve TLS with this PEM certificate chain")
-    p.add_argument("--tls-key", default=os.environ.get("MUSTER_TLS_KEY"), help="its PEM private key")
-    p.add_argument("--tls-client-ca", default=os.environ.get("MUSTER_TLS_CLIENT_CA"),
-                   help="require client certificates signed by this CA (mutual TLS)")
-    p.add_argument("--auth-policy", default=os.environ.get("MUSTER_AUTH_POLICY"),
-                   help="tokens and per-verb/per-queue rules (YAML, hot reloaded; docs/security.md)")
-    p.add_argument("--insecure", action="store_true",
-                   help="allow plaintext on a non-loopback --listen address (loopback is plaintext by default)")
-    p.add_argument("--config", default=None, help="Volcano-format scheduler config file (hot reloaded)")
+    p = argparse.ArgumentParser(
+        prog="muster-server", description="Muster batch / gang scheduler (gRPC)"
+    )
+    p.add_argument(
+        "--listen", default="127.0.0.1:50051", help="HOST:PORT to serve on (port 0: any free port)"
+    )
+    p.add_argument(
+        "--tls-cert",
+        default=os.environ.get("MUSTER_TLS_CERT"),
+        help="serve TLS with this PEM certificate chain",
+    )
+    p.add_argument(
+        "--tls-key", default=os.environ.get("MUSTER_TLS_KEY"), help="its PEM private key"
+    )
+    p.add_argument(
+        "--tls-client-ca",
+        default=os.environ.get("MUSTER_TLS_CLIENT_CA"),
+        help="require client certificates signed by this CA (mutual TLS)",
+    )
+    p.add_argument(
+        "--auth-policy",
+        default=os.environ.get("MUSTER_AUTH_POLICY"),
+        help="tokens and per-verb/per-queue rules (YAML, hot reloaded; docs/security.md)",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow plaintext on a non-loopback --listen address (loopback is plaintext by default)",
+    )
+    p.add_argument(
+        "--config", default=None, help="Volcano-format scheduler config file (hot reloaded)"
+    )
     p.add_argument("--state", default="./var/muster.db", help="SQLite state file")
-    p.add_argument("--cycle-period", type=positive_float, default=1.0, help="seconds between cycles")
-    p.add_argument("--min-cycle-interval", type=float, default=0.05,
-                   help="at least this many seconds from one cycle's start to the next: a burst of "
-                        "submissions and deltas coalesces into one cycle (default 0.05)")
+    p.add_argument(
+        "--cycle-period", type=positive_float, default=1.0, help="seconds between cycles"
+    )
+    p.add_argument(
+        "--min-cycle-interval",
+        type=float,
+        default=0.05,
+        help="at least this many seconds from one cycle's start to the next: a burst of "
+        "submissions and deltas coalesces into one cycle (default 0.05)",
+    )
     p.add_argument(
         "--cycle-worker",
         choices=("process", "thread"),
         default="process",
         help="run the scheduling core in a worker process (default: the API never waits on it) or a thread",
     )
-    p.add_argument("--bind-timeout", type=positive_float, default=30.0, help="seconds to ack a bind")
+    p.add_argument(
+        "--bind-timeout", type=positive_float, default=30.0, help="seconds to ack a bind"
+    )
     p.add_argument(
         "--job-retention",
         type=positive_float,
@@ -91,10 +120,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="export traces over OTLP/gRPC to HOST:PORT (e.g. Jaeger's 4317); also OTEL_EXPORTER_OTLP_ENDPOINT",
     )
-    p.add_argument("--metrics-listen", default=None, type=listen_address, help="serve Prometheus /metrics on HOST:PORT")
-    p.add_argument("--dashboard-listen", default=os.environ.get("MUSTER_DASHBOARD_LISTEN"), type=listen_address,
-                   help="serve the web dashboard on HOST:PORT (off by default; same tokens as the API; HTTPS with "
-                        "--tls-cert, plain HTTP off loopback only with --insecure)")
+    p.add_argument(
+        "--metrics-listen",
+        default=None,
+        type=listen_address,
+        help="serve Prometheus /metrics on HOST:PORT",
+    )
+    p.add_argument(
+        "--dashboard-listen",
+        default=os.environ.get("MUSTER_DASHBOARD_LISTEN"),
+        type=listen_address,
+        help="serve the web dashboard on HOST:PORT (off by default; same tokens as the API; HTTPS with "
+        "--tls-cert, plain HTTP off loopback only with --insecure)",
+    )
     return p.parse_args(argv)
 
 
@@ -105,7 +143,9 @@ async def serve(options: ServerOptions) -> None:
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for signum in signals:
-                    structlog.get_logger("muster.server").info("server.signal", signal=signal.Signals(signum).name)
+                    structlog.get_logger("muster.server").info(
+                        "server.signal", signal=signal.Signals(signum).name
+                    )
                     server.request_stop()
                     return
 
@@ -149,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"muster-server: --auth-policy {args.auth_policy}: {exc}\n")
             return 2
     if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_client_ca and not args.tls_cert):
-        sys.stderr.write("muster-server: --tls-cert and --tls-key go together; --tls-client-ca needs them\n")
+        sys.stderr.write(
+            "muster-server: --tls-cert and --tls-key go together; --tls-client-ca needs them\n"
+        )
         return 2
     try:
         tracing_settings(args.otlp_endpoint, "muster-server")
@@ -166,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         anyio.run(serve, options, backend="asyncio")
     except KeyboardInterrupt:
         return 0
-    except BaseException as exc:  # often wrapped in task groups' exception groups: report each cause
+    except (
+        BaseException
+    ) as exc:  # often wrapped in task groups' exception groups: report each cause
         return report_failure(exc)
     return 0
 

@@ -43,7 +43,9 @@ log = structlog.get_logger("muster.service")
 
 R = TypeVar("R")
 
-STATUS_CODES: dict[ErrorCode, grpc.StatusCode] = {code: grpc.StatusCode[code.name] for code in ErrorCode}
+STATUS_CODES: dict[ErrorCode, grpc.StatusCode] = {
+    code: grpc.StatusCode[code.name] for code in ErrorCode
+}
 
 
 def _job_queue(state: ClusterState, job_id: str) -> str:
@@ -54,22 +56,53 @@ def _job_queue(state: ClusterState, job_id: str) -> str:
 # What each RPC needs under an auth policy (server/service/auth.py): its verb, and for submit / cancel the
 # queue it acts on. One table, so a new RPC without an entry fails the test that checks them all.
 RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str | list[str]] | None]] = {
-    **{name: ("backend", None) for name in
-       ("RegisterBackend", "SyncSnapshot", "SendDeltas", "StreamDecisions", "StreamDecisionBatches",
-        "AckDecisions")},
+    **{
+        name: ("backend", None)
+        for name in (
+            "RegisterBackend",
+            "SyncSnapshot",
+            "SendDeltas",
+            "StreamDecisions",
+            "StreamDecisionBatches",
+            "AckDecisions",
+        )
+    },
     "SubmitJob": ("submit", lambda state, req: req.job.queue or "default"),
     "SubmitJobs": ("submit", lambda state, req: sorted({j.queue or "default" for j in req.jobs})),
     "CancelJob": ("cancel", lambda state, req: _job_queue(state, req.id)),
-    **{name: ("read", None) for name in
-       ("GetJob", "ListJobs", "WatchJobs", "Explain", "ListQueues", "ListNodes", "GetConfig", "Simulate",
-        "GetTaskLogs")},
+    **{
+        name: ("read", None)
+        for name in (
+            "GetJob",
+            "ListJobs",
+            "WatchJobs",
+            "Explain",
+            "ListQueues",
+            "ListNodes",
+            "GetConfig",
+            "Simulate",
+            "GetTaskLogs",
+        )
+    },
     **{name: ("manage-queues", None) for name in ("CreateQueue", "UpdateQueue", "DeleteQueue")},
     "UpdateConfig": ("configure", None),
 }
 # Calls that change state: each gets an audit line (who, what, result).
-AUDITED = frozenset({"RegisterBackend", "SyncSnapshot", "SendDeltas", "AckDecisions", "SubmitJob", "SubmitJobs",
-                     "CancelJob",
-                     "CreateQueue", "UpdateQueue", "DeleteQueue", "UpdateConfig"})
+AUDITED = frozenset(
+    {
+        "RegisterBackend",
+        "SyncSnapshot",
+        "SendDeltas",
+        "AckDecisions",
+        "SubmitJob",
+        "SubmitJobs",
+        "CancelJob",
+        "CreateQueue",
+        "UpdateQueue",
+        "DeleteQueue",
+        "UpdateConfig",
+    }
+)
 
 
 # Simulate runs at most this many cycles (a scenario's config.cycles is bounded alike).
@@ -82,7 +115,9 @@ REFUSALS = frozenset({ErrorCode.UNAUTHENTICATED, ErrorCode.PERMISSION_DENIED})
 JOB_READS = frozenset({"GetJob", "Explain", "GetTaskLogs"})
 
 # Who makes the current call (each RPC runs in its own task, so its own context).
-CALLER: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("muster_caller", default=None)
+CALLER: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
+    "muster_caller", default=None
+)
 # Without an auth policy a client may say who it is (unverified; the CLI sends $USER).
 USER_CLAIM = "x-muster-user"
 
@@ -93,7 +128,9 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     name = handler.__name__
 
     @functools.wraps(handler)
-    async def wrapper(self: SchedulerService, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> R:
+    async def wrapper(
+        self: SchedulerService, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> R:
         who = self.peer_name(context)
         try:
             principal = self.identify(name, context)
@@ -114,7 +151,9 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             raise
         except Exception as exc:
             log.exception("rpc.failed", rpc=handler.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+            )
         raise AssertionError("unreachable")  # abort() always raises
 
     return wrapper
@@ -122,8 +161,14 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
 
 class SchedulerService(pb_grpc.SchedulerServicer):
     def __init__(
-        self, state: ClusterState, writer: StoreWriter, loop: CycleLoop, configs: ConfigManager,
-        *, bind_backends: bool = False, policy: Policy | None = None,
+        self,
+        state: ClusterState,
+        writer: StoreWriter,
+        loop: CycleLoop,
+        configs: ConfigManager,
+        *,
+        bind_backends: bool = False,
+        policy: Policy | None = None,
     ) -> None:
         self.state = state
         self.writer = writer
@@ -198,8 +243,11 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             return
         queues = queue_of(self.state, request) if queue_of is not None else ""
         for queue in [queues] if isinstance(queues, str) else queues:
-            if verb == "cancel" and self._owner_of(request.id) == who.user \
-                    and self.policy.allows(who, "cancel-own", queue):
+            if (
+                verb == "cancel"
+                and self._owner_of(request.id) == who.user
+                and self.policy.allows(who, "cancel-own", queue)
+            ):
                 continue
             if not self.policy.allows(who, verb, queue):
                 where = f" in queue {queue!r}" if queue_of is not None else ""
@@ -216,7 +264,9 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         field = "name" if rpc == "RegisterBackend" else "backend"
         if who.backend:  # a backend certificate: that backend, and no other
             if backend != who.backend:
-                raise denied(f"{field}: this certificate is for backend {who.backend!r}, not for backend {backend!r}")
+                raise denied(
+                    f"{field}: this certificate is for backend {who.backend!r}, not for backend {backend!r}"
+                )
             return
         if not self.policy.allows(who, "backend"):
             raise denied(f"user {who.name!r} may not backend")
@@ -238,7 +288,9 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         readable = self.policy.readable_queues(who)
         return None if readable is None else queries.ReadScope(readable, who.user)
 
-    def _as_backend(self, context: grpc.aio.ServicerContext[Any, Any], backend: str, field: str) -> None:
+    def _as_backend(
+        self, context: grpc.aio.ServicerContext[Any, Any], backend: str, field: str
+    ) -> None:
         """Without an auth policy, mutual TLS still binds a backend to its certificate's CN (with
         one, ``authorize`` decides from the policy's certificate mapping)."""
         if not self.bind_backends or self.policy is not None:
@@ -262,7 +314,9 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     # --- backends ----------------------------------------------------------------------------
 
     @unary
-    async def RegisterBackend(self, request: pb.RegisterBackendRequest, context: Any) -> pb.RegisterBackendResponse:
+    async def RegisterBackend(
+        self, request: pb.RegisterBackendRequest, context: Any
+    ) -> pb.RegisterBackendResponse:
         self._as_backend(context, request.name, "name")
         resp = ingest.register_backend(self.state, request)
         await self._persist()
@@ -270,14 +324,18 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         return resp
 
     @unary
-    async def SyncSnapshot(self, request: pb.SyncSnapshotRequest, context: Any) -> pb.SyncSnapshotResponse:
+    async def SyncSnapshot(
+        self, request: pb.SyncSnapshotRequest, context: Any
+    ) -> pb.SyncSnapshotResponse:
         self._as_backend(context, request.backend, "backend")
         resp = ingest.sync_snapshot(self.state, request)
         await self._persist()
         return resp
 
     @unary
-    async def SendDeltas(self, request: pb.SendDeltasRequest, context: Any) -> pb.SendDeltasResponse:
+    async def SendDeltas(
+        self, request: pb.SendDeltasRequest, context: Any
+    ) -> pb.SendDeltasResponse:
         self._as_backend(context, request.backend, "backend")
         resp = ingest.send_deltas(self.state, request)
         await self._persist()
@@ -294,12 +352,21 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     ) -> AsyncIterator[pb.DecisionBatch]:
         # One message per burst: streaming costs the server (and the backend) per message, and a
         # cycle issues thousands of binds at once.
-        async for batch in self._decision_feed("StreamDecisionBatches", request, context,
-                                               request.max_batch or DECISION_BATCH, DECISION_BATCH_BYTES):
+        async for batch in self._decision_feed(
+            "StreamDecisionBatches",
+            request,
+            context,
+            request.max_batch or DECISION_BATCH,
+            DECISION_BATCH_BYTES,
+        ):
             yield pb.DecisionBatch(decisions=batch)
 
     async def _decision_feed(
-        self, rpc: str, request: pb.StreamDecisionsRequest, context: grpc.aio.ServicerContext[Any, Any], max_batch: int,
+        self,
+        rpc: str,
+        request: pb.StreamDecisionsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+        max_batch: int,
         max_bytes: int,
     ) -> AsyncIterator[list[pb.Decision]]:
         """A backend's decision feed: what is queued for it, up to ``max_batch`` decisions and about
@@ -314,8 +381,12 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             ingest.check_stream(self.state, request)
             # With identities (a policy, or mutual TLS) a backend has one feed: a second would
             # split its decisions between two readers.
-            if (self.bind_backends or self.policy is not None) and self._streams.get(request.backend):
-                raise precondition(f"backend: {request.backend!r} already has a live decision stream")
+            if (self.bind_backends or self.policy is not None) and self._streams.get(
+                request.backend
+            ):
+                raise precondition(
+                    f"backend: {request.backend!r} already has a live decision stream"
+                )
         except DomainError as exc:
             audit(who, rpc, STATUS_CODES[exc.code].name, exc.message)
             await context.abort(STATUS_CODES[exc.code], exc.message)
@@ -323,7 +394,12 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         if self._closing.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down")
         sub = self.state.decisions.subscribe(request.backend, request.after_decision_id)
-        log.info("decisions.subscribed", backend=request.backend, after=request.after_decision_id, rpc=rpc)
+        log.info(
+            "decisions.subscribed",
+            backend=request.backend,
+            after=request.after_decision_id,
+            rpc=rpc,
+        )
         self._streams[request.backend] = self._streams.get(request.backend, 0) + 1
         try:
             async for decision in sub.receive:
@@ -347,11 +423,14 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             log.info("decisions.unsubscribed", backend=request.backend, dropped=sub.dropped)
         if sub.dropped:
             await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, "decision feed fell behind; reconnect to receive the backlog"
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "decision feed fell behind; reconnect to receive the backlog",
             )
 
     @unary
-    async def AckDecisions(self, request: pb.AckDecisionsRequest, context: Any) -> pb.AckDecisionsResponse:
+    async def AckDecisions(
+        self, request: pb.AckDecisionsRequest, context: Any
+    ) -> pb.AckDecisionsResponse:
         self._as_backend(context, request.backend, "backend")
         missing = ingest.check_acks(self.state, request)
         # Decisions settled long ago are only in the store. Meanwhile pending ones may settle in
@@ -372,7 +451,9 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         return pb.SubmitJobResponse(job=job, created=created)
 
     @unary
-    async def SubmitJobs(self, request: pb.SubmitJobsRequest, context: Any) -> pb.SubmitJobsResponse:
+    async def SubmitJobs(
+        self, request: pb.SubmitJobsRequest, context: Any
+    ) -> pb.SubmitJobsResponse:
         owner = self.owner(context)
         # Validating and building the jobs reads no state: a worker thread does it, so a big batch
         # does not hold the event loop (GetJob and the streams go on). Checking them against the
@@ -380,10 +461,14 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         prepared = await anyio.to_thread.run_sync(commands.prepare_jobs, request.jobs, owner)
         results = commands.commit_jobs(self.state, prepared)
         await self._persist()
-        return pb.SubmitJobsResponse(results=[pb.SubmitJobResponse(job=j, created=c) for j, c in results])
+        return pb.SubmitJobsResponse(
+            results=[pb.SubmitJobResponse(job=j, created=c) for j, c in results]
+        )
 
     @unary
-    async def GetTaskLogs(self, request: pb.GetTaskLogsRequest, context: Any) -> pb.GetTaskLogsResponse:
+    async def GetTaskLogs(
+        self, request: pb.GetTaskLogsRequest, context: Any
+    ) -> pb.GetTaskLogsResponse:
         return queries.get_task_logs(self.state, request)
 
     @unary
@@ -430,7 +515,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             self.state.watch.unsubscribe(sub)
         if sub.dropped:
             await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, "watch fell behind; watch again with send_initial"
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "watch fell behind; watch again with send_initial",
             )
 
     @unary
@@ -456,13 +542,17 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         return q
 
     @unary
-    async def DeleteQueue(self, request: pb.DeleteQueueRequest, context: Any) -> pb.DeleteQueueResponse:
+    async def DeleteQueue(
+        self, request: pb.DeleteQueueRequest, context: Any
+    ) -> pb.DeleteQueueResponse:
         commands.delete_queue(self.state, request.name)
         await self._persist()
         return pb.DeleteQueueResponse()
 
     @unary
-    async def ListQueues(self, request: pb.ListQueuesRequest, context: Any) -> pb.ListQueuesResponse:
+    async def ListQueues(
+        self, request: pb.ListQueuesRequest, context: Any
+    ) -> pb.ListQueuesResponse:
         return queries.list_queues(self.state)
 
     # --- cluster and configuration -----------------------------------------------------------
@@ -476,7 +566,9 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         return pb.SchedulerConfig(yaml=self.configs.yaml, generation=self.configs.generation)
 
     @unary
-    async def UpdateConfig(self, request: pb.UpdateConfigRequest, context: Any) -> pb.SchedulerConfig:
+    async def UpdateConfig(
+        self, request: pb.UpdateConfigRequest, context: Any
+    ) -> pb.SchedulerConfig:
         config = await anyio.to_thread.run_sync(self.configs.parse, request.yaml)
         self.configs.apply(config, request.yaml)
         self.state.set_meta("config_yaml", self.configs.yaml)
@@ -493,7 +585,9 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         if not 0 <= request.cycles <= MAX_SIMULATED_CYCLES:
             raise invalid(f"cycles: {request.cycles} is not between 0 and {MAX_SIMULATED_CYCLES}")
         try:
-            result = await anyio.to_thread.run_sync(simulate_text, request.scenario, request.cycles or None)
+            result = await anyio.to_thread.run_sync(
+                simulate_text, request.scenario, request.cycles or None
+            )
         except ScenarioError as exc:
             raise invalid("\n".join(exc.problems)) from None
         return pb.SimulateResponse(result_json=json.dumps(result, default=str))

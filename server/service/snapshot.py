@@ -29,27 +29,45 @@ class Capture:
     nodes: list[model.NodeSpec]
     queues: list[model.QueueSpec]
     # (record, phase, per task (status, node, device ids), Leader restarts) at capture time
-    jobs: list[tuple[JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int]]
+    jobs: list[
+        tuple[JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int]
+    ]
     foreign: list[model.TaskSpec]
     priority_classes: dict[str, model.PriorityClass]
 
     @cached_property
-    def by_job(self) -> dict[str, tuple[JobRecord, list[tuple[TaskStatus, str | None, tuple[str, ...]]]]]:
+    def by_job(
+        self,
+    ) -> dict[str, tuple[JobRecord, list[tuple[TaskStatus, str | None, tuple[str, ...]]]]]:
         """Job id -> (record, per-task state) at capture time; built once (apply asks per chunk)."""
         return {rec.id: (rec, states) for rec, _, states, _ in self.jobs}
 
     def materialize(self) -> model.ClusterSnapshot:
         return materialize(
-            self.nodes, self.queues, (_job_state(entry) for entry in self.jobs), self.foreign, self.priority_classes
+            self.nodes,
+            self.queues,
+            (_job_state(entry) for entry in self.jobs),
+            self.foreign,
+            self.priority_classes,
         )
 
 
 # A job as a cycle sees it: template, phase, per task (status, node, device ids), Leader restarts,
 # submit time.
-JobState = tuple[model.JobSpec, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int, float | None]
+JobState = tuple[
+    model.JobSpec,
+    PodGroupPhase,
+    list[tuple[TaskStatus, str | None, tuple[str, ...]]],
+    int,
+    float | None,
+]
 
 
-def _job_state(entry: tuple[JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int]) -> JobState:
+def _job_state(
+    entry: tuple[
+        JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int
+    ],
+) -> JobState:
     rec, phase, states, restarts = entry
     return rec.template, phase, states, restarts, rec.status.submit_time or None
 
@@ -62,7 +80,13 @@ def materialize(
     priority_classes: dict[str, model.PriorityClass],
 ) -> model.ClusterSnapshot:
     """Deep copies: the server's records go on changing while a cycle runs on them."""
-    return _snapshot([_copy_node(n) for n in nodes], queues, [_copy_job(j) for j in jobs], foreign, priority_classes)
+    return _snapshot(
+        [_copy_node(n) for n in nodes],
+        queues,
+        [_copy_job(j) for j in jobs],
+        foreign,
+        priority_classes,
+    )
 
 
 def _snapshot(
@@ -77,8 +101,10 @@ def _snapshot(
         queues=[_copy_queue(q) for q in queues],
         jobs=jobs,
         foreign_tasks=[_copy_task(t, t.status, t.node, tuple(t.devices)) for t in foreign],
-        priority_classes={k: model.PriorityClass(v.name, v.value, v.preemption_policy, v.global_default)
-                          for k, v in priority_classes.items()},
+        priority_classes={
+            k: model.PriorityClass(v.name, v.value, v.preemption_policy, v.global_default)
+            for k, v in priority_classes.items()
+        },
     )
 
 
@@ -110,7 +136,9 @@ def _copy_job(job: JobState) -> model.JobSpec:
     )
 
 
-def _copy_task(t: model.TaskSpec, status: TaskStatus, node: str | None, devices: tuple[str, ...]) -> model.TaskSpec:
+def _copy_task(
+    t: model.TaskSpec, status: TaskStatus, node: str | None, devices: tuple[str, ...]
+) -> model.TaskSpec:
     return model.TaskSpec(
         uid=t.uid,
         name=t.name,
@@ -186,12 +214,23 @@ def capture(state: ClusterState) -> Capture:
     for rec in state.jobs.values():
         if rec.active and not rec.status.quarantined:
             if not rec.checked_template()[1]:
-                jobs.append((rec, rec.status.sched_phase, [(t.status, t.node, tuple(t.devices)) for t in rec.tasks],
-                             rec.status.leader_restarts))
+                jobs.append(
+                    (
+                        rec,
+                        rec.status.sched_phase,
+                        [(t.status, t.node, tuple(t.devices)) for t in rec.tasks],
+                        rec.status.leader_restarts,
+                    )
+                )
                 continue
             # A spec stored by an earlier version that today's bounds refuse: never scheduled.
-            state.quarantine(rec, "InvalidSpec", f"left out of scheduling: {rec.refusal} (stored by an earlier "
-                             "version; refused today); it stays out until it is cancelled", cycle_id)
+            state.quarantine(
+                rec,
+                "InvalidSpec",
+                f"left out of scheduling: {rec.refusal} (stored by an earlier "
+                "version; refused today); it stays out until it is cancelled",
+                cycle_id,
+            )
         # Quarantined jobs and jobs that are over hold the nodes their tasks are on, like foreign work.
         if any(t.node and t.status in OCCUPYING for t in rec.tasks):
             leftovers += [
@@ -231,8 +270,20 @@ class CaptureDelta:
 
     def empty(self) -> bool:
         """Nothing changed since the capture the worker last saw."""
-        return not self.full and not self.nodes and not self.jobs and all(
-            x is None for x in (self.node_order, self.queues, self.job_order, self.foreign, self.priority_classes)
+        return (
+            not self.full
+            and not self.nodes
+            and not self.jobs
+            and all(
+                x is None
+                for x in (
+                    self.node_order,
+                    self.queues,
+                    self.job_order,
+                    self.foreign,
+                    self.priority_classes,
+                )
+            )
         )
 
 
@@ -257,9 +308,15 @@ class DeltaSender:
         full = self._full
         now_nodes = {n.name: n for n in cap.nodes}
         # A backend's full sync replaces equal specs: compared by value where not the same object.
-        nodes = {name: n for name, n in now_nodes.items() if not _unchanged(self._nodes.get(name), n)}
+        nodes = {
+            name: n for name, n in now_nodes.items() if not _unchanged(self._nodes.get(name), n)
+        }
         now_jobs = {state[0].uid: state for state in map(_job_state, cap.jobs)}
-        jobs = {uid: state for uid, state in now_jobs.items() if _job_changed(self._jobs.get(uid), state)}
+        jobs = {
+            uid: state
+            for uid, state in now_jobs.items()
+            if _job_changed(self._jobs.get(uid), state)
+        }
         out = CaptureDelta(
             full=full,
             nodes=nodes,
@@ -268,7 +325,9 @@ class DeltaSender:
             jobs=jobs,
             job_order=list(now_jobs) if full or list(now_jobs) != list(self._jobs) else None,
             foreign=cap.foreign if full or cap.foreign != self._foreign else None,
-            priority_classes=cap.priority_classes if full or cap.priority_classes != self._priority_classes else None,
+            priority_classes=cap.priority_classes
+            if full or cap.priority_classes != self._priority_classes
+            else None,
         )
         self._full = False
         self._nodes, self._jobs = now_nodes, now_jobs
@@ -322,10 +381,19 @@ class ResidentState:
         job_copies: dict[str, tuple[JobState, model.JobSpec]] = {}
         for uid, job in self.jobs.items():
             seen = self._job_copies.get(uid)
-            job_copies[uid] = seen if seen is not None and not _job_changed(seen[0], job) else (job, _copy_job(job))
+            job_copies[uid] = (
+                seen
+                if seen is not None and not _job_changed(seen[0], job)
+                else (job, _copy_job(job))
+            )
         self._job_copies = job_copies
-        return _snapshot(list(self.nodes.values()), self.queues, [c for _, c in job_copies.values()],
-                         self.foreign, self.priority_classes)
+        return _snapshot(
+            list(self.nodes.values()),
+            self.queues,
+            [c for _, c in job_copies.values()],
+            self.foreign,
+            self.priority_classes,
+        )
 
 
 def _job_changed(known: JobState | None, now: JobState) -> bool:

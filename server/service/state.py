@@ -169,7 +169,11 @@ class ClusterState:
             rec = record_from_stored(job)
             self.index_job(rec)
             self.next_creation_index = max(self.next_creation_index, job.creation_index + 1)
-        ended = sorted((r.status.finish_time, r.creation_index, r.id) for r in self.jobs.values() if not r.active)
+        ended = sorted(
+            (r.status.finish_time, r.creation_index, r.id)
+            for r in self.jobs.values()
+            if not r.active
+        )
         self.finished.update((job_id, None) for _t, _i, job_id in ended)
         for b in stored.backends:
             self.backends[b.name] = b
@@ -191,8 +195,15 @@ class ClusterState:
             rec = self.jobs[job_id]
             st = rec.status
             batch.jobs[job_id] = (
-                job_id, rec.creation_index, rec.spec_bytes, st.to_json(), rec.spec.queue, rec.spec.namespace,
-                st.phase, st.finish_time, rec.spec.owner,
+                job_id,
+                rec.creation_index,
+                rec.spec_bytes,
+                st.to_json(),
+                rec.spec.queue,
+                rec.spec.namespace,
+                st.phase,
+                st.finish_time,
+                rec.spec.owner,
             )
             if not rec.active:
                 self.active_jobs.pop(job_id, None)
@@ -268,7 +279,11 @@ class ClusterState:
         if rec.id in changes.jobs or rec.id in changes.events:
             return False
         for t in rec.tasks:
-            if t.uid in changes.tasks or t.uid in busy or (t.status not in ENDED and t.status != TaskStatus.PENDING):
+            if (
+                t.uid in changes.tasks
+                or t.uid in busy
+                or (t.status not in ENDED and t.status != TaskStatus.PENDING)
+            ):
                 return False
         return True
 
@@ -328,15 +343,25 @@ class ClusterState:
     # -- task transitions (no validation: callers checked) --------------------------------------
 
     def report_task(
-        self, rec: TaskRecord, status: int, node: str | None, backend: str, message: str, exit_code: int
+        self,
+        rec: TaskRecord,
+        status: int,
+        node: str | None,
+        backend: str,
+        message: str,
+        exit_code: int,
     ) -> None:
         """A backend says where a task is and how it is doing."""
         new = TaskStatus(status)
         job = self.task_job[rec.uid]
-        if rec.status == TaskStatus.RELEASING and new not in (TaskStatus.SUCCEEDED, TaskStatus.FAILED):
+        if rec.status == TaskStatus.RELEASING and new not in (
+            TaskStatus.SUCCEEDED,
+            TaskStatus.FAILED,
+        ):
             return  # an eviction is under way; its ack settles the task
         if rec.status == TaskStatus.CANCELLED or (
-            rec.status in (TaskStatus.SUCCEEDED, TaskStatus.FAILED) and new not in (TaskStatus.SUCCEEDED, TaskStatus.FAILED)
+            rec.status in (TaskStatus.SUCCEEDED, TaskStatus.FAILED)
+            and new not in (TaskStatus.SUCCEEDED, TaskStatus.FAILED)
         ):
             return  # an ended task does not come back
         if new == TaskStatus.BOUND and rec.status not in (TaskStatus.BINDING, TaskStatus.PENDING):
@@ -352,7 +377,11 @@ class ClusterState:
         if new in (TaskStatus.SUCCEEDED, TaskStatus.FAILED):
             rec.exit_code = exit_code
         self.changes.tasks.add(rec.uid)
-        keep = job.spec.HasField("tyjob") and job.spec.tyjob.clean_pod_policy == "None" and not job.status.cancelled
+        keep = (
+            job.spec.HasField("tyjob")
+            and job.spec.tyjob.clean_pod_policy == "None"
+            and not job.status.cancelled
+        )
         if not job.active and new in PLACED and not keep:
             # Still running for a job that is over (cancelled, failed): stop it.
             self.evict(rec, "cancel" if job.status.cancelled else "job-finished", 0)
@@ -368,8 +397,16 @@ class ClusterState:
         job.status.leader_restarts += 1
         self.changes.job_modified(job.id)
         why = message or f"exit code {exit_code}"
-        log.info("tyjob.leader_restart", job=job.id, restart=job.status.leader_restarts, limit=spec.tyjob.restart_limit)
-        self.to_pending(rec, f"Leader failed ({why}); restart {job.status.leader_restarts} of {spec.tyjob.restart_limit}")
+        log.info(
+            "tyjob.leader_restart",
+            job=job.id,
+            restart=job.status.leader_restarts,
+            limit=spec.tyjob.restart_limit,
+        )
+        self.to_pending(
+            rec,
+            f"Leader failed ({why}); restart {job.status.leader_restarts} of {spec.tyjob.restart_limit}",
+        )
         return True
 
     def remove_node(self, name: str, why: str) -> set[str]:
@@ -437,7 +474,9 @@ class ClusterState:
         job.status.sched_phase = PodGroupPhase.INQUEUE
         self.changes.jobs.add(job.id)
 
-    def bind(self, job: JobRecord, rec: TaskRecord, node: str, devices: list[str], cycle_id: int) -> None:
+    def bind(
+        self, job: JobRecord, rec: TaskRecord, node: str, devices: list[str], cycle_id: int
+    ) -> None:
         """Pending -> Binding on ``node``, and the bind decision to the node's backend."""
         entry = self.nodes[node]
         rec.status = TaskStatus.BINDING
@@ -473,7 +512,9 @@ class ClusterState:
             rec.backend,
             cycle_id,
             rec.uid,
-            evict=pb.EvictDecision(task_id=rec.uid, job_id=rec.job_id, node=rec.node or "", reason=reason),
+            evict=pb.EvictDecision(
+                task_id=rec.uid, job_id=rec.job_id, node=rec.node or "", reason=reason
+            ),
         )
 
     def issue(self, backend: str, cycle_id: int, task_id: str, **action: Any) -> pb.Decision:
@@ -499,7 +540,9 @@ class ClusterState:
         succeeded, failed = counts[TaskStatus.SUCCEEDED], counts[TaskStatus.FAILED]
         placed = sum(counts[s] for s in ALLOCATED) + succeeded
         ty = job.spec.tyjob if job.spec.HasField("tyjob") else None
-        leader = next((t.status for t in job.tasks if t.role == ty.leader_role), None) if ty else None
+        leader = (
+            next((t.status for t in job.tasks if t.role == ty.leader_role), None) if ty else None
+        )
         if leader == TaskStatus.SUCCEEDED:  # TY-Arranger: the Leader's success ends the job
             phase = pb.JOB_PHASE_COMPLETED
         elif leader == TaskStatus.FAILED:  # restarts spent (restart_leader)
@@ -523,13 +566,17 @@ class ClusterState:
         if is_terminal_phase(phase):
             self.active_jobs.pop(job.id, None)
             st.finish_time = now
-            st.sched_phase = PodGroupPhase.COMPLETED if phase == pb.JOB_PHASE_COMPLETED else st.sched_phase
+            st.sched_phase = (
+                PodGroupPhase.COMPLETED if phase == pb.JOB_PHASE_COMPLETED else st.sched_phase
+            )
             # A TYJob's cleanPodPolicy None leaves its pods running; Running and All stop them.
             keep = ty is not None and ty.clean_pod_policy == "None"
             if (phase == pb.JOB_PHASE_FAILED or ty is not None) and not keep:
                 for t in job.tasks:
                     if t.status in PLACED:
-                        self.evict(t, "job-failed" if phase == pb.JOB_PHASE_FAILED else "job-finished", 0)
+                        self.evict(
+                            t, "job-failed" if phase == pb.JOB_PHASE_FAILED else "job-finished", 0
+                        )
             self.set_ended(job, ended_summary(job, phase))
             log.info("job.finished", job=job.id, phase=pb.JobPhase.Name(phase))
         self.changes.job_modified(job.id)
@@ -543,7 +590,12 @@ class ClusterState:
         st.conditions = [c for c in st.conditions if c.type != model.QUARANTINED] + [
             ConditionRecord(model.QUARANTINED, "True", reason, message, cycle_id, self.clock())
         ]
-        st.explanation = {"gate": "quarantined", "summary": message, "node_reasons": {}, "cycle_id": cycle_id}
+        st.explanation = {
+            "gate": "quarantined",
+            "summary": message,
+            "node_reasons": {},
+            "cycle_id": cycle_id,
+        }
         self.changes.job_modified(job.id)
         log.error("job.quarantined", job=job.id, reason=reason, message=message)
 
@@ -556,8 +608,14 @@ class ClusterState:
         kept = []
         for c in job.status.conditions:
             if c.type in ("Unschedulable", "Scheduled"):
-                c = ConditionRecord(c.type, "False", reason, "", c.cycle_id,
-                                    now if c.status != "False" else c.transition_time)
+                c = ConditionRecord(
+                    c.type,
+                    "False",
+                    reason,
+                    "",
+                    c.cycle_id,
+                    now if c.status != "False" else c.transition_time,
+                )
             if c.type != "Ended":
                 kept.append(c)
         job.status.conditions = [*kept, ConditionRecord("Ended", "True", reason, message, 0, now)]
@@ -584,9 +642,17 @@ def ended_summary(job: JobRecord, phase: int) -> str:
     counts = Counter(t.status for t in job.tasks)
     n = len(job.tasks)
     if job.status.cancelled:
-        stopped = sum(1 for t in job.tasks if t.status == TaskStatus.RELEASING
-                      or (t.status == TaskStatus.CANCELLED and t.message.startswith("cancelled:")))
-        never = sum(1 for t in job.tasks if t.status == TaskStatus.CANCELLED and not t.message.startswith("cancelled:"))
+        stopped = sum(
+            1
+            for t in job.tasks
+            if t.status == TaskStatus.RELEASING
+            or (t.status == TaskStatus.CANCELLED and t.message.startswith("cancelled:"))
+        )
+        never = sum(
+            1
+            for t in job.tasks
+            if t.status == TaskStatus.CANCELLED and not t.message.startswith("cancelled:")
+        )
         parts = [f"{stopped} task{'s' * (stopped != 1)} stopped"] if stopped else []
         parts += [f"{never} never placed"] if never else []
         done = counts[TaskStatus.SUCCEEDED]
@@ -612,7 +678,9 @@ def ended_summary(job: JobRecord, phase: int) -> str:
 def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
     """A job's record as the store has it (spec, status and the stored task rows); ``template``
     False leaves the core's view to be built if ever used (a read-only answer never does)."""
-    rec = new_job_record(pb.JobSpec.FromString(job.spec), job.creation_index, job.status, template=template)
+    rec = new_job_record(
+        pb.JobSpec.FromString(job.spec), job.creation_index, job.status, template=template
+    )
     by_uid = {t.uid: t for t in job.tasks}
     for i, t in enumerate(rec.tasks):
         if t.uid in by_uid:

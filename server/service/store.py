@@ -93,7 +93,8 @@ JOB_COLUMNS = {
 TERMINAL_SQL = ",".join(str(int(p)) for p in sorted(TERMINAL_PHASES))
 # A finished job whose tasks may still hold a node (an eviction not yet acknowledged) stays live.
 HOLDING_SQL = ",".join(
-    str(int(s)) for s in (TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING)
+    str(int(s))
+    for s in (TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING)
 )
 JOB_SELECT = "SELECT id, creation_index, spec, status FROM jobs"
 # What a Muster state database may hold, and the columns each table has had from the start: a
@@ -103,7 +104,17 @@ MUSTER_TABLES = {
     "queues": {"name", "spec"},
     "jobs": {"id", "creation_index", "spec", "status"},
     "tasks": {"id", "job_id", "status", "node", "backend", "devices", "message", "exit_code"},
-    "decisions": {"id", "backend", "cycle_id", "task_id", "kind", "payload", "state", "reason", "deadline"},
+    "decisions": {
+        "id",
+        "backend",
+        "cycle_id",
+        "task_id",
+        "kind",
+        "payload",
+        "state",
+        "reason",
+        "deadline",
+    },
     "backends": {"name", "kind", "labels", "last_decision_id"},
 }
 LOCK_SUFFIX = ".lock"
@@ -278,7 +289,9 @@ class StateLock:
             if _file_identity(self.path) == (st.st_dev, st.st_ino):
                 return fd
             os.close(fd)
-        raise StateFileError(f"cannot lock state file {self.state_path}: {self.path} keeps changing")
+        raise StateFileError(
+            f"cannot lock state file {self.state_path}: {self.path} keeps changing"
+        )
 
     def release(self) -> None:
         """Remove the lock file, then let go of the lock (in that order: see ``_acquire``)."""
@@ -319,7 +332,9 @@ def _sqlite_error(path: str, exc: sqlite3.Error) -> StateFileError:
     name = getattr(exc, "sqlite_errorname", "")
     if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or type(exc) is sqlite3.DatabaseError:
         return _not_muster(path, f"sqlite: {exc}")
-    return StateFileError(f"cannot use state file {path}: sqlite: {exc}" + (f" ({name})" if name else ""))
+    return StateFileError(
+        f"cannot use state file {path}: sqlite: {exc}" + (f" ({name})" if name else "")
+    )
 
 
 def _check_muster_database(db: sqlite3.Connection, path: str) -> None:
@@ -433,12 +448,24 @@ class SqliteStore:
             for name in missing:
                 db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {JOB_COLUMNS[name]}")
             rows = []
-            for job_id, spec_blob, status_json in db.execute("SELECT id, spec, status FROM jobs").fetchall():
+            for job_id, spec_blob, status_json in db.execute(
+                "SELECT id, spec, status FROM jobs"
+            ).fetchall():
                 spec = pb.JobSpec.FromString(spec_blob)
                 status = JobStatusRecord.from_json(status_json)
-                rows.append((spec.queue, spec.namespace, status.phase, status.finish_time, spec.owner, job_id))
+                rows.append(
+                    (
+                        spec.queue,
+                        spec.namespace,
+                        status.phase,
+                        status.finish_time,
+                        spec.owner,
+                        job_id,
+                    )
+                )
             db.executemany(
-                "UPDATE jobs SET queue = ?, namespace = ?, phase = ?, finish_time = ?, owner = ? WHERE id = ?", rows
+                "UPDATE jobs SET queue = ?, namespace = ?, phase = ?, finish_time = ?, owner = ? WHERE id = ?",
+                rows,
             )
             db.execute("COMMIT")
         except BaseException:
@@ -454,7 +481,9 @@ class SqliteStore:
             except sqlite3.Error as exc:
                 raise _sqlite_error(self.path, exc) from None
             except (ValueError, TypeError, KeyError, DecodeError) as exc:
-                raise _not_muster(self.path, f"a row cannot be read: {type(exc).__name__}: {exc}") from None
+                raise _not_muster(
+                    self.path, f"a row cannot be read: {type(exc).__name__}: {exc}"
+                ) from None
 
     def _load(self, finished_before: float | None) -> StoredState:
         db = self._db
@@ -485,7 +514,8 @@ class SqliteStore:
                 tasks=tasks_by_job.get(job_id, []),
             )
             for job_id, idx, spec, status in db.execute(
-                f"SELECT id, creation_index, spec, status FROM jobs j WHERE {live} ORDER BY creation_index", params
+                f"SELECT id, creation_index, spec, status FROM jobs j WHERE {live} ORDER BY creation_index",
+                params,
             )
         ]
         pending = [
@@ -515,8 +545,12 @@ class SqliteStore:
                     f"state file {self.path} was {what} while the server ran: changes can no longer "
                     "be saved; restart the server"
                 )
-                log.error("store.state_file_lost", path=self.path, change=what,
-                          effect="writes refused (FAILED_PRECONDITION), no cycles; restart the server")
+                log.error(
+                    "store.state_file_lost",
+                    path=self.path,
+                    change=what,
+                    effect="writes refused (FAILED_PRECONDITION), no cycles; restart the server",
+                )
         if self._lost is not None:
             raise StateFileLost(self._lost)
 
@@ -546,9 +580,13 @@ class SqliteStore:
                     batch.meta.items(),
                 )
             if batch.deleted_queues:
-                db.executemany("DELETE FROM queues WHERE name = ?", [(n,) for n in batch.deleted_queues])
+                db.executemany(
+                    "DELETE FROM queues WHERE name = ?", [(n,) for n in batch.deleted_queues]
+                )
             if batch.queues:
-                db.executemany("INSERT OR REPLACE INTO queues (name, spec) VALUES (?, ?)", batch.queues.items())
+                db.executemany(
+                    "INSERT OR REPLACE INTO queues (name, spec) VALUES (?, ?)", batch.queues.items()
+                )
             if batch.jobs:
                 db.executemany(
                     "INSERT INTO jobs (id, creation_index, spec, status, queue, namespace, phase, finish_time, owner) "
@@ -589,7 +627,8 @@ class SqliteStore:
                 chunk = ids[start : start + 500]
                 marks = ",".join("?" * len(chunk))
                 for i, backend, state, payload in self._db.execute(
-                    f"SELECT id, backend, state, payload FROM decisions WHERE id IN ({marks})", chunk
+                    f"SELECT id, backend, state, payload FROM decisions WHERE id IN ({marks})",
+                    chunk,
                 ):
                     out[i] = (backend, state, bytes(payload))
         return out
@@ -601,7 +640,10 @@ class SqliteStore:
             row = self._reader.execute(f"{JOB_SELECT} WHERE id = ?", (job_id,)).fetchone()
             if row is None:
                 return None
-            tasks = [_task_record(t) for t in self._reader.execute(f"{TASK_SELECT} WHERE job_id = ?", (job_id,))]
+            tasks = [
+                _task_record(t)
+                for t in self._reader.execute(f"{TASK_SELECT} WHERE job_id = ?", (job_id,))
+            ]
         return _stored_job(row, tasks)
 
     def jobs_page(
@@ -622,7 +664,9 @@ class SqliteStore:
         filters: list[Any] = []
         if readable is not None:
             queues, user = sorted(readable[0]), readable[1]
-            where.append(f"(queue IN ({','.join('?' * len(queues))}) OR (owner != '' AND owner = ?))")
+            where.append(
+                f"(queue IN ({','.join('?' * len(queues))}) OR (owner != '' AND owner = ?))"
+            )
             filters.extend([*queues, user])
         if owner:
             where.append("owner = ?")

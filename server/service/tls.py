@@ -23,7 +23,9 @@ log = structlog.get_logger("muster.tls")
 class TlsFiles:
     cert: str  # PEM certificate chain the server presents
     key: str  # its PEM private key
-    client_ca: str | None = None  # PEM CA bundle: when set, clients must present a certificate it signed
+    client_ca: str | None = (
+        None  # PEM CA bundle: when set, clients must present a certificate it signed
+    )
 
 
 def is_loopback(listen: str) -> bool:

@@ -23,7 +23,9 @@ from server.service.errors import invalid
 
 # Ids, names, roles: DNS-label-like, plus '.' and '_' (no '/', which separates job id and role).
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.:]{0,251}[A-Za-z0-9])?$")
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -34,7 +36,9 @@ MAX_STRING = 65_536  # characters in any string field (names are held to 253 by 
 MAX_LIST = 100_000  # entries in any repeated field (nodes of a snapshot, deltas, acks ...)
 MAX_MAP = 10_000  # entries in any map field (labels, annotations, quantities ...)
 # Documents with their own, larger bound (muster/yamldoc.py checks them when they are parsed).
-LONG_STRINGS = frozenset({"muster.v1.UpdateConfigRequest.yaml", "muster.v1.SimulateRequest.scenario"})
+LONG_STRINGS = frozenset(
+    {"muster.v1.UpdateConfigRequest.yaml", "muster.v1.SimulateRequest.scenario"}
+)
 MAX_RESTART_LIMIT = 1000
 # Decision ids are SQLite INTEGERs (signed 64-bit): anything above was never issued.
 MAX_DECISION_ID = 2**63 - 1
@@ -52,7 +56,16 @@ def check_bounds(message: Message, path: str = "") -> None:
 
 
 # How check_bounds walks a field, per field descriptor (asking a descriptor costs more than the check).
-_MAP_OF_MESSAGES, _MAP_OF_SCALARS, _LIST_OF_MESSAGES, _LIST_OF_STRINGS, _LIST_OTHER, _MESSAGE, _STRING, _OTHER = range(8)
+(
+    _MAP_OF_MESSAGES,
+    _MAP_OF_SCALARS,
+    _LIST_OF_MESSAGES,
+    _LIST_OF_STRINGS,
+    _LIST_OTHER,
+    _MESSAGE,
+    _STRING,
+    _OTHER,
+) = range(8)
 _FIELD_KINDS: dict[FieldDescriptor, int] = {}
 
 
@@ -113,7 +126,9 @@ def _bounds(message: Message, path: _Path) -> None:
             _bounds(value, (*path, (field.name, None)))
         elif kind in (_MAP_OF_MESSAGES, _MAP_OF_SCALARS):
             if len(value) > MAX_MAP:
-                raise invalid(f"{_where(path, field.name)}: {len(value)} entries exceed the limit of {MAX_MAP}")
+                raise invalid(
+                    f"{_where(path, field.name)}: {len(value)} entries exceed the limit of {MAX_MAP}"
+                )
             for key in value:
                 item = value[key]
                 _check_string(key, path, field.name, (key,))
@@ -123,7 +138,9 @@ def _bounds(message: Message, path: _Path) -> None:
                     _check_string(item, path, field.name, (key,))
         else:
             if len(value) > MAX_LIST:
-                raise invalid(f"{_where(path, field.name)}: {len(value)} entries exceed the limit of {MAX_LIST}")
+                raise invalid(
+                    f"{_where(path, field.name)}: {len(value)} entries exceed the limit of {MAX_LIST}"
+                )
             if kind == _LIST_OF_MESSAGES:
                 for i, item in enumerate(value):
                     _bounds(item, (*path, (field.name, i)))
@@ -136,7 +153,9 @@ def _check_string(value: object, path: _Path, name: str, marker: object = None) 
     """A string over MAX_STRING characters is INVALID_ARGUMENT, naming its field (the path is
     spelled out only then)."""
     if isinstance(value, str) and len(value) > MAX_STRING:
-        raise invalid(f"{_where(path, name, marker)}: {len(value):,} characters exceed the limit of {MAX_STRING:,}")
+        raise invalid(
+            f"{_where(path, name, marker)}: {len(value):,} characters exceed the limit of {MAX_STRING:,}"
+        )
 
 
 def check_decision_id(path: str, value: int, *, zero_ok: bool = False) -> None:
@@ -185,14 +204,18 @@ def _check_requirements(path: str, reqs: Iterable[pb.LabelSelectorRequirement]) 
         if not req.key:
             raise invalid(f"{p}.key: must not be empty")
         if req.operator not in SELECTOR_OPERATORS:
-            raise invalid(f"{p}.operator: {req.operator!r} is not one of {', '.join(SELECTOR_OPERATORS)}")
+            raise invalid(
+                f"{p}.operator: {req.operator!r} is not one of {', '.join(SELECTOR_OPERATORS)}"
+            )
         if req.operator in ("In", "NotIn") and not req.values:
             raise invalid(f"{p}.values: operator {req.operator} needs at least one value")
         if req.operator in ("Exists", "DoesNotExist") and req.values:
             raise invalid(f"{p}.values: operator {req.operator} takes no values")
         if req.operator in ("Gt", "Lt"):
             if len(req.values) != 1:
-                raise invalid(f"{p}.values: operator {req.operator} takes exactly one integer value")
+                raise invalid(
+                    f"{p}.values: operator {req.operator} takes exactly one integer value"
+                )
             try:
                 int(req.values[0])
             except ValueError:
@@ -212,19 +235,27 @@ def _check_pod_affinity_term(path: str, term: pb.PodAffinityTerm) -> None:
     if not term.topology_key:
         raise invalid(f"{path}.topology_key: must not be empty")
     check_labels(f"{path}.label_selector.match_labels", term.label_selector.match_labels)
-    _check_requirements(f"{path}.label_selector.match_expressions", term.label_selector.match_expressions)
+    _check_requirements(
+        f"{path}.label_selector.match_expressions", term.label_selector.match_expressions
+    )
 
 
 def check_affinity(path: str, aff: pb.Affinity) -> None:
     na = aff.node_affinity
     for i, term in enumerate(na.required):
         if not term.match_expressions and not term.match_fields:
-            raise invalid(f"{path}.node_affinity.required[{i}]: a term needs at least one requirement")
-        _check_requirements(f"{path}.node_affinity.required[{i}].match_expressions", term.match_expressions)
+            raise invalid(
+                f"{path}.node_affinity.required[{i}]: a term needs at least one requirement"
+            )
+        _check_requirements(
+            f"{path}.node_affinity.required[{i}].match_expressions", term.match_expressions
+        )
         _check_requirements(f"{path}.node_affinity.required[{i}].match_fields", term.match_fields)
     for i, pref in enumerate(na.preferred):
         if not 1 <= pref.weight <= 100:
-            raise invalid(f"{path}.node_affinity.preferred[{i}].weight: {pref.weight} is not in 1..100")
+            raise invalid(
+                f"{path}.node_affinity.preferred[{i}].weight: {pref.weight} is not in 1..100"
+            )
         p = f"{path}.node_affinity.preferred[{i}].preference"
         _check_requirements(f"{p}.match_expressions", pref.preference.match_expressions)
         _check_requirements(f"{p}.match_fields", pref.preference.match_fields)
@@ -263,7 +294,9 @@ def normalize_job(spec: pb.JobSpec) -> pb.JobSpec:
         job.queue = "default"
     check_name("job.queue", job.queue, "queue name")
     if job.queue == "root":
-        raise invalid("job.queue: the root queue cannot hold jobs; use a leaf queue such as 'default'")
+        raise invalid(
+            "job.queue: the root queue cannot hold jobs; use a leaf queue such as 'default'"
+        )
     if not job.task_groups:
         raise invalid("job.task_groups: a job needs at least one task group")
     sub_groups: set[str] = set()
@@ -291,17 +324,25 @@ def normalize_job(spec: pb.JobSpec) -> pb.JobSpec:
         check_tolerations(f"{p}.tolerations", tg.tolerations)
         check_affinity(f"{p}.affinity", tg.affinity)
         if not math.isfinite(tg.duration_seconds) or tg.duration_seconds < 0:
-            raise invalid(f"{p}.duration_seconds: {tg.duration_seconds} must be a finite number >= 0")
+            raise invalid(
+                f"{p}.duration_seconds: {tg.duration_seconds} must be a finite number >= 0"
+            )
         if tg.sub_group and tg.sub_group not in sub_groups:
             raise invalid(f"{p}.sub_group: no sub-group named {tg.sub_group!r} in job.sub_groups")
         if tg.gpu_fraction:
             if not math.isfinite(tg.gpu_fraction) or not 0 < tg.gpu_fraction < 1:
-                raise invalid(f"{p}.gpu_fraction: {tg.gpu_fraction} is not a share of one GPU (above 0, below 1)")
+                raise invalid(
+                    f"{p}.gpu_fraction: {tg.gpu_fraction} is not a share of one GPU (above 0, below 1)"
+                )
             if tg.request.quantities.get(NVIDIA_GPU, "0") not in ("", "0"):
-                raise invalid(f"{p}.gpu_fraction: a task sharing a GPU asks no whole {NVIDIA_GPU} (it asks "
-                              f"{tg.request.quantities[NVIDIA_GPU]})")
+                raise invalid(
+                    f"{p}.gpu_fraction: a task sharing a GPU asks no whole {NVIDIA_GPU} (it asks "
+                    f"{tg.request.quantities[NVIDIA_GPU]})"
+                )
     if total > MAX_TASKS_PER_JOB:
-        raise invalid(f"job.task_groups: {total} tasks exceed the limit of {MAX_TASKS_PER_JOB} per job")
+        raise invalid(
+            f"job.task_groups: {total} tasks exceed the limit of {MAX_TASKS_PER_JOB} per job"
+        )
     if job.min_member < 0:
         raise invalid(f"job.min_member: {job.min_member} is negative")
     if job.min_member > total:
@@ -319,7 +360,9 @@ def normalize_job(spec: pb.JobSpec) -> pb.JobSpec:
     if job.HasField("tyjob"):
         _normalize_tyjob(job, replicas)
     if job.network_topology.mode not in ("", "hard", "soft"):
-        raise invalid(f"job.network_topology.mode: {job.network_topology.mode!r} is not hard or soft")
+        raise invalid(
+            f"job.network_topology.mode: {job.network_topology.mode!r} is not hard or soft"
+        )
     if job.network_topology.highest_tier_allowed < 0:
         raise invalid("job.network_topology.highest_tier_allowed: must be >= 0")
     return job
@@ -333,29 +376,41 @@ def _normalize_tyjob(job: pb.JobSpec, replicas: Mapping[str, int]) -> None:
         ty.leader_role = "leader"
     if replicas.get(ty.leader_role) != 1:
         found = replicas.get(ty.leader_role, 0)
-        raise invalid(f"job.tyjob.leader_role: a TYJob has one Leader: the task group with role "
-                      f"{ty.leader_role!r} must have 1 replica (it has {found})")
+        raise invalid(
+            f"job.tyjob.leader_role: a TYJob has one Leader: the task group with role "
+            f"{ty.leader_role!r} must have 1 replica (it has {found})"
+        )
     if not ty.HasField("min_workers_num"):
         ty.min_workers_num = 1
     workers = sum(replicas.values()) - 1
     if not 0 <= ty.min_workers_num <= workers:
-        raise invalid(f"job.tyjob.min_workers_num: {ty.min_workers_num} must be between 0 and the job's {workers} workers")
+        raise invalid(
+            f"job.tyjob.min_workers_num: {ty.min_workers_num} must be between 0 and the job's {workers} workers"
+        )
     if not ty.HasField("restart_limit"):
         ty.restart_limit = 3
     if not 0 <= ty.restart_limit <= MAX_RESTART_LIMIT:
-        raise invalid(f"job.tyjob.restart_limit: {ty.restart_limit} must be between 0 and {MAX_RESTART_LIMIT}")
+        raise invalid(
+            f"job.tyjob.restart_limit: {ty.restart_limit} must be between 0 and {MAX_RESTART_LIMIT}"
+        )
     ty.clean_pod_policy = ty.clean_pod_policy or "All"
     if ty.clean_pod_policy not in TY_CLEAN_POD_POLICIES:
-        raise invalid(f"job.tyjob.clean_pod_policy: {ty.clean_pod_policy!r} is not one of {', '.join(TY_CLEAN_POD_POLICIES)}")
+        raise invalid(
+            f"job.tyjob.clean_pod_policy: {ty.clean_pod_policy!r} is not one of {', '.join(TY_CLEAN_POD_POLICIES)}"
+        )
     policy = ty.scheduler_policy
     policy.job_queue_policy = policy.job_queue_policy or "Priority"
     if policy.job_queue_policy not in TY_JOB_QUEUE_POLICIES:
-        raise invalid(f"job.tyjob.scheduler_policy.job_queue_policy: {policy.job_queue_policy!r} is not one of "
-                      f"{', '.join(TY_JOB_QUEUE_POLICIES)}")
+        raise invalid(
+            f"job.tyjob.scheduler_policy.job_queue_policy: {policy.job_queue_policy!r} is not one of "
+            f"{', '.join(TY_JOB_QUEUE_POLICIES)}"
+        )
     policy.basic_policy = policy.basic_policy or "Gang"
     if policy.basic_policy not in TY_BASIC_POLICIES:
-        raise invalid(f"job.tyjob.scheduler_policy.basic_policy: {policy.basic_policy!r} is not one of "
-                      f"{', '.join(TY_BASIC_POLICIES)}")
+        raise invalid(
+            f"job.tyjob.scheduler_policy.basic_policy: {policy.basic_policy!r} is not one of "
+            f"{', '.join(TY_BASIC_POLICIES)}"
+        )
     if job.priority == 0 and not job.priority_class:
         job.priority = 5
     if not 1 <= job.priority <= 10 and not job.priority_class:
@@ -375,7 +430,9 @@ def check_node(path: str, node: pb.Node) -> dict[str, float]:
         if not taint.key:
             raise invalid(f"{path}.taints[{i}].key: must not be empty")
         if taint.effect not in TAINT_EFFECTS:
-            raise invalid(f"{path}.taints[{i}].effect: {taint.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+            raise invalid(
+                f"{path}.taints[{i}].effect: {taint.effect!r} is not one of {', '.join(TAINT_EFFECTS)}"
+            )
     ids: set[str] = set()
     for i, dev in enumerate(node.devices):
         if not dev.id:

@@ -15,7 +15,9 @@ from server.service.errors import invalid
 from server.service.records import JobRecord, is_terminal_phase
 
 PENDING_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.ALLOCATED, TaskStatus.PIPELINED})
-TY_PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.SUCCEEDED})
+TY_PLACED = frozenset(
+    {TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.SUCCEEDED}
+)
 
 
 def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
@@ -35,7 +37,11 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
     js = pb.JobStatus(phase=status.phase, **counts)  # type: ignore[arg-type]  # proto enums are ints
     for cond in status.conditions:
         c = js.conditions.add(
-            type=cond.type, status=cond.status, reason=cond.reason, message=cond.message, cycle_id=cond.cycle_id
+            type=cond.type,
+            status=cond.status,
+            reason=cond.reason,
+            message=cond.message,
+            cycle_id=cond.cycle_id,
         )
         if ts := timestamp(cond.transition_time):
             c.last_transition_time.CopyFrom(ts)
@@ -69,8 +75,13 @@ def _ty_status(rec: JobRecord, js: pb.JobStatus) -> None:
     leader = next((t.status for t in rec.tasks if t.role == ty.leader_role), None)
     workers = [t.status for t in rec.tasks if t.role != ty.leader_role]
     # Placement is known here; whether the job can ever be scheduled is the last cycle's verdict.
-    state = ty_schedule_state(ty, leader in TY_PLACED, sum(1 for s in workers if s in TY_PLACED), len(workers),
-                              rec.status.schedule_state == "ScheduledFailed")
+    state = ty_schedule_state(
+        ty,
+        leader in TY_PLACED,
+        sum(1 for s in workers if s in TY_PLACED),
+        len(workers),
+        rec.status.schedule_state == "ScheduledFailed",
+    )
     js.schedule_state = state
     if is_terminal_phase(rec.status.phase):
         js.stage = "Succeeded" if rec.status.phase == pb.JOB_PHASE_COMPLETED else "Failed"
@@ -78,7 +89,9 @@ def _ty_status(rec: JobRecord, js: pb.JobStatus) -> None:
     js.stage = ty_stage(ty, leader, sum(1 for s in workers if s == TaskStatus.RUNNING), state)
 
 
-def node_view(node: pb.Node, used: dict[str, float], allocatable: dict[str, float], task_count: int) -> pb.NodeView:
+def node_view(
+    node: pb.Node, used: dict[str, float], allocatable: dict[str, float], task_count: int
+) -> pb.NodeView:
     idle = {r: max(0.0, allocatable.get(r, 0.0) - used.get(r, 0.0)) for r in allocatable}
     return pb.NodeView(
         node=node,
@@ -113,5 +126,7 @@ def decode_page_token(token: str, filters: Iterable[object]) -> int:
     if not isinstance(after, int) or isinstance(after, bool):
         raise invalid(f"page_token: {token!r} is not a token returned by ListJobs")
     if digest != _filter_digest(filters):
-        raise invalid("page_token: was issued for different filters; repeat the request without a token")
+        raise invalid(
+            "page_token: was issued for different filters; repeat the request without a token"
+        )
     return after

@@ -41,7 +41,12 @@ def node_devices(spec: NodeSpec) -> dict[str, list[Device]]:
 
 def device_from_dict(raw: Mapping[str, Any]) -> Device:
     healthy = raw.get("healthy", True)
-    return Device(str(raw.get("id", "")), str(raw.get("type", "")), str(raw.get("group", "") or ""), healthy is not False)
+    return Device(
+        str(raw.get("id", "")),
+        str(raw.get("type", "")),
+        str(raw.get("group", "") or ""),
+        healthy is not False,
+    )
 
 
 class DeviceLedger:
@@ -84,7 +89,11 @@ class DeviceLedger:
         """Healthy devices no task holds, in listing order; only the first ``limit`` when given
         (the rest are not looked at)."""
         held, shared = self.held[row], self.shared[row]
-        found = (d for d in self.of(row).get(resource, ()) if d.healthy and d.id not in held and d.id not in shared)
+        found = (
+            d
+            for d in self.of(row).get(resource, ())
+            if d.healthy and d.id not in held and d.id not in shared
+        )
         return list(found) if limit is None else list(islice(found, limit))
 
     def releasing(self, row: int, resource: str) -> list[Device]:
@@ -94,13 +103,18 @@ class DeviceLedger:
         held, named = self.held[row], self.shared[row]
         whole = self.shared_releasing[row] if resource == NVIDIA_GPU else ()
         return [
-            d for d in self.of(row).get(resource, ())
-            if d.healthy and (
-                (d.id in held and held[d.id].status == TaskStatus.RELEASING and d.id not in named) or d.id in whole
+            d
+            for d in self.of(row).get(resource, ())
+            if d.healthy
+            and (
+                (d.id in held and held[d.id].status == TaskStatus.RELEASING and d.id not in named)
+                or d.id in whole
             )
         ]
 
-    def _pool(self, row: int, resource: str, status: TaskStatus, limit: int | None = None) -> list[Device]:
+    def _pool(
+        self, row: int, resource: str, status: TaskStatus, limit: int | None = None
+    ) -> list[Device]:
         """What a task placed with ``status`` may take: free devices; for a pipelined task, those
         being released first. Only the first ``limit`` when given."""
         if status != TaskStatus.PIPELINED:
@@ -112,7 +126,9 @@ class DeviceLedger:
         promised = self.promised[row]
         return [d for d in self._pool(row, resource, status) if d.id not in promised]
 
-    def candidates(self, row: int, resource: str, status: TaskStatus, limit: int | None = None) -> list[Device]:
+    def candidates(
+        self, row: int, resource: str, status: TaskStatus, limit: int | None = None
+    ) -> list[Device]:
         """Devices a task placed with ``status`` may take, best first: an allocation takes free
         devices no pipelined task waits for, then the rest of the free ones; a pipelined task takes
         devices being released, then free ones; neither takes a device another pipelined task was
@@ -121,7 +137,9 @@ class DeviceLedger:
         if not promised:
             return self._pool(row, resource, status, limit)
         pool = self._pool(row, resource, status)
-        return ([d for d in pool if d.id not in promised] + [d for d in pool if d.id in promised])[:limit]
+        return ([d for d in pool if d.id not in promised] + [d for d in pool if d.id in promised])[
+            :limit
+        ]
 
     def healthy_count(self, row: int, resource: str) -> int:
         return sum(1 for d in self.of(row).get(resource, ()) if d.healthy)

@@ -44,7 +44,9 @@ __all__ = ["NodeEvaluator", "Predicate", "Rows", "Scope", "Scorer"]
 # Up to this many changed rows are re-checked one by one in plain Python (when every shape
 # predicate and scorer can); more go through numpy at once.
 SCALAR_ROWS = 14  # measured: one row 3.5 us in Python; 16 rows ~55 us either way
-NEG_INF = float("-inf")  # what no node scores (a constant: ``-np.inf`` looks up and negates per use)
+NEG_INF = float(
+    "-inf"
+)  # what no node scores (a constant: ``-np.inf`` looks up and negates per use)
 
 
 @dataclass
@@ -70,7 +72,9 @@ class _ShapeEntry:
         self.idle_score = np.where(self.idle_ok, self.score, NEG_INF)
         self.future_score = np.where(self.future_ok & ~self.idle_ok, self.score, NEG_INF)
 
-    def update(self, rows: np.ndarray, future_ok: np.ndarray, idle_ok: np.ndarray, score: np.ndarray) -> None:
+    def update(
+        self, rows: np.ndarray, future_ok: np.ndarray, idle_ok: np.ndarray, score: np.ndarray
+    ) -> None:
         """New answers for ``rows``."""
         self.future_ok[rows] = future_ok
         self.idle_ok[rows] = idle_ok
@@ -110,9 +114,9 @@ class NodeEvaluator:
                 for s in scorers if isinstance(scorers, list) else [scorers]:
                     s.plugin = s.plugin or name
                     self.scorers[s.scope].append(s)
-        self._scalar_rows = all(p.row is not None and p.now is None for p in self.predicates["shape"]) and all(
-            s.row is not None for s in self.scorers["shape"]
-        )
+        self._scalar_rows = all(
+            p.row is not None and p.now is None for p in self.predicates["shape"]
+        ) and all(s.row is not None for s in self.scorers["shape"])
         self._shape_predicate_rows = [p.row for p in self.predicates["shape"] if p.row is not None]
         self._shape_scorer_rows = [s.row for s in self.scorers["shape"] if s.row is not None]
         self._static.clear()
@@ -125,13 +129,17 @@ class NodeEvaluator:
         entry = self._static.get(task.static_key)
         if entry is None:
             rows = self._all_rows
-            mask = self._all_pass(self.predicates["static"], task, rows, np.ones(len(rows), dtype=bool))
+            mask = self._all_pass(
+                self.predicates["static"], task, rows, np.ones(len(rows), dtype=bool)
+            )
             score = self._add(self.scorers["static"], task, rows, np.zeros(len(rows)), passing=mask)
             entry = _StaticEntry(mask, score)
             self._static[task.static_key] = entry
         return entry
 
-    def _shape_rows(self, task: TaskInfo, static: _StaticEntry, rows: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _shape_rows(
+        self, task: TaskInfo, static: _StaticEntry, rows: Rows
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = self.nodes
         limit = task.resreq - MIN_RESOURCE
         idle = n.idle[rows]
@@ -156,7 +164,11 @@ class NodeEvaluator:
         limit = entry.limit
         fits_idle = all(map(operator.ge, idle, limit))
         if has_future:
-            future = map(operator.sub, map(operator.add, idle, n.releasing[row].tolist()), n.pipelined[row].tolist())
+            future = map(
+                operator.sub,
+                map(operator.add, idle, n.releasing[row].tolist()),
+                n.pipelined[row].tolist(),
+            )
             fits_future = all(map(operator.ge, future, limit))
         else:
             fits_future = fits_idle
@@ -183,7 +195,9 @@ class NodeEvaluator:
         if entry is None:
             static = self._static_entry(task)
             future_ok, idle_ok, score = self._shape_rows(task, static, self._all_rows)
-            entry = _ShapeEntry(static, future_ok, idle_ok, score, len(log), (task.resreq - MIN_RESOURCE).tolist())
+            entry = _ShapeEntry(
+                static, future_ok, idle_ok, score, len(log), (task.resreq - MIN_RESOURCE).tolist()
+            )
             entry.refresh()
             self._shape[task.shape_key] = entry
         elif entry.log_position < len(log):
@@ -193,7 +207,9 @@ class NodeEvaluator:
                 for row in set(changed) if len(changed) > 1 else changed:
                     self._shape_row(task, entry, row, has_future)
             else:
-                dirty = np.array(sorted(set(changed)) if len(changed) > 1 else changed, dtype=np.int64)
+                dirty = np.array(
+                    sorted(set(changed)) if len(changed) > 1 else changed, dtype=np.int64
+                )
                 entry.update(dirty, *self._shape_rows(task, entry.static, dirty))
             entry.log_position = len(log)
         return entry
@@ -204,7 +220,9 @@ class NodeEvaluator:
         taints): what no eviction can change. Cached per static key for the session."""
         return self._static_entry(task).mask
 
-    def feasible(self, task: TaskInfo, restrict: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def feasible(
+        self, task: TaskInfo, restrict: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Rows that pass every predicate and fit future idle, and the subset that fits idle now."""
         entry = self._shape_entry(task)
         future_ok, idle_ok = entry.future_ok, entry.idle_ok
@@ -214,7 +232,9 @@ class NodeEvaluator:
         if self.predicates["task"]:
             rows = np.nonzero(future_ok)[0]
             if len(rows):
-                ok = self._all_pass(self.predicates["task"], task, rows, np.ones(len(rows), dtype=bool))
+                ok = self._all_pass(
+                    self.predicates["task"], task, rows, np.ones(len(rows), dtype=bool)
+                )
                 future_ok = np.zeros(len(self.nodes), dtype=bool)
                 future_ok[rows[ok]] = True
                 idle_ok = idle_ok & future_ok
@@ -270,7 +290,9 @@ class NodeEvaluator:
             self._fit_errors[task.shape_key] = (len(self.nodes.change_log), fe)
         return fe
 
-    def _static_failures(self, task: TaskInfo, rows: np.ndarray) -> tuple[dict[str, int], np.ndarray]:
+    def _static_failures(
+        self, task: TaskInfo, rows: np.ndarray
+    ) -> tuple[dict[str, int], np.ndarray]:
         """Per reason, the rows the static predicates fail (first failing check per row), and the
         rows they pass. Over every row: cached per static key for the session."""
         known = self._static_fit.get(task.static_key) if rows is self._all_rows else None

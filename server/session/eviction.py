@@ -64,7 +64,9 @@ def victim_capacity(ssn: Session, statuses: frozenset[TaskStatus]) -> dict[str, 
     return out
 
 
-def could_fit(ssn: Session, task: TaskInfo, rows: np.ndarray, capacity: np.ndarray | None) -> np.ndarray:
+def could_fit(
+    ssn: Session, task: TaskInfo, rows: np.ndarray, capacity: np.ndarray | None
+) -> np.ndarray:
     """The rows among ``rows`` where future idle plus ``capacity`` holds the task."""
     room = ssn.nodes.future_idle(rows)
     if capacity is not None:

@@ -101,7 +101,9 @@ JobKeyFn = Callable[[JobInfo], Any]
 TaskKeyFn = Callable[[TaskInfo], Any]
 QueueKeyFn = Callable[[QueueInfo], Any]
 QueueCompareFn = Callable[[QueueInfo, QueueInfo], int]
-VictimQueueCompareFn = Callable[[QueueInfo, QueueInfo, QueueInfo | None], int]  # (l, r, preemptor's queue)
+VictimQueueCompareFn = Callable[
+    [QueueInfo, QueueInfo, QueueInfo | None], int
+]  # (l, r, preemptor's queue)
 JobCheckFn = Callable[[JobInfo], bool]
 QueueTaskCheckFn = Callable[[QueueInfo, TaskInfo], bool]
 QueueCheckFn = Callable[[QueueInfo], bool]
@@ -117,7 +119,9 @@ HyperNodeOrderFn = Callable[[JobInfo, dict[str, np.ndarray]], dict[str, float]]
 # (task, node row, device resource, count, candidate devices best first) -> the ids, or None.
 DeviceChoiceFn = Callable[[TaskInfo, int, str, int, list[Device]], list[str] | None]
 # KAI's points. (left queue, right queue, left's next job, right's next job, left's victims, right's).
-QueueJobsCompareFn = Callable[[QueueInfo, QueueInfo, JobInfo | None, JobInfo | None, list[JobInfo], list[JobInfo]], int]
+QueueJobsCompareFn = Callable[
+    [QueueInfo, QueueInfo, JobInfo | None, JobInfo | None, list[JobInfo], list[JobInfo]], int
+]
 # (job, the tasks about to be placed) -> "" when within the queues' bounds, else why not.
 JobCapacityFn = Callable[[JobInfo, list[TaskInfo]], str]
 # (reclaimer job, the tasks it places, the victim tasks of a candidate solution) -> is it fair?
@@ -174,7 +178,9 @@ def keys_in_order(chain: Chain[Callable[[Any], Any]], item: Any) -> tuple[Any, .
     return tuple([fn(item) for row in chain for _, fn in row])
 
 
-def first_non_zero_given(chain: Chain[VictimQueueCompareFn], left: Any, right: Any, preemptor: Any) -> int:
+def first_non_zero_given(
+    chain: Chain[VictimQueueCompareFn], left: Any, right: Any, preemptor: Any
+) -> int:
     """The first plugin, in tier order, with a non-zero answer decides (asked with the preemptor's queue); 0 when every plugin ties."""
     for row in chain:
         for _, fn in row:
@@ -193,7 +199,9 @@ def all_must_pass(chain: Chain[Callable[..., bool]], *args: Any) -> bool:
     return True
 
 
-def all_masks_pass(predicates: Iterable[Predicate], task: TaskInfo, rows: Rows, mask: np.ndarray) -> np.ndarray:
+def all_masks_pass(
+    predicates: Iterable[Predicate], task: TaskInfo, rows: Rows, mask: np.ndarray
+) -> np.ndarray:
     """Every enabled plugin's predicates must pass a node: their masks are ANDed."""
     for p in predicates:
         mask &= p.check(task, rows)
@@ -201,7 +209,11 @@ def all_masks_pass(predicates: Iterable[Predicate], task: TaskInfo, rows: Rows, 
 
 
 def node_scores_add(
-    scorers: Iterable[Scorer], task: TaskInfo, rows: Rows, total: np.ndarray, passing: np.ndarray | None = None
+    scorers: Iterable[Scorer],
+    task: TaskInfo,
+    rows: Rows,
+    total: np.ndarray,
+    passing: np.ndarray | None = None,
 ) -> np.ndarray:
     """The node scores of every enabled plugin add up."""
     for s in scorers:
@@ -253,7 +265,9 @@ def any_true(chain: Chain[Callable[..., bool]], *args: Any) -> bool:
     return any(fn(*args) for row in chain for _, fn in row)
 
 
-def intersect_first_tier(chain: Chain[EvictableFn], evictor: TaskInfo, candidates: list[TaskInfo]) -> list[TaskInfo]:
+def intersect_first_tier(
+    chain: Chain[EvictableFn], evictor: TaskInfo, candidates: list[TaskInfo]
+) -> list[TaskInfo]:
     """Victims are intersected within a tier (no victims empties it, ABSTAIN is skipped); the first tier with victims decides."""
     victims: list[TaskInfo] | None = None
     for row in chain:
@@ -314,7 +328,9 @@ def first_non_none(chain: Chain[Callable[..., Any]], *args: Any) -> Any:
     return None
 
 
-def scores_add(chain: Chain[HyperNodeOrderFn], job: JobInfo, candidates: dict[str, np.ndarray]) -> dict[str, float]:
+def scores_add(
+    chain: Chain[HyperNodeOrderFn], job: JobInfo, candidates: dict[str, np.ndarray]
+) -> dict[str, float]:
     """The scores of every enabled plugin add up, per candidate (each starts at 0)."""
     scores = dict.fromkeys(candidates, 0.0)
     for row in chain:
@@ -365,7 +381,9 @@ def combined(point: Point, chain: Chain[Any]) -> Callable[..., Any]:
     return partial(point.combine, chain)
 
 
-JOB_ENQUEUED = Switch("enableJobEnqueued", "job_enqueued")  # Volcano: job_enqueueable and job_enqueued
+JOB_ENQUEUED = Switch(
+    "enableJobEnqueued", "job_enqueued"
+)  # Volcano: job_enqueueable and job_enqueued
 _TIE = "Ties: creation order, then uid."
 
 # Not a point: Volcano's sub_job_order. Volcano (1.14+) asks it only inside allocate's sub-job
@@ -375,53 +393,166 @@ _TIE = "Ties: creation order, then uid."
 POINTS: dict[str, Point] = {
     p.name: p
     for p in (
-        Point("job_order", Switch("enableJobOrder", "job_order"), JobCompareFn, first_non_zero, _TIE),
-        Point("task_order", Switch("enableTaskOrder", "task_order"), TaskCompareFn, first_non_zero,
-              "Ties: higher pod priority, then creation order, then uid."),
-        Point("job_order_key", Switch("enableJobOrder", "job_order"), JobKeyFn, keys_in_order,
-              "Used only when every plugin of job_order gives its key; then the same ties."),
-        Point("task_order_key", Switch("enableTaskOrder", "task_order"), TaskKeyFn, keys_in_order,
-              "Used only when every plugin of task_order gives its key; then the same ties."),
-        Point("queue_order", Switch("enableQueueOrder", "queue_order"), QueueCompareFn, first_non_zero, _TIE),
-        Point("queue_order_key", Switch("enableQueueOrder", "queue_order"), QueueKeyFn, keys_in_order,
-              "Used only when every plugin of queue_order gives its key; then the same ties."),
-        Point("victim_queue_order", None, VictimQueueCompareFn, first_non_zero_given,
-              "Ties: the reverse of the queue order."),
+        Point(
+            "job_order", Switch("enableJobOrder", "job_order"), JobCompareFn, first_non_zero, _TIE
+        ),
+        Point(
+            "task_order",
+            Switch("enableTaskOrder", "task_order"),
+            TaskCompareFn,
+            first_non_zero,
+            "Ties: higher pod priority, then creation order, then uid.",
+        ),
+        Point(
+            "job_order_key",
+            Switch("enableJobOrder", "job_order"),
+            JobKeyFn,
+            keys_in_order,
+            "Used only when every plugin of job_order gives its key; then the same ties.",
+        ),
+        Point(
+            "task_order_key",
+            Switch("enableTaskOrder", "task_order"),
+            TaskKeyFn,
+            keys_in_order,
+            "Used only when every plugin of task_order gives its key; then the same ties.",
+        ),
+        Point(
+            "queue_order",
+            Switch("enableQueueOrder", "queue_order"),
+            QueueCompareFn,
+            first_non_zero,
+            _TIE,
+        ),
+        Point(
+            "queue_order_key",
+            Switch("enableQueueOrder", "queue_order"),
+            QueueKeyFn,
+            keys_in_order,
+            "Used only when every plugin of queue_order gives its key; then the same ties.",
+        ),
+        Point(
+            "victim_queue_order",
+            None,
+            VictimQueueCompareFn,
+            first_non_zero_given,
+            "Ties: the reverse of the queue order.",
+        ),
         Point("job_ready", Switch("enableJobReady", "job_ready"), JobCheckFn, all_must_pass),
-        Point("allocatable", Switch("enabledAllocatable", "allocatable"), QueueTaskCheckFn, all_must_pass),
-        Point("preemptive", Switch("enablePreemptive", "preemptive"), QueueTaskCheckFn, all_must_pass),
-        Point("predicate", Switch("enablePredicate", "predicate"), Predicates, all_masks_pass,
-              "Vectorised over nodes, cached per scope.", vectorised=True),
-        Point("node_order", Switch("enableNodeOrder", "node_order"), Scorers, node_scores_add,
-              "Vectorised over nodes, cached per scope.", vectorised=True),
+        Point(
+            "allocatable",
+            Switch("enabledAllocatable", "allocatable"),
+            QueueTaskCheckFn,
+            all_must_pass,
+        ),
+        Point(
+            "preemptive", Switch("enablePreemptive", "preemptive"), QueueTaskCheckFn, all_must_pass
+        ),
+        Point(
+            "predicate",
+            Switch("enablePredicate", "predicate"),
+            Predicates,
+            all_masks_pass,
+            "Vectorised over nodes, cached per scope.",
+            vectorised=True,
+        ),
+        Point(
+            "node_order",
+            Switch("enableNodeOrder", "node_order"),
+            Scorers,
+            node_scores_add,
+            "Vectorised over nodes, cached per scope.",
+            vectorised=True,
+        ),
         Point("job_valid", None, JobValidFn, first_failure),
         Point("job_pipelined", Switch("enableJobPipelined", "job_pipelined"), VoteFn, vote),
         Point("job_enqueueable", JOB_ENQUEUED, VoteFn, vote),
         Point("job_enqueued", JOB_ENQUEUED, JobNotifyFn, call_all),
-        Point("job_starving", Switch("enableJobStarving", "job_starving"), JobCheckFn, first_tier_all),
+        Point(
+            "job_starving", Switch("enableJobStarving", "job_starving"), JobCheckFn, first_tier_all
+        ),
         Point("overused", Switch("enabledOverused", "overused"), QueueCheckFn, any_true),
-        Point("preemptable", Switch("enablePreemptable", "preemptable"), EvictableFn, intersect_first_tier),
-        Point("reclaimable", Switch("enableReclaimable", "reclaimable"), EvictableFn, intersect_first_tier),
+        Point(
+            "preemptable",
+            Switch("enablePreemptable", "preemptable"),
+            EvictableFn,
+            intersect_first_tier,
+        ),
+        Point(
+            "reclaimable",
+            Switch("enableReclaimable", "reclaimable"),
+            EvictableFn,
+            intersect_first_tier,
+        ),
         Point("victim", Switch("enabledVictim", "victim"), VictimTasksFns, union_first_tier),
-        Point("hypernode_gradient", Switch("enabledHyperNodeGradient", "hypernode_gradient"), HyperNodeGradientFn,
-              first_answer, "None: the job is held to no hypernode."),
-        Point("hypernode_order", Switch("enabledHyperNodeOrder", "hypernode_order"), HyperNodeOrderFn, scores_add),
-        Point("device_choice", None, DeviceChoiceFn, first_non_none,
-              "Asked when a task that needs device ids is placed; candidates exclude held and unhealthy devices; "
-              "none answers: the first candidates."),
+        Point(
+            "hypernode_gradient",
+            Switch("enabledHyperNodeGradient", "hypernode_gradient"),
+            HyperNodeGradientFn,
+            first_answer,
+            "None: the job is held to no hypernode.",
+        ),
+        Point(
+            "hypernode_order",
+            Switch("enabledHyperNodeOrder", "hypernode_order"),
+            HyperNodeOrderFn,
+            scores_add,
+        ),
+        Point(
+            "device_choice",
+            None,
+            DeviceChoiceFn,
+            first_non_none,
+            "Asked when a task that needs device ids is placed; candidates exclude held and unhealthy devices; "
+            "none answers: the first candidates.",
+        ),
         # KAI Scheduler's points (asked by the actions of `profile: kai`).
-        Point("queue_jobs_order", None, QueueJobsCompareFn, first_non_zero_of,
-              "KAI: queues compared with the job each would run next (or the victims each would lose)."),
-        Point("job_over_capacity", None, JobCapacityFn, first_refusal, "KAI: queue limits, non-preemptible quota."),
-        Point("non_preemptible_over_quota", None, JobCapacityFn, first_refusal,
-              "KAI: asked before preempting for a job."),
+        Point(
+            "queue_jobs_order",
+            None,
+            QueueJobsCompareFn,
+            first_non_zero_of,
+            "KAI: queues compared with the job each would run next (or the victims each would lose).",
+        ),
+        Point(
+            "job_over_capacity",
+            None,
+            JobCapacityFn,
+            first_refusal,
+            "KAI: queue limits, non-preemptible quota.",
+        ),
+        Point(
+            "non_preemptible_over_quota",
+            None,
+            JobCapacityFn,
+            first_refusal,
+            "KAI: asked before preempting for a job.",
+        ),
         Point("can_reclaim", None, JobCheckFn, all_must_pass, "KAI: may this job reclaim at all?"),
-        Point("reclaim_scenario_valid", None, ScenarioCheckFn, all_must_pass,
-              "KAI: is a reclaim solution (its victims) fair to every queue?"),
-        Point("solution_start", None, SolutionStartFn, call_all, "KAI: a victim search for one job begins."),
-        Point("gpu_order", None, GpuOrderFn, sum_of, "KAI: which shared GPU a fractional task takes."),
-        Point("node_sets", None, NodeSetsFn, first_non_none,
-              "KAI: the node sets (topology domains) a job's tasks are tried on, in order; None: all nodes."),
+        Point(
+            "reclaim_scenario_valid",
+            None,
+            ScenarioCheckFn,
+            all_must_pass,
+            "KAI: is a reclaim solution (its victims) fair to every queue?",
+        ),
+        Point(
+            "solution_start",
+            None,
+            SolutionStartFn,
+            call_all,
+            "KAI: a victim search for one job begins.",
+        ),
+        Point(
+            "gpu_order", None, GpuOrderFn, sum_of, "KAI: which shared GPU a fractional task takes."
+        ),
+        Point(
+            "node_sets",
+            None,
+            NodeSetsFn,
+            first_non_none,
+            "KAI: the node sets (topology domains) a job's tasks are tried on, in order; None: all nodes.",
+        ),
     )
 }
 
@@ -432,13 +563,21 @@ PLUGIN_SWITCHES: dict[Switch, str] = {
 }
 # Accepted for compatibility with Volcano files, no effect: Muster has no such point.
 COMPATIBILITY_SWITCHES: dict[Switch, str] = {
-    Switch("enabledClusterOrder", "cluster_order"): "Volcano's multi-cluster order; Muster schedules one cluster",
-    Switch("enableBestNode", "best_node"): "the best-scoring node always wins, ties going to the first by name",
+    Switch(
+        "enabledClusterOrder", "cluster_order"
+    ): "Volcano's multi-cluster order; Muster schedules one cluster",
+    Switch(
+        "enableBestNode", "best_node"
+    ): "the best-scoring node always wins, ties going to the first by name",
     Switch("enableTargetJob", "target_job"): "no action of Muster asks for a target job",
     Switch("enableReservedNodes", "reserved_nodes"): "Muster has no node reservation",
     Switch("enabledSubJobReady", "subjob_ready"): "gang checks sub-group minimums inside job_ready",
-    Switch("enabledSubJobPipelined", "subjob_pipelined"): "gang checks sub-group minimums inside job_pipelined",
-    Switch("enabledSubJobOrder", "subjob_order"): "allocate does not schedule sub-group by sub-group",
+    Switch(
+        "enabledSubJobPipelined", "subjob_pipelined"
+    ): "gang checks sub-group minimums inside job_pipelined",
+    Switch(
+        "enabledSubJobOrder", "subjob_order"
+    ): "allocate does not schedule sub-group by sub-group",
 }
 
 
@@ -467,7 +606,9 @@ def describe(tp: Any) -> str:
         params, result = args
         return f"({', '.join(describe(a) for a in params)}) -> {describe(result)}"
     if origin is Union or origin is types.UnionType:
-        return " | ".join(f"({describe(a)})" if get_origin(a) is Callable else describe(a) for a in args)
+        return " | ".join(
+            f"({describe(a)})" if get_origin(a) is Callable else describe(a) for a in args
+        )
     if origin is not None:
         return f"{origin.__name__}[{', '.join(describe(a) for a in args)}]"
     return str(getattr(tp, "__name__", tp))
@@ -486,7 +627,9 @@ def markdown_table() -> str:
     for p in POINTS.values():
         switch = f"`{p.switch.key}`" if p.switch else "always on"
         rule = f"{p.rule} {p.note}".strip()
-        lines.append(f"| `{p.name}` | {switch} | `{_cell(describe(p.signature))}` | {_cell(rule)} |")
+        lines.append(
+            f"| `{p.name}` | {switch} | `{_cell(describe(p.signature))}` | {_cell(rule)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -510,7 +653,10 @@ def render_docs(text: str) -> str:
 
     Regenerate: ``python -c "from pathlib import Path; from server.session.extension_points import
     render_docs as r; p = Path('docs/config.md'); p.write_text(r(p.read_text()))"``."""
-    for marker, table in (("switches", switches_markdown_table()), ("extension-points", markdown_table())):
+    for marker, table in (
+        ("switches", switches_markdown_table()),
+        ("extension-points", markdown_table()),
+    ):
         begin, end = f"<!-- {marker}:begin (generated) -->\n", f"<!-- {marker}:end -->"
         head, found, rest = text.partition(begin)
         if not found or end not in rest:

@@ -39,7 +39,10 @@ class ResourceSpace:
         self.dims: list[str] = [CPU, MEMORY, *rest]
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.dims)}
         self.size = len(self.dims)
-        self._requests: dict[tuple[tuple[str, float], ...], tuple[Vec, tuple[float, ...], bool, dict[str, int], bytes]] = {}
+        self._requests: dict[
+            tuple[tuple[str, float], ...],
+            tuple[Vec, tuple[float, ...], bool, dict[str, int], bytes],
+        ] = {}
 
     def vec(self, resources: Mapping[str, float] | None) -> Vec:
         """A fresh vector (callers may mutate it)."""
@@ -55,7 +58,9 @@ class ResourceSpace:
                     row[i] = value
         return row
 
-    def request(self, resources: Mapping[str, float]) -> tuple[Vec, tuple[float, ...], bool, dict[str, int], bytes]:
+    def request(
+        self, resources: Mapping[str, float]
+    ) -> tuple[Vec, tuple[float, ...], bool, dict[str, int], bytes]:
         """A task request as a shared, read-only vector (many tasks ask for the same), the same as
         Python floats (for one-row checks, where numpy scalars cost ~5x), whether it is best-effort
         (empty), the whole devices it asks per device resource (shared too), and the vector's bytes
@@ -65,7 +70,13 @@ class ResourceSpace:
         if known is None:
             v = self.vec(resources)
             v.flags.writeable = False
-            known = self._requests[key] = (v, tuple(v.tolist()), is_empty(v), device_needs(resources), v.tobytes())
+            known = self._requests[key] = (
+                v,
+                tuple(v.tolist()),
+                is_empty(v),
+                device_needs(resources),
+                v.tobytes(),
+            )
         return known
 
     def to_dict(self, v: Vec) -> dict[str, float]:
@@ -103,9 +114,29 @@ def is_empty(v: Vec) -> bool:
 
 class TaskInfo:
     __slots__ = (
-        "uid", "name", "namespace", "job", "role", "spec", "resreq", "best_effort", "status",
-        "node", "priority", "preemptable", "sub_group", "shape_key", "static_key", "creation_index",
-        "last_tx_status", "devices", "device_needs", "gpu_fraction", "gpu_groups", "evicted_here", "request_floats",
+        "uid",
+        "name",
+        "namespace",
+        "job",
+        "role",
+        "spec",
+        "resreq",
+        "best_effort",
+        "status",
+        "node",
+        "priority",
+        "preemptable",
+        "sub_group",
+        "shape_key",
+        "static_key",
+        "creation_index",
+        "last_tx_status",
+        "devices",
+        "device_needs",
+        "gpu_fraction",
+        "gpu_groups",
+        "evicted_here",
+        "request_floats",
     )
 
     def __init__(self, spec: TaskSpec, space: ResourceSpace) -> None:
@@ -116,7 +147,9 @@ class TaskInfo:
         self.job = spec.job
         self.role = spec.role
         # Read-only after construction: tasks of one shape share the vector.
-        self.resreq, self.request_floats, self.best_effort, self.device_needs, request_bytes = space.request(spec.request)
+        self.resreq, self.request_floats, self.best_effort, self.device_needs, request_bytes = (
+            space.request(spec.request)
+        )
         self.status = spec.status
         # A pending task holds no node, whatever the snapshot says (a nominated node is no hold).
         self.node: str | None = spec.node if spec.status != TaskStatus.PENDING else None
@@ -168,7 +201,13 @@ def _static_key(spec: TaskSpec) -> tuple[Any, ...]:
 
 # Statuses counted by Volcano's ReadyTaskNum.
 _READY = frozenset(
-    {TaskStatus.BOUND, TaskStatus.BINDING, TaskStatus.RUNNING, TaskStatus.ALLOCATED, TaskStatus.SUCCEEDED}
+    {
+        TaskStatus.BOUND,
+        TaskStatus.BINDING,
+        TaskStatus.RUNNING,
+        TaskStatus.ALLOCATED,
+        TaskStatus.SUCCEEDED,
+    }
 )
 # Statuses counted by Volcano's ValidTaskNum.
 _VALID = frozenset({*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED, TaskStatus.PENDING})
@@ -236,8 +275,12 @@ class JobInfo:
         self.min_available = spec.min_member if spec.min_member is not None else len(spec.tasks)
         self.task_min_available: dict[str, int] = dict(spec.min_task_member)
         self.task_min_available_total = sum(self.task_min_available.values())
-        self.min_resources: Vec | None = space.vec(spec.min_resources) if spec.min_resources else None
-        self.subgroup_min_member: dict[str, int] = {g.name: g.min_member for g in spec.sub_groups if g.min_member > 0}
+        self.min_resources: Vec | None = (
+            space.vec(spec.min_resources) if spec.min_resources else None
+        )
+        self.subgroup_min_member: dict[str, int] = {
+            g.name: g.min_member for g in spec.sub_groups if g.min_member > 0
+        }
         self.preemptible = spec.preemptible
         self.fit_errors: dict[str, FitErrors] = {}
         self.job_fit_error = ""
@@ -309,12 +352,17 @@ class JobInfo:
         return self.ready_task_num() + self.pending_best_effort_num() >= self.min_available
 
     def is_pipelined(self) -> bool:
-        return self.waiting_task_num() + self.ready_task_num() + self.pending_best_effort_num() >= self.min_available
+        return (
+            self.waiting_task_num() + self.ready_task_num() + self.pending_best_effort_num()
+            >= self.min_available
+        )
 
     def is_starving(self) -> bool:
         return self.waiting_task_num() + self.ready_task_num() < self.min_available
 
-    def _roles(self, statuses: Iterable[TaskStatus], pending_best_effort: bool = False) -> dict[str, int]:
+    def _roles(
+        self, statuses: Iterable[TaskStatus], pending_best_effort: bool = False
+    ) -> dict[str, int]:
         counts: dict[str, int] = {}
         for s in statuses:
             for t in self.index[s].values():
@@ -345,7 +393,9 @@ class JobInfo:
         if not self.task_min_available or self.min_available < self.task_min_available_total:
             return True
         return self._roles_meet_minimum(
-            self._roles((*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED), pending_best_effort=True)
+            self._roles(
+                (*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED), pending_best_effort=True
+            )
         )
 
     # -- sub-groups (KAI PodGroup subGroups / Volcano sub-jobs): each needs its own minimum -----
@@ -370,7 +420,11 @@ class JobInfo:
         return self._subgroups_meet((*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED))
 
     def fit_failed_roles(self) -> set[str]:
-        return {self.tasks[uid].role for uid in self.fit_errors if uid in self.tasks and self.tasks[uid].role}
+        return {
+            self.tasks[uid].role
+            for uid in self.fit_errors
+            if uid in self.tasks and self.tasks[uid].role
+        }
 
     def need_continue_allocating(self) -> bool:
         """Volcano ``NeedContinueAllocating``: keep placing other roles after a task fit no node?"""
@@ -449,7 +503,9 @@ class NodeTable:
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
         n = len(specs)
         # One array from Python rows (a numpy row assignment per node costs more).
-        self.allocatable = np.array([space.values(s.allocatable) for s in specs], dtype=float).reshape(n, space.size)
+        self.allocatable = np.array(
+            [space.values(s.allocatable) for s in specs], dtype=float
+        ).reshape(n, space.size)
         self.used = np.zeros((n, space.size))
         self.releasing = np.zeros((n, space.size))
         self.pipelined = np.zeros((n, space.size))
@@ -562,7 +618,9 @@ class NodeTable:
             else:
                 self.devices.shared_releasing[i].discard(name)
             if d is not None and before != after:
-                used, releasing, pipelined = (UNIT * (a - b) for a, b in zip(after, before, strict=True))
+                used, releasing, pipelined = (
+                    UNIT * (a - b) for a, b in zip(after, before, strict=True)
+                )
                 self.idle[i, d] -= used
                 self.used[i, d] += used
                 self.releasing[i, d] += releasing
@@ -592,7 +650,9 @@ class NodeTable:
         d = self.gpu_dim
         if d is None:
             return 0.0, 0.0
-        return self.idle[i, d] / UNIT, (self.idle[i, d] + self.releasing[i, d] - self.pipelined[i, d]) / UNIT
+        return self.idle[i, d] / UNIT, (
+            self.idle[i, d] + self.releasing[i, d] - self.pipelined[i, d]
+        ) / UNIT
 
     def count_unhealthy_as_used(self) -> None:
         """Unhealthy devices no task holds are used capacity: nothing may be placed on them."""
@@ -604,7 +664,6 @@ class NodeTable:
                 if d is not None:
                     self.idle[i, d] -= n * UNIT
                     self.used[i, d] += n * UNIT
-
 
 
 def shared_state(holders: list[TaskInfo]) -> tuple[int, int, int]:

@@ -39,7 +39,9 @@ def match_requirement(labels: Mapping[str, str], req: Mapping[str, Any]) -> bool
     return False
 
 
-def match_node_selector_term(labels: Mapping[str, str], term: Mapping[str, Any], node_name: str = "") -> bool:
+def match_node_selector_term(
+    labels: Mapping[str, str], term: Mapping[str, Any], node_name: str = ""
+) -> bool:
     exprs = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []
     if not exprs and not fields:
@@ -72,7 +74,10 @@ def node_affinity_preferred(affinity: Mapping[str, Any]) -> list[Mapping[str, An
 
 
 def matches_node_selector_and_affinity(
-    labels: Mapping[str, str], node_selector: Mapping[str, str], affinity: Mapping[str, Any], node_name: str = ""
+    labels: Mapping[str, str],
+    node_selector: Mapping[str, str],
+    affinity: Mapping[str, Any],
+    node_name: str = "",
 ) -> bool:
     """kube-scheduler NodeAffinity filter: nodeSelector AND (any required term)."""
     for k, v in node_selector.items():
@@ -84,7 +89,9 @@ def matches_node_selector_and_affinity(
     return any(match_node_selector_term(labels, t, node_name) for t in terms)
 
 
-def untolerated_taint(taints: list[Taint], tolerations: list[Toleration], effects: tuple[str, ...]) -> Taint | None:
+def untolerated_taint(
+    taints: list[Taint], tolerations: list[Toleration], effects: tuple[str, ...]
+) -> Taint | None:
     for taint in taints:
         if taint.effect not in effects:
             continue

@@ -22,11 +22,19 @@ from server.model import TaskStatus
 from server.session.info import JobInfo, NodeTable, TaskInfo
 
 ACTIVE_ALLOCATED = frozenset(
-    {TaskStatus.ALLOCATED, TaskStatus.PIPELINED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING}
+    {
+        TaskStatus.ALLOCATED,
+        TaskStatus.PIPELINED,
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+    }
 )
 ACTIVE_USED = ACTIVE_ALLOCATED | {TaskStatus.RELEASING}
 # KAI's "allocated" statuses: what a queue's allocated share counts (Pipelined does not).
-ALLOCATED_SHARE = frozenset({TaskStatus.ALLOCATED, TaskStatus.BOUND, TaskStatus.BINDING, TaskStatus.RUNNING})
+ALLOCATED_SHARE = frozenset(
+    {TaskStatus.ALLOCATED, TaskStatus.BOUND, TaskStatus.BINDING, TaskStatus.RUNNING}
+)
 DEFAULT_POD_SET = ""
 # KAI: a job of this priority or more is not preemptible unless it says otherwise.
 NON_PREEMPTIBLE_PRIORITY = 100
@@ -73,7 +81,8 @@ def with_tasks(job: JobInfo, tasks: list[TaskInfo]) -> JobInfo:
 def ready_for_scheduling(job: JobInfo) -> bool:
     """Every pod set has at least its minimum of alive (pending or active) tasks."""
     return all(
-        sum(1 for t in ps.tasks if t.status in ACTIVE_ALLOCATED or t.status == TaskStatus.PENDING) >= ps.min_available
+        sum(1 for t in ps.tasks if t.status in ACTIVE_ALLOCATED or t.status == TaskStatus.PENDING)
+        >= ps.min_available
         for ps in pod_sets(job)
     )
 
@@ -133,7 +142,9 @@ def should_pipeline_job(job: JobInfo) -> bool:
     job waits (KAI pipelines every task of it)."""
     for ps in pod_sets(job):
         pipelined = any(t.status == TaskStatus.PIPELINED for t in ps.tasks)
-        others = sum(1 for t in ps.tasks if t.status in ACTIVE_ALLOCATED and t.status != TaskStatus.PIPELINED)
+        others = sum(
+            1 for t in ps.tasks if t.status in ACTIVE_ALLOCATED and t.status != TaskStatus.PIPELINED
+        )
         if pipelined and others < ps.min_available:
             return True
     return False

@@ -61,7 +61,9 @@ class SchedulerConfig:
         """Does a configured plugin or action decide by the time of day (a cycle on an unchanged
         cluster may then decide differently)?"""
         plugins = (p.plugin_class for tier in self.tiers for p in tier)
-        return any(getattr(c, "reads_clock", False) for c in (*plugins, *self.action_classes.values()))
+        return any(
+            getattr(c, "reads_clock", False) for c in (*plugins, *self.action_classes.values())
+        )
 
     def plugin(self, name: str) -> PluginOption | None:
         for tier in self.tiers:
@@ -71,7 +73,16 @@ class SchedulerConfig:
         return None
 
 
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
 _DURATION = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|µs|μs|ms|s|m|h)")
 # Go's Duration is int64 nanoseconds: about 292 years; a longer one is invalid there too.
 MAX_DURATION_SECONDS = (2**63 - 1) / 1e9

@@ -31,7 +31,10 @@ class PriorityQueue:
             return self.seq < other.seq
 
     def __init__(
-        self, less: Callable[[Any, Any], bool], items: Iterable[Any] = (), key: Callable[[Any], Any] | None = None
+        self,
+        less: Callable[[Any, Any], bool],
+        items: Iterable[Any] = (),
+        key: Callable[[Any], Any] | None = None,
     ) -> None:
         self._less = less
         self._key = key

@@ -84,7 +84,9 @@ __all__ = ["EventHandler", "PriorityQueue", "Session", "ValidateResult"]
 
 
 class Session:
-    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, cycle_id: int = 0) -> None:
+    def __init__(
+        self, snapshot: ClusterSnapshot, config: SchedulerConfig, cycle_id: int = 0
+    ) -> None:
         self.cycle_id = cycle_id
         self.config = config
         self.priority_classes = {**config.priority_classes, **snapshot.priority_classes}
@@ -124,7 +126,9 @@ class Session:
         for task, row in unnamed:
             self._give_existing_devices(task, row)
         self.nodes.count_unhealthy_as_used()
-        self.total_resource = self.nodes.allocatable.sum(axis=0) if len(self.nodes) else self.space.zeros()
+        self.total_resource = (
+            self.nodes.allocatable.sum(axis=0) if len(self.nodes) else self.space.zeros()
+        )
         self._ever_fits: dict[Any, bool] = {}  # shape key -> can_ever_fit
         self._constrained: list[TaskInfo] | None = None
         self.hypernodes = snapshot.hypernodes
@@ -138,7 +142,9 @@ class Session:
         for tier in self.tiers:
             for option in tier:
                 if option.plugin_class is None:
-                    raise ValueError(f"plugin option {option.name!r} was not resolved by the config parser")
+                    raise ValueError(
+                        f"plugin option {option.name!r} was not resolved by the config parser"
+                    )
                 self.plugins.append(option.plugin_class(option.arguments))
         self._chains: dict[str, Chain[Any]] = {}
         # Per point: its combining function bound to its chain (vectorised points: the evaluator).
@@ -188,11 +194,17 @@ class Session:
     @overload
     def register(self, point: Literal["queue_order_key"], plugin: str, fn: QueueKeyFn) -> None: ...
     @overload
-    def register(self, point: Literal["victim_queue_order"], plugin: str, fn: VictimQueueCompareFn) -> None: ...
+    def register(
+        self, point: Literal["victim_queue_order"], plugin: str, fn: VictimQueueCompareFn
+    ) -> None: ...
     @overload
-    def register(self, point: Literal["job_ready", "job_starving"], plugin: str, fn: JobCheckFn) -> None: ...
+    def register(
+        self, point: Literal["job_ready", "job_starving"], plugin: str, fn: JobCheckFn
+    ) -> None: ...
     @overload
-    def register(self, point: Literal["allocatable", "preemptive"], plugin: str, fn: QueueTaskCheckFn) -> None: ...
+    def register(
+        self, point: Literal["allocatable", "preemptive"], plugin: str, fn: QueueTaskCheckFn
+    ) -> None: ...
     @overload
     def register(self, point: Literal["predicate"], plugin: str, fn: Predicates) -> None: ...
     @overload
@@ -200,33 +212,52 @@ class Session:
     @overload
     def register(self, point: Literal["job_valid"], plugin: str, fn: JobValidFn) -> None: ...
     @overload
-    def register(self, point: Literal["job_pipelined", "job_enqueueable"], plugin: str, fn: VoteFn) -> None: ...
+    def register(
+        self, point: Literal["job_pipelined", "job_enqueueable"], plugin: str, fn: VoteFn
+    ) -> None: ...
     @overload
     def register(self, point: Literal["job_enqueued"], plugin: str, fn: JobNotifyFn) -> None: ...
     @overload
     def register(self, point: Literal["overused"], plugin: str, fn: QueueCheckFn) -> None: ...
     @overload
-    def register(self, point: Literal["preemptable", "reclaimable"], plugin: str, fn: EvictableFn) -> None: ...
+    def register(
+        self, point: Literal["preemptable", "reclaimable"], plugin: str, fn: EvictableFn
+    ) -> None: ...
     @overload
     def register(self, point: Literal["victim"], plugin: str, fn: VictimTasksFns) -> None: ...
     @overload
-    def register(self, point: Literal["hypernode_gradient"], plugin: str, fn: HyperNodeGradientFn) -> None: ...
-    @overload
-    def register(self, point: Literal["hypernode_order"], plugin: str, fn: HyperNodeOrderFn) -> None: ...
-    @overload
-    def register(self, point: Literal["device_choice"], plugin: str, fn: DeviceChoiceFn) -> None: ...
-    @overload
-    def register(self, point: Literal["queue_jobs_order"], plugin: str, fn: QueueJobsCompareFn) -> None: ...
+    def register(
+        self, point: Literal["hypernode_gradient"], plugin: str, fn: HyperNodeGradientFn
+    ) -> None: ...
     @overload
     def register(
-        self, point: Literal["job_over_capacity", "non_preemptible_over_quota"], plugin: str, fn: JobCapacityFn
+        self, point: Literal["hypernode_order"], plugin: str, fn: HyperNodeOrderFn
+    ) -> None: ...
+    @overload
+    def register(
+        self, point: Literal["device_choice"], plugin: str, fn: DeviceChoiceFn
+    ) -> None: ...
+    @overload
+    def register(
+        self, point: Literal["queue_jobs_order"], plugin: str, fn: QueueJobsCompareFn
+    ) -> None: ...
+    @overload
+    def register(
+        self,
+        point: Literal["job_over_capacity", "non_preemptible_over_quota"],
+        plugin: str,
+        fn: JobCapacityFn,
     ) -> None: ...
     @overload
     def register(self, point: Literal["can_reclaim"], plugin: str, fn: JobCheckFn) -> None: ...
     @overload
-    def register(self, point: Literal["reclaim_scenario_valid"], plugin: str, fn: ScenarioCheckFn) -> None: ...
+    def register(
+        self, point: Literal["reclaim_scenario_valid"], plugin: str, fn: ScenarioCheckFn
+    ) -> None: ...
     @overload
-    def register(self, point: Literal["solution_start"], plugin: str, fn: SolutionStartFn) -> None: ...
+    def register(
+        self, point: Literal["solution_start"], plugin: str, fn: SolutionStartFn
+    ) -> None: ...
     @overload
     def register(self, point: Literal["gpu_order"], plugin: str, fn: GpuOrderFn) -> None: ...
     @overload
@@ -260,7 +291,11 @@ class Session:
         self._device_choosers = any(self._chains["device_choice"])
         c = self._combined
         # The order points are asked hundreds of thousands of times a cycle: bound once.
-        self._job_order, self._task_order, self._queue_order = c["job_order"], c["task_order"], c["queue_order"]
+        self._job_order, self._task_order, self._queue_order = (
+            c["job_order"],
+            c["task_order"],
+            c["queue_order"],
+        )
 
     def chain(self, point: str) -> Chain[Any]:
         return self._chains[point]
@@ -317,7 +352,9 @@ class Session:
             return left.creation_index < right.creation_index
         return left.uid < right.uid
 
-    def victim_queue_order_fn(self, left: QueueInfo, right: QueueInfo, preemptor: QueueInfo | None) -> bool:
+    def victim_queue_order_fn(
+        self, left: QueueInfo, right: QueueInfo, preemptor: QueueInfo | None
+    ) -> bool:
         r = self._combined["victim_queue_order"](left, right, preemptor)
         if r:
             return r < 0
@@ -336,11 +373,18 @@ class Session:
 
     # -- KAI's points ---------------------------------------------------------------------------
     def queue_jobs_order(
-        self, left: QueueInfo, right: QueueInfo, left_job: JobInfo | None, right_job: JobInfo | None,
-        left_victims: list[JobInfo], right_victims: list[JobInfo],
+        self,
+        left: QueueInfo,
+        right: QueueInfo,
+        left_job: JobInfo | None,
+        right_job: JobInfo | None,
+        left_victims: list[JobInfo],
+        right_victims: list[JobInfo],
     ) -> bool:
         """Does ``left`` go first? The plugins' answer; ties: creation order, then name."""
-        r = self._combined["queue_jobs_order"](left, right, left_job, right_job, left_victims, right_victims)
+        r = self._combined["queue_jobs_order"](
+            left, right, left_job, right_job, left_victims, right_victims
+        )
         if r:
             return r < 0
         if left.creation_index != right.creation_index:
@@ -356,7 +400,9 @@ class Session:
     def can_reclaim(self, job: JobInfo) -> bool:
         return self._combined["can_reclaim"](job)
 
-    def reclaim_scenario_valid(self, job: JobInfo, tasks: list[TaskInfo], victims: list[TaskInfo]) -> bool:
+    def reclaim_scenario_valid(
+        self, job: JobInfo, tasks: list[TaskInfo], victims: list[TaskInfo]
+    ) -> bool:
         return self._combined["reclaim_scenario_valid"](job, tasks, victims)
 
     def solution_start(self) -> None:
@@ -440,7 +486,9 @@ class Session:
                 return job_then_task(lj, rj, left, right)
             if lj.queue != rj.queue:
                 return self.victim_queue_order_fn(
-                    self.queues[lj.queue], self.queues[rj.queue], self.queues.get(preemptor_job.queue)
+                    self.queues[lj.queue],
+                    self.queues[rj.queue],
+                    self.queues.get(preemptor_job.queue),
                 )
             return job_then_task(lj, rj, left, right)
 
@@ -468,7 +516,9 @@ class Session:
                 yield job, queue
 
     # -- state changes (used by Statement) ------------------------------------------------------
-    def place_task(self, task: TaskInfo, node: str, status: TaskStatus, gpu_groups: list[str] | None = None) -> None:
+    def place_task(
+        self, task: TaskInfo, node: str, status: TaskStatus, gpu_groups: list[str] | None = None
+    ) -> None:
         job = self.jobs[task.job]
         job.update_task_status(task, status)
         task.node = node
@@ -538,8 +588,14 @@ class Session:
             return [], []
         row = self.nodes.index[task.node]
         promised, shared = self.nodes.devices.promised[row], self.nodes.shared[row]
-        whole = {id(t): t for d in task.devices if (t := promised.get(d)) is not None and t is not task}
-        groups = [d for d in task.devices if shared.get(d) and all(t.status == TaskStatus.PIPELINED for t in shared[d])]
+        whole = {
+            id(t): t for d in task.devices if (t := promised.get(d)) is not None and t is not task
+        }
+        groups = [
+            d
+            for d in task.devices
+            if shared.get(d) and all(t.status == TaskStatus.PIPELINED for t in shared[d])
+        ]
         return list(whole.values()), groups
 
     def _take_back_devices(self, task: TaskInfo, rivals: tuple[list[TaskInfo], list[str]]) -> None:
@@ -579,7 +635,11 @@ class Session:
         allocation of the cycle would then find promised)."""
         assert task.node is not None
         row = self.nodes.index[task.node]
-        if task.gpu_fraction and task.gpu_groups and self.nodes.shared[row].get(task.gpu_groups[0]) == [task]:
+        if (
+            task.gpu_fraction
+            and task.gpu_groups
+            and self.nodes.shared[row].get(task.gpu_groups[0]) == [task]
+        ):
             self._move_share(row, task.gpu_groups[0])
         if task.devices:
             ledger = self.nodes.devices
@@ -652,12 +712,18 @@ class Session:
             phase = job_phase_after(job, unschedulable)
             conditions = [Condition(t, "True", r, m) for t, r, m in job.conditions]
             explanation = self.explain(job, phase)
-            if explanation.gate != "none":  # the verdict of `muster explain` is in the condition too
+            if (
+                explanation.gate != "none"
+            ):  # the verdict of `muster explain` is in the condition too
                 for c in conditions:
                     if c.type == "Unschedulable" and explanation.summary not in c.message:
                         head = c.message.rstrip(". ")
-                        c.message = f"{head}. {explanation.summary}" if head else explanation.summary
-            result.jobs[job.uid] = JobOutcome(phase, conditions, explanation, job.schedule_state, job.stage)
+                        c.message = (
+                            f"{head}. {explanation.summary}" if head else explanation.summary
+                        )
+            result.jobs[job.uid] = JobOutcome(
+                phase, conditions, explanation, job.schedule_state, job.stage
+            )
             for task in job.tasks.values():
                 if task.status == TaskStatus.PIPELINED and task.node:
                     result.pipelined[task.uid] = task.node
@@ -668,7 +734,9 @@ class Session:
         """A task's status, node and device ids in the cycle's result."""
         node = task.node
         if node is None and task.status == TaskStatus.PENDING:
-            node = task.spec.node  # a pending task's nominated node, reported as given (it holds nothing)
+            node = (
+                task.spec.node
+            )  # a pending task's nominated node, reported as given (it holds nothing)
         self.result.task_status[task.uid] = (task.status, node)
         if task.devices and task.node is not None:
             self.result.task_devices[task.uid] = list(task.devices)
@@ -681,7 +749,9 @@ class Session:
         known = self._ever_fits.get(task.shape_key)
         if known is None:
             fits = (self.nodes.allocatable >= task.resreq - MIN_RESOURCE).all(axis=1)
-            known = self._ever_fits[task.shape_key] = bool((self.evaluator.static_mask(task) & fits).any())
+            known = self._ever_fits[task.shape_key] = bool(
+                (self.evaluator.static_mask(task) & fits).any()
+            )
         return known
 
     def never_fits_reason(self, task: TaskInfo) -> str:
@@ -689,10 +759,16 @@ class Session:
         available"): the resources no eligible node has enough of, with the largest there is."""
         eligible = self.evaluator.static_mask(task) if len(self.nodes) else np.zeros(0, dtype=bool)
         if not eligible.any():
-            return (f"task {task.name} can never run on this cluster: no node passes its node selector, "
-                    "affinity and tolerations" if len(self.nodes) else f"task {task.name}: the cluster has no nodes")
+            return (
+                f"task {task.name} can never run on this cluster: no node passes its node selector, "
+                "affinity and tolerations"
+                if len(self.nodes)
+                else f"task {task.name}: the cluster has no nodes"
+            )
         largest = self.nodes.allocatable[eligible].max(axis=0)
-        excluded = bool(((self.nodes.allocatable >= task.resreq - MIN_RESOURCE).all(axis=1) & ~eligible).any())
+        excluded = bool(
+            ((self.nodes.allocatable >= task.resreq - MIN_RESOURCE).all(axis=1) & ~eligible).any()
+        )
         short = [
             f"{self.space.dims[d]} {from_canonical(self.space.dims[d], task.resreq[d])} "
             f"(largest eligible node: {from_canonical(self.space.dims[d], largest[d])})"
@@ -701,7 +777,11 @@ class Session:
         ]
         if not short:  # no single resource is short, but no node has them all at once
             return f"task {task.name} can never run on this cluster: no node has all of its request at once"
-        tail = "; the nodes big enough are excluded by its node selector, affinity or tolerations" if excluded else ""
+        tail = (
+            "; the nodes big enough are excluded by its node selector, affinity or tolerations"
+            if excluded
+            else ""
+        )
         return f"task {task.name} can never run on this cluster: it asks " + ", ".join(short) + tail
 
     def explain(self, job: JobInfo, phase: PodGroupPhase) -> Explanation:
@@ -722,7 +802,9 @@ class Session:
             detail = f" ({fe.describe().rstrip('.')})" if fe is not None and fe.reasons else ""
             return Explanation("unsatisfiable", self.never_fits_reason(never) + detail, reasons)
         # Tasks that are placed, or were placed before the gang was discarded this cycle.
-        fitting = job.ready_task_num() + sum(1 for t in pending.values() if t.last_tx_status in ALLOCATED)
+        fitting = job.ready_task_num() + sum(
+            1 for t in pending.values() if t.last_tx_status in ALLOCATED
+        )
         for errors in (job.fit_errors, job.explain_fit_errors):
             for uid in job.tasks:
                 fe = errors.get(uid)
@@ -750,8 +832,13 @@ class Session:
 
 
 def _role_minimums(job: JobInfo) -> str:
-    return ", ".join(f"{role}: {n}" for role, n in sorted(job.task_min_available.items()) if n > 0) or "none"
+    return (
+        ", ".join(f"{role}: {n}" for role, n in sorted(job.task_min_available.items()) if n > 0)
+        or "none"
+    )
 
 
 def _same_plugins(chain: Chain[Any], keys: Chain[Any]) -> bool:
-    return [[name for name, _ in row] for row in chain] == [[name for name, _ in row] for row in keys]
+    return [[name for name, _ in row] for row in chain] == [
+        [name for name, _ in row] for row in keys
+    ]

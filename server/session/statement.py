@@ -56,13 +56,26 @@ class Statement:
     def pipeline(self, task: TaskInfo, node: str, gpu_groups: list[str] | None = None) -> None:
         """``gpu_groups``: for a fractional GPU task, the shared GPU it takes on ``node``."""
         prev = task.status
-        if (task.node == node and task.status == TaskStatus.RELEASING and task.evicted_here
-                and (gpu_groups is None or list(gpu_groups) == task.gpu_groups)):
+        if (
+            task.node == node
+            and task.status == TaskStatus.RELEASING
+            and task.evicted_here
+            and (gpu_groups is None or list(gpu_groups) == task.gpu_groups)
+        ):
             self._unevict(task)  # placed back where it is (KAI: the eviction is called off)
             return
-        if task.node is not None and task.status == TaskStatus.RELEASING:  # an evicted victim placed again: it moves
-            origin = Operation(Op.PIPELINE, task, node, prev, moved_from=task.node,
-                               moved_groups=tuple(task.gpu_groups), moved_devices=tuple(task.devices))
+        if (
+            task.node is not None and task.status == TaskStatus.RELEASING
+        ):  # an evicted victim placed again: it moves
+            origin = Operation(
+                Op.PIPELINE,
+                task,
+                node,
+                prev,
+                moved_from=task.node,
+                moved_groups=tuple(task.gpu_groups),
+                moved_devices=tuple(task.devices),
+            )
             self.ssn.lift_task(task)
             self.ssn.place_task(task, node, TaskStatus.PIPELINED, gpu_groups)
             self.operations.append(origin)
@@ -71,8 +84,14 @@ class Statement:
         self.operations.append(Operation(Op.PIPELINE, task, node, prev))
 
     def _unevict(self, task: TaskInfo) -> None:
-        before = next((o.previous_status for o in reversed(self.operations) if o.op is Op.EVICT and o.task is task),
-                      TaskStatus.RUNNING)
+        before = next(
+            (
+                o.previous_status
+                for o in reversed(self.operations)
+                if o.op is Op.EVICT and o.task is task
+            ),
+            TaskStatus.RUNNING,
+        )
         self.ssn.change_status_on_node(task, before)
         task.evicted_here = False
         assert task.node is not None
@@ -84,7 +103,9 @@ class Statement:
         for o in self.operations:
             if o.op is Op.ALLOCATE and o.task.job == job:
                 self.ssn.change_status_on_node(o.task, TaskStatus.PIPELINED)
-                if o.task.devices or o.task.gpu_fraction:  # as a pipelined task takes them: released first
+                if (
+                    o.task.devices or o.task.gpu_fraction
+                ):  # as a pipelined task takes them: released first
                     self.ssn.choose_devices_again(o.task)
                 o.op = Op.PIPELINE
 

@@ -7,4 +7,11 @@ reports. ``simulate_text`` does both.
 from server.simulate.run import run_scenario, simulate_text
 from server.simulate.scenario import Scenario, ScenarioError, load_scenario, parse_scenario_text
 
-__all__ = ["Scenario", "ScenarioError", "load_scenario", "parse_scenario_text", "run_scenario", "simulate_text"]
+__all__ = [
+    "Scenario",
+    "ScenarioError",
+    "load_scenario",
+    "parse_scenario_text",
+    "run_scenario",
+    "simulate_text",
+]

@@ -10,7 +10,9 @@ from server.scheduler import SchedulerCore
 from server.simulate.scenario import Scenario, ScenarioError, parse_scenario_text
 
 
-def _advance(snapshot: ClusterSnapshot, result: CycleResult, evicted_come_back: bool = False) -> None:
+def _advance(
+    snapshot: ClusterSnapshot, result: CycleResult, evicted_come_back: bool = False
+) -> None:
     """Between cycles, act as a cluster would: bound tasks run, released tasks go away (under
     ``profile: kai`` they come back pending, as the job's controller recreates evicted pods -- what
     KAI's multi-round tests assume), pipelined tasks wait again, and job phases carry over."""
@@ -32,7 +34,9 @@ def _advance(snapshot: ClusterSnapshot, result: CycleResult, evicted_come_back: 
                 status, node = TaskStatus.PENDING, None
             task.status, task.node = status, node
             task.devices = list(result.task_devices.get(task.uid, [])) if node is not None else []
-            task.gpu_groups = list(result.task_gpu_groups.get(task.uid, [])) if node is not None else []
+            task.gpu_groups = (
+                list(result.task_gpu_groups.get(task.uid, [])) if node is not None else []
+            )
             kept.append(task)
         job.tasks = kept
 
@@ -63,7 +67,12 @@ def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any
         if cycle < total:
             _advance(scenario.snapshot, result, evicted_come_back=scenario.config.profile == "kai")
     tasks: dict[str, dict[str, Any]] = {
-        uid: {"status": s.title, "node": n, "gpu_groups": released_groups[uid], "devices": released_devices[uid]}
+        uid: {
+            "status": s.title,
+            "node": n,
+            "gpu_groups": released_groups[uid],
+            "devices": released_devices[uid],
+        }
         for uid, (s, n) in released.items()
     }
     for uid, (status, node) in result.task_status.items():
@@ -77,7 +86,10 @@ def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any
     for uid, outcome in result.jobs.items():
         jobs[uid] = {
             "phase": str(outcome.phase),
-            "conditions": [{"type": c.type, "reason": c.reason, "message": c.message} for c in outcome.conditions],
+            "conditions": [
+                {"type": c.type, "reason": c.reason, "message": c.message}
+                for c in outcome.conditions
+            ],
         }
         if outcome.schedule_state:  # TYJobs
             jobs[uid]["scheduleState"] = outcome.schedule_state

@@ -68,17 +68,56 @@ MAX_CYCLES = 1000
 
 _TOP = {"name", "config", "priorityClasses", "topologies", "hypernodes", "nodes", "queues", "jobs"}
 _NODE = {"name", "allocatable", "labels", "taints", "unschedulable", "devices"}
-_QUEUE = {"name", "parent", "weight", "guarantee", "deserved", "capability", "priority", "reclaimable", "state", "annotations"}
+_QUEUE = {
+    "name",
+    "parent",
+    "weight",
+    "guarantee",
+    "deserved",
+    "capability",
+    "priority",
+    "reclaimable",
+    "state",
+    "annotations",
+}
 _JOB = {
-    "name", "namespace", "queue", "minMember", "minTaskMember", "minResources", "priority", "priorityClass",
-    "preemptible", "phase", "staleFor", "subGroups", "topology", "networkTopology", "annotations", "tasks",
+    "name",
+    "namespace",
+    "queue",
+    "minMember",
+    "minTaskMember",
+    "minResources",
+    "priority",
+    "priorityClass",
+    "preemptible",
+    "phase",
+    "staleFor",
+    "subGroups",
+    "topology",
+    "networkTopology",
+    "annotations",
+    "tasks",
     *("leaderRole", "minWorkersNum", "restartLimit", "schedulerPolicy", "cleanPodPolicy"),
 }
 _TY_FIELDS = ("leaderRole", "minWorkersNum", "restartLimit", "schedulerPolicy", "cleanPodPolicy")
 _DEVICE = {"id", "type", "group", "healthy"}
 _TASK = {
-    "name", "role", "subGroup", "request", "status", "node", "gpu_groups", "priority", "preemptable",
-    "preemptionPolicy", "labels", "annotations", "nodeSelector", "tolerations", "affinity", "gpu_fraction",
+    "name",
+    "role",
+    "subGroup",
+    "request",
+    "status",
+    "node",
+    "gpu_groups",
+    "priority",
+    "preemptable",
+    "preemptionPolicy",
+    "labels",
+    "annotations",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "gpu_fraction",
     "devices",
 }
 _TAINT = {"key", "value", "effect"}
@@ -103,20 +142,33 @@ class _MapOf:
 _REQUIREMENT = {"key": str, "operator": str, "values": [_SCALAR]}
 _NODE_TERM = {"matchExpressions": [_REQUIREMENT], "matchFields": [_REQUIREMENT]}
 _SELECTOR = {"matchLabels": _MapOf(_SCALAR), "matchExpressions": [_REQUIREMENT]}
-_POD_TERM = {"labelSelector": _SELECTOR, "topologyKey": str, "namespaces": [str], "namespaceSelector": _SELECTOR}
+_POD_TERM = {
+    "labelSelector": _SELECTOR,
+    "topologyKey": str,
+    "namespaces": [str],
+    "namespaceSelector": _SELECTOR,
+}
 _POD_AFFINITY = {
     "requiredDuringSchedulingIgnoredDuringExecution": [_POD_TERM],
-    "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": int, "podAffinityTerm": _POD_TERM}],
+    "preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": int, "podAffinityTerm": _POD_TERM}
+    ],
 }
 _AFFINITY = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [_NODE_TERM]},
-        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": int, "preference": _NODE_TERM}],
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": int, "preference": _NODE_TERM}
+        ],
     },
     "podAffinity": _POD_AFFINITY,
     "podAntiAffinity": _POD_AFFINITY,
 }
-_TOPOLOGY = {"topology": str, "requiredLevel": str, "preferredLevel": str}  # KAI's topology constraint
+_TOPOLOGY = {
+    "topology": str,
+    "requiredLevel": str,
+    "preferredLevel": str,
+}  # KAI's topology constraint
 _NETWORK_TOPOLOGY = {"mode": str, "highestTierAllowed": int, "highest_tier_allowed": int}
 _TOPOLOGIES = [{"name": str, "levels": [str]}]
 
@@ -254,7 +306,9 @@ class _Loader:
             self.problem(path, "must be a string")
             return False
         if not isinstance(obj, shape):
-            self.problem(path, "must be a string" if shape is str else "must be a string or a number")
+            self.problem(
+                path, "must be a string" if shape is str else "must be a string or a number"
+            )
             return False
         return True
 
@@ -326,7 +380,9 @@ class _Loader:
             if not m:
                 self.problem(path, f"{brief(obj)} is not a duration (e.g. 90s, 5m)")
                 return None
-            seconds = float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+            seconds = (
+                float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+            )
         if not abs(seconds) <= MAX_DURATION_SECONDS:  # also inf and nan
             self.problem(path, f"{brief(obj)} is out of range")
             return None
@@ -341,8 +397,15 @@ class _Loader:
                 if not key:
                     self.problem(f"{p}.key", "required")
                 effect = t.get("effect", "NoSchedule")
-                if not isinstance(effect, str) or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-                    self.problem(f"{p}.effect", f"{brief(effect)} is not NoSchedule, PreferNoSchedule or NoExecute")
+                if not isinstance(effect, str) or effect not in (
+                    "NoSchedule",
+                    "PreferNoSchedule",
+                    "NoExecute",
+                ):
+                    self.problem(
+                        f"{p}.effect",
+                        f"{brief(effect)} is not NoSchedule, PreferNoSchedule or NoExecute",
+                    )
                     effect = "NoSchedule"
                 out.append(Taint(key, self.text(t.get("value"), f"{p}.value"), effect))
         return out
@@ -358,12 +421,21 @@ class _Loader:
                     op = "Equal"
                 effect = self.text(t.get("effect"), f"{p}.effect")
                 if effect not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
-                    self.problem(f"{p}.effect", f"{brief(effect)} is not NoSchedule, PreferNoSchedule or NoExecute")
+                    self.problem(
+                        f"{p}.effect",
+                        f"{brief(effect)} is not NoSchedule, PreferNoSchedule or NoExecute",
+                    )
                 if t.get("tolerationSeconds") is not None:
                     self.integer(t.get("tolerationSeconds"), f"{p}.tolerationSeconds")
-                out.append(Toleration(self.text(t.get("key"), f"{p}.key"), op, self.text(t.get("value"), f"{p}.value"), effect))
+                out.append(
+                    Toleration(
+                        self.text(t.get("key"), f"{p}.key"),
+                        op,
+                        self.text(t.get("value"), f"{p}.value"),
+                        effect,
+                    )
+                )
         return out
-
 
     def devices(self, obj: Any, path: str) -> list[dict[str, Any]]:
         """A node's devices: a list of {id, type, group, healthy}; ids unique on the node."""
@@ -384,12 +456,14 @@ class _Loader:
                 self.problem(f"{p}.id", f"duplicate device {brief(dev_id)}")
             seen.add(str(dev_id))
             group = d.get("group")
-            out.append({
-                "id": str(dev_id),
-                "type": dev_type,
-                "group": "" if group is None else str(group),
-                "healthy": self.boolean(d.get("healthy"), f"{p}.healthy", True),
-            })
+            out.append(
+                {
+                    "id": str(dev_id),
+                    "type": dev_type,
+                    "group": "" if group is None else str(group),
+                    "healthy": self.boolean(d.get("healthy"), f"{p}.healthy", True),
+                }
+            )
         return out
 
     def tyjob(self, j: dict[str, Any], path: str) -> TYJobSpec | None:
@@ -410,20 +484,30 @@ class _Loader:
             self.problem(f"{path}.restartLimit", "must not be negative")
         clean = j.get("cleanPodPolicy", "All")
         if clean not in TY_CLEAN_POD_POLICIES:
-            self.problem(f"{path}.cleanPodPolicy", f"{brief(clean)} is not one of {', '.join(TY_CLEAN_POD_POLICIES)}")
+            self.problem(
+                f"{path}.cleanPodPolicy",
+                f"{brief(clean)} is not one of {', '.join(TY_CLEAN_POD_POLICIES)}",
+            )
         else:
             ty.clean_pod_policy = clean
         policy = j.get("schedulerPolicy")
-        if policy is not None and self.keys(policy, {"jobQueuePolicy", "basicPolicy"}, f"{path}.schedulerPolicy"):
+        if policy is not None and self.keys(
+            policy, {"jobQueuePolicy", "basicPolicy"}, f"{path}.schedulerPolicy"
+        ):
             queue_policy = policy.get("jobQueuePolicy", "Priority")
             if queue_policy not in TY_JOB_QUEUE_POLICIES:
-                self.problem(f"{path}.schedulerPolicy.jobQueuePolicy",
-                             f"{brief(queue_policy)} is not one of {', '.join(TY_JOB_QUEUE_POLICIES)}")
+                self.problem(
+                    f"{path}.schedulerPolicy.jobQueuePolicy",
+                    f"{brief(queue_policy)} is not one of {', '.join(TY_JOB_QUEUE_POLICIES)}",
+                )
             else:
                 ty.job_queue_policy = queue_policy
             basic = policy.get("basicPolicy", "Gang")
             if basic not in TY_BASIC_POLICIES:
-                self.problem(f"{path}.schedulerPolicy.basicPolicy", f"{brief(basic)} is not one of {', '.join(TY_BASIC_POLICIES)}")
+                self.problem(
+                    f"{path}.schedulerPolicy.basicPolicy",
+                    f"{brief(basic)} is not one of {', '.join(TY_BASIC_POLICIES)}",
+                )
             else:
                 ty.basic_policy = basic
         return ty
@@ -435,7 +519,9 @@ def _phase(loader: _Loader, raw: Any, path: str) -> PodGroupPhase:
     try:
         return PodGroupPhase(raw)
     except ValueError:
-        loader.problem(path, f"{brief(raw)} is not one of Pending, Inqueue, Running, Unknown, Completed")
+        loader.problem(
+            path, f"{brief(raw)} is not one of Pending, Inqueue, Running, Unknown, Completed"
+        )
         return PodGroupPhase.PENDING
 
 
@@ -484,7 +570,9 @@ def load_scenario(raw: Any) -> Scenario:
             unschedulable=L.boolean(n.get("unschedulable"), f"{p}.unschedulable", False),
             devices=L.devices(n.get("devices"), f"{p}.devices"),
         )
-        too_many = device_count_problem(node_spec.allocatable, (str(d["type"]) for d in node_spec.devices))
+        too_many = device_count_problem(
+            node_spec.allocatable, (str(d["type"]) for d in node_spec.devices)
+        )
         if too_many is not None:  # device ids are made up per unit: a node is held to the bound
             L.problem(f"{p}.{too_many[0]}", too_many[1])
             continue
@@ -554,7 +642,9 @@ def load_scenario(raw: Any) -> Scenario:
             if pclass in priority_classes:
                 priority = priority_classes[pclass].value
             elif profile == "volcano":
-                priority = 0  # Volcano: a PodGroup naming a class that does not exist gets priority 0
+                priority = (
+                    0  # Volcano: a PodGroup naming a class that does not exist gets priority 0
+                )
             else:
                 L.problem(f"{p}.priorityClass", f"unknown priority class {brief(pclass)}")
         elif j.get("priority") is None and default_class is not None:
@@ -581,12 +671,19 @@ def load_scenario(raw: Any) -> Scenario:
             node = L.string(t.get("node"), f"{tp}.node")
             if node is not None and node not in seen_nodes:
                 L.problem(f"{tp}.node", f"node {brief(node)} does not exist")
-            if node is None and t.get("node") is None and status not in (TaskStatus.PENDING, *ENDED):
+            if (
+                node is None
+                and t.get("node") is None
+                and status not in (TaskStatus.PENDING, *ENDED)
+            ):
                 L.problem(f"{tp}.node", f"a {status.title} task needs a node")
             affinity = L.mapping(t.get("affinity"), _AFFINITY, f"{tp}.affinity")
             policy = t.get("preemptionPolicy", "PreemptLowerPriority")
             if not isinstance(policy, str) or policy not in _PREEMPTION_POLICIES:
-                L.problem(f"{tp}.preemptionPolicy", f"{brief(policy)} is not PreemptLowerPriority or Never")
+                L.problem(
+                    f"{tp}.preemptionPolicy",
+                    f"{brief(policy)} is not PreemptLowerPriority or Never",
+                )
                 policy = "PreemptLowerPriority"
             tasks.append(
                 TaskSpec(
@@ -620,14 +717,19 @@ def load_scenario(raw: Any) -> Scenario:
             min_task_member = {}
         # minMember as the API's min_member: absent or 0 is every task; NO_GANG_MINIMUM (-1) is
         # none (Volcano's minMember 0).
-        min_member: int = L.integer(j.get("minMember"), f"{p}.minMember", 0) if "minMember" in j else 0
+        min_member: int = (
+            L.integer(j.get("minMember"), f"{p}.minMember", 0) if "minMember" in j else 0
+        )
         if tyjob is not None:  # the gang: the Leader and minWorkersNum workers
             if min_member == 0:
                 min_member = 1 + tyjob.min_workers
             if not min_task_member:
                 min_task_member = {tyjob.leader_role: 1}
         if min_member < NO_GANG_MINIMUM:
-            L.problem(f"{p}.minMember", f"must not be negative (except {NO_GANG_MINIMUM}: no gang minimum)")
+            L.problem(
+                f"{p}.minMember",
+                f"must not be negative (except {NO_GANG_MINIMUM}: no gang minimum)",
+            )
             min_member = 0
         sub_groups = []
         for s, sg in enumerate(L.items(j.get("subGroups"), f"{p}.subGroups")):
@@ -638,10 +740,13 @@ def load_scenario(raw: Any) -> Scenario:
             if not sg_name:
                 L.problem(f"{sp}.name", "required")
                 continue
-            sub_groups.append(SubGroupSpec(
-                sg_name, L.integer(sg.get("minMember"), f"{sp}.minMember", 0),
-                L.mapping(sg.get("topology"), _TOPOLOGY, f"{sp}.topology"),
-            ))
+            sub_groups.append(
+                SubGroupSpec(
+                    sg_name,
+                    L.integer(sg.get("minMember"), f"{sp}.minMember", 0),
+                    L.mapping(sg.get("topology"), _TOPOLOGY, f"{sp}.topology"),
+                )
+            )
         min_resources = j.get("minResources")
         jobs.append(
             JobSpec(
@@ -651,15 +756,24 @@ def load_scenario(raw: Any) -> Scenario:
                 queue=queue,
                 tasks=tasks,
                 min_member=gang_minimum(min_member, len(tasks)),
-                min_task_member={str(r): L.integer(v, f"{p}.minTaskMember.{r}") for r, v in min_task_member.items()},  # noqa: E501
-                min_resources=L.resources(min_resources, f"{p}.minResources") if min_resources is not None else None,
+                min_task_member={
+                    str(r): L.integer(v, f"{p}.minTaskMember.{r}")
+                    for r, v in min_task_member.items()
+                },  # noqa: E501
+                min_resources=L.resources(min_resources, f"{p}.minResources")
+                if min_resources is not None
+                else None,
                 priority=priority,
                 priority_class=str(pclass or ""),
-                preemptible=None if j.get("preemptible") is None else L.boolean(j.get("preemptible"), f"{p}.preemptible", True),
+                preemptible=None
+                if j.get("preemptible") is None
+                else L.boolean(j.get("preemptible"), f"{p}.preemptible", True),
                 phase=_phase(L, j.get("phase"), f"{p}.phase"),
                 sub_groups=sub_groups,
                 topology=L.mapping(j.get("topology"), _TOPOLOGY, f"{p}.topology"),
-                network_topology=L.mapping(j.get("networkTopology"), _NETWORK_TOPOLOGY, f"{p}.networkTopology"),
+                network_topology=L.mapping(
+                    j.get("networkTopology"), _NETWORK_TOPOLOGY, f"{p}.networkTopology"
+                ),
                 annotations=L.string_map(j.get("annotations"), f"{p}.annotations"),
                 stale_seconds=L.duration(j.get("staleFor"), f"{p}.staleFor"),
                 creation_index=i,
@@ -687,13 +801,18 @@ def load_scenario(raw: Any) -> Scenario:
             L.problem(f"{p}.name", "required" if hn_name in (None, "") else "must be a string")
             hn_name = ""
         hypernodes.append(
-            HyperNodeSpec(hn_name, L.integer(h.get("tier"), f"{p}.tier", 1), member_nodes, member_hypernodes)
+            HyperNodeSpec(
+                hn_name, L.integer(h.get("tier"), f"{p}.tier", 1), member_nodes, member_hypernodes
+            )
         )
     known_hn = {h.name for h in hypernodes}
     for i, h in enumerate(hypernodes):
         for k, child in enumerate(h.hypernodes):
             if child not in known_hn:
-                L.problem(f"hypernodes[{i}].members.hypernodes[{k}]", f"hypernode {brief(child)} does not exist")
+                L.problem(
+                    f"hypernodes[{i}].members.hypernodes[{k}]",
+                    f"hypernode {brief(child)} does not exist",
+                )
     children = {h.name: h.hypernodes for h in hypernodes}
     for i, h in enumerate(hypernodes):
         # A hypernode may not contain itself, directly or through its members.
@@ -741,7 +860,10 @@ def _check_held_devices(L: _Loader, nodes: list[NodeSpec], jobs: list[JobSpec]) 
                 if dev not in known[node]:
                     L.problem(path, f"node {brief(node)} has no device {brief(dev)}")
                 elif (node, dev) in holder:
-                    L.problem(path, f"device {brief(dev)} of node {brief(node)} is already held by {holder[node, dev]}")
+                    L.problem(
+                        path,
+                        f"device {brief(dev)} of node {brief(node)} is already held by {holder[node, dev]}",
+                    )
                 else:
                     holder[node, dev] = task.uid
 

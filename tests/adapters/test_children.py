@@ -45,7 +45,9 @@ def test_a_child_outlives_its_loop_and_object() -> None:
         "gc.collect()\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = subprocess.run([sys.executable, "-c", script, root], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script, root], capture_output=True, text=True, timeout=60, check=True
+    )
     pid = int(out.stdout.split()[0])
     try:
         time.sleep(0.2)

@@ -98,7 +98,9 @@ async def test_retry_gives_up_after_attempts_with_the_last_result():
         calls.append(1)
         return 429
 
-    result = await retry(call, Backoff(initial=0.001, jitter=0), attempts=3, again=lambda s: s == 429)
+    result = await retry(
+        call, Backoff(initial=0.001, jitter=0), attempts=3, again=lambda s: s == 429
+    )
     assert result == 429 and len(calls) == 3
 
 

@@ -44,7 +44,9 @@ class FakeScheduler(pb_grpc.SchedulerServicer):
     async def RegisterBackend(self, request, context):  # noqa: N802
         self.rec.registers.append(request)
         last = max((d.id for d in self.decisions), default=0)
-        return pb.RegisterBackendResponse(name=request.name, server_id=self.server_id, last_decision_id=last)
+        return pb.RegisterBackendResponse(
+            name=request.name, server_id=self.server_id, last_decision_id=last
+        )
 
     async def SyncSnapshot(self, request, context):  # noqa: N802
         self.rec.snapshots.append(request)
@@ -53,7 +55,9 @@ class FakeScheduler(pb_grpc.SchedulerServicer):
     async def SendDeltas(self, request, context):  # noqa: N802
         for delta in request.deltas:
             if delta.WhichOneof("change") == "node_removed" and delta.node_removed == "refuse-me":
-                await context.abort(grpc.StatusCode.NOT_FOUND, "deltas[0].node_removed: unknown node")
+                await context.abort(
+                    grpc.StatusCode.NOT_FOUND, "deltas[0].node_removed: unknown node"
+                )
         self.rec.deltas.extend(request.deltas)
         for delta in request.deltas:
             if delta.WhichOneof("change") == "task_status":
@@ -90,7 +94,9 @@ class FakeScheduler(pb_grpc.SchedulerServicer):
                     await self._new.wait()
                 batch = self.decisions[sent:]
                 sent = len(self.decisions)
-            batch = [d for d in batch if d.id > request.after_decision_id and d.id not in self.acked]
+            batch = [
+                d for d in batch if d.id > request.after_decision_id and d.id not in self.acked
+            ]
             if batch:
                 yield batch
 
@@ -123,19 +129,28 @@ class FakeServerHandle:
         return f"127.0.0.1:{self.port}"
 
 
-def bind(decision_id: int, task: str, node: str = "n1", cycle: int = 1, job: str = "j1", **request: str) -> pb.Decision:
+def bind(
+    decision_id: int, task: str, node: str = "n1", cycle: int = 1, job: str = "j1", **request: str
+) -> pb.Decision:
     return pb.Decision(
         id=decision_id,
         cycle_id=cycle,
         bind=pb.BindDecision(
-            task_id=task, job_id=job, node=node, request=pb.ResourceList(quantities=request or {"cpu": "1"})
+            task_id=task,
+            job_id=job,
+            node=node,
+            request=pb.ResourceList(quantities=request or {"cpu": "1"}),
         ),
     )
 
 
-def evict(decision_id: int, task: str, node: str = "n1", cycle: int = 1, job: str = "j1") -> pb.Decision:
+def evict(
+    decision_id: int, task: str, node: str = "n1", cycle: int = 1, job: str = "j1"
+) -> pb.Decision:
     return pb.Decision(
-        id=decision_id, cycle_id=cycle, evict=pb.EvictDecision(task_id=task, job_id=job, node=node, reason="cancel")
+        id=decision_id,
+        cycle_id=cycle,
+        evict=pb.EvictDecision(task_id=task, job_id=job, node=node, reason="cancel"),
     )
 
 

@@ -42,7 +42,9 @@ class StatusLog:
 
 
 def make_agent(tmp_path=None, **kw) -> tuple[FakeAgent, StatusLog]:
-    agent = FakeAgent("rack", parse_inventory(INVENTORY), state_dir=str(tmp_path) if tmp_path else None, **kw)
+    agent = FakeAgent(
+        "rack", parse_inventory(INVENTORY), state_dir=str(tmp_path) if tmp_path else None, **kw
+    )
     log = StatusLog()
     agent.runtime = log  # type: ignore[assignment]  # only report_task_status is used
     return agent, log
@@ -141,7 +143,9 @@ async def test_evict_kills_process_group_with_sigkill_fallback(tmp_path):
         agent._tg = tg
         d = bind(1, "j/stubborn-0", node="n1")
         # Ignores SIGTERM: only the SIGKILL fallback ends it.
-        d.bind.command.extend(["sh", "-c", f"trap '' TERM; echo $$ > {pidfile}; while true; do sleep 0.05; done"])
+        d.bind.command.extend(
+            ["sh", "-c", f"trap '' TERM; echo $$ > {pidfile}; while true; do sleep 0.05; done"]
+        )
         await agent.apply_bind(d)
         await eventually(lambda: pidfile.exists() and pidfile.read_text().strip() != "")
         pid = int(pidfile.read_text())
@@ -171,7 +175,9 @@ async def test_state_dir_adopts_running_task_and_reports_ended_one(tmp_path):
         # The short task waits for a gate the test opens only after the agent is gone: its
         # watcher must not see it end first (a fast 'exit 0' raced the cancel on a busy host).
         gate = tmp_path / "gate"
-        short.bind.command.extend(["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 0"])
+        short.bind.command.extend(
+            ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 0"]
+        )
         await agent.apply_bind(long)
         await agent.apply_bind(short)
         # The "agent dies" before it notices the short task ended.
@@ -214,10 +220,17 @@ nodes:
 def test_inventory_devices_made_up_or_listed_with_health():
     nodes = {n.name: n.to_proto("rack") for n in parse_inventory(ASCEND_INVENTORY)}
     npu = nodes["npu"]
-    assert [(d.id, d.group, d.healthy) for d in npu.devices] == [(f"Ascend910-{i}", str(i // 4), True) for i in range(8)]
+    assert [(d.id, d.group, d.healthy) for d in npu.devices] == [
+        (f"Ascend910-{i}", str(i // 4), True) for i in range(8)
+    ]
     listed = nodes["listed"]
-    assert dict(listed.allocatable.quantities)["huawei.com/Ascend910"] == "2"  # the list is what the node has
-    assert [(d.id, d.healthy) for d in listed.devices] == [("Ascend910-0", False), ("Ascend910-1", True)]
+    assert (
+        dict(listed.allocatable.quantities)["huawei.com/Ascend910"] == "2"
+    )  # the list is what the node has
+    assert [(d.id, d.healthy) for d in listed.devices] == [
+        ("Ascend910-0", False),
+        ("Ascend910-1", True),
+    ]
     with pytest.raises(InventoryError, match=r"nodes\[0\].devices\[0\].type"):
         parse_inventory("nodes: [{name: a, devices: [{id: x, type: cpu}]}]")
 
@@ -230,7 +243,9 @@ async def test_ascend_chips_reach_the_task_and_a_bind_on_taken_or_broken_chips_i
         agent._tg = tg
         first = bind(1, "a/w-0", node="npu", **{"huawei.com/Ascend910": "2", "cpu": "1"})
         first.bind.devices.extend(["Ascend910-4", "Ascend910-5"])
-        first.bind.command.extend(["sh", "-c", f'echo "$ASCEND_VISIBLE_DEVICES $MUSTER_DEVICES" > {out}; sleep 30'])
+        first.bind.command.extend(
+            ["sh", "-c", f'echo "$ASCEND_VISIBLE_DEVICES $MUSTER_DEVICES" > {out}; sleep 30']
+        )
         await agent.apply_bind(first)
         await eventually(lambda: out.exists() and out.read_text().strip() != "")
         assert out.read_text().split() == ["4,5", "Ascend910-4,Ascend910-5"]
@@ -243,7 +258,9 @@ async def test_ascend_chips_reach_the_task_and_a_bind_on_taken_or_broken_chips_i
         with pytest.raises(Rejected, match="not free"):
             await agent.apply_bind(broken)
         # No ids from the server: the lowest free ones of the resource, never a broken one.
-        await agent.apply_bind(bind(4, "d/w-0", node="listed", **{"huawei.com/Ascend910": "1", "cpu": "1"}))
+        await agent.apply_bind(
+            bind(4, "d/w-0", node="listed", **{"huawei.com/Ascend910": "1", "cpu": "1"})
+        )
         assert agent.live["d/w-0"].devices == ["Ascend910-1"]
         for task, node in (("a/w-0", "npu"), ("d/w-0", "listed")):
             await agent.apply_evict(evict(10, task, node=node))
@@ -271,11 +288,17 @@ async def test_a_burst_of_binds_starts_without_over_committing(tmp_path):
     agent._save = counting_save  # type: ignore[method-assign]
     async with anyio.create_task_group() as tg:
         agent._tg = tg
-        burst = [long(bind(i, f"j/a-{i}", node="n1", job=f"j{i}", cpu="1", **{"nvidia.com/gpu": "1"}))
-                 for i in range(3)]
-        burst += [long(bind(3, "j/a-0", node="n1", job="dup", cpu="1")),  # the same task twice in one burst
-                  long(bind(4, "k/b-0", node="n1", job="k0", cpu="1")),
-                  long(bind(5, "k/b-1", node="n1", job="k1", cpu="2"))]  # n1 has 4 CPUs, 3 are taken by then
+        burst = [
+            long(bind(i, f"j/a-{i}", node="n1", job=f"j{i}", cpu="1", **{"nvidia.com/gpu": "1"}))
+            for i in range(3)
+        ]
+        burst += [
+            long(
+                bind(3, "j/a-0", node="n1", job="dup", cpu="1")
+            ),  # the same task twice in one burst
+            long(bind(4, "k/b-0", node="n1", job="k0", cpu="1")),
+            long(bind(5, "k/b-1", node="n1", job="k1", cpu="2")),
+        ]  # n1 has 4 CPUs, 3 are taken by then
         outcomes = await agent.apply_batch(burst)
         assert [o.applied for o in outcomes] == [True, True, False, False, True, False]
         assert "nvidia.com/gpu" in outcomes[2].reason
@@ -285,9 +308,13 @@ async def test_a_burst_of_binds_starts_without_over_committing(tmp_path):
         assert agent.free("n1")["cpu"] == 1000 and not agent._starting
         assert saves == 2
         # An evict between binds frees its share for the binds after it.
-        outcomes = await agent.apply_batch([long(bind(6, "k/b-2", node="n1", job="k2", cpu="2")),
-                                            evict(7, "k/b-0", node="n1", job="k0"),
-                                            long(bind(8, "k/b-3", node="n1", job="k3", cpu="2"))])
+        outcomes = await agent.apply_batch(
+            [
+                long(bind(6, "k/b-2", node="n1", job="k2", cpu="2")),
+                evict(7, "k/b-0", node="n1", job="k0"),
+                long(bind(8, "k/b-3", node="n1", job="k3", cpu="2")),
+            ]
+        )
         assert [o.applied for o in outcomes] == [False, True, True]
         assert sorted(agent.live) == ["j/a-0", "j/a-1", "k/b-3"]
         for task in list(agent.live):

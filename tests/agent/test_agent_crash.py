@@ -49,7 +49,9 @@ class Crash:
         self.dead = False
         self.server = server
         self.after_save: Callable[[], bool] | None = None  # kill right after a save when true
-        self.after_flush: Callable[[], bool] | None = None  # kill right after a ledger flush when true
+        self.after_flush: Callable[[], bool] | None = (
+            None  # kill right after a ledger flush when true
+        )
         save, flush = agent._save, ledger.flush
         begin = getattr(ledger, "begin", None)
 
@@ -103,8 +105,11 @@ class Scheduler(FakeScheduler):
         return [a for a in self.rec.acks if a.decision_id == decision_id]
 
     def statuses(self, task_id: str) -> list[int]:
-        return [d.task_status.status for d in self.rec.deltas
-                if d.WhichOneof("change") == "task_status" and d.task_status.task_id == task_id]
+        return [
+            d.task_status.status
+            for d in self.rec.deltas
+            if d.WhichOneof("change") == "task_status" and d.task_status.task_id == task_id
+        ]
 
 
 class Spawns:
@@ -133,11 +138,20 @@ class AgentRun:
     """One life of ``muster-agent --state-dir``, in-process, against the fake server."""
 
     def __init__(self, state: Path, handle: FakeServerHandle, inventory: str = INVENTORY) -> None:
-        self.agent = FakeAgent("rack", parse_inventory(inventory), state_dir=str(state), kill_grace=0.5)
+        self.agent = FakeAgent(
+            "rack", parse_inventory(inventory), state_dir=str(state), kill_grace=0.5
+        )
         # As adapters/agent/main.py wires it.
         self.ledger = FileDecisionLedger(state / "ledger.json")
-        self.runtime = BackendRuntime(self.agent, server=handle.address, name="rack", ledger=self.ledger,
-                                      backoff_initial=0.05, backoff_max=0.2, batch_linger=0.2)
+        self.runtime = BackendRuntime(
+            self.agent,
+            server=handle.address,
+            name="rack",
+            ledger=self.ledger,
+            backoff_initial=0.05,
+            backoff_max=0.2,
+            batch_linger=0.2,
+        )
         self.crash = Crash(self.agent, self.ledger, handle.servicer)  # type: ignore[arg-type]
         self.killed = False
         self.done = anyio.Event()
@@ -163,7 +177,8 @@ def _a_kill(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         leaves = list(_leaves(exc))
         return any(isinstance(e, Killed) for e in leaves) and all(
-            isinstance(e, Killed | anyio.get_cancelled_exc_class()) for e in leaves)
+            isinstance(e, Killed | anyio.get_cancelled_exc_class()) for e in leaves
+        )
     return isinstance(exc, Killed)
 
 
@@ -175,11 +190,18 @@ def _leaves(group: BaseExceptionGroup) -> Iterator[BaseException]:
             yield exc
 
 
-def gated(task: str, starts: Path, gate: Path, node: str = "n1", *, decision_id: int, job: str) -> pb.Decision:
+def gated(
+    task: str, starts: Path, gate: Path, node: str = "n1", *, decision_id: int, job: str
+) -> pb.Decision:
     """A bind whose task notes its start in ``starts`` and runs until ``gate`` exists."""
     decision = bind(decision_id, task, node=node, job=job, cpu="1")
     decision.bind.command.extend(
-        ["sh", "-c", f'echo "$MUSTER_TASK_ID" >> {starts}; while [ ! -e {gate} ]; do sleep 0.02; done'])
+        [
+            "sh",
+            "-c",
+            f'echo "$MUSTER_TASK_ID" >> {starts}; while [ ! -e {gate} ]; do sleep 0.02; done',
+        ]
+    )
     return decision
 
 
@@ -194,7 +216,9 @@ async def server(tmp_path: Path) -> AsyncIterator[FakeServerHandle]:
     yield handle
     await handle.stop()
     (tmp_path / "gate").touch()  # every task of the test ends by itself...
-    for pgid in tagged_groups("MUSTER_AGENT_INSTANCE", f"rack@{handle.address}"):  # ...or is made to
+    for pgid in tagged_groups(
+        "MUSTER_AGENT_INSTANCE", f"rack@{handle.address}"
+    ):  # ...or is made to
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
@@ -205,7 +229,9 @@ def tasks_alive(handle: FakeServerHandle) -> set[str]:
     return set(tagged_groups("MUSTER_AGENT_INSTANCE", f"rack@{handle.address}").values())
 
 
-async def test_a_task_that_ends_just_before_a_kill_is_reported_ended_not_lost(tmp_path, server, monkeypatch):
+async def test_a_task_that_ends_just_before_a_kill_is_reported_ended_not_lost(
+    tmp_path, server, monkeypatch
+):
     """The move of a task from running to ended is one state write: a kill right after the first
     write that follows the task's end leaves it recorded as ended."""
     servicer: Scheduler = server.servicer  # type: ignore[assignment]
@@ -216,7 +242,9 @@ async def test_a_task_that_ends_just_before_a_kill_is_reported_ended_not_lost(tm
         tg.start_soon(first.serve)
         await servicer.push(gated("j/t-0", starts, gate, decision_id=1, job="j"))
         await eventually(lambda: servicer.acks(1) and lines(starts) == ["j/t-0"])
-        first.crash.after_save = lambda: "j/t-0" not in first.agent.live  # the first write after its end
+        first.crash.after_save = lambda: (
+            "j/t-0" not in first.agent.live
+        )  # the first write after its end
         gate.touch()
         await first.died()
 
@@ -231,9 +259,12 @@ async def test_a_task_that_ends_just_before_a_kill_is_reported_ended_not_lost(tm
         second.runtime.stop()
 
 
-@pytest.mark.parametrize("kill_point", ["after the process started", "after the outcome was recorded"])
+@pytest.mark.parametrize(
+    "kill_point", ["after the process started", "after the outcome was recorded"]
+)
 async def test_a_bind_applied_but_not_acked_is_reacked_after_a_restart_never_rerun(
-        tmp_path, server, monkeypatch, kill_point):
+    tmp_path, server, monkeypatch, kill_point
+):
     """Killed after starting a task but before the ack reached the server; the task ends while the
     agent is down. The restarted agent reports it ended, and when the server resends the bind it is
     acknowledged as applied, not started again."""
@@ -261,15 +292,23 @@ async def test_a_bind_applied_but_not_acked_is_reacked_after_a_restart_never_rer
         tg.start_soon(second.serve)
         await eventually(lambda: servicer.acks(1), timeout=5)
         assert all(a.applied for a in servicer.acks(1)), servicer.acks(1)
-        await eventually(lambda: pb.TASK_STATUS_SUCCEEDED in servicer.statuses("j/t-0")
-                         or any(t.task_id == "j/t-0" and t.status == pb.TASK_STATUS_SUCCEEDED
-                                for t in servicer.rec.snapshots[-1].tasks))
+        await eventually(
+            lambda: (
+                pb.TASK_STATUS_SUCCEEDED in servicer.statuses("j/t-0")
+                or any(
+                    t.task_id == "j/t-0" and t.status == pb.TASK_STATUS_SUCCEEDED
+                    for t in servicer.rec.snapshots[-1].tasks
+                )
+            )
+        )
         assert spawns.count == 1, "the resent bind was applied again"
         assert "j/t-0" not in second.agent.live and lines(starts) == ["j/t-0"]
         second.runtime.stop()
 
 
-async def test_a_gang_cut_by_a_kill_is_completed_by_the_restarted_agent(tmp_path, server, monkeypatch):
+async def test_a_gang_cut_by_a_kill_is_completed_by_the_restarted_agent(
+    tmp_path, server, monkeypatch
+):
     """Killed after the first of a gang's three processes started: the gang's intent was recorded
     before any started, so the next agent adopts the one running and starts the other two before it
     even syncs; the resent binds are re-acked. Each task starts exactly once."""
@@ -304,7 +343,9 @@ async def test_a_gang_cut_by_a_kill_is_completed_by_the_restarted_agent(tmp_path
         second.runtime.stop()
 
 
-async def test_a_gang_that_cannot_be_completed_after_a_kill_is_rolled_back(tmp_path, server, monkeypatch):
+async def test_a_gang_that_cannot_be_completed_after_a_kill_is_rolled_back(
+    tmp_path, server, monkeypatch
+):
     """Same kill, but the node left the inventory meanwhile: the started member is killed, none of
     the gang is reported, and every resent bind of it is rejected (the server binds it anew)."""
     servicer: Scheduler = server.servicer  # type: ignore[assignment]
@@ -343,7 +384,9 @@ async def test_a_jobs_binds_in_a_burst_start_all_or_none(tmp_path, server):
     too_big = gated("a/w-2", starts, gate, decision_id=3, job="a")
     too_big.bind.request.quantities["cpu"] = "7"  # n1 has 8 CPUs, a/w-0 and a/w-1 take 2
     burst.append(too_big)
-    burst += [gated(f"b/w-{i}", starts, gate, node="n2", decision_id=i + 4, job="b") for i in range(2)]
+    burst += [
+        gated(f"b/w-{i}", starts, gate, node="n2", decision_id=i + 4, job="b") for i in range(2)
+    ]
     async with anyio.create_task_group() as tg:
         run = AgentRun(state, server)
         tg.start_soon(run.serve)
@@ -352,7 +395,10 @@ async def test_a_jobs_binds_in_a_burst_start_all_or_none(tmp_path, server):
         await eventually(lambda: all(servicer.acks(i) for i in range(1, 6)))
         applied = {i: servicer.acks(i)[0].applied for i in range(1, 6)}
         assert applied == {1: False, 2: False, 3: False, 4: True, 5: True}
-        assert "gang a" in servicer.acks(1)[0].reason and "insufficient cpu" in servicer.acks(1)[0].reason
+        assert (
+            "gang a" in servicer.acks(1)[0].reason
+            and "insufficient cpu" in servicer.acks(1)[0].reason
+        )
         assert sorted(run.agent.live) == ["b/w-0", "b/w-1"] and run.agent.free("n1")["cpu"] == 8000
         await eventually(lambda: len(lines(starts)) == 2)
         assert sorted(lines(starts)) == ["b/w-0", "b/w-1"]
@@ -365,7 +411,9 @@ async def test_task_ids_that_used_to_share_files_get_their_own(tmp_path, server)
     for task_id in ("x/y_z-0", "x_y/z-0", "a b/%2F-0", "é/ü"):
         assert unquote(file_stem(task_id)) == task_id and "/" not in file_stem(task_id)
     long_ids = ["j" * 300 + "/w-0", "j" * 300 + "/w-1"]
-    assert len({file_stem(t) for t in long_ids}) == 2 and all(len(file_stem(t)) <= 200 for t in long_ids)
+    assert len({file_stem(t) for t in long_ids}) == 2 and all(
+        len(file_stem(t)) <= 200 for t in long_ids
+    )
 
     servicer: Scheduler = server.servicer  # type: ignore[assignment]
     state = tmp_path / "state"
@@ -404,11 +452,24 @@ async def test_state_dir_and_files_are_private_whatever_the_umask(tmp_path, serv
     finally:
         os.umask(old)
     stem = file_stem("p/w-0")
-    paths = [state, state / "tasks", state / "tasks.json", state / "ledger.json", state / "ledger.json.applying",
-             state / "tasks" / f"{stem}.log", state / "tasks" / f"{stem}.exit"]
-    modes = {str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode)) for p in paths if p.exists()}
-    assert modes == {str(p.relative_to(tmp_path)): "0o700" if p.name in ("state", "tasks") else "0o600"
-                     for p in paths}
+    paths = [
+        state,
+        state / "tasks",
+        state / "tasks.json",
+        state / "ledger.json",
+        state / "ledger.json.applying",
+        state / "tasks" / f"{stem}.log",
+        state / "tasks" / f"{stem}.exit",
+    ]
+    modes = {
+        str(p.relative_to(tmp_path)): oct(stat.S_IMODE(p.stat().st_mode))
+        for p in paths
+        if p.exists()
+    }
+    assert modes == {
+        str(p.relative_to(tmp_path)): "0o700" if p.name in ("state", "tasks") else "0o600"
+        for p in paths
+    }
     assert [p.name for p in state.iterdir() if p.name.endswith(".tmp")] == []  # no temp file left
 
 
@@ -421,21 +482,46 @@ async def test_state_written_by_the_previous_agent_is_still_adopted(tmp_path):
     sleeper = ChildProcess.start(["sleep", "30"], start_new_session=True)
     try:
         ticks = int(Path(f"/proc/{sleeper.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        (state / "tasks.json").write_text(json.dumps({
-            "live": [{"task_id": "j/long-0", "job_id": "j", "node": "n1", "request": {"cpu": 1000.0},
-                      "devices": [], "decision_id": 1, "pid": sleeper.pid, "start_ticks": ticks,
-                      "exit_file": str(state / "tasks" / "j_long-0.exit"), "evicted": False,
-                      "gpu_fraction": 0.0}],
-            "ended": [{"task_id": "j/short-0", "node": "n1", "status": pb.TASK_STATUS_SUCCEEDED,
-                       "exit_code": 0, "message": "exit code 0", "ended_at": time.time()}],
-        }))
+        (state / "tasks.json").write_text(
+            json.dumps(
+                {
+                    "live": [
+                        {
+                            "task_id": "j/long-0",
+                            "job_id": "j",
+                            "node": "n1",
+                            "request": {"cpu": 1000.0},
+                            "devices": [],
+                            "decision_id": 1,
+                            "pid": sleeper.pid,
+                            "start_ticks": ticks,
+                            "exit_file": str(state / "tasks" / "j_long-0.exit"),
+                            "evicted": False,
+                            "gpu_fraction": 0.0,
+                        }
+                    ],
+                    "ended": [
+                        {
+                            "task_id": "j/short-0",
+                            "node": "n1",
+                            "status": pb.TASK_STATUS_SUCCEEDED,
+                            "exit_code": 0,
+                            "message": "exit code 0",
+                            "ended_at": time.time(),
+                        }
+                    ],
+                }
+            )
+        )
         agent = FakeAgent("rack", parse_inventory(INVENTORY), state_dir=str(state))
         running, gone = agent._adopt()
         assert [t.task_id for t in running] == ["j/long-0"] and gone == []
         assert running[0].log_file == str(state / "tasks" / "j_long-0.log")
         assert agent.free("n1")["cpu"] == 7000
         assert {t.task_id: t.status for t in await agent.list_tasks()} == {
-            "j/long-0": pb.TASK_STATUS_RUNNING, "j/short-0": pb.TASK_STATUS_SUCCEEDED}
+            "j/long-0": pb.TASK_STATUS_RUNNING,
+            "j/short-0": pb.TASK_STATUS_SUCCEEDED,
+        }
     finally:
         os.killpg(sleeper.pid, signal.SIGKILL)
         await sleeper.wait()

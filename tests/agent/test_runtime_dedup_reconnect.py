@@ -29,7 +29,10 @@ class RecordingBackend:
         return [pb.Node(name="n1", allocatable=pb.ResourceList(quantities={"cpu": "4"}))]
 
     async def list_tasks(self):
-        return [pb.BackendTask(task_id=f"t{i}", node="n1", status=pb.TASK_STATUS_RUNNING) for i in self.applied]
+        return [
+            pb.BackendTask(task_id=f"t{i}", node="n1", status=pb.TASK_STATUS_RUNNING)
+            for i in self.applied
+        ]
 
     async def apply_bind(self, decision):
         if decision.bind.task_id == "bad":
@@ -44,7 +47,9 @@ class RecordingBackend:
 
 
 async def start(backend, handle, **kw) -> BackendRuntime:
-    runtime = BackendRuntime(backend, server=handle.address, name="rack", backoff_initial=0.05, backoff_max=0.2, **kw)
+    runtime = BackendRuntime(
+        backend, server=handle.address, name="rack", backoff_initial=0.05, backoff_max=0.2, **kw
+    )
     backend.runtime = runtime
     return runtime
 
@@ -125,8 +130,10 @@ async def test_reconnect_resyncs_and_resumes_after_last_applied():
     await handle.stop()
 
 
-@pytest.mark.parametrize("servicer_type, rpc", [(FakeScheduler, "StreamDecisionBatches"),
-                                                 (SinglesOnlyScheduler, "StreamDecisions")])
+@pytest.mark.parametrize(
+    "servicer_type, rpc",
+    [(FakeScheduler, "StreamDecisionBatches"), (SinglesOnlyScheduler, "StreamDecisions")],
+)
 async def test_decisions_read_in_batches_or_one_a_message_from_an_older_server(servicer_type, rpc):
     handle = FakeServerHandle(servicer_type())
     await handle.start()
@@ -220,7 +227,12 @@ async def test_gives_up_after_max_attempts():
         closed.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{closed.getsockname()[1]}"
         runtime = BackendRuntime(
-            RecordingBackend(), server=address, name="x", backoff_initial=0.01, backoff_max=0.02, max_attempts=2
+            RecordingBackend(),
+            server=address,
+            name="x",
+            backoff_initial=0.01,
+            backoff_max=0.02,
+            max_attempts=2,
         )
         with anyio.fail_after(20):
             await runtime.run()
@@ -235,7 +247,12 @@ def test_file_ledger_keeps_begun_ids_in_doubt_across_a_restart(tmp_path):
     ledger.bind_server("s1")
     ledger.begin([4, 5])  # ... the process dies before recording (no flush at all)
     again = FileDecisionLedger(path)
-    assert again.server_id == "s1" and again.in_doubt(4) and again.in_doubt(5) and again.high_water == 0
+    assert (
+        again.server_id == "s1"
+        and again.in_doubt(4)
+        and again.in_doubt(5)
+        and again.high_water == 0
+    )
     again.begin([6])
     again.record(4, Outcome(True))
     again.flush()
@@ -265,7 +282,9 @@ class RecallingBackend(RecordingBackend):
     ],
     ids=["recalled", "never-applied", "no-recall"],
 )
-async def test_a_decision_in_doubt_is_recalled_never_applied_twice(handle, tmp_path, backend, applied, acked):
+async def test_a_decision_in_doubt_is_recalled_never_applied_twice(
+    handle, tmp_path, backend, applied, acked
+):
     path = tmp_path / "ledger.json"
     crashed = FileDecisionLedger(path)
     crashed.bind_server(handle.servicer.server_id)
@@ -284,7 +303,9 @@ async def test_a_decision_in_doubt_is_recalled_never_applied_twice(handle, tmp_p
             assert (ack.applied, ack.reason) == (acked.applied, acked.reason)
             assert backend.recalled == [1]
         runtime.stop()
-    assert FileDecisionLedger(path).get(1) is not None  # the outcome is recorded: no longer in doubt
+    assert (
+        FileDecisionLedger(path).get(1) is not None
+    )  # the outcome is recorded: no longer in doubt
 
 
 async def test_a_restored_ledger_asks_for_unacked_decisions_it_has_outcomes_for(handle, tmp_path):

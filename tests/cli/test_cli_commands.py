@@ -21,8 +21,10 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
         self.queues = {"default": pb.Queue(name="default", weight=1)}
         self.list_requests: list[pb.ListJobsRequest] = []
         self.jobs = [
-            pb.Job(spec=pb.JobSpec(id=f"job-{i}", queue="default", namespace="default"),
-                   status=pb.JobStatus(phase=pb.JOB_PHASE_RUNNING, running=2))
+            pb.Job(
+                spec=pb.JobSpec(id=f"job-{i}", queue="default", namespace="default"),
+                status=pb.JobStatus(phase=pb.JOB_PHASE_RUNNING, running=2),
+            )
             for i in range(5)
         ]
 
@@ -36,10 +38,13 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
         self.batches.append(len(request.jobs))
         for i, job in enumerate(request.jobs):
             if job.queue == "nope":
-                context.abort(grpc.StatusCode.NOT_FOUND, f"jobs[{i}].job.queue: queue 'nope' does not exist")
+                context.abort(
+                    grpc.StatusCode.NOT_FOUND, f"jobs[{i}].job.queue: queue 'nope' does not exist"
+                )
         self.submitted.extend(request.jobs)
-        return pb.SubmitJobsResponse(results=[pb.SubmitJobResponse(job=pb.Job(spec=j), created=True)
-                                              for j in request.jobs])
+        return pb.SubmitJobsResponse(
+            results=[pb.SubmitJobResponse(job=pb.Job(spec=j), created=True) for j in request.jobs]
+        )
 
     def ListJobs(self, request, context):  # noqa: N802
         self.list_requests.append(request)
@@ -56,35 +61,58 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
             status=pb.JobStatus(
                 phase=pb.JOB_PHASE_INQUEUE,
                 pending=4,
-                conditions=[pb.Condition(type="Unschedulable", status="True", reason="NotEnoughResources",
-                                         message="0/3 nodes available: 3 insufficient cpu")],
+                conditions=[
+                    pb.Condition(
+                        type="Unschedulable",
+                        status="True",
+                        reason="NotEnoughResources",
+                        message="0/3 nodes available: 3 insufficient cpu",
+                    )
+                ],
             ),
-            tasks=[pb.Task(id=f"pending-1/w-{i}", role="w", status=pb.TASK_STATUS_PENDING) for i in range(4)],
+            tasks=[
+                pb.Task(id=f"pending-1/w-{i}", role="w", status=pb.TASK_STATUS_PENDING)
+                for i in range(4)
+            ],
         )
 
     def Explain(self, request, context):  # noqa: N802
-        return pb.ExplainResponse(job_id=request.job_id, phase=pb.JOB_PHASE_INQUEUE, cycle_id=7, gate="gang",
-                                  summary="0/3 nodes available: 3 insufficient cpu",
-                                  node_reasons={"insufficient cpu": 3})
+        return pb.ExplainResponse(
+            job_id=request.job_id,
+            phase=pb.JOB_PHASE_INQUEUE,
+            cycle_id=7,
+            gate="gang",
+            summary="0/3 nodes available: 3 insufficient cpu",
+            node_reasons={"insufficient cpu": 3},
+        )
 
     def CancelJob(self, request, context):  # noqa: N802
         if request.id == "ghost":
             context.abort(grpc.StatusCode.NOT_FOUND, f"id: job {request.id!r} not found")
-        return pb.CancelJobResponse(job=pb.Job(spec=pb.JobSpec(id=request.id),
-                                               status=pb.JobStatus(phase=pb.JOB_PHASE_CANCELLED)))
+        return pb.CancelJobResponse(
+            job=pb.Job(
+                spec=pb.JobSpec(id=request.id), status=pb.JobStatus(phase=pb.JOB_PHASE_CANCELLED)
+            )
+        )
 
     def GetTaskLogs(self, request, context):  # noqa: N802
         self.log_requests.append(request)
-        logs = [pb.TaskLog(task_id="train/w-0", data=b"hello\n", eof=True),
-                pb.TaskLog(task_id="train/w-1", data=b"tail", truncated=True)]
-        return pb.GetTaskLogsResponse(logs=[entry for entry in logs if request.task_id in ("", entry.task_id)])
+        logs = [
+            pb.TaskLog(task_id="train/w-0", data=b"hello\n", eof=True),
+            pb.TaskLog(task_id="train/w-1", data=b"tail", truncated=True),
+        ]
+        return pb.GetTaskLogsResponse(
+            logs=[entry for entry in logs if request.task_id in ("", entry.task_id)]
+        )
 
     def ListQueues(self, request, context):  # noqa: N802
         return pb.ListQueuesResponse(queues=[pb.QueueView(queue=q) for q in self.queues.values()])
 
     def UpdateQueue(self, request, context):  # noqa: N802
         if request.queue.name not in self.queues:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"queue.name: queue {request.queue.name!r} not found")
+            context.abort(
+                grpc.StatusCode.NOT_FOUND, f"queue.name: queue {request.queue.name!r} not found"
+            )
         self.queues[request.queue.name] = request.queue
         return request.queue
 
@@ -94,9 +122,13 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
 
     def Simulate(self, request, context):  # noqa: N802
         if "bad" in request.scenario:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          "nodes[0].allocatable.cpu: '4x' is not a quantity\njobs[1].queue: unknown queue 'q'")
-        return pb.SimulateResponse(result_json=json.dumps({"binds": {"ns/p": "n1"}, "tasks": {}, "jobs": {}}))
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "nodes[0].allocatable.cpu: '4x' is not a quantity\njobs[1].queue: unknown queue 'q'",
+            )
+        return pb.SimulateResponse(
+            result_json=json.dumps({"binds": {"ns/p": "n1"}, "tasks": {}, "jobs": {}})
+        )
 
 
 @pytest.fixture
@@ -119,15 +151,21 @@ def run(api, capsys, *argv):
 
 def test_submit_many_jobs_from_one_file(api, capsys, tmp_path):
     path = tmp_path / "jobs.yaml"
-    path.write_text("jobs:\n  - {id: a, tasks: [{role: w, replicas: 2, request: {cpu: 1}}]}\n"
-                    "  - {id: b, tasks: [{role: w, replicas: 1, request: {cpu: 1}}]}\n")
+    path.write_text(
+        "jobs:\n  - {id: a, tasks: [{role: w, replicas: 2, request: {cpu: 1}}]}\n"
+        "  - {id: b, tasks: [{role: w, replicas: 1, request: {cpu: 1}}]}\n"
+    )
     code, out, _ = run(api, capsys, "submit", str(path), "-o", "json")
     assert code == 0
     assert [j["id"] for j in json.loads(out)] == ["a", "b"]
-    assert [s.id for s in api.submitted] == ["a", "b"] and api.batches == [2]  # one all-or-nothing batch
+    assert [s.id for s in api.submitted] == ["a", "b"] and api.batches == [
+        2
+    ]  # one all-or-nothing batch
     # A refused job refuses the batch: nothing of it is submitted, the error names the job.
-    path.write_text("jobs:\n  - {id: c, tasks: [{role: w, replicas: 1, request: {cpu: 1}}]}\n"
-                    "  - {id: d, queue: nope, tasks: [{role: w, replicas: 1, request: {cpu: 1}}]}\n")
+    path.write_text(
+        "jobs:\n  - {id: c, tasks: [{role: w, replicas: 1, request: {cpu: 1}}]}\n"
+        "  - {id: d, queue: nope, tasks: [{role: w, replicas: 1, request: {cpu: 1}}]}\n"
+    )
     code, _, err = run(api, capsys, "submit", str(path))
     assert code == 1 and "jobs[1].job.queue" in err
     assert [s.id for s in api.submitted] == ["a", "b"]
@@ -155,11 +193,15 @@ def test_grpc_error_is_one_line_with_code(api, capsys, tmp_path):
 
 
 def test_jobs_follows_pages_and_passes_filters(api, capsys):
-    code, out, _ = run(api, capsys, "jobs", "--queue", "default", "--phase", "running", "-o", "json")
+    code, out, _ = run(
+        api, capsys, "jobs", "--queue", "default", "--phase", "running", "-o", "json"
+    )
     assert code == 0
     assert [j["spec"]["id"] for j in json.loads(out)] == [f"job-{i}" for i in range(5)]
     assert len(api.list_requests) == 3
-    assert api.list_requests[0].queue == "default" and list(api.list_requests[0].phases) == [pb.JOB_PHASE_RUNNING]
+    assert api.list_requests[0].queue == "default" and list(api.list_requests[0].phases) == [
+        pb.JOB_PHASE_RUNNING
+    ]
     code, _, err = run(api, capsys, "jobs", "--phase", "sleeping")
     assert code == 2 and "--phase" in err
 
@@ -175,10 +217,22 @@ def test_job_shows_conditions_tasks_and_why_pending(api, capsys):
 
 
 def test_queue_update_keeps_unspecified_fields(api, capsys):
-    code, _, _ = run(api, capsys, "queue", "create", "research", "--weight", "3", "--capability", "cpu=64,memory=256Gi")
+    code, _, _ = run(
+        api,
+        capsys,
+        "queue",
+        "create",
+        "research",
+        "--weight",
+        "3",
+        "--capability",
+        "cpu=64,memory=256Gi",
+    )
     assert code == 0
     assert dict(api.queues["research"].capability.quantities) == {"cpu": "64", "memory": "256Gi"}
-    code, _, _ = run(api, capsys, "queue", "update", "research", "--reclaimable", "false", "--state", "closing")
+    code, _, _ = run(
+        api, capsys, "queue", "update", "research", "--reclaimable", "false", "--state", "closing"
+    )
     assert code == 0
     q = api.queues["research"]
     assert q.weight == 3 and q.reclaimable is False and q.state == pb.QUEUE_STATE_CLOSING
@@ -224,13 +278,34 @@ def test_json_is_the_documented_mapping_short_enums_and_every_field(api, capsys)
 
 def test_jobs_table_has_times_a_one_word_reason_and_wide_adds_the_message(api, capsys):
     api.jobs[0].status.submit_time.FromSeconds(1_700_000_000)
-    api.jobs[0].status.conditions.add(type="Unschedulable", status="True", reason="NotEnoughResources",
-                                      message="0/3 nodes are unavailable: 3 Insufficient cpu.")
+    api.jobs[0].status.conditions.add(
+        type="Unschedulable",
+        status="True",
+        reason="NotEnoughResources",
+        message="0/3 nodes are unavailable: 3 Insufficient cpu.",
+    )
     code, out, _ = run(api, capsys, "jobs")
     header = out.splitlines()[0].split()
-    assert header == ["JOB", "┃", "QUEUE", "┃", "OWNER", "┃", "PHASE", "┃", "RUNNING", "┃", "SUBMIT", "┃", "AGE", "┃",
-                      "REASON"]
-    assert "NotEnoughResources" in out and "Insufficient cpu" not in out  # one word; the message is -o wide
+    assert header == [
+        "JOB",
+        "┃",
+        "QUEUE",
+        "┃",
+        "OWNER",
+        "┃",
+        "PHASE",
+        "┃",
+        "RUNNING",
+        "┃",
+        "SUBMIT",
+        "┃",
+        "AGE",
+        "┃",
+        "REASON",
+    ]
+    assert (
+        "NotEnoughResources" in out and "Insufficient cpu" not in out
+    )  # one word; the message is -o wide
     assert "2023-11-14" in out  # the submit time (not today): date and time
     code, out, _ = run(api, capsys, "jobs", "-o", "wide")
     assert "MESSAGE" in out and "3 Insufficient cpu" in out and "NAMESPACE" in out
@@ -240,9 +315,24 @@ def test_jobs_filters_repeat_and_sort(api, capsys):
     for i, job in enumerate(api.jobs):
         job.spec.queue = "a" if i % 2 else "b"
         job.spec.owner = "ann" if i < 2 else "bob"
-    code, out, _ = run(api, capsys, "jobs", "--queue", "a", "--queue", "b", "--owner", "ann", "--sort=-id", "-o", "json")
+    code, out, _ = run(
+        api,
+        capsys,
+        "jobs",
+        "--queue",
+        "a",
+        "--queue",
+        "b",
+        "--owner",
+        "ann",
+        "--sort=-id",
+        "-o",
+        "json",
+    )
     assert [j["spec"]["id"] for j in json.loads(out)] == ["job-1", "job-0"]
-    assert api.list_requests[-1].queue == "" and api.list_requests[-1].owner == "ann"  # two queues: matched here
+    assert (
+        api.list_requests[-1].queue == "" and api.list_requests[-1].owner == "ann"
+    )  # two queues: matched here
     run(api, capsys, "jobs", "--owner", "bob", "-o", "json")
     assert api.list_requests[-1].owner == "bob"  # one value: the server filters
     code, _, err = run(api, capsys, "jobs", "--sort", "size")
@@ -252,7 +342,11 @@ def test_jobs_filters_repeat_and_sort(api, capsys):
 def test_cancel_takes_several_ids_and_reports_each(api, capsys):
     code, out, _ = run(api, capsys, "cancel", "a", "ghost", "b")
     assert code == 1
-    assert out.splitlines() == ["a: Cancelled", "ghost: error: NOT_FOUND: id: job 'ghost' not found", "b: Cancelled"]
+    assert out.splitlines() == [
+        "a: Cancelled",
+        "ghost: error: NOT_FOUND: id: job 'ghost' not found",
+        "b: Cancelled",
+    ]
 
 
 def test_weight_zero_is_refused_version_and_completion(api, capsys):
@@ -274,7 +368,9 @@ def test_an_unreachable_server_gets_a_hint(capsys):
 def test_simulate_local_prints_only_json_on_stdout_even_with_logs(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("MUSTER_LOG_LEVEL", "debug")  # the core logs every cycle at debug
     path = tmp_path / "s.yaml"
-    path.write_text("nodes: [{name: n1, allocatable: {cpu: '2'}}]\njobs: [{name: a, tasks: [{name: a0, request: {cpu: '1'}}]}]\n")
+    path.write_text(
+        "nodes: [{name: n1, allocatable: {cpu: '2'}}]\njobs: [{name: a, tasks: [{name: a0, request: {cpu: '1'}}]}]\n"
+    )
     assert cli.main(["simulate", "--local", str(path), "-o", "json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["binds"] == {"default/a0": "n1"}  # nothing else on stdout
@@ -283,7 +379,10 @@ def test_simulate_local_prints_only_json_on_stdout_even_with_logs(capsys, tmp_pa
 def test_logs_prints_each_tasks_output_under_a_header(api, capsys):
     code, out, _ = run(api, capsys, "logs", "train")
     assert code == 0
-    assert out == "==> train/w-0 <==\nhello\n==> train/w-1 <==\n[earlier output dropped: the server keeps the last 64 KiB]\ntail\n"
+    assert (
+        out
+        == "==> train/w-0 <==\nhello\n==> train/w-1 <==\n[earlier output dropped: the server keeps the last 64 KiB]\ntail\n"
+    )
     code, out, _ = run(api, capsys, "logs", "train", "w-1")
     assert code == 0 and api.log_requests[-1].task_id == "train/w-1"
 

@@ -26,13 +26,24 @@ def test_a_job_file_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
     with pytest.raises(JobFileError) as err:
         load_job_file(path)
     assert time.perf_counter() - started < 1.0
-    assert err.value.problems == [err.value.problems[0]] and "aliases expand to more than" in err.value.problems[0]
+    assert (
+        err.value.problems == [err.value.problems[0]]
+        and "aliases expand to more than" in err.value.problems[0]
+    )
 
 
 def test_a_job_file_alias_bomb_over_several_documents_is_refused(tmp_path: Path) -> None:
-    one = "x-0: &a [" + ", ".join(["x"] * 100) + "]\nx-1: [" + ", ".join(["*a"] * 100) + "]\nid: j{}\n"
+    one = (
+        "x-0: &a ["
+        + ", ".join(["x"] * 100)
+        + "]\nx-1: ["
+        + ", ".join(["*a"] * 100)
+        + "]\nid: j{}\n"
+    )
     path = tmp_path / "jobs.yaml"
-    path.write_text("---\n".join(one.format(i) for i in range(11)))  # 10,100 nodes each through aliases
+    path.write_text(
+        "---\n".join(one.format(i) for i in range(11))
+    )  # 10,100 nodes each through aliases
     with pytest.raises(JobFileError, match="aliases expand"):
         load_job_file(path)
 

@@ -66,9 +66,18 @@ jobs:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("id: a\ntasks: [{role: w, replicas: 1, request: {cpu: 2x}}]", "jobs[0].tasks[0].request.cpu: '2x' is not a quantity"),
-        ("id: a\ntasks: [{role: w, replicas: 1, request: {cpu: -1}}]", "jobs[0].tasks[0].request.cpu"),
-        ("id: a\nmin_resources: {memory: lots}\ntasks: [{role: w, request: {cpu: 1}}]", "jobs[0].min_resources.memory"),
+        (
+            "id: a\ntasks: [{role: w, replicas: 1, request: {cpu: 2x}}]",
+            "jobs[0].tasks[0].request.cpu: '2x' is not a quantity",
+        ),
+        (
+            "id: a\ntasks: [{role: w, replicas: 1, request: {cpu: -1}}]",
+            "jobs[0].tasks[0].request.cpu",
+        ),
+        (
+            "id: a\nmin_resources: {memory: lots}\ntasks: [{role: w, request: {cpu: 1}}]",
+            "jobs[0].min_resources.memory",
+        ),
         ("tasks: [{role: w, request: {cpu: 1}}]", "jobs[0].id: required"),
         ("id: a", "jobs[0].tasks: required"),
         ("id: a\ncolour: red\ntasks: [{role: w}]", "jobs[0].colour: unknown field"),
@@ -90,7 +99,9 @@ def test_all_problems_are_reported_not_just_the_first():
     with pytest.raises(JobFileError) as err:
         parse_jobs("- {tasks: [{role: w}]}\n- {id: b, tasks: [{role: w, request: {cpu: x}}]}")
     assert len(err.value.problems) == 2
-    assert err.value.problems[0].startswith("jobs[0].id") and err.value.problems[1].startswith("jobs[1].tasks[0]")
+    assert err.value.problems[0].startswith("jobs[0].id") and err.value.problems[1].startswith(
+        "jobs[1].tasks[0]"
+    )
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("job*.yaml")), ids=lambda p: p.name)

@@ -29,7 +29,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[ServerHandle]:
-    handle = await start_server(ServerOptions(listen="127.0.0.1:0", state=str(tmp_path / "m.db"), cycle_period=3600.0))
+    handle = await start_server(
+        ServerOptions(listen="127.0.0.1:0", state=str(tmp_path / "m.db"), cycle_period=3600.0)
+    )
     try:
         yield handle
     finally:
@@ -40,13 +42,17 @@ async def test_node_client_submits_a_job_and_watches_it_run(server: ServerHandle
     async with grpc.aio.insecure_channel(server.address) as channel:
         stub = pb_grpc.SchedulerStub(channel)
         await stub.RegisterBackend(pb.RegisterBackendRequest(name="rack", kind="fake-agent"))
-        node = pb.Node(name="n1", allocatable=pb.ResourceList(quantities={"cpu": "4", "memory": "8Gi"}))
+        node = pb.Node(
+            name="n1", allocatable=pb.ResourceList(quantities={"cpu": "4", "memory": "8Gi"})
+        )
         await stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="rack", nodes=[node]))
 
         def run_node() -> subprocess.CompletedProcess[str]:
             return subprocess.run(
                 ["node", str(SCRIPT), "--server", server.address, "--job", "from-node"],
-                capture_output=True, text=True, timeout=60,
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
 
         done = await anyio.to_thread.run_sync(run_node)

@@ -46,7 +46,9 @@ SCENARIO_NS = "c1"  # namespace of the scenario builders (Volcano's test namespa
 Quantities = Mapping[str, str | int | float]
 
 
-def res(cpu: str | float | None = None, memory: str | float | None = None, **scalars: Any) -> dict[str, Any]:
+def res(
+    cpu: str | float | None = None, memory: str | float | None = None, **scalars: Any
+) -> dict[str, Any]:
     """A resource list like Volcano's ``BuildResourceList``: unset (None or "") amounts are left
     out; in a scalar's keyword ``__`` stands for "/" and ``_`` for "." (``nvidia_com__gpu=1``)."""
     out: dict[str, Any] = {}
@@ -65,20 +67,46 @@ def _parse(quantities: Quantities | None, **options: bool) -> dict[str, float]:
 # -- model objects ------------------------------------------------------------------------------
 
 
-def node(name: str, cpu: str | None = "4", memory: str | None = "8Gi", *, labels: dict[str, str] | None = None,
-         taints: list[Taint] | None = None, **extra: Any) -> NodeSpec:
+def node(
+    name: str,
+    cpu: str | None = "4",
+    memory: str | None = "8Gi",
+    *,
+    labels: dict[str, str] | None = None,
+    taints: list[Taint] | None = None,
+    **extra: Any,
+) -> NodeSpec:
     """A node whose allocatable is cpu, memory (None: left out) and ``extra`` (pods, scalars)."""
-    return NodeSpec(name, _parse({**res(cpu, memory), **extra}), labels=labels or {}, taints=taints or [])
+    return NodeSpec(
+        name, _parse({**res(cpu, memory), **extra}), labels=labels or {}, taints=taints or []
+    )
 
 
-def task(name: str, job: str | None = None, request: Quantities | None = None, node: str | None = None, *,
-         ns: str = NS, status: TaskStatus | None = None, uid: str | None = None, **fields: Any) -> TaskSpec:
+def task(
+    name: str,
+    job: str | None = None,
+    request: Quantities | None = None,
+    node: str | None = None,
+    *,
+    ns: str = NS,
+    status: TaskStatus | None = None,
+    uid: str | None = None,
+    **fields: Any,
+) -> TaskSpec:
     """Task ``ns/name`` of job ``ns/job`` (none: a foreign task); a node without a status means
     Running there."""
     if status is None:
         status = TaskStatus.RUNNING if node else TaskStatus.PENDING
-    return TaskSpec(uid=uid or f"{ns}/{name}", name=name, namespace=ns, job=f"{ns}/{job}" if job else "",
-                    request=_parse(request), status=status, node=node, **fields)
+    return TaskSpec(
+        uid=uid or f"{ns}/{name}",
+        name=name,
+        namespace=ns,
+        job=f"{ns}/{job}" if job else "",
+        request=_parse(request),
+        status=status,
+        node=node,
+        **fields,
+    )
 
 
 def job(
@@ -119,30 +147,67 @@ def job(
                 where = None if s == TaskStatus.PENDING else nodes
             else:
                 where = nodes[i] if nodes else None
-            tasks.append(TaskSpec(
-                uid=f"{ns}/{name}-{i}", name=f"{name}-{i}", namespace=ns, job=f"{ns}/{name}",
-                request=_parse(res(cpu, memory)), status=s, node=where, priority=priority,
-                role=roles[i] if roles else "",
-                creation_index=index * 100 + i if task_index is None else task_index,
-            ))
+            tasks.append(
+                TaskSpec(
+                    uid=f"{ns}/{name}-{i}",
+                    name=f"{name}-{i}",
+                    namespace=ns,
+                    job=f"{ns}/{name}",
+                    request=_parse(res(cpu, memory)),
+                    status=s,
+                    node=where,
+                    priority=priority,
+                    role=roles[i] if roles else "",
+                    creation_index=index * 100 + i if task_index is None else task_index,
+                )
+            )
     if fields.get("min_resources") is not None:
         fields["min_resources"] = _parse(fields["min_resources"])
-    return JobSpec(f"{ns}/{name}", name, ns, queue, tasks, min_member=len(tasks) if min_member is ... else min_member,
-                   priority=priority, phase=phase, creation_index=index, **fields)
+    return JobSpec(
+        f"{ns}/{name}",
+        name,
+        ns,
+        queue,
+        tasks,
+        min_member=len(tasks) if min_member is ... else min_member,
+        priority=priority,
+        phase=phase,
+        creation_index=index,
+        **fields,
+    )
 
 
-def queue(name: str, deserved: Quantities | None = None, capability: Quantities | None = None, *,
-          guarantee: Quantities | None = None, **fields: Any) -> QueueSpec:
+def queue(
+    name: str,
+    deserved: Quantities | None = None,
+    capability: Quantities | None = None,
+    *,
+    guarantee: Quantities | None = None,
+    **fields: Any,
+) -> QueueSpec:
     """A queue; deserved, capability and guarantee are resource lists (``res``)."""
-    return QueueSpec(name, deserved=_parse(deserved), capability=_parse(capability, allow_unlimited=True),
-                     guarantee=_parse(guarantee), **fields)
+    return QueueSpec(
+        name,
+        deserved=_parse(deserved),
+        capability=_parse(capability, allow_unlimited=True),
+        guarantee=_parse(guarantee),
+        **fields,
+    )
 
 
-def snapshot(nodes: Sequence[NodeSpec], jobs: Sequence[JobSpec], queues: Sequence[QueueSpec] | None = None,
-             **fields: Any) -> ClusterSnapshot:
+def snapshot(
+    nodes: Sequence[NodeSpec],
+    jobs: Sequence[JobSpec],
+    queues: Sequence[QueueSpec] | None = None,
+    **fields: Any,
+) -> ClusterSnapshot:
     """The cluster; without queues, one queue "default"."""
-    return ClusterSnapshot(nodes=list(nodes), queues=list(queues) if queues else [QueueSpec("default")],
-                           jobs=list(jobs), **fields)
+    return ClusterSnapshot(
+        nodes=list(nodes),
+        queues=list(queues) if queues else [QueueSpec("default")],
+        jobs=list(jobs),
+        **fields,
+    )
 
 
 def scheduler_config(config: str | Mapping[str, Any]) -> Any:
@@ -165,17 +230,29 @@ def cycle(snap: ClusterSnapshot, config: str | Mapping[str, Any]) -> CycleResult
 # -- scenario documents -------------------------------------------------------------------------
 
 # Volcano's test priority classes.
-PRIORITY_CLASSES = [{"name": "high-priority", "value": 100000}, {"name": "low-priority", "value": 10}]
+PRIORITY_CLASSES = [
+    {"name": "high-priority", "value": 100000},
+    {"name": "low-priority", "value": 10},
+]
 
 
-def scenario_node(name: str, allocatable: Mapping[str, Any], *, pods: int = 10,
-                  labels: dict[str, str] | None = None) -> dict[str, Any]:
+def scenario_node(
+    name: str,
+    allocatable: Mapping[str, Any],
+    *,
+    pods: int = 10,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A node with ``allocatable`` (``res``) and room for ``pods`` pods."""
     return {"name": name, "allocatable": {**allocatable, "pods": pods}, "labels": labels or {}}
 
 
-def scenario_queue(name: str, deserved: Mapping[str, Any] | None = None, capability: Mapping[str, Any] | None = None,
-                   **fields: Any) -> dict[str, Any]:
+def scenario_queue(
+    name: str,
+    deserved: Mapping[str, Any] | None = None,
+    capability: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
     """A queue; only what is given is written (weight, parent, guarantee, priority, state ...)."""
     q: dict[str, Any] = {"name": name, **fields}
     if deserved:
@@ -185,11 +262,24 @@ def scenario_queue(name: str, deserved: Mapping[str, Any] | None = None, capabil
     return q
 
 
-def pod(name: str, request: Mapping[str, Any] | None, node: str | None = None, *, preemptable: bool = True,
-        priority: int | None = 1, selector: dict[str, str] | None = None, **fields: Any) -> dict[str, Any]:
+def pod(
+    name: str,
+    request: Mapping[str, Any] | None,
+    node: str | None = None,
+    *,
+    preemptable: bool = True,
+    priority: int | None = 1,
+    selector: dict[str, str] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
     """A task asking for ``request`` (``res``); a node means Running there (unless ``status`` is
     given). Volcano gives a pod without priority the value 1; None leaves it to the job's."""
-    t: dict[str, Any] = {"name": name, "request": dict(request or {}), "preemptable": preemptable, **fields}
+    t: dict[str, Any] = {
+        "name": name,
+        "request": dict(request or {}),
+        "preemptable": preemptable,
+        **fields,
+    }
     if priority is not None:
         t["priority"] = priority
     if node is not None:
@@ -200,12 +290,26 @@ def pod(name: str, request: Mapping[str, Any] | None, node: str | None = None, *
     return t
 
 
-def pg(name: str, queue: str, min_member: int, tasks: list[dict[str, Any]], *, phase: str = "Inqueue",
-       ns: str = SCENARIO_NS, priority_class: str | None = None, min_resources: Mapping[str, Any] | None = None,
-       **fields: Any) -> dict[str, Any]:
+def pg(
+    name: str,
+    queue: str,
+    min_member: int,
+    tasks: list[dict[str, Any]],
+    *,
+    phase: str = "Inqueue",
+    ns: str = SCENARIO_NS,
+    priority_class: str | None = None,
+    min_resources: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
     """A job (PodGroup) with its pods."""
     j: dict[str, Any] = {
-        "name": name, "namespace": ns, "queue": queue, "minMember": min_member, "phase": phase, "tasks": tasks,
+        "name": name,
+        "namespace": ns,
+        "queue": queue,
+        "minMember": min_member,
+        "phase": phase,
+        "tasks": tasks,
         **fields,
     }
     if priority_class:
@@ -215,7 +319,9 @@ def pg(name: str, queue: str, min_member: int, tasks: list[dict[str, Any]], *, p
     return j
 
 
-def plugin(name: str, *switches: str, arguments: dict[str, Any] | None = None, **switch_values: bool) -> dict[str, Any]:
+def plugin(
+    name: str, *switches: str, arguments: dict[str, Any] | None = None, **switch_values: bool
+) -> dict[str, Any]:
     """A tier entry: the named switches on, ``switch_values`` as given."""
     p: dict[str, Any] = {"name": name, **{s: True for s in switches}, **switch_values}
     if arguments:
@@ -223,8 +329,13 @@ def plugin(name: str, *switches: str, arguments: dict[str, Any] | None = None, *
     return p
 
 
-def config(actions: list[str] | None, tiers: list[list[dict[str, Any]]], *, listed_only: bool = True,
-           action_arguments: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def config(
+    actions: list[str] | None,
+    tiers: list[list[dict[str, Any]]],
+    *,
+    listed_only: bool = True,
+    action_arguments: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """A scheduler configuration (actions None: the default ones). ``listed_only``: only the
     switches written are on (the way Volcano's test tiers are built)."""
     out: dict[str, Any] = {} if actions is None else {"actions": actions}
@@ -235,9 +346,15 @@ def config(actions: list[str] | None, tiers: list[list[dict[str, Any]]], *, list
     return out
 
 
-def simulate(scheduler: Mapping[str, Any], nodes: list[dict[str, Any]], queues: list[dict[str, Any]],
-             jobs: list[dict[str, Any]], *, priority_classes: list[dict[str, Any]] | None = None,
-             **sections: Any) -> dict[str, Any]:
+def simulate(
+    scheduler: Mapping[str, Any],
+    nodes: list[dict[str, Any]],
+    queues: list[dict[str, Any]],
+    jobs: list[dict[str, Any]],
+    *,
+    priority_classes: list[dict[str, Any]] | None = None,
+    **sections: Any,
+) -> dict[str, Any]:
     """Run one scenario (``muster simulate``) under the ``scheduler`` configuration (``config``);
     returns its output object."""
     scenario: dict[str, Any] = {"config": dict(scheduler)}

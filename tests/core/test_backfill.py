@@ -25,10 +25,27 @@ def _pick_up_snapshot() -> ClusterSnapshot:
         tasks = []
         for k, prio in enumerate((1, 3, 2, 4)):
             for kind, request in (("besteffort", {}), ("unbesteffort", {"cpu": "500m"})):
-                tasks.append(task(f"{j}-{kind}-task-{prio}", j, request, ns="default", priority=prio,
-                                  creation_index=k * 2 + len(tasks)))
-        jobs.append(job(j, ns="default", queue="q1", tasks=tasks, min_member=1, priority=job_priority,
-                        index=len(jobs)))
+                tasks.append(
+                    task(
+                        f"{j}-{kind}-task-{prio}",
+                        j,
+                        request,
+                        ns="default",
+                        priority=prio,
+                        creation_index=k * 2 + len(tasks),
+                    )
+                )
+        jobs.append(
+            job(
+                j,
+                ns="default",
+                queue="q1",
+                tasks=tasks,
+                min_member=1,
+                priority=job_priority,
+                index=len(jobs),
+            )
+        )
     return snapshot([node("node1", "8", "8Gi")], jobs, [queue("q1")])
 
 
@@ -156,7 +173,12 @@ def test_best_effort_placement_binds_only_once_the_gang_is_ready() -> None:
           - {name: be, request: {}}
     """)
     assert out["binds"] == {}
-    assert out["tasks"]["ns/be"] == {"status": "Allocated", "node": "n1", "gpu_groups": [], "devices": []}
+    assert out["tasks"]["ns/be"] == {
+        "status": "Allocated",
+        "node": "n1",
+        "gpu_groups": [],
+        "devices": [],
+    }
     assert out["tasks"]["ns/big"]["status"] == "Pending"
 
 

@@ -13,13 +13,23 @@ from server.plugins.volcano.binpack import BinpackPlugin
 
 def test_arguments_set_weights_and_a_negative_resource_weight_falls_back_to_one() -> None:
     """TestArguments: weight 10, cpu 5, memory 2, gpu 7, example.com/foo -3 -> 1."""
-    plugin = BinpackPlugin({
-        "binpack.weight": 10, "binpack.cpu": 5, "binpack.memory": 2,
-        "binpack.resources": "nvidia.com/gpu, example.com/foo",
-        "binpack.resources.nvidia.com/gpu": 7, "binpack.resources.example.com/foo": -3,
-    })
+    plugin = BinpackPlugin(
+        {
+            "binpack.weight": 10,
+            "binpack.cpu": 5,
+            "binpack.memory": 2,
+            "binpack.resources": "nvidia.com/gpu, example.com/foo",
+            "binpack.resources.nvidia.com/gpu": 7,
+            "binpack.resources.example.com/foo": -3,
+        }
+    )
     assert plugin.arg_int("binpack.weight") == 10
-    assert plugin.resource_weights() == {"nvidia.com/gpu": 7, "example.com/foo": 1, "cpu": 5, "memory": 2}
+    assert plugin.resource_weights() == {
+        "nvidia.com/gpu": 7,
+        "example.com/foo": 1,
+        "cpu": 5,
+        "memory": 2,
+    }
 
 
 def _snapshot() -> ClusterSnapshot:
@@ -48,7 +58,15 @@ ARGS_2 = """{binpack.weight: 1, binpack.cpu: 1, binpack.memory: 1, binpack.resou
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [
-        (ARGS_1, {"p1": [700, 137.5, 0], "p2": [0, 375, 0], "p3": [0, 531.25, 0], "p4": [0, 173.076923076, 0]}),
+        (
+            ARGS_1,
+            {
+                "p1": [700, 137.5, 0],
+                "p2": [0, 375, 0],
+                "p3": [0, 531.25, 0],
+                "p4": [0, 173.076923076, 0],
+            },
+        ),
         (ARGS_2, {"p1": [75, 15.625, 0], "p2": [0, 37.5, 0], "p3": [0, 50.5, 0], "p4": [0, 50, 0]}),
     ],
     ids=["weights-10-2-3-gpu7-foo8", "weights-1-1-1-gpu23"],
@@ -57,12 +75,15 @@ def test_node_scores_match_volcano_table(arguments: str, expected: dict[str, lis
     """TestNode: every task (bound ones too) scored on n1, n2, n3; a node the request would
     overflow in any weighted resource scores 0; a weighted resource the node lacks adds its weight
     but no score."""
-    ssn = session(_snapshot(), f"""
+    ssn = session(
+        _snapshot(),
+        f"""
 extension_points_not_listed: disabled
 tiers:
 - plugins:
   - {{name: binpack, enableNodeOrder: true, arguments: {arguments}}}
-""")
+""",
+    )
     rows = np.arange(len(ssn.nodes))
     assert ssn.nodes.names == ["n1", "n2", "n3"]
     for name, scores in expected.items():
@@ -72,5 +93,7 @@ tiers:
 
 def test_zero_weight_registers_no_score() -> None:
     """binpack.weight 0 multiplies every score by 0: nothing to register."""
-    ssn = session(_snapshot(), "tiers: [{plugins: [{name: binpack, arguments: {binpack.weight: 0}}]}]")
+    ssn = session(
+        _snapshot(), "tiers: [{plugins: [{name: binpack, arguments: {binpack.weight: 0}}]}]"
+    )
     assert not any(ssn.evaluator.scorers.values())

@@ -61,12 +61,24 @@ def test_actions_as_a_list() -> None:
     ("text", "fragment"),
     [
         ('actions: "enqueue, alocate"', "config.actions[1]: unknown action 'alocate'"),
-        ("tiers:\n- plugins:\n  - name: gnag", "config.tiers[0].plugins[0].name: unknown plugin 'gnag'"),
-        ("tiers:\n- plugins:\n  - name: gang\n    enableJobOrdr: true", "config.tiers[0].plugins[0].enableJobOrdr: unknown field"),
-        ("tiers:\n- plugins:\n  - name: binpack\n    arguments: {binpack.wieght: 1}", "config.tiers[0].plugins[0].arguments.binpack.wieght: unknown argument"),
+        (
+            "tiers:\n- plugins:\n  - name: gnag",
+            "config.tiers[0].plugins[0].name: unknown plugin 'gnag'",
+        ),
+        (
+            "tiers:\n- plugins:\n  - name: gang\n    enableJobOrdr: true",
+            "config.tiers[0].plugins[0].enableJobOrdr: unknown field",
+        ),
+        (
+            "tiers:\n- plugins:\n  - name: binpack\n    arguments: {binpack.wieght: 1}",
+            "config.tiers[0].plugins[0].arguments.binpack.wieght: unknown argument",
+        ),
         ("tiers:\n- plugins:\n  - name: gang\n    enableJobOrder: yes-please", "is not a boolean"),
         ("actoins: allocate", "config.actoins: unknown field"),
-        ("action_arguments: {allocate: {bogus: 1}}", "config.action_arguments.allocate.bogus: unknown argument"),
+        (
+            "action_arguments: {allocate: {bogus: 1}}",
+            "config.action_arguments.allocate.bogus: unknown argument",
+        ),
         ("extension_points_not_listed: maybe", "config.extension_points_not_listed"),
         ("profile: slurm", "config.profile"),
         ("tiers: [", "not valid YAML"),
@@ -79,7 +91,9 @@ def test_mistakes_name_the_field(text: str, fragment: str) -> None:
 
 
 def test_disabled_mode_only_written_switches_are_on() -> None:
-    cfg = load_config("extension_points_not_listed: disabled\ntiers:\n- plugins:\n  - {name: gang, enableJobReady: true}")
+    cfg = load_config(
+        "extension_points_not_listed: disabled\ntiers:\n- plugins:\n  - {name: gang, enableJobReady: true}"
+    )
     gang = cfg.plugin("gang")
     assert gang is not None and gang.enabled("job_ready") and not gang.enabled("job_order")
 
@@ -90,11 +104,30 @@ def test_x_prefixed_keys_are_ignored() -> None:
 
 # Volcano's conf.PluginOption switches, spelled as its YAML tags are.
 VOLCANO_SWITCHES = [
-    "enableJobOrder", "enableHierarchy", "enableJobReady", "enableJobPipelined", "enableTaskOrder",
-    "enablePreemptable", "enableReclaimable", "enablePreemptive", "enableQueueOrder", "enabledClusterOrder",
-    "enablePredicate", "enableBestNode", "enableNodeOrder", "enableTargetJob", "enableReservedNodes",
-    "enableJobEnqueued", "enabledVictim", "enableJobStarving", "enabledOverused", "enabledAllocatable",
-    "enabledHyperNodeOrder", "enabledSubJobReady", "enabledSubJobPipelined", "enabledSubJobOrder",
+    "enableJobOrder",
+    "enableHierarchy",
+    "enableJobReady",
+    "enableJobPipelined",
+    "enableTaskOrder",
+    "enablePreemptable",
+    "enableReclaimable",
+    "enablePreemptive",
+    "enableQueueOrder",
+    "enabledClusterOrder",
+    "enablePredicate",
+    "enableBestNode",
+    "enableNodeOrder",
+    "enableTargetJob",
+    "enableReservedNodes",
+    "enableJobEnqueued",
+    "enabledVictim",
+    "enableJobStarving",
+    "enabledOverused",
+    "enabledAllocatable",
+    "enabledHyperNodeOrder",
+    "enabledSubJobReady",
+    "enabledSubJobPipelined",
+    "enabledSubJobOrder",
     "enabledHyperNodeGradient",
 ]
 

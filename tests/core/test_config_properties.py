@@ -26,7 +26,24 @@ from server.config import PROFILES, SESSION_PARAMETERS, SWITCHES, ConfigError, p
 from server.session.options import SchedulerConfig
 
 # Values an argument may be given, besides its default: of its type, of another, junk.
-JUNK: list[Any] = ["", "x", "-1", "1e309", None, [], {}, [1], {"a": 1}, -1, 0, 2**63, 1.5, -0.5, 1e308, True]
+JUNK: list[Any] = [
+    "",
+    "x",
+    "-1",
+    "1e309",
+    None,
+    [],
+    {},
+    [1],
+    {"a": 1},
+    -1,
+    0,
+    2**63,
+    1.5,
+    -0.5,
+    1e308,
+    True,
+]
 BY_TYPE: dict[type, list[Any]] = {
     bool: [True, False, "true", "false", "yes", 1, 0],
     int: [0, 1, 2, 10, -1, 10**6, "3"],
@@ -45,8 +62,14 @@ def argument_values(draw: st.DrawFn, default: Any) -> Any:
 @st.composite
 def arguments(draw: st.DrawFn, known: dict[str, Any], unknown: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in draw(st.lists(st.sampled_from(sorted(known)), max_size=3, unique=True)) if known else []:
-        name = key[:-1] + draw(st.sampled_from(["cpu", "nvidia.com/gpu", "x"])) if key.endswith("*") else key
+    for key in (
+        draw(st.lists(st.sampled_from(sorted(known)), max_size=3, unique=True)) if known else []
+    ):
+        name = (
+            key[:-1] + draw(st.sampled_from(["cpu", "nvidia.com/gpu", "x"]))
+            if key.endswith("*")
+            else key
+        )
         out[name] = draw(argument_values(known[key]))
     if unknown:
         out["no-such-argument"] = 1
@@ -54,7 +77,9 @@ def arguments(draw: st.DrawFn, known: dict[str, Any], unknown: bool = False) -> 
 
 
 @st.composite
-def plugin_entries(draw: st.DrawFn, registry: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+def plugin_entries(
+    draw: st.DrawFn, registry: dict[str, Any], name: str | None = None
+) -> dict[str, Any]:
     name = name or draw(st.sampled_from(sorted(registry)))
     entry: dict[str, Any] = {"name": name}
     for key in draw(st.lists(st.sampled_from(sorted(SWITCHES)), max_size=3, unique=True)):
@@ -70,7 +95,16 @@ SESSION_VALUES: dict[str, list[Any]] = {
     "duration": ["60s", "5m", 0, 30, "1h"],
 }
 # One defect at most per configuration (most have none): each must be refused with ConfigError.
-DEFECTS = [None] * 24 + ["profile", "action", "switch", "argument", "mode", "session", "action argument", "tier"]
+DEFECTS = [None] * 24 + [
+    "profile",
+    "action",
+    "switch",
+    "argument",
+    "mode",
+    "session",
+    "action argument",
+    "tier",
+]
 
 
 @st.composite
@@ -84,18 +118,25 @@ def configurations(draw: st.DrawFn) -> tuple[dict[str, Any], str | None]:
     if guided:
         actions = draw(st.sampled_from([["allocate"], ["enqueue", "allocate"]]))
     else:
-        actions = draw(st.lists(st.sampled_from(sorted(action_registry)), min_size=1, max_size=4, unique=True))
+        actions = draw(
+            st.lists(st.sampled_from(sorted(action_registry)), min_size=1, max_size=4, unique=True)
+        )
     if defect == "action":
         actions.append("no-such-action")
-    tiers = [draw(st.lists(plugin_entries(plugin_registry), min_size=1, max_size=5)) for _ in range(draw(st.integers(1, 3)))]
+    tiers = [
+        draw(st.lists(plugin_entries(plugin_registry), min_size=1, max_size=5))
+        for _ in range(draw(st.integers(1, 3)))
+    ]
     if guided:
         tiers[0][:0] = [{"name": "gang"}, {"name": "predicates"}]
     if defect == "switch":
         tiers[-1][-1]["enableJobOrder"] = "yes"
     if defect == "argument":
         tiers[-1].append({"name": "binpack", "arguments": {"no-such-argument": 1}})
-    config: dict[str, Any] = {"actions": ", ".join(actions) if draw(st.booleans()) else actions,
-                              "tiers": [{"plugins": plugins} for plugins in tiers]}
+    config: dict[str, Any] = {
+        "actions": ", ".join(actions) if draw(st.booleans()) else actions,
+        "tiers": [{"plugins": plugins} for plugins in tiers],
+    }
     if defect == "tier":
         config["tiers"].append({"plugins": [{"name": "no-such-plugin"}]})
     if profile != "volcano" or draw(st.booleans()):
@@ -107,12 +148,22 @@ def configurations(draw: st.DrawFn) -> tuple[dict[str, Any], str | None]:
     if defect == "action argument" or draw(st.integers(0, 2)) == 0:
         name = draw(st.sampled_from(actions))
         known = getattr(action_registry.get(name), "ARGUMENTS", {})
-        config["action_arguments"] = {name: draw(arguments(known, unknown=defect == "action argument"))}
+        config["action_arguments"] = {
+            name: draw(arguments(known, unknown=defect == "action argument"))
+        }
     if defect == "session" or draw(st.integers(0, 2)) == 0:
-        keys = draw(st.lists(st.sampled_from(sorted(SESSION_PARAMETERS)), min_size=1, max_size=3, unique=True))
-        config["session"] = {k: draw(st.sampled_from(SESSION_VALUES[SESSION_PARAMETERS[k]])) for k in keys}
+        keys = draw(
+            st.lists(
+                st.sampled_from(sorted(SESSION_PARAMETERS)), min_size=1, max_size=3, unique=True
+            )
+        )
+        config["session"] = {
+            k: draw(st.sampled_from(SESSION_VALUES[SESSION_PARAMETERS[k]])) for k in keys
+        }
         if defect == "session":
-            config["session"][keys[0]] = {"int": "x", "bool": "x", "duration": "soon"}[SESSION_PARAMETERS[keys[0]]]
+            config["session"][keys[0]] = {"int": "x", "bool": "x", "duration": "soon"}[
+                SESSION_PARAMETERS[keys[0]]
+            ]
     return config, defect
 
 
@@ -125,9 +176,14 @@ def _predicates_on(config: SchedulerConfig) -> bool:
     on. A plugin listed twice runs once per session with the last entry's arguments (as in Volcano:
     one function per plugin name), each entry's switches deciding where it is called."""
     entries = [opt for tier in config.tiers for opt in tier if opt.name == "predicates"]
-    filters = ("predicate.NodeAffinityEnable", "predicate.TaintTolerationEnable", "predicate.PodAffinityEnable")
-    return (any(opt.enabled("predicate") for opt in entries)
-            and all(entries[-1].arguments.get(f, True) is True for f in filters))
+    filters = (
+        "predicate.NodeAffinityEnable",
+        "predicate.TaintTolerationEnable",
+        "predicate.PodAffinityEnable",
+    )
+    return any(opt.enabled("predicate") for opt in entries) and all(
+        entries[-1].arguments.get(f, True) is True for f in filters
+    )
 
 
 @settings(PROFILE, max_examples=400)

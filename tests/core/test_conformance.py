@@ -20,8 +20,15 @@ def _job(name: str, namespace: str, priority_class: str = "", pod_class: str = "
     """One task running on test-node; ``pod_class``: the pod's priorityClassName annotation."""
     annotations = {"priorityClassName": pod_class} if pod_class else {}
     pod = task(f"{name}-0", name, res("1"), "test-node", ns=namespace, annotations=annotations)
-    return job(name, ns=namespace, queue="q", tasks=[pod], min_member=1, phase=PodGroupPhase.PENDING,
-               priority_class=priority_class)
+    return job(
+        name,
+        ns=namespace,
+        queue="q",
+        tasks=[pod],
+        min_member=1,
+        phase=PodGroupPhase.PENDING,
+        priority_class=priority_class,
+    )
 
 
 def _session(*jobs: JobSpec) -> Session:

@@ -65,7 +65,9 @@ def test_the_collector_is_paused_inside_a_cycle_and_restored_after(collector_on:
             super().execute(ssn)
 
     config = default_config()
-    config = dataclasses.replace(config, action_classes={**config.action_classes, "allocate": Probe})
+    config = dataclasses.replace(
+        config, action_classes={**config.action_classes, "allocate": Probe}
+    )
     result = SchedulerCore(config).run_cycle(busy_cluster(), 1)
     assert seen == [False] and result.binds
     assert gc.isenabled()

@@ -191,13 +191,19 @@ def replaced(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
 def mutations(doc: Any) -> Iterator[tuple[str, Any]]:
     for path in paths(doc):
         for value in WRONG:
-            yield f"{'.'.join(map(str, path)) or '(root)'} = {value!r:.30}", replaced(doc, path, value)
+            yield (
+                f"{'.'.join(map(str, path)) or '(root)'} = {value!r:.30}",
+                replaced(doc, path, value),
+            )
 
 
 def config_documents() -> list[tuple[str, Any]]:
     return [
         ("volcano", yamldoc.load(VOLCANO_CONFIG)),
-        *((p.name, yamldoc.load(p.read_text())) for p in sorted((ROOT / "examples").glob("config-*.yaml"))),
+        *(
+            (p.name, yamldoc.load(p.read_text()))
+            for p in sorted((ROOT / "examples").glob("config-*.yaml"))
+        ),
     ]
 
 
@@ -207,7 +213,9 @@ def test_the_documents_are_valid() -> None:
     run_scenario(load_scenario(yamldoc.load(SCENARIO)))
 
 
-@pytest.mark.parametrize(("name", "doc"), config_documents(), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    ("name", "doc"), config_documents(), ids=lambda v: v if isinstance(v, str) else ""
+)
 def test_a_wrong_value_anywhere_in_a_config_is_a_config_error(name: str, doc: Any) -> None:
     escaped = []
     for where, mutated in mutations(doc):
@@ -244,15 +252,36 @@ def test_a_wrong_value_anywhere_in_a_scenario_is_a_scenario_error() -> None:
     [
         ("profile: []", "config.profile: [] is not volcano or kai"),
         ("profile: {a: 1}", "config.profile: {'a': 1} is not volcano or kai"),
-        ("configurations: [{name: preempt, arguments: -1}]", "config.configurations[0].arguments: must be a mapping"),
-        ("configurations: [{name: preempt, arguments: [x]}]", "config.configurations[0].arguments: must be a mapping"),
+        (
+            "configurations: [{name: preempt, arguments: -1}]",
+            "config.configurations[0].arguments: must be a mapping",
+        ),
+        (
+            "configurations: [{name: preempt, arguments: [x]}]",
+            "config.configurations[0].arguments: must be a mapping",
+        ),
         ("configurations: [{name: nope}]", "config.configurations[0].name: unknown action 'nope'"),
         ("configurations: [x]", "config.configurations[0]: must be a mapping"),
-        ("tiers: [{plugins: [{name: binpack, arguments: {1: 2}}]}]", "config.tiers[0].plugins[0].arguments.1: an argument name must be a string"),
-        ("tiers: [{plugins: [{name: binpack, arguments: {binpack.weight: .inf}}]}]", "binpack.weight: inf is not a finite number"),
-        ("session: {globalDefaultStalenessGracePeriod: 99999999999999999999h}", "is not a duration"),
-        ("priorityClasses: [{name: a, value: 1, globalDefault: x}]", "config.priorityClasses[0].globalDefault: 'x' is not a boolean"),
-        ("priorityClasses: [{name: a, value: 4294967296}]", "config.priorityClasses[0].value: 4294967296 is not a 32-bit integer"),
+        (
+            "tiers: [{plugins: [{name: binpack, arguments: {1: 2}}]}]",
+            "config.tiers[0].plugins[0].arguments.1: an argument name must be a string",
+        ),
+        (
+            "tiers: [{plugins: [{name: binpack, arguments: {binpack.weight: .inf}}]}]",
+            "binpack.weight: inf is not a finite number",
+        ),
+        (
+            "session: {globalDefaultStalenessGracePeriod: 99999999999999999999h}",
+            "is not a duration",
+        ),
+        (
+            "priorityClasses: [{name: a, value: 1, globalDefault: x}]",
+            "config.priorityClasses[0].globalDefault: 'x' is not a boolean",
+        ),
+        (
+            "priorityClasses: [{name: a, value: 4294967296}]",
+            "config.priorityClasses[0].value: 4294967296 is not a 32-bit integer",
+        ),
     ],
 )
 def test_wrong_types_in_a_config_name_the_field(text: str, message: str) -> None:
@@ -266,14 +295,22 @@ def test_wrong_types_in_a_config_name_the_field(text: str, message: str) -> None
     [
         ({"node": []}, "jobs[0].tasks[0].node: must be a string"),
         ({"role": {"a": 1}}, "jobs[0].tasks[0].role: must be a string"),
-        ({"affinity": {"nodeAffinity": []}}, "jobs[0].tasks[0].affinity.nodeAffinity: must be a mapping"),
+        (
+            {"affinity": {"nodeAffinity": []}},
+            "jobs[0].tasks[0].affinity.nodeAffinity: must be a mapping",
+        ),
         ({"labels": {"app": ["x"]}}, "jobs[0].tasks[0].labels.app: must be a string"),
-        ({"preemptionPolicy": ["x"]}, "jobs[0].tasks[0].preemptionPolicy: ['x'] is not PreemptLowerPriority or Never"),
+        (
+            {"preemptionPolicy": ["x"]},
+            "jobs[0].tasks[0].preemptionPolicy: ['x'] is not PreemptLowerPriority or Never",
+        ),
     ],
 )
 def test_wrong_types_in_a_scenario_name_the_field(change: dict[str, Any], message: str) -> None:
-    doc = {"nodes": [{"name": "n1", "allocatable": {"cpu": "1"}}],
-           "jobs": [{"name": "j", "tasks": [{"name": "t", "request": {"cpu": "1"}, **change}]}]}
+    doc = {
+        "nodes": [{"name": "n1", "allocatable": {"cpu": "1"}}],
+        "jobs": [{"name": "j", "tasks": [{"name": "t", "request": {"cpu": "1"}, **change}]}],
+    }
     with pytest.raises(ScenarioError) as err:
         load_scenario(doc)
     assert message in err.value.problems

@@ -29,7 +29,9 @@ def test_dominant_share_is_the_largest_fraction_of_the_cluster() -> None:
 def test_dominant_share_ignores_resources_the_cluster_lacks() -> None:
     """calculateShare walks totalResource.ResourceNames(): a dimension the cluster has none of
     (total below the epsilon) does not count, so asking for it does not make the share 1."""
-    assert dominant_share(np.array([1000.0, 0.0, 2000.0]), np.array([4000.0, 8e9, 0.0])) == pytest.approx(0.25)
+    assert dominant_share(
+        np.array([1000.0, 0.0, 2000.0]), np.array([4000.0, 8e9, 0.0])
+    ) == pytest.approx(0.25)
     assert dominant_share(np.zeros(2), np.zeros(2)) == 0.0
 
 
@@ -41,8 +43,18 @@ def test_dominant_share_ignores_a_resource_with_no_total() -> None:
 def _job(name: str, running: int, pending: int, cpu: str = "1", index: int = 0) -> JobSpec:
     """``running`` tasks Running on n1, then ``pending`` Pending ones, each asking for ``cpu``."""
     status = [TaskStatus.RUNNING] * running + [TaskStatus.PENDING] * pending
-    return job(name, cpu=cpu, memory=None, queue="q", status=status, nodes="n1", min_member=1,
-               phase=PodGroupPhase.PENDING, index=index, task_index=0)
+    return job(
+        name,
+        cpu=cpu,
+        memory=None,
+        queue="q",
+        status=status,
+        nodes="n1",
+        min_member=1,
+        phase=PodGroupPhase.PENDING,
+        index=index,
+        task_index=0,
+    )
 
 
 def _session(*jobs: JobSpec) -> Session:
@@ -51,7 +63,9 @@ def _session(*jobs: JobSpec) -> Session:
 
 def test_job_with_lower_share_orders_first() -> None:
     """drf jobOrderFn: lower dominant share first; equal shares tie (0)."""
-    ssn = _session(_job("big", 3, 1, index=0), _job("small", 1, 1, index=1), _job("same", 1, 0, index=2))
+    ssn = _session(
+        _job("big", 3, 1, index=0), _job("small", 1, 1, index=1), _job("same", 1, 0, index=2)
+    )
     big, small, same = ssn.jobs["ns/big"], ssn.jobs["ns/small"], ssn.jobs["ns/same"]
     assert ssn.job_order_fn(small, big)
     assert not ssn.job_order_fn(big, small)
@@ -78,7 +92,11 @@ def test_preemptable_keeps_victims_whose_job_stays_at_or_above_the_preemptor_sha
     ssn = _session(_job("rich", 4, 0, index=0), _job("poor", 0, 1, cpu="1", index=1))
     preemptor = ssn.tasks["ns/poor-0"]  # share after: 0.1
     candidates = [ssn.tasks[f"ns/rich-{i}"] for i in range(4)]  # rich: 0.4 -> 0.3, 0.2, 0.1, 0.0
-    assert [v.uid for v in ssn.preemptable(preemptor, candidates)] == ["ns/rich-0", "ns/rich-1", "ns/rich-2"]
+    assert [v.uid for v in ssn.preemptable(preemptor, candidates)] == [
+        "ns/rich-0",
+        "ns/rich-1",
+        "ns/rich-2",
+    ]
 
 
 def test_jobs_of_one_queue_take_turns_by_share() -> None:

@@ -29,13 +29,27 @@ tiers:
 
 def hqueue(name: str, hierarchy: str, weights: str) -> QueueSpec:
     """A queue placed in the hierarchy by its annotations."""
-    return queue(name, annotations={"volcano.sh/hierarchy": hierarchy, "volcano.sh/hierarchy-weights": weights})
+    return queue(
+        name,
+        annotations={"volcano.sh/hierarchy": hierarchy, "volcano.sh/hierarchy-weights": weights},
+    )
 
 
-def hjob(name: str, queue_name: str, n: int, cpu: str | float, mem: str | float, *, running_on: str | None = None,
-         index: int = 0) -> JobSpec:
+def hjob(
+    name: str,
+    queue_name: str,
+    n: int,
+    cpu: str | float,
+    mem: str | float,
+    *,
+    running_on: str | None = None,
+    index: int = 0,
+) -> JobSpec:
     """Job default/name of ``n`` tasks name-p0.. asking for ``cpu`` and ``mem``, Running on ``running_on``."""
-    tasks = [task(f"{name}-p{i}", name, res(cpu, mem), running_on, ns="default", creation_index=i) for i in range(n)]
+    tasks = [
+        task(f"{name}-p{i}", name, res(cpu, mem), running_on, ns="default", creation_index=i)
+        for i in range(n)
+    ]
     return job(name, ns="default", queue=queue_name, tasks=tasks, min_member=1, index=index)
 
 
@@ -57,10 +71,16 @@ def test_rescaling_splits_by_hierarchy_weights() -> None:
     matches sci: sci gets 5 cpu + 5G, dev 5 cpu, prod 5G of a 10 cpu / 10G node."""
     snap = snapshot(
         nodes=[node("n", "10", "10G", pods=50)],
-        queues=[hqueue("root-sci", "root/sci", "100/50"), hqueue("root-eng-dev", "root/eng/dev", "100/50/50"),
-                hqueue("root-eng-prod", "root/eng/prod", "100/50/50")],
-        jobs=[hjob("pg1", "root-sci", 10, "1", "1G", index=0), hjob("pg21", "root-eng-dev", 10, "1", 0, index=1),
-              hjob("pg22", "root-eng-prod", 10, 0, "1G", index=2)],
+        queues=[
+            hqueue("root-sci", "root/sci", "100/50"),
+            hqueue("root-eng-dev", "root/eng/dev", "100/50/50"),
+            hqueue("root-eng-prod", "root/eng/prod", "100/50/50"),
+        ],
+        jobs=[
+            hjob("pg1", "root-sci", 10, "1", "1G", index=0),
+            hjob("pg21", "root-eng-dev", 10, "1", 0, index=1),
+            hjob("pg22", "root-eng-prod", 10, 0, "1G", index=2),
+        ],
     )
     assert allocated_by_job(snap) == {"pg1": (5000, 5 * GI), "pg21": (5000, 0), "pg22": (0, 5 * GI)}
 
@@ -70,16 +90,29 @@ def test_blocked_resource_saturates_and_others_keep_allocating() -> None:
     the memory-only jobs share the rest: 10 cpu each to pg1, pg2, pg31; 15G each to pg32, pg4."""
     snap = snapshot(
         nodes=[node("n", "30", "30G", pods=500)],
-        queues=[hqueue("root-pg1", "root/pg1", "100/25"), hqueue("root-pg2", "root/pg2", "100/25"),
-                hqueue("root-pg3-pg31", "root/pg3/pg31", "100/25/50"),
-                hqueue("root-pg3-pg32", "root/pg3/pg32", "100/25/50"), hqueue("root-pg4", "root/pg4", "100/25")],
-        jobs=[hjob("pg1", "root-pg1", 30, "1", 0, index=0), hjob("pg2", "root-pg2", 30, "1", 0, index=1),
-              hjob("pg31", "root-pg3-pg31", 30, "1", 0, index=2), hjob("pg32", "root-pg3-pg31", 30, 0, "1G", index=3),
-              hjob("pg4", "root-pg4", 30, 0, "1G", index=4)],
+        queues=[
+            hqueue("root-pg1", "root/pg1", "100/25"),
+            hqueue("root-pg2", "root/pg2", "100/25"),
+            hqueue("root-pg3-pg31", "root/pg3/pg31", "100/25/50"),
+            hqueue("root-pg3-pg32", "root/pg3/pg32", "100/25/50"),
+            hqueue("root-pg4", "root/pg4", "100/25"),
+        ],
+        jobs=[
+            hjob("pg1", "root-pg1", 30, "1", 0, index=0),
+            hjob("pg2", "root-pg2", 30, "1", 0, index=1),
+            hjob("pg31", "root-pg3-pg31", 30, "1", 0, index=2),
+            hjob("pg32", "root-pg3-pg31", 30, 0, "1G", index=3),
+            hjob("pg4", "root-pg4", 30, 0, "1G", index=4),
+        ],
     )
     got = allocated_by_job(snap)
-    assert got == {"pg1": (10000, 0), "pg2": (10000, 0), "pg31": (10000, 0), "pg32": (0, 15 * GI),
-                   "pg4": (0, 15 * GI)}
+    assert got == {
+        "pg1": (10000, 0),
+        "pg2": (10000, 0),
+        "pg31": (10000, 0),
+        "pg32": (0, 15 * GI),
+        "pg4": (0, 15 * GI),
+    }
 
 
 def hdrf_session(jobs: list[JobSpec], queues: list[QueueSpec]) -> Session:
@@ -90,8 +123,12 @@ def test_queue_order_lower_weighted_share_first() -> None:
     """compareQueues: at the first differing level the lower share / weight goes first; a heavier
     weight halves the share it is judged by."""
     queues = [hqueue("a", "root/a", "1/1"), hqueue("b", "root/b", "1/4")]
-    jobs = [hjob("ja", "a", 2, "2", 0, running_on="n", index=0), hjob("jb", "b", 3, "2", 0, running_on="n", index=1),
-            hjob("pa", "a", 1, "1", 0, index=2), hjob("pb", "b", 1, "1", 0, index=3)]
+    jobs = [
+        hjob("ja", "a", 2, "2", 0, running_on="n", index=0),
+        hjob("jb", "b", 3, "2", 0, running_on="n", index=1),
+        hjob("pa", "a", 1, "1", 0, index=2),
+        hjob("pb", "b", 1, "1", 0, index=3),
+    ]
     ssn = hdrf_session(jobs, queues)
     qa, qb = ssn.queues["a"], ssn.queues["b"]
     # a: share 0.4 / weight 1; b: share 0.6 / weight 4 = 0.15 -> b first.
@@ -103,8 +140,10 @@ def test_saturated_queue_goes_last() -> None:
     """Saturated nodes have the lowest priority, whatever their share."""
     queues = [hqueue("a", "root/a", "1/1"), hqueue("b", "root/b", "1/1")]
     # ja holds everything it asked for (saturated); jb holds more but still wants more.
-    jobs = [hjob("ja", "a", 1, "1", 0, running_on="n", index=0),
-            hjob("jb", "b", 3, "2", 0, running_on="n", index=1)]
+    jobs = [
+        hjob("ja", "a", 1, "1", 0, running_on="n", index=0),
+        hjob("jb", "b", 3, "2", 0, running_on="n", index=1),
+    ]
     jobs[1].tasks.append(task("jb-extra", "jb", res("1"), ns="default"))
     ssn = hdrf_session(jobs, queues)
     assert ssn.queue_order_fn(ssn.queues["b"], ssn.queues["a"]) is True

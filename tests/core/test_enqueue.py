@@ -35,7 +35,10 @@ def phases(out: dict) -> dict[str, str]:
 
 def test_inqueue_job_stays_inqueue() -> None:
     """TestEnqueue "when podgroup status is inqueue"."""
-    out = simulate_yaml(ENQUEUE_TIERS, QUEUES_C1_C2 + """
+    out = simulate_yaml(
+        ENQUEUE_TIERS,
+        QUEUES_C1_C2
+        + """
         nodes: []
         jobs:
         - name: pg1
@@ -46,14 +49,18 @@ def test_inqueue_job_stays_inqueue() -> None:
           tasks:
           - {name: p1, request: {cpu: "1", memory: 1G}}
           - {name: p2, request: {cpu: "1", memory: 1G}}
-    """)
+    """,
+    )
     assert phases(out) == {"c1/pg1": "Inqueue"}
 
 
 def test_pending_jobs_without_min_resources_are_admitted_in_every_queue() -> None:
     """TestEnqueue "when podgroup status is pending": no minResources, so both jobs (one per
     queue) go Inqueue."""
-    out = simulate_yaml(ENQUEUE_TIERS, QUEUES_C1_C2 + """
+    out = simulate_yaml(
+        ENQUEUE_TIERS,
+        QUEUES_C1_C2
+        + """
         nodes: []
         jobs:
         - name: pg1
@@ -66,13 +73,16 @@ def test_pending_jobs_without_min_resources_are_admitted_in_every_queue() -> Non
           queue: c2
           minMember: 1
           tasks: [{name: p2, request: {cpu: "1", memory: 1G}}]
-    """)
+    """,
+    )
     assert phases(out) == {"c1/pg1": "Inqueue", "c1/pg2": "Inqueue"}
 
 
 def test_running_job_stays_running() -> None:
     """TestEnqueue "when podgroup status is running"."""
-    out = simulate_yaml(ENQUEUE_TIERS, """
+    out = simulate_yaml(
+        ENQUEUE_TIERS,
+        """
         nodes:
         - {name: n1, allocatable: {cpu: "4", memory: 4G, pods: 10}}
         queues: [{name: c1, weight: 1, capability: {cpu: "4", memory: 4G}}]
@@ -85,7 +95,8 @@ def test_running_job_stays_running() -> None:
           tasks:
           - {name: p1, request: {cpu: "1", memory: 1G}, status: Running, node: n1}
           - {name: p2, request: {cpu: "1", memory: 1G}, status: Running, node: n1}
-    """)
+    """,
+    )
     assert phases(out) == {"c1/pg1": "Running"}
 
 
@@ -93,7 +104,9 @@ def test_job_of_a_missing_queue_is_not_admitted() -> None:
     """TestEnqueue "pggroup cannot enqueue because the specified queue is c1, but there is only
     c2". Volcano's cache drops such a job from the session altogether (no status at all); Muster
     keeps it in the output, still Pending, and explains the missing queue."""
-    out = simulate_yaml(ENQUEUE_TIERS, """
+    out = simulate_yaml(
+        ENQUEUE_TIERS,
+        """
         nodes: []
         queues: [{name: c2, weight: 1, capability: {cpu: "4", memory: 4G}}]
         jobs:
@@ -102,14 +115,17 @@ def test_job_of_a_missing_queue_is_not_admitted() -> None:
           queue: c1
           minMember: 1
           tasks: [{name: p1, request: {cpu: "1", memory: 1G}}]
-    """)
+    """,
+    )
     assert phases(out) == {"c1/pg1": "Pending"}
 
 
 def test_min_resources_above_queue_capability_keep_the_job_pending() -> None:
     """TestEnqueue "pggroup cannot enqueue because queue resources are less than podgroup
     MinResources": proportion rejects 8 cpu against a 1-cpu capability."""
-    out = simulate_yaml(ENQUEUE_TIERS, """
+    out = simulate_yaml(
+        ENQUEUE_TIERS,
+        """
         nodes: []
         queues: [{name: c1, weight: 1, capability: {cpu: "1", memory: 1G}}]
         jobs:
@@ -119,14 +135,17 @@ def test_min_resources_above_queue_capability_keep_the_job_pending() -> None:
           minMember: 1
           minResources: {cpu: "8", memory: 8G}
           tasks: [{name: p1, request: {cpu: "1", memory: 1G}}]
-    """)
+    """,
+    )
     assert phases(out) == {"c1/pg1": "Pending"}
 
 
 def test_admitted_jobs_consume_queue_capability_in_job_order() -> None:
     """Volcano enqueue + proportion job_enqueued: each admitted job's minResources count as
     inqueue, so of three 2-cpu jobs in a 4-cpu queue the first two (job order) are admitted."""
-    out = simulate_yaml(ENQUEUE_TIERS, """
+    out = simulate_yaml(
+        ENQUEUE_TIERS,
+        """
         nodes:
         - {name: n1, allocatable: {cpu: "8", memory: 8G, pods: 10}}
         queues: [{name: c1, weight: 1, capability: {cpu: "4", memory: 4G}}]
@@ -134,7 +153,8 @@ def test_admitted_jobs_consume_queue_capability_in_job_order() -> None:
         - {name: a, namespace: c1, queue: c1, minMember: 1, minResources: {cpu: "2"}, tasks: [{name: a0, request: {cpu: "2"}}]}
         - {name: b, namespace: c1, queue: c1, minMember: 1, minResources: {cpu: "2"}, tasks: [{name: b0, request: {cpu: "2"}}]}
         - {name: c, namespace: c1, queue: c1, minMember: 1, minResources: {cpu: "2"}, tasks: [{name: c0, request: {cpu: "2"}}]}
-    """)
+    """,
+    )
     assert phases(out) == {"c1/a": "Inqueue", "c1/b": "Inqueue", "c1/c": "Pending"}
 
 
@@ -152,7 +172,9 @@ def test_job_rejected_by_a_co_tier_plugin_reserves_no_queue_capacity() -> None:
             - {name: proportion, enableJobEnqueued: true}
             - {name: overcommit, enableJobEnqueued: true}
     """
-    out = simulate_yaml(tiers, """
+    out = simulate_yaml(
+        tiers,
+        """
         nodes:
         - {name: n1, allocatable: {cpu: "4", memory: 8G, pods: 10}}
         queues:
@@ -167,7 +189,8 @@ def test_job_rejected_by_a_co_tier_plugin_reserves_no_queue_capacity() -> None:
           tasks: [{name: busy-0, request: {cpu: "3"}, status: Running, node: n1}]
         - {name: a, namespace: ns, queue: q1, minMember: 1, minResources: {cpu: "2"}, tasks: [{name: a0, request: {cpu: "2"}}]}
         - {name: b, namespace: ns, queue: q1, minMember: 1, minResources: {cpu: "1"}, tasks: [{name: b0, request: {cpu: "1"}}]}
-    """)
+    """,
+    )
     assert phases(out)["ns/a"] == "Pending"
     assert phases(out)["ns/b"] == "Inqueue"
 
@@ -176,7 +199,9 @@ def test_enqueue_then_allocate_places_admitted_job_in_the_same_cycle() -> None:
     """The default action order (enqueue, allocate): a Pending job admitted by enqueue is
     allocated in the same session."""
     tiers = ENQUEUE_TIERS.replace("actions: [enqueue]", "actions: [enqueue, allocate]")
-    out = simulate_yaml(tiers, """
+    out = simulate_yaml(
+        tiers,
+        """
         nodes:
         - {name: n1, allocatable: {cpu: "4", memory: 4G, pods: 10}}
         queues: [{name: c1, weight: 1, capability: {cpu: "4", memory: 4G}}]
@@ -187,6 +212,7 @@ def test_enqueue_then_allocate_places_admitted_job_in_the_same_cycle() -> None:
           minMember: 1
           minResources: {cpu: "1", memory: 1G}
           tasks: [{name: p1, request: {cpu: "1", memory: 1G}}]
-    """)
+    """,
+    )
     assert out["binds"] == {"c1/p1": "n1"}
     assert phases(out) == {"c1/pg1": "Running"}

@@ -13,17 +13,26 @@ from server.model import ClusterSnapshot, Taint, TaskStatus, Toleration
 
 KAI_CONFIG = (Path(__file__).resolve().parents[2] / "examples" / "config-kai.yaml").read_text()
 
-CONFIG = DEFAULT_CONFIG_YAML + """
+CONFIG = (
+    DEFAULT_CONFIG_YAML
+    + """
 - plugins:
   - name: binpack
 """
+)
 
 
 def _cluster(seed: int) -> ClusterSnapshot:
     rng = random.Random(seed)
     nodes = [
-        node(f"n{i:02d}", str(rng.choice([4, 8, 16])), "32Gi", pods="5", labels={"zone": f"z{i % 3}"},
-             taints=[Taint("t", "v", "NoSchedule")] if i % 5 == 0 else [])
+        node(
+            f"n{i:02d}",
+            str(rng.choice([4, 8, 16])),
+            "32Gi",
+            pods="5",
+            labels={"zone": f"z{i % 3}"},
+            taints=[Taint("t", "v", "NoSchedule")] if i % 5 == 0 else [],
+        )
         for i in range(30)
     ]
     jobs = []
@@ -31,7 +40,10 @@ def _cluster(seed: int) -> ClusterSnapshot:
         req = {"cpu": str(rng.choice([1, 2, 3])), "memory": "1Gi"}
         sel = {"zone": "z1"} if j % 7 == 0 else {}
         tol = [Toleration("t", "Exists")] if j % 3 == 0 else []
-        tasks = [task(f"j{j}-{k}", f"j{j}", req, node_selector=sel, tolerations=tol) for k in range(rng.randint(1, 4))]
+        tasks = [
+            task(f"j{j}-{k}", f"j{j}", req, node_selector=sel, tolerations=tol)
+            for k in range(rng.randint(1, 4))
+        ]
         jobs.append(job(f"j{j}", tasks=tasks, min_member=1, index=j))
     return snapshot(nodes, jobs)
 
@@ -87,6 +99,7 @@ def test_one_row_forms_give_the_vector_answers_bit_for_bit() -> None:
 def test_scalar_and_vector_row_updates_leave_identical_caches() -> None:
     """The same placements with one-row re-checks in plain Python and with numpy only: the shape
     caches (masks and scores) are equal after every placement."""
+
     def run(scalar: bool) -> list[tuple[bytes, bytes, bytes]]:
         ssn = session(_cluster(2), CONFIG)
         ev = ssn.evaluator
@@ -108,19 +121,49 @@ def test_kai_shape_scorers_one_row_forms_match_their_vector_forms() -> None:
     """KAI's nodeavailability and resourcetype score in shape scope with a one-row form: on GPU and
     CPU nodes, with whole, fractional and CPU-only tasks, some nodes full, some releasing."""
     rng = random.Random(3)
-    nodes = [node(f"g{i:02d}", "16", "64Gi", **{"nvidia.com/gpu": str(rng.choice([2, 4]))}) for i in range(8)]
+    nodes = [
+        node(f"g{i:02d}", "16", "64Gi", **{"nvidia.com/gpu": str(rng.choice([2, 4]))})
+        for i in range(8)
+    ]
     nodes += [node(f"c{i:02d}", str(rng.choice([4, 8])), "16Gi") for i in range(8)]
-    running = [task(f"r{i}", "run", {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "1"}, f"g{i:02d}",
-                    status=TaskStatus.RELEASING if i % 2 else TaskStatus.RUNNING) for i in range(4)]
-    pending = [task(f"p{i}", "pend", {"cpu": str(rng.choice([1, 3, 6])), "memory": "4Gi",
-                                      **({"nvidia.com/gpu": "1"} if i % 3 == 0 else {})}) for i in range(30)]
-    pending += [task(f"f{i}", "frac", {"cpu": "1", "memory": "1Gi"}, gpu_fraction=0.5) for i in range(6)]
-    snap = snapshot(nodes, [job("run", tasks=running, min_member=1, index=0),
-                            job("pend", tasks=pending, min_member=1, index=1),
-                            job("frac", tasks=pending[-6:], min_member=1, index=2)])
+    running = [
+        task(
+            f"r{i}",
+            "run",
+            {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "1"},
+            f"g{i:02d}",
+            status=TaskStatus.RELEASING if i % 2 else TaskStatus.RUNNING,
+        )
+        for i in range(4)
+    ]
+    pending = [
+        task(
+            f"p{i}",
+            "pend",
+            {
+                "cpu": str(rng.choice([1, 3, 6])),
+                "memory": "4Gi",
+                **({"nvidia.com/gpu": "1"} if i % 3 == 0 else {}),
+            },
+        )
+        for i in range(30)
+    ]
+    pending += [
+        task(f"f{i}", "frac", {"cpu": "1", "memory": "1Gi"}, gpu_fraction=0.5) for i in range(6)
+    ]
+    snap = snapshot(
+        nodes,
+        [
+            job("run", tasks=running, min_member=1, index=0),
+            job("pend", tasks=pending, min_member=1, index=1),
+            job("frac", tasks=pending[-6:], min_member=1, index=2),
+        ],
+    )
     ssn = session(snap, KAI_CONFIG)
     stmt = ssn.statement()
-    for t in sorted((t for t in ssn.tasks.values() if t.status == TaskStatus.PENDING), key=lambda x: x.uid)[:20]:
+    for t in sorted(
+        (t for t in ssn.tasks.values() if t.status == TaskStatus.PENDING), key=lambda x: x.uid
+    )[:20]:
         choice = ssn.evaluator.select(t)
         if choice is not None:
             stmt.allocate(t, ssn.nodes.names[choice[0]])

@@ -29,11 +29,25 @@ GIB = 1024**3
 OVERSUBSCRIBE = {"": "OK", "node": "NO", "user": "USER"}
 
 
-def slurm_job(job_id: int, *, user: str = "alice", exclusive: str = "", nodes: int = 1,
-              running_on: list[str] | None = None) -> model.JobSpec:
+def slurm_job(
+    job_id: int,
+    *,
+    user: str = "alice",
+    exclusive: str = "",
+    nodes: int = 1,
+    running_on: list[str] | None = None,
+) -> model.JobSpec:
     """A Slurm job as the adapter submits it, as the server stores it (optionally running)."""
-    sj = SlurmJob(job_id=job_id, state="PENDING", partition="staging", num_nodes=nodes, cpus=nodes,
-                  memory_bytes=nodes * GIB, user=user, oversubscribe=OVERSUBSCRIBE[exclusive])
+    sj = SlurmJob(
+        job_id=job_id,
+        state="PENDING",
+        partition="staging",
+        num_nodes=nodes,
+        cpus=nodes,
+        memory_bytes=nodes * GIB,
+        user=user,
+        oversubscribe=OVERSUBSCRIBE[exclusive],
+    )
     spec = validate.normalize_job(job_to_spec(sj, muster_id=f"slurm-{job_id}", queue="default"))
     job = convert.job_to_model(spec, job_id)
     if running_on:
@@ -46,9 +60,13 @@ def slurm_job(job_id: int, *, user: str = "alice", exclusive: str = "", nodes: i
 def foreign(job_id: int, where: str) -> model.TaskSpec:
     """A foreign task as the server's ingest records it (a Slurm job Muster did not place)."""
     state = SimpleNamespace(foreign={})
-    task = pb.BackendTask(task_id=foreign_task_id(job_id, where), node=where, foreign_task=True,
-                          status=pb.TASK_STATUS_RUNNING,
-                          request=pb.ResourceList(quantities=format_resources({"cpu": 1000.0})))
+    task = pb.BackendTask(
+        task_id=foreign_task_id(job_id, where),
+        node=where,
+        foreign_task=True,
+        status=pb.TASK_STATUS_RUNNING,
+        request=pb.ResourceList(quantities=format_resources({"cpu": 1000.0})),
+    )
     _put_foreign(state, "slurm", task, {"cpu": 1000.0})  # type: ignore[arg-type]
     (record,) = state.foreign.values()
     return record.spec
@@ -58,15 +76,20 @@ def nodes(*names: str) -> list[model.NodeSpec]:
     return [node(n, cpu="32", memory="256Gi", labels={HOSTNAME: n}, pods=110) for n in names]
 
 
-def binds(node_names: list[str], jobs: list[model.JobSpec], foreign_tasks: list[model.TaskSpec] | None = None,
-          ) -> dict[str, str]:
+def binds(
+    node_names: list[str],
+    jobs: list[model.JobSpec],
+    foreign_tasks: list[model.TaskSpec] | None = None,
+) -> dict[str, str]:
     snap = snapshot(nodes(*node_names), jobs, foreign_tasks=foreign_tasks or [])
     return cycle(snap, DEFAULT_CONFIG_YAML).binds
 
 
 def test_exclusive_job_avoids_a_node_with_a_foreign_task() -> None:
     assert binds(["a"], [slurm_job(1, exclusive="node")], [foreign(99, "a")]) == {}
-    assert binds(["a", "b"], [slurm_job(1, exclusive="node")], [foreign(99, "a")]) == {"slurm-1/node-0": "b"}
+    assert binds(["a", "b"], [slurm_job(1, exclusive="node")], [foreign(99, "a")]) == {
+        "slurm-1/node-0": "b"
+    }
 
 
 def test_exclusive_job_avoids_a_node_with_a_muster_task() -> None:
@@ -86,7 +109,10 @@ def test_nothing_joins_a_running_exclusive_job() -> None:
 def test_two_exclusive_jobs_never_share_and_a_gang_takes_distinct_nodes() -> None:
     out = binds(["a", "b"], [slurm_job(1, exclusive="node"), slurm_job(2, exclusive="node")])
     assert sorted(out.values()) == ["a", "b"]
-    assert sorted(binds(["a", "b"], [slurm_job(3, exclusive="node", nodes=2)]).values()) == ["a", "b"]
+    assert sorted(binds(["a", "b"], [slurm_job(3, exclusive="node", nodes=2)]).values()) == [
+        "a",
+        "b",
+    ]
     assert binds(["a"], [slurm_job(3, exclusive="node", nodes=2)]) == {}
 
 
@@ -95,9 +121,13 @@ def test_exclusive_user_shares_only_with_the_same_user() -> None:
     assert binds(["a"], [running, slurm_job(2, user="alice")]) == {"slurm-2/node-0": "a"}
     assert binds(["a"], [running, slurm_job(3, user="bob")]) == {}
     pending = slurm_job(4, user="alice", exclusive="user")
-    assert binds(["a"], [slurm_job(5, user="alice", running_on=["a"]), pending]) == {"slurm-4/node-0": "a"}
+    assert binds(["a"], [slurm_job(5, user="alice", running_on=["a"]), pending]) == {
+        "slurm-4/node-0": "a"
+    }
     assert binds(["a"], [slurm_job(6, user="bob", running_on=["a"]), pending]) == {}
-    assert binds(["a"], [pending], [foreign(99, "a")]) == {}  # foreign work: another user, for all we know
+    assert (
+        binds(["a"], [pending], [foreign(99, "a")]) == {}
+    )  # foreign work: another user, for all we know
 
 
 def test_plain_jobs_still_pack() -> None:

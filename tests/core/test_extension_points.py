@@ -122,10 +122,16 @@ def _q(ssn: Session) -> tuple[Any, Any]:
 
 
 # point -> (the two objects compared, "is left first?" asked of the session, the tie-break answer)
-ORDERS: dict[str, tuple[Callable[[Session], tuple[Any, Any]], Callable[[Session, Any, Any], bool], bool]] = {
+ORDERS: dict[
+    str, tuple[Callable[[Session], tuple[Any, Any]], Callable[[Session, Any, Any], bool], bool]
+] = {
     "job_order": (_j, lambda ssn, x, y: ssn.job_order_fn(x, y), True),  # creation order
     "queue_order": (_q, lambda ssn, x, y: ssn.queue_order_fn(x, y), True),  # creation order
-    "task_order": (_t, lambda ssn, x, y: ssn.task_order_fn(x, y), False),  # j2-0 has the higher priority
+    "task_order": (
+        _t,
+        lambda ssn, x, y: ssn.task_order_fn(x, y),
+        False,
+    ),  # j2-0 has the higher priority
     # the reverse of the queue order
     "victim_queue_order": (_q, lambda ssn, x, y: ssn.victim_queue_order_fn(x, y, None), False),
 }
@@ -143,7 +149,9 @@ class prefers:  # noqa: N801 - reads as a function in the tests
         return -1 if left is first else (1 if right is first else 0)
 
 
-def _order_session(point: str, config: str = TWO_TIERS, **fns: Callable[..., int]) -> tuple[Session, Any, Any]:
+def _order_session(
+    point: str, config: str = TWO_TIERS, **fns: Callable[..., int]
+) -> tuple[Session, Any, Any]:
     register(**{plugin: {point: fn} for plugin, fn in fns.items()})
     ssn = open_session(config)
     left, right = ORDERS[point][0](ssn)
@@ -208,9 +216,11 @@ def test_job_order_compare_is_the_raw_combination() -> None:
 
 
 # -- order keys: the same order, computed once per item -----------------------------------------------
-KEYED = {"job_order_key": ("job_order", _j, "job_order_key", "job_order_fn"),
-         "task_order_key": ("task_order", _t, "task_order_key", "task_order_fn"),
-         "queue_order_key": ("queue_order", _q, "queue_order_key", "queue_order_fn")}
+KEYED = {
+    "job_order_key": ("job_order", _j, "job_order_key", "job_order_fn"),
+    "task_order_key": ("task_order", _t, "task_order_key", "task_order_fn"),
+    "queue_order_key": ("queue_order", _q, "queue_order_key", "queue_order_fn"),
+}
 
 
 @covers(*KEYED)
@@ -225,12 +235,15 @@ def test_order_keys_in_tier_order_give_the_comparators_order(point: str) -> None
         def fn(x: Any, y: Any) -> int:
             kx, ky = rank[objects.index(x)], rank[objects.index(y)]
             return (kx > ky) - (kx < ky)
+
         return fn
 
     objects: list[Any] = []
-    register(a={order: lambda *_: 0, point: lambda _: 0},
-             b={order: compare(rank_b), point: lambda x: rank_b[objects.index(x)]},
-             c={order: compare(rank_c), point: lambda x: rank_c[objects.index(x)]})
+    register(
+        a={order: lambda *_: 0, point: lambda _: 0},
+        b={order: compare(rank_b), point: lambda x: rank_b[objects.index(x)]},
+        c={order: compare(rank_c), point: lambda x: rank_c[objects.index(x)]},
+    )
     ssn = open_session()
     objects.extend(pair(ssn))
     key, less = getattr(ssn, key_of)(), getattr(ssn, less_of)
@@ -250,9 +263,13 @@ def test_order_keys_in_tier_order_give_the_comparators_order(point: str) -> None
     assert getattr(open_session(), key_of)() is None
     # The key's switch is the order's: a plugin switched off leaves both chains.
     REGISTRATIONS.clear()
-    register(a={order: lambda *_: 0, point: lambda _: 0}, b={order: lambda *_: 0, point: lambda _: 0})
+    register(
+        a={order: lambda *_: 0, point: lambda _: 0}, b={order: lambda *_: 0, point: lambda _: 0}
+    )
     ssn = open_session(switched_off(point, "b"))
-    assert [n for row in ssn.chain(point) for n, _ in row] == ["a"] and getattr(ssn, key_of)() is not None
+    assert [n for row in ssn.chain(point) for n, _ in row] == ["a"] and getattr(
+        ssn, key_of
+    )() is not None
 
 
 # -- every enabled plugin must pass -----------------------------------------------------------------
@@ -411,7 +428,10 @@ def test_job_enqueued_calls_every_enabled_plugin_in_tier_order() -> None:
 
 def test_enqueueable_and_enqueued_share_volcanos_switch() -> None:
     assert POINTS["job_enqueueable"].switch == POINTS["job_enqueued"].switch
-    assert POINTS["job_enqueued"].switch is not None and POINTS["job_enqueued"].switch.key == "enableJobEnqueued"
+    assert (
+        POINTS["job_enqueued"].switch is not None
+        and POINTS["job_enqueued"].switch.key == "enableJobEnqueued"
+    )
 
 
 # -- starving: the first tier with a function decides ----------------------------------------------------
@@ -530,7 +550,10 @@ def test_hypernode_gradient_first_plugin_with_a_function_answers() -> None:
     ssn = open_session()
     assert ssn.hypernode_gradients(ssn.jobs["ns/j1"]) is None  # no function: unconstrained
     mask = np.array([True])
-    register(b={"hypernode_gradient": lambda j: [[("hb", mask)]]}, c={"hypernode_gradient": lambda j: [[("hc", mask)]]})
+    register(
+        b={"hypernode_gradient": lambda j: [[("hb", mask)]]},
+        c={"hypernode_gradient": lambda j: [[("hc", mask)]]},
+    )
     ssn = open_session()
     assert ssn.hypernode_gradients(ssn.jobs["ns/j1"]) == [[("hb", mask)]]
     register(a={"hypernode_gradient": lambda j: None})  # the first answer stands, even None
@@ -565,7 +588,10 @@ def test_device_choice_first_plugin_that_answers_decides() -> None:
 
     def open_gpu_session(config: str = TWO_TIERS) -> tuple[Session, Any]:
         gpu_task = make_task("t", "g", {"cpu": "1", "nvidia.com/gpu": "2"})
-        snap = snapshot([node("n1", **{"nvidia.com/gpu": "4"})], [JobSpec("ns/g", "g", "ns", "default", [gpu_task])])
+        snap = snapshot(
+            [node("n1", **{"nvidia.com/gpu": "4"})],
+            [JobSpec("ns/g", "g", "ns", "default", [gpu_task])],
+        )
         ssn = Session(snap, load_config(config), 1)
         return ssn, ssn.tasks["ns/t"]
 
@@ -576,10 +602,16 @@ def test_device_choice_first_plugin_that_answers_decides() -> None:
 
     ssn, t = open_gpu_session()
     assert ssn.choose_devices(t, 0, TaskStatus.ALLOCATED) == ["0", "1"]  # none answers: lowest ids
-    register(a={"device_choice": record}, b={"device_choice": lambda t, r, res, n, c: ["3", "2"]},
-             c={"device_choice": lambda t, r, res, n, c: ["0", "1"]})
+    register(
+        a={"device_choice": record},
+        b={"device_choice": lambda t, r, res, n, c: ["3", "2"]},
+        c={"device_choice": lambda t, r, res, n, c: ["0", "1"]},
+    )
     ssn, t = open_gpu_session()
-    assert ssn.choose_devices(t, 0, TaskStatus.ALLOCATED) == ["3", "2"]  # a abstains (None), b decides
+    assert ssn.choose_devices(t, 0, TaskStatus.ALLOCATED) == [
+        "3",
+        "2",
+    ]  # a abstains (None), b decides
     assert seen == [["0", "1", "2", "3"]]
     register(b={})
     ssn, t = open_gpu_session()
@@ -617,7 +649,10 @@ def test_a_disabled_switch_removes_the_plugin_from_the_chain() -> None:
 
 def test_disabled_mode_turns_on_only_switches_written_true() -> None:
     register(a={"job_ready": lambda j: False}, b={"job_ready": lambda j: False})
-    cfg = TWO_TIERS.replace("{name: a}", "{name: a, enableJobReady: true}") + "extension_points_not_listed: disabled\n"
+    cfg = (
+        TWO_TIERS.replace("{name: a}", "{name: a, enableJobReady: true}")
+        + "extension_points_not_listed: disabled\n"
+    )
     ssn = open_session(cfg)
     # a is on and fails; b's switch is not written, so b is off.
     assert ssn.job_ready(ssn.jobs["ns/j1"]) is False
@@ -668,53 +703,80 @@ def test_docs_switch_table_is_generated_from_the_code() -> None:
 @covers("queue_jobs_order")
 def test_queue_jobs_order_first_non_zero_then_creation_order() -> None:
     seen: list[tuple[Any, ...]] = []
-    register(a={"queue_jobs_order": lambda *args: seen.append(args) or 0},
-             b={"queue_jobs_order": lambda lq, rq, lj, rj, lv, rv: 1 if lq.name == "q1" else -1},
-             c={"queue_jobs_order": lambda *args: -1})
+    register(
+        a={"queue_jobs_order": lambda *args: seen.append(args) or 0},
+        b={"queue_jobs_order": lambda lq, rq, lj, rj, lv, rv: 1 if lq.name == "q1" else -1},
+        c={"queue_jobs_order": lambda *args: -1},
+    )
     ssn = open_session()
     q1, q2, j1 = ssn.queues["q1"], ssn.queues["q2"], ssn.jobs[f"{NS}/j1"]
     assert ssn.queue_jobs_order(q1, q2, j1, None, [], []) is False  # a ties, b decides (q2 first)
     assert seen and seen[0][2] is j1 and seen[0][3] is None  # the jobs reach every plugin
     register(a={}, b={}, c={})
     ssn = open_session()
-    assert ssn.queue_jobs_order(ssn.queues["q1"], ssn.queues["q2"], None, None, [], []) is True  # creation order
+    assert (
+        ssn.queue_jobs_order(ssn.queues["q1"], ssn.queues["q2"], None, None, [], []) is True
+    )  # creation order
 
 
 @covers("job_over_capacity", "non_preemptible_over_quota")
 def test_capacity_checks_first_refusal_decides() -> None:
     for point in ("job_over_capacity", "non_preemptible_over_quota"):
-        register(a={point: lambda j, ts: ""}, b={point: lambda j, ts: "queue q1 is full"},
-                 c={point: lambda j, ts: "never asked"})
+        register(
+            a={point: lambda j, ts: ""},
+            b={point: lambda j, ts: "queue q1 is full"},
+            c={point: lambda j, ts: "never asked"},
+        )
         ssn = open_session()
-        ask = ssn.job_over_capacity if point == "job_over_capacity" else ssn.non_preemptible_over_quota
+        ask = (
+            ssn.job_over_capacity
+            if point == "job_over_capacity"
+            else ssn.non_preemptible_over_quota
+        )
         assert ask(ssn.jobs[f"{NS}/j1"], []) == "queue q1 is full"
         register(a={point: lambda j, ts: ""}, b={}, c={})
         ssn = open_session()
-        ask = ssn.job_over_capacity if point == "job_over_capacity" else ssn.non_preemptible_over_quota
+        ask = (
+            ssn.job_over_capacity
+            if point == "job_over_capacity"
+            else ssn.non_preemptible_over_quota
+        )
         assert ask(ssn.jobs[f"{NS}/j1"], []) == ""
 
 
 @covers("can_reclaim", "reclaim_scenario_valid")
 def test_reclaim_checks_all_must_pass() -> None:
-    register(a={"can_reclaim": lambda j: True, "reclaim_scenario_valid": lambda j, ts, v: True},
-             c={"can_reclaim": lambda j: j.name == "j1", "reclaim_scenario_valid": lambda j, ts, v: len(v) < 2})
+    register(
+        a={"can_reclaim": lambda j: True, "reclaim_scenario_valid": lambda j, ts, v: True},
+        c={
+            "can_reclaim": lambda j: j.name == "j1",
+            "reclaim_scenario_valid": lambda j, ts, v: len(v) < 2,
+        },
+    )
     ssn = open_session()
     j1, j2 = ssn.jobs[f"{NS}/j1"], ssn.jobs[f"{NS}/j2"]
     assert ssn.can_reclaim(j1) and not ssn.can_reclaim(j2)
-    assert ssn.reclaim_scenario_valid(j1, [], []) and not ssn.reclaim_scenario_valid(j1, [], list(ssn.tasks.values()) * 2)
+    assert ssn.reclaim_scenario_valid(j1, [], []) and not ssn.reclaim_scenario_valid(
+        j1, [], list(ssn.tasks.values()) * 2
+    )
 
 
 @covers("solution_start")
 def test_solution_start_calls_every_plugin() -> None:
     calls: list[str] = []
-    register(a={"solution_start": lambda: calls.append("a")}, d={"solution_start": lambda: calls.append("d")})
+    register(
+        a={"solution_start": lambda: calls.append("a")},
+        d={"solution_start": lambda: calls.append("d")},
+    )
     open_session().solution_start()
     assert calls == ["a", "d"]
 
 
 @covers("gpu_order")
 def test_gpu_order_scores_add_up() -> None:
-    register(a={"gpu_order": lambda t, row, g: 1.5}, c={"gpu_order": lambda t, row, g: 2.0 if g else 0.0})
+    register(
+        a={"gpu_order": lambda t, row, g: 1.5}, c={"gpu_order": lambda t, row, g: 2.0 if g else 0.0}
+    )
     ssn = open_session()
     t = next(iter(ssn.tasks.values()))
     assert ssn.gpu_order(t, 0, "g1") == 3.5 and ssn.gpu_order(t, 0, "") == 1.5
@@ -723,8 +785,11 @@ def test_gpu_order_scores_add_up() -> None:
 @covers("node_sets")
 def test_node_sets_first_plugin_that_answers_decides() -> None:
     mask = np.array([True])
-    register(a={"node_sets": lambda j, ts: None}, b={"node_sets": lambda j, ts: [mask]},
-             c={"node_sets": lambda j, ts: []})
+    register(
+        a={"node_sets": lambda j, ts: None},
+        b={"node_sets": lambda j, ts: [mask]},
+        c={"node_sets": lambda j, ts: []},
+    )
     ssn = open_session()
     assert ssn.node_sets(ssn.jobs[f"{NS}/j1"], []) == [mask]  # a abstains, b decides, c never asked
     register(a={}, b={}, c={})

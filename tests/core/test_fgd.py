@@ -49,17 +49,27 @@ def test_what_is_left_over_the_shares_on_a_gpu_is_fragment() -> None:
 
 
 def test_a_type_that_cannot_run_fragments_every_free_gpu() -> None:
-    assert workload((1, 0, 0.0, 1.0)).fragmentation(state(8, 1.0, 1.0)) == pytest.approx(2.0)  # asks no GPU
-    assert workload((1, 2, 1.0, 1.0)).fragmentation(state(8, 1.0, 0.9)) == pytest.approx(1.9)  # one whole GPU
+    assert workload((1, 0, 0.0, 1.0)).fragmentation(state(8, 1.0, 1.0)) == pytest.approx(
+        2.0
+    )  # asks no GPU
+    assert workload((1, 2, 1.0, 1.0)).fragmentation(state(8, 1.0, 0.9)) == pytest.approx(
+        1.9
+    )  # one whole GPU
     assert workload((9, 1, 1.0, 1.0)).fragmentation(state(8, 1.0, 1.0)) == pytest.approx(2.0)  # cpu
     w = workload((1, 1, 1.0, 1.0))
-    assert w.fragmentation(state(8, 1.0, 1.0), access=np.array([False])) == pytest.approx(2.0)  # not open to it
+    assert w.fragmentation(state(8, 1.0, 1.0), access=np.array([False])) == pytest.approx(
+        2.0
+    )  # not open to it
 
 
 def test_gpus_the_cpu_left_cannot_serve_are_fragment() -> None:
     # Four free GPUs, cpu for two one-GPU tasks: two GPUs are stranded.
-    assert workload((2, 1, 1.0, 1.0)).fragmentation(state(4, 1.0, 1.0, 1.0, 1.0)) == pytest.approx(2.0)
-    assert workload((1, 1, 1.0, 1.0)).fragmentation(state(4, 1.0, 1.0, 1.0, 1.0)) == pytest.approx(0.0)
+    assert workload((2, 1, 1.0, 1.0)).fragmentation(state(4, 1.0, 1.0, 1.0, 1.0)) == pytest.approx(
+        2.0
+    )
+    assert workload((1, 1, 1.0, 1.0)).fragmentation(state(4, 1.0, 1.0, 1.0, 1.0)) == pytest.approx(
+        0.0
+    )
 
 
 def test_expected_fragmentation_weighs_types_by_popularity() -> None:
@@ -78,9 +88,16 @@ def test_after_placing_takes_whole_gpus_or_one_gpus_share() -> None:
 
 def test_typical_types_are_the_most_popular_until_the_threshold() -> None:
     tasks = [(1.0, 0.0, 1, 1.0, 0)] * 6 + [(2.0, 0.0, 1, 0.5, 0)] * 3 + [(3.0, 0.0, 0, 0.0, 0)]
-    assert [(t.cpu, t.popularity) for t in typical_types(tasks)] == [(1.0, 0.6), (2.0, 0.3), (3.0, 0.1)]
+    assert [(t.cpu, t.popularity) for t in typical_types(tasks)] == [
+        (1.0, 0.6),
+        (2.0, 0.3),
+        (3.0, 0.1),
+    ]
     # The kept types' popularities are shares of the kept tasks (the simulator's renormalisation).
-    assert [(t.cpu, t.popularity) for t in typical_types(tasks, 0.85)] == [(1.0, 6 / 9), (2.0, 3 / 9)]
+    assert [(t.cpu, t.popularity) for t in typical_types(tasks, 0.85)] == [
+        (1.0, 6 / 9),
+        (2.0, 3 / 9),
+    ]
     assert [(t.cpu, t.popularity) for t in typical_types(tasks, 0.5)] == [(1.0, 1.0)]
 
 
@@ -106,15 +123,34 @@ def node(name: str, cpu: int, gpus: int, labels: dict[str, str] | None = None) -
     return core_helpers.node(name, str(cpu), "64Gi", labels=labels, **scalars)
 
 
-def task(name: str, k: int, cpu: float, gpus: int = 0, fraction: float = 0.0, node: str | None = None,
-         groups: list[str] | None = None, selector: dict[str, str] | None = None) -> JobSpec:
+def task(
+    name: str,
+    k: int,
+    cpu: float,
+    gpus: int = 0,
+    fraction: float = 0.0,
+    node: str | None = None,
+    groups: list[str] | None = None,
+    selector: dict[str, str] | None = None,
+) -> JobSpec:
     """Job ``ns/name`` (created ``k``-th) of one task ``ns/name-0``; a node means Running there."""
     request: dict[str, str | int | float] = {"cpu": cpu, "memory": "1Gi"}
     if gpus:
         request[NVIDIA_GPU] = gpus
-    t = core_helpers.task(name, name, request, node, uid=f"ns/{name}-0", gpu_fraction=fraction, creation_index=k,
-                          gpu_groups=list(groups or []), node_selector=dict(selector or {}))
-    return core_helpers.job(name, tasks=[t], phase=PodGroupPhase.RUNNING if node else PodGroupPhase.INQUEUE, index=k)
+    t = core_helpers.task(
+        name,
+        name,
+        request,
+        node,
+        uid=f"ns/{name}-0",
+        gpu_fraction=fraction,
+        creation_index=k,
+        gpu_groups=list(groups or []),
+        node_selector=dict(selector or {}),
+    )
+    return core_helpers.job(
+        name, tasks=[t], phase=PodGroupPhase.RUNNING if node else PodGroupPhase.INQUEUE, index=k
+    )
 
 
 def cycle(config_text: str, nodes: list[NodeSpec], jobs: list[JobSpec]) -> CycleResult:
@@ -195,7 +231,9 @@ def test_a_node_a_type_may_not_use_is_fragment_for_it() -> None:
     # Two one-GPU nodes; most tasks may only use ``a`` (node selector). A task that may go anywhere
     # goes to ``b``, keeping ``a`` for the constrained ones.
     nodes = [node("a", 16, 1, labels={"model": "x"}), node("b", 16, 1)]
-    jobs = [task("free", 0, 1, gpus=1)] + [task(f"bound-{k}", k, 1, gpus=1, selector={"model": "x"}) for k in range(1, 4)]
+    jobs = [task("free", 0, 1, gpus=1)] + [
+        task(f"bound-{k}", k, 1, gpus=1, selector={"model": "x"}) for k in range(1, 4)
+    ]
     result = cycle(config("fgd"), nodes, jobs)
     assert result.binds["ns/free-0"] == "b"
     assert result.binds["ns/bound-1-0"] == "a"

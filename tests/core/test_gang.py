@@ -23,9 +23,16 @@ tiers:
 
 def _job(min_member: int, tasks: list[tuple[str, TaskStatus, str | None]]) -> JobInfo:
     """Job ns/job-1 of the (name, status, node) tasks, as the session sees it."""
-    spec = job("job-1", queue="q", tasks=[task(name, "job-1", res("1"), where, uid=name, status=status)
-                                          for name, status, where in tasks],
-               min_member=min_member, phase=PodGroupPhase.PENDING)
+    spec = job(
+        "job-1",
+        queue="q",
+        tasks=[
+            task(name, "job-1", res("1"), where, uid=name, status=status)
+            for name, status, where in tasks
+        ],
+        min_member=min_member,
+        phase=PodGroupPhase.PENDING,
+    )
     return JobInfo(spec, ResourceSpace(["cpu", "memory"]))
 
 
@@ -33,22 +40,57 @@ def _job(min_member: int, tasks: list[tuple[str, TaskStatus, str | None]]) -> Jo
     ("min_member", "tasks", "expected"),
     [
         # "partial termination": a running and a releasing (still on its node) task cover min 2.
-        (2, [("running", TaskStatus.RUNNING, "node-1"), ("releasing", TaskStatus.RELEASING, "node-2")], True),
+        (
+            2,
+            [
+                ("running", TaskStatus.RUNNING, "node-1"),
+                ("releasing", TaskStatus.RELEASING, "node-2"),
+            ],
+            True,
+        ),
         # "pending replacement still needs condition"
-        (2, [("running", TaskStatus.RUNNING, "node-1"), ("releasing", TaskStatus.RELEASING, "node-2"),
-             ("replacement", TaskStatus.PENDING, None)], False),
+        (
+            2,
+            [
+                ("running", TaskStatus.RUNNING, "node-1"),
+                ("releasing", TaskStatus.RELEASING, "node-2"),
+                ("replacement", TaskStatus.PENDING, None),
+            ],
+            False,
+        ),
         # "pipelined replacement still needs condition"
-        (2, [("running", TaskStatus.RUNNING, "node-1"), ("releasing", TaskStatus.RELEASING, "node-2"),
-             ("replacement", TaskStatus.PIPELINED, "node-3")], False),
+        (
+            2,
+            [
+                ("running", TaskStatus.RUNNING, "node-1"),
+                ("releasing", TaskStatus.RELEASING, "node-2"),
+                ("replacement", TaskStatus.PIPELINED, "node-3"),
+            ],
+            False,
+        ),
         # "never scheduled releasing task is not counted"
         (1, [("releasing", TaskStatus.RELEASING, None)], False),
         # "scheduled tasks below minAvailable"
-        (3, [("running", TaskStatus.RUNNING, "node-1"), ("releasing", TaskStatus.RELEASING, "node-2")], False),
+        (
+            3,
+            [
+                ("running", TaskStatus.RUNNING, "node-1"),
+                ("releasing", TaskStatus.RELEASING, "node-2"),
+            ],
+            False,
+        ),
     ],
-    ids=["partial-termination", "pending-replacement", "pipelined-replacement", "never-scheduled-releasing",
-         "below-min-available"],
+    ids=[
+        "partial-termination",
+        "pending-replacement",
+        "pipelined-replacement",
+        "never-scheduled-releasing",
+        "below-min-available",
+    ],
 )
-def test_should_skip_unschedulable_for_releasing(min_member: int, tasks: list, expected: bool) -> None:
+def test_should_skip_unschedulable_for_releasing(
+    min_member: int, tasks: list, expected: bool
+) -> None:
     """TestShouldSkipUnschedulableForReleasing: each of Volcano's five cases."""
     assert _releasing_covers_gang(_job(min_member, tasks)) is expected
 
@@ -57,11 +99,26 @@ def _session(jobs: list[JobSpec]) -> Session:
     return session(snapshot([node("n1", "8", "8G")], jobs, [queue("q")]), GANG_ONLY)
 
 
-def _spec(name: str, min_member: int, statuses: list[TaskStatus], roles: list[str] | None = None,
-          min_task_member: dict[str, int] | None = None) -> JobSpec:
+def _spec(
+    name: str,
+    min_member: int,
+    statuses: list[TaskStatus],
+    roles: list[str] | None = None,
+    min_task_member: dict[str, int] | None = None,
+) -> JobSpec:
     """One 1-cpu task per status, on n1 unless Pending."""
-    return job(name, cpu="1", memory=None, queue="q", status=statuses, nodes="n1", roles=roles, min_member=min_member,
-               min_task_member=min_task_member or {}, task_index=0)
+    return job(
+        name,
+        cpu="1",
+        memory=None,
+        queue="q",
+        status=statuses,
+        nodes="n1",
+        roles=roles,
+        min_member=min_member,
+        min_task_member=min_task_member or {},
+        task_index=0,
+    )
 
 
 def test_job_with_fewer_valid_tasks_than_min_available_is_invalid_with_reason() -> None:
@@ -71,14 +128,22 @@ def test_job_with_fewer_valid_tasks_than_min_available_is_invalid_with_reason() 
     assert ssn.invalid_jobs["ns/j"].reason == "NotEnoughTasks"
     outcome = ssn.close().jobs["ns/j"]
     assert outcome.conditions[0].reason == "NotEnoughTasks"
-    assert outcome.conditions[0].message == "Not enough valid tasks for gang-scheduling, valid: 2, min: 3"
+    assert (
+        outcome.conditions[0].message
+        == "Not enough valid tasks for gang-scheduling, valid: 2, min: 3"
+    )
 
 
 def test_role_with_fewer_valid_tasks_than_its_minimum_is_invalid() -> None:
     """gang job_valid, CheckTaskValid: minTaskMember worker 2 with one valid worker ->
     NotEnoughPodsOfTask."""
-    spec = _spec("j", 2, [TaskStatus.PENDING, TaskStatus.PENDING, TaskStatus.FAILED],
-                 roles=["ps", "worker", "worker"], min_task_member={"ps": 1, "worker": 2})
+    spec = _spec(
+        "j",
+        2,
+        [TaskStatus.PENDING, TaskStatus.PENDING, TaskStatus.FAILED],
+        roles=["ps", "worker", "worker"],
+        min_task_member={"ps": 1, "worker": 2},
+    )
     spec.min_member = 3
     spec.tasks.append(task("j-3", "j", role="ps"))
     ssn = _session([spec])
@@ -134,10 +199,14 @@ def test_conditions_written_on_close() -> None:
           tasks: [{name: b0, request: {cpu: "4"}}, {name: b1, request: {cpu: "4"}}]
     """)
     fits = out["jobs"]["ns/fits"]["conditions"]
-    assert fits == [{"type": "Scheduled", "reason": "tasks in gang are ready to be scheduled", "message": ""}]
+    assert fits == [
+        {"type": "Scheduled", "reason": "tasks in gang are ready to be scheduled", "message": ""}
+    ]
     big = out["jobs"]["ns/big"]["conditions"][0]
     assert big["type"] == "Unschedulable" and big["reason"] == "NotEnoughResources"
-    assert big["message"].startswith("2/2 tasks in gang unschedulable: pod group is not ready, 2 Pending, 2 minAvailable")
+    assert big["message"].startswith(
+        "2/2 tasks in gang unschedulable: pod group is not ready, 2 Pending, 2 minAvailable"
+    )
     assert "Origin reason is b0: 0/1 nodes are unavailable: 1 Insufficient cpu." in big["message"]
 
 

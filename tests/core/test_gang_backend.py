@@ -41,8 +41,14 @@ def test_a_gang_that_fits_in_either_backend_stays_in_one() -> None:
 
 
 def test_the_rest_of_a_running_gang_follows_its_backend_or_waits() -> None:
-    running_on_a = job("g", 3, "4", status=[TaskStatus.RUNNING, TaskStatus.PENDING, TaskStatus.PENDING],
-                       nodes=["a-0", None, None], min_member=1)
+    running_on_a = job(
+        "g",
+        3,
+        "4",
+        status=[TaskStatus.RUNNING, TaskStatus.PENDING, TaskStatus.PENDING],
+        nodes=["a-0", None, None],
+        min_member=1,
+    )
     result = cycle(snapshot([*nodes("a", 2), *nodes("b", 4)], [running_on_a]), DEFAULT_CONFIG_YAML)
     # a-1 is the only free node of backend a; b has room for both but is another backend.
     assert list(result.binds.values()) == ["a-1"]
@@ -61,6 +67,8 @@ def test_one_backend_is_left_alone() -> None:
 
 
 def test_single_task_jobs_go_anywhere() -> None:
-    snap = snapshot([*nodes("a", 1), *nodes("b", 1)], [job(f"s{i}", 1, "4", index=i) for i in range(2)])
+    snap = snapshot(
+        [*nodes("a", 1), *nodes("b", 1)], [job(f"s{i}", 1, "4", index=i) for i in range(2)]
+    )
     result = cycle(snap, DEFAULT_CONFIG_YAML)
     assert sorted(result.binds.values()) == ["a-0", "b-0"]

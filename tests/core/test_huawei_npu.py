@@ -16,14 +16,28 @@ CONFIG = {
     "actions": "enqueue, allocate",
     "tiers": [
         {"plugins": [{"name": "priority"}, {"name": "gang"}]},
-        {"plugins": [{"name": "predicates"}, {"name": "nodeorder"}, {"name": "binpack"}, {"name": "huaweiNPU"}]},
+        {
+            "plugins": [
+                {"name": "predicates"},
+                {"name": "nodeorder"},
+                {"name": "binpack"},
+                {"name": "huaweiNPU"},
+            ]
+        },
     ],
 }
 
 
 def npu_node(name: str, healthy: int = 8, cpu: str = "64") -> dict[str, Any]:
-    devices = [{"id": f"Ascend910-{i}", "type": ASCEND, "group": str(i // 4), "healthy": i < healthy} for i in range(8)]
-    return {"name": name, "allocatable": {"cpu": cpu, "memory": "256Gi", ASCEND: 8}, "devices": devices}
+    devices = [
+        {"id": f"Ascend910-{i}", "type": ASCEND, "group": str(i // 4), "healthy": i < healthy}
+        for i in range(8)
+    ]
+    return {
+        "name": name,
+        "allocatable": {"cpu": cpu, "memory": "256Gi", ASCEND: 8},
+        "devices": devices,
+    }
 
 
 def holder(name: str, node: str, chips: list[int], status: str = "Running") -> dict[str, Any]:
@@ -32,22 +46,34 @@ def holder(name: str, node: str, chips: list[int], status: str = "Running") -> d
     return {
         "name": name,
         "queue": "default",
-        "tasks": [{
-            "name": f"{name}-0", "status": status, "node": node, "request": {"cpu": "1", ASCEND: len(chips)},
-            "devices": [f"Ascend910-{c}" for c in chips],
-        }],
+        "tasks": [
+            {
+                "name": f"{name}-0",
+                "status": status,
+                "node": node,
+                "request": {"cpu": "1", ASCEND: len(chips)},
+                "devices": [f"Ascend910-{c}" for c in chips],
+            }
+        ],
     }
 
 
 def npu_job(name: str, *chips: float, resource: str = ASCEND) -> dict[str, Any]:
     return {
         "name": name,
-        "tasks": [{"name": f"{name}-{i}", "request": {"cpu": "1", resource: c}} for i, c in enumerate(chips)],
+        "tasks": [
+            {"name": f"{name}-{i}", "request": {"cpu": "1", resource: c}}
+            for i, c in enumerate(chips)
+        ],
     }
 
 
-def run(nodes: list[dict[str, Any]], jobs: list[dict[str, Any]], config: dict[str, Any] | None = None,
-        cycles: int = 1) -> dict[str, Any]:
+def run(
+    nodes: list[dict[str, Any]],
+    jobs: list[dict[str, Any]],
+    config: dict[str, Any] | None = None,
+    cycles: int = 1,
+) -> dict[str, Any]:
     cfg = dict(config or CONFIG)
     cfg["cycles"] = cycles
     return simulate_text(yaml.safe_dump({"config": cfg, "nodes": nodes, "jobs": jobs}))
@@ -62,8 +88,36 @@ def layout_node(name: str, free0: int, free1: int) -> tuple[dict[str, Any], list
 # Per chips asked, every (ring taken, other ring) layout in the A-D table's order of preference,
 # then layouts only the fallback rule (even remainder first) accepts.
 ORDER = {
-    1: [(1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (3, 0), (3, 2), (3, 3), (3, 4), (2, 0), (2, 2), (2, 4), (4, 0), (4, 4)],
-    2: [(2, 0), (2, 1), (2, 2), (2, 3), (2, 4), (4, 0), (4, 1), (4, 3), (4, 4), (3, 0), (3, 1), (3, 3)],
+    1: [
+        (1, 0),
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (1, 4),
+        (3, 0),
+        (3, 2),
+        (3, 3),
+        (3, 4),
+        (2, 0),
+        (2, 2),
+        (2, 4),
+        (4, 0),
+        (4, 4),
+    ],
+    2: [
+        (2, 0),
+        (2, 1),
+        (2, 2),
+        (2, 3),
+        (2, 4),
+        (4, 0),
+        (4, 1),
+        (4, 3),
+        (4, 4),
+        (3, 0),
+        (3, 1),
+        (3, 3),
+    ],
     4: [(4, 0), (4, 1), (4, 2), (4, 3), (4, 4)],
 }
 
@@ -122,7 +176,10 @@ def test_a_ring_must_hold_the_whole_request() -> None:
     assert out["binds"] == {}
     assert "HCCS ring" in out["jobs"]["default/p"]["conditions"][0]["message"]
     # Without huaweiNPU the same pod is placed across the rings.
-    plain = {**CONFIG, "tiers": [CONFIG["tiers"][0], {"plugins": [{"name": "predicates"}, {"name": "nodeorder"}]}]}
+    plain = {
+        **CONFIG,
+        "tiers": [CONFIG["tiers"][0], {"plugins": [{"name": "predicates"}, {"name": "nodeorder"}]}],
+    }
     out = run([n], [*h, npu_job("p", 2)], config=plain)
     assert out["tasks"]["default/p-0"]["devices"] == ["Ascend910-3", "Ascend910-7"]
 
@@ -178,7 +235,11 @@ def test_chips_are_never_given_twice_in_a_cycle_or_across_cycles() -> None:
     order = [out["tasks"][f"default/p{i}-0"]["devices"][0] for i in range(8)]
     assert order[:4] == [f"Ascend910-{i}" for i in range(4)]
     # Two cycles: the second cycle's pods see the first's chips as held.
-    out = run([npu_node("n1")], [npu_job("a", 4), npu_job("b", 2), npu_job("c", 2), npu_job("d", 1)], cycles=2)
+    out = run(
+        [npu_node("n1")],
+        [npu_job("a", 4), npu_job("b", 2), npu_job("c", 2), npu_job("d", 1)],
+        cycles=2,
+    )
     held = [d for t in out["tasks"].values() for d in t["devices"]]
     assert len(held) == len(set(held)) == 8
 
@@ -186,8 +247,14 @@ def test_chips_are_never_given_twice_in_a_cycle_or_across_cycles() -> None:
 def test_chips_being_released_are_not_handed_out() -> None:
     # Ring 0 is held by a running pod, ring 1 by a releasing one: a 4-chip pod does not get ring 1
     # now; allocate pipelines it there, waiting for the release.
-    out = run([npu_node("n1")], [holder("r", "n1", [0, 1, 2, 3]), holder("x", "n1", [4, 5, 6, 7], "Releasing"),
-                                 npu_job("p", 4)])
+    out = run(
+        [npu_node("n1")],
+        [
+            holder("r", "n1", [0, 1, 2, 3]),
+            holder("x", "n1", [4, 5, 6, 7], "Releasing"),
+            npu_job("p", 4),
+        ],
+    )
     assert out["binds"] == {}
     assert out["pipelined"] == {"default/p-0": "n1"}
     assert out["tasks"]["default/p-0"]["devices"] == [f"Ascend910-{i}" for i in range(4, 8)]

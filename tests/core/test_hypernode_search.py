@@ -49,20 +49,27 @@ def test_gang_goes_to_the_tier1_hypernode_that_holds_it_whole() -> None:
 
 
 def test_gang_that_fits_no_allowed_hypernode_is_not_placed() -> None:
-    out = simulate_text(SCENARIO.replace("TIER", "1").replace('cpu: "4", memory: 16Gi}}\n- {name: n4', 'cpu: "2", memory: 16Gi}}\n- {name: n4'))
+    out = simulate_text(
+        SCENARIO.replace("TIER", "1").replace(
+            'cpu: "4", memory: 16Gi}}\n- {name: n4', 'cpu: "2", memory: 16Gi}}\n- {name: n4'
+        )
+    )
     assert out["binds"] == {}
     assert out["jobs"]["ns/pg"]["conditions"][0]["type"] == "Unschedulable"
 
 
 def test_higher_allowed_tier_lets_the_gang_span_hypernodes() -> None:
-    text = SCENARIO.replace("TIER", "2").replace('cpu: "4", memory: 16Gi}}\n- {name: n4', 'cpu: "2", memory: 16Gi}}\n- {name: n4')
+    text = SCENARIO.replace("TIER", "2").replace(
+        'cpu: "4", memory: 16Gi}}\n- {name: n4', 'cpu: "2", memory: 16Gi}}\n- {name: n4'
+    )
     out = simulate_text(text)
     assert len(out["binds"]) == 2
     assert "n3" not in out["binds"].values()
 
 
 def test_soft_mode_is_not_confined() -> None:
-    text = SCENARIO.replace("mode: hard, highestTierAllowed: TIER", "mode: soft, highestTierAllowed: 1").replace(
-        'cpu: "4", memory: 16Gi}}\n- {name: n4', 'cpu: "2", memory: 16Gi}}\n- {name: n4')
+    text = SCENARIO.replace(
+        "mode: hard, highestTierAllowed: TIER", "mode: soft, highestTierAllowed: 1"
+    ).replace('cpu: "4", memory: 16Gi}}\n- {name: n4', 'cpu: "2", memory: 16Gi}}\n- {name: n4')
     out = simulate_text(text)
     assert len(out["binds"]) == 2

@@ -13,8 +13,18 @@ BASE = {
     "config": {
         "profile": "kai",
         "actions": ["allocate"],
-        "tiers": [{"plugins": [{"name": "predicates"}, {"name": "proportion"}, {"name": "gpusharingorder"},
-                               {"name": "gpupack"}, {"name": "nodeavailability"}, {"name": "nodeplacement"}]}],
+        "tiers": [
+            {
+                "plugins": [
+                    {"name": "predicates"},
+                    {"name": "proportion"},
+                    {"name": "gpusharingorder"},
+                    {"name": "gpupack"},
+                    {"name": "nodeavailability"},
+                    {"name": "nodeplacement"},
+                ]
+            }
+        ],
     },
     "nodes": [{"name": "n", "allocatable": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": 2}}],
     "queues": [{"name": "q"}],
@@ -47,11 +57,13 @@ def test_a_whole_gpu_task_cannot_take_a_shared_gpu() -> None:
 
 
 def test_running_shares_count_and_a_fully_releasing_gpu_is_a_whole_gpu_for_pipelined_work() -> None:
-    out = run([
-        frac("r", 0.6, status="Running", node="n", gpu_groups=["g1"]),
-        frac("x", 0.5, status="Releasing", node="n", gpu_groups=["g2"]),
-        {"name": "w", "request": {"cpu": "1", "nvidia.com/gpu": 1}},
-        frac("p", 0.5),
-    ])
+    out = run(
+        [
+            frac("r", 0.6, status="Running", node="n", gpu_groups=["g1"]),
+            frac("x", 0.5, status="Releasing", node="n", gpu_groups=["g2"]),
+            {"name": "w", "request": {"cpu": "1", "nvidia.com/gpu": 1}},
+            frac("p", 0.5),
+        ]
+    )
     assert out["default/w"]["status"] == "Pipelined"  # waits for g2's GPU, being released
     assert out["default/p"]["status"] == "Pending"  # g1 has 0.4 left, g2 is no longer shared

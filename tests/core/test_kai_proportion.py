@@ -11,10 +11,19 @@ from server.plugins.kai.proportion import INF, QueueShares, Share, divide
 from server.simulate import simulate_text
 
 
-def queue(name: str, deserved: float, request: float, weight: float = 1.0, priority: int = 0,
-          limit: float = INF, creation: int = 0) -> QueueShares:
+def queue(
+    name: str,
+    deserved: float,
+    request: float,
+    weight: float = 1.0,
+    priority: int = 0,
+    limit: float = INF,
+    creation: int = 0,
+) -> QueueShares:
     q = QueueShares(name, None, priority, creation)
-    q.by_resource["nvidia.com/gpu"] = Share(deserved=deserved, limit=limit, weight=weight, request=request)
+    q.by_resource["nvidia.com/gpu"] = Share(
+        deserved=deserved, limit=limit, weight=weight, request=request
+    )
     return q
 
 
@@ -44,8 +53,11 @@ def test_weight_zero_takes_nothing_over_quota_and_higher_priority_goes_first() -
 
 
 def test_leftover_fractions_go_one_unit_at_a_time_to_the_largest_remainder() -> None:
-    qs = [queue("a", 0, 10, weight=1, creation=0), queue("b", 0, 10, weight=1, creation=1),
-          queue("c", 0, 10, weight=1, creation=2)]
+    qs = [
+        queue("a", 0, 10, weight=1, creation=0),
+        queue("b", 0, 10, weight=1, creation=1),
+        queue("c", 0, 10, weight=1, creation=2),
+    ]
     divide(4, qs, "nvidia.com/gpu")
     shares = fair(qs)
     assert sum(shares.values()) == 4 and sorted(shares.values()) == [1, 1, 2]
@@ -73,23 +85,50 @@ def run(jobs: list[dict]) -> dict:
 
 
 def test_a_queue_limit_refuses_the_job_that_would_pass_it_and_says_why() -> None:
-    out = run([
-        {"name": "a", "queue": "q", "tasks": [{"name": "a0", "request": {"cpu": "1", "nvidia.com/gpu": 2}}]},
-        {"name": "b", "queue": "q", "tasks": [{"name": "b0", "request": {"cpu": "1", "nvidia.com/gpu": 2}}]},
-    ])
+    out = run(
+        [
+            {
+                "name": "a",
+                "queue": "q",
+                "tasks": [{"name": "a0", "request": {"cpu": "1", "nvidia.com/gpu": 2}}],
+            },
+            {
+                "name": "b",
+                "queue": "q",
+                "tasks": [{"name": "b0", "request": {"cpu": "1", "nvidia.com/gpu": 2}}],
+            },
+        ]
+    )
     assert out["tasks"]["default/a0"]["status"] == "Binding"
     assert out["tasks"]["default/b0"]["status"] == "Pending"
     message = out["jobs"]["default/b"]["conditions"][0]["message"]
-    assert "queue q would exceed its nvidia.com/gpu limit: 3 GPUs allowed, 2 GPUs allocated, 2 GPUs requested" in message
+    assert (
+        "queue q would exceed its nvidia.com/gpu limit: 3 GPUs allowed, 2 GPUs allocated, 2 GPUs requested"
+        in message
+    )
 
 
 def test_a_non_preemptible_job_stays_within_deserved_quota() -> None:
-    out = run([
-        {"name": "build", "queue": "q", "priority": 100,
-         "tasks": [{"name": "b0", "request": {"cpu": "1", "nvidia.com/gpu": 3}}]},
-        {"name": "train", "queue": "q", "priority": 50,
-         "tasks": [{"name": "t0", "request": {"cpu": "1", "nvidia.com/gpu": 3}}]},
-    ])
-    assert out["tasks"]["default/b0"]["status"] == "Pending"  # 3 > deserved 2 for non-preemptible work
+    out = run(
+        [
+            {
+                "name": "build",
+                "queue": "q",
+                "priority": 100,
+                "tasks": [{"name": "b0", "request": {"cpu": "1", "nvidia.com/gpu": 3}}],
+            },
+            {
+                "name": "train",
+                "queue": "q",
+                "priority": 50,
+                "tasks": [{"name": "t0", "request": {"cpu": "1", "nvidia.com/gpu": 3}}],
+            },
+        ]
+    )
+    assert (
+        out["tasks"]["default/b0"]["status"] == "Pending"
+    )  # 3 > deserved 2 for non-preemptible work
     assert "non-preemptible" in out["jobs"]["default/build"]["conditions"][0]["message"]
-    assert out["tasks"]["default/t0"]["status"] == "Binding"  # preemptible: may go over quota, up to the limit
+    assert (
+        out["tasks"]["default/t0"]["status"] == "Binding"
+    )  # preemptible: may go over quota, up to the limit

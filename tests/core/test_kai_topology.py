@@ -27,11 +27,15 @@ jobs:
 
 def run(job: str) -> dict[str, str]:
     out = simulate_text(HEAD + job)
-    return {uid.split("/")[1]: v["node"] for uid, v in out["tasks"].items() if v["status"] == "Binding"}
+    return {
+        uid.split("/")[1]: v["node"] for uid, v in out["tasks"].items() if v["status"] == "Binding"
+    }
 
 
 def gang(n: int, gpus: int, topology: str) -> str:
-    tasks = ", ".join(f'{{name: t{i}, request: {{cpu: "1", nvidia.com/gpu: {gpus}}}}}' for i in range(n))
+    tasks = ", ".join(
+        f'{{name: t{i}, request: {{cpu: "1", nvidia.com/gpu: {gpus}}}}}' for i in range(n)
+    )
     return f"- {{name: g, queue: q, minMember: {n}, topology: {topology}, tasks: [{tasks}]}}\n"
 
 

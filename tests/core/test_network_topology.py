@@ -25,15 +25,22 @@ HYPERNODES = [
 ]
 
 
-def cluster(topology: dict, n_tasks: int = 2, hypernodes: list[HyperNodeSpec] | None = None) -> ClusterSnapshot:
+def cluster(
+    topology: dict, n_tasks: int = 2, hypernodes: list[HyperNodeSpec] | None = None
+) -> ClusterSnapshot:
     """Five 4-cpu nodes (n1..n4 in HYPERNODES), job ns/j of ``n_tasks`` 2-cpu tasks with ``topology``."""
     nodes = [node(f"n{i}", "4", "8G", pods=110) for i in range(1, 6)]
     # n2 is half busy: least-requested node order alone would move the second task to n3.
     busy = task("busy", None, res("2"), "n2", ns="other")
     tasks = [task(f"t{i}", "j", res("2"), creation_index=i) for i in range(n_tasks)]
     gang = job("j", queue="q", tasks=tasks, min_member=None, network_topology=topology)
-    return snapshot(nodes, [gang], [queue("q")], foreign_tasks=[busy],
-                    hypernodes=HYPERNODES if hypernodes is None else hypernodes)
+    return snapshot(
+        nodes,
+        [gang],
+        [queue("q")],
+        foreign_tasks=[busy],
+        hypernodes=HYPERNODES if hypernodes is None else hypernodes,
+    )
 
 
 def binds(snap: ClusterSnapshot) -> dict[str, str]:
@@ -84,9 +91,12 @@ def test_soft_mode_prefers_the_lowest_common_tier() -> None:
 def test_predicate_and_scores_directly() -> None:
     snap = cluster({"mode": "hard", "highestTierAllowed": 1})
     snap.jobs[0].tasks[0].status, snap.jobs[0].tasks[0].node = TaskStatus.RUNNING, "n3"
-    ssn = session(snap, "extension_points_not_listed: disabled\ntiers:\n- plugins:\n"
-                        "  - name: network-topology-aware\n    enablePredicate: true\n    enableNodeOrder: true\n"
-                        "    arguments: {weight: 2}\n")
+    ssn = session(
+        snap,
+        "extension_points_not_listed: disabled\ntiers:\n- plugins:\n"
+        "  - name: network-topology-aware\n    enablePredicate: true\n    enableNodeOrder: true\n"
+        "    arguments: {weight: 2}\n",
+    )
     t1 = ssn.tasks["ns/t1"]
     future_ok, _ = ssn.evaluator.feasible(t1)
     assert [ssn.nodes.names[i] for i in np.nonzero(future_ok)[0]] == ["n3", "n4"]

@@ -30,10 +30,14 @@ from server.simulate import parse_scenario_text
 
 GANG = plugin("gang", "enableJobOrder", "enableJobReady", "enableJobPipelined", "enableJobStarving")
 PREDICATES = plugin("predicates", "enablePredicate")
-NETWORK_TOPOLOGY = plugin("network-topology-aware", "enableNodeOrder", "enabledHyperNodeOrder", "enabledHyperNodeGradient")
+NETWORK_TOPOLOGY = plugin(
+    "network-topology-aware", "enableNodeOrder", "enabledHyperNodeOrder", "enabledHyperNodeGradient"
+)
 
 ALLOCATE = config(["allocate"], [[GANG, PREDICATES, NETWORK_TOPOLOGY]])
-NODE_LEVEL_SCORE = config(["allocate"], [[GANG, PREDICATES, plugin("binpack", "enableNodeOrder"), NETWORK_TOPOLOGY]])
+NODE_LEVEL_SCORE = config(
+    ["allocate"], [[GANG, PREDICATES, plugin("binpack", "enableNodeOrder"), NETWORK_TOPOLOGY]]
+)
 HYPERNODE_BINPACK = ALLOCATE
 
 
@@ -58,16 +62,23 @@ def assert_hard_jobs_confined(scenario: dict, binds: dict[str, str]) -> None:
         topology = job.get("networkTopology") or {}
         if topology.get("mode") != "hard":
             continue
-        placed = {node for task, node in binds.items() if task.startswith(f"{job['namespace']}/")
-                  and task.split("/", 1)[1] in {t["name"] for t in job["tasks"]}}
+        placed = {
+            node
+            for task, node in binds.items()
+            if task.startswith(f"{job['namespace']}/")
+            and task.split("/", 1)[1] in {t["name"] for t in job["tasks"]}
+        }
         if placed:
-            assert any(tiers[h] <= topology["highestTierAllowed"] and placed <= nodes
-                       for h, nodes in members.items()), (job["name"], placed)
+            assert any(
+                tiers[h] <= topology["highestTierAllowed"] and placed <= nodes
+                for h, nodes in members.items()
+            ), (job["name"], placed)
 
 
 CASES = [
     pytest.param(
-        ALLOCATE, """
+        ALLOCATE,
+        """
     # Volcano numbers these hypernode tiers from 0; Muster from 1 (shifted by one).
 hypernodes:
 - name: s0
@@ -115,11 +126,12 @@ jobs:
     role: worker
   networkTopology: {mode: soft, highestTierAllowed: 0}
 """,
-        {'binds_num': 3},
-        id='allocate-0-soft_network_topology_constrain_can_allocate_job_when_resources_are_en',  # TestAllocateWithNetWorkTopologies case 0: soft network topology constrain, can allocate job when resources are enough
+        {"binds_num": 3},
+        id="allocate-0-soft_network_topology_constrain_can_allocate_job_when_resources_are_en",  # TestAllocateWithNetWorkTopologies case 0: soft network topology constrain, can allocate job when resources are enough
     ),
     pytest.param(
-        ALLOCATE, """
+        ALLOCATE,
+        """
 hypernodes:
 - name: s0
   tier: 1
@@ -163,11 +175,12 @@ jobs:
     role: worker
   networkTopology: {mode: soft, highestTierAllowed: 0}
 """,
-        {'binds_num': 2},
-        id='allocate-1-soft_network_topology_constrain_can_allocate_job_when_minavailable_rep',  # TestAllocateWithNetWorkTopologies case 1: soft network topology constrain, can allocate job when minavailable < replicas
+        {"binds_num": 2},
+        id="allocate-1-soft_network_topology_constrain_can_allocate_job_when_minavailable_rep",  # TestAllocateWithNetWorkTopologies case 1: soft network topology constrain, can allocate job when minavailable < replicas
     ),
     pytest.param(
-        ALLOCATE, """
+        ALLOCATE,
+        """
     # Volcano numbers these hypernode tiers from 0; Muster from 1 (shifted by one).
 hypernodes:
 - name: s0
@@ -200,11 +213,12 @@ jobs:
     nodeSelector: {nodeRole: master}
   networkTopology: {mode: soft, highestTierAllowed: 0}
 """,
-        {'binds_num': 1, 'bind_map': {'c1/p1': 's1-n2'}},
-        id='allocate-2-soft_network_topology_constrain_two_available_hypernodes_can_allocate_',  # TestAllocateWithNetWorkTopologies case 2: soft network topology constrain, two available hyperNodes, can allocate job to nodes with affinity
+        {"binds_num": 1, "bind_map": {"c1/p1": "s1-n2"}},
+        id="allocate-2-soft_network_topology_constrain_two_available_hypernodes_can_allocate_",  # TestAllocateWithNetWorkTopologies case 2: soft network topology constrain, two available hyperNodes, can allocate job to nodes with affinity
     ),
     pytest.param(
-        ALLOCATE, """
+        ALLOCATE,
+        """
 hypernodes:
 - name: s0
   tier: 1
@@ -251,11 +265,12 @@ jobs:
     role: worker
   networkTopology: {mode: hard, highestTierAllowed: 1}
 """,
-        {'binds_num': 0},
-        id='allocate-6-hard_network_topology_constrain_can_not_allocate_job_when_cross_highes',  # TestAllocateWithNetWorkTopologies case 6: hard network topology constrain, can not allocate job when cross highestTierAllowed tier
+        {"binds_num": 0},
+        id="allocate-6-hard_network_topology_constrain_can_not_allocate_job_when_cross_highes",  # TestAllocateWithNetWorkTopologies case 6: hard network topology constrain, can not allocate job when cross highestTierAllowed tier
     ),
     pytest.param(
-        ALLOCATE, """
+        ALLOCATE,
+        """
 hypernodes:
 - name: s0
   tier: 1
@@ -302,11 +317,12 @@ jobs:
     role: worker
   networkTopology: {mode: hard, highestTierAllowed: 2}
 """,
-        {'binds_num': 3},
-        id='allocate-7-hard_network_topology_constrain_can_allocate_job_when_highesttierallow',  # TestAllocateWithNetWorkTopologies case 7: hard network topology constrain, can allocate job when highestTierAllowed not reached
+        {"binds_num": 3},
+        id="allocate-7-hard_network_topology_constrain_can_allocate_job_when_highesttierallow",  # TestAllocateWithNetWorkTopologies case 7: hard network topology constrain, can allocate job when highestTierAllowed not reached
     ),
     pytest.param(
-        ALLOCATE, """
+        ALLOCATE,
+        """
 hypernodes:
 - name: s0
   tier: 1
@@ -350,11 +366,12 @@ jobs:
     role: worker
   networkTopology: {mode: hard, highestTierAllowed: 1}
 """,
-        {'binds_num': 2},
-        id='allocate-8-hard_network_topology_constrain_can_allocate_job_when_multi_hypernodes',  # TestAllocateWithNetWorkTopologies case 8: hard network topology constrain, can allocate job when multi hyperNodes are available
+        {"binds_num": 2},
+        id="allocate-8-hard_network_topology_constrain_can_allocate_job_when_multi_hypernodes",  # TestAllocateWithNetWorkTopologies case 8: hard network topology constrain, can allocate job when multi hyperNodes are available
     ),
     pytest.param(
-        ALLOCATE, """
+        ALLOCATE,
+        """
 hypernodes:
 - name: s0
   tier: 1
@@ -398,11 +415,12 @@ jobs:
     role: worker
   networkTopology: {mode: hard, highestTierAllowed: 1}
 """,
-        {'binds_num': 2},
-        id='allocate-9-hard_network_topology_constrain_can_allocate_job_when_minavailable_rep',  # TestAllocateWithNetWorkTopologies case 9: hard network topology constrain, can allocate job when minavailable < replicas
+        {"binds_num": 2},
+        id="allocate-9-hard_network_topology_constrain_can_allocate_job_when_minavailable_rep",  # TestAllocateWithNetWorkTopologies case 9: hard network topology constrain, can allocate job when minavailable < replicas
     ),
     pytest.param(
-        ALLOCATE, """
+        ALLOCATE,
+        """
     # Volcano numbers these hypernode tiers from 0; Muster from 1 (shifted by one).
 hypernodes:
 - name: s0
@@ -435,11 +453,12 @@ jobs:
     nodeSelector: {nodeRole: master}
   networkTopology: {mode: hard, highestTierAllowed: 2}
 """,
-        {'binds_num': 1, 'bind_map': {'c1/p1': 's1-n2'}},
-        id='allocate-10-hard_network_topology_constrain_two_available_hypernodes_can_allocate_',  # TestAllocateWithNetWorkTopologies case 10: hard network topology constrain, two available hyperNodes, can allocate job to nodes with affinity
+        {"binds_num": 1, "bind_map": {"c1/p1": "s1-n2"}},
+        id="allocate-10-hard_network_topology_constrain_two_available_hypernodes_can_allocate_",  # TestAllocateWithNetWorkTopologies case 10: hard network topology constrain, two available hyperNodes, can allocate job to nodes with affinity
     ),
     pytest.param(
-        ALLOCATE, """
+        ALLOCATE,
+        """
 hypernodes:
 - name: s0
   tier: 1
@@ -487,11 +506,12 @@ jobs:
   networkTopology: {mode: hard, highestTierAllowed: 1}
   x-highestTierName: volcano.sh/task-spec
 """,
-        {'binds_num': 0},
-        id='allocate-17-hard_network_topology_constrain_can_not_allocate_job_when_cross_highes',  # TestAllocateWithNetWorkTopologies case 17: hard network topology constrain, can not allocate job when cross highestTierName tier
+        {"binds_num": 0},
+        id="allocate-17-hard_network_topology_constrain_can_not_allocate_job_when_cross_highes",  # TestAllocateWithNetWorkTopologies case 17: hard network topology constrain, can not allocate job when cross highestTierName tier
     ),
     pytest.param(
-        ALLOCATE, """
+        ALLOCATE,
+        """
 hypernodes:
 - name: s0
   tier: 1
@@ -539,11 +559,12 @@ jobs:
   networkTopology: {mode: hard, highestTierAllowed: 2}
   x-highestTierName: volcano.sh/job-spec
 """,
-        {'binds_num': 3},
-        id='allocate-18-hard_network_topology_constrain_can_allocate_job_when_the_tier_corresp',  # TestAllocateWithNetWorkTopologies case 18: hard network topology constrain, can allocate job when the tier corresponding to highestTierName not reached
+        {"binds_num": 3},
+        id="allocate-18-hard_network_topology_constrain_can_allocate_job_when_the_tier_corresp",  # TestAllocateWithNetWorkTopologies case 18: hard network topology constrain, can allocate job when the tier corresponding to highestTierName not reached
     ),
     pytest.param(
-        ALLOCATE, """
+        ALLOCATE,
+        """
 hypernodes:
 - name: s0
   tier: 1
@@ -588,11 +609,12 @@ jobs:
   networkTopology: {mode: hard, highestTierAllowed: 1}
   x-highestTierName: volcano.sh/task-spec
 """,
-        {'binds_num': 2},
-        id='allocate-19-hard_network_topology_constrain_can_allocate_job_when_multi_hypernodes',  # TestAllocateWithNetWorkTopologies case 19: hard network topology constrain, can allocate job when multi hyperNodes are available
+        {"binds_num": 2},
+        id="allocate-19-hard_network_topology_constrain_can_allocate_job_when_multi_hypernodes",  # TestAllocateWithNetWorkTopologies case 19: hard network topology constrain, can allocate job when multi hyperNodes are available
     ),
     pytest.param(
-        NODE_LEVEL_SCORE, """
+        NODE_LEVEL_SCORE,
+        """
 hypernodes:
 - name: s0
   tier: 1
@@ -652,11 +674,12 @@ jobs:
     status: Running
     node: s0-n2
 """,
-        {'binds_num': 2, 'bind_map': {'c1/p1': 's0-n1', 'c1/p2': 's0-n2'}},
-        id='node_level_score-0-hard_network_topology_constrain_allocate_job_to_highest_score_hypenode',  # TestNodeLevelScoreWithNetWorkTopologies case 0: hard network topology constrain, allocate job to highest score hypeNode with node level binpack
+        {"binds_num": 2, "bind_map": {"c1/p1": "s0-n1", "c1/p2": "s0-n2"}},
+        id="node_level_score-0-hard_network_topology_constrain_allocate_job_to_highest_score_hypenode",  # TestNodeLevelScoreWithNetWorkTopologies case 0: hard network topology constrain, allocate job to highest score hypeNode with node level binpack
     ),
     pytest.param(
-        HYPERNODE_BINPACK, """
+        HYPERNODE_BINPACK,
+        """
 hypernodes:
 - name: s0
   tier: 1
@@ -716,8 +739,8 @@ jobs:
     role: worker
   networkTopology: {mode: hard, highestTierAllowed: 2}
 """,
-        {'binds_num': 4, 'per_tier1_hypernode': [2, 2]},
-        id='hypernode_binpack-0-hard_network_topology_constrain_allocate_task_to_node_under_lcahyperno',  # TestHyperNodeBinpackWithNetWorkTopologies case 0: hard network topology constrain, allocate task to node under LCAHyperNode
+        {"binds_num": 4, "per_tier1_hypernode": [2, 2]},
+        id="hypernode_binpack-0-hard_network_topology_constrain_allocate_task_to_node_under_lcahyperno",  # TestHyperNodeBinpackWithNetWorkTopologies case 0: hard network topology constrain, allocate task to node under LCAHyperNode
     ),
 ]
 
@@ -730,9 +753,16 @@ def test_volcano_network_topology_allocate(tiers: dict, cluster: str, expected: 
     if "bind_map" in expected:
         assert binds == expected["bind_map"]
     if "per_tier1_hypernode" in expected:
-        tier1 = {n: h for h, nodes in hypernode_nodes(scenario["hypernodes"]).items()
-                 for n in nodes if next(x for x in scenario["hypernodes"] if x["name"] == h)["tier"] == 1}
-        assert sorted(Counter(tier1[n] for n in binds.values()).values()) == expected["per_tier1_hypernode"]
+        tier1 = {
+            n: h
+            for h, nodes in hypernode_nodes(scenario["hypernodes"]).items()
+            for n in nodes
+            if next(x for x in scenario["hypernodes"] if x["name"] == h)["tier"] == 1
+        }
+        assert (
+            sorted(Counter(tier1[n] for n in binds.values()).values())
+            == expected["per_tier1_hypernode"]
+        )
     assert_hard_jobs_confined(scenario, binds)
 
 
@@ -744,7 +774,13 @@ def test_volcano_network_topology_allocate(tiers: dict, cluster: str, expected: 
 
 SCORE_CASES = [
     pytest.param(
-        {'name': 'network-topology-aware', 'enabledHyperNodeOrder': True, 'enableNodeOrder': True, 'enabledHyperNodeGradient': True, 'arguments': {'weight': 1}},
+        {
+            "name": "network-topology-aware",
+            "enabledHyperNodeOrder": True,
+            "enableNodeOrder": True,
+            "enabledHyperNodeGradient": True,
+            "arguments": {"weight": 1},
+        },
         """
 hypernodes:
 - name: s0
@@ -814,11 +850,18 @@ jobs:
     role: worker
   networkTopology: {mode: hard, highestTierAllowed: 0}
 """,
-        ['s3-n1', 's4-n1', 's5-n1'], {'s3-n1': 0.0, 's4-n1': 0.0, 's5-n1': 0.0},
-        id='networktopologyawarenodescore_hard_0_tasks_in_job_first_scheduler_score_all_nodes_zero',  # TestNetworkTopologyAwareNodeScore_Hard case 0: Tasks in job first scheduler, score all nodes zero
+        ["s3-n1", "s4-n1", "s5-n1"],
+        {"s3-n1": 0.0, "s4-n1": 0.0, "s5-n1": 0.0},
+        id="networktopologyawarenodescore_hard_0_tasks_in_job_first_scheduler_score_all_nodes_zero",  # TestNetworkTopologyAwareNodeScore_Hard case 0: Tasks in job first scheduler, score all nodes zero
     ),
     pytest.param(
-        {'name': 'network-topology-aware', 'enabledHyperNodeOrder': True, 'enableNodeOrder': True, 'enabledHyperNodeGradient': True, 'arguments': {'weight': 1}},
+        {
+            "name": "network-topology-aware",
+            "enabledHyperNodeOrder": True,
+            "enableNodeOrder": True,
+            "enabledHyperNodeGradient": True,
+            "arguments": {"weight": 1},
+        },
         """
 hypernodes:
 - name: s0
@@ -888,11 +931,16 @@ jobs:
     role: worker
   networkTopology: {mode: soft, highestTierAllowed: 0}
 """,
-        ['s3-n1', 's4-n1', 's5-n1'], {'s3-n1': 0.0, 's4-n1': 0.0, 's5-n1': 0.0},
-        id='networktopologyawarenodescore_soft_0_tasks_in_job_first_scheduler_score_all_nodes_zero',  # TestNetworkTopologyAwareNodeScore_Soft case 0: Tasks in job first scheduler, score all nodes zero
+        ["s3-n1", "s4-n1", "s5-n1"],
+        {"s3-n1": 0.0, "s4-n1": 0.0, "s5-n1": 0.0},
+        id="networktopologyawarenodescore_soft_0_tasks_in_job_first_scheduler_score_all_nodes_zero",  # TestNetworkTopologyAwareNodeScore_Soft case 0: Tasks in job first scheduler, score all nodes zero
     ),
     pytest.param(
-        {'name': 'network-topology-aware', 'enableNodeOrder': True, 'arguments': {'hypernode.binpack.normal-pod.enable': False}},
+        {
+            "name": "network-topology-aware",
+            "enableNodeOrder": True,
+            "arguments": {"hypernode.binpack.normal-pod.enable": False},
+        },
         """
 hypernodes:
 - name: s0
@@ -960,11 +1008,12 @@ jobs:
   - name: p1
     request: {cpu: '2', memory: 4G}
 """,
-        None, {},
-        id='batchnodeorderfn_0_score_empty_nodes_for_single_task_with_no_network_topology_and_no_hyper',  # TestBatchNodeOrderFn case 0: score empty nodes for single task with no network topology and no hypernode-level binpacking
+        None,
+        {},
+        id="batchnodeorderfn_0_score_empty_nodes_for_single_task_with_no_network_topology_and_no_hyper",  # TestBatchNodeOrderFn case 0: score empty nodes for single task with no network topology and no hypernode-level binpacking
     ),
     pytest.param(
-        {'name': 'network-topology-aware', 'enableNodeOrder': True},
+        {"name": "network-topology-aware", "enableNodeOrder": True},
         """
 hypernodes:
 - name: s0
@@ -1032,11 +1081,34 @@ jobs:
   - name: p1
     request: {cpu: '2', memory: 4G}
 """,
-        None, {'s3-n1': 25.8, 's3-n2': 25.8, 's4-n1': 21.6, 's4-n2': 21.6, 's5-n1': 19.9, 's5-n2': 19.9, 's6-n1': 15.7, 's6-n2': 15.7},
-        id='batchnodeorderfn_1_score_empty_nodes_for_single_task_with_no_network_topology_and_default_',  # TestBatchNodeOrderFn case 1: score empty nodes for single task with no network topology and default plugin arguments
+        None,
+        {
+            "s3-n1": 25.8,
+            "s3-n2": 25.8,
+            "s4-n1": 21.6,
+            "s4-n2": 21.6,
+            "s5-n1": 19.9,
+            "s5-n2": 19.9,
+            "s6-n1": 15.7,
+            "s6-n2": 15.7,
+        },
+        id="batchnodeorderfn_1_score_empty_nodes_for_single_task_with_no_network_topology_and_default_",  # TestBatchNodeOrderFn case 1: score empty nodes for single task with no network topology and default plugin arguments
     ),
     pytest.param(
-        {'name': 'network-topology-aware', 'enableNodeOrder': True, 'arguments': {'weight': 10, 'hypernode.binpack.cpu': 1, 'hypernode.binpack.memory': 4, 'hypernode.binpack.resources': 'nvidia.com/gpu, example.com/foo', 'hypernode.binpack.resources.nvidia.com/gpu': 2, 'hypernode.binpack.resources.example.com/foo': 3, 'hypernode.binpack.normal-pod.enable': True, 'hypernode.binpack.normal-pod.fading': 0}},
+        {
+            "name": "network-topology-aware",
+            "enableNodeOrder": True,
+            "arguments": {
+                "weight": 10,
+                "hypernode.binpack.cpu": 1,
+                "hypernode.binpack.memory": 4,
+                "hypernode.binpack.resources": "nvidia.com/gpu, example.com/foo",
+                "hypernode.binpack.resources.nvidia.com/gpu": 2,
+                "hypernode.binpack.resources.example.com/foo": 3,
+                "hypernode.binpack.normal-pod.enable": True,
+                "hypernode.binpack.normal-pod.fading": 0,
+            },
+        },
         """
 hypernodes:
 - name: s0
@@ -1104,11 +1176,34 @@ jobs:
   - name: p1
     request: {cpu: '2', memory: 4G, example.com/foo: '8'}
 """,
-        None, {'s3-n1': 500.0, 's3-n2': 500.0, 's4-n1': 468.75, 's4-n2': 468.75, 's5-n1': 281.3, 's5-n2': 281.3, 's6-n1': 250.0, 's6-n2': 250.0},
-        id='batchnodeorderfn_2_score_empty_nodes_for_single_task_with_no_network_topology_and_customiz',  # TestBatchNodeOrderFn case 2: score empty nodes for single task with no network topology and customized plugin arguments
+        None,
+        {
+            "s3-n1": 500.0,
+            "s3-n2": 500.0,
+            "s4-n1": 468.75,
+            "s4-n2": 468.75,
+            "s5-n1": 281.3,
+            "s5-n2": 281.3,
+            "s6-n1": 250.0,
+            "s6-n2": 250.0,
+        },
+        id="batchnodeorderfn_2_score_empty_nodes_for_single_task_with_no_network_topology_and_customiz",  # TestBatchNodeOrderFn case 2: score empty nodes for single task with no network topology and customized plugin arguments
     ),
     pytest.param(
-        {'name': 'network-topology-aware', 'enableNodeOrder': True, 'arguments': {'weight': 10, 'hypernode.binpack.cpu': 1, 'hypernode.binpack.memory': 4, 'hypernode.binpack.resources': 'nvidia.com/gpu, example.com/foo', 'hypernode.binpack.resources.nvidia.com/gpu': 2, 'hypernode.binpack.resources.example.com/foo': 3, 'hypernode.binpack.normal-pod.enable': True, 'hypernode.binpack.normal-pod.fading': 0}},
+        {
+            "name": "network-topology-aware",
+            "enableNodeOrder": True,
+            "arguments": {
+                "weight": 10,
+                "hypernode.binpack.cpu": 1,
+                "hypernode.binpack.memory": 4,
+                "hypernode.binpack.resources": "nvidia.com/gpu, example.com/foo",
+                "hypernode.binpack.resources.nvidia.com/gpu": 2,
+                "hypernode.binpack.resources.example.com/foo": 3,
+                "hypernode.binpack.normal-pod.enable": True,
+                "hypernode.binpack.normal-pod.fading": 0,
+            },
+        },
         """
 hypernodes:
 - name: s0
@@ -1184,19 +1279,32 @@ jobs:
     status: Running
     node: s3-n2
 """,
-        None, {'s3-n1': 0.0, 's3-n2': 0.0, 's4-n1': 468.8, 's4-n2': 468.8, 's5-n1': 281.3, 's5-n2': 281.3, 's6-n1': 250.0, 's6-n2': 250.0},
-        id='batchnodeorderfn_3_score_non_empty_nodes_for_single_task_with_no_network_topology_and_cust',  # TestBatchNodeOrderFn case 3: score non-empty nodes for single task with no network topology and customized plugin arguments
+        None,
+        {
+            "s3-n1": 0.0,
+            "s3-n2": 0.0,
+            "s4-n1": 468.8,
+            "s4-n2": 468.8,
+            "s5-n1": 281.3,
+            "s5-n2": 281.3,
+            "s6-n1": 250.0,
+            "s6-n2": 250.0,
+        },
+        id="batchnodeorderfn_3_score_non_empty_nodes_for_single_task_with_no_network_topology_and_cust",  # TestBatchNodeOrderFn case 3: score non-empty nodes for single task with no network topology and customized plugin arguments
     ),
 ]
 
 
 @pytest.mark.parametrize(("entry", "cluster", "score_nodes", "expected"), SCORE_CASES)
-def test_volcano_network_topology_node_scores(entry: dict, cluster: str, score_nodes: list[str] | None,
-                                              expected: dict[str, float]) -> None:
+def test_volcano_network_topology_node_scores(
+    entry: dict, cluster: str, score_nodes: list[str] | None, expected: dict[str, float]
+) -> None:
     switches = {k: v for k, v in entry.items() if k.startswith("enable")}
     tier = [{"name": "network-topology-aware", **switches, "arguments": entry.get("arguments", {})}]
     ssn = session(parse_scenario_text(cluster).snapshot, config(None, [tier]))
-    task = next(t for job in ssn.jobs.values() for t in job.tasks.values() if t.status == TaskStatus.PENDING)
+    task = next(
+        t for job in ssn.jobs.values() for t in job.tasks.values() if t.status == TaskStatus.PENDING
+    )
     names = score_nodes or list(ssn.nodes.names)
     rows = np.array([ssn.nodes.index[name] for name in names])
     scores = dict(zip(names, ssn.evaluator.scores(task, rows), strict=True))

@@ -7,8 +7,16 @@ from __future__ import annotations
 import pytest
 from core_helpers import simulate_yaml
 
-WEIGHTS = ("leastrequested", "mostrequested", "balancedresource", "nodeaffinity", "tainttoleration", "podaffinity",
-           "podtopologyspread", "imagelocality")
+WEIGHTS = (
+    "leastrequested",
+    "mostrequested",
+    "balancedresource",
+    "nodeaffinity",
+    "tainttoleration",
+    "podaffinity",
+    "podtopologyspread",
+    "imagelocality",
+)
 
 
 def run(weights: dict[str, int], cluster: str) -> dict:
@@ -48,7 +56,9 @@ def test_least_and_most_requested(weights: dict[str, int], node: str) -> None:
 
 def test_balanced_allocation_prefers_balanced_node() -> None:
     """TestNodeOrderPlugin "balanced allocation prefers balanced node"."""
-    out = run({"balancedresource": 10}, """
+    out = run(
+        {"balancedresource": 10},
+        """
         nodes:
         - {name: n1, allocatable: {cpu: "2", memory: 2Gi, pods: 10}}
         - {name: n2, allocatable: {cpu: "4", memory: 2Gi, pods: 10}}
@@ -56,7 +66,8 @@ def test_balanced_allocation_prefers_balanced_node() -> None:
         jobs:
         - {name: pg1, namespace: c1, queue: c1, minMember: 1, phase: Inqueue,
            tasks: [{name: p1, request: {cpu: "1", memory: 1Gi}}]}
-    """)
+    """,
+    )
     assert out["binds"] == {"c1/p1": "n1"}
 
 
@@ -65,7 +76,9 @@ def test_node_affinity_prefers_labeled_node() -> None:
     is not a tie-break; the reverse labelling is checked too)."""
     for zone1_node in ("n1", "n2"):
         other = "n2" if zone1_node == "n1" else "n1"
-        out = run({"nodeaffinity": 10}, f"""
+        out = run(
+            {"nodeaffinity": 10},
+            f"""
             nodes:
             - {{name: {zone1_node}, allocatable: {{cpu: "2", memory: 4Gi, pods: 10}}, labels: {{zone: zone1}}}}
             - {{name: {other}, allocatable: {{cpu: "2", memory: 4Gi, pods: 10}}, labels: {{zone: zone2}}}}
@@ -84,14 +97,17 @@ def test_node_affinity_prefers_labeled_node() -> None:
                     preferredDuringSchedulingIgnoredDuringExecution:
                     - weight: 100
                       preference: {{matchExpressions: [{{key: zone, operator: In, values: [zone1]}}]}}
-        """)
+        """,
+        )
         assert out["binds"] == {"c1/p1": zone1_node}
 
 
 def test_taint_toleration_prefers_node_without_prefer_no_schedule_taint() -> None:
     """TestNodeOrderPlugin "taint toleration prefers non-tainted node" (the tainted node is named
     first so that a tie would pick it)."""
-    out = run({"tainttoleration": 10}, """
+    out = run(
+        {"tainttoleration": 10},
+        """
         nodes:
         - {name: n0, allocatable: {cpu: "2", memory: 4Gi, pods: 10},
            taints: [{key: key1, value: value1, effect: PreferNoSchedule}]}
@@ -100,7 +116,8 @@ def test_taint_toleration_prefers_node_without_prefer_no_schedule_taint() -> Non
         jobs:
         - {name: pg1, namespace: c1, queue: c1, minMember: 1, phase: Inqueue,
            tasks: [{name: p1, request: {cpu: "1", memory: 1G}}]}
-    """)
+    """,
+    )
     assert out["binds"] == {"c1/p1": "n1"}
 
 
@@ -108,7 +125,9 @@ def test_inter_pod_affinity_prefers_node_with_matching_pod() -> None:
     """TestNodeOrderPlugin "inter-pod affinity prefers node with matching pod": a running pod with
     service=s1 on n2 attracts p2; a noise pod (service=s2) on n3 does not (the winner is not the
     first node by name, so this is not a tie-break)."""
-    out = run({"podaffinity": 10}, """
+    out = run(
+        {"podaffinity": 10},
+        """
         nodes:
         - {name: n1, allocatable: {cpu: "2", memory: 4Gi, pods: 10}, labels: {kubernetes.io/hostname: n1}}
         - {name: n2, allocatable: {cpu: "2", memory: 4Gi, pods: 10}, labels: {kubernetes.io/hostname: n2}}
@@ -132,7 +151,8 @@ def test_inter_pod_affinity_prefers_node_with_matching_pod() -> None:
                   podAffinityTerm:
                     labelSelector: {matchLabels: {service: s1}}
                     topologyKey: kubernetes.io/hostname
-    """)
+    """,
+    )
     assert out["binds"] == {"c1/p2": "n2"}
 
 

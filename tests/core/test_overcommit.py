@@ -16,7 +16,9 @@ NORMAL = res("2000m", "2G")
 
 
 def _config(factor: float) -> dict:
-    return config(None, [[plugin("overcommit", "enableJobEnqueued", arguments={"overcommit-factor": factor})]])
+    return config(
+        None, [[plugin("overcommit", "enableJobEnqueued", arguments={"overcommit-factor": factor})]]
+    )
 
 
 @pytest.mark.parametrize(
@@ -28,11 +30,14 @@ def _config(factor: float) -> dict:
         ("when pg does not fill MinResources", 1.2, None, True),
     ],
 )
-def test_overcommit_enqueueable(name: str, factor: float, min_resources: dict[str, float] | None,
-                                expected: bool) -> None:
+def test_overcommit_enqueueable(
+    name: str, factor: float, min_resources: dict[str, float] | None, expected: bool
+) -> None:
     """TestOvercommitPlugin: each case calls JobEnqueued then JobEnqueueable on the (Inqueue) job;
     the cluster is 6 cpu / 20Gi, times the factor."""
-    pg = job("pg", ns="test-namespace", queue="c1", tasks=[], min_member=2, min_resources=min_resources)
+    pg = job(
+        "pg", ns="test-namespace", queue="c1", tasks=[], min_member=2, min_resources=min_resources
+    )
     ssn = session(snapshot(NODES, [pg], [queue("c1")]), _config(factor))
     for info in ssn.jobs.values():
         ssn.job_enqueued(info)
@@ -43,27 +48,42 @@ def _session_with(*jobs: JobSpec) -> Session:
     return session(snapshot([node("n1", "10", "10G")], jobs, [queue("q")]), _config(1.0))
 
 
-def _job(name: str, phase: PodGroupPhase, min_cpu: str, running: int = 0, pending: int = 0) -> JobSpec:
+def _job(
+    name: str, phase: PodGroupPhase, min_cpu: str, running: int = 0, pending: int = 0
+) -> JobSpec:
     """``running`` 1-cpu tasks Running on n1, then ``pending`` Pending ones; minResources ``min_cpu``."""
     status = [TaskStatus.RUNNING] * running + [TaskStatus.PENDING] * pending
-    return job(name, memory=None, queue="q", status=status, nodes="n1", min_member=max(running, 1),
-               min_resources=res(min_cpu), phase=phase, task_index=0)
+    return job(
+        name,
+        memory=None,
+        queue="q",
+        status=status,
+        nodes="n1",
+        min_member=max(running, 1),
+        min_resources=res(min_cpu),
+        phase=phase,
+        task_index=0,
+    )
 
 
 def test_inqueue_job_reserves_its_whole_min_resources() -> None:
     """overcommit.go counts an Inqueue job's full minResources as inqueue, even the part its
     running tasks already hold (unlike proportion): 10 cpu, 2 used by the Inqueue job's tasks, its
     5-cpu minResources reserved, so a 4-cpu job does not fit (2 + 5 + 4 > 10)."""
-    ssn = _session_with(_job("held", PodGroupPhase.INQUEUE, "5", running=2, pending=3),
-                        _job("new", PodGroupPhase.PENDING, "4", pending=4))
+    ssn = _session_with(
+        _job("held", PodGroupPhase.INQUEUE, "5", running=2, pending=3),
+        _job("new", PodGroupPhase.PENDING, "4", pending=4),
+    )
     assert not ssn.job_enqueueable(ssn.jobs["ns/new"])
 
 
 def test_running_job_reserves_only_its_uncovered_min_resources() -> None:
     """overcommit.go: a Running job holding minMember tasks reserves minResources minus what it
     has allocated: 10 cpu, 2 used, 5 - 2 = 3 reserved, so a 4-cpu job fits (2 + 3 + 4 <= 10)."""
-    ssn = _session_with(_job("run", PodGroupPhase.RUNNING, "5", running=2, pending=3),
-                        _job("new", PodGroupPhase.PENDING, "4", pending=4))
+    ssn = _session_with(
+        _job("run", PodGroupPhase.RUNNING, "5", running=2, pending=3),
+        _job("new", PodGroupPhase.PENDING, "4", pending=4),
+    )
     assert ssn.job_enqueueable(ssn.jobs["ns/new"])
 
 
@@ -72,9 +92,11 @@ def test_enqueue_admits_jobs_until_the_inflated_cluster_is_full() -> None:
     four 1-cpu jobs the first three are admitted."""
     jobs = "\n".join(
         f"- {{name: j{i}, namespace: ns, queue: q, minMember: 1, minResources: {{cpu: '1'}}, "
-        f"tasks: [{{name: t{i}, request: {{cpu: '1'}}}}]}}" for i in range(4)
+        f"tasks: [{{name: t{i}, request: {{cpu: '1'}}}}]}}"
+        for i in range(4)
     )
-    out = simulate_yaml("""
+    out = simulate_yaml(
+        """
         config:
           actions: [enqueue]
           tiers:
@@ -82,5 +104,12 @@ def test_enqueue_admits_jobs_until_the_inflated_cluster_is_full() -> None:
         nodes: [{name: n1, allocatable: {cpu: "2", memory: 4Gi, pods: 10}}]
         queues: [{name: q}]
         jobs:
-    """, jobs + "\n")
-    assert [out["jobs"][f"ns/j{i}"]["phase"] for i in range(4)] == ["Inqueue", "Inqueue", "Inqueue", "Pending"]
+    """,
+        jobs + "\n",
+    )
+    assert [out["jobs"][f"ns/j{i}"]["phase"] for i in range(4)] == [
+        "Inqueue",
+        "Inqueue",
+        "Inqueue",
+        "Pending",
+    ]

@@ -29,26 +29,49 @@ from server.config import ConfigError, load_config
 from server.model import PodGroupPhase, TaskStatus
 
 # Volcano TestPreempt's tier: every switch it does not set is off.
-TIERS = [[
-    plugin("conformance", "enablePreemptable"),
-    plugin("gang", "enablePreemptable", "enableJobPipelined", "enableJobStarving"),
-    plugin("priority", "enableTaskOrder", "enableJobOrder", "enablePreemptable", "enableJobPipelined", "enableJobStarving"),
-    plugin("proportion", "enabledOverused", "enabledAllocatable", "enableQueueOrder"),
-]]
+TIERS = [
+    [
+        plugin("conformance", "enablePreemptable"),
+        plugin("gang", "enablePreemptable", "enableJobPipelined", "enableJobStarving"),
+        plugin(
+            "priority",
+            "enableTaskOrder",
+            "enableJobOrder",
+            "enablePreemptable",
+            "enableJobPipelined",
+            "enableJobStarving",
+        ),
+        plugin("proportion", "enabledOverused", "enabledAllocatable", "enableQueueOrder"),
+    ]
+]
 # TestTopologyAwarePreempt adds the predicates plugin (pod count, pod anti-affinity).
-TOPOLOGY_TIERS = [[
-    *TIERS[0][:3],
-    plugin("proportion", "enabledOverused", "enabledAllocatable", "enableQueueOrder", "enablePredicate"),
-    plugin("predicates", "enablePreemptable", "enablePredicate"),
-]]
+TOPOLOGY_TIERS = [
+    [
+        *TIERS[0][:3],
+        plugin(
+            "proportion",
+            "enabledOverused",
+            "enabledAllocatable",
+            "enableQueueOrder",
+            "enablePredicate",
+        ),
+        plugin("predicates", "enablePreemptable", "enablePredicate"),
+    ]
+]
 
 # Muster reads minMember 0 as "every task" (the model's convention), where Volcano's gang reads it
 # as 0 and so lets every task of such a victim job go. Cases whose Volcano victim jobs have
 # minMember 0 therefore run with gang's preemptable off, which gives the same victims.
 
+
 def _without_gang_victims(tiers):  # noqa: ANN001, ANN202
-    return [[plugin("gang", "enableJobPipelined", "enableJobStarving") if p["name"] == "gang" else p for p in t]
-            for t in tiers]
+    return [
+        [
+            plugin("gang", "enableJobPipelined", "enableJobStarving") if p["name"] == "gang" else p
+            for p in t
+        ]
+        for t in tiers
+    ]
 
 
 def preempt(nodes, queues, jobs, *, topology_aware: bool = False, tiers=None, **arguments):  # noqa: ANN001, ANN003, ANN202
@@ -56,8 +79,13 @@ def preempt(nodes, queues, jobs, *, topology_aware: bool = False, tiers=None, **
     if any(j["minMember"] == 0 for j in jobs):
         tiers = _without_gang_victims(tiers)
     preempt_arguments = {"preempt": {"enableTopologyAwarePreemption": topology_aware, **arguments}}
-    return simulate(config(["preempt"], tiers, action_arguments=preempt_arguments), nodes, queues, jobs,
-                    priority_classes=PRIORITY_CLASSES)
+    return simulate(
+        config(["preempt"], tiers, action_arguments=preempt_arguments),
+        nodes,
+        queues,
+        jobs,
+        priority_classes=PRIORITY_CLASSES,
+    )
 
 
 MODES = pytest.mark.parametrize("topology_aware", [False, True], ids=["normal", "topology-aware"])
@@ -69,7 +97,18 @@ def test_no_preemption_when_idle_resources_suffice(topology_aware: bool) -> None
     out = preempt(
         [scenario_node("n1", res("10", "10G"))],
         [scenario_queue("q1")],
-        [pg("pg1", "q1", 3, [pod("preemptee1", res("1", "1G"), "n1"), pod("preemptee2", res("1", "1G"), "n1"), pod("preemptor1", res("1", "1G"))])],
+        [
+            pg(
+                "pg1",
+                "q1",
+                3,
+                [
+                    pod("preemptee1", res("1", "1G"), "n1"),
+                    pod("preemptee2", res("1", "1G"), "n1"),
+                    pod("preemptor1", res("1", "1G")),
+                ],
+            )
+        ],
         topology_aware=topology_aware,
     )
     assert evicted(out) == set()
@@ -85,8 +124,18 @@ def test_no_preemption_when_job_is_pipelined(topology_aware: bool) -> None:
         [scenario_node("n1", res("3", "3G"))],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1", res("1", "1G"), "n1"), pod("preemptee2", res("1", "1G"), "n1")]),
-            pg("pg2", "q1", 1, [pod("preemptee3", res("1", "1G"), "n1"), pod("preemptor2", res("1", "1G"))]),
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [pod("preemptee1", res("1", "1G"), "n1"), pod("preemptee2", res("1", "1G"), "n1")],
+            ),
+            pg(
+                "pg2",
+                "q1",
+                1,
+                [pod("preemptee3", res("1", "1G"), "n1"), pod("preemptor2", res("1", "1G"))],
+            ),
         ],
         topology_aware=topology_aware,
     )
@@ -102,9 +151,23 @@ def test_preempts_one_task_of_another_job(topology_aware: bool) -> None:
         [scenario_node("n1", res("2", "2G"))],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1", res("1", "1G"), "n1"), pod("preemptee2", res("1", "1G"), "n1", preemptable=False)],
-               priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", res("1", "1G")), pod("preemptor2", res("1", "1G"))], priority_class="high-priority"),
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [
+                    pod("preemptee1", res("1", "1G"), "n1"),
+                    pod("preemptee2", res("1", "1G"), "n1", preemptable=False),
+                ],
+                priority_class="low-priority",
+            ),
+            pg(
+                "pg2",
+                "q1",
+                1,
+                [pod("preemptor1", res("1", "1G")), pod("preemptor2", res("1", "1G"))],
+                priority_class="high-priority",
+            ),
         ],
         topology_aware=topology_aware,
     )
@@ -121,11 +184,17 @@ def test_preempts_just_enough_for_a_large_task(topology_aware: bool) -> None:
         [scenario_node("n1", res("6", "6G"))],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", 1, [
-                pod("preemptee1", res("1", "1G"), "n1"),
-                pod("preemptee2", res("1", "1G"), "n1"),
-                pod("preemptee3", res("1", "1G"), "n1", preemptable=False),
-            ], priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [
+                    pod("preemptee1", res("1", "1G"), "n1"),
+                    pod("preemptee2", res("1", "1G"), "n1"),
+                    pod("preemptee3", res("1", "1G"), "n1", preemptable=False),
+                ],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q1", 1, [pod("preemptor1", res("5", "5G"))], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
@@ -142,7 +211,13 @@ def test_preempts_low_priority_job_when_queue_capability_is_reached(topology_awa
         [scenario_node("n1", res("12", "12G"))],
         [scenario_queue("q1", capability={"cpu": "4", "memory": "4G"})],
         [
-            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", res("3", "3G"), "n1")], priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("preemptee1", res("3", "3G"), "n1")],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
@@ -157,7 +232,13 @@ def test_no_preemption_when_queue_and_node_have_room(topology_aware: bool) -> No
         [scenario_node("n1", res("12", "12G"))],
         [scenario_queue("q1", capability={"cpu": "6", "memory": "6G"})],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1", res("3", "3G"), "n1")], priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [pod("preemptee1", res("3", "3G"), "n1")],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
@@ -173,11 +254,17 @@ def test_skips_unpreemptable_and_higher_priority_pods(topology_aware: bool) -> N
         [scenario_node("n1", res("12", "12G"))],
         [scenario_queue("q1", capability={"cpu": "3", "memory": "3G"})],
         [
-            pg("pg1", "q1", 1, [
-                pod("preemptee1", res("1", "1G"), "n1", preemptable=False),
-                pod("preemptee2", res("1", "1G"), "n1"),
-                pod("preemptee3", res("1", "1G"), "n1", priority=100000),
-            ], priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [
+                    pod("preemptee1", res("1", "1G"), "n1", preemptable=False),
+                    pod("preemptee2", res("1", "1G"), "n1"),
+                    pod("preemptee3", res("1", "1G"), "n1", priority=100000),
+                ],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q1", 1, [pod("preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
         topology_aware=topology_aware,
@@ -193,7 +280,13 @@ def test_besteffort_victim_frees_the_pod_slot() -> None:
         [scenario_node("n1", res("12", "12G"), pods=1)],
         [scenario_queue("q1", capability={"cpu": "6", "memory": "6G"})],
         [
-            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", None, "n1")], priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("preemptee1", None, "n1")],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
         ],
         topology_aware=True,
@@ -209,7 +302,13 @@ def test_besteffort_preemptor_evicts_besteffort_pod(topology_aware: bool) -> Non
         [scenario_node("n1", res("12", "12G"), pods=1)],
         [scenario_queue("q1", capability={"cpu": "6", "memory": "6G"})],
         [
-            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", None, "n1")], priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("preemptee1", None, "n1")],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q1", 1, [pod("preemptor1", None)], priority_class="high-priority"),
         ],
         topology_aware=True,
@@ -223,7 +322,13 @@ def test_besteffort_preemptor_never_evicts_a_resource_pod() -> None:
         [scenario_node("n1", res("12", "12G"), pods=1)],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("preemptee1", res("1", "1G"), "n1")],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q1", 1, [pod("preemptor1", None)], priority_class="high-priority"),
         ],
         topology_aware=True,
@@ -238,8 +343,20 @@ def test_preemption_policy_never_does_not_preempt(topology_aware: bool) -> None:
         [scenario_node("n1", res("1", "1Gi"), pods=1)],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor1", res("1", "1G"), preemptionPolicy="Never")], priority_class="high-priority"),
+            pg(
+                "pg1",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("preemptee1", res("1", "1G"), "n1")],
+                priority_class="low-priority",
+            ),
+            pg(
+                "pg2",
+                "q1",
+                1,
+                [pod("preemptor1", res("1", "1G"), preemptionPolicy="Never")],
+                priority_class="high-priority",
+            ),
         ],
         topology_aware=topology_aware,
     )
@@ -255,8 +372,13 @@ def test_rolls_back_evictions_when_queue_capability_still_exceeded() -> None:
         [scenario_node("n1", res("10", "10G"))],
         [scenario_queue("q1", capability={"cpu": "3", "memory": "3G"})],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1", res("1", "1G"), "n1"), pod("preemptee2", res("1", "1G"), "n1")],
-               priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [pod("preemptee1", res("1", "1G"), "n1"), pod("preemptee2", res("1", "1G"), "n1")],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q1", 1, [pod("preemptor1", res("4", "4G"))], priority_class="high-priority"),
         ],
     )
@@ -272,9 +394,21 @@ def test_only_the_winning_nodes_evictions_are_committed() -> None:
         [scenario_node("n1", res("3", "3G")), scenario_node("n2", res("4", "4G"))],
         [scenario_queue("q1", capability={"cpu": "6", "memory": "6G"})],
         [
-            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("preemptee1", res("1", "1G"), "n1")],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
-            pg("pg3", "q1", NO_GANG_MINIMUM, [pod("preemptee2", res("4", "4G"), "n2")], priority_class="low-priority"),
+            pg(
+                "pg3",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("preemptee2", res("4", "4G"), "n2")],
+                priority_class="low-priority",
+            ),
         ],
     )
     assert evicted(out) == {uid("preemptee2")}
@@ -289,8 +423,20 @@ def test_preemptors_of_every_queue_are_served() -> None:
         [scenario_queue("q1"), scenario_queue("q2", capability={"cpu": "4", "memory": "4G"})],
         [
             pg("pg1", "q1", 1, [pod("q1-runner1", res("1", "1G"), "n1")]),
-            pg("pg2", "q2", NO_GANG_MINIMUM, [pod("q2-preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
-            pg("pg3", "q2", 1, [pod("q2-preemptor1", res("1", "1G"))], priority_class="high-priority"),
+            pg(
+                "pg2",
+                "q2",
+                NO_GANG_MINIMUM,
+                [pod("q2-preemptee1", res("1", "1G"), "n1")],
+                priority_class="low-priority",
+            ),
+            pg(
+                "pg3",
+                "q2",
+                1,
+                [pod("q2-preemptor1", res("1", "1G"))],
+                priority_class="high-priority",
+            ),
         ],
     )
     assert evicted(out) == {uid("q2-preemptee1")}
@@ -302,8 +448,16 @@ def test_never_preempts_across_queues() -> None:
         [scenario_node("n1", res("2", "2G"))],
         [scenario_queue("q1"), scenario_queue("q2")],
         [
-            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("other-queue-1", res("1", "1G"), "n1"), pod("other-queue-2", res("1", "1G"), "n1")],
-               priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                NO_GANG_MINIMUM,
+                [
+                    pod("other-queue-1", res("1", "1G"), "n1"),
+                    pod("other-queue-2", res("1", "1G"), "n1"),
+                ],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q2", 1, [pod("preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
@@ -318,8 +472,20 @@ def test_gang_keeps_victim_job_at_min_available() -> None:
         [scenario_node("n1", res("3", "3G"))],
         [scenario_queue("q1")],
         [
-            pg("low", "q1", 2, [pod(f"low-{i}", res("1", "1G"), "n1") for i in range(3)], priority_class="low-priority"),
-            pg("high", "q1", 2, [pod("high-0", res("1", "1G")), pod("high-1", res("1", "1G"))], priority_class="high-priority"),
+            pg(
+                "low",
+                "q1",
+                2,
+                [pod(f"low-{i}", res("1", "1G"), "n1") for i in range(3)],
+                priority_class="low-priority",
+            ),
+            pg(
+                "high",
+                "q1",
+                2,
+                [pod("high-0", res("1", "1G")), pod("high-1", res("1", "1G"))],
+                priority_class="high-priority",
+            ),
         ],
     )
     assert evicted(out) == set()
@@ -333,9 +499,20 @@ def test_gang_preemptor_commits_when_whole_gang_is_pipelined() -> None:
         [scenario_node("n1", res("2", "2G")), scenario_node("n2", res("2", "2G"))],
         [scenario_queue("q1")],
         [
-            pg("low", "q1", 1, [pod(f"low-{i}", res("1", "1G"), f"n{1 + i // 2}") for i in range(4)],
-               priority_class="low-priority"),
-            pg("high", "q1", 3, [pod(f"high-{i}", res("1", "1G")) for i in range(3)], priority_class="high-priority"),
+            pg(
+                "low",
+                "q1",
+                1,
+                [pod(f"low-{i}", res("1", "1G"), f"n{1 + i // 2}") for i in range(4)],
+                priority_class="low-priority",
+            ),
+            pg(
+                "high",
+                "q1",
+                3,
+                [pod(f"high-{i}", res("1", "1G")) for i in range(3)],
+                priority_class="high-priority",
+            ),
         ],
     )
     assert len(evicted(out)) == 3
@@ -349,7 +526,13 @@ def test_equal_priority_jobs_do_not_preempt_each_other() -> None:
         [scenario_node("n1", res("1", "1G"))],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("running", res("1", "1G"), "n1")], priority_class="high-priority"),
+            pg(
+                "pg1",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("running", res("1", "1G"), "n1")],
+                priority_class="high-priority",
+            ),
             pg("pg2", "q1", 1, [pod("waiting", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
@@ -362,14 +545,29 @@ def test_within_job_higher_priority_task_evicts_lower_one() -> None:
     out = preempt(
         [scenario_node("n1", res("2", "2G"))],
         [scenario_queue("q1")],
-        [pg("pg1", "q1", 1, [
-            pod("worker-0", res("1", "1G"), "n1", priority=1),
-            pod("worker-1", res("1", "1G"), "n1", priority=1),
-            pod("master", res("2", "2G"), priority=100),
-        ])],
-        tiers=[[
-            plugin("priority", "enableTaskOrder", "enableJobOrder", "enablePreemptable", "enableJobStarving"),
-        ]],
+        [
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [
+                    pod("worker-0", res("1", "1G"), "n1", priority=1),
+                    pod("worker-1", res("1", "1G"), "n1", priority=1),
+                    pod("master", res("2", "2G"), priority=100),
+                ],
+            )
+        ],
+        tiers=[
+            [
+                plugin(
+                    "priority",
+                    "enableTaskOrder",
+                    "enableJobOrder",
+                    "enablePreemptable",
+                    "enableJobStarving",
+                ),
+            ]
+        ],
     )
     assert evicted(out) == {uid("worker-0"), uid("worker-1")}
     assert out["pipelined"] == {uid("master"): "n1"}
@@ -381,7 +579,10 @@ def test_pod_anti_affinity_conflict_is_resolved_by_eviction() -> None:
     anti = {
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"test": "test"}}, "topologyKey": "kubernetes.io/hostname"}
+                {
+                    "labelSelector": {"matchLabels": {"test": "test"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
             ]
         }
     }
@@ -389,11 +590,27 @@ def test_pod_anti_affinity_conflict_is_resolved_by_eviction() -> None:
         [scenario_node("n1", res("2", "2Gi"), pods=2, labels={"kubernetes.io/hostname": "n1"})],
         [scenario_queue("q1", capability={"cpu": "2", "memory": "2G"})],
         [
-            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("preemptee2", res("1", "1G"), "n1", labels={"test": "test"}, affinity=anti)],
-               priority_class="low-priority"),
-            pg("pg2", "q1", NO_GANG_MINIMUM, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
-            pg("pg3", "q1", 1, [pod("preemptor1", res("1", "1G"), labels={"test": "test"}, affinity=anti)],
-               priority_class="high-priority"),
+            pg(
+                "pg1",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("preemptee2", res("1", "1G"), "n1", labels={"test": "test"}, affinity=anti)],
+                priority_class="low-priority",
+            ),
+            pg(
+                "pg2",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("preemptee1", res("1", "1G"), "n1")],
+                priority_class="low-priority",
+            ),
+            pg(
+                "pg3",
+                "q1",
+                1,
+                [pod("preemptor1", res("1", "1G"), labels={"test": "test"}, affinity=anti)],
+                priority_class="high-priority",
+            ),
         ],
         topology_aware=True,
     )
@@ -401,7 +618,9 @@ def test_pod_anti_affinity_conflict_is_resolved_by_eviction() -> None:
 
 
 @pytest.mark.parametrize("candidates, chosen", [(1, "n1"), (2, "n2")])
-def test_topology_aware_prefers_node_with_lowest_priority_victims(candidates: int, chosen: str) -> None:
+def test_topology_aware_prefers_node_with_lowest_priority_victims(
+    candidates: int, chosen: str
+) -> None:
     """kube-scheduler's candidate choice: the dry run stops after minCandidateNodesAbsolute
     candidates (10% of 2 nodes rounds down, so 1 by default: the first node); with 2 candidates
     the node whose highest-priority victim is lowest wins."""
@@ -409,8 +628,20 @@ def test_topology_aware_prefers_node_with_lowest_priority_victims(candidates: in
         [scenario_node("n1", res("1", "1G")), scenario_node("n2", res("1", "1G"))],
         [scenario_queue("q1")],
         [
-            pg("mid", "q1", NO_GANG_MINIMUM, [pod("on-n1", res("1", "1G"), "n1", priority=50)], priority_class="low-priority"),
-            pg("low", "q1", NO_GANG_MINIMUM, [pod("on-n2", res("1", "1G"), "n2", priority=5)], priority_class="low-priority"),
+            pg(
+                "mid",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("on-n1", res("1", "1G"), "n1", priority=50)],
+                priority_class="low-priority",
+            ),
+            pg(
+                "low",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("on-n2", res("1", "1G"), "n2", priority=5)],
+                priority_class="low-priority",
+            ),
             pg("high", "q1", 1, [pod("preemptor", res("1", "1G"))], priority_class="high-priority"),
         ],
         topology_aware=True,
@@ -426,9 +657,21 @@ def test_network_topology_jobs_do_not_preempt() -> None:
         [scenario_node("n1", res("1", "1G"))],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("victim", res("1", "1G"), "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor", res("1", "1G"))], priority_class="high-priority",
-               networkTopology={"mode": "hard", "highestTierAllowed": 1}),
+            pg(
+                "pg1",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("victim", res("1", "1G"), "n1")],
+                priority_class="low-priority",
+            ),
+            pg(
+                "pg2",
+                "q1",
+                1,
+                [pod("preemptor", res("1", "1G"))],
+                priority_class="high-priority",
+                networkTopology={"mode": "hard", "highestTierAllowed": 1},
+            ),
         ],
     )
     assert evicted(out) == set()
@@ -440,30 +683,58 @@ def test_pending_phase_jobs_do_not_preempt() -> None:
         [scenario_node("n1", res("1", "1G"))],
         [scenario_queue("q1")],
         [
-            pg("pg1", "q1", NO_GANG_MINIMUM, [pod("victim", res("1", "1G"), "n1")], priority_class="low-priority"),
-            pg("pg2", "q1", 1, [pod("preemptor", res("1", "1G"))], priority_class="high-priority", phase="Pending"),
+            pg(
+                "pg1",
+                "q1",
+                NO_GANG_MINIMUM,
+                [pod("victim", res("1", "1G"), "n1")],
+                priority_class="low-priority",
+            ),
+            pg(
+                "pg2",
+                "q1",
+                1,
+                [pod("preemptor", res("1", "1G"))],
+                priority_class="high-priority",
+                phase="Pending",
+            ),
         ],
     )
     assert evicted(out) == set()
 
 
 def test_preempt_arguments_are_validated() -> None:
-    load_config('actions: "allocate, preempt"\nconfigurations:\n- name: preempt\n  arguments: {enableTopologyAwarePreemption: true, minCandidateNodesPercentage: 20}\n')
+    load_config(
+        'actions: "allocate, preempt"\nconfigurations:\n- name: preempt\n  arguments: {enableTopologyAwarePreemption: true, minCandidateNodesPercentage: 20}\n'
+    )
     with pytest.raises(ConfigError, match="enableTopologyAwarePreemptio"):
-        load_config('actions: "preempt"\nconfigurations:\n- name: preempt\n  arguments: {enableTopologyAwarePreemptio: true}\n')
+        load_config(
+            'actions: "preempt"\nconfigurations:\n- name: preempt\n  arguments: {enableTopologyAwarePreemptio: true}\n'
+        )
 
 
 def test_default_tiers_preempt_after_allocate() -> None:
     """Volcano's usual order with its default tiers (all switches on): allocate places what fits,
     preempt evicts for the starving high-priority gang; the victim is reported with its reason."""
-    low = job("low", 2, queue="q1", status=TaskStatus.RUNNING, nodes="n1", min_member=1, priority=1,
-              phase=PodGroupPhase.RUNNING)
+    low = job(
+        "low",
+        2,
+        queue="q1",
+        status=TaskStatus.RUNNING,
+        nodes="n1",
+        min_member=1,
+        priority=1,
+        phase=PodGroupPhase.RUNNING,
+    )
     high = job("high", queue="q1", min_member=1, priority=100, index=1, task_index=0)
     snap = snapshot([node("n1", "2", "4Gi", pods="10")], [low, high], [queue("q1")])
-    result = cycle(snap, (
-        'actions: "enqueue, allocate, preempt, backfill"\ntiers:\n- plugins:\n  - name: priority\n  - name: gang\n'
-        '  - name: conformance\n- plugins:\n  - name: drf\n  - name: predicates\n  - name: proportion\n  - name: nodeorder\n'
-    ))
+    result = cycle(
+        snap,
+        (
+            'actions: "enqueue, allocate, preempt, backfill"\ntiers:\n- plugins:\n  - name: priority\n  - name: gang\n'
+            "  - name: conformance\n- plugins:\n  - name: drf\n  - name: predicates\n  - name: proportion\n  - name: nodeorder\n"
+        ),
+    )
     # The gang keeps one of low's two tasks (which one follows the node's task order, a Go map
     # order in Volcano).
     assert len(result.evictions) == 1

@@ -20,24 +20,48 @@ from server.model import JobSpec, PodGroupPhase, TaskStatus
 from server.session.session import Session
 
 
-def _job(name: str, priority: int, tasks: list[tuple[str, int, TaskStatus]], index: int = 0) -> JobSpec:
+def _job(
+    name: str, priority: int, tasks: list[tuple[str, int, TaskStatus]], index: int = 0
+) -> JobSpec:
     """A Running job of the (name, task priority, status) 1-cpu tasks, on n1 unless Pending."""
-    specs = [task(t, name, res("1"), None if s == TaskStatus.PENDING else "n1", status=s, priority=p)
-             for t, p, s in tasks]
-    return job(name, queue="q1", tasks=specs, priority=priority, min_member=1, phase=PodGroupPhase.RUNNING,
-               index=index)
+    specs = [
+        task(t, name, res("1"), None if s == TaskStatus.PENDING else "n1", status=s, priority=p)
+        for t, p, s in tasks
+    ]
+    return job(
+        name,
+        queue="q1",
+        tasks=specs,
+        priority=priority,
+        min_member=1,
+        phase=PodGroupPhase.RUNNING,
+        index=index,
+    )
 
 
 def _session(*jobs: JobSpec, preemptable: bool = True) -> Session:
-    tier = [plugin("priority", "enableTaskOrder", "enableJobOrder", "enableJobStarving",
-                   enablePreemptable=preemptable, enableReclaimable=preemptable)]
+    tier = [
+        plugin(
+            "priority",
+            "enableTaskOrder",
+            "enableJobOrder",
+            "enableJobStarving",
+            enablePreemptable=preemptable,
+            enableReclaimable=preemptable,
+        )
+    ]
     return session(snapshot([node("n1", "8", "8G")], jobs, [queue("q1")]), config(None, [tier]))
 
 
 def test_higher_priority_job_and_task_order_first() -> None:
     """priority job_order / task_order: higher priority first, whatever the submission order."""
     ssn = _session(
-        _job("low", 100, [("low-a", 1, TaskStatus.PENDING), ("low-b", 5, TaskStatus.PENDING)], index=0),
+        _job(
+            "low",
+            100,
+            [("low-a", 1, TaskStatus.PENDING), ("low-b", 5, TaskStatus.PENDING)],
+            index=0,
+        ),
         _job("high", 1000, [("high-a", 1, TaskStatus.PENDING)], index=1),
     )
     assert ssn.job_order_fn(ssn.jobs["ns/high"], ssn.jobs["ns/low"])
@@ -45,14 +69,23 @@ def test_higher_priority_job_and_task_order_first() -> None:
     assert ssn.task_order_fn(ssn.tasks["ns/low-b"], ssn.tasks["ns/low-a"])
 
 
-def test_preemptable_victims_are_lower_priority_jobs_or_lower_priority_tasks_of_the_same_job() -> None:
+def test_preemptable_victims_are_lower_priority_jobs_or_lower_priority_tasks_of_the_same_job() -> (
+    None
+):
     """priority preemptableFn: another job's task is a victim only if that job's priority is lower
     (equal is not enough); within the preemptor's own job, a task of lower task priority."""
     ssn = _session(
         _job("low", 100, [("low-0", 1, TaskStatus.RUNNING)]),
         _job("peer", 1000, [("peer-0", 1, TaskStatus.RUNNING)]),
-        _job("high", 1000, [("high-run", 1, TaskStatus.RUNNING), ("high-run-top", 9, TaskStatus.RUNNING),
-                            ("high-new", 5, TaskStatus.PENDING)]),
+        _job(
+            "high",
+            1000,
+            [
+                ("high-run", 1, TaskStatus.RUNNING),
+                ("high-run-top", 9, TaskStatus.RUNNING),
+                ("high-new", 5, TaskStatus.PENDING),
+            ],
+        ),
     )
     candidates = [ssn.tasks[u] for u in ("ns/low-0", "ns/peer-0", "ns/high-run", "ns/high-run-top")]
     victims = ssn.preemptable(ssn.tasks["ns/high-new"], candidates)
@@ -62,8 +95,11 @@ def test_preemptable_victims_are_lower_priority_jobs_or_lower_priority_tasks_of_
 def test_disabled_preemptable_switch_contributes_no_victims() -> None:
     """priority_test.go TestPreempt "disable preempt low priority: enablePreemptable:false": with
     the switch off the plugin's preemptable function is not consulted (no plugin: no victims)."""
-    ssn = _session(_job("low", 100, [("low-0", 1, TaskStatus.RUNNING)]),
-                   _job("high", 1000, [("high-new", 1, TaskStatus.PENDING)]), preemptable=False)
+    ssn = _session(
+        _job("low", 100, [("low-0", 1, TaskStatus.RUNNING)]),
+        _job("high", 1000, [("high-new", 1, TaskStatus.PENDING)]),
+        preemptable=False,
+    )
     assert ssn.preemptable(ssn.tasks["ns/high-new"], [ssn.tasks["ns/low-0"]]) == []
 
 
@@ -125,7 +161,10 @@ def test_preempt_evicts_the_lower_priority_task_when_preemptable_is_enabled() ->
     """priority_test.go TestPreempt "enable preempt low priority: enablePreemptable:true": the
     high-priority job's task evicts preemptee1 (task priority 1, below preemptee2's 1000, so first
     in victim order) and is pipelined onto node1."""
-    out = simulate_yaml(PREEMPT_CASE.format(switch="true", cluster="""
+    out = simulate_yaml(
+        PREEMPT_CASE.format(
+            switch="true",
+            cluster="""
 nodes:
 - {name: node1, allocatable: {cpu: "6", memory: 6G, pods: 10}}
 - {name: node2, allocatable: {cpu: "2", memory: 2G, pods: 10}}
@@ -138,7 +177,9 @@ jobs:
   phase: Inqueue
   tasks:
   - {name: preemptee1, request: {cpu: "3", memory: 3G}, status: Running, node: node1, priority: 1}
-  - {name: preemptee2, request: {cpu: "3", memory: 3G}, status: Running, node: node1, priority: 1000}"""))
+  - {name: preemptee2, request: {cpu: "3", memory: 3G}, status: Running, node: node1, priority: 1000}""",
+        )
+    )
     assert out["evictions"] == ["ns1/preemptee1"]
     assert out["pipelined"] == {"ns2/preemptor1": "node1"}
     assert out["binds"] == {}
@@ -146,7 +187,10 @@ jobs:
 
 def test_preempt_evicts_nothing_when_preemptable_is_disabled() -> None:
     """priority_test.go TestPreempt "disable preempt low priority: enablePreemptable:false"."""
-    out = simulate_yaml(PREEMPT_CASE.format(switch="false", cluster="""
+    out = simulate_yaml(
+        PREEMPT_CASE.format(
+            switch="false",
+            cluster="""
 nodes:
 - {name: node1, allocatable: {cpu: "3", memory: 3G, pods: 10}}
 - {name: node2, allocatable: {cpu: "3", memory: 3G, pods: 10}}
@@ -160,6 +204,8 @@ jobs:
   tasks:
   - {name: preemptee1, request: {cpu: "3", memory: 3G}, status: Running, node: node1, priority: 1}
   - {name: preemptee2, request: {cpu: "3", memory: 3G}, status: Running, node: node2, priority: 1,
-     preemptable: false}"""))
+     preemptable: false}""",
+        )
+    )
     assert out["evictions"] == []
     assert out["pipelined"] == {}

@@ -174,57 +174,113 @@ VOLCANO_CONFIGS: dict[str, dict[str, Any]] = {
         "actions": "enqueue, allocate, preempt, reclaim, backfill",
         "tiers": [
             {"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
-            {"plugins": [{"name": "drf"}, {"name": "predicates"}, {"name": "proportion"}, {"name": "nodeorder"},
-                         {"name": "binpack"}]},
+            {
+                "plugins": [
+                    {"name": "drf"},
+                    {"name": "predicates"},
+                    {"name": "proportion"},
+                    {"name": "nodeorder"},
+                    {"name": "binpack"},
+                ]
+            },
         ],
     },
     "preempt-gang-decides": {
         "actions": "enqueue, allocate, preempt, reclaim, backfill",
         "tiers": [
             {"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
-            {"plugins": [{"name": n, "enablePreemptable": False, "enableReclaimable": False}
-                         for n in ("drf", "predicates", "proportion", "nodeorder", "binpack")]},
+            {
+                "plugins": [
+                    {"name": n, "enablePreemptable": False, "enableReclaimable": False}
+                    for n in ("drf", "predicates", "proportion", "nodeorder", "binpack")
+                ]
+            },
         ],
     },
     "ascend": {
         "actions": "enqueue, allocate, backfill",
         "tiers": [
             {"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
-            {"plugins": [{"name": "drf"}, {"name": "predicates"}, {"name": "proportion"}, {"name": "nodeorder"},
-                         {"name": "binpack"}, {"name": "huaweiNPU"}]},
+            {
+                "plugins": [
+                    {"name": "drf"},
+                    {"name": "predicates"},
+                    {"name": "proportion"},
+                    {"name": "nodeorder"},
+                    {"name": "binpack"},
+                    {"name": "huaweiNPU"},
+                ]
+            },
         ],
     },
     "capacity": {
         "actions": "allocate, preempt, reclaim",
         "tiers": [
             {"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
-            {"plugins": [{"name": "drf"}, {"name": "predicates"}, {"name": "capacity"}, {"name": "nodeorder"}]},
+            {
+                "plugins": [
+                    {"name": "drf"},
+                    {"name": "predicates"},
+                    {"name": "capacity"},
+                    {"name": "nodeorder"},
+                ]
+            },
         ],
     },
 }
 KAI_DEFAULT = {
     "profile": "kai",
     "actions": "allocate, consolidation, reclaim, preempt, stalegangeviction",
-    "tiers": [{"plugins": [
-        {"name": n} for n in (
-            "predicates", "proportion", "priority", "elastic", "kubeflow", "ray", "nodeavailability",
-            "gpusharingorder", "gpupack", "resourcetype", "subgrouporder", "taskorder", "nominatednode",
-            "dynamicresources",
-        )
-    ] + [{"name": "nodeplacement", "arguments": {"cpu": "binpack", "gpu": "binpack"}}] + [
-        {"name": n} for n in ("minruntime", "topology", "snapshot")
-    ]}],
-    "session": {"maxNumberConsolidationPreemptees": 16, "allowConsolidatingReclaim": True,
-                "globalDefaultStalenessGracePeriod": "60s", "useSchedulingSignatures": True},
+    "tiers": [
+        {
+            "plugins": [
+                {"name": n}
+                for n in (
+                    "predicates",
+                    "proportion",
+                    "priority",
+                    "elastic",
+                    "kubeflow",
+                    "ray",
+                    "nodeavailability",
+                    "gpusharingorder",
+                    "gpupack",
+                    "resourcetype",
+                    "subgrouporder",
+                    "taskorder",
+                    "nominatednode",
+                    "dynamicresources",
+                )
+            ]
+            + [{"name": "nodeplacement", "arguments": {"cpu": "binpack", "gpu": "binpack"}}]
+            + [{"name": n} for n in ("minruntime", "topology", "snapshot")]
+        }
+    ],
+    "session": {
+        "maxNumberConsolidationPreemptees": 16,
+        "allowConsolidatingReclaim": True,
+        "globalDefaultStalenessGracePeriod": "60s",
+        "useSchedulingSignatures": True,
+    },
 }
 KAI_CONFIGS: dict[str, dict[str, Any]] = {
     "default": KAI_DEFAULT,  # examples/config-kai.yaml
     "spread": {
         "profile": "kai",
         "actions": "allocate, reclaim, preempt",
-        "tiers": [{"plugins": [{"name": "predicates"}, {"name": "proportion"}, {"name": "priority"},
-                               {"name": "gpusharingorder"}, {"name": "gpuspread"}, {"name": "nodeavailability"},
-                               {"name": "nodeplacement", "arguments": {"cpu": "spread", "gpu": "spread"}}]}],
+        "tiers": [
+            {
+                "plugins": [
+                    {"name": "predicates"},
+                    {"name": "proportion"},
+                    {"name": "priority"},
+                    {"name": "gpusharingorder"},
+                    {"name": "gpuspread"},
+                    {"name": "nodeavailability"},
+                    {"name": "nodeplacement", "arguments": {"cpu": "spread", "gpu": "spread"}},
+                ]
+            }
+        ],
     },
 }
 
@@ -291,7 +347,10 @@ def node_specs(draw: st.DrawFn, i: int, k: Knobs) -> tuple[dict[str, Any], Node]
         alloc[CPU] = MAX  # the bound itself
     if k.scalar and draw(st.booleans()):
         alloc[FOO] = draw(amounts(foo_unit, 4))
-    raw_alloc: dict[str, Any] = {CPU: milli(alloc[CPU]), MEMORY: as_bytes(alloc[MEMORY], draw(st.booleans()))}
+    raw_alloc: dict[str, Any] = {
+        CPU: milli(alloc[CPU]),
+        MEMORY: as_bytes(alloc[MEMORY], draw(st.booleans())),
+    }
     if FOO in alloc:
         raw_alloc[FOO] = milli(alloc[FOO])
     pods = draw(st.one_of(st.none(), st.none(), st.integers(1, 6)))
@@ -308,7 +367,12 @@ def node_specs(draw: st.DrawFn, i: int, k: Knobs) -> tuple[dict[str, Any], Node]
             raw_alloc[GPU] = gpus
             devices[GPU] = [Device(d.id, GPU, d.group) for d in default_devices(GPU, gpus)]
     made_up_gpus = GPU in raw_alloc
-    if k.devices and k.profile == "volcano" and (AMD_BESIDE_NVIDIA or not made_up_gpus) and draw(st.integers(0, 3)) == 0:
+    if (
+        k.devices
+        and k.profile == "volcano"
+        and (AMD_BESIDE_NVIDIA or not made_up_gpus)
+        and draw(st.integers(0, 3)) == 0
+    ):
         # AMD GPUs: made-up ids 0 .. N-1 too (the same ids as NVIDIA's on a node with both).
         n = draw(st.integers(1, 2))
         raw_alloc[AMD] = n
@@ -316,13 +380,17 @@ def node_specs(draw: st.DrawFn, i: int, k: Knobs) -> tuple[dict[str, Any], Node]
     if k.devices and k.profile == "volcano" and draw(st.integers(0, 2 - 2 * k.huawei)) == 0:
         if draw(st.booleans()):
             broken = draw(st.integers(-2, 7))
-            devices[NPU] = [Device(f"Ascend910-{d}", NPU, str(d // 4), d != broken) for d in range(8)]
+            devices[NPU] = [
+                Device(f"Ascend910-{d}", NPU, str(d // 4), d != broken) for d in range(8)
+            ]
         else:
             raw_alloc[NPU] = 8
             devices[NPU] = [Device(d.id, NPU, d.group) for d in default_devices(NPU, 8)]
     for name_, devs in devices.items():
         if name_ not in raw_alloc:  # listed: allocatable is their count (broken ones count as used)
-            listed += [{"id": d.id, "type": d.type, "group": d.group, "healthy": d.healthy} for d in devs]
+            listed += [
+                {"id": d.id, "type": d.type, "group": d.group, "healthy": d.healthy} for d in devs
+            ]
         alloc[name_] = sum(d.healthy for d in devs) * UNIT
     labels = {}
     taints: list[dict[str, str]] = []
@@ -336,7 +404,13 @@ def node_specs(draw: st.DrawFn, i: int, k: Knobs) -> tuple[dict[str, Any], Node]
         unschedulable = draw(st.integers(0, 5)) == 0
     if draw(st.booleans()):
         labels["kubernetes.io/hostname"] = name
-    raw = {"name": name, "allocatable": raw_alloc, "labels": labels, "taints": taints, "unschedulable": unschedulable}
+    raw = {
+        "name": name,
+        "allocatable": raw_alloc,
+        "labels": labels,
+        "taints": taints,
+        "unschedulable": unschedulable,
+    }
     if listed:
         raw["devices"] = listed
     return raw, Node(name, alloc, pods, labels, taints, unschedulable, devices)
@@ -351,8 +425,9 @@ AFFINITY_TERMS = [
 
 
 @st.composite
-def task_specs(draw: st.DrawFn, uid: str, job: str, ns: str, k: Knobs, kinds: list[str],
-               chips: list[int]) -> tuple[dict[str, Any], Task]:
+def task_specs(
+    draw: st.DrawFn, uid: str, job: str, ns: str, k: Knobs, kinds: list[str], chips: list[int]
+) -> tuple[dict[str, Any], Task]:
     """A task; ``kinds``: the device resources some node has (a task asks one of them, or none);
     ``chips``: the Ascend chip counts it may ask (none: it asks no chips)."""
     cpu_unit, mem_unit, foo_unit = k.scales
@@ -373,7 +448,16 @@ def task_specs(draw: st.DrawFn, uid: str, job: str, ns: str, k: Knobs, kinds: li
     fraction = 0.0
     fractions = GPU in kinds and k.profile == "kai"
     kinds = [kind for kind in kinds if kind != NPU or chips]
-    kind = draw(st.sampled_from(["none", *kinds, *(["fraction"] if fractions else []), *([NPU] * 2 if k.huawei and chips else [])]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "none",
+                *kinds,
+                *(["fraction"] if fractions else []),
+                *([NPU] * 2 if k.huawei and chips else []),
+            ]
+        )
+    )
     if kind == GPU:
         request[GPU] = draw(st.integers(1, 3)) * UNIT
     elif kind == "fraction":
@@ -395,7 +479,11 @@ def task_specs(draw: st.DrawFn, uid: str, job: str, ns: str, k: Knobs, kinds: li
             raw["nodeSelector"] = t.selector
         if draw(st.integers(0, 3)) == 0:
             terms = draw(st.lists(st.sampled_from(AFFINITY_TERMS), min_size=1, max_size=2))
-            t.affinity = {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [e]} for e in terms]}}}
+            t.affinity = {
+                "nodeAffinity": {
+                    REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [e]} for e in terms]}
+                }
+            }
         if draw(st.booleans()):
             t.tolerations = draw(st.lists(st.sampled_from(TOLERATIONS), max_size=2))
             raw["tolerations"] = t.tolerations
@@ -403,8 +491,10 @@ def task_specs(draw: st.DrawFn, uid: str, job: str, ns: str, k: Knobs, kinds: li
         t.labels = {"app": draw(st.sampled_from(["x", "y"]))}
         raw["labels"] = t.labels
         if draw(st.booleans()):
-            term = {"labelSelector": {"matchLabels": dict(t.labels)},
-                    "topologyKey": draw(st.sampled_from(["kubernetes.io/hostname", "zone"]))}
+            term = {
+                "labelSelector": {"matchLabels": dict(t.labels)},
+                "topologyKey": draw(st.sampled_from(["kubernetes.io/hostname", "zone"])),
+            }
             t.affinity = {**t.affinity, "podAntiAffinity": {REQUIRED: [term]}}
     if t.affinity:
         raw["affinity"] = t.affinity
@@ -418,12 +508,18 @@ class _Ledger:
         self.nodes = nodes
         self.used = {n: Counter[str]() for n in nodes}
         self.count = Counter[str]()
-        self.held: dict[str, set[str]] = {n: set() for n in nodes}  # device ids and shared GPU names
+        self.held: dict[str, set[str]] = {
+            n: set() for n in nodes
+        }  # device ids and shared GPU names
         self.shared: dict[str, dict[str, float]] = {n: {} for n in nodes}
 
     def checkpoint(self) -> tuple[Any, ...]:
-        return (dict(self.used), Counter(self.count), {n: set(h) for n, h in self.held.items()},
-                {n: dict(g) for n, g in self.shared.items()})
+        return (
+            dict(self.used),
+            Counter(self.count),
+            {n: set(h) for n, h in self.held.items()},
+            {n: dict(g) for n, g in self.shared.items()},
+        )
 
     def restore(self, mark: tuple[Any, ...]) -> None:
         self.used, self.count, self.held, self.shared = mark
@@ -438,7 +534,11 @@ class _Ledger:
         if t.fraction:
             group = next((g for g, f in self.shared[node].items() if f + t.fraction <= 1), None)
             if group is None:
-                free = [d.id for d in n.devices.get(GPU, []) if d.healthy and d.id not in self.held[node]]
+                free = [
+                    d.id
+                    for d in n.devices.get(GPU, [])
+                    if d.healthy and d.id not in self.held[node]
+                ]
                 if not free:
                     return None
                 group = free[-1]
@@ -446,10 +546,14 @@ class _Ledger:
             extra["gpu_groups"] = [group]
         need = t.device_need()
         if need:
-            free = [d.id for d in n.devices.get(need[0], []) if d.healthy and d.id not in self.held[node]]
+            free = [
+                d.id
+                for d in n.devices.get(need[0], [])
+                if d.healthy and d.id not in self.held[node]
+            ]
             if len(free) < need[1]:
                 return None
-            extra["devices"] = free[:need[1]]
+            extra["devices"] = free[: need[1]]
         if any(v > n.alloc.get(r, 0) for r, v in used.items()):
             return None
         if n.pods is not None and self.count[node] >= n.pods:
@@ -464,17 +568,32 @@ class _Ledger:
 
 
 @st.composite
-def cases(draw: st.DrawFn, profile: str, config_name: str | None = None,
-          config: dict[str, Any] | None = None) -> Case:
+def cases(
+    draw: st.DrawFn,
+    profile: str,
+    config_name: str | None = None,
+    config: dict[str, Any] | None = None,
+) -> Case:
     """A scenario under one of the profile's configurations (``config_name``, else drawn), or
     under ``config`` (test_config_properties.py: the caller sets the Case's flags)."""
     configs = VOLCANO_CONFIGS if profile == "volcano" else KAI_CONFIGS
     if config is not None:
         configs, config_name = {"given": config}, "given"
     config_name = config_name or draw(st.sampled_from(sorted(configs)))
-    scales = (draw(st.sampled_from(SCALES)), draw(st.sampled_from(SCALES)), draw(st.sampled_from(SCALES)))
+    scales = (
+        draw(st.sampled_from(SCALES)),
+        draw(st.sampled_from(SCALES)),
+        draw(st.sampled_from(SCALES)),
+    )
     huawei = config_name == "ascend"
-    k = Knobs(profile, scales, draw(st.booleans()), huawei or draw(st.booleans()), draw(st.booleans()), huawei)
+    k = Knobs(
+        profile,
+        scales,
+        draw(st.booleans()),
+        huawei or draw(st.booleans()),
+        draw(st.booleans()),
+        huawei,
+    )
     # Now and then a contention: one queue, a few nodes, jobs running at priority 0 first and
     # pending ones at priority 2 after them (preempt, reclaim and consolidation have work).
     contention = draw(st.integers(0, 2)) == 0
@@ -519,7 +638,9 @@ def cases(draw: st.DrawFn, profile: str, config_name: str | None = None,
             tasks[t.uid] = t
             uids.append(t.uid)
         min_member: int | None
-        if contention and j < count // 2 + 1 and len(uids) > 1:  # running and elastic: gang lets victims go
+        if (
+            contention and j < count // 2 + 1 and len(uids) > 1
+        ):  # running and elastic: gang lets victims go
             min_member = draw(st.integers(1, len(uids) - 1))
         else:
             min_member = draw(st.one_of(st.none(), st.integers(1, len(uids))))
@@ -532,13 +653,17 @@ def cases(draw: st.DrawFn, profile: str, config_name: str | None = None,
         else:
             held = draw(st.sampled_from(["none", "none", "running", "running", "releasing"]))
         if held != "none":
-            picks = draw(st.lists(st.sampled_from(node_names), min_size=len(uids), max_size=len(uids)))
+            picks = draw(
+                st.lists(st.sampled_from(node_names), min_size=len(uids), max_size=len(uids))
+            )
             mark = ledger.checkpoint()
             placed = []
             for raw, uid, node in zip(raw_tasks, uids, picks, strict=True):
                 extra = ledger.place(tasks[uid], node)
                 if extra is not None:
-                    raw.update(extra, status="Running" if held == "running" else "Releasing", node=node)
+                    raw.update(
+                        extra, status="Running" if held == "running" else "Releasing", node=node
+                    )
                     placed.append(uid)
             if held == "running" and len(placed) < minimum:  # no room for the gang: all pending
                 ledger.restore(mark)
@@ -553,7 +678,10 @@ def cases(draw: st.DrawFn, profile: str, config_name: str | None = None,
                     del tasks[uid]
                 uids, min_member = placed, None
         job: dict[str, Any] = {
-            "name": name, "namespace": ns, "queue": draw(st.sampled_from(queue_names)), "phase": phase,
+            "name": name,
+            "namespace": ns,
+            "queue": draw(st.sampled_from(queue_names)),
+            "phase": phase,
             "priority": (0 if held == "running" else 2) if contention else draw(st.integers(0, 2)),
             "tasks": raw_tasks,
         }
@@ -564,8 +692,17 @@ def cases(draw: st.DrawFn, profile: str, config_name: str | None = None,
     config = {**configs[config_name], "cycles": draw(st.integers(1, 3))}
     doc = {"config": config, "nodes": raw_nodes, "queues": raw_queues, "jobs": raw_jobs}
     actions = config.get("actions", "enqueue, allocate, backfill")
-    return Case(profile, doc, nodes, tasks, jobs, huawei=k.huawei, gang_pipelined="preempt" not in actions,
-                gang_evictions=config_name not in ("preempt", "capacity") and (profile == "volcano" or KAI_GANG_EVICTIONS))
+    return Case(
+        profile,
+        doc,
+        nodes,
+        tasks,
+        jobs,
+        huawei=k.huawei,
+        gang_pipelined="preempt" not in actions,
+        gang_evictions=config_name not in ("preempt", "capacity")
+        and (profile == "volcano" or KAI_GANG_EVICTIONS),
+    )
 
 
 # -- checks --------------------------------------------------------------------------------------------
@@ -611,7 +748,9 @@ def _anti_excludes(a: Task, b: Task, na: Node, nb: Node) -> bool:
     return False
 
 
-def check_cycle(case: Case, before: dict[str, tuple[TaskStatus, str | None]], result: Any, cycle: int) -> None:
+def check_cycle(
+    case: Case, before: dict[str, tuple[TaskStatus, str | None]], result: Any, cycle: int
+) -> None:
     after: dict[str, tuple[TaskStatus, str | None]] = result.task_status
     where = f"cycle {cycle}"
     assert set(after) == set(case.tasks), f"{where}: every task is reported"
@@ -621,24 +760,35 @@ def check_cycle(case: Case, before: dict[str, tuple[TaskStatus, str | None]], re
             assert where_ in case.nodes, f"{where}: {uid} {status.title} on unknown node {where_}"
             on[str(where_)].append(uid)
     placed = {
-        uid for uid, (status, where_) in after.items()
-        if status in ON_NODE and status != S.RELEASING and (before[uid][0] not in ON_NODE or before[uid][1] != where_)
+        uid
+        for uid, (status, where_) in after.items()
+        if status in ON_NODE
+        and status != S.RELEASING
+        and (before[uid][0] not in ON_NODE or before[uid][1] != where_)
     }
     # Placed on free resources (not pipelined): what every predicate must allow. A pipelined task
     # passed the predicates eviction cannot resolve (node, labels, taints); Volcano's reclaim does
     # not check pod count and pod anti-affinity again after its evictions (PredicateForPreemptAction
     # lets them pass as resolvable), and Muster follows it.
     placed_now = {uid for uid in placed if after[uid][0] != S.PIPELINED}
-    evicted_now = {uid for uid, (s, _) in after.items() if s == S.RELEASING and before[uid][0] != S.RELEASING}
+    evicted_now = {
+        uid for uid, (s, _) in after.items() if s == S.RELEASING and before[uid][0] != S.RELEASING
+    }
     # Tasks placed in this cycle and evicted in it too (KAI's victims include Allocated, Pipelined
     # and Binding tasks): they never held their node (the server drops such an eviction).
-    phantom = {uid for uid in evicted_now if before[uid][0] not in HOLD_NOW or before[uid][1] != after[uid][1]}
+    phantom = {
+        uid
+        for uid in evicted_now
+        if before[uid][0] not in HOLD_NOW or before[uid][1] != after[uid][1]
+    }
     # KAI's evicting actions (consolidation, reclaim, preempt) take victims among active allocated
     # tasks, Binding ones included (KAI's pod_status.activeAllocatedStatuses): a task allocate bound
     # may be evicted, or moved (evicted and pipelined elsewhere), in the same cycle. The result then
     # names it in binds and evictions both (the server applies the bind and drops the eviction of a
     # task that was pending at capture).
-    bound_then_evicted = {uid for uid in result.binds if case.profile == "kai" and uid in result.evictions}
+    bound_then_evicted = {
+        uid for uid in result.binds if case.profile == "kai" and uid in result.evictions
+    }
     for uid in result.binds:
         assert after[uid][0] in (S.BINDING, S.BOUND) or uid in bound_then_evicted, (
             f"{where}: bound {uid} is {after[uid][0].title}"
@@ -669,12 +819,18 @@ def check_cycle(case: Case, before: dict[str, tuple[TaskStatus, str | None]], re
                 assert not twice, f"{where}: node {name} ({view}): {kind} ids {twice} held twice"
             gpu_ids = set(ids[GPU])
             for g, total in shares.items():
-                assert total <= 1 + 1e-9, f"{where}: node {name} ({view}): shared GPU {g} holds {total} GPUs"
-                assert g not in gpu_ids, f"{where}: node {name} ({view}): shared GPU {g} is also a whole GPU's id"
+                assert total <= 1 + 1e-9, (
+                    f"{where}: node {name} ({view}): shared GPU {g} holds {total} GPUs"
+                )
+                assert g not in gpu_ids, (
+                    f"{where}: node {name} ({view}): shared GPU {g} is also a whole GPU's id"
+                )
         if case.predicates and node.pods is not None and any(u in placed_now for u in uids):
             # Pipelined tasks may come later in the cycle (reclaim, above): not counted.
             occupants = [u for u in uids if u not in evicted_now and after[u][0] != S.PIPELINED]
-            assert len(occupants) <= node.pods, f"{where}: node {name} holds {len(occupants)} tasks > pods {node.pods}"
+            assert len(occupants) <= node.pods, (
+                f"{where}: node {name} holds {len(occupants)} tasks > pods {node.pods}"
+            )
 
     for uid, (status, node_name) in after.items():
         if status not in ON_NODE:
@@ -682,21 +838,31 @@ def check_cycle(case: Case, before: dict[str, tuple[TaskStatus, str | None]], re
         t, node = case.tasks[uid], case.nodes[str(node_name)]
         devs = result.task_devices.get(uid, [])
         need = t.device_need()
-        assert len(devs) == (need[1] if need else 0), f"{where}: {uid} asks {need}, holds devices {devs}"
+        assert len(devs) == (need[1] if need else 0), (
+            f"{where}: {uid} asks {need}, holds devices {devs}"
+        )
         if need:
             by_id = {d.id: d for d in node.devices.get(need[0], [])}
-            assert all(d in by_id for d in devs), f"{where}: {uid} holds {devs}, not {need[0]} of {node_name}"
+            assert all(d in by_id for d in devs), (
+                f"{where}: {uid} holds {devs}, not {need[0]} of {node_name}"
+            )
             if uid in placed:
-                assert all(by_id[d].healthy for d in devs), f"{where}: {uid} placed on unhealthy {devs}"
+                assert all(by_id[d].healthy for d in devs), (
+                    f"{where}: {uid} placed on unhealthy {devs}"
+                )
             if case.huawei and need[0] == NPU and need[1] in (1, 2, 4) and uid in placed:
                 rings = {by_id[d].group for d in devs}
                 assert len(rings) == 1, f"{where}: {uid} took Ascend chips {devs} across HCCS rings"
         groups = result.task_gpu_groups.get(uid, [])
         if t.fraction:
-            assert len(groups) == 1, f"{where}: fractional {uid} on {node_name} has shared GPUs {groups}"
+            assert len(groups) == 1, (
+                f"{where}: fractional {uid} on {node_name} has shared GPUs {groups}"
+            )
             gpus = {d.id for d in node.devices.get(GPU, [])}
             if uid in placed:
-                assert groups[0] in gpus, f"{where}: new share {groups} of {uid} is no GPU of {node_name}"
+                assert groups[0] in gpus, (
+                    f"{where}: new share {groups} of {uid} is no GPU of {node_name}"
+                )
 
     if case.predicates:
         for uid in placed:
@@ -705,21 +871,33 @@ def check_cycle(case: Case, before: dict[str, tuple[TaskStatus, str | None]], re
             assert all(node.labels.get(k) == v for k, v in t.selector.items()), (
                 f"{where}: {uid} selector {t.selector} placed on {node.name} {node.labels}"
             )
-            terms = ((t.affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}).get("nodeSelectorTerms")
+            terms = ((t.affinity.get("nodeAffinity") or {}).get(REQUIRED) or {}).get(
+                "nodeSelectorTerms"
+            )
             if terms:
-                assert any(all(_matches(node.labels, e) for e in term["matchExpressions"]) for term in terms), (
-                    f"{where}: {uid} affinity {terms} placed on {node.name} {node.labels}"
-                )
+                assert any(
+                    all(_matches(node.labels, e) for e in term["matchExpressions"])
+                    for term in terms
+                ), f"{where}: {uid} affinity {terms} placed on {node.name} {node.labels}"
             for taint in node.taints:
                 if taint["effect"] in ("NoSchedule", "NoExecute"):
-                    assert _tolerated(taint, t.tolerations), f"{where}: {uid} placed on {node.name} tainted {taint}"
+                    assert _tolerated(taint, t.tolerations), (
+                        f"{where}: {uid} placed on {node.name} tainted {taint}"
+                    )
             if uid not in placed_now:
                 continue
             for other, (status, other_node) in after.items():
-                if other == uid or status not in ON_NODE or status == S.PIPELINED or other in evicted_now:
+                if (
+                    other == uid
+                    or status not in ON_NODE
+                    or status == S.PIPELINED
+                    or other in evicted_now
+                ):
                     continue
                 o, on_ = case.tasks[other], case.nodes[str(other_node)]
-                assert not _anti_excludes(t, o, node, on_) and not _anti_excludes(o, t, on_, node), (
+                assert not _anti_excludes(t, o, node, on_) and not _anti_excludes(
+                    o, t, on_, node
+                ), (
                     f"{where}: {uid} on {node.name} and {other} on {other_node} break pod anti-affinity"
                 )
 
@@ -730,7 +908,9 @@ def check_cycle(case: Case, before: dict[str, tuple[TaskStatus, str | None]], re
             minimum = len(uids) if min_member is None else min_member
             # Ready when bound: evictions later in the cycle are the eviction check's business.
             bound = sum(
-                after[u][0] in BOUND or u in bound_then_evicted or (u in evicted_now and before[u][0] in BOUND)
+                after[u][0] in BOUND
+                or u in bound_then_evicted
+                or (u in evicted_now and before[u][0] in BOUND)
                 for u in uids
             )
             allocated = sum(after[u][0] == S.ALLOCATED for u in uids)
@@ -738,13 +918,16 @@ def check_cycle(case: Case, before: dict[str, tuple[TaskStatus, str | None]], re
             # Volcano's JobReady counts pending best-effort tasks (placed by backfill later, or
             # pipelined by preempt meanwhile).
             best_effort = sum(
-                after[u][0] in (S.PENDING, S.ALLOCATED, S.PIPELINED) and case.tasks[u].best_effort for u in uids
+                after[u][0] in (S.PENDING, S.ALLOCATED, S.PIPELINED) and case.tasks[u].best_effort
+                for u in uids
             )
             if any(u in result.binds for u in uids):
                 assert bound + best_effort >= minimum, (
                     f"{where}: job {juid} bound: {bound} ready (+{best_effort} best-effort) < minMember {minimum}"
                 )
-            if case.gang_pipelined and any(u in placed and after[u][0] == S.PIPELINED for u in uids):
+            if case.gang_pipelined and any(
+                u in placed and after[u][0] == S.PIPELINED for u in uids
+            ):
                 assert bound + allocated + waiting + best_effort >= minimum, (
                     f"{where}: job {juid} pipelined: {bound} ready + {allocated} allocated + {waiting} pipelined "
                     f"(+{best_effort} best-effort) < minMember {minimum}"
@@ -771,22 +954,47 @@ def case_from_doc(doc: dict[str, Any]) -> Case:
         alloc = {r: int(v) for r, v in spec.allocatable.items() if r != PODS}
         alloc.update({name: sum(d.healthy for d in devs) * UNIT for name, devs in devices.items()})
         pods = spec.allocatable.get(PODS)
-        nodes[spec.name] = Node(spec.name, alloc, None if pods is None else int(pods), spec.labels,
-                                [{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.taints],
-                                spec.unschedulable, devices)
+        nodes[spec.name] = Node(
+            spec.name,
+            alloc,
+            None if pods is None else int(pods),
+            spec.labels,
+            [{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.taints],
+            spec.unschedulable,
+            devices,
+        )
     tasks, jobs = {}, {}
     for job in scenario.snapshot.jobs:
         for t in job.tasks:
-            tolerations = [{"key": x.key, "operator": x.operator, "value": x.value, "effect": x.effect}
-                           for x in t.tolerations]
-            tasks[t.uid] = Task(t.uid, job.uid, t.namespace, {r: int(v) for r, v in t.request.items()},
-                                t.gpu_fraction, t.node_selector, t.affinity, tolerations, t.labels)
+            tolerations = [
+                {"key": x.key, "operator": x.operator, "value": x.value, "effect": x.effect}
+                for x in t.tolerations
+            ]
+            tasks[t.uid] = Task(
+                t.uid,
+                job.uid,
+                t.namespace,
+                {r: int(v) for r, v in t.request.items()},
+                t.gpu_fraction,
+                t.node_selector,
+                t.affinity,
+                tolerations,
+                t.labels,
+            )
         jobs[job.uid] = (job.min_member, [t.uid for t in job.tasks])
     names = {p["name"] for tier in config.get("tiers", []) for p in tier.get("plugins", [])}
     actions = str(config.get("actions", "enqueue, allocate, backfill"))
-    return Case(scenario.config.profile, doc, nodes, tasks, jobs, gang="gang" in names or scenario.config.profile == "kai",
-                predicates="predicates" in names, huawei="huaweiNPU" in names,
-                gang_pipelined="preempt" not in actions)
+    return Case(
+        scenario.config.profile,
+        doc,
+        nodes,
+        tasks,
+        jobs,
+        gang="gang" in names or scenario.config.profile == "kai",
+        predicates="predicates" in names,
+        huawei="huaweiNPU" in names,
+        gang_pipelined="preempt" not in actions,
+    )
 
 
 def run_case(case: Case) -> list[Any]:
@@ -812,8 +1020,12 @@ def run_case(case: Case) -> list[Any]:
 # Derandomized (the same examples on every run), no deadline (2 shared cores), and no shrinking: a
 # failing scenario is printed whole (as JSON, in the test's notes); shrinking one through whole
 # cycles can take many minutes.
-PROFILE = settings(derandomize=True, deadline=None, phases=(Phase.explicit, Phase.generate),
-                   suppress_health_check=[HealthCheck.too_slow])
+PROFILE = settings(
+    derandomize=True,
+    deadline=None,
+    phases=(Phase.explicit, Phase.generate),
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @pytest.mark.parametrize("profile", ["volcano", "kai"])
@@ -838,12 +1050,18 @@ def written(draw: st.DrawFn, name: str, value: int) -> str | int:
         return value if draw(st.booleans()) else str(value)
     if name == MEMORY:
         forms: list[str | int] = [value, str(value)]
-        forms += [f"{value // u}{sfx}" for sfx, u in (("Ki", 2**10), ("Gi", 2**30), ("Pi", 2**50)) if value % u == 0]
+        forms += [
+            f"{value // u}{sfx}"
+            for sfx, u in (("Ki", 2**10), ("Gi", 2**30), ("Pi", 2**50))
+            if value % u == 0
+        ]
         if value % 1000 == 0:
             forms.append(f"{value // 1000}k")
         return draw(st.sampled_from(forms))
     # milli-units: "123m", "0.123", "123e-3"
-    return draw(st.sampled_from([f"{value}m", f"{value // 1000}.{value % 1000:03d}", f"{value}e-3"]))
+    return draw(
+        st.sampled_from([f"{value}m", f"{value // 1000}.{value % 1000:03d}", f"{value}e-3"])
+    )
 
 
 @st.composite
@@ -857,24 +1075,35 @@ def bound_scenarios(draw: st.DrawFn) -> tuple[dict[str, Any], bool, bool]:
         if draw(st.booleans()):
             beyond = draw(st.integers(0, 9)) == 0
             if name == GPU:  # a count of devices: at most MAX_DEVICES_PER_NODE on a node
-                n = draw(st.sampled_from([MAX_DEVICES + 1, 10**6, MAX // UNIT + 1]) if beyond
-                         else st.sampled_from([0, 1, 8, MAX_DEVICES]))
+                n = draw(
+                    st.sampled_from([MAX_DEVICES + 1, 10**6, MAX // UNIT + 1])
+                    if beyond
+                    else st.sampled_from([0, 1, 8, MAX_DEVICES])
+                )
                 alloc[name] = n * UNIT
             else:
                 alloc[name] = draw(BEYOND if beyond else WITHIN)
             ok = ok and not beyond
         if name != PODS and draw(st.booleans()):
             if name == GPU:
-                request[name] = draw(st.sampled_from([0, 1, 8, MAX_DEVICES, MAX_DEVICES + 1])) * UNIT
+                request[name] = (
+                    draw(st.sampled_from([0, 1, 8, MAX_DEVICES, MAX_DEVICES + 1])) * UNIT
+                )
             else:
-                request[name] = draw(st.sampled_from([alloc.get(name, 0), alloc.get(name, 0) + 1, 0, 1, MAX]))
+                request[name] = draw(
+                    st.sampled_from([alloc.get(name, 0), alloc.get(name, 0) + 1, 0, 1, MAX])
+                )
                 request[name] = min(request[name], MAX)
     raw_alloc = {r: draw(written(r, v if r != GPU else v // UNIT)) for r, v in alloc.items()}
     raw_req = {r: draw(written(r, v if r != GPU else v // UNIT)) for r, v in request.items()}
     fits = all(v <= alloc.get(r, 0) for r, v in request.items()) and alloc.get(PODS, 1) >= 1
     doc = {
-        "config": {"actions": "allocate, backfill",
-                   "tiers": [{"plugins": [{"name": "gang"}, {"name": "predicates"}, {"name": "proportion"}]}]},
+        "config": {
+            "actions": "allocate, backfill",
+            "tiers": [
+                {"plugins": [{"name": "gang"}, {"name": "predicates"}, {"name": "proportion"}]}
+            ],
+        },
         "nodes": [{"name": "n", "allocatable": raw_alloc}],
         "jobs": [{"name": "j", "tasks": [{"name": "t", "request": raw_req}]}],
     }
@@ -930,14 +1159,17 @@ config:
 def test_a_whole_gpu_pipelined_onto_a_shared_gpu_being_released_gets_its_id() -> None:
     # The shared GPU "0" is a whole GPU being released (its one task leaves): the pipelined task
     # waits for it, and must be told which GPU that is (it had no id at all).
-    [result] = run_text(KAI_SHARING + """
+    [result] = run_text(
+        KAI_SHARING
+        + """
 nodes: [{name: n, allocatable: {cpu: "8", nvidia.com/gpu: 1}}]
 queues: [{name: q}]
 jobs:
 - {name: old, queue: q, tasks: [{name: s, request: {cpu: "1"}, gpu_fraction: 0.5, status: Releasing, node: n,
                                  gpu_groups: ["0"]}]}
 - {name: new, queue: q, tasks: [{name: w, request: {cpu: "1", nvidia.com/gpu: 1}}]}
-""")
+"""
+    )
     assert result.pipelined == {"default/w": "n"}
     assert result.task_devices["default/w"] == ["0"]
 
@@ -946,7 +1178,9 @@ def test_a_gang_turned_pipelined_takes_the_gpus_being_released() -> None:
     # g0 fits now, g1 only once r is gone: KAI pipelines the whole gang. g0 took a free GPU for its
     # share when it was allocated; pipelined, it waits for r's GPU "1" instead, and w and v, placed
     # now, get the free GPUs "0" and "2" (v was bound with no GPU id: both free GPUs were taken).
-    [result] = run_text(KAI_SHARING + """
+    [result] = run_text(
+        KAI_SHARING
+        + """
 nodes: [{name: n, allocatable: {cpu: "4", nvidia.com/gpu: 3}}]
 queues: [{name: first, priority: 1}, {name: then}]
 jobs:
@@ -957,7 +1191,8 @@ jobs:
   tasks: [{name: g0, request: {cpu: "1"}, gpu_fraction: 0.5}, {name: g1, request: {cpu: "3"}}]
 - {name: w, queue: then, tasks: [{name: w, request: {nvidia.com/gpu: 1}}]}
 - {name: v, queue: then, tasks: [{name: v, request: {nvidia.com/gpu: 1}}]}
-""")
+"""
+    )
     assert result.task_gpu_groups["default/g0"] == ["1"]
     assert sorted(result.task_devices["default/w"] + result.task_devices["default/v"]) == ["0", "2"]
 
@@ -965,7 +1200,9 @@ jobs:
 def test_whole_gpus_of_a_gang_turned_pipelined_are_the_ones_being_released() -> None:
     # j2-0 is allocated GPU "3" (free), then the gang is pipelined (its share waits for a GPU being
     # released): the later members, allocated while "3" was only promised, took "3" again.
-    [result] = run_text(KAI_SHARING + """
+    [result] = run_text(
+        KAI_SHARING
+        + """
 nodes: [{name: n, allocatable: {cpu: "8", nvidia.com/gpu: 4}}]
 queues: [{name: q}]
 jobs:
@@ -979,7 +1216,8 @@ jobs:
   - {name: b, request: {cpu: "1"}, gpu_fraction: 0.25}
   - {name: c, request: {cpu: "1", nvidia.com/gpu: 1}}
   - {name: d, request: {cpu: "1", nvidia.com/gpu: 1}}
-""")
+"""
+    )
     held = [d for t in ("a", "c", "d") for d in result.task_devices.get(f"default/{t}", [])]
     assert len(held) == len(set(held))
 
@@ -1050,10 +1288,15 @@ jobs:
     assert result.task_gpu_groups["default/a"] == result.task_gpu_groups["default/b"] == ["2"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "bug: the session's DeviceLedger keys held devices by id alone, and the made-up ids of two device "
-    "resources on one node are the same ('0', '1' for nvidia.com/gpu and amd.com/gpu): the AMD task is "
-    "bound with no device id (server/session/devices.py; scenario.py's _check_held_devices has the same key)"))
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "bug: the session's DeviceLedger keys held devices by id alone, and the made-up ids of two device "
+        "resources on one node are the same ('0', '1' for nvidia.com/gpu and amd.com/gpu): the AMD task is "
+        "bound with no device id (server/session/devices.py; scenario.py's _check_held_devices has the same key)"
+    ),
+)
 def test_made_up_ids_of_two_device_resources_on_one_node() -> None:
     run_text("""
 config:
@@ -1066,10 +1309,15 @@ jobs:
 """)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "bug: KAI reclaim evicts g0 and g1 of the running gang (minMember 3: all three) to make room for "
-    "big and leaves g2 running alone (server/actions/kai/solver.py: the victims' job is placed again "
-    "only in part: g2 is put back where it was, g0 and g1 stay evicted)"))
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "bug: KAI reclaim evicts g0 and g1 of the running gang (minMember 3: all three) to make room for "
+        "big and leaves g2 running alone (server/actions/kai/solver.py: the victims' job is placed again "
+        "only in part: g2 is put back where it was, g0 and g1 stay evicted)"
+    ),
+)
 def test_kai_reclaim_evicts_part_of_a_gang() -> None:
     run_text("""
 config:

@@ -127,7 +127,9 @@ def test_the_explanation_raising_on_one_job_quarantines_it(monkeypatch: pytest.M
 
     monkeypatch.setattr(Session, "explain", failing)
     jobs = [*_jobs(4), job("big", 1, "64", index=9)]
-    result = SchedulerCore(scheduler_config(CONFIG)).run_cycle(snapshot([node("n0", cpu="8")], jobs), 1)
+    result = SchedulerCore(scheduler_config(CONFIG)).run_cycle(
+        snapshot([node("n0", cpu="8")], jobs), 1
+    )
     assert set(result.quarantined) == {f"{NS}/big"}
     assert _placed(result) == {f"{NS}/j{i}" for i in range(4)}
 
@@ -136,9 +138,13 @@ def test_a_request_at_the_bound_is_explained_without_overflow() -> None:
     """The largest quantity allowed, asked of a cluster that has less: an ordinary "can never
     run" explanation (it used to overflow turning an infinite request into an integer)."""
     big = job("big", 1, "9007199254740992m", index=0)
-    result = SchedulerCore(scheduler_config(CONFIG)).run_cycle(snapshot([node("n0")], [big, job("ok", index=1)]), 1)
+    result = SchedulerCore(scheduler_config(CONFIG)).run_cycle(
+        snapshot([node("n0")], [big, job("ok", index=1)]), 1
+    )
     assert not result.quarantined
     assert result.jobs[f"{NS}/big"].explanation.gate == "unsatisfiable"
     assert "9007199254740992m" in result.jobs[f"{NS}/big"].explanation.summary
     assert _placed(result) == {f"{NS}/ok"}
-    assert from_canonical("cpu", float("inf")) == "-1" and from_canonical("cpu", float("nan")) == "nan"
+    assert (
+        from_canonical("cpu", float("inf")) == "-1" and from_canonical("cpu", float("nan")) == "nan"
+    )

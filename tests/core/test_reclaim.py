@@ -26,12 +26,14 @@ from server.model import PodGroupPhase, TaskStatus
 
 # Volcano TestReclaim's tier (the capacity entry is omitted: Muster's capacity plugin is tested on
 # its own); every switch it does not set is off.
-TIERS = [[
-    plugin("conformance", "enableReclaimable"),
-    plugin("gang", "enableReclaimable", "enableJobStarving"),
-    plugin("proportion", "enableReclaimable", "enableQueueOrder", "enablePreemptive"),
-    plugin("priority", "enableReclaimable", "enableJobOrder", "enableTaskOrder"),
-]]
+TIERS = [
+    [
+        plugin("conformance", "enableReclaimable"),
+        plugin("gang", "enableReclaimable", "enableJobStarving"),
+        plugin("proportion", "enableReclaimable", "enableQueueOrder", "enablePreemptive"),
+        plugin("priority", "enableReclaimable", "enableJobOrder", "enableTaskOrder"),
+    ]
+]
 CLASSES = [
     {"name": "low-priority", "value": 100},
     {"name": "mid-priority", "value": 500},
@@ -44,8 +46,17 @@ def reclaim(nodes, queues, jobs, *, tiers=None, priority_classes=None):  # noqa:
     # Muster reads minMember 0 as "every task"; Volcano's gang lets every task of a minMember-0
     # victim job go, which is what gang's reclaimable switched off gives here.
     if any(j["minMember"] == 0 for j in jobs):
-        tiers = [[plugin("gang", "enableJobStarving") if p["name"] == "gang" else p for p in t] for t in tiers]
-    return simulate(config(["reclaim"], tiers), nodes, queues, jobs, priority_classes=priority_classes or CLASSES)
+        tiers = [
+            [plugin("gang", "enableJobStarving") if p["name"] == "gang" else p for p in t]
+            for t in tiers
+        ]
+    return simulate(
+        config(["reclaim"], tiers),
+        nodes,
+        queues,
+        jobs,
+        priority_classes=priority_classes or CLASSES,
+    )
 
 
 def test_reclaims_from_overusing_queue() -> None:
@@ -55,11 +66,17 @@ def test_reclaims_from_overusing_queue() -> None:
         [scenario_node("n1", res("3", "3Gi"))],
         [scenario_queue("q1"), scenario_queue("q2")],
         [
-            pg("pg1", "q1", 1, [
-                pod("preemptee1", res("1", "1G"), "n1", preemptable=False),
-                pod("preemptee2", res("1", "1G"), "n1"),
-                pod("preemptee3", res("1", "1G"), "n1", preemptable=False),
-            ], priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [
+                    pod("preemptee1", res("1", "1G"), "n1", preemptable=False),
+                    pod("preemptee2", res("1", "1G"), "n1"),
+                    pod("preemptee3", res("1", "1G"), "n1", preemptable=False),
+                ],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q2", 1, [pod("preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
@@ -75,10 +92,26 @@ def test_victims_of_lower_priority_job_go_first() -> None:
         [scenario_node("n1", res("4", "4Gi"))],
         [scenario_queue("q1"), scenario_queue("q2"), scenario_queue("q3")],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1-1", res("1", "1G"), "n1"), pod("preemptee1-2", res("1", "1G"), "n1")],
-               priority_class="mid-priority"),
-            pg("pg2", "q2", 1, [pod("preemptee2-1", res("1", "1G"), "n1"), pod("preemptee2-2", res("1", "1G"), "n1", preemptable=False)],
-               priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [
+                    pod("preemptee1-1", res("1", "1G"), "n1"),
+                    pod("preemptee1-2", res("1", "1G"), "n1"),
+                ],
+                priority_class="mid-priority",
+            ),
+            pg(
+                "pg2",
+                "q2",
+                1,
+                [
+                    pod("preemptee2-1", res("1", "1G"), "n1"),
+                    pod("preemptee2-2", res("1", "1G"), "n1", preemptable=False),
+                ],
+                priority_class="low-priority",
+            ),
             pg("pg3", "q3", 1, [pod("preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
@@ -90,10 +123,30 @@ def test_victims_of_lowest_priority_queue_go_first() -> None:
     q2 has the highest queue priority, so q1's pod is reclaimed."""
     out = reclaim(
         [scenario_node("n1", res("4", "4Gi"))],
-        [scenario_queue("q1", priority=5), scenario_queue("q2", priority=10), scenario_queue("q3", priority=1)],
         [
-            pg("pg1", "q1", 1, [pod("preemptee1-1", res("1", "1G"), "n1"), pod("preemptee1-2", res("1", "1G"), "n1", preemptable=False)]),
-            pg("pg2", "q2", 1, [pod("preemptee2-1", res("1", "1G"), "n1"), pod("preemptee2-2", res("1", "1G"), "n1", preemptable=False)]),
+            scenario_queue("q1", priority=5),
+            scenario_queue("q2", priority=10),
+            scenario_queue("q3", priority=1),
+        ],
+        [
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [
+                    pod("preemptee1-1", res("1", "1G"), "n1"),
+                    pod("preemptee1-2", res("1", "1G"), "n1", preemptable=False),
+                ],
+            ),
+            pg(
+                "pg2",
+                "q2",
+                1,
+                [
+                    pod("preemptee2-1", res("1", "1G"), "n1"),
+                    pod("preemptee2-2", res("1", "1G"), "n1", preemptable=False),
+                ],
+            ),
             pg("pg3", "q3", 1, [pod("preemptor1", res("1", "1G"))]),
         ],
     )
@@ -106,8 +159,20 @@ def test_preemption_policy_never_does_not_reclaim() -> None:
         [scenario_node("n1", res("1", "1Gi"), pods=1)],
         [scenario_queue("q1", weight=5), scenario_queue("q2", weight=10)],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1", res("1", "1G"), "n1")], priority_class="low-priority"),
-            pg("pg2", "q2", 0, [pod("preemptor1", res("1", "1G"), preemptionPolicy="Never")], priority_class="high-priority"),
+            pg(
+                "pg1",
+                "q1",
+                0,
+                [pod("preemptee1", res("1", "1G"), "n1")],
+                priority_class="low-priority",
+            ),
+            pg(
+                "pg2",
+                "q2",
+                0,
+                [pod("preemptor1", res("1", "1G"), preemptionPolicy="Never")],
+                priority_class="high-priority",
+            ),
         ],
     )
     assert evicted(out) == set()
@@ -121,11 +186,18 @@ def test_closed_queue_cannot_reclaim() -> None:
         [scenario_node("n1", res("3", "3Gi"))],
         [scenario_queue("q1"), scenario_queue("q2", state="Closed")],
         [
-            pg("pg1", "q1", 1, [
-                pod("preemptee1", res("1", "1G"), "n1", preemptable=False),
-                pod("preemptee2", res("1", "1G"), "n1"),
-                pod("preemptee3", res("1", "1G"), "n1", preemptable=False),
-            ], phase="Running", priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [
+                    pod("preemptee1", res("1", "1G"), "n1", preemptable=False),
+                    pod("preemptee2", res("1", "1G"), "n1"),
+                    pod("preemptee3", res("1", "1G"), "n1", preemptable=False),
+                ],
+                phase="Running",
+                priority_class="low-priority",
+            ),
             pg("pg2", "q2", 1, [pod("preemptor1", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
@@ -137,10 +209,28 @@ def test_node_idle_resources_count_towards_the_reclaim() -> None:
     is short by less than one victim, so exactly one pod (the lowest queue priority's) goes."""
     out = reclaim(
         [scenario_node("n1", res("10", "2Gi"))],
-        [scenario_queue("q1", priority=1), scenario_queue("q2", priority=2), scenario_queue("q3", weight=3)],
         [
-            pg("pg1", "q1", 0, [pod("preemptee1-1", res("1", "1G"), "n1")], phase="Running", priority_class="mid-priority"),
-            pg("pg2", "q2", 0, [pod("preemptee2-1", res("1", "1G"), "n1")], phase="Running", priority_class="mid-priority"),
+            scenario_queue("q1", priority=1),
+            scenario_queue("q2", priority=2),
+            scenario_queue("q3", weight=3),
+        ],
+        [
+            pg(
+                "pg1",
+                "q1",
+                0,
+                [pod("preemptee1-1", res("1", "1G"), "n1")],
+                phase="Running",
+                priority_class="mid-priority",
+            ),
+            pg(
+                "pg2",
+                "q2",
+                0,
+                [pod("preemptee2-1", res("1", "1G"), "n1")],
+                phase="Running",
+                priority_class="mid-priority",
+            ),
             pg("pg3", "q3", 1, [pod("preemptor1", res("2", "1G"))], priority_class="mid-priority"),
         ],
     )
@@ -154,14 +244,29 @@ def test_second_task_reclaims_when_first_may_not() -> None:
         [scenario_node("n1", res("2", "2G"))],
         [scenario_queue("q1"), scenario_queue("q2")],
         [
-            pg("pg-victim", "q1", 1, [
-                pod("victim-pod-no", res("1", "1G"), "n1", preemptable=False),
-                pod("victim-pod", res("1", "1G"), "n1"),
-            ], phase="Running", priority_class="low-priority"),
-            pg("pg-preemptor", "q2", 2, [
-                pod("preemptor-task1-non-preemptable", res("1", "1G"), preemptionPolicy="Never"),
-                pod("preemptor-task2-preemptable", res("1", "1G")),
-            ], priority_class="high-priority"),
+            pg(
+                "pg-victim",
+                "q1",
+                1,
+                [
+                    pod("victim-pod-no", res("1", "1G"), "n1", preemptable=False),
+                    pod("victim-pod", res("1", "1G"), "n1"),
+                ],
+                phase="Running",
+                priority_class="low-priority",
+            ),
+            pg(
+                "pg-preemptor",
+                "q2",
+                2,
+                [
+                    pod(
+                        "preemptor-task1-non-preemptable", res("1", "1G"), preemptionPolicy="Never"
+                    ),
+                    pod("preemptor-task2-preemptable", res("1", "1G")),
+                ],
+                priority_class="high-priority",
+            ),
         ],
     )
     assert evicted(out) == {uid("victim-pod")}
@@ -175,8 +280,21 @@ def test_no_eviction_when_node_already_fits() -> None:
         [scenario_node("n1", res("10", "10G"))],
         [scenario_queue("q1"), scenario_queue("q2", weight=9)],
         [
-            pg("pg-victim", "q1", 0, [pod("victim-n1", res("2", "2G"), "n1")], phase="Running", priority_class="low-priority"),
-            pg("pg-preemptor", "q2", 1, [pod("preemptor1", res("3", "3G"))], priority_class="low-priority"),
+            pg(
+                "pg-victim",
+                "q1",
+                0,
+                [pod("victim-n1", res("2", "2G"), "n1")],
+                phase="Running",
+                priority_class="low-priority",
+            ),
+            pg(
+                "pg-preemptor",
+                "q2",
+                1,
+                [pod("preemptor1", res("3", "3G"))],
+                priority_class="low-priority",
+            ),
         ],
     )
     assert evicted(out) == set()
@@ -185,12 +303,18 @@ def test_no_eviction_when_node_already_fits() -> None:
 
 # -- the loop's own checks ----------------------------------------------------------------------------
 
+
 def _two_queue_case(**victim_queue: object) -> list[list[dict]]:
     return [
         [scenario_node("n1", res("2", "2G"))],
         [scenario_queue("q1", **victim_queue), scenario_queue("q2")],
         [
-            pg("pg1", "q1", 1, [pod("victim-1", res("1", "1G"), "n1"), pod("victim-2", res("1", "1G"), "n1")]),
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [pod("victim-1", res("1", "1G"), "n1"), pod("victim-2", res("1", "1G"), "n1")],
+            ),
             pg("pg2", "q2", 1, [pod("reclaimer", res("1", "1G"))]),
         ],
     ]
@@ -214,7 +338,13 @@ def test_same_queue_tasks_are_not_reclaimed() -> None:
         [scenario_node("n1", res("2", "2G"))],
         [scenario_queue("q1"), scenario_queue("q2")],
         [
-            pg("pg1", "q1", 1, [pod("victim-1", res("1", "1G"), "n1"), pod("victim-2", res("1", "1G"), "n1")], priority_class="low-priority"),
+            pg(
+                "pg1",
+                "q1",
+                1,
+                [pod("victim-1", res("1", "1G"), "n1"), pod("victim-2", res("1", "1G"), "n1")],
+                priority_class="low-priority",
+            ),
             pg("pg2", "q1", 1, [pod("reclaimer", res("1", "1G"))], priority_class="high-priority"),
         ],
     )
@@ -251,7 +381,13 @@ def test_overused_queue_does_not_reclaim(monkeypatch) -> None:  # noqa: ANN001
 def test_discards_when_gang_cannot_be_pipelined() -> None:
     """With gang's job_pipelined on, a reclaimer gang of 3 that finds room for only 2 tasks is
     discarded: no eviction is committed."""
-    tiers = [[TIERS[0][0], plugin("gang", "enableReclaimable", "enableJobStarving", "enableJobPipelined"), *TIERS[0][2:]]]
+    tiers = [
+        [
+            TIERS[0][0],
+            plugin("gang", "enableReclaimable", "enableJobStarving", "enableJobPipelined"),
+            *TIERS[0][2:],
+        ]
+    ]
     out = reclaim(
         [scenario_node("n1", res("3", "3G"))],
         [scenario_queue("q1"), scenario_queue("q2", weight=2)],
@@ -269,7 +405,13 @@ def test_discards_when_gang_cannot_be_pipelined() -> None:
 def test_commits_when_gang_is_pipelined() -> None:
     """A gang of 2 (q2 deserves 2 of the 3 cpus) fits after two evictions and is committed: both
     tasks are pipelined."""
-    tiers = [[TIERS[0][0], plugin("gang", "enableReclaimable", "enableJobStarving", "enableJobPipelined"), *TIERS[0][2:]]]
+    tiers = [
+        [
+            TIERS[0][0],
+            plugin("gang", "enableReclaimable", "enableJobStarving", "enableJobPipelined"),
+            *TIERS[0][2:],
+        ]
+    ]
     out = reclaim(
         [scenario_node("n1", res("3", "3G"))],
         [scenario_queue("q1"), scenario_queue("q2", weight=2)],
@@ -284,12 +426,25 @@ def test_commits_when_gang_is_pipelined() -> None:
 
 
 def test_reclaim_result_reason() -> None:
-    holder = job("a", 2, queue="qa", status=TaskStatus.RUNNING, nodes="n1", min_member=1, phase=PodGroupPhase.RUNNING)
+    holder = job(
+        "a",
+        2,
+        queue="qa",
+        status=TaskStatus.RUNNING,
+        nodes="n1",
+        min_member=1,
+        phase=PodGroupPhase.RUNNING,
+    )
     starving = job("b", queue="qb", min_member=1, index=1, task_index=0)
-    snap = snapshot([node("n1", "2", "4Gi", pods="10")], [holder, starving], [queue("qa"), queue("qb")])
-    result = cycle(snap, (
-        'actions: "enqueue, reclaim, allocate, backfill"\ntiers:\n- plugins:\n  - name: priority\n  - name: gang\n'
-        '  - name: conformance\n- plugins:\n  - name: drf\n  - name: predicates\n  - name: proportion\n  - name: nodeorder\n'
-    ))
+    snap = snapshot(
+        [node("n1", "2", "4Gi", pods="10")], [holder, starving], [queue("qa"), queue("qb")]
+    )
+    result = cycle(
+        snap,
+        (
+            'actions: "enqueue, reclaim, allocate, backfill"\ntiers:\n- plugins:\n  - name: priority\n  - name: gang\n'
+            "  - name: conformance\n- plugins:\n  - name: drf\n  - name: predicates\n  - name: proportion\n  - name: nodeorder\n"
+        ),
+    )
     assert list(result.evictions.values()) == ["reclaim"]
     assert result.pipelined == {"ns/b-0": "n1"}

@@ -28,9 +28,23 @@ import yaml
 from server.simulate import simulate_text
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = sorted((ROOT / "tests" / "scenarios").glob("*.yaml")) + sorted((ROOT / "examples" / "scenarios").glob("*.yaml"))
-KNOWN = {"source", "cycles", "binds", "pipelined", "evictions", "phases", "conditions", "tasks", "devices",
-         "scheduleStates", "nodes", "gpuGroups"}
+FILES = sorted((ROOT / "tests" / "scenarios").glob("*.yaml")) + sorted(
+    (ROOT / "examples" / "scenarios").glob("*.yaml")
+)
+KNOWN = {
+    "source",
+    "cycles",
+    "binds",
+    "pipelined",
+    "evictions",
+    "phases",
+    "conditions",
+    "tasks",
+    "devices",
+    "scheduleStates",
+    "nodes",
+    "gpuGroups",
+}
 
 
 def check(expect: dict[str, Any], out: dict[str, Any]) -> list[str]:
@@ -50,7 +64,11 @@ def check(expect: dict[str, Any], out: dict[str, Any]) -> list[str]:
     for job, phase in (expect.get("phases") or {}).items():
         same(f"phases[{job}]", phase, out["jobs"].get(job, {}).get("phase"))
     for job, types in (expect.get("conditions") or {}).items():
-        same(f"conditions[{job}]", types, [c["type"] for c in out["jobs"].get(job, {}).get("conditions", [])])
+        same(
+            f"conditions[{job}]",
+            types,
+            [c["type"] for c in out["jobs"].get(job, {}).get("conditions", [])],
+        )
     for task, status in (expect.get("tasks") or {}).items():
         same(f"tasks[{task}]", status, out["tasks"].get(task, {}).get("status"))
     for task, devices in (expect.get("devices") or {}).items():
@@ -65,12 +83,16 @@ def check(expect: dict[str, Any], out: dict[str, Any]) -> list[str]:
         got = out["tasks"].get(task, {})
         actual = got.get("gpu_groups") or []
         if len(actual) != len(groups):
-            problems.append(f"gpuGroups[{task}]: expected {len(groups)} group(s) {groups!r}, got {actual!r}")
+            problems.append(
+                f"gpuGroups[{task}]: expected {len(groups)} group(s) {groups!r}, got {actual!r}"
+            )
             continue
         for label, name in zip(groups, actual, strict=True):
             key = (got.get("node"), str(label))
             if seen.setdefault(key, name) != name:
-                problems.append(f"gpuGroups[{task}]: group {label!r} on {key[0]} is {seen[key]!r} elsewhere, {name!r} here")
+                problems.append(
+                    f"gpuGroups[{task}]: group {label!r} on {key[0]} is {seen[key]!r} elsewhere, {name!r} here"
+                )
     return problems
 
 
@@ -96,10 +118,24 @@ def test_scenario_files_exist() -> None:
 def test_checker_reports_each_kind_of_mismatch() -> None:
     """The checker itself must be able to fail: a wrong bind, phase, condition and status are
     each reported."""
-    out = {"binds": {"a": "n1"}, "pipelined": {}, "evictions": [], "tasks": {"a": {"status": "Binding"}},
-           "jobs": {"j": {"phase": "Running", "conditions": [{"type": "Scheduled"}]}}}
+    out = {
+        "binds": {"a": "n1"},
+        "pipelined": {},
+        "evictions": [],
+        "tasks": {"a": {"status": "Binding"}},
+        "jobs": {"j": {"phase": "Running", "conditions": [{"type": "Scheduled"}]}},
+    }
     assert check({"binds": {"a": "n1"}, "phases": {"j": "Running"}}, out) == []
-    problems = check({"binds": {"a": "n2"}, "phases": {"j": "Pending"}, "conditions": {"j": ["Unschedulable"]},
-                      "tasks": {"a": "Running"}, "evictions": ["x"], "devices": {"a": ["0"]},
-                      "scheduleStates": {"j": "Unscheduled"}}, out)
+    problems = check(
+        {
+            "binds": {"a": "n2"},
+            "phases": {"j": "Pending"},
+            "conditions": {"j": ["Unschedulable"]},
+            "tasks": {"a": "Running"},
+            "evictions": ["x"],
+            "devices": {"a": ["0"]},
+            "scheduleStates": {"j": "Unscheduled"},
+        },
+        out,
+    )
     assert len(problems) == 7

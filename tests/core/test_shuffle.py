@@ -49,26 +49,49 @@ def victim_plugins(monkeypatch):  # noqa: ANN001, ANN201
 
 def shuffle(tiers, nodes, queues, jobs, *, actions=("shuffle",), listed_only=True):  # noqa: ANN001, ANN201
     """One cycle of ``actions`` under ``tiers``, with Volcano's test priority classes."""
-    return simulate(config(list(actions), tiers, listed_only=listed_only), nodes, queues, jobs,
-                    priority_classes=PRIORITY_CLASSES)
+    return simulate(
+        config(list(actions), tiers, listed_only=listed_only),
+        nodes,
+        queues,
+        jobs,
+        priority_classes=PRIORITY_CLASSES,
+    )
 
 
 def _cluster() -> tuple[list, list, list]:
     nodes = [scenario_node("node1", res("4", "8Gi")), scenario_node("node2", res("4", "8Gi"))]
     jobs = [
-        pg("pg1", "default", NO_GANG_MINIMUM, [
-            pod("pod1-1", res("1", "2G"), "node1", priority=LOW),
-            pod("pod1-2", res("1", "2G"), "node1", priority=HIGH),
-            pod("pod1-3", res("1", "2G"), "node1", priority=HIGH),
-        ], phase="Running"),
-        pg("pg2", "default", NO_GANG_MINIMUM, [
-            pod("pod2-1", res("1", "2G"), "node1", priority=LOW),
-            pod("pod2-2", res("1", "2G"), "node2", priority=HIGH),
-        ], phase="Running"),
-        pg("pg3", "default", NO_GANG_MINIMUM, [
-            pod("pod3-1", res("1", "2G"), "node2", priority=LOW),
-            pod("pod3-2", res("1", "2G"), "node2", priority=HIGH),
-        ], phase="Running"),
+        pg(
+            "pg1",
+            "default",
+            NO_GANG_MINIMUM,
+            [
+                pod("pod1-1", res("1", "2G"), "node1", priority=LOW),
+                pod("pod1-2", res("1", "2G"), "node1", priority=HIGH),
+                pod("pod1-3", res("1", "2G"), "node1", priority=HIGH),
+            ],
+            phase="Running",
+        ),
+        pg(
+            "pg2",
+            "default",
+            NO_GANG_MINIMUM,
+            [
+                pod("pod2-1", res("1", "2G"), "node1", priority=LOW),
+                pod("pod2-2", res("1", "2G"), "node2", priority=HIGH),
+            ],
+            phase="Running",
+        ),
+        pg(
+            "pg3",
+            "default",
+            NO_GANG_MINIMUM,
+            [
+                pod("pod3-1", res("1", "2G"), "node2", priority=LOW),
+                pod("pod3-2", res("1", "2G"), "node2", priority=HIGH),
+            ],
+            phase="Running",
+        ),
     ]
     return nodes, [scenario_queue("default")], jobs
 
@@ -90,13 +113,25 @@ def test_victim_switch_off_evicts_nothing(victim_plugins) -> None:  # noqa: ANN0
 
 
 def test_union_within_a_tier(victim_plugins) -> None:  # noqa: ANN001
-    out = shuffle([[plugin("fake", "enabledVictim"), plugin("fake-node2", "enabledVictim")]], *_cluster())
-    assert evicted(out) == {uid("pod1-1"), uid("pod2-1"), uid("pod2-2"), uid("pod3-1"), uid("pod3-2")}
+    out = shuffle(
+        [[plugin("fake", "enabledVictim"), plugin("fake-node2", "enabledVictim")]], *_cluster()
+    )
+    assert evicted(out) == {
+        uid("pod1-1"),
+        uid("pod2-1"),
+        uid("pod2-2"),
+        uid("pod3-1"),
+        uid("pod3-2"),
+    }
 
 
 def test_first_tier_with_victims_decides(victim_plugins) -> None:  # noqa: ANN001
     out = shuffle(
-        [[plugin("fake-none", "enabledVictim")], [plugin("fake-node2", "enabledVictim")], [plugin("fake", "enabledVictim")]],
+        [
+            [plugin("fake-none", "enabledVictim")],
+            [plugin("fake-node2", "enabledVictim")],
+            [plugin("fake", "enabledVictim")],
+        ],
         *_cluster(),
     )
     assert evicted(out) == {uid("pod2-2"), uid("pod3-1"), uid("pod3-2")}
@@ -114,11 +149,24 @@ def test_evicted_resources_are_released_for_later_actions(victim_plugins) -> Non
     released resources as future idle and pipelines onto them."""
     nodes = [scenario_node("node1", res("1", "2Gi"))]
     jobs = [
-        pg("old", "default", 1, [pod("old-1", res("1", "1Gi"), "node1", priority=LOW)], phase="Running"),
+        pg(
+            "old",
+            "default",
+            1,
+            [pod("old-1", res("1", "1Gi"), "node1", priority=LOW)],
+            phase="Running",
+        ),
         pg("new", "default", 1, [pod("new-1", res("1", "1Gi"), priority=HIGH)]),
     ]
     out = shuffle(
-        [[plugin("fake", "enabledVictim"), plugin("gang"), plugin("proportion"), plugin("predicates")]],
+        [
+            [
+                plugin("fake", "enabledVictim"),
+                plugin("gang"),
+                plugin("proportion"),
+                plugin("predicates"),
+            ]
+        ],
         nodes,
         [scenario_queue("default")],
         jobs,

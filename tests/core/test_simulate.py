@@ -41,20 +41,27 @@ def test_gang_fits_and_binds_all_members() -> None:
 
 
 def test_gang_that_does_not_fit_binds_nothing() -> None:
-    out = simulate_text(BASE.replace("minMember: 2", "minMember: 3").replace(
-        "  - {name: p2, request: {cpu: \"3\"}}", "  - {name: p2, request: {cpu: \"3\"}}\n  - {name: p3, request: {cpu: \"3\"}}"))
+    out = simulate_text(
+        BASE.replace("minMember: 2", "minMember: 3").replace(
+            '  - {name: p2, request: {cpu: "3"}}',
+            '  - {name: p2, request: {cpu: "3"}}\n  - {name: p3, request: {cpu: "3"}}',
+        )
+    )
     assert out["binds"] == {}
     cond = out["jobs"]["ns1/pg1"]["conditions"][0]
     assert cond["type"] == "Unschedulable" and "Insufficient cpu" in cond["message"]
 
 
 def test_every_problem_is_reported_with_its_path() -> None:
-    bad = BASE.replace('{cpu: "3"}}\n  - {name: p2', '{cpu: "2x"}}\n  - {name: p2') + """
+    bad = (
+        BASE.replace('{cpu: "3"}}\n  - {name: p2', '{cpu: "2x"}}\n  - {name: p2')
+        + """
 - name: pg2
   tasks:
   - {name: q1, status: Running, node: n9, request: {cpu: "1"}}
   - {name: q2, reqest: {cpu: "1"}}
 """
+    )
     with pytest.raises(ScenarioError) as err:
         simulate_text(bad)
     problems = err.value.problems
@@ -66,12 +73,17 @@ def test_every_problem_is_reported_with_its_path() -> None:
 def test_unknown_plugin_in_scenario_config() -> None:
     with pytest.raises(ScenarioError) as err:
         simulate_text(BASE.replace("{name: nodeorder}", "{name: nodeordr}"))
-    assert any("config.tiers[1].plugins[1].name: unknown plugin 'nodeordr'" in p for p in err.value.problems)
+    assert any(
+        "config.tiers[1].plugins[1].name: unknown plugin 'nodeordr'" in p
+        for p in err.value.problems
+    )
 
 
 def test_cycles_run_bound_tasks_and_release_evicted_ones() -> None:
-    text = BASE.replace("minMember: 2", "minMember: 1").replace('{cpu: "3"}}\n  - {name: p2, request: {cpu: "3"}}',
-                                                            '{cpu: "3"}}\n  - {name: p2, request: {cpu: "3"}}\n  - {name: p3, request: {cpu: "3"}}')
+    text = BASE.replace("minMember: 2", "minMember: 1").replace(
+        '{cpu: "3"}}\n  - {name: p2, request: {cpu: "3"}}',
+        '{cpu: "3"}}\n  - {name: p2, request: {cpu: "3"}}\n  - {name: p3, request: {cpu: "3"}}',
+    )
     one = simulate_text(text, cycles=1)
     assert len(one["binds"]) == 2 and one["tasks"]["ns1/p3"]["status"] == "Pending"
     two = simulate_text(text, cycles=2)
@@ -91,7 +103,9 @@ def test_x_keys_are_ignored_and_json_is_accepted() -> None:
     assert len(out["binds"]) == 2
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples" / "scenarios").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "examples" / "scenarios").glob("*.yaml")), ids=lambda p: p.name
+)
 def test_shipped_example_scenarios_run(path: Path) -> None:
     out = simulate_text(path.read_text())
     assert out["tasks"], path
@@ -104,17 +118,44 @@ def test_wrong_types_anywhere_are_problems_not_crashes() -> None:
     import yaml
 
     doc = {
-        "nodes": [{"name": "n1", "allocatable": {"cpu": "4"}, "labels": {"a": "b"}, "taints": [{"key": "k"}],
-                   "devices": {"0": {"healthy": True}}}],
+        "nodes": [
+            {
+                "name": "n1",
+                "allocatable": {"cpu": "4"},
+                "labels": {"a": "b"},
+                "taints": [{"key": "k"}],
+                "devices": {"0": {"healthy": True}},
+            }
+        ],
         "queues": [{"name": "q", "capability": {"cpu": "8"}}],
-        "jobs": [{"name": "j", "queue": "q", "minTaskMember": {"w": 1}, "tasks": [
-            {"name": "t", "role": "w", "request": {"cpu": "1"}, "tolerations": [{"key": "k"}], "affinity": {}}]}],
+        "jobs": [
+            {
+                "name": "j",
+                "queue": "q",
+                "minTaskMember": {"w": 1},
+                "tasks": [
+                    {
+                        "name": "t",
+                        "role": "w",
+                        "request": {"cpu": "1"},
+                        "tolerations": [{"key": "k"}],
+                        "affinity": {},
+                    }
+                ],
+            }
+        ],
         "hypernodes": [{"name": "h", "tier": 1, "members": {"nodes": ["n1"]}}],
     }
 
     def paths(obj, prefix=()):
         yield prefix
-        items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+        items = (
+            obj.items()
+            if isinstance(obj, dict)
+            else enumerate(obj)
+            if isinstance(obj, list)
+            else ()
+        )
         for k, v in items:
             yield from paths(v, (*prefix, k))
 
@@ -186,7 +227,9 @@ jobs:
   - {name: waits, phase: Inqueue, tasks: [{name: w0, request: {cpu: "4"}}]}
 """)
     huge = out["jobs"]["default/huge"]["conditions"][0]["message"]
-    assert "task h0 can never run on this cluster: it asks cpu 64 (largest eligible node: 8)" in huge
+    assert (
+        "task h0 can never run on this cluster: it asks cpu 64 (largest eligible node: 8)" in huge
+    )
     waits = out["jobs"]["default/waits"]["conditions"][0]["message"]
     assert "can never run" not in waits and "Insufficient cpu" in waits
     assert ".." not in huge + waits
@@ -207,5 +250,7 @@ def test_an_unknown_priority_class_is_priority_zero_in_volcano_and_an_error_in_k
     first); under profile kai the scenario names the problem."""
     out = simulate_text(PRIORITY_CLASS_SCENARIO.replace("PROFILE", "volcano"))
     assert out["binds"] == {"default/k": "n1"}
-    with pytest.raises(ScenarioError, match=r"jobs\[0\].priorityClass: unknown priority class 'no-such-class'"):
+    with pytest.raises(
+        ScenarioError, match=r"jobs\[0\].priorityClass: unknown priority class 'no-such-class'"
+    ):
         simulate_text(PRIORITY_CLASS_SCENARIO.replace("PROFILE", "kai"))

@@ -12,11 +12,29 @@ from server.session.session import Session
 NOW = 1_000_000.0
 
 
-def sla_job(name: str, *, created: float | None = NOW, annotations: dict[str, str] | None = None,
-            cpu: str = "1", min_resources: dict[str, str] | None = None, index: int = 0) -> JobSpec:
+def sla_job(
+    name: str,
+    *,
+    created: float | None = NOW,
+    annotations: dict[str, str] | None = None,
+    cpu: str = "1",
+    min_resources: dict[str, str] | None = None,
+    index: int = 0,
+) -> JobSpec:
     """A Pending job of one task asking for ``cpu``, submitted at ``created``."""
-    return job(name, cpu=cpu, memory=None, queue="q", min_member=None, phase=PodGroupPhase.PENDING, index=index,
-               task_index=0, annotations=annotations or {}, created_at=created, min_resources=min_resources)
+    return job(
+        name,
+        cpu=cpu,
+        memory=None,
+        queue="q",
+        min_member=None,
+        phase=PodGroupPhase.PENDING,
+        index=index,
+        task_index=0,
+        annotations=annotations or {},
+        created_at=created,
+        min_resources=min_resources,
+    )
 
 
 def sla_snapshot(*jobs: JobSpec) -> ClusterSnapshot:
@@ -24,7 +42,11 @@ def sla_snapshot(*jobs: JobSpec) -> ClusterSnapshot:
 
 
 def sla_session(snap: ClusterSnapshot, **arguments: object) -> Session:
-    tier = [plugin("sla", "enableJobOrder", "enableJobEnqueued", "enableJobPipelined", arguments=arguments)]
+    tier = [
+        plugin(
+            "sla", "enableJobOrder", "enableJobEnqueued", "enableJobPipelined", arguments=arguments
+        )
+    ]
     return session(snap, config(None, [tier]))
 
 
@@ -35,8 +57,15 @@ def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("3m", 180.0), ("1h2m3s4ms5us6ns", 3723.004005006), ("1.5h", 5400.0), ("0", 0.0), ("-2s", -2.0),
-     ("300ms", 0.3), ("2µs", 2e-6)],
+    [
+        ("3m", 180.0),
+        ("1h2m3s4ms5us6ns", 3723.004005006),
+        ("1.5h", 5400.0),
+        ("0", 0.0),
+        ("-2s", -2.0),
+        ("300ms", 0.3),
+        ("2µs", 2e-6),
+    ],
 )
 def test_go_durations_parse_like_time_ParseDuration(text: str, seconds: float) -> None:
     assert sla.parse_go_duration(text) == pytest.approx(seconds)
@@ -52,7 +81,9 @@ def test_global_waiting_time_orders_jobs_with_sla_first() -> None:
     """sla_test.go "sla normal placement": with sla-waiting-time 3m, a job without its own
     waiting time (global applies) vs one with an annotation: the earlier deadline goes first."""
     a = sla_job("a", created=NOW - 100)  # deadline NOW + 80 (global 3m)
-    b = sla_job("b", created=NOW - 100, annotations={"sla-waiting-time": "10m"})  # deadline NOW + 500
+    b = sla_job(
+        "b", created=NOW - 100, annotations={"sla-waiting-time": "10m"}
+    )  # deadline NOW + 500
     ssn = sla_session(sla_snapshot(a, b), **{"sla-waiting-time": "3m"})
     ja, jb = ssn.jobs["ns/a"], ssn.jobs["ns/b"]
     assert ssn.job_order_fn(ja, jb) is True
@@ -99,8 +130,13 @@ def test_invalid_annotation_falls_back_to_global() -> None:
 def test_overdue_job_is_enqueued_past_the_proportion_quota() -> None:
     """An overdue job's permit in an earlier tier ends the enqueue vote before proportion's
     reject (Volcano JobEnqueueable: a permit ends the check at the end of its tier)."""
-    big = sla_job("big", created=NOW - 3600, annotations={"sla-waiting-time": "1m"}, cpu="8",
-                  min_resources={"cpu": "8"})
+    big = sla_job(
+        "big",
+        created=NOW - 3600,
+        annotations={"sla-waiting-time": "1m"},
+        cpu="8",
+        min_resources={"cpu": "8"},
+    )
     cfg_text = """
 actions: "enqueue"
 tiers:

@@ -18,23 +18,42 @@ tiers:
 def _setup():
     snap = snapshot(
         [node("n1", cpu="4"), node("n2", cpu="4")],
-        [job("a", 2, cpu="2"), job("run", 1, cpu="2", status=TaskStatus.RUNNING, nodes=["n2"], index=1)],
+        [
+            job("a", 2, cpu="2"),
+            job("run", 1, cpu="2", status=TaskStatus.RUNNING, nodes=["n2"], index=1),
+        ],
     )
     return session(snap, CONFIG)
 
 
 def _state(ssn):
     n = ssn.nodes
-    return (n.idle.copy(), n.used.copy(), n.releasing.copy(), n.pipelined.copy(), n.task_count.copy(),
-            {u: (t.status, t.node) for u, t in ssn.tasks.items()},
-            {u: j.allocated.copy() for u, j in ssn.jobs.items()})
+    return (
+        n.idle.copy(),
+        n.used.copy(),
+        n.releasing.copy(),
+        n.pipelined.copy(),
+        n.task_count.copy(),
+        {u: (t.status, t.node) for u, t in ssn.tasks.items()},
+        {u: j.allocated.copy() for u, j in ssn.jobs.items()},
+    )
 
 
 def _equal(a, b) -> bool:
     return all(
-        (np.array_equal(x, y) if isinstance(x, np.ndarray) else
-         (x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) if isinstance(x[k], np.ndarray) else x[k] == y[k] for k in x))
-         if isinstance(x, dict) else x == y)
+        (
+            np.array_equal(x, y)
+            if isinstance(x, np.ndarray)
+            else (
+                x.keys() == y.keys()
+                and all(
+                    np.array_equal(x[k], y[k]) if isinstance(x[k], np.ndarray) else x[k] == y[k]
+                    for k in x
+                )
+            )
+            if isinstance(x, dict)
+            else x == y
+        )
         for x, y in zip(a, b, strict=True)
     )
 

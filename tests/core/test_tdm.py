@@ -27,17 +27,44 @@ def zone_node(name: str, zone: str = "") -> NodeSpec:
     return node(name, "16", "64G", pods=10, labels=labels)
 
 
-def tdm_task(name: str, job_name: str, *, annotations: dict[str, str] | None = None, node: str | None = None,
-             status: TaskStatus = TaskStatus.PENDING, uid: str | None = None) -> TaskSpec:
-    return task(name, job_name, res("1", "1G"), node, ns="c1", status=status, uid=uid, annotations=annotations or {})
+def tdm_task(
+    name: str,
+    job_name: str,
+    *,
+    annotations: dict[str, str] | None = None,
+    node: str | None = None,
+    status: TaskStatus = TaskStatus.PENDING,
+    uid: str | None = None,
+) -> TaskSpec:
+    return task(
+        name,
+        job_name,
+        res("1", "1G"),
+        node,
+        ns="c1",
+        status=status,
+        uid=uid,
+        annotations=annotations or {},
+    )
 
 
-def tdm_job(name: str, tasks: list[TaskSpec], annotations: dict[str, str] | None = None, queue: str = "c1") -> JobSpec:
-    return job(name, ns="c1", queue=queue, tasks=tasks, min_member=1, phase=PodGroupPhase.PENDING,
-               annotations=annotations or {})
+def tdm_job(
+    name: str, tasks: list[TaskSpec], annotations: dict[str, str] | None = None, queue: str = "c1"
+) -> JobSpec:
+    return job(
+        name,
+        ns="c1",
+        queue=queue,
+        tasks=tasks,
+        min_member=1,
+        phase=PodGroupPhase.PENDING,
+        annotations=annotations or {},
+    )
 
 
-def tdm_session(nodes: list[NodeSpec], jobs: list[JobSpec], arguments: dict[str, str], *switches: str) -> Session:
+def tdm_session(
+    nodes: list[NodeSpec], jobs: list[JobSpec], arguments: dict[str, str], *switches: str
+) -> Session:
     tier = [plugin("tdm", *switches, arguments=arguments)]
     return session(snapshot(nodes, jobs, [queue("c1"), queue("c2")]), config(None, [tier]))
 
@@ -67,7 +94,13 @@ def test_parse_revocable_zone_window(raw: str, delta: int, error: bool) -> None:
 
 
 ZONES = {"tdm.revocable-zone.rz1": "0:00-0:00", "tdm.revocable-zone.rz2": "0:00-0:01"}
-NODES = [zone_node("n1", "rz1"), zone_node("n2", "rz1"), zone_node("n3"), zone_node("n4"), zone_node("n5", "rz2")]
+NODES = [
+    zone_node("n1", "rz1"),
+    zone_node("n2", "rz1"),
+    zone_node("n3"),
+    zone_node("n4"),
+    zone_node("n5", "rz2"),
+]
 
 
 @pytest.mark.parametrize(
@@ -83,11 +116,18 @@ NODES = [zone_node("n1", "rz1"), zone_node("n2", "rz1"), zone_node("n3"), zone_n
         ({"volcano.sh/revocable-zone": "rz1"}, ["n3", "n4"], [0, 0]),
     ],
 )
-def test_predicate_and_node_order(annotations: dict[str, str], passing: list[str], scores: list[float]) -> None:
+def test_predicate_and_node_order(
+    annotations: dict[str, str], passing: list[str], scores: list[float]
+) -> None:
     """tdm_test.go Test_TDM: revocable nodes pass only in an active zone and only for tasks that
     may use them; such nodes score MaxNodeScore."""
-    ssn = tdm_session(NODES, [tdm_job("pg1", [tdm_task("p1", "pg1", annotations=annotations)])], ZONES,
-                      "enablePredicate", "enableNodeOrder")
+    ssn = tdm_session(
+        NODES,
+        [tdm_job("pg1", [tdm_task("p1", "pg1", annotations=annotations)])],
+        ZONES,
+        "enablePredicate",
+        "enableNodeOrder",
+    )
     t = ssn.tasks["c1/p1"]
     future_ok, _ = ssn.evaluator.feasible(t)
     names = [ssn.nodes.names[i] for i in np.nonzero(future_ok)[0]]
@@ -97,17 +137,30 @@ def test_predicate_and_node_order(annotations: dict[str, str], passing: list[str
 
 
 def test_fit_errors_name_the_zone() -> None:
-    ssn = tdm_session([zone_node("n5", "rz2")],
-                      [tdm_job("pg1", [tdm_task("p1", "pg1", annotations={"volcano.sh/revocable-zone": "*"})])],
-                      ZONES, "enablePredicate")
+    ssn = tdm_session(
+        [zone_node("n5", "rz2")],
+        [tdm_job("pg1", [tdm_task("p1", "pg1", annotations={"volcano.sh/revocable-zone": "*"})])],
+        ZONES,
+        "enablePredicate",
+    )
     fe = ssn.evaluator.fit_errors(ssn.tasks["c1/p1"])
     assert fe.reasons == {"current time beyond revocable zone rz2:0:00-0:01": 1}
 
 
-def running_job(name: str, queue: str, node_name: str, preemptable: list[bool], budget: dict[str, str]) -> JobSpec:
-    tasks = [tdm_task(f"{name}-p{i}", name, node=node_name, status=TaskStatus.RUNNING, uid=f"{queue}/{name}-p{i}",
-                      annotations={"volcano.sh/preemptable": "true" if p else "false"})
-             for i, p in enumerate(preemptable)]
+def running_job(
+    name: str, queue: str, node_name: str, preemptable: list[bool], budget: dict[str, str]
+) -> JobSpec:
+    tasks = [
+        tdm_task(
+            f"{name}-p{i}",
+            name,
+            node=node_name,
+            status=TaskStatus.RUNNING,
+            uid=f"{queue}/{name}-p{i}",
+            annotations={"volcano.sh/preemptable": "true" if p else "false"},
+        )
+        for i, p in enumerate(preemptable)
+    ]
     return tdm_job(name, tasks, budget, queue=queue)
 
 
@@ -120,12 +173,18 @@ def running_job(name: str, queue: str, node_name: str, preemptable: list[bool], 
         ("0:00-0:01", {}, 1),  # no budget: one task per job
     ],
 )
-def test_victims_of_an_inactive_zone_follow_the_budget(zone: str, budget: dict[str, str], evicted: int) -> None:
+def test_victims_of_an_inactive_zone_follow_the_budget(
+    zone: str, budget: dict[str, str], evicted: int
+) -> None:
     """tdm_test.go Test_TDM_victimsFn: preemptable Running tasks on an inactive zone's nodes, at most
     the job's disruption budget."""
     j = running_job("pg1", "c1", "n1", [True, True, True, False, False], budget)
-    ssn = tdm_session([zone_node("n1", "rz1")], [j], {"tdm.revocable-zone.rz1": zone, "tdm.evict.period": "100ms"},
-                      "enabledVictim")
+    ssn = tdm_session(
+        [zone_node("n1", "rz1")],
+        [j],
+        {"tdm.revocable-zone.rz1": zone, "tdm.evict.period": "100ms"},
+        "enabledVictim",
+    )
     victims = ssn.victim_tasks([])
     assert len(victims) == evicted
     assert all(v.spec.annotations["volcano.sh/preemptable"] == "true" for v in victims)
@@ -133,14 +192,21 @@ def test_victims_of_an_inactive_zone_follow_the_budget(zone: str, budget: dict[s
 
 @pytest.mark.parametrize(
     ("budget", "evicted"),
-    [({"volcano.sh/jdb-max-unavailable": "50%"}, 3), ({"volcano.sh/jdb-max-unavailable": "3"}, 3),
-     ({"volcano.sh/jdb-min-available": "3"}, 2)],
+    [
+        ({"volcano.sh/jdb-max-unavailable": "50%"}, 3),
+        ({"volcano.sh/jdb-max-unavailable": "3"}, 3),
+        ({"volcano.sh/jdb-min-available": "3"}, 2),
+    ],
 )
 def test_budget_forms(budget: dict[str, str], evicted: int) -> None:
     """tdm_test.go: max-unavailable 50% / 3 and min-available 3 of 5 running tasks."""
     j = running_job("pg2", "c2", "n2", [True] * 5, budget)
-    ssn = tdm_session([zone_node("n2", "rz1")], [j], {"tdm.revocable-zone.rz1": "0:00-0:01", "tdm.evict.period": "1s"},
-                      "enabledVictim")
+    ssn = tdm_session(
+        [zone_node("n2", "rz1")],
+        [j],
+        {"tdm.revocable-zone.rz1": "0:00-0:01", "tdm.evict.period": "1s"},
+        "enabledVictim",
+    )
     assert len(ssn.victim_tasks([])) == evicted
 
 
@@ -159,12 +225,20 @@ def test_victims_are_rate_limited_by_evict_period(monkeypatch: pytest.MonkeyPatc
 def test_preemptable_fn() -> None:
     """preemptableFn: a preemptable preemptor is rejected; otherwise preemptable Running tasks on
     non-revocable nodes, within the budget of each job."""
-    victims_job = running_job("v", "c1", "n3", [True, True, False], {"volcano.sh/jdb-max-unavailable": "2"})
+    victims_job = running_job(
+        "v", "c1", "n3", [True, True, False], {"volcano.sh/jdb-max-unavailable": "2"}
+    )
     on_revocable = running_job("r", "c1", "n1", [True], {})
-    preemptor_job = tdm_job("pre", [tdm_task("pre", "pre", annotations={"volcano.sh/preemptable": "false"})])
+    preemptor_job = tdm_job(
+        "pre", [tdm_task("pre", "pre", annotations={"volcano.sh/preemptable": "false"})]
+    )
     bad = tdm_job("bad", [tdm_task("bad", "bad")])  # preemptable by default
-    ssn = tdm_session([zone_node("n1", "rz1"), zone_node("n3")], [victims_job, on_revocable, preemptor_job, bad], ZONES,
-                      "enablePreemptable")
+    ssn = tdm_session(
+        [zone_node("n1", "rz1"), zone_node("n3")],
+        [victims_job, on_revocable, preemptor_job, bad],
+        ZONES,
+        "enablePreemptable",
+    )
     fn = dict(ssn.chain("preemptable")[0])["tdm"]
     candidates = [t for j in (victims_job, on_revocable) for t in ssn.jobs[j.uid].tasks.values()]
     chosen, verdict = fn(ssn.tasks["c1/pre"], candidates)
@@ -177,7 +251,14 @@ def test_job_order_pipelined_and_starving() -> None:
     """jobOrderFn: non-preemptable jobs first; jobStarvingFn: non-preemptable with pending tasks."""
     plain = tdm_job("plain", [tdm_task("a", "plain")])
     elastic = tdm_job("elastic", [tdm_task("b", "elastic")], {"volcano.sh/preemptable": "true"})
-    ssn = tdm_session([zone_node("n3")], [plain, elastic], ZONES, "enableJobOrder", "enableJobStarving", "enableJobPipelined")
+    ssn = tdm_session(
+        [zone_node("n3")],
+        [plain, elastic],
+        ZONES,
+        "enableJobOrder",
+        "enableJobStarving",
+        "enableJobPipelined",
+    )
     p, e = ssn.jobs["c1/plain"], ssn.jobs["c1/elastic"]
     assert ssn.job_order_fn(p, e) is True and ssn.job_order_fn(e, p) is False
     assert ssn.job_starving(p) is True and ssn.job_starving(e) is False

@@ -31,21 +31,43 @@ def node(name: str, cpu: str = "8", memory: str = "32Gi", gpus: int = 0) -> dict
 def load(name: str, on: str, status: str = "Running", **request: Any) -> dict[str, Any]:
     """A plain job holding ``request`` on node ``on``."""
     req = {k.replace("_", "/").replace("nvidia/com", "nvidia.com"): v for k, v in request.items()}
-    return {"name": name, "tasks": [{"name": f"{name}-0", "node": on, "status": status, "request": req}]}
+    return {
+        "name": name,
+        "tasks": [{"name": f"{name}-0", "node": on, "status": status, "request": req}],
+    }
 
 
-def tyjob(name: str, policy: str = "Gang", queue_policy: str = "Priority", *, leader: dict[str, Any] | None = None,
-          workers: list[dict[str, Any]] | None = None, min_workers: int = 1, **fields: Any) -> dict[str, Any]:
+def tyjob(
+    name: str,
+    policy: str = "Gang",
+    queue_policy: str = "Priority",
+    *,
+    leader: dict[str, Any] | None = None,
+    workers: list[dict[str, Any]] | None = None,
+    min_workers: int = 1,
+    **fields: Any,
+) -> dict[str, Any]:
     tasks = [{"name": f"{name}-leader", "role": "leader", "request": leader or {"cpu": "1"}}]
-    tasks += [{"name": f"{name}-w{i}", "role": "actor", "request": r} for i, r in enumerate(workers or [])]
+    tasks += [
+        {"name": f"{name}-w{i}", "role": "actor", "request": r} for i, r in enumerate(workers or [])
+    ]
     for t in tasks:
         t.update(t["request"].pop("x", {}))
-    return {"name": name, "minWorkersNum": min_workers,
-            "schedulerPolicy": {"jobQueuePolicy": queue_policy, "basicPolicy": policy}, "tasks": tasks, **fields}
+    return {
+        "name": name,
+        "minWorkersNum": min_workers,
+        "schedulerPolicy": {"jobQueuePolicy": queue_policy, "basicPolicy": policy},
+        "tasks": tasks,
+        **fields,
+    }
 
 
-def run(nodes: list[dict[str, Any]], jobs: list[dict[str, Any]], config: dict[str, Any] | None = None,
-        cycles: int = 1) -> dict[str, Any]:
+def run(
+    nodes: list[dict[str, Any]],
+    jobs: list[dict[str, Any]],
+    config: dict[str, Any] | None = None,
+    cycles: int = 1,
+) -> dict[str, Any]:
     cfg = {**(config or CONFIG), "cycles": cycles}
     return simulate_text(yaml.safe_dump({"config": cfg, "nodes": nodes, "jobs": jobs}))
 
@@ -56,8 +78,10 @@ def placed(out: dict[str, Any], name: str) -> str | None:
 
 # -- pod policies ------------------------------------------------------------------------------
 def test_binpack_fills_the_fuller_node() -> None:
-    out = run([node("n1"), node("n2")], [load("a", "n1", cpu="6"), load("b", "n2", cpu="2"),
-                                         tyjob("j", "BinPack", min_workers=0)])
+    out = run(
+        [node("n1"), node("n2")],
+        [load("a", "n1", cpu="6"), load("b", "n2", cpu="2"), tyjob("j", "BinPack", min_workers=0)],
+    )
     assert placed(out, "j-leader") == "n1"  # a spreading formula (or nodeorder alone) picks n2
 
 
@@ -66,14 +90,27 @@ def test_leader_first_sends_the_leader_low_with_gpu_weight_raised_and_workers_hi
     # Leader's least-loaded node is n1 (equal weights would say n2); the worker then goes to the
     # busiest node by CPU, n1 (a worker sent low would go to n2).
     nodes = [node("n1", gpus=2), node("n2", gpus=2)]
-    jobs = [load("a", "n1", cpu="6"), load("b", "n2", cpu="1", nvidia_com_gpu=1),
-            tyjob("j", "LeaderFirst", leader={"cpu": "1", "nvidia.com/gpu": 1}, workers=[{"cpu": "1"}])]
+    jobs = [
+        load("a", "n1", cpu="6"),
+        load("b", "n2", cpu="1", nvidia_com_gpu=1),
+        tyjob("j", "LeaderFirst", leader={"cpu": "1", "nvidia.com/gpu": 1}, workers=[{"cpu": "1"}]),
+    ]
     out = run(nodes, jobs)
     assert placed(out, "j-leader") == "n1"
     assert placed(out, "j-w0") == "n1"
     # The same with the raised weight set to 1 (equal weights): the Leader goes to n2.
-    cfg = {**CONFIG, "tiers": [{"plugins": [{"name": "gang"}, {"name": "tyarranger", "arguments": {
-        "tyarranger.leaderFirst.raisedWeight": 1}}]}, CONFIG["tiers"][1]]}
+    cfg = {
+        **CONFIG,
+        "tiers": [
+            {
+                "plugins": [
+                    {"name": "gang"},
+                    {"name": "tyarranger", "arguments": {"tyarranger.leaderFirst.raisedWeight": 1}},
+                ]
+            },
+            CONFIG["tiers"][1],
+        ],
+    }
     assert placed(run(nodes, jobs, cfg), "j-leader") == "n2"
 
 
@@ -81,8 +118,11 @@ def test_min_fragment_prefers_balanced_cpu_and_memory_use() -> None:
     # After placing 2 CPU / 2 GiB: n1 would be 37.5 % CPU, 100 % memory (fragmented); n2 75 % / 50 %.
     # Binpack's mean prefers n1 (68.75 against 62.5); MinFragment picks n2 (75 against 37.5).
     nodes = [node("n1", memory="8Gi"), node("n2", memory="8Gi")]
-    jobs = [load("a", "n1", cpu="1", memory="6Gi"), load("b", "n2", cpu="4", memory="2Gi"),
-            tyjob("j", "MinFragment", leader={"cpu": "2", "memory": "2Gi"}, min_workers=0)]
+    jobs = [
+        load("a", "n1", cpu="1", memory="6Gi"),
+        load("b", "n2", cpu="4", memory="2Gi"),
+        tyjob("j", "MinFragment", leader={"cpu": "2", "memory": "2Gi"}, min_workers=0),
+    ]
     assert placed(run(nodes, jobs), "j-leader") == "n2"
     jobs[-1]["schedulerPolicy"]["basicPolicy"] = "BinPack"
     assert placed(run(nodes, jobs), "j-leader") == "n1"
@@ -96,23 +136,33 @@ def test_job_affinity_packs_and_anti_affinity_spreads_a_jobs_pods() -> None:
     out = run(nodes, [tyjob("j", "JobAntiAffinity", workers=workers, min_workers=2)])
     assert {placed(out, n) for n in ("j-leader", "j-w0", "j-w1")} == {"n1", "n2", "n3"}
     # Anti-affinity counts only the job's own pods: a node busy with another job is no worse.
-    out = run(nodes[:2], [load("x", "n1", cpu="1"), tyjob("j", "JobAntiAffinity", workers=[{"cpu": "1"}])])
+    out = run(
+        nodes[:2], [load("x", "n1", cpu="1"), tyjob("j", "JobAntiAffinity", workers=[{"cpu": "1"}])]
+    )
     assert {placed(out, "j-leader"), placed(out, "j-w0")} == {"n1", "n2"}
 
 
 # -- job queue policies ------------------------------------------------------------------------
 def test_priority_policy_orders_by_ty_priority() -> None:
     # Room for one job; the later, higher-priority one goes first (no priority plugin configured).
-    jobs = [tyjob("low", min_workers=0, priority=3, leader={"cpu": "8"}),
-            tyjob("high", min_workers=0, priority=9, leader={"cpu": "8"})]
+    jobs = [
+        tyjob("low", min_workers=0, priority=3, leader={"cpu": "8"}),
+        tyjob("high", min_workers=0, priority=9, leader={"cpu": "8"}),
+    ]
     out = run([node("n1")], jobs)
     assert placed(out, "high-leader") == "n1" and placed(out, "low-leader") is None
 
 
 def test_drf_policy_orders_by_dominant_share() -> None:
     # "first" already holds 4 CPUs; "second" holds nothing: second goes first for the last 2 CPUs.
-    first = tyjob("first", "Gang", "DRF", min_workers=0, leader={"cpu": "2"},
-                  workers=[{"cpu": "4", "x": {"status": "Running", "node": "n1"}}])
+    first = tyjob(
+        "first",
+        "Gang",
+        "DRF",
+        min_workers=0,
+        leader={"cpu": "2"},
+        workers=[{"cpu": "4", "x": {"status": "Running", "node": "n1"}}],
+    )
     second = tyjob("second", "Gang", "DRF", min_workers=0, leader={"cpu": "2"})
     out = run([node("n1", cpu="8"), node("n2", cpu="2")], [first, second])
     assert placed(out, "second-leader") is not None
@@ -122,27 +172,43 @@ def test_drf_policy_orders_by_dominant_share() -> None:
 
 
 def test_ty_priorities_default_to_five_and_stay_within_one_to_ten() -> None:
-    out = run([node("n1")], [tyjob("five", min_workers=0, leader={"cpu": "8"}),
-                             tyjob("six", min_workers=0, priority=6, leader={"cpu": "8"})])
+    out = run(
+        [node("n1")],
+        [
+            tyjob("five", min_workers=0, leader={"cpu": "8"}),
+            tyjob("six", min_workers=0, priority=6, leader={"cpu": "8"}),
+        ],
+    )
     assert placed(out, "six-leader") == "n1"
     with pytest.raises(ScenarioError, match=r"jobs\[0\]\.priority: 11 is not a TYJob priority"):
         run([node("n1")], [tyjob("j", priority=11)])
-    with pytest.raises(ScenarioError, match=r"jobs\[0\]\.schedulerPolicy\.basicPolicy: 'Binpack' is not one of"):
+    with pytest.raises(
+        ScenarioError, match=r"jobs\[0\]\.schedulerPolicy\.basicPolicy: 'Binpack' is not one of"
+    ):
         run([node("n1")], [tyjob("j", "Binpack")])
 
 
 # -- gang, elastic workers, states -------------------------------------------------------------
 def test_the_gang_is_the_leader_and_min_workers_and_more_workers_come_later() -> None:
     nodes = [node("n1", cpu="4")]
-    jobs = [load("old", "n1", "Releasing", cpu="2"),
-            tyjob("j", workers=[{"cpu": "1"}, {"cpu": "1"}, {"cpu": "1"}], min_workers=1)]
+    jobs = [
+        load("old", "n1", "Releasing", cpu="2"),
+        tyjob("j", workers=[{"cpu": "1"}, {"cpu": "1"}, {"cpu": "1"}], min_workers=1),
+    ]
     out = run(nodes, jobs)
     assert sorted(k for k in out["binds"]) == ["default/j-leader", "default/j-w0"]
     assert out["jobs"]["default/j"]["scheduleState"] == "ScheduledPartly"
     assert out["jobs"]["default/j"]["stage"] == "Starting"
     out = run(nodes, jobs, cycles=2)  # the releasing pod is gone: the other workers follow
     assert out["jobs"]["default/j"]["scheduleState"] == "ScheduledSucceed"
-    assert sum(1 for uid, t in out["tasks"].items() if uid.startswith("default/j-") and t["node"] == "n1") == 4
+    assert (
+        sum(
+            1
+            for uid, t in out["tasks"].items()
+            if uid.startswith("default/j-") and t["node"] == "n1"
+        )
+        == 4
+    )
     # Not even the gang fits (the Leader and one worker): nothing is bound, the job waits.
     out = run([node("n1", cpu="1")], [tyjob("k", workers=[{"cpu": "1"}])])
     assert out["binds"] == {}
@@ -151,14 +217,22 @@ def test_the_gang_is_the_leader_and_min_workers_and_more_workers_come_later() ->
 
 
 def test_jobs_that_can_never_be_scheduled_fail() -> None:
-    out = run([node("n1")], [tyjob("big", leader={"cpu": "64"}, workers=[{"cpu": "1"}]),
-                             tyjob("few", workers=[{"cpu": "1"}], min_workers=2),
-                             {**tyjob("noleader", workers=[{"cpu": "1"}]), "leaderRole": "learner"}])
+    out = run(
+        [node("n1")],
+        [
+            tyjob("big", leader={"cpu": "64"}, workers=[{"cpu": "1"}]),
+            tyjob("few", workers=[{"cpu": "1"}], min_workers=2),
+            {**tyjob("noleader", workers=[{"cpu": "1"}]), "leaderRole": "learner"},
+        ],
+    )
     for name in ("big", "few", "noleader"):
         assert out["jobs"][f"default/{name}"]["scheduleState"] == "ScheduledFailed", name
         assert out["jobs"][f"default/{name}"]["stage"] == "Failed"
-    assert "minWorkersNum is 2 but the job has 1 workers" in str(out["jobs"]["default/few"]["conditions"]) or \
-        out["jobs"]["default/few"]["conditions"][0]["reason"] == "NotEnoughTasks"
+    assert (
+        "minWorkersNum is 2 but the job has 1 workers"
+        in str(out["jobs"]["default/few"]["conditions"])
+        or out["jobs"]["default/few"]["conditions"][0]["reason"] == "NotEnoughTasks"
+    )
 
 
 @pytest.mark.parametrize(

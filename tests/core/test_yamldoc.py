@@ -52,7 +52,9 @@ def test_the_bound_is_on_what_aliases_add() -> None:
     # Each level doubles the one before: 14 levels add 65,502 nodes through aliases (under the
     # bound), 15 levels 131,042 (over).
     def doubling(levels: int) -> str:
-        lines = ["l0: &l0 [x, x]"] + [f"l{i}: &l{i} [*l{i - 1}, *l{i - 1}]" for i in range(1, levels)]
+        lines = ["l0: &l0 [x, x]"] + [
+            f"l{i}: &l{i} [*l{i - 1}, *l{i - 1}]" for i in range(1, levels)
+        ]
         return "\n".join(lines) + "\n"
 
     assert yamldoc.load(doubling(14))["l13"][1][1][0] == yamldoc.load(doubling(14))["l11"][0]

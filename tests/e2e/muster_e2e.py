@@ -60,8 +60,13 @@ class Proc:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, *self.argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                [sys.executable, *self.argv],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
             )
         return self
 
@@ -114,8 +119,18 @@ class Cluster:
 
     def start_server(self, config: str | None = None) -> Proc:
         """The server; ``config``: scheduler configuration YAML (default: the built-in one)."""
-        argv = ["-c", SERVER, "--listen", self.address, "--state", str(self.state), "--cycle-period", "0.2",
-                "--log-format", "json"]
+        argv = [
+            "-c",
+            SERVER,
+            "--listen",
+            self.address,
+            "--state",
+            str(self.state),
+            "--cycle-period",
+            "0.2",
+            "--log-format",
+            "json",
+        ]
         if config is not None:
             path = self.workdir / "scheduler.yaml"
             path.write_text(config)
@@ -126,8 +141,22 @@ class Cluster:
     def start_agent(self, name: str, inventory: str, *, state_dir: bool = False) -> Proc:
         inv = self.workdir / f"inventory-{name}.yaml"
         inv.write_text(inventory)
-        argv = ["-c", AGENT, "--server", self.address, "--name", name, "--inventory", str(inv),
-                "--log-format", "json", "--backoff-max", "1", "--kill-grace", "2"]
+        argv = [
+            "-c",
+            AGENT,
+            "--server",
+            self.address,
+            "--name",
+            name,
+            "--inventory",
+            str(inv),
+            "--log-format",
+            "json",
+            "--backoff-max",
+            "1",
+            "--kill-grace",
+            "2",
+        ]
         if state_dir:
             argv += ["--state-dir", str(self.workdir / f"state-{name}")]
         proc = Proc(name, argv, self.workdir / f"agent-{name}.log").start()
@@ -148,7 +177,9 @@ class Cluster:
         return "\n".join(parts)
 
 
-async def until(check: Callable[[], Awaitable[Any]], what: str, timeout: float = DEADLINE, interval: float = 0.1) -> Any:
+async def until(
+    check: Callable[[], Awaitable[Any]], what: str, timeout: float = DEADLINE, interval: float = 0.1
+) -> Any:
     """Poll an async ``check`` until it returns a truthy value; AssertionError after ``timeout``."""
     last_error: BaseException | None = None
     with anyio.move_on_after(timeout):
@@ -160,7 +191,10 @@ async def until(check: Callable[[], Awaitable[Any]], what: str, timeout: float =
             except Exception as exc:  # noqa: BLE001 - e.g. the server is restarting
                 last_error = exc
             await anyio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}"
+        + (f" (last error: {last_error})" if last_error else "")
+    )
 
 
 def pids_alive(pids: list[int]) -> list[int]:

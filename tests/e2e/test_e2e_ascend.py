@@ -16,8 +16,9 @@ from muster.v1 import muster_pb2 as pb
 EXAMPLES = ROOT / "examples"
 
 
-
-async def test_example_ascend_jobs_get_their_chips_in_ascend_visible_devices(cluster: Cluster, tmp_path: Path) -> None:
+async def test_example_ascend_jobs_get_their_chips_in_ascend_visible_devices(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     cluster.start_server((EXAMPLES / "config-ascend.yaml").read_text())
     cluster.start_agent("ascend", (EXAMPLES / "inventory-ascend.yaml").read_text(), state_dir=True)
     out = tmp_path / "chips"
@@ -25,7 +26,11 @@ async def test_example_ascend_jobs_get_their_chips_in_ascend_visible_devices(clu
     jobs = load_job_file(EXAMPLES / "jobs-ascend.yaml")
     for job in jobs:  # the example's commands, writing to files and sleeping 2 s instead of 20
         for group in job.task_groups:
-            group.command[:] = ["sh", "-c", f'echo "$ASCEND_VISIBLE_DEVICES" > {out}/"$(echo $MUSTER_TASK_ID | tr / _)"; sleep 2']
+            group.command[:] = [
+                "sh",
+                "-c",
+                f'echo "$ASCEND_VISIBLE_DEVICES" > {out}/"$(echo $MUSTER_TASK_ID | tr / _)"; sleep 2',
+            ]
     async with MusterClient(cluster.address, timeout=10) as client:
         await client.wait_until_serving(timeout=30)
         await until(lambda: _nodes(client, 4), "the agent's four nodes")
@@ -43,14 +48,18 @@ async def test_example_ascend_jobs_get_their_chips_in_ascend_visible_devices(clu
             for task in view.tasks:
                 chips = (out / task.id.replace("/", "_")).read_text().split()[0].split(",")
                 asked = int(job.task_groups[0].request.quantities["huawei.com/Ascend910"])
-                assert task.devices == [f"Ascend910-{c}" for c in chips], task.id  # env == the server's choice
+                assert task.devices == [f"Ascend910-{c}" for c in chips], (
+                    task.id
+                )  # env == the server's choice
                 assert len(chips) == asked
                 if asked <= 4:
                     assert len({int(c) // 4 for c in chips}) == 1, (task.id, chips)  # one HCCS ring
                 if task.node == "npu-degraded":
                     assert "7" not in chips  # the broken chip
                 seen[task.id] = [f"{task.node}:{c}" for c in chips]
-        assert sorted(seen) == sorted(f"{j.id}/train-{i}" for j in jobs for i in range(j.task_groups[0].replicas))
+        assert sorted(seen) == sorted(
+            f"{j.id}/train-{i}" for j in jobs for i in range(j.task_groups[0].replicas)
+        )
 
 
 async def _nodes(client: MusterClient, count: int) -> bool:

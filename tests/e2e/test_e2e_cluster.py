@@ -21,10 +21,15 @@ THREE_NODES = "nodes:\n  - {name: a, count: 3, cpu: 4, memory: 8Gi}\n"
 ONE_NODE = "nodes:\n  - {name: b-0, cpu: 4, memory: 8Gi}\n"
 
 
-
 def job(job_id: str, replicas: int, cpu: str, script: str, **extra) -> pb.JobSpec:
     return job_from_dict(
-        {"id": job_id, "tasks": [{"role": "w", "replicas": replicas, "request": {"cpu": cpu}, "command": script}], **extra}
+        {
+            "id": job_id,
+            "tasks": [
+                {"role": "w", "replicas": replicas, "request": {"cpu": cpu}, "command": script}
+            ],
+            **extra,
+        }
     )
 
 
@@ -55,7 +60,9 @@ async def test_gang_is_all_or_nothing_then_binds_in_one_cycle_and_succeeds(clust
 
         async def unschedulable():
             j = await client.get_job("gang4")
-            conds = [c for c in j.status.conditions if c.type == "Unschedulable" and c.status == "True"]
+            conds = [
+                c for c in j.status.conditions if c.type == "Unschedulable" and c.status == "True"
+            ]
             return j if conds else None
 
         pending = await until(unschedulable, "an Unschedulable condition on gang4")
@@ -99,7 +106,9 @@ async def test_cancelled_job_tasks_are_killed(cluster, tmp_path):
         assert pids_alive(pids) == pids
         cancelled = await client.cancel_job("long")
         assert cancelled.status.phase == pb.JOB_PHASE_CANCELLED
-        await until(lambda: _async(not pids_alive(pids)), "the cancelled job's processes to be killed")
+        await until(
+            lambda: _async(not pids_alive(pids)), "the cancelled job's processes to be killed"
+        )
 
         async def freed():
             return all(n.task_count == 0 for n in await client.list_nodes())
@@ -186,7 +195,9 @@ async def test_task_output_reaches_muster_logs(cluster, tmp_path):
     cluster.start_agent("rack-a", ONE_NODE)
     async with await connect(cluster) as client:
         await until(lambda: nodes_registered(client, 1), "the agent's node")
-        await client.submit_job(job("talk", 2, "1", 'echo "out $MUSTER_TASK_ID"; echo "err line" >&2'))
+        await client.submit_job(
+            job("talk", 2, "1", 'echo "out $MUSTER_TASK_ID"; echo "err line" >&2')
+        )
 
         async def both_ended() -> bool:
             logs = await client.task_logs("talk")

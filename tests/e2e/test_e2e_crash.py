@@ -33,7 +33,10 @@ def guarded(runs: Path, locks: Path, then: str) -> str:
 
 
 def job(job_id: str, replicas: int, script: str, **extra: object) -> pb.JobSpec:
-    spec = {"id": job_id, "tasks": [{"role": "w", "replicas": replicas, "request": {"cpu": "1"}, "command": script}]}
+    spec = {
+        "id": job_id,
+        "tasks": [{"role": "w", "replicas": replicas, "request": {"cpu": "1"}, "command": script}],
+    }
     return job_from_dict({**spec, **extra})
 
 
@@ -71,18 +74,24 @@ async def connect(cluster: Cluster) -> MusterClient:
     return client
 
 
-async def test_agent_killed_without_state_dir_never_runs_a_task_twice(cluster: Cluster, tmp_path: Path) -> None:
+async def test_agent_killed_without_state_dir_never_runs_a_task_twice(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     runs, locks = tmp_path / "runs", tmp_path / "locks"
     cluster.start_server()
     agent = cluster.start_agent("rack-a", THREE_NODES)
     async with await connect(cluster) as client:
         await until(lambda: _nodes(client, 3), "3 nodes")
-        await client.submit_job(job("long", 3, guarded(runs, locks, "exec sleep 300"), min_member=3))
+        await client.submit_job(
+            job("long", 3, guarded(runs, locks, "exec sleep 300"), min_member=3)
+        )
         await until(lambda: _true(len(lines(runs)) == 3), "the 3 tasks to start")
         first = pids(runs)
 
         await agent.stop(signal.SIGKILL)  # no state dir, no chance to clean up
-        assert pids_alive(first) == first, "the tasks outlive a SIGKILLed agent (the case under test)"
+        assert pids_alive(first) == first, (
+            "the tasks outlive a SIGKILLed agent (the case under test)"
+        )
         cluster.start_agent("rack-a", THREE_NODES)
 
         # The restarted agent reports no task; the server binds the gang again. The old copies
@@ -90,11 +99,17 @@ async def test_agent_killed_without_state_dir_never_runs_a_task_twice(cluster: C
         await until(lambda: _true(len(lines(runs)) == 6), "the gang to be bound again", timeout=60)
         assert [line.split()[1] for line in lines(runs)] == ["ok"] * 6, lines(runs)
         assert pids_alive(first) == []
-        assert sorted(line.split()[0] for line in lines(runs)[3:]) == ["long/w-0", "long/w-1", "long/w-2"]
+        assert sorted(line.split()[0] for line in lines(runs)[3:]) == [
+            "long/w-0",
+            "long/w-1",
+            "long/w-2",
+        ]
         await client.cancel_job("long")
 
 
-async def test_agent_killed_with_state_dir_adopts_instead_of_restarting(cluster: Cluster, tmp_path: Path) -> None:
+async def test_agent_killed_with_state_dir_adopts_instead_of_restarting(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     runs, locks = tmp_path / "runs", tmp_path / "locks"
     cluster.start_server()
     agent = cluster.start_agent("rack-a", THREE_NODES, state_dir=True)
@@ -116,7 +131,9 @@ async def test_agent_killed_with_state_dir_adopts_instead_of_restarting(cluster:
         assert pids(runs) == first, "adopted tasks are not started again"
 
 
-async def test_server_killed_mid_cycles_loses_no_acknowledged_job(cluster: Cluster, tmp_path: Path) -> None:
+async def test_server_killed_mid_cycles_loses_no_acknowledged_job(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     runs, locks = tmp_path / "runs", tmp_path / "locks"
     cluster.start_server()
     cluster.start_agent("rack-a", THREE_NODES)
@@ -141,12 +158,16 @@ async def test_server_killed_mid_cycles_loses_no_acknowledged_job(cluster: Clust
     assert started == sorted(f"{j}/w-0" for j in accepted), "each task ran exactly once"
 
 
-async def all_completed(client: MusterClient, accepted: list[str], after: str, timeout: float) -> list[str]:
+async def all_completed(
+    client: MusterClient, accepted: list[str], after: str, timeout: float
+) -> list[str]:
     """Wait until every accepted job completed; returns the ids the server lists."""
 
     async def done() -> bool:
         jobs = [j async for j in client.list_jobs()]
-        return len(jobs) == len(accepted) and all(j.status.phase == pb.JOB_PHASE_COMPLETED for j in jobs)
+        return len(jobs) == len(accepted) and all(
+            j.status.phase == pb.JOB_PHASE_COMPLETED for j in jobs
+        )
 
     await until(done, f"every accepted job to complete after {after}", timeout=timeout)
     return sorted([j.spec.id async for j in client.list_jobs()])
@@ -164,7 +185,7 @@ def guarded_slot(runs: Path, locks: Path, slots: int, then: str) -> str:
         "got=''; "
         + "; ".join(
             f'if [ -z "$got" ]; then exec {3 + k}>>"{locks}/$MUSTER_NODE.slot{k}"; '
-            f'flock -n {3 + k} && got={k}; fi'
+            f"flock -n {3 + k} && got={k}; fi"
             for k in range(slots)
         )
         + f'; [ -n "$got" ] || echo "$MUSTER_TASK_ID OVERCOMMIT $$" >> {runs}; '

@@ -10,7 +10,15 @@ from muster_e2e import ROOT
 
 def test_demo_runs_all_example_jobs_to_completion(tmp_path):
     result = subprocess.run(
-        [sys.executable, "scripts/demo.py", "--exit-when-done", "--timeout", "120", "--state-dir", str(tmp_path / "demo")],
+        [
+            sys.executable,
+            "scripts/demo.py",
+            "--exit-when-done",
+            "--timeout",
+            "120",
+            "--state-dir",
+            str(tmp_path / "demo"),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -20,14 +20,20 @@ EXAMPLES = ROOT / "examples"
 
 async def test_fractional_tasks_share_gpus_and_see_theirs(cluster: Cluster, tmp_path: Path) -> None:
     cluster.start_server((EXAMPLES / "config-kai.yaml").read_text())
-    cluster.start_agent("gpus", (EXAMPLES / "inventory-gpu-sharing.yaml").read_text(), state_dir=True)
+    cluster.start_agent(
+        "gpus", (EXAMPLES / "inventory-gpu-sharing.yaml").read_text(), state_dir=True
+    )
     out = tmp_path / "gpus"
     out.mkdir()
     jobs = load_job_file(EXAMPLES / "jobs-gpu-sharing.yaml")
     fraction = {j.id: j.task_groups[0].gpu_fraction for j in jobs}
     for job in jobs:
         for group in job.task_groups:
-            group.command[:] = ["sh", "-c", f'echo "$CUDA_VISIBLE_DEVICES" > {out}/"$(echo $MUSTER_TASK_ID | tr / _)"; sleep 3']
+            group.command[:] = [
+                "sh",
+                "-c",
+                f'echo "$CUDA_VISIBLE_DEVICES" > {out}/"$(echo $MUSTER_TASK_ID | tr / _)"; sleep 3',
+            ]
     async with MusterClient(cluster.address, timeout=10) as client:
         await client.wait_until_serving(timeout=30)
         await until(lambda: _nodes(client, 1), "the agent's node")

@@ -16,10 +16,17 @@ from server.service.app import ServerOptions, start_server
 from .fake_apiserver import FakeApiServer
 from .mini_muster import MiniMusterHandle
 
-FAST_RUNTIME = {"backoff_initial": 0.05, "backoff_max": 0.3, "batch_linger": 0.02, "flush_interval": 0.01}
+FAST_RUNTIME = {
+    "backoff_initial": 0.05,
+    "backoff_max": 0.3,
+    "batch_linger": 0.02,
+    "flush_interval": 0.01,
+}
 
 
-async def eventually(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.02) -> None:
+async def eventually(
+    predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.02
+) -> None:
     """Poll until true; the timeout is a bound against hangs, never the verdict of a test."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -37,8 +44,14 @@ class Env:
 
     async def start_adapter(self, **kwargs) -> K8sBackend:
         api = await make_api_client(host=self.kube.url)
-        backend = K8sBackend(api, server=self.muster.address, runtime_options=FAST_RUNTIME,
-                             evict_backoff=0.01, watch_timeout=30, **kwargs)
+        backend = K8sBackend(
+            api,
+            server=self.muster.address,
+            runtime_options=FAST_RUNTIME,
+            evict_backoff=0.01,
+            watch_timeout=30,
+            **kwargs,
+        )
         task = asyncio.create_task(backend.run())
         backend._api = api  # type: ignore[attr-defined]
         self.adapters.append((backend, task))
@@ -55,8 +68,11 @@ class Env:
                 return
 
     def bind_posts(self, pod: str | None = None) -> int:
-        return sum(1 for m, p in self.kube.requests
-                   if m == "POST" and p.endswith("/binding") and (pod is None or f"/pods/{pod}/" in p))
+        return sum(
+            1
+            for m, p in self.kube.requests
+            if m == "POST" and p.endswith("/binding") and (pod is None or f"/pods/{pod}/" in p)
+        )
 
     def pod(self, name: str, namespace: str = "default") -> dict:
         obj = self.kube.get_object("v1", "Pod", name, namespace)
@@ -64,8 +80,11 @@ class Env:
         return obj
 
     def events(self, reason: str, pod: str | None = None) -> list[dict]:
-        return [e for e in self.kube.list_objects("v1", "Event") if e.get("reason") == reason
-                and (pod is None or e["involvedObject"]["name"] == pod)]
+        return [
+            e
+            for e in self.kube.list_objects("v1", "Event")
+            if e.get("reason") == reason and (pod is None or e["involvedObject"]["name"] == pod)
+        ]
 
 
 class RealMusterHandle:
@@ -79,8 +98,11 @@ class RealMusterHandle:
 
     async def start(self) -> None:
         listen = f"127.0.0.1:{self.port}"
-        self.handle = await start_server(ServerOptions(listen=listen, state=self.state, cycle_period=0.1,
-                                                       config_path=self.config_path))
+        self.handle = await start_server(
+            ServerOptions(
+                listen=listen, state=self.state, cycle_period=0.1, config_path=self.config_path
+            )
+        )
         self.port = self.handle.port
 
     async def stop(self) -> None:

@@ -67,13 +67,28 @@ BUILTIN_TYPES = [
     ResourceType("", "v1", "pods", "Pod", namespaced=True),
     ResourceType("", "v1", "namespaces", "Namespace", namespaced=False),
     ResourceType("", "v1", "events", "Event", namespaced=True, has_status=False),
-    ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False, has_status=False),
+    ResourceType(
+        "scheduling.k8s.io",
+        "v1",
+        "priorityclasses",
+        "PriorityClass",
+        namespaced=False,
+        has_status=False,
+    ),
 ]
 CRD_TYPES = [
-    ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", namespaced=True, builtin=False),
-    ResourceType("scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False, builtin=False),
-    ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True, builtin=False),
-    ResourceType("scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", namespaced=True, builtin=False),
+    ResourceType(
+        "scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", namespaced=True, builtin=False
+    ),
+    ResourceType(
+        "scheduling.volcano.sh", "v1beta1", "queues", "Queue", namespaced=False, builtin=False
+    ),
+    ResourceType(
+        "scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True, builtin=False
+    ),
+    ResourceType(
+        "scheduling.run.ai", "v2alpha2", "podgroups", "PodGroup", namespaced=True, builtin=False
+    ),
     ResourceType("scheduling.run.ai", "v2", "queues", "Queue", namespaced=False, builtin=False),
 ]
 
@@ -87,8 +102,15 @@ class ApiError(Exception):
 
 
 def status_body(code: int, reason: str, message: str, details: Obj | None = None) -> Obj:
-    body: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                 "message": message, "reason": reason, "code": code}
+    body: Obj = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     if details:
         body["details"] = details
     return body
@@ -100,7 +122,9 @@ def success_body() -> Obj:
 
 def json_response(body: Any, status: int = 200) -> web.Response:
     # Exactly "application/json", no charset: some clients compare the header literally.
-    return web.Response(body=json.dumps(body).encode(), status=status, headers={"Content-Type": JSON})
+    return web.Response(
+        body=json.dumps(body).encode(), status=status, headers={"Content-Type": JSON}
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -132,7 +156,11 @@ def parse_label_selector(text: str) -> Callable[[dict[str, str]], bool]:
     for part in _split_selector(text or ""):
         m = _SET_REQ.match(part)
         if m:
-            key, op, vals = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",") if v.strip()}
+            key, op, vals = (
+                m.group(1),
+                m.group(2),
+                {v.strip() for v in m.group(3).split(",") if v.strip()},
+            )
             if op == "in":
                 reqs.append(lambda lb, k=key, vs=vals: lb.get(k) in vs)
             else:
@@ -225,13 +253,17 @@ def json_patch(doc: Obj, ops: list[Obj]) -> Obj:
                     parent[int(last)] = op.get("value")
             else:
                 if kind == "replace" and last not in parent:
-                    raise ApiError(422, "Invalid", f"json-patch replace of missing {op.get('path')!r}")
+                    raise ApiError(
+                        422, "Invalid", f"json-patch replace of missing {op.get('path')!r}"
+                    )
                 parent[last] = op.get("value")
         elif kind == "remove":
             try:
                 del parent[int(last) if isinstance(parent, list) else last]
             except (KeyError, IndexError):
-                raise ApiError(422, "Invalid", f"json-patch remove of missing {op.get('path')!r}") from None
+                raise ApiError(
+                    422, "Invalid", f"json-patch remove of missing {op.get('path')!r}"
+                ) from None
         else:
             raise ApiError(422, "Invalid", f"unsupported json-patch op {kind!r}")
     return doc
@@ -302,7 +334,9 @@ class FakeApiServer:
         self.bookmark_interval = bookmark_interval
         self.requests: list[tuple[str, str]] = []
         self.eviction_hook: Callable[[Obj], bool] | None = None  # True: refuse with 429
-        self.fail_next: dict[tuple[str, str], int] = {}  # (method, path regex) -> status to answer once
+        self.fail_next: dict[
+            tuple[str, str], int
+        ] = {}  # (method, path regex) -> status to answer once
         self._runner: web.AppRunner | None = None
         self.url = ""
 
@@ -328,7 +362,9 @@ class FakeApiServer:
     def register_type(self, rt: ResourceType) -> None:
         self.types[rt.key] = rt
 
-    def register_crd(self, group: str, version: str, plural: str, kind: str, namespaced: bool = True) -> None:
+    def register_crd(
+        self, group: str, version: str, plural: str, kind: str, namespaced: bool = True
+    ) -> None:
         self.register_type(ResourceType(group, version, plural, kind, namespaced, builtin=False))
 
     # -------------------------------------------------------------- test controls
@@ -383,8 +419,11 @@ class FakeApiServer:
 
     def list_objects(self, api_version: str, kind: str, namespace: str | None = None) -> list[Obj]:
         rt = self._rtype(api_version, kind)
-        return [copy.deepcopy(o) for (k, ns, _), o in self.objects.items()
-                if k == rt.key and (namespace is None or ns == namespace)]
+        return [
+            copy.deepcopy(o)
+            for (k, ns, _), o in self.objects.items()
+            if k == rt.key and (namespace is None or ns == namespace)
+        ]
 
     def delete_object(self, api_version: str, kind: str, name: str, namespace: str = "") -> None:
         rt = self._rtype(api_version, kind)
@@ -440,18 +479,29 @@ class FakeApiServer:
             for (method, pattern), code in list(self.fail_next.items()):
                 if method == request.method and re.fullmatch(pattern, path):
                     del self.fail_next[(method, pattern)]
-                    raise ApiError(code, "InternalError" if code >= 500 else "BadRequest", "injected failure")
+                    raise ApiError(
+                        code, "InternalError" if code >= 500 else "BadRequest", "injected failure"
+                    )
             return await self._route(request, path)
         except ApiError as err:
-            return json_response(status_body(err.code, err.reason, err.message, err.details), err.code)
+            return json_response(
+                status_body(err.code, err.reason, err.message, err.details), err.code
+            )
 
     async def _route(self, request: web.Request, path: str) -> web.StreamResponse:
         if path == "/version":
-            return json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-muster-fake",
-                                  "platform": "linux/amd64"})
+            return json_response(
+                {
+                    "major": "1",
+                    "minor": "31",
+                    "gitVersion": "v1.31.0-muster-fake",
+                    "platform": "linux/amd64",
+                }
+            )
         if path == "/api":
-            return json_response({"kind": "APIVersions", "versions": ["v1"],
-                                  "serverAddressByClientCIDRs": []})
+            return json_response(
+                {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+            )
         if path == "/apis":
             return json_response(self._api_groups())
         parts = path.strip("/").split("/")
@@ -460,7 +510,9 @@ class FakeApiServer:
         elif parts[0] == "apis" and len(parts) >= 3:
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
-            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({path})"
+            )
         if not rest:
             return json_response(self._resource_list(group, version))
         namespace = None
@@ -469,15 +521,21 @@ class FakeApiServer:
         plural = rest[0]
         rt = self.types.get((group, version, plural))
         if rt is None:
-            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({path})"
+            )
         if namespace is not None and not rt.namespaced:
             raise ApiError(404, "NotFound", f"{plural} is not namespaced")
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
         if len(rest) > 3:
-            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({path})"
+            )
         if rt.namespaced and name is not None and namespace is None:
-            raise ApiError(404, "NotFound", f"{plural} is namespaced; use /namespaces/<ns>/{plural}/{name}")
+            raise ApiError(
+                404, "NotFound", f"{plural} is namespaced; use /namespaces/<ns>/{plural}/{name}"
+            )
         return await self._handle(request, rt, namespace, name, sub)
 
     def _api_groups(self) -> Obj:
@@ -487,30 +545,77 @@ class FakeApiServer:
                 groups.setdefault(rt.group, [])
                 if rt.version not in groups[rt.group]:
                     groups[rt.group].append(rt.version)
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
-            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
-             "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
-            for g, vs in groups.items()]}
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": g,
+                    "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                    "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]},
+                }
+                for g, vs in groups.items()
+            ],
+        }
 
     def _resource_list(self, group: str, version: str) -> Obj:
         resources = []
         for rt in self.types.values():
             if rt.group != group or rt.version != version:
                 continue
-            resources.append({"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced,
-                              "kind": rt.kind, "verbs": list(rt.verbs)})
+            resources.append(
+                {
+                    "name": rt.plural,
+                    "singularName": rt.kind.lower(),
+                    "namespaced": rt.namespaced,
+                    "kind": rt.kind,
+                    "verbs": list(rt.verbs),
+                }
+            )
             if rt.has_status:
-                resources.append({"name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced,
-                                  "kind": rt.kind, "verbs": ["get", "patch", "update"]})
+                resources.append(
+                    {
+                        "name": f"{rt.plural}/status",
+                        "singularName": "",
+                        "namespaced": rt.namespaced,
+                        "kind": rt.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
             if rt.key == ("", "v1", "pods"):
-                resources.append({"name": "pods/binding", "singularName": "", "namespaced": True,
-                                  "kind": "Binding", "verbs": ["create"]})
-                resources.append({"name": "pods/eviction", "singularName": "", "namespaced": True,
-                                  "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]})
+                resources.append(
+                    {
+                        "name": "pods/binding",
+                        "singularName": "",
+                        "namespaced": True,
+                        "kind": "Binding",
+                        "verbs": ["create"],
+                    }
+                )
+                resources.append(
+                    {
+                        "name": "pods/eviction",
+                        "singularName": "",
+                        "namespaced": True,
+                        "group": "policy",
+                        "version": "v1",
+                        "kind": "Eviction",
+                        "verbs": ["create"],
+                    }
+                )
         if not resources:
-            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({group}/{version})")
+            raise ApiError(
+                404,
+                "NotFound",
+                f"the server could not find the requested resource ({group}/{version})",
+            )
         gv = f"{group}/{version}" if group else version
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": gv,
+            "resources": resources,
+        }
 
     async def _read_json(self, request: web.Request) -> Any:
         try:
@@ -518,8 +623,14 @@ class FakeApiServer:
         except ValueError as exc:
             raise ApiError(400, "BadRequest", f"invalid JSON body: {exc}") from None
 
-    async def _handle(self, request: web.Request, rt: ResourceType, namespace: str | None, name: str | None,
-                      sub: str | None) -> web.StreamResponse:
+    async def _handle(
+        self,
+        request: web.Request,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str | None,
+        sub: str | None,
+    ) -> web.StreamResponse:
         m = request.method
         q = request.query
         if name is None:
@@ -529,14 +640,18 @@ class FakeApiServer:
                 return self._list(rt, namespace, q)
             if m == "POST":
                 return self._create(rt, namespace, await self._read_json(request))
-            raise ApiError(405, "MethodNotAllowed", f"{m} is not supported on the {rt.plural} collection")
+            raise ApiError(
+                405, "MethodNotAllowed", f"{m} is not supported on the {rt.plural} collection"
+            )
         ns = namespace or ""
         key = (rt.key, ns, name)
         if sub is None:
             if m == "GET":
                 return json_response(self._get(rt, key, name))
             if m == "PUT":
-                return json_response(self._update(rt, key, name, await self._read_json(request), status=False))
+                return json_response(
+                    self._update(rt, key, name, await self._read_json(request), status=False)
+                )
             if m == "PATCH":
                 body = await self._patch(request, rt, key, name, status=False)
                 return json_response(body)
@@ -546,7 +661,9 @@ class FakeApiServer:
             if m == "GET":
                 return json_response(self._get(rt, key, name))
             if m == "PUT":
-                return json_response(self._update(rt, key, name, await self._read_json(request), status=True))
+                return json_response(
+                    self._update(rt, key, name, await self._read_json(request), status=True)
+                )
             if m == "PATCH":
                 return json_response(await self._patch(request, rt, key, name, status=True))
         elif sub == "binding" and rt.key == ("", "v1", "pods") and m == "POST":
@@ -557,8 +674,12 @@ class FakeApiServer:
 
     def _not_found(self, rt: ResourceType, name: str) -> ApiError:
         what = f"{rt.plural}.{rt.group}" if rt.group else rt.plural
-        return ApiError(404, "NotFound", f'{what} "{name}" not found',
-                        {"name": name, "group": rt.group, "kind": rt.plural})
+        return ApiError(
+            404,
+            "NotFound",
+            f'{what} "{name}" not found',
+            {"name": name, "group": rt.group, "kind": rt.plural},
+        )
 
     def _get(self, rt: ResourceType, key: Any, name: str) -> Obj:
         obj = self.objects.get(key)
@@ -578,8 +699,14 @@ class FakeApiServer:
                     item.pop("kind", None)
                     item.pop("apiVersion", None)
                 items.append(item)
-        return json_response({"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
-                              "metadata": {"resourceVersion": str(self.rv)}, "items": items})
+        return json_response(
+            {
+                "kind": f"{rt.kind}List",
+                "apiVersion": rt.api_version,
+                "metadata": {"resourceVersion": str(self.rv)},
+                "items": items,
+            }
+        )
 
     def _create(self, rt: ResourceType, namespace: str | None, body: Any) -> web.Response:
         if not isinstance(body, dict):
@@ -588,19 +715,28 @@ class FakeApiServer:
         if rt.namespaced:
             body_ns = meta.get("namespace")
             if body_ns and namespace and body_ns != namespace:
-                raise ApiError(400, "BadRequest",
-                               "the namespace of the provided object does not match the namespace sent on the request")
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                )
             meta["namespace"] = namespace or body_ns or "default"
         if not meta.get("name"):
             if not meta.get("generateName"):
-                raise ApiError(422, "Invalid", f"{rt.kind} is invalid: metadata.name: Required value")
+                raise ApiError(
+                    422, "Invalid", f"{rt.kind} is invalid: metadata.name: Required value"
+                )
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         if body.get("kind", rt.kind) != rt.kind:
             raise ApiError(400, "BadRequest", f"kind {body.get('kind')!r} does not match {rt.kind}")
         key = (rt.key, meta.get("namespace", "") if rt.namespaced else "", meta["name"])
         if key in self.objects:
-            raise ApiError(409, "AlreadyExists", f'{rt.plural} "{meta["name"]}" already exists',
-                           {"name": meta["name"], "kind": rt.plural})
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{rt.plural} "{meta["name"]}" already exists',
+                {"name": meta["name"], "kind": rt.plural},
+            )
         meta.pop("resourceVersion", None)
         new = copy.deepcopy(body)
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
@@ -625,11 +761,10 @@ class FakeApiServer:
                 if immutable in old["metadata"]:
                     merged["metadata"][immutable] = old["metadata"][immutable]
             spec_changed = merged.get("spec") != old.get("spec")
-            merged["metadata"]["generation"] = old["metadata"].get("generation", 1) + (1 if spec_changed else 0)
-        if (
-            old["metadata"].get("deletionTimestamp")
-            and not merged["metadata"].get("finalizers")
-        ):
+            merged["metadata"]["generation"] = old["metadata"].get("generation", 1) + (
+                1 if spec_changed else 0
+            )
+        if old["metadata"].get("deletionTimestamp") and not merged["metadata"].get("finalizers"):
             return self._remove(rt, key)
         return self._commit(rt, key, old, merged, "MODIFIED")
 
@@ -639,15 +774,22 @@ class FakeApiServer:
         old = self._get(rt, key, name)
         body_rv = (body.get("metadata") or {}).get("resourceVersion")
         if body_rv and body_rv != old["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict",
-                           f'Operation cannot be fulfilled on {rt.plural} "{name}": the object has been '
-                           "modified; please apply your changes to the latest version and try again",
-                           {"name": name, "kind": rt.plural})
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {rt.plural} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again",
+                {"name": name, "kind": rt.plural},
+            )
         if (body.get("metadata") or {}).get("name", name) != name:
-            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+            raise ApiError(
+                400, "BadRequest", "the name of the object does not match the name on the URL"
+            )
         return self._write(rt, key, old, body, status=status)
 
-    async def _patch(self, request: web.Request, rt: ResourceType, key: Any, name: str, *, status: bool) -> Obj:
+    async def _patch(
+        self, request: web.Request, rt: ResourceType, key: Any, name: str, *, status: bool
+    ) -> Obj:
         ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
         body = await self._read_json(request) if ctype != "application/apply-patch+yaml" else None
         old = self._get(rt, key, name)
@@ -657,28 +799,43 @@ class FakeApiServer:
             new = merge_patch(old, body)
         elif ctype == "application/strategic-merge-patch+json":
             if not rt.builtin:
-                raise ApiError(415, "UnsupportedMediaType",
-                               f"the body of the request was in an unknown format - accepted media types "
-                               f"include: application/json-patch+json, application/merge-patch+json, "
-                               f"application/apply-patch+yaml (strategic merge patch is not supported for "
-                               f"{rt.plural}.{rt.group})")
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    f"the body of the request was in an unknown format - accepted media types "
+                    f"include: application/json-patch+json, application/merge-patch+json, "
+                    f"application/apply-patch+yaml (strategic merge patch is not supported for "
+                    f"{rt.plural}.{rt.group})",
+                )
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "a strategic merge patch must be a JSON object")
             new = merge_patch(old, body)  # gap: real SMP merges keyed lists
         elif ctype == "application/json-patch+json":
             if not isinstance(body, list):
-                raise ApiError(400, "BadRequest",
-                               "json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp")
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "json: cannot unmarshal object into Go value of type []handlers.jsonPatchOp",
+                )
             new = json_patch(old, body)
         else:
-            raise ApiError(415, "UnsupportedMediaType",
-                           f"the body of the request was in an unknown format - accepted media types include: "
-                           f"application/json-patch+json, application/merge-patch+json, "
-                           f"application/strategic-merge-patch+json (got {ctype!r})")
-        patch_rv = (body.get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"application/json-patch+json, application/merge-patch+json, "
+                f"application/strategic-merge-patch+json (got {ctype!r})",
+            )
+        patch_rv = (
+            (body.get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
+        )
         if patch_rv and patch_rv != old["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural} "{name}": '
-                           "the object has been modified; please apply your changes to the latest version")
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {rt.plural} "{name}": '
+                "the object has been modified; please apply your changes to the latest version",
+            )
         return self._write(rt, key, old, new, status=status)
 
     def _delete(self, rt: ResourceType, key: Any, name: str) -> Obj:
@@ -700,28 +857,48 @@ class FakeApiServer:
             raise ApiError(400, "BadRequest", "name in URL does not match name in Binding object")
         target = body.get("target") or {}
         if not target.get("name"):
-            raise ApiError(422, "Invalid", f'Binding.core "{name}" is invalid: target.name: Required value')
+            raise ApiError(
+                422, "Invalid", f'Binding.core "{name}" is invalid: target.name: Required value'
+            )
         if target.get("kind", "Node") not in ("Node", ""):
-            raise ApiError(422, "Invalid", f'Binding.core "{name}" is invalid: target.kind: must be Node')
+            raise ApiError(
+                422, "Invalid", f'Binding.core "{name}" is invalid: target.kind: must be Node'
+            )
         pod = self.objects.get(key)
         if pod is None:
             raise self._not_found(pods, name)
         body_uid = (body.get("metadata") or {}).get("uid")
         if body_uid and body_uid != pod["metadata"].get("uid"):
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": '
-                           f"Precondition failed: UID in precondition: {body_uid}, "
-                           f"UID in object meta: {pod['metadata'].get('uid')}")
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{name}": '
+                f"Precondition failed: UID in precondition: {body_uid}, "
+                f"UID in object meta: {pod['metadata'].get('uid')}",
+            )
         if pod["metadata"].get("deletionTimestamp"):
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": '
-                           f"pod {name} is being deleted, cannot be assigned to a host")
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{name}": '
+                f"pod {name} is being deleted, cannot be assigned to a host",
+            )
         current = (pod.get("spec") or {}).get("nodeName")
         if current:
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": '
-                           f'pod {name} is already assigned to node "{current}"',
-                           {"name": name, "kind": "pods/binding"})
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on pods/binding "{name}": '
+                f'pod {name} is already assigned to node "{current}"',
+                {"name": name, "kind": "pods/binding"},
+            )
         new = copy.deepcopy(pod)
         new.setdefault("spec", {})["nodeName"] = target["name"]
-        conds = [c for c in new.setdefault("status", {}).get("conditions", []) if c.get("type") != "PodScheduled"]
+        conds = [
+            c
+            for c in new.setdefault("status", {}).get("conditions", [])
+            if c.get("type") != "PodScheduled"
+        ]
         conds.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()})
         new["status"]["conditions"] = conds
         self._commit(pods, key, pod, new, "MODIFIED")
@@ -730,18 +907,32 @@ class FakeApiServer:
     def _evict(self, key: Any, name: str, body: Any) -> web.Response:
         pods = self.types[("", "v1", "pods")]
         if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
-            raise ApiError(400, "BadRequest", "the body of an eviction must be a policy/v1 Eviction")
+            raise ApiError(
+                400, "BadRequest", "the body of an eviction must be a policy/v1 Eviction"
+            )
         pod = self.objects.get(key)
         if pod is None:
             raise self._not_found(pods, name)
         if self.eviction_hook is not None and self.eviction_hook(copy.deepcopy(pod)):
-            raise ApiError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
-                           {"causes": [{"reason": "DisruptionBudget",
-                                        "message": "The disruption budget needs 1 healthy pods and has 1 currently"}]})
+            raise ApiError(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+                {
+                    "causes": [
+                        {
+                            "reason": "DisruptionBudget",
+                            "message": "The disruption budget needs 1 healthy pods and has 1 currently",
+                        }
+                    ]
+                },
+            )
         self._delete(pods, key, name)
         return json_response(success_body(), 201)
 
-    async def _watch(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, rt: ResourceType, namespace: str | None
+    ) -> web.StreamResponse:
         q = request.query
         labels = parse_label_selector(q.get("labelSelector", ""))
         fields = parse_field_selector(q.get("fieldSelector", ""))
@@ -771,7 +962,9 @@ class FakeApiServer:
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         if expired:
-            err = status_body(410, "Expired", f"too old resource version: {since} ({self.compacted_rv})")
+            err = status_body(
+                410, "Expired", f"too old resource version: {since} ({self.compacted_rv})"
+            )
             await resp.write(json.dumps({"type": "ERROR", "object": err}).encode() + b"\n")
             await resp.write_eof()
             return resp
@@ -789,9 +982,14 @@ class FakeApiServer:
                     item = await asyncio.wait_for(w.queue.get(), wait)
                 except TimeoutError:
                     if bookmarks and (deadline is None or loop.time() < deadline):
-                        item = {"type": "BOOKMARK", "object": {
-                            "kind": rt.kind, "apiVersion": rt.api_version,
-                            "metadata": {"resourceVersion": str(self.rv)}}}
+                        item = {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": rt.kind,
+                                "apiVersion": rt.api_version,
+                                "metadata": {"resourceVersion": str(self.rv)},
+                            },
+                        }
                     else:
                         continue
                 if item is None:
@@ -808,18 +1006,31 @@ class FakeApiServer:
         return resp
 
 
-def make_node(name: str, *, cpu: str = "4", memory: str = "16Gi", pods: str = "110", gpus: int = 0,
-              labels: dict[str, str] | None = None, ready: bool = True, unschedulable: bool = False,
-              taints: list[Obj] | None = None) -> Obj:
+def make_node(
+    name: str,
+    *,
+    cpu: str = "4",
+    memory: str = "16Gi",
+    pods: str = "110",
+    gpus: int = 0,
+    labels: dict[str, str] | None = None,
+    ready: bool = True,
+    unschedulable: bool = False,
+    taints: list[Obj] | None = None,
+) -> Obj:
     alloc = {"cpu": cpu, "memory": memory, "pods": pods}
     if gpus:
         alloc["nvidia.com/gpu"] = str(gpus)
     node: Obj = {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
         "spec": {"unschedulable": unschedulable, "taints": taints or []},
-        "status": {"allocatable": alloc, "capacity": dict(alloc),
-                   "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        "status": {
+            "allocatable": alloc,
+            "capacity": dict(alloc),
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
     }
     return node
 
@@ -827,10 +1038,21 @@ def make_node(name: str, *, cpu: str = "4", memory: str = "16Gi", pods: str = "1
 _pod_seq = itertools.count()
 
 
-def make_pod(name: str, *, namespace: str = "default", cpu: str = "1", memory: str = "1Gi",
-             scheduler: str = "muster", group: str | None = None, coscheduling_group: str | None = None,
-             task_spec: str | None = None, node: str | None = None, phase: str = "Pending",
-             labels: dict[str, str] | None = None, priority_class: str | None = None) -> Obj:
+def make_pod(
+    name: str,
+    *,
+    namespace: str = "default",
+    cpu: str = "1",
+    memory: str = "1Gi",
+    scheduler: str = "muster",
+    group: str | None = None,
+    coscheduling_group: str | None = None,
+    task_spec: str | None = None,
+    node: str | None = None,
+    phase: str = "Pending",
+    labels: dict[str, str] | None = None,
+    priority_class: str | None = None,
+) -> Obj:
     annotations: dict[str, str] = {}
     pod_labels = dict(labels or {})
     if group:
@@ -841,16 +1063,27 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str = "1", memory: s
         pod_labels["scheduling.x-k8s.io/pod-group"] = coscheduling_group
     spec: Obj = {
         "schedulerName": scheduler,
-        "containers": [{"name": "main", "image": "busybox",
-                        "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+        "containers": [
+            {
+                "name": "main",
+                "image": "busybox",
+                "resources": {"requests": {"cpu": cpu, "memory": memory}},
+            }
+        ],
     }
     if node:
         spec["nodeName"] = node
     if priority_class:
         spec["priorityClassName"] = priority_class
     return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": pod_labels, "annotations": annotations},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": pod_labels,
+            "annotations": annotations,
+        },
         "spec": spec,
         "status": {"phase": phase},
     }
@@ -861,40 +1094,95 @@ def _given(**fields: Any) -> Obj:
     return {k: v for k, v in fields.items() if v}
 
 
-def make_volcano_podgroup(name: str, *, namespace: str = "default", min_member: int = 1, queue: str = "default",
-                          min_resources: dict[str, str] | None = None, min_task_member: dict[str, int] | None = None,
-                          priority_class: str | None = None) -> Obj:
-    spec: Obj = {"minMember": min_member, "queue": queue,
-                 **_given(minResources=min_resources, minTaskMember=min_task_member, priorityClassName=priority_class)}
-    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec, "status": {"phase": "Pending"}}
+def make_volcano_podgroup(
+    name: str,
+    *,
+    namespace: str = "default",
+    min_member: int = 1,
+    queue: str = "default",
+    min_resources: dict[str, str] | None = None,
+    min_task_member: dict[str, int] | None = None,
+    priority_class: str | None = None,
+) -> Obj:
+    spec: Obj = {
+        "minMember": min_member,
+        "queue": queue,
+        **_given(
+            minResources=min_resources,
+            minTaskMember=min_task_member,
+            priorityClassName=priority_class,
+        ),
+    }
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
 
 
-def make_kai_podgroup(name: str, *, namespace: str = "default", min_member: int = 1, queue: str = "",
-                      sub_groups: list[Obj] | None = None, priority_class: str | None = None,
-                      preemptibility: str | None = None, topology: Obj | None = None) -> Obj:
+def make_kai_podgroup(
+    name: str,
+    *,
+    namespace: str = "default",
+    min_member: int = 1,
+    queue: str = "",
+    sub_groups: list[Obj] | None = None,
+    priority_class: str | None = None,
+    preemptibility: str | None = None,
+    topology: Obj | None = None,
+) -> Obj:
     """A KAI Scheduler PodGroup (``scheduling.run.ai/v2alpha2``); its pods carry the annotation
     ``pod-group-name: <name>``."""
-    spec: Obj = {"minMember": min_member, **_given(queue=queue, subGroups=sub_groups, priorityClassName=priority_class,
-                                                  preemptibility=preemptibility, topologyConstraint=topology)}
-    return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    spec: Obj = {
+        "minMember": min_member,
+        **_given(
+            queue=queue,
+            subGroups=sub_groups,
+            priorityClassName=priority_class,
+            preemptibility=preemptibility,
+            topologyConstraint=topology,
+        ),
+    }
+    return {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
 
 
-def make_kai_queue(name: str, *, parent: str = "", priority: int | None = None,
-                   resources: Obj | None = None) -> Obj:
+def make_kai_queue(
+    name: str, *, parent: str = "", priority: int | None = None, resources: Obj | None = None
+) -> Obj:
     """A KAI Scheduler Queue (``scheduling.run.ai/v2``, cluster scoped)."""
-    spec: Obj = {"resources": resources if resources is not None else {
-        r: {"quota": -1, "limit": -1, "overQuotaWeight": 1} for r in ("gpu", "cpu", "memory")}}
+    spec: Obj = {
+        "resources": resources
+        if resources is not None
+        else {r: {"quota": -1, "limit": -1, "overQuotaWeight": 1} for r in ("gpu", "cpu", "memory")}
+    }
     if parent:
         spec["parentQueue"] = parent
     if priority is not None:
         spec["priority"] = priority
-    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "scheduling.run.ai/v2",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
-def make_kai_pod(name: str, *, group: str | None = None, queue: str | None = None, sub_group: str | None = None,
-                 annotations: dict[str, str] | None = None, **kwargs: Any) -> Obj:
+def make_kai_pod(
+    name: str,
+    *,
+    group: str | None = None,
+    queue: str | None = None,
+    sub_group: str | None = None,
+    annotations: dict[str, str] | None = None,
+    **kwargs: Any,
+) -> Obj:
     """A pod following KAI's conventions: annotation ``pod-group-name``, labels
     ``kai.scheduler/queue`` and ``kai.scheduler/subgroup-name``, plus any other annotations
     (``gpu-fraction``, ``gpu-memory``, ``kai.scheduler/topology*``)."""

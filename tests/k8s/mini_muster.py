@@ -35,10 +35,14 @@ class JobRecord:
 
     def view(self) -> pb.Job:
         counts = {s: sum(1 for t in self.tasks if t.status == s) for s in range(10)}
-        status = pb.JobStatus(phase=self.phase, conditions=self.conditions,
-                              pending=counts[pb.TASK_STATUS_PENDING],
-                              running=counts[pb.TASK_STATUS_RUNNING] + counts[pb.TASK_STATUS_BOUND],
-                              succeeded=counts[pb.TASK_STATUS_SUCCEEDED], failed=counts[pb.TASK_STATUS_FAILED])
+        status = pb.JobStatus(
+            phase=self.phase,
+            conditions=self.conditions,
+            pending=counts[pb.TASK_STATUS_PENDING],
+            running=counts[pb.TASK_STATUS_RUNNING] + counts[pb.TASK_STATUS_BOUND],
+            succeeded=counts[pb.TASK_STATUS_SUCCEEDED],
+            failed=counts[pb.TASK_STATUS_FAILED],
+        )
         return pb.Job(spec=self.spec, status=status, tasks=self.tasks)
 
 
@@ -49,7 +53,10 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         self.nodes: dict[str, pb.Node] = {}
         self.foreign: dict[str, pb.BackendTask] = {}
         self.jobs: dict[str, JobRecord] = {}
-        self.queues: dict[str, pb.Queue] = {"root": pb.Queue(name="root"), "default": pb.Queue(name="default")}
+        self.queues: dict[str, pb.Queue] = {
+            "root": pb.Queue(name="root"),
+            "default": pb.Queue(name="default"),
+        }
         self.decisions: list[pb.Decision] = []
         self.acked: dict[int, pb.DecisionAck] = {}
         self.snapshots = 0
@@ -72,8 +79,12 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         return None
 
     def _idle(self) -> dict[str, dict[str, float]]:
-        idle = {n.name: parse_resources(dict(n.allocatable.quantities)) for n in self.nodes.values()}
-        used = [(t.node, parse_resources(dict(t.request.quantities))) for t in self.foreign.values()]
+        idle = {
+            n.name: parse_resources(dict(n.allocatable.quantities)) for n in self.nodes.values()
+        }
+        used = [
+            (t.node, parse_resources(dict(t.request.quantities))) for t in self.foreign.values()
+        ]
         for job in self.jobs.values():
             used += [(t.node, job.requests[t.role]) for t in job.tasks if t.status in OCCUPYING]
         for node, req in used:
@@ -85,14 +96,20 @@ class MiniMuster(pb_grpc.SchedulerServicer):
     def cycle(self) -> None:
         self.cycles += 1
         idle = self._idle()
-        usable = sorted(n.name for n in self.nodes.values() if not n.not_ready and not n.unschedulable)
+        usable = sorted(
+            n.name for n in self.nodes.values() if not n.not_ready and not n.unschedulable
+        )
         for job in sorted(self.jobs.values(), key=lambda j: (-j.spec.priority, j.order)):
             if job.phase == pb.JOB_PHASE_CANCELLED:
                 continue
             pending = [t for t in job.tasks if t.status == pb.TASK_STATUS_PENDING]
             if not pending:
                 continue
-            placed = sum(1 for t in job.tasks if t.status in OCCUPYING or t.status == pb.TASK_STATUS_SUCCEEDED)
+            placed = sum(
+                1
+                for t in job.tasks
+                if t.status in OCCUPYING or t.status == pb.TASK_STATUS_SUCCEEDED
+            )
             need = gang_minimum(job.spec.min_member, len(job.tasks)) - placed
             trial: list[tuple[pb.Task, str]] = []
             for t in pending:
@@ -107,9 +124,18 @@ class MiniMuster(pb_grpc.SchedulerServicer):
             if len(trial) >= need:
                 for t, name in trial:
                     t.status, t.node = pb.TASK_STATUS_BINDING, name
-                    self._decide(pb.Decision(bind=pb.BindDecision(
-                        task_id=t.id, job_id=job.spec.id, node=name,
-                        request=next(tg.request for tg in job.spec.task_groups if tg.role == t.role))))
+                    self._decide(
+                        pb.Decision(
+                            bind=pb.BindDecision(
+                                task_id=t.id,
+                                job_id=job.spec.id,
+                                node=name,
+                                request=next(
+                                    tg.request for tg in job.spec.task_groups if tg.role == t.role
+                                ),
+                            )
+                        )
+                    )
                 job.phase = pb.JOB_PHASE_RUNNING
                 job.conditions = [pb.Condition(type="Scheduled", status="True", reason="Scheduled")]
             else:
@@ -117,10 +143,20 @@ class MiniMuster(pb_grpc.SchedulerServicer):
                     for r, v in job.requests[t.role].items():
                         idle[name][r] += v
                 not_ready = len(self.nodes) - len(usable)
-                msg = (f"0/{len(self.nodes)} nodes are available: {len(trial)}/{len(pending)} tasks in gang "
-                       f"fit, gang needs {need}" + (f"; {not_ready} node(s) not ready or cordoned" if not_ready else ""))
+                msg = (
+                    f"0/{len(self.nodes)} nodes are available: {len(trial)}/{len(pending)} tasks in gang "
+                    f"fit, gang needs {need}"
+                    + (f"; {not_ready} node(s) not ready or cordoned" if not_ready else "")
+                )
                 job.phase = pb.JOB_PHASE_INQUEUE
-                new = [pb.Condition(type="Unschedulable", status="True", reason="NotEnoughResources", message=msg)]
+                new = [
+                    pb.Condition(
+                        type="Unschedulable",
+                        status="True",
+                        reason="NotEnoughResources",
+                        message=msg,
+                    )
+                ]
                 if list(job.conditions) == new:
                     continue
                 job.conditions = new
@@ -152,8 +188,9 @@ class MiniMuster(pb_grpc.SchedulerServicer):
 
     async def RegisterBackend(self, request, context):  # noqa: N802
         self.backend = request.name
-        return pb.RegisterBackendResponse(name=request.name, server_id=self.server_id,
-                                          last_decision_id=len(self.decisions))
+        return pb.RegisterBackendResponse(
+            name=request.name, server_id=self.server_id, last_decision_id=len(self.decisions)
+        )
 
     async def SyncSnapshot(self, request, context):  # noqa: N802
         self.snapshots += 1
@@ -163,7 +200,9 @@ class MiniMuster(pb_grpc.SchedulerServicer):
             if not t.foreign_task:
                 found = self._task(t.task_id)
                 if found is None:
-                    await context.abort(grpc.StatusCode.NOT_FOUND, f"tasks[{t.task_id}]: unknown task")
+                    await context.abort(
+                        grpc.StatusCode.NOT_FOUND, f"tasks[{t.task_id}]: unknown task"
+                    )
                 found[1].status, found[1].node = t.status, t.node
         self.poke()
         return pb.SyncSnapshotResponse(nodes=len(request.nodes), tasks=len(request.tasks))
@@ -206,7 +245,9 @@ class MiniMuster(pb_grpc.SchedulerServicer):
                     await self._new_decision.wait()
                 batch = self.decisions[sent:]
                 sent = len(self.decisions)
-            batch = [d for d in batch if d.id > request.after_decision_id and d.id not in self.acked]
+            batch = [
+                d for d in batch if d.id > request.after_decision_id and d.id not in self.acked
+            ]
             if batch:
                 yield batch
 
@@ -243,25 +284,42 @@ class MiniMuster(pb_grpc.SchedulerServicer):
     async def SubmitJob(self, request, context):  # noqa: N802
         spec = request.job
         if not _NAME.match(spec.id):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"job.id: {spec.id!r} is not a valid job id")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"job.id: {spec.id!r} is not a valid job id"
+            )
         if spec.queue not in self.queues:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"job.queue: no queue named {spec.queue!r}")
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"job.queue: no queue named {spec.queue!r}"
+            )
         existing = self.jobs.get(spec.id)
         if existing is not None:
             if existing.spec == spec:
                 return pb.SubmitJobResponse(job=existing.view(), created=False)
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"job.id: {spec.id} exists with another spec")
+            await context.abort(
+                grpc.StatusCode.ALREADY_EXISTS, f"job.id: {spec.id} exists with another spec"
+            )
         tasks, requests = [], {}
         for tg in spec.task_groups:
             try:
                 requests[tg.role] = parse_resources(dict(tg.request.quantities))
             except QuantityError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"job.task_groups.request.{exc}")
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"job.task_groups.request.{exc}"
+                )
             for i in range(tg.replicas):
-                tasks.append(pb.Task(id=f"{spec.id}/{tg.role}-{i}", job_id=spec.id, role=tg.role, index=i,
-                                     status=pb.TASK_STATUS_PENDING))
+                tasks.append(
+                    pb.Task(
+                        id=f"{spec.id}/{tg.role}-{i}",
+                        job_id=spec.id,
+                        role=tg.role,
+                        index=i,
+                        status=pb.TASK_STATUS_PENDING,
+                    )
+                )
         if spec.min_member > len(tasks):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "job.min_member: more than the job's tasks")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "job.min_member: more than the job's tasks"
+            )
         job = JobRecord(spec=spec, tasks=tasks, requests=requests, order=len(self.jobs))
         self.jobs[spec.id] = job
         self._publish(job, pb.JobEvent.TYPE_ADDED)
@@ -281,8 +339,13 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         job.phase = pb.JOB_PHASE_CANCELLED
         for t in job.tasks:
             if t.status in OCCUPYING:
-                self._decide(pb.Decision(evict=pb.EvictDecision(task_id=t.id, job_id=job.spec.id, node=t.node,
-                                                                reason="cancel")))
+                self._decide(
+                    pb.Decision(
+                        evict=pb.EvictDecision(
+                            task_id=t.id, job_id=job.spec.id, node=t.node, reason="cancel"
+                        )
+                    )
+                )
             elif t.status == pb.TASK_STATUS_PENDING:
                 t.status = pb.TASK_STATUS_FAILED
         self._publish(job)
@@ -306,17 +369,23 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         if job is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {request.job_id!r}")
         summary = job.conditions[0].message if job.conditions else ""
-        return pb.ExplainResponse(job_id=request.job_id, phase=job.phase, gate="placement", summary=summary)
+        return pb.ExplainResponse(
+            job_id=request.job_id, phase=job.phase, gate="placement", summary=summary
+        )
 
     async def CreateQueue(self, request, context):  # noqa: N802
         if request.queue.name in self.queues:
-            await context.abort(grpc.StatusCode.ALREADY_EXISTS, f"queue.name: {request.queue.name} exists")
+            await context.abort(
+                grpc.StatusCode.ALREADY_EXISTS, f"queue.name: {request.queue.name} exists"
+            )
         self.queues[request.queue.name] = request.queue
         return request.queue
 
     async def UpdateQueue(self, request, context):  # noqa: N802
         if request.queue.name not in self.queues:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"queue.name: no queue {request.queue.name}")
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"queue.name: no queue {request.queue.name}"
+            )
         self.queues[request.queue.name] = request.queue
         return request.queue
 

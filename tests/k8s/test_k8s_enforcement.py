@@ -14,7 +14,9 @@ from .mini_muster import MiniMuster, MiniMusterHandle
 
 
 def _bind(task_id: str, node: str, decision_id: int = 999) -> pb.Decision:
-    return pb.Decision(id=decision_id, cycle_id=1, bind=pb.BindDecision(task_id=task_id, job_id="x", node=node))
+    return pb.Decision(
+        id=decision_id, cycle_id=1, bind=pb.BindDecision(task_id=task_id, job_id="x", node=node)
+    )
 
 
 async def _one_pending_pod(env: Env) -> tuple:
@@ -49,7 +51,9 @@ async def test_binding_404_when_the_pod_is_gone(env: Env) -> None:
 async def test_bind_to_not_ready_node_is_rejected_without_calling_the_api(env: Env) -> None:
     backend, task_id = await _one_pending_pod(env)
     env.kube.put_object(make_node("n1", cpu="1", ready=False))
-    await eventually(lambda: not backend.nodes.cache["n1"]["status"]["conditions"][0]["status"] == "True")
+    await eventually(
+        lambda: not backend.nodes.cache["n1"]["status"]["conditions"][0]["status"] == "True"
+    )
     outcome = await backend.apply_bind(_bind(task_id, "n1"))
     assert not outcome.applied and "NotReady" in outcome.reason
     assert env.bind_posts("p") == 0
@@ -70,12 +74,18 @@ async def test_eviction_429_is_retried_with_backoff_then_succeeds(env: Env) -> N
 
     env.kube.set_eviction_hook(budget)
     await env.muster.servicer.CancelJob(pb.CancelJobRequest(id="k8s:default:pg"), None)
-    await eventually(lambda: env.kube.get_object("v1", "Pod", "w0", "default") is None
-                     and env.kube.get_object("v1", "Pod", "w1", "default") is None)
+    await eventually(
+        lambda: (
+            env.kube.get_object("v1", "Pod", "w0", "default") is None
+            and env.kube.get_object("v1", "Pod", "w1", "default") is None
+        )
+    )
     evictions = [p for m, p in env.kube.requests if m == "POST" and p.endswith("/eviction")]
     assert len(evictions) == 4  # two refused with 429, then one per pod
     acks = env.muster.servicer.acked
-    await eventually(lambda: sum(1 for a in acks.values() if a.applied) == 4)  # 2 binds + 2 evictions
+    await eventually(
+        lambda: sum(1 for a in acks.values() if a.applied) == 4
+    )  # 2 binds + 2 evictions
 
 
 async def test_eviction_refused_by_budget_every_time_is_rejected(env: Env) -> None:
@@ -149,9 +159,14 @@ async def test_muster_server_restart_adapter_reconnects(env: Env) -> None:
 
 async def test_volcano_queue_becomes_a_muster_queue(env: Env) -> None:
     env.kube.put_object(make_node("n0", cpu="8"))
-    env.kube.put_object({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
-                         "metadata": {"name": "research"},
-                         "spec": {"weight": 3, "capability": {"cpu": "4"}, "reclaimable": False}})
+    env.kube.put_object(
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": "research"},
+            "spec": {"weight": 3, "capability": {"cpu": "4"}, "reclaimable": False},
+        }
+    )
     env.kube.put_object(make_volcano_podgroup("pg", min_member=1, queue="research"))
     env.kube.put_object(make_pod("w", cpu="1", group="pg"))
     await env.start_adapter()
@@ -174,8 +189,15 @@ async def _expired_bind_then_rebind_elsewhere(env: Env) -> None:
     # The bind's ack and the adapter's BOUND report are two RPCs, and the report may land after
     # the ack. Both must be in before the expiry is simulated: a report landing after it places
     # the task on n0 again (rightly: that is where the pod is) and no rebind is ever decided.
-    await eventually(lambda: len(servicer.acked) == 1 and any(
-        d.task_status.task_id == task_id and d.task_status.status == pb.TASK_STATUS_BOUND for d in servicer.deltas))
+    await eventually(
+        lambda: (
+            len(servicer.acked) == 1
+            and any(
+                d.task_status.task_id == task_id and d.task_status.status == pb.TASK_STATUS_BOUND
+                for d in servicer.deltas
+            )
+        )
+    )
     # The server lost track (its bind deadline passed) and now wants the pod on n1.
     task = servicer.jobs["k8s:default:pod:p"].tasks[0]
     task.status, task.node = pb.TASK_STATUS_PENDING, ""
@@ -183,8 +205,13 @@ async def _expired_bind_then_rebind_elsewhere(env: Env) -> None:
     servicer.poke()
     await eventually(lambda: any(not a.applied for a in servicer.acked.values()))
     # Settled: the task is where the pod is, and no decision is left in flight.
-    await eventually(lambda: task.status == pb.TASK_STATUS_BOUND and task.node == "n0"
-                     and len(servicer.acked) == len(servicer.decisions))
+    await eventually(
+        lambda: (
+            task.status == pb.TASK_STATUS_BOUND
+            and task.node == "n0"
+            and len(servicer.acked) == len(servicer.decisions)
+        )
+    )
     assert env.pod("p")["spec"]["nodeName"] == "n0" and env.bind_posts("p") == 1
 
 
@@ -216,8 +243,14 @@ class _ReportLandsAfterTheExpiry(MiniMuster):
         if _reports_status(request):
             self.holding += 1
             try:
-                await _until(lambda: all(t.status == pb.TASK_STATUS_PENDING
-                                         for j in self.jobs.values() for t in j.tasks), 0.5)
+                await _until(
+                    lambda: all(
+                        t.status == pb.TASK_STATUS_PENDING
+                        for j in self.jobs.values()
+                        for t in j.tasks
+                    ),
+                    0.5,
+                )
             finally:
                 self.holding -= 1
         return await super().SendDeltas(request, context)
@@ -253,12 +286,16 @@ async def test_expired_bind_then_rebind_when_the_bound_report_lands_after_the_ex
         await _expired_bind_then_rebind_elsewhere(env)
 
 
-async def test_expired_bind_then_rebind_when_a_cycle_runs_between_the_reject_and_the_report() -> None:
+async def test_expired_bind_then_rebind_when_a_cycle_runs_between_the_reject_and_the_report() -> (
+    None
+):
     async with open_env(MiniMusterHandle(_CycleRunsBeforeTheReport())) as env:
         await _expired_bind_then_rebind_elsewhere(env)
 
 
-async def test_ascend_chips_are_read_from_the_node_and_written_on_the_pod_before_binding(env: Env) -> None:
+async def test_ascend_chips_are_read_from_the_node_and_written_on_the_pod_before_binding(
+    env: Env,
+) -> None:
     from adapters.k8s import translate as tr
 
     node = make_node("npu", cpu="8")
@@ -269,7 +306,9 @@ async def test_ascend_chips_are_read_from_the_node_and_written_on_the_pod_before
     }
     devices = tr.node_to_pb(node).devices
     assert [(d.id, d.group, d.healthy) for d in devices] == [
-        *((f"Ascend910-{i}", str(i // 4), True) for i in range(7)), ("Ascend910-7", "1", False)]
+        *((f"Ascend910-{i}", str(i // 4), True) for i in range(7)),
+        ("Ascend910-7", "1", False),
+    ]
     env.kube.put_object(node)
     env.kube.put_object(make_pod("p", cpu="1"))
     backend = await env.start_adapter()

@@ -23,7 +23,9 @@ async def kube():
 async def _req(kube: FakeApiServer, method: str, path: str, body=None, ctype="application/json"):
     async with aiohttp.ClientSession() as s:
         data = None if body is None else json.dumps(body)
-        async with s.request(method, kube.url + path, data=data, headers={"Content-Type": ctype}) as r:
+        async with s.request(
+            method, kube.url + path, data=data, headers={"Content-Type": ctype}
+        ) as r:
             return r.status, r.headers.get("Content-Type"), await r.json()
 
 
@@ -35,22 +37,39 @@ async def test_status_bodies_and_content_type(kube: FakeApiServer) -> None:
 
 async def test_patch_content_types(kube: FakeApiServer) -> None:
     kube.put_object(make_volcano_podgroup("pg"))
-    smp = await _req(kube, "PATCH", PG, {"spec": {"minMember": 2}}, "application/strategic-merge-patch+json")
+    smp = await _req(
+        kube, "PATCH", PG, {"spec": {"minMember": 2}}, "application/strategic-merge-patch+json"
+    )
     assert smp[0] == 415  # no strategic merge patch for custom resources
     jp = await _req(kube, "PATCH", PG, {"spec": {"minMember": 2}}, "application/json-patch+json")
     assert jp[0] == 400  # json-patch needs an array
-    ok = await _req(kube, "PATCH", PG, [{"op": "replace", "path": "/spec/minMember", "value": 2}],
-                    "application/json-patch+json")
+    ok = await _req(
+        kube,
+        "PATCH",
+        PG,
+        [{"op": "replace", "path": "/spec/minMember", "value": 2}],
+        "application/json-patch+json",
+    )
     assert ok[0] == 200 and ok[2]["spec"]["minMember"] == 2
 
 
 async def test_status_subresource_isolation(kube: FakeApiServer) -> None:
     kube.put_object(make_volcano_podgroup("pg"))
-    main = await _req(kube, "PATCH", PG, {"status": {"phase": "Running"}, "spec": {"queue": "q"}},
-                      "application/merge-patch+json")
+    main = await _req(
+        kube,
+        "PATCH",
+        PG,
+        {"status": {"phase": "Running"}, "spec": {"queue": "q"}},
+        "application/merge-patch+json",
+    )
     assert main[2]["status"]["phase"] == "Pending" and main[2]["spec"]["queue"] == "q"
-    sub = await _req(kube, "PATCH", PG + "/status", {"status": {"phase": "Running"}, "spec": {"queue": "z"}},
-                     "application/merge-patch+json")
+    sub = await _req(
+        kube,
+        "PATCH",
+        PG + "/status",
+        {"status": {"phase": "Running"}, "spec": {"queue": "z"}},
+        "application/merge-patch+json",
+    )
     assert sub[2]["status"]["phase"] == "Running" and sub[2]["spec"]["queue"] == "q"
 
 
@@ -63,12 +82,19 @@ async def test_stale_resource_version_update_conflicts(kube: FakeApiServer) -> N
 
 async def test_binding_twice_conflicts_and_reply_is_a_status(kube: FakeApiServer) -> None:
     kube.put_object(make_pod("p"))
-    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n"}}
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "p"},
+        "target": {"kind": "Node", "name": "n"},
+    }
     first = await _req(kube, "POST", "/api/v1/namespaces/default/pods/p/binding", binding)
     assert first[0] == 201 and first[2]["kind"] == "Status" and first[2]["status"] == "Success"
     second = await _req(kube, "POST", "/api/v1/namespaces/default/pods/p/binding", binding)
     assert second[0] == 409 and 'already assigned to node "n"' in second[2]["message"]
-    no_target = await _req(kube, "POST", "/api/v1/namespaces/default/pods/p/binding", {"metadata": {"name": "p"}})
+    no_target = await _req(
+        kube, "POST", "/api/v1/namespaces/default/pods/p/binding", {"metadata": {"name": "p"}}
+    )
     assert no_target[0] == 422
 
 
@@ -80,7 +106,11 @@ async def test_watch_from_compacted_rv_answers_410_in_the_stream(kube: FakeApiSe
         async with s.get(kube.url + "/api/v1/pods?watch=true&resourceVersion=1") as r:
             assert r.status == 200
             line = json.loads(await r.content.readline())
-    assert line["type"] == "ERROR" and line["object"]["code"] == 410 and line["object"]["reason"] == "Expired"
+    assert (
+        line["type"] == "ERROR"
+        and line["object"]["code"] == 410
+        and line["object"]["reason"] == "Expired"
+    )
 
 
 async def test_field_selector_transition_sends_deleted_on_bind(kube: FakeApiServer) -> None:

@@ -15,9 +15,14 @@ from .fake_apiserver import FakeApiServer, make_node, make_pod
 async def _informer(kube: FakeApiServer):
     api = client.ApiClient(client.Configuration(host=kube.url))
     seen: list[tuple[str, str]] = []
-    inf = Informer("pods", client.CoreV1Api(api).list_pod_for_all_namespaces,
-                   handler=lambda kind, obj, old: seen.append((kind, obj["metadata"]["name"])),
-                   watch_timeout=30, backoff_initial=0.01, backoff_max=0.05)
+    inf = Informer(
+        "pods",
+        client.CoreV1Api(api).list_pod_for_all_namespaces,
+        handler=lambda kind, obj, old: seen.append((kind, obj["metadata"]["name"])),
+        watch_timeout=30,
+        backoff_initial=0.01,
+        backoff_max=0.05,
+    )
     task = asyncio.create_task(inf.run())
     await eventually(lambda: inf.synced.is_set())
     return api, inf, task, seen
@@ -94,8 +99,15 @@ async def test_missing_crd_does_not_block_sync() -> None:
     kube = FakeApiServer()
     await kube.start()
     api = client.ApiClient(client.Configuration(host=kube.url))
-    inf = Informer("things", client.CustomObjectsApi(api).list_cluster_custom_object, "example.com", "v1", "things",
-                   handler=lambda *a: None, missing_retry=0.05)
+    inf = Informer(
+        "things",
+        client.CustomObjectsApi(api).list_cluster_custom_object,
+        "example.com",
+        "v1",
+        "things",
+        handler=lambda *a: None,
+        missing_retry=0.05,
+    )
     task = asyncio.create_task(inf.run())
     try:
         await eventually(lambda: inf.synced.is_set())

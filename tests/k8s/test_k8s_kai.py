@@ -47,15 +47,29 @@ def test_pod_names_its_kai_podgroup_and_queue() -> None:
 
 
 def test_kai_queue_quota_limit_weight_and_unlimited() -> None:
-    q = tr.kai_queue_to_pb(make_kai_queue("research", parent="dept", priority=7, resources={
-        "gpu": {"quota": 2.5, "limit": -1, "overQuotaWeight": 3},
-        "cpu": {"quota": 1500, "limit": 8000, "overQuotaWeight": 9},  # millicores
-        "memory": {"quota": -1, "limit": 2048},  # megabytes (10^6 bytes)
-    }))
+    q = tr.kai_queue_to_pb(
+        make_kai_queue(
+            "research",
+            parent="dept",
+            priority=7,
+            resources={
+                "gpu": {"quota": 2.5, "limit": -1, "overQuotaWeight": 3},
+                "cpu": {"quota": 1500, "limit": 8000, "overQuotaWeight": 9},  # millicores
+                "memory": {"quota": -1, "limit": 2048},  # megabytes (10^6 bytes)
+            },
+        )
+    )
     assert (q.name, q.parent, q.priority, q.weight) == ("research", "dept", 7, 3)  # the GPU weight
-    assert dict(q.guarantee.quantities) == {"nvidia.com/gpu": "2.5", "cpu": "1500m"}  # -1: no guarantee
+    assert dict(q.guarantee.quantities) == {
+        "nvidia.com/gpu": "2.5",
+        "cpu": "1500m",
+    }  # -1: no guarantee
     assert dict(q.deserved.quantities) == {"nvidia.com/gpu": "2.5", "cpu": "1500m", "memory": "-1"}
-    assert dict(q.capability.quantities) == {"nvidia.com/gpu": "-1", "cpu": "8000m", "memory": "2048M"}
+    assert dict(q.capability.quantities) == {
+        "nvidia.com/gpu": "-1",
+        "cpu": "8000m",
+        "memory": "2048M",
+    }
     assert q.state == pb.QUEUE_STATE_OPEN and not q.HasField("reclaimable")
 
 
@@ -63,12 +77,24 @@ def test_kai_queue_defaults_and_odd_values() -> None:
     q = tr.kai_queue_to_pb({"metadata": {"name": "bare"}, "spec": {}})
     assert (q.parent, q.priority, q.weight) == ("", 100, 1)  # KAI's default queue priority is 100
     assert not q.guarantee.quantities and not q.deserved.quantities and not q.capability.quantities
-    q = tr.kai_queue_to_pb(make_kai_queue("z", resources={"gpu": {"quota": 0, "limit": 0, "overQuotaWeight": 0.4},
-                                                          "cpu": {"quota": -3, "limit": "x"}}))
+    q = tr.kai_queue_to_pb(
+        make_kai_queue(
+            "z",
+            resources={
+                "gpu": {"quota": 0, "limit": 0, "overQuotaWeight": 0.4},
+                "cpu": {"quota": -3, "limit": "x"},
+            },
+        )
+    )
     assert q.weight == 1  # a weight below 1 cannot be carried: at least 1
     assert dict(q.guarantee.quantities) == {"nvidia.com/gpu": "0"}  # KAI's 0 is a quota of 0, kept
-    assert dict(q.capability.quantities) == {"nvidia.com/gpu": "0"}  # malformed / negative: left out
-    assert tr.kai_queue_to_pb(make_kai_queue("w", resources={"gpu": {"overQuotaWeight": 2.6}})).weight == 3
+    assert dict(q.capability.quantities) == {
+        "nvidia.com/gpu": "0"
+    }  # malformed / negative: left out
+    assert (
+        tr.kai_queue_to_pb(make_kai_queue("w", resources={"gpu": {"overQuotaWeight": 2.6}})).weight
+        == 3
+    )
 
 
 def test_fractional_pod_becomes_a_gpu_fraction_task_group() -> None:
@@ -80,16 +106,21 @@ def test_fractional_pod_becomes_a_gpu_fraction_task_group() -> None:
     assert tr.pod_gpu_problem(pods[0]) == ""
 
 
-@pytest.mark.parametrize(("annotations", "gpus", "expect"), [
-    ({"gpu-memory": "4000"}, 0, "gpu-memory"),
-    ({"gpu-fraction": "0.5", "gpu-memory": "4000"}, 0, "gpu-memory"),
-    ({"gpu-fraction": "1.5"}, 0, "not a share of one GPU"),
-    ({"gpu-fraction": "half"}, 0, "not a share of one GPU"),
-    ({"gpu-fraction": "0"}, 0, "not a share of one GPU"),
-    ({"gpu-fraction": "0.5"}, 1, "whole nvidia.com/gpu"),
-    ({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}, 0, "several GPUs"),
-])
-def test_gpu_requests_muster_cannot_honour_are_refused(annotations: dict[str, str], gpus: int, expect: str) -> None:
+@pytest.mark.parametrize(
+    ("annotations", "gpus", "expect"),
+    [
+        ({"gpu-memory": "4000"}, 0, "gpu-memory"),
+        ({"gpu-fraction": "0.5", "gpu-memory": "4000"}, 0, "gpu-memory"),
+        ({"gpu-fraction": "1.5"}, 0, "not a share of one GPU"),
+        ({"gpu-fraction": "half"}, 0, "not a share of one GPU"),
+        ({"gpu-fraction": "0"}, 0, "not a share of one GPU"),
+        ({"gpu-fraction": "0.5"}, 1, "whole nvidia.com/gpu"),
+        ({"gpu-fraction": "0.5", "gpu-fraction-num-devices": "2"}, 0, "several GPUs"),
+    ],
+)
+def test_gpu_requests_muster_cannot_honour_are_refused(
+    annotations: dict[str, str], gpus: int, expect: str
+) -> None:
     pod = make_kai_pod("p", annotations=annotations)
     if gpus:
         pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
@@ -98,12 +129,26 @@ def test_gpu_requests_muster_cannot_honour_are_refused(annotations: dict[str, st
 
 
 def test_kai_gang_spec_sub_groups_preemptibility_topology() -> None:
-    pg = make_kai_podgroup("pg", min_member=4, queue="team", priority_class="train", preemptibility="non-preemptible",
-                           sub_groups=[{"name": "decode"}, {"name": "prefill", "parent": "decode", "minMember": 2},
-                                       {"name": "leader", "minMember": 0}],
-                           topology={"topology": "cluster", "preferredTopologyLevel": "rack"})
+    pg = make_kai_podgroup(
+        "pg",
+        min_member=4,
+        queue="team",
+        priority_class="train",
+        preemptibility="non-preemptible",
+        sub_groups=[
+            {"name": "decode"},
+            {"name": "prefill", "parent": "decode", "minMember": 2},
+            {"name": "leader", "minMember": 0},
+        ],
+        topology={"topology": "cluster", "preferredTopologyLevel": "rack"},
+    )
     gang = tr.gang_spec(pg)
-    assert (gang.min_member, gang.queue, gang.priority_class, gang.preemptible) == (4, "team", "train", False)
+    assert (gang.min_member, gang.queue, gang.priority_class, gang.preemptible) == (
+        4,
+        "team",
+        "train",
+        False,
+    )
     # Only leaves are pod sets (a parent's minimum means nothing to KAI); a leaf needs at least one pod.
     assert gang.sub_groups == {"prefill": 2, "leader": 1}
     assert gang.all_sub_groups == {"decode", "prefill", "leader"}
@@ -111,9 +156,14 @@ def test_kai_gang_spec_sub_groups_preemptibility_topology() -> None:
 
     pg["spec"]["topologyConstraint"]["requiredTopologyLevel"] = "rack"
     assert "topology constraint" in tr.gang_spec(pg).problem
-    pg["spec"]["topologyConstraint"] = {"requiredTopologyLevel": "rack"}  # no Topology named: KAI ignores it
+    pg["spec"]["topologyConstraint"] = {
+        "requiredTopologyLevel": "rack"
+    }  # no Topology named: KAI ignores it
     assert tr.gang_spec(pg).problem == ""
-    pg["spec"]["subGroups"][0]["topologyConstraint"] = {"topology": "cluster", "requiredTopologyLevel": "zone"}
+    pg["spec"]["subGroups"][0]["topologyConstraint"] = {
+        "topology": "cluster",
+        "requiredTopologyLevel": "zone",
+    }
     assert "sub-group decode" in tr.gang_spec(pg).problem
     pg["spec"]["subGroups"] = [{"name": "a", "parent": "ghost"}]
     assert "'ghost'" in tr.gang_spec(pg).problem
@@ -123,8 +173,13 @@ def test_kai_gang_spec_sub_groups_preemptibility_topology() -> None:
 
 
 def test_pod_topology_annotations() -> None:
-    pod = make_kai_pod("p", annotations={"kai.scheduler/topology": "cluster",
-                                         "kai.scheduler/topology-required-placement": "zone"})
+    pod = make_kai_pod(
+        "p",
+        annotations={
+            "kai.scheduler/topology": "cluster",
+            "kai.scheduler/topology-required-placement": "zone",
+        },
+    )
     assert "not supported" in tr.pod_topology(pod).problem("pod default/p")
     pod["metadata"]["annotations"].pop("kai.scheduler/topology-required-placement")
     pod["metadata"]["annotations"]["kai.scheduler/topology-preferred-placement"] = "rack"
@@ -137,21 +192,35 @@ def test_kai_status_shape() -> None:
     status = kai_podgroup_status(pg, pending, "0/1 nodes are available")
     assert status["pending"] == 2 and status["running"] == 0
     [cond] = status["schedulingConditions"]
-    assert (cond["type"], cond["nodePool"], cond["reason"], cond["status"], cond["transitionID"]) == (
-        "UnschedulableOnNodePool", "default", "Unschedulable", "True", "1")
+    assert (
+        cond["type"],
+        cond["nodePool"],
+        cond["reason"],
+        cond["status"],
+        cond["transitionID"],
+    ) == ("UnschedulableOnNodePool", "default", "Unschedulable", "True", "1")
     assert "phase" not in status  # KAI's scheduler sets no phase
     bound = [make_kai_pod("b", group="pg", node="n0", phase="Running"), pending[0]]
     assert "schedulingConditions" not in kai_podgroup_status(pg, bound, "still waiting")
 
 
 def test_queue_controller_creates_parents_first_and_prefers_volcano() -> None:
-    kai = SimpleNamespace(cache={"a-team": make_kai_queue("a-team", parent="z-dept"), "z-dept": make_kai_queue("z-dept"),
-                                 "shared": make_kai_queue("shared", priority=5)})
-    volcano = SimpleNamespace(cache={"shared": {"metadata": {"name": "shared"}, "spec": {"weight": 4}}})
+    kai = SimpleNamespace(
+        cache={
+            "a-team": make_kai_queue("a-team", parent="z-dept"),
+            "z-dept": make_kai_queue("z-dept"),
+            "shared": make_kai_queue("shared", priority=5),
+        }
+    )
+    volcano = SimpleNamespace(
+        cache={"shared": {"metadata": {"name": "shared"}, "spec": {"weight": 4}}}
+    )
     qc = QueueController(None, queues=volcano, kai_queues=kai)  # type: ignore[arg-type]
     assert sorted(["a-team", "z-dept"], key=lambda n: (qc._depth(n), n)) == ["z-dept", "a-team"]
     shared = qc.desired("shared")
-    assert shared is not None and shared.weight == 4 and shared.priority == 0  # Volcano's Queue wins
+    assert (
+        shared is not None and shared.weight == 4 and shared.priority == 0
+    )  # Volcano's Queue wins
     assert qc.desired("gone") is None
 
 
@@ -163,9 +232,14 @@ def test_queue_controller_creates_parents_first_and_prefers_volcano() -> None:
 async def test_kai_podgroup_of_two_binds_only_together(env: Env) -> None:
     env.kube.put_object(make_node("n0", cpu="4"))
     env.kube.put_object(make_kai_queue("dept"))
-    env.kube.put_object(make_kai_queue("team", parent="dept", resources={"gpu": {"quota": 1, "limit": 2,
-                                                                                 "overQuotaWeight": 2}}))
-    env.kube.put_object(make_kai_podgroup("pg", min_member=2, queue="team", preemptibility="non-preemptible"))
+    env.kube.put_object(
+        make_kai_queue(
+            "team", parent="dept", resources={"gpu": {"quota": 1, "limit": 2, "overQuotaWeight": 2}}
+        )
+    )
+    env.kube.put_object(
+        make_kai_podgroup("pg", min_member=2, queue="team", preemptibility="non-preemptible")
+    )
     for i in range(2):
         env.kube.put_object(make_kai_pod(f"w{i}", group="pg", cpu="3"))
     backend = await env.start_adapter(kai=True)
@@ -175,13 +249,20 @@ async def test_kai_podgroup_of_two_binds_only_together(env: Env) -> None:
     await eventually(lambda: bool(_kai_pg(env, "pg").get("status", {}).get("schedulingConditions")))
     cond = _kai_pg(env, "pg")["status"]["schedulingConditions"][0]
     assert (cond["type"], cond["reason"]) == ("UnschedulableOnNodePool", "Unschedulable")
-    assert ("PATCH", "/apis/scheduling.run.ai/v2alpha2/namespaces/default/podgroups/pg/status") in env.kube.requests
+    assert (
+        "PATCH",
+        "/apis/scheduling.run.ai/v2alpha2/namespaces/default/podgroups/pg/status",
+    ) in env.kube.requests
     assert env.bind_posts() == 0
 
     job = env.muster.servicer.jobs["k8s:default:pg"]
     assert (job.spec.queue, job.spec.min_member, job.spec.preemptible) == ("team", 2, False)
     team = env.muster.servicer.queues["team"]
-    assert (team.parent, team.weight, dict(team.capability.quantities)) == ("dept", 2, {"nvidia.com/gpu": "2"})
+    assert (team.parent, team.weight, dict(team.capability.quantities)) == (
+        "dept",
+        2,
+        {"nvidia.com/gpu": "2"},
+    )
 
     env.kube.put_object(make_node("n1", cpu="4"))
     await eventually(lambda: all(env.pod(f"w{i}")["spec"].get("nodeName") for i in range(2)))
@@ -208,8 +289,13 @@ LLM_PODS = ("llm-p0", "llm-d0", "llm-d1")
 def _put_llm_podgroup(env: Env, min_member: int) -> None:
     """A 16-CPU node and the KAI PodGroup ``llm``: sub-groups prefill (one pod) and decode (two)."""
     env.kube.put_object(make_node("n0", cpu="16"))
-    env.kube.put_object(make_kai_podgroup("llm", min_member=min_member, sub_groups=[
-        {"name": "prefill", "minMember": 1}, {"name": "decode", "minMember": 2}]))
+    env.kube.put_object(
+        make_kai_podgroup(
+            "llm",
+            min_member=min_member,
+            sub_groups=[{"name": "prefill", "minMember": 1}, {"name": "decode", "minMember": 2}],
+        )
+    )
 
 
 async def test_kai_sub_groups_wait_for_their_minimum_and_reach_the_job(env: Env) -> None:
@@ -221,8 +307,10 @@ async def test_kai_sub_groups_wait_for_their_minimum_and_reach_the_job(env: Env)
     await eventually(lambda: all(env.pod(n)["spec"].get("nodeName") for n in LLM_PODS))
     spec = env.muster.servicer.jobs["k8s:default:llm"].spec
     assert [(s.name, s.min_member) for s in spec.sub_groups] == [("decode", 2), ("prefill", 1)]
-    assert [(g.role, g.sub_group, g.replicas) for g in spec.task_groups] == [("decode", "decode", 2),
-                                                                           ("prefill", "prefill", 1)]
+    assert [(g.role, g.sub_group, g.replicas) for g in spec.task_groups] == [
+        ("decode", "decode", 2),
+        ("prefill", "prefill", 1),
+    ]
 
 
 async def test_kai_sub_group_short_of_its_minimum_is_not_submitted(env: Env) -> None:
@@ -230,7 +318,9 @@ async def test_kai_sub_group_short_of_its_minimum_is_not_submitted(env: Env) -> 
     env.kube.put_object(make_kai_pod("llm-d0", group="llm", sub_group="decode"))
     env.kube.put_object(make_kai_pod("llm-d1", group="llm", sub_group="decode"))
     await env.start_adapter(kai=True)
-    await eventually(lambda: env.muster.servicer.snapshots >= 1)  # every pod was considered before it
+    await eventually(
+        lambda: env.muster.servicer.snapshots >= 1
+    )  # every pod was considered before it
     # minMember (2) is met, but the prefill sub-group has none of its one pod: no partial gang.
     assert "k8s:default:llm" not in env.muster.servicer.jobs and env.bind_posts() == 0
     env.kube.put_object(make_kai_pod("llm-p0", group="llm", sub_group="prefill"))
@@ -242,8 +332,15 @@ async def test_fractional_pod_is_bound_and_gpu_memory_is_refused(env: Env) -> No
     env.kube.put_object(make_kai_queue("infer"))
     env.kube.put_object(make_kai_pod("half", queue="infer", annotations={"gpu-fraction": "0.5"}))
     env.kube.put_object(make_kai_pod("by-memory", annotations={"gpu-memory": "4000"}))
-    env.kube.put_object(make_kai_pod("pinned", annotations={"kai.scheduler/topology": "cluster",
-                                                            "kai.scheduler/topology-required-placement": "rack"}))
+    env.kube.put_object(
+        make_kai_pod(
+            "pinned",
+            annotations={
+                "kai.scheduler/topology": "cluster",
+                "kai.scheduler/topology-required-placement": "rack",
+            },
+        )
+    )
     await env.start_adapter(kai=True)
     await eventually(lambda: env.pod("half")["spec"].get("nodeName") == "n0")
     job = env.muster.servicer.jobs["k8s:default:pod:half"]
@@ -256,7 +353,9 @@ async def test_fractional_pod_is_bound_and_gpu_memory_is_refused(env: Env) -> No
     assert "topology" in env.events("FailedScheduling", "pinned")[0]["message"]
     assert "k8s:default:pod:by-memory" not in env.muster.servicer.jobs
     assert "k8s:default:pod:pinned" not in env.muster.servicer.jobs
-    assert not env.pod("by-memory")["spec"].get("nodeName") and not env.pod("pinned")["spec"].get("nodeName")
+    assert not env.pod("by-memory")["spec"].get("nodeName") and not env.pod("pinned")["spec"].get(
+        "nodeName"
+    )
     assert len(env.events("FailedScheduling", "by-memory")) == 1  # once per distinct message
 
     # The user switches to a fraction: the pod is scheduled.
@@ -285,9 +384,13 @@ async def test_fractional_pods_share_one_gpu_with_the_real_server(tmp_path: Path
         for i in range(2):
             env.kube.put_object(make_kai_pod(f"half{i}", annotations={"gpu-fraction": "0.5"}))
         await env.start_adapter(kai=True)
-        await eventually(lambda: all(env.pod(f"half{i}")["spec"].get("nodeName") == "n0" for i in range(2)))
+        await eventually(
+            lambda: all(env.pod(f"half{i}")["spec"].get("nodeName") == "n0" for i in range(2))
+        )
         # Both halves sit on the one GPU, and each pod says which, as KAI's binder labels it.
-        groups = {env.pod(f"half{i}")["metadata"]["labels"].get("runai-gpu-group") for i in range(2)}
+        groups = {
+            env.pod(f"half{i}")["metadata"]["labels"].get("runai-gpu-group") for i in range(2)
+        }
         assert len(groups) == 1 and None not in groups and "" not in groups
         # The GPU is now full: a third share waits.
         env.kube.put_object(make_kai_pod("third", annotations={"gpu-fraction": "0.3"}))

@@ -24,25 +24,43 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 
 
 def _docs() -> list[dict]:
-    return [d for f in sorted(DEPLOY.glob("*.yaml")) if f.name != "kustomization.yaml"
-            for d in yaml.safe_load_all(f.read_text()) if d]
+    return [
+        d
+        for f in sorted(DEPLOY.glob("*.yaml"))
+        if f.name != "kustomization.yaml"
+        for d in yaml.safe_load_all(f.read_text())
+        if d
+    ]
 
 
 def test_manifests_parse_and_config_map_is_a_valid_scheduler_config() -> None:
     kinds = sorted(d["kind"] for d in _docs())
-    for kind in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                 "ConfigMap"):
+    for kind in (
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Service",
+        "ConfigMap",
+    ):
         assert kind in kinds
     config_map = next(d for d in _docs() if d["kind"] == "ConfigMap")
     load_config(config_map["data"]["scheduler.yaml"])
     listed = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
-    assert sorted(listed) == sorted(f.name for f in DEPLOY.glob("*.yaml") if f.name != "kustomization.yaml")
+    assert sorted(listed) == sorted(
+        f.name for f in DEPLOY.glob("*.yaml") if f.name != "kustomization.yaml"
+    )
 
 
 def _rules() -> list[dict]:
     role = next(d for d in _docs() if d["kind"] == "ClusterRole")
     for rule in role["rules"]:
-        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        assert (
+            "*" not in rule["verbs"]
+            and "*" not in rule["resources"]
+            and "*" not in rule["apiGroups"]
+        )
     return role["rules"]
 
 
@@ -64,24 +82,36 @@ def _needed(method: str, path: str) -> list[tuple[str, str, str]]:
 
 def _made(env: Env) -> set[tuple[str, str, str]]:
     """(API group, resource, verb) of every API request the adapter made."""
-    return {n for m, p in env.kube.requests if p.startswith(("/api/", "/apis/")) for n in _needed(m, p)}
+    return {
+        n for m, p in env.kube.requests if p.startswith(("/api/", "/apis/")) for n in _needed(m, p)
+    }
 
 
 def _assert_granted(made: set[tuple[str, str, str]]) -> None:
     rules = _rules()
     for group, resource, verb in made:
-        assert any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules), (
-            f"RBAC does not grant {verb} {resource} in group {group!r}")
+        assert any(
+            group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+            for r in rules
+        ), f"RBAC does not grant {verb} {resource} in group {group!r}"
 
 
 async def test_rbac_grants_every_request_the_adapter_makes(env: Env) -> None:
     env.kube.put_object(make_node("n0", cpu="2"))
     env.kube.put_object(make_volcano_podgroup("pg", min_member=2))
-    env.kube.put_object({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-                         "metadata": {"name": "cg", "namespace": "default"}, "spec": {"minMember": 1}})
+    env.kube.put_object(
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "cg", "namespace": "default"},
+            "spec": {"minMember": 1},
+        }
+    )
     for i in range(2):
         env.kube.put_object(make_pod(f"w{i}", cpu="1", group="pg"))
-    env.kube.put_object(make_pod("c0", cpu="1", coscheduling_group="cg"))  # does not fit: FailedScheduling
+    env.kube.put_object(
+        make_pod("c0", cpu="1", coscheduling_group="cg")
+    )  # does not fit: FailedScheduling
     await env.start_adapter()
     await eventually(lambda: all(env.pod(f"w{i}")["spec"].get("nodeName") for i in range(2)))
     await eventually(lambda: env.events("FailedScheduling", "c0") != [])
@@ -101,9 +131,15 @@ async def test_rbac_grants_what_the_adapter_asks_for_kai_resources(env: Env) -> 
     env.kube.put_object(make_kai_queue("team"))
     env.kube.put_object(make_kai_podgroup("kg", min_member=2, queue="team"))
     for i in range(2):
-        env.kube.put_object(make_kai_pod(f"k{i}", cpu="1", group="kg", queue="team"))  # one fits: unschedulable
+        env.kube.put_object(
+            make_kai_pod(f"k{i}", cpu="1", group="kg", queue="team")
+        )  # one fits: unschedulable
     await env.start_adapter(kai=True)
-    await eventually(lambda: env.events("FailedScheduling", "k0") != [] or env.events("FailedScheduling", "k1") != [])
+    await eventually(
+        lambda: (
+            env.events("FailedScheduling", "k0") != [] or env.events("FailedScheduling", "k1") != []
+        )
+    )
     made = _made(env)
     assert ("scheduling.run.ai", "queues", "list") in made
     assert ("scheduling.run.ai", "podgroups/status", "patch") in made

@@ -23,7 +23,9 @@ from .fake_apiserver import make_pod
 
 pytestmark = [
     pytest.mark.real_k8s,
-    pytest.mark.skipif(not os.environ.get("KUBECONFIG"), reason="needs KUBECONFIG (a real cluster)"),
+    pytest.mark.skipif(
+        not os.environ.get("KUBECONFIG"), reason="needs KUBECONFIG (a real cluster)"
+    ),
 ]
 
 
@@ -38,7 +40,9 @@ async def test_real_cluster_list_watch_bind_and_conflict() -> None:
         await eventually(lambda: nodes.synced.is_set(), timeout=30)
         ready = [n for n in nodes.cache.values() if tr.node_ready(n)]
         assert ready, "the cluster has no Ready node"
-        pod = make_pod(name, namespace=namespace, cpu="10m", memory="16Mi", scheduler="muster-real-test")
+        pod = make_pod(
+            name, namespace=namespace, cpu="10m", memory="16Mi", scheduler="muster-real-test"
+        )
         pod["metadata"].pop("annotations")
         await core.create_namespaced_pod(namespace, pod)
         writer = KubeWriter(api)

@@ -27,7 +27,11 @@ async def test_gang_of_four_with_the_real_server(real_env: Env) -> None:
         env.kube.put_object(make_pod(f"w{i}", cpu="3", group="pg", task_spec="worker"))
     await env.start_adapter()
     await eventually(lambda: all(env.events("FailedScheduling", f"w{i}") for i in range(4)))
-    await eventually(lambda: (_pg(env).get("status", {}).get("conditions") or [{}])[0].get("type") == "Unschedulable")
+    await eventually(
+        lambda: (
+            (_pg(env).get("status", {}).get("conditions") or [{}])[0].get("type") == "Unschedulable"
+        )
+    )
     assert env.bind_posts() == 0
 
     env.kube.put_object(make_node("n3", cpu="4"))

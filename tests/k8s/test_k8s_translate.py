@@ -10,16 +10,36 @@ from .fake_apiserver import make_node, make_pod
 
 def test_pod_request_takes_max_of_init_containers_plus_overhead() -> None:
     pod = make_pod("p", cpu="500m", memory="1Gi")
-    pod["spec"]["containers"].append({"name": "side", "resources": {"requests": {"cpu": "250m"},
-                                                                     "limits": {"nvidia.com/gpu": "2"}}})
-    pod["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "2", "memory": "512Mi"}}}]
+    pod["spec"]["containers"].append(
+        {
+            "name": "side",
+            "resources": {"requests": {"cpu": "250m"}, "limits": {"nvidia.com/gpu": "2"}},
+        }
+    )
+    pod["spec"]["initContainers"] = [
+        {"name": "init", "resources": {"requests": {"cpu": "2", "memory": "512Mi"}}}
+    ]
     pod["spec"]["overhead"] = {"cpu": "100m"}
-    assert tr.pod_request(pod) == {"cpu": "2100m", "memory": "1Gi", "nvidia.com/gpu": "2", "pods": "1"}
+    assert tr.pod_request(pod) == {
+        "cpu": "2100m",
+        "memory": "1Gi",
+        "nvidia.com/gpu": "2",
+        "pods": "1",
+    }
 
 
 def test_node_translation_ready_taints_and_cordon() -> None:
-    node = make_node("n", cpu="8", gpus=4, ready=False, unschedulable=True,
-                     taints=[{"key": "gpu", "value": "a100", "effect": "NoSchedule"}, {"key": "odd", "effect": "Bogus"}])
+    node = make_node(
+        "n",
+        cpu="8",
+        gpus=4,
+        ready=False,
+        unschedulable=True,
+        taints=[
+            {"key": "gpu", "value": "a100", "effect": "NoSchedule"},
+            {"key": "odd", "effect": "Bogus"},
+        ],
+    )
     out = tr.node_to_pb(node)
     assert out.not_ready and out.unschedulable
     assert out.allocatable.quantities["nvidia.com/gpu"] == "4"
@@ -30,7 +50,10 @@ def test_node_translation_ready_taints_and_cordon() -> None:
 
 def test_group_membership_volcano_annotation_and_coscheduling_label() -> None:
     assert tr.pod_group_ref(make_pod("a", group="g")) == (tr.VOLCANO_PODGROUP, "default/g")
-    assert tr.pod_group_ref(make_pod("b", namespace="ml", coscheduling_group="c")) == (tr.COSCHEDULING_PODGROUP, "ml/c")
+    assert tr.pod_group_ref(make_pod("b", namespace="ml", coscheduling_group="c")) == (
+        tr.COSCHEDULING_PODGROUP,
+        "ml/c",
+    )
     assert tr.pod_group_ref(make_pod("c")) is None
 
 
@@ -46,9 +69,18 @@ def test_task_group_records_pods_in_index_order_and_role() -> None:
 
 
 def test_volcano_queue_translation() -> None:
-    q = tr.queue_to_pb({"metadata": {"name": "q"}, "spec": {"weight": 2, "capability": {"cpu": "10", "memory": "-1"},
-                                                           "guarantee": {"resource": {"cpu": "1"}}, "parent": "org"},
-                        "status": {"state": "Closed"}})
+    q = tr.queue_to_pb(
+        {
+            "metadata": {"name": "q"},
+            "spec": {
+                "weight": 2,
+                "capability": {"cpu": "10", "memory": "-1"},
+                "guarantee": {"resource": {"cpu": "1"}},
+                "parent": "org",
+            },
+            "status": {"state": "Closed"},
+        }
+    )
     assert q.weight == 2 and q.parent == "org" and q.state == pb.QUEUE_STATE_CLOSED
     assert dict(q.capability.quantities) == {"cpu": "10", "memory": "-1"}
     assert dict(q.guarantee.quantities) == {"cpu": "1"}
@@ -56,10 +88,22 @@ def test_volcano_queue_translation() -> None:
 
 
 def test_gang_spec_and_job_ids_avoid_slashes() -> None:
-    pg = {"spec": {"minMember": 3, "minTaskMember": {"worker": 2}, "minResources": {"cpu": "6", "bad": "x"},
-                   "queue": "q", "priorityClassName": "high"}}
+    pg = {
+        "spec": {
+            "minMember": 3,
+            "minTaskMember": {"worker": 2},
+            "minResources": {"cpu": "6", "bad": "x"},
+            "queue": "q",
+            "priorityClassName": "high",
+        }
+    }
     gang = tr.gang_spec(pg)
-    assert (gang.min_member, gang.min_task_member, gang.min_resources, gang.queue, gang.priority_class) == (
-        3, {"worker": 2}, {"cpu": "6"}, "q", "high")
+    assert (
+        gang.min_member,
+        gang.min_task_member,
+        gang.min_resources,
+        gang.queue,
+        gang.priority_class,
+    ) == (3, {"worker": 2}, {"cpu": "6"}, "q", "high")
     assert "/" not in tr.job_id_for_group("ns", "pg") and "/" not in tr.job_id_for_pod("ns", "p")
     assert tr.job_id_for_group("ns", "pod") != tr.job_id_for_pod("ns", "pod")

@@ -22,9 +22,15 @@ WAIT = 20.0  # safety bound for waits; never part of a verdict
 @pytest.fixture(autouse=True)
 def _no_ambient_otel(monkeypatch: pytest.MonkeyPatch) -> None:
     """The machine's OTEL_* variables must not redirect the tests' spans."""
-    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED",
-                 "OTEL_TRACES_EXPORTER", "OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_PROTOCOL",
-                 "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+    for name in (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_SDK_DISABLED",
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_SERVICE_NAME",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -38,7 +44,9 @@ async def receiver() -> AsyncIterator[Receiver]:
 
 
 def options(tmp_path: Path, **overrides: object) -> ServerOptions:
-    opts = ServerOptions(listen="127.0.0.1:0", state=str(tmp_path / "muster.db"), cycle_period=QUIET_PERIOD)
+    opts = ServerOptions(
+        listen="127.0.0.1:0", state=str(tmp_path / "muster.db"), cycle_period=QUIET_PERIOD
+    )
     for key, value in overrides.items():
         setattr(opts, key, value)
     return opts
@@ -93,7 +101,9 @@ def node(name: str, cpu: str = "4", memory: str = "16Gi", **kw: object) -> pb.No
     return pb.Node(name=name, allocatable=rl(cpu=cpu, memory=memory), **kw)
 
 
-def gang(job_id: str, replicas: int = 2, cpu: str = "1", queue: str = "", **kw: object) -> pb.JobSpec:
+def gang(
+    job_id: str, replicas: int = 2, cpu: str = "1", queue: str = "", **kw: object
+) -> pb.JobSpec:
     return pb.JobSpec(
         id=job_id,
         queue=queue,
@@ -102,7 +112,9 @@ def gang(job_id: str, replicas: int = 2, cpu: str = "1", queue: str = "", **kw: 
     )
 
 
-async def register(stub: pb_grpc.SchedulerStub, backend: str = "agent-a", nodes: list[pb.Node] | None = None) -> None:
+async def register(
+    stub: pb_grpc.SchedulerStub, backend: str = "agent-a", nodes: list[pb.Node] | None = None
+) -> None:
     await stub.RegisterBackend(pb.RegisterBackendRequest(name=backend, kind="fake-agent"))
     await stub.SyncSnapshot(pb.SyncSnapshotRequest(backend=backend, nodes=nodes or []))
 

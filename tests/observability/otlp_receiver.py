@@ -52,7 +52,9 @@ class Receiver(tsg.TraceServiceServicer):
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    async def Export(self, request: tsp.ExportTraceServiceRequest, context: Any) -> tsp.ExportTraceServiceResponse:
+    async def Export(
+        self, request: tsp.ExportTraceServiceRequest, context: Any
+    ) -> tsp.ExportTraceServiceResponse:
         for rs in request.resource_spans:
             resource = attrs(rs.resource.attributes)
             for ss in rs.scope_spans:
@@ -68,7 +70,10 @@ class Receiver(tsg.TraceServiceServicer):
                             end_ns=s.end_time_unix_nano,
                             attributes=attrs(s.attributes),
                             events=[(e.name, attrs(e.attributes)) for e in s.events],
-                            links=[(lk.trace_id.hex(), lk.span_id.hex(), attrs(lk.attributes)) for lk in s.links],
+                            links=[
+                                (lk.trace_id.hex(), lk.span_id.hex(), attrs(lk.attributes))
+                                for lk in s.links
+                            ],
                             status_code=s.status.code,
                             service=str(resource.get("service.name", "")),
                             resource=resource,
@@ -94,6 +99,10 @@ class Receiver(tsg.TraceServiceServicer):
 
     def children(self, parent: ReceivedSpan) -> list[ReceivedSpan]:
         return sorted(
-            (s for s in self.spans if s.trace_id == parent.trace_id and s.parent_span_id == parent.span_id),
+            (
+                s
+                for s in self.spans
+                if s.trace_id == parent.trace_id and s.parent_span_id == parent.span_id
+            ),
             key=lambda s: s.start_ns,
         )

@@ -36,8 +36,12 @@ rules:
 
 
 async def start(tmp_path: Path, **overrides: object) -> ServerHandle:
-    opts = ServerOptions(listen="127.0.0.1:0", state=str(tmp_path / "m.db"), cycle_period=3600.0,
-                         dashboard_listen="127.0.0.1:0")
+    opts = ServerOptions(
+        listen="127.0.0.1:0",
+        state=str(tmp_path / "m.db"),
+        cycle_period=3600.0,
+        dashboard_listen="127.0.0.1:0",
+    )
     for key, value in overrides.items():
         setattr(opts, key, value)
     return await start_server(opts)
@@ -55,13 +59,27 @@ async def server(tmp_path: Path) -> AsyncIterator[ServerHandle]:
 async def populate(handle: ServerHandle, metadata: tuple[tuple[str, str], ...] = ()) -> None:
     async with grpc.aio.insecure_channel(handle.address) as channel:
         stub = pb_grpc.SchedulerStub(channel)
-        await stub.RegisterBackend(pb.RegisterBackendRequest(name="rack", kind="fake-agent"), metadata=metadata)
-        nodes = [pb.Node(name=f"n{i}", allocatable=pb.ResourceList(quantities={"cpu": "4", "memory": "8Gi"}))
-                 for i in range(2)]
-        await stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="rack", nodes=nodes), metadata=metadata)
+        await stub.RegisterBackend(
+            pb.RegisterBackendRequest(name="rack", kind="fake-agent"), metadata=metadata
+        )
+        nodes = [
+            pb.Node(
+                name=f"n{i}", allocatable=pb.ResourceList(quantities={"cpu": "4", "memory": "8Gi"})
+            )
+            for i in range(2)
+        ]
+        await stub.SyncSnapshot(
+            pb.SyncSnapshotRequest(backend="rack", nodes=nodes), metadata=metadata
+        )
         for job_id, cpu in (("fits", "2"), ("huge", "64")):
-            spec = pb.JobSpec(id=job_id, task_groups=[pb.TaskGroup(role="w", replicas=1,
-                                                                   request=pb.ResourceList(quantities={"cpu": cpu}))])
+            spec = pb.JobSpec(
+                id=job_id,
+                task_groups=[
+                    pb.TaskGroup(
+                        role="w", replicas=1, request=pb.ResourceList(quantities={"cpu": cpu})
+                    )
+                ],
+            )
             await stub.SubmitJob(pb.SubmitJobRequest(job=spec), metadata=metadata)
     await next_cycle(handle)
 
@@ -81,10 +99,15 @@ async def test_overview_reports_queues_nodes_jobs_and_cycles(server: ServerHandl
     [default] = [q for q in data["queues"] if q["queue"]["name"] == "default"]
     assert default["allocated"]["quantities"]["cpu"] == "2"
     utilisation = {n["name"]: n["utilisation"] for n in data["nodes"]}
-    assert sorted(utilisation) == ["n0", "n1"] and sorted(u["cpu"] for u in utilisation.values()) == [0.0, 0.5]
+    assert sorted(utilisation) == ["n0", "n1"] and sorted(
+        u["cpu"] for u in utilisation.values()
+    ) == [0.0, 0.5]
     jobs = {j["id"]: j for j in data["jobs"]}
     assert jobs["fits"]["phase"] == "Running" and jobs["fits"]["running"] == 1
-    assert jobs["huge"]["reason"] == "RequestExceedsEveryNode" and "can never run" in jobs["huge"]["message"]
+    assert (
+        jobs["huge"]["reason"] == "RequestExceedsEveryNode"
+        and "can never run" in jobs["huge"]["message"]
+    )
     [cycle] = data["cycles"][-1:]
     assert cycle["binds"] == 1 and "allocate" in cycle["actions"]
     assert cycle["cpu_share"]["default"] == 0.25  # 2 of the cluster's 8 CPUs
@@ -94,10 +117,16 @@ async def test_overview_reports_queues_nodes_jobs_and_cycles(server: ServerHandl
     assert status == 200
 
 
-async def test_dashboard_is_off_by_default_and_refuses_plain_http_off_loopback(tmp_path: Path) -> None:
+async def test_dashboard_is_off_by_default_and_refuses_plain_http_off_loopback(
+    tmp_path: Path,
+) -> None:
     handle = await start(tmp_path, dashboard_listen=None)
     try:
-        assert handle.dashboard_port == 0 and handle.server.loop is not None and handle.server.loop.history is None
+        assert (
+            handle.dashboard_port == 0
+            and handle.server.loop is not None
+            and handle.server.loop.history is None
+        )
     finally:
         await handle.stop()
     with pytest.raises(OSError, match="refusing plain HTTP off loopback"):
@@ -119,22 +148,41 @@ async def test_dashboard_wants_the_apis_tokens(tmp_path: Path) -> None:
         await handle.stop()
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMIUM = (
+    shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium here (apt-get install chromium to run the browser test)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium here (apt-get install chromium to run the browser test)"
+)
 async def test_the_page_draws_in_a_real_browser(server: ServerHandle) -> None:
     await populate(server)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "dashboard.png"
     shot.unlink(missing_ok=True)
     url = f"http://127.0.0.1:{server.dashboard_port}/"
-    common = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=4000"]
+    common = [
+        CHROMIUM,
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--virtual-time-budget=4000",
+    ]
     # In a thread: the server answering the page runs on this test's event loop.
     dom = await anyio.to_thread.run_sync(
-        lambda: subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=120))
+        lambda: subprocess.run(
+            [*common, "--dump-dom", url], capture_output=True, text=True, timeout=120
+        )
+    )
     assert 'data-ready="true"' in dom.stdout, dom.stderr[-2000:]  # the script ran and drew the data
     assert "RequestExceedsEveryNode" in dom.stdout and "<canvas" in dom.stdout
-    await anyio.to_thread.run_sync(lambda: subprocess.run(
-        [*common, f"--screenshot={shot}", "--window-size=1400,1000", url], capture_output=True, timeout=120, check=True))
+    await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [*common, f"--screenshot={shot}", "--window-size=1400,1000", url],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+    )
     assert shot.stat().st_size > 10_000  # kept as the test's artifact

@@ -26,10 +26,25 @@ CPU_NODE = {"cpu": "8", "memory": "32Gi", "pods": "110"}
 GPU_NODE = {**CPU_NODE, "nvidia.com/gpu": "4"}
 
 
-def job(uid: str, n: int, request: dict[str, str], queue: str = "default",
-        phase: PodGroupPhase = PodGroupPhase.INQUEUE, **kw: object) -> JobSpec:
-    tasks = [TaskSpec(uid=f"{uid}-{i}", name=f"{uid}-{i}", namespace="ns", job=uid,
-                      request=parse_resources(request), creation_index=i) for i in range(n)]
+def job(
+    uid: str,
+    n: int,
+    request: dict[str, str],
+    queue: str = "default",
+    phase: PodGroupPhase = PodGroupPhase.INQUEUE,
+    **kw: object,
+) -> JobSpec:
+    tasks = [
+        TaskSpec(
+            uid=f"{uid}-{i}",
+            name=f"{uid}-{i}",
+            namespace="ns",
+            job=uid,
+            request=parse_resources(request),
+            creation_index=i,
+        )
+        for i in range(n)
+    ]
     return JobSpec(uid=uid, name=uid, namespace="ns", queue=queue, tasks=tasks, phase=phase, **kw)  # type: ignore[arg-type]
 
 
@@ -38,8 +53,12 @@ def cpu_nodes(n: int) -> list[NodeSpec]:
 
 
 def reserved_gpu_nodes(n: int) -> list[NodeSpec]:
-    return [NodeSpec(f"g{i}", parse_resources(GPU_NODE), taints=[Taint("gpu", "reserved", "NoSchedule")])
-            for i in range(n)]
+    return [
+        NodeSpec(
+            f"g{i}", parse_resources(GPU_NODE), taints=[Taint("gpu", "reserved", "NoSchedule")]
+        )
+        for i in range(n)
+    ]
 
 
 def gpu_nodes_busy(n: int) -> list[NodeSpec]:
@@ -50,7 +69,9 @@ def gpu_holders(n: int) -> list[JobSpec]:
     """Running jobs holding every GPU of the busy GPU nodes."""
     out = []
     for i in range(n):
-        holder = job(f"hold{i}", 1, {"cpu": "1", "nvidia.com/gpu": "4"}, phase=PodGroupPhase.RUNNING)
+        holder = job(
+            f"hold{i}", 1, {"cpu": "1", "nvidia.com/gpu": "4"}, phase=PodGroupPhase.RUNNING
+        )
         holder.tasks[0].status, holder.tasks[0].node = TaskStatus.RUNNING, f"b{i}"
         out.append(holder)
     return out
@@ -68,8 +89,12 @@ def unschedulable_message(out) -> str:  # noqa: ANN001
 
 
 def test_placement_counts_nodes_per_reason_most_common_first() -> None:
-    out = outcome(cpu_nodes(1200) + reserved_gpu_nodes(800), [QueueSpec("default")],
-                  [job("train", 1, {"cpu": "1", "nvidia.com/gpu": "1"})], "train")
+    out = outcome(
+        cpu_nodes(1200) + reserved_gpu_nodes(800),
+        [QueueSpec("default")],
+        [job("train", 1, {"cpu": "1", "nvidia.com/gpu": "1"})],
+        "train",
+    )
     exp = out.explanation
     # The GPU nodes are reserved by a taint the job does not tolerate: it can never run here, which
     # is said apart from "waiting for room", with the per-reason node counts kept.
@@ -86,14 +111,22 @@ def test_placement_counts_nodes_per_reason_most_common_first() -> None:
     )
     assert exp.summary in unschedulable_message(out)
     # Untainted GPU nodes, all busy: the same job waits for room (the placement gate).
-    busy = outcome(cpu_nodes(3) + gpu_nodes_busy(2), [QueueSpec("default")],
-                   [job("train", 1, {"cpu": "1", "nvidia.com/gpu": "1"}), *gpu_holders(2)], "train")
+    busy = outcome(
+        cpu_nodes(3) + gpu_nodes_busy(2),
+        [QueueSpec("default")],
+        [job("train", 1, {"cpu": "1", "nvidia.com/gpu": "1"}), *gpu_holders(2)],
+        "train",
+    )
     assert busy.explanation is not None and busy.explanation.gate == "placement"
 
 
 def test_closed_queue_is_the_gate() -> None:
-    out = outcome(cpu_nodes(3), [QueueSpec("default"), QueueSpec("frozen", state="Closed")],
-                  [job("j", 1, {"cpu": "1"}, queue="frozen")], "j")
+    out = outcome(
+        cpu_nodes(3),
+        [QueueSpec("default"), QueueSpec("frozen", state="Closed")],
+        [job("j", 1, {"cpu": "1"}, queue="frozen")],
+        "j",
+    )
     assert out.explanation is not None and out.explanation.gate == "queue"
     assert "frozen" in out.explanation.summary and "Closed" in out.explanation.summary
     assert out.explanation.summary in unschedulable_message(out)
@@ -101,7 +134,9 @@ def test_closed_queue_is_the_gate() -> None:
 
 def test_queue_capability_is_the_gate() -> None:
     small = QueueSpec("small", capability=parse_resources({"cpu": "1"}))
-    out = outcome(cpu_nodes(3), [QueueSpec("default"), small], [job("j", 1, {"cpu": "2"}, queue="small")], "j")
+    out = outcome(
+        cpu_nodes(3), [QueueSpec("default"), small], [job("j", 1, {"cpu": "2"}, queue="small")], "j"
+    )
     assert out.explanation is not None and out.explanation.gate == "queue"
     assert "small" in out.explanation.summary and "capability" in out.explanation.summary
     assert out.explanation.node_reasons == {}
@@ -109,7 +144,13 @@ def test_queue_capability_is_the_gate() -> None:
 
 
 def test_enqueue_denied_is_the_gate() -> None:
-    pending = job("big", 2, {"cpu": "1"}, phase=PodGroupPhase.PENDING, min_resources=parse_resources({"cpu": "100"}))
+    pending = job(
+        "big",
+        2,
+        {"cpu": "1"},
+        phase=PodGroupPhase.PENDING,
+        min_resources=parse_resources({"cpu": "100"}),
+    )
     out = outcome(cpu_nodes(3), [QueueSpec("default")], [pending], "big")
     assert out.phase == PodGroupPhase.PENDING
     assert out.explanation is not None and out.explanation.gate == "enqueue"
@@ -123,22 +164,46 @@ def test_a_placed_job_has_no_gate() -> None:
     assert not any(c.type == "Unschedulable" and c.status == "True" for c in out.conditions)
 
 
-async def test_explain_rpc_and_condition_agree(traced: ServerHandle, stub: pb_grpc.SchedulerStub) -> None:
-    nodes = [pb.Node(name=f"n{i}", allocatable=pb.ResourceList(quantities={"cpu": "4", "memory": "8Gi"}))
-             for i in range(3)]
-    nodes.append(pb.Node(name="gpu0", allocatable=pb.ResourceList(quantities={
-        "cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}), taints=[pb.Taint(key="gpu", value="reserved",
-                                                                              effect="NoSchedule")]))
+async def test_explain_rpc_and_condition_agree(
+    traced: ServerHandle, stub: pb_grpc.SchedulerStub
+) -> None:
+    nodes = [
+        pb.Node(name=f"n{i}", allocatable=pb.ResourceList(quantities={"cpu": "4", "memory": "8Gi"}))
+        for i in range(3)
+    ]
+    nodes.append(
+        pb.Node(
+            name="gpu0",
+            allocatable=pb.ResourceList(
+                quantities={"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}
+            ),
+            taints=[pb.Taint(key="gpu", value="reserved", effect="NoSchedule")],
+        )
+    )
     await register(stub, nodes=nodes)
-    spec = pb.JobSpec(id="wants-gpu", task_groups=[pb.TaskGroup(
-        role="worker", replicas=1, request=pb.ResourceList(quantities={"cpu": "1", "nvidia.com/gpu": "1"}))])
+    spec = pb.JobSpec(
+        id="wants-gpu",
+        task_groups=[
+            pb.TaskGroup(
+                role="worker",
+                replicas=1,
+                request=pb.ResourceList(quantities={"cpu": "1", "nvidia.com/gpu": "1"}),
+            )
+        ],
+    )
     await stub.SubmitJob(pb.SubmitJobRequest(job=spec))
     await next_cycle(traced)
     exp = await stub.Explain(pb.ExplainRequest(job_id="wants-gpu"))
-    assert exp.gate == "unsatisfiable" and exp.cycle_id > 0  # the only GPU node is reserved by a taint
-    assert dict(exp.node_reasons) == {"Insufficient nvidia.com/gpu": 3,
-                                      "node(s) had untolerated taint {gpu: reserved}": 1}
-    assert exp.summary.startswith("task wants-gpu-worker-0 can never run on this cluster: it asks nvidia.com/gpu 1")
+    assert (
+        exp.gate == "unsatisfiable" and exp.cycle_id > 0
+    )  # the only GPU node is reserved by a taint
+    assert dict(exp.node_reasons) == {
+        "Insufficient nvidia.com/gpu": 3,
+        "node(s) had untolerated taint {gpu: reserved}": 1,
+    }
+    assert exp.summary.startswith(
+        "task wants-gpu-worker-0 can never run on this cluster: it asks nvidia.com/gpu 1"
+    )
     assert "(0/4 nodes are unavailable: 3 Insufficient nvidia.com/gpu, 1 node(s)" in exp.summary
     job = await stub.GetJob(pb.GetJobRequest(id="wants-gpu"))
     [cond] = [c for c in job.status.conditions if c.type == "Unschedulable"]
@@ -158,13 +223,23 @@ def test_cli_renders_the_verdict(capsys) -> None:  # noqa: ANN001
     from clients.render import Output, render_explanation
 
     out = Output("text")
-    render_explanation(out, pb.ExplainResponse(
-        job_id="j", cycle_id=9, gate="placement",
-        summary="0/2,000 nodes are unavailable: 1,200 Insufficient nvidia.com/gpu, 800 node(s) had taint.",
-        node_reasons={"Insufficient nvidia.com/gpu": 1200, "node(s) had taint": 800}))
-    render_explanation(out, pb.ExplainResponse(job_id="k", cycle_id=10, gate="none", summary="placed"))
+    render_explanation(
+        out,
+        pb.ExplainResponse(
+            job_id="j",
+            cycle_id=9,
+            gate="placement",
+            summary="0/2,000 nodes are unavailable: 1,200 Insufficient nvidia.com/gpu, 800 node(s) had taint.",
+            node_reasons={"Insufficient nvidia.com/gpu": 1200, "node(s) had taint": 800},
+        ),
+    )
+    render_explanation(
+        out, pb.ExplainResponse(job_id="k", cycle_id=10, gate="none", summary="placed")
+    )
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("Why pending (cycle 9, gate placement): 0/2,000 nodes are unavailable")
+    assert lines[0].startswith(
+        "Why pending (cycle 9, gate placement): 0/2,000 nodes are unavailable"
+    )
     assert lines[1].split() == ["1,200", "node(s):", "Insufficient", "nvidia.com/gpu"]
     assert lines[2].split()[0] == "800"
     assert lines[3] == "Verdict (cycle 10): placed"

@@ -32,7 +32,9 @@ def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def test_cycle_lines_carry_cycle_and_trace_ids(restore_logging: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cycle_lines_carry_cycle_and_trace_ids(
+    restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     configure_logging("json", "info")
     log = structlog.get_logger("test.cycle")
     tracer = TracerProvider().get_tracer("t")
@@ -55,7 +57,9 @@ def test_cycle_lines_carry_cycle_and_trace_ids(restore_logging: None, capsys: py
     assert "cycle_id" not in lines["after.cycle"] and "trace_id" not in lines["after.cycle"]
 
 
-def test_without_tracing_lines_have_cycle_id_only(restore_logging: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_without_tracing_lines_have_cycle_id_only(
+    restore_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     configure_logging("json", "info")
     with CycleObservation(5, tracer=None, metrics=None, attributes={}):
         structlog.get_logger("t").info("quiet")

@@ -39,8 +39,12 @@ STATUS_ERROR = 2
 
 
 def cycle_placing(receiver: Receiver, tasks: int) -> ReceivedSpan:
-    roots = [s for s in receiver.named("cycle") if s.attributes.get("muster.cycle.tasks_placed") == tasks]
-    assert roots, f"no cycle span placed {tasks} tasks; got {[s.attributes for s in receiver.named('cycle')]}"
+    roots = [
+        s for s in receiver.named("cycle") if s.attributes.get("muster.cycle.tasks_placed") == tasks
+    ]
+    assert roots, (
+        f"no cycle span placed {tasks} tasks; got {[s.attributes for s in receiver.named('cycle')]}"
+    )
     return roots[0]
 
 
@@ -55,11 +59,23 @@ def parse_traceparent(value: str) -> tuple[str, str]:
 
 def test_tracing_is_off_by_default_and_follows_otel_env() -> None:
     assert tracing_settings(None, "muster-server", env={}) is None
-    on = tracing_settings(None, "muster-server", env={"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"})
+    on = tracing_settings(
+        None, "muster-server", env={"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"}
+    )
     assert on is not None and on.endpoint == "http://collector:4317" and on.insecure
-    traces_only = tracing_settings(None, "m", env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://c:4317",
-                                                   "OTEL_SERVICE_NAME": "sched-a"})
-    assert traces_only is not None and not traces_only.insecure and traces_only.service_name == "sched-a"
+    traces_only = tracing_settings(
+        None,
+        "m",
+        env={
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://c:4317",
+            "OTEL_SERVICE_NAME": "sched-a",
+        },
+    )
+    assert (
+        traces_only is not None
+        and not traces_only.insecure
+        and traces_only.service_name == "sched-a"
+    )
     flag = tracing_settings("127.0.0.1:4317", "m", env={})
     assert flag is not None and flag.endpoint == "http://127.0.0.1:4317"
     assert tracing_settings("127.0.0.1:4317", "m", env={"OTEL_SDK_DISABLED": "true"}) is None
@@ -116,7 +132,11 @@ async def test_cycle_trace_structure_link_and_decision_context(
     names = [c.name for c in receiver.children(root)]
     assert names[0] == "snapshot" and names[1] == "session.open"
     assert "action.allocate" in names and "action.enqueue" in names
-    assert names.index("action.enqueue") < names.index("action.allocate") < names.index("session.close")
+    assert (
+        names.index("action.enqueue")
+        < names.index("action.allocate")
+        < names.index("session.close")
+    )
     assert names[-2:] == ["apply", "store.flush"]
     for child in receiver.children(root):  # children lie within the cycle
         assert root.start_ns <= child.start_ns <= child.end_ns <= root.end_ns, child.name
@@ -183,8 +203,14 @@ async def test_adapter_apply_span_is_a_child_of_the_cycle_apply_span(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(adapter_spans))
     backend = RecordingBackend([node("n1", cpu="8")])
-    runtime = BackendRuntime(backend, server=traced.address, name="rack-a", tracer_provider=provider,
-                             batch_linger=0.01, flush_interval=0.01)
+    runtime = BackendRuntime(
+        backend,
+        server=traced.address,
+        name="rack-a",
+        tracer_provider=provider,
+        batch_linger=0.01,
+        flush_interval=0.01,
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(runtime.run)
         with anyio.fail_after(WAIT):
@@ -219,12 +245,19 @@ def test_job_events_and_links_are_bounded_on_a_big_cycle() -> None:
     result = CycleResult(7)
     for i in range(10_000):
         result.jobs[f"job-{i}"] = JobOutcome(
-            PodGroupPhase.INQUEUE, explanation=Explanation("placement", "0/3 nodes are unavailable: 3 Insufficient cpu.")
+            PodGroupPhase.INQUEUE,
+            explanation=Explanation("placement", "0/3 nodes are unavailable: 3 Insufficient cpu."),
         )
     placed = [f"placed-{i}" for i in range(200)]
     obs = CycleObservation(
-        7, tracer=tracer, metrics=None, attributes={}, max_job_events=50, max_links=20,
-        submission_of=lambda _job: submitter.get_span_context(), placed_of=lambda _r: placed,
+        7,
+        tracer=tracer,
+        metrics=None,
+        attributes={},
+        max_job_events=50,
+        max_links=20,
+        submission_of=lambda _job: submitter.get_span_context(),
+        placed_of=lambda _r: placed,
     )
     with obs:
         obs.snapshot_done()

@@ -27,12 +27,19 @@ def pki(tmp_path: Path) -> dict[str, Path]:
     ca = Authority.new("muster-test-ca")
     server_cert, server_key = ca.issue("server", tmp_path, server=True)
     client_cert, client_key = ca.issue("rack-a", tmp_path, server=False)
-    return {"ca": ca.write(tmp_path / "ca.crt"), "server_cert": server_cert, "server_key": server_key,
-            "client_cert": client_cert, "client_key": client_key}
+    return {
+        "ca": ca.write(tmp_path / "ca.crt"),
+        "server_cert": server_cert,
+        "server_key": server_key,
+        "client_cert": client_cert,
+        "client_key": client_key,
+    }
 
 
 def options(tmp_path: Path, **kw: object) -> ServerOptions:
-    opts = ServerOptions(listen="127.0.0.1:0", state=str(tmp_path / "muster.db"), cycle_period=QUIET)
+    opts = ServerOptions(
+        listen="127.0.0.1:0", state=str(tmp_path / "muster.db"), cycle_period=QUIET
+    )
     for k, v in kw.items():
         setattr(opts, k, v)
     return opts
@@ -40,7 +47,9 @@ def options(tmp_path: Path, **kw: object) -> ServerOptions:
 
 @pytest.fixture
 async def tls_server(tmp_path: Path, pki: dict[str, Path]) -> AsyncIterator[ServerHandle]:
-    handle = await start_server(options(tmp_path, tls_cert=str(pki["server_cert"]), tls_key=str(pki["server_key"])))
+    handle = await start_server(
+        options(tmp_path, tls_cert=str(pki["server_cert"]), tls_key=str(pki["server_key"]))
+    )
     try:
         yield handle
     finally:
@@ -49,8 +58,14 @@ async def tls_server(tmp_path: Path, pki: dict[str, Path]) -> AsyncIterator[Serv
 
 @pytest.fixture
 async def mtls_server(tmp_path: Path, pki: dict[str, Path]) -> AsyncIterator[ServerHandle]:
-    handle = await start_server(options(tmp_path, tls_cert=str(pki["server_cert"]), tls_key=str(pki["server_key"]),
-                                        tls_client_ca=str(pki["ca"])))
+    handle = await start_server(
+        options(
+            tmp_path,
+            tls_cert=str(pki["server_cert"]),
+            tls_key=str(pki["server_key"]),
+            tls_client_ca=str(pki["ca"]),
+        )
+    )
     try:
         yield handle
     finally:
@@ -63,7 +78,9 @@ async def list_queues(address: str, tls: ClientTls | None) -> list[str]:
     return sorted(q.queue.name for q in reply.queues)
 
 
-async def test_tls_server_answers_tls_clients_and_refuses_plaintext(tls_server: ServerHandle, pki: dict[str, Path]) -> None:
+async def test_tls_server_answers_tls_clients_and_refuses_plaintext(
+    tls_server: ServerHandle, pki: dict[str, Path]
+) -> None:
     assert "default" in await list_queues(tls_server.address, ClientTls(ca=str(pki["ca"])))
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await list_queues(tls_server.address, None)
@@ -79,8 +96,12 @@ async def test_a_client_that_does_not_trust_the_server_ca_is_refused(
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
-async def test_mutual_tls_needs_a_client_certificate_from_the_ca(mtls_server: ServerHandle, pki: dict[str, Path]) -> None:
-    with_cert = ClientTls(ca=str(pki["ca"]), cert=str(pki["client_cert"]), key=str(pki["client_key"]))
+async def test_mutual_tls_needs_a_client_certificate_from_the_ca(
+    mtls_server: ServerHandle, pki: dict[str, Path]
+) -> None:
+    with_cert = ClientTls(
+        ca=str(pki["ca"]), cert=str(pki["client_cert"]), key=str(pki["client_key"])
+    )
     assert "default" in await list_queues(mtls_server.address, with_cert)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await list_queues(mtls_server.address, ClientTls(ca=str(pki["ca"])))
@@ -108,7 +129,9 @@ async def test_a_rotated_certificate_is_used_without_a_restart(
     new_ca_file = new_ca.write(tmp_path / "rotated-ca.crt")
     assert "default" in await list_queues(tls_server.address, ClientTls(ca=str(new_ca_file)))
     with pytest.raises(grpc.aio.AioRpcError):
-        await list_queues(tls_server.address, ClientTls(ca=str(pki["ca"])))  # the old CA no longer matches
+        await list_queues(
+            tls_server.address, ClientTls(ca=str(pki["ca"]))
+        )  # the old CA no longer matches
 
 
 async def test_plaintext_off_loopback_needs_insecure(tmp_path: Path) -> None:
@@ -119,12 +142,18 @@ async def test_plaintext_off_loopback_needs_insecure(tmp_path: Path) -> None:
 
 def test_loopback_detection() -> None:
     assert is_loopback("127.0.0.1:50051") and is_loopback("localhost:1") and is_loopback("[::1]:5")
-    assert not is_loopback("0.0.0.0:50051") and not is_loopback("10.0.0.4:1") and not is_loopback(":50051")
+    assert (
+        not is_loopback("0.0.0.0:50051")
+        and not is_loopback("10.0.0.4:1")
+        and not is_loopback(":50051")
+    )
     assert not is_loopback("muster.example.com:443")
 
 
 def backend_tls(pki: dict[str, Path]) -> ClientTls:
-    return ClientTls(ca=str(pki["ca"]), cert=str(pki["client_cert"]), key=str(pki["client_key"]))  # CN=rack-a
+    return ClientTls(
+        ca=str(pki["ca"]), cert=str(pki["client_cert"]), key=str(pki["client_key"])
+    )  # CN=rack-a
 
 
 async def test_under_mutual_tls_a_backend_acts_only_as_the_backend_its_certificate_names(
@@ -132,11 +161,15 @@ async def test_under_mutual_tls_a_backend_acts_only_as_the_backend_its_certifica
 ) -> None:
     async with transport.channel(mtls_server.address, backend_tls(pki)) as ch:
         stub = pb_grpc.SchedulerStub(ch)
-        await stub.RegisterBackend(pb.RegisterBackendRequest(name="rack-a", kind="fake-agent"), timeout=5)
+        await stub.RegisterBackend(
+            pb.RegisterBackendRequest(name="rack-a", kind="fake-agent"), timeout=5
+        )
         node = pb.Node(name="a-0", allocatable=pb.ResourceList(quantities={"cpu": "4"}))
         await stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="rack-a", nodes=[node]), timeout=5)
         calls = [
-            stub.RegisterBackend(pb.RegisterBackendRequest(name="rack-b", kind="fake-agent"), timeout=5),
+            stub.RegisterBackend(
+                pb.RegisterBackendRequest(name="rack-b", kind="fake-agent"), timeout=5
+            ),
             stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="rack-b"), timeout=5),
             stub.SendDeltas(pb.SendDeltasRequest(backend="rack-b"), timeout=5),
             stub.AckDecisions(pb.AckDecisionsRequest(backend="rack-b"), timeout=5),
@@ -145,9 +178,13 @@ async def test_under_mutual_tls_a_backend_acts_only_as_the_backend_its_certifica
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await call
             assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
-            assert "'rack-a'" in (err.value.details() or "") and "'rack-b'" in (err.value.details() or "")
+            assert "'rack-a'" in (err.value.details() or "") and "'rack-b'" in (
+                err.value.details() or ""
+            )
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            async for _ in stub.StreamDecisions(pb.StreamDecisionsRequest(backend="rack-b"), timeout=5):
+            async for _ in stub.StreamDecisions(
+                pb.StreamDecisionsRequest(backend="rack-b"), timeout=5
+            ):
                 break
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
         nodes = await stub.ListNodes(pb.ListNodesRequest(), timeout=5)
@@ -159,11 +196,15 @@ async def test_under_mutual_tls_a_second_decision_stream_for_a_backend_is_refuse
 ) -> None:
     async with transport.channel(mtls_server.address, backend_tls(pki)) as ch:
         stub = pb_grpc.SchedulerStub(ch)
-        await stub.RegisterBackend(pb.RegisterBackendRequest(name="rack-a", kind="fake-agent"), timeout=5)
+        await stub.RegisterBackend(
+            pb.RegisterBackendRequest(name="rack-a", kind="fake-agent"), timeout=5
+        )
         first = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="rack-a"))
         await anyio_sleep_until_streams(mtls_server, "rack-a")
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            async for _ in stub.StreamDecisions(pb.StreamDecisionsRequest(backend="rack-a"), timeout=5):
+            async for _ in stub.StreamDecisions(
+                pb.StreamDecisionsRequest(backend="rack-a"), timeout=5
+            ):
                 break
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "live decision stream" in (err.value.details() or "")

@@ -16,7 +16,9 @@ QUIET_PERIOD = 3600.0
 
 
 def server_options(tmp_path: Path, **overrides: object) -> ServerOptions:
-    opts = ServerOptions(listen="127.0.0.1:0", state=str(tmp_path / "muster.db"), cycle_period=QUIET_PERIOD)
+    opts = ServerOptions(
+        listen="127.0.0.1:0", state=str(tmp_path / "muster.db"), cycle_period=QUIET_PERIOD
+    )
     for key, value in overrides.items():
         setattr(opts, key, value)
     return opts

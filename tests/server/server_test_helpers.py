@@ -21,7 +21,9 @@ def node(name: str, cpu: str = "4", memory: str = "16Gi", **kw: object) -> pb.No
     return pb.Node(name=name, allocatable=rl(cpu=cpu, memory=memory), **kw)
 
 
-def gang(job_id: str, replicas: int = 4, cpu: str = "4", min_member: int = 0, **kw: object) -> pb.JobSpec:
+def gang(
+    job_id: str, replicas: int = 4, cpu: str = "4", min_member: int = 0, **kw: object
+) -> pb.JobSpec:
     return pb.JobSpec(
         id=job_id,
         min_member=min_member,

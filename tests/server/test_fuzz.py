@@ -33,14 +33,21 @@ EXAMPLES = 30
 MAX_DEPTH = 3
 
 INT_RANGES = {
-    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1), FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1), FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
-    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1), FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_SINT64: (-(2**63), 2**63 - 1), FieldDescriptor.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1), FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_SINT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
 }
 TEXT = st.one_of(
-    st.sampled_from(["", "a", "default", "root", "0", "-1", "1e309", "a/b", "x" * 300, "cpu", "2x", "1Gi"]),
+    st.sampled_from(
+        ["", "a", "default", "root", "0", "-1", "1e309", "a/b", "x" * 300, "cpu", "2x", "1Gi"]
+    ),
     st.text(max_size=12),
 )
 
@@ -50,7 +57,11 @@ def scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
         lo, hi = INT_RANGES[field.type]
         return st.one_of(st.sampled_from([lo, hi, 0, 1, -1 if lo < 0 else 2]), st.integers(lo, hi))
     if field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
-        return st.floats(allow_nan=True, allow_infinity=True, width=64 if field.type == FieldDescriptor.TYPE_DOUBLE else 32)
+        return st.floats(
+            allow_nan=True,
+            allow_infinity=True,
+            width=64 if field.type == FieldDescriptor.TYPE_DOUBLE else 32,
+        )
     if field.type == FieldDescriptor.TYPE_BOOL:
         return st.booleans()
     if field.type == FieldDescriptor.TYPE_STRING:
@@ -67,7 +78,10 @@ def message(desc: Descriptor, depth: int = 0) -> st.SearchStrategy[Message]:
     fields: dict[str, st.SearchStrategy[Any]] = {}
     for field in desc.fields:
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            key_field, value_field = field.message_type.fields_by_name["key"], field.message_type.fields_by_name["value"]
+            key_field, value_field = (
+                field.message_type.fields_by_name["key"],
+                field.message_type.fields_by_name["value"],
+            )
             if value_field.message_type is not None:
                 if depth >= MAX_DEPTH:
                     continue
@@ -118,10 +132,16 @@ def address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         with grpc.insecure_channel(srv.address) as ch:
             stub = pb_grpc.SchedulerStub(ch)
             stub.RegisterBackend(pb.RegisterBackendRequest(name="a", kind="fake-agent"), timeout=10)
-            node = pb.Node(name="a", allocatable=pb.ResourceList(quantities={"cpu": "4", "memory": "8Gi"}))
+            node = pb.Node(
+                name="a", allocatable=pb.ResourceList(quantities={"cpu": "4", "memory": "8Gi"})
+            )
             stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="a", nodes=[node]), timeout=10)
-            group = pb.TaskGroup(role="w", replicas=1, request=pb.ResourceList(quantities={"cpu": "1"}))
-            stub.SubmitJob(pb.SubmitJobRequest(job=pb.JobSpec(id="a", task_groups=[group])), timeout=10)
+            group = pb.TaskGroup(
+                role="w", replicas=1, request=pb.ResourceList(quantities={"cpu": "1"})
+            )
+            stub.SubmitJob(
+                pb.SubmitJobRequest(job=pb.JobSpec(id="a", task_groups=[group])), timeout=10
+            )
         yield srv.address
 
 
@@ -138,8 +158,12 @@ def visible_state(channel: grpc.Channel) -> tuple[Any, ...]:
     nodes = stub.ListNodes(pb.ListNodesRequest(), timeout=10)
     config = stub.GetConfig(pb.GetConfigRequest(), timeout=10)
     return (
-        sorted(j.spec.SerializeToString(deterministic=True) for j in jobs.jobs),  # phases move with cycles
-        sorted(q.queue.SerializeToString(deterministic=True) for q in queues.queues),  # not the usage
+        sorted(
+            j.spec.SerializeToString(deterministic=True) for j in jobs.jobs
+        ),  # phases move with cycles
+        sorted(
+            q.queue.SerializeToString(deterministic=True) for q in queues.queues
+        ),  # not the usage
         sorted(n.node.SerializeToString(deterministic=True) for n in nodes.nodes),
         config.generation,
     )
@@ -149,11 +173,15 @@ def call(channel: grpc.Channel, method: Any, payload: bytes) -> grpc.StatusCode:
     path = f"/{SERVICE.full_name}/{method.name}"
     try:
         if method.server_streaming:
-            stream = channel.unary_stream(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            stream = channel.unary_stream(
+                path, request_serializer=lambda b: b, response_deserializer=lambda b: b
+            )
             for _ in stream(payload, timeout=0.5):
                 break
         else:
-            unary = channel.unary_unary(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            unary = channel.unary_unary(
+                path, request_serializer=lambda b: b, response_deserializer=lambda b: b
+            )
             unary(payload, timeout=15)
     except grpc.RpcError as err:
         return err.code()  # type: ignore[no-any-return, attr-defined]
@@ -168,13 +196,27 @@ def check(channel: grpc.Channel, method: Any, payload: bytes) -> None:
     assert health.status == health_pb2.HealthCheckResponse.SERVING
     if code not in (grpc.StatusCode.OK, grpc.StatusCode.DEADLINE_EXCEEDED):
         after = visible_state(channel)
-        changed = [part for part, b, a in zip(("jobs", "queues", "nodes", "config"), before, after, strict=True) if a != b]
-        assert not changed, f"rejected {method.name} ({code.name}) changed {changed}: {before} -> {after}"
+        changed = [
+            part
+            for part, b, a in zip(("jobs", "queues", "nodes", "config"), before, after, strict=True)
+            if a != b
+        ]
+        assert not changed, (
+            f"rejected {method.name} ({code.name}) changed {changed}: {before} -> {after}"
+        )
 
 
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                       HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.data_too_large,
+    ],
+)
 
 
 @pytest.mark.parametrize("method", METHODS, ids=[m.name for m in METHODS])

@@ -15,7 +15,9 @@ from server.simulate.scenario import load_scenario
 
 def scenario_minimum(min_member: int | None, replicas: int = 4) -> int | None:
     job: dict[str, object] = {
-        "name": "g", "namespace": "ns", "queue": "q",
+        "name": "g",
+        "namespace": "ns",
+        "queue": "q",
         "tasks": [{"name": f"t{i}", "request": {"cpu": "4"}} for i in range(replicas)],
     }
     if min_member is not None:

@@ -27,16 +27,27 @@ DEEP_MAPPING = "".join("  " * i + f"k{i}:\n" for i in range(3000)) + "  " * 3000
 
 
 @pytest.mark.parametrize("decision_id", [2**63, 2**64 - 1])
-async def test_ack_with_a_decision_id_beyond_int64_is_invalid(stub: pb_grpc.SchedulerStub, decision_id: int) -> None:
+async def test_ack_with_a_decision_id_beyond_int64_is_invalid(
+    stub: pb_grpc.SchedulerStub, decision_id: int
+) -> None:
     await register(stub)
-    err = await rpc_error(stub.AckDecisions(pb.AckDecisionsRequest(
-        backend="agent-a", acks=[pb.DecisionAck(decision_id=decision_id, applied=True)])))
+    err = await rpc_error(
+        stub.AckDecisions(
+            pb.AckDecisionsRequest(
+                backend="agent-a", acks=[pb.DecisionAck(decision_id=decision_id, applied=True)]
+            )
+        )
+    )
     assert err.code() == INVALID and "acks[0].decision_id" in (err.details() or "")
 
 
-async def test_stream_after_a_decision_id_beyond_int64_is_invalid(stub: pb_grpc.SchedulerStub) -> None:
+async def test_stream_after_a_decision_id_beyond_int64_is_invalid(
+    stub: pb_grpc.SchedulerStub,
+) -> None:
     await register(stub)
-    call = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="agent-a", after_decision_id=2**63))
+    call = stub.StreamDecisions(
+        pb.StreamDecisionsRequest(backend="agent-a", after_decision_id=2**63)
+    )
     with pytest.raises(grpc.aio.AioRpcError) as err:
         async for _ in call:
             break
@@ -55,16 +66,23 @@ async def test_update_config_takes_only_a_mapping_that_is_a_configuration(
 
 
 @pytest.mark.parametrize("text", [DEEP_YAML, DEEP_MAPPING, "x" * (2 * 1024 * 1024)])
-async def test_simulate_refuses_deep_or_huge_documents(stub: pb_grpc.SchedulerStub, text: str) -> None:
+async def test_simulate_refuses_deep_or_huge_documents(
+    stub: pb_grpc.SchedulerStub, text: str
+) -> None:
     err = await rpc_error(stub.Simulate(pb.SimulateRequest(scenario=text)))
     assert err.code() in (INVALID, grpc.StatusCode.RESOURCE_EXHAUSTED)
     assert "scenario" in (err.details() or "")
 
 
-async def test_undecodable_payload_is_invalid_argument_and_logged_once(server: ServerHandle, capsys) -> None:  # noqa: ANN001
+async def test_undecodable_payload_is_invalid_argument_and_logged_once(
+    server: ServerHandle, capsys
+) -> None:  # noqa: ANN001
     async with grpc.aio.insecure_channel(server.address) as channel:
-        raw = channel.unary_unary("/muster.v1.Scheduler/SubmitJob",
-                                  request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        raw = channel.unary_unary(
+            "/muster.v1.Scheduler/SubmitJob",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
         codes = []
         for _ in range(5):
             with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -80,12 +98,30 @@ async def test_undecodable_payload_is_invalid_argument_and_logged_once(server: S
 @pytest.mark.parametrize(
     ("build", "field"),
     [
-        (lambda: pb.SubmitJobRequest(job=pb.JobSpec(id="j", annotations={"a": "x" * 70_000})), "job.annotations['a']"),
-        (lambda: pb.SubmitJobRequest(job=pb.JobSpec(id="j", annotations={f"k{i}": "v" for i in range(10_001)})),
-         "job.annotations: 10001 entries"),
-        (lambda: pb.SubmitJobRequest(job=pb.JobSpec(id="j", task_groups=[pb.TaskGroup(
-            role="w", replicas=1, command=["x" * 70_000])])), "job.task_groups[0].command[0]"),
-        (lambda: pb.AckDecisionsRequest(backend="b", acks=[pb.DecisionAck(decision_id=1)] * 100_001), "acks: 100001 entries"),
+        (
+            lambda: pb.SubmitJobRequest(job=pb.JobSpec(id="j", annotations={"a": "x" * 70_000})),
+            "job.annotations['a']",
+        ),
+        (
+            lambda: pb.SubmitJobRequest(
+                job=pb.JobSpec(id="j", annotations={f"k{i}": "v" for i in range(10_001)})
+            ),
+            "job.annotations: 10001 entries",
+        ),
+        (
+            lambda: pb.SubmitJobRequest(
+                job=pb.JobSpec(
+                    id="j", task_groups=[pb.TaskGroup(role="w", replicas=1, command=["x" * 70_000])]
+                )
+            ),
+            "job.task_groups[0].command[0]",
+        ),
+        (
+            lambda: pb.AckDecisionsRequest(
+                backend="b", acks=[pb.DecisionAck(decision_id=1)] * 100_001
+            ),
+            "acks: 100001 entries",
+        ),
         (lambda: pb.GetJobRequest(id="x" * 70_000), "id: 70,000 characters"),
     ],
 )
@@ -97,9 +133,13 @@ def test_every_request_is_bounded_in_strings_lists_and_maps(build: Any, field: s
     validate.check_bounds(pb.UpdateConfigRequest(yaml="#" * 1_000_000))
 
 
-async def test_an_oversized_field_is_invalid_argument_over_grpc(stub: pb_grpc.SchedulerStub) -> None:
+async def test_an_oversized_field_is_invalid_argument_over_grpc(
+    stub: pb_grpc.SchedulerStub,
+) -> None:
     err = await rpc_error(stub.GetJob(pb.GetJobRequest(id="x" * 70_000)))
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith("id: 70,000 characters")
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith(
+        "id: 70,000 characters"
+    )
 
 
 # -- quantities bounded where they enter (muster.quantity.MAX_CANONICAL, MAX_DEVICES_PER_NODE) -----
@@ -107,8 +147,12 @@ async def test_an_oversized_field_is_invalid_argument_over_grpc(stub: pb_grpc.Sc
 HUGE_QUANTITIES = ["1e308", "1e309", "9" * 400, "nan", "inf", "1e999999999"]
 
 
-@pytest.mark.parametrize("cpu", HUGE_QUANTITIES, ids=["1e308", "1e309", "400-digits", "nan", "inf", "1e999999999"])
-async def test_a_quantity_beyond_the_bound_is_refused_at_submit(stub: pb_grpc.SchedulerStub, cpu: str) -> None:
+@pytest.mark.parametrize(
+    "cpu", HUGE_QUANTITIES, ids=["1e308", "1e309", "400-digits", "nan", "inf", "1e999999999"]
+)
+async def test_a_quantity_beyond_the_bound_is_refused_at_submit(
+    stub: pb_grpc.SchedulerStub, cpu: str
+) -> None:
     started = time.perf_counter()
     err = await rpc_error(stub.SubmitJob(pb.SubmitJobRequest(job=gang("j", replicas=1, cpu=cpu))))
     assert time.perf_counter() - started < 5
@@ -117,39 +161,71 @@ async def test_a_quantity_beyond_the_bound_is_refused_at_submit(stub: pb_grpc.Sc
     assert (await stub.ListJobs(pb.ListJobsRequest())).jobs == []
 
 
-async def test_the_bound_is_named_and_anything_up_to_it_is_accepted(stub: pb_grpc.SchedulerStub) -> None:
-    err = await rpc_error(stub.SubmitJob(pb.SubmitJobRequest(job=gang("j", replicas=1, cpu="9007199254741"))))
-    assert err.details() == ("job.task_groups[0].request.cpu: '9007199254741' is more than the largest quantity "
-                             "allowed (9007199254740992m)")
-    created = await stub.SubmitJob(pb.SubmitJobRequest(job=gang("j", replicas=1, cpu="9007199254740")))
+async def test_the_bound_is_named_and_anything_up_to_it_is_accepted(
+    stub: pb_grpc.SchedulerStub,
+) -> None:
+    err = await rpc_error(
+        stub.SubmitJob(pb.SubmitJobRequest(job=gang("j", replicas=1, cpu="9007199254741")))
+    )
+    assert err.details() == (
+        "job.task_groups[0].request.cpu: '9007199254741' is more than the largest quantity "
+        "allowed (9007199254740992m)"
+    )
+    created = await stub.SubmitJob(
+        pb.SubmitJobRequest(job=gang("j", replicas=1, cpu="9007199254740"))
+    )
     assert created.created
 
 
 def _scenario(cpu: str, node_quantities: str = "cpu: 4") -> str:
-    return (f"nodes:\n- name: n0\n  allocatable: {{{node_quantities}}}\n"
-            f"jobs:\n- name: j\n  tasks:\n  - name: t\n    request: {{cpu: {cpu}}}\n")
+    return (
+        f"nodes:\n- name: n0\n  allocatable: {{{node_quantities}}}\n"
+        f"jobs:\n- name: j\n  tasks:\n  - name: t\n    request: {{cpu: {cpu}}}\n"
+    )
 
 
-@pytest.mark.parametrize("cpu", [*(f'"{q}"' for q in HUGE_QUANTITIES), ".nan", ".inf", "1e999"],
-                         ids=["1e308", "1e309", "400-digits", "nan", "inf", "1e999999999", "yaml-nan", "yaml-inf",
-                              "yaml-1e999"])
-async def test_simulate_refuses_a_quantity_beyond_the_bound(stub: pb_grpc.SchedulerStub, cpu: str) -> None:
+@pytest.mark.parametrize(
+    "cpu",
+    [*(f'"{q}"' for q in HUGE_QUANTITIES), ".nan", ".inf", "1e999"],
+    ids=[
+        "1e308",
+        "1e309",
+        "400-digits",
+        "nan",
+        "inf",
+        "1e999999999",
+        "yaml-nan",
+        "yaml-inf",
+        "yaml-1e999",
+    ],
+)
+async def test_simulate_refuses_a_quantity_beyond_the_bound(
+    stub: pb_grpc.SchedulerStub, cpu: str
+) -> None:
     err = await rpc_error(stub.Simulate(pb.SimulateRequest(scenario=_scenario(cpu))))
     assert err.code() == INVALID, err.details()
     assert (err.details() or "").startswith("jobs[0].tasks[0].request.cpu: "), err.details()
 
 
-@pytest.mark.parametrize(("count", "why"), [("1e30", "largest quantity allowed"), ("100000", "more than a node may have")])
+@pytest.mark.parametrize(
+    ("count", "why"),
+    [("1e30", "largest quantity allowed"), ("100000", "more than a node may have")],
+)
 async def test_simulate_refuses_a_node_with_too_many_devices_quickly(
     stub: pb_grpc.SchedulerStub, count: str, why: str
 ) -> None:
     started = time.perf_counter()
-    err = await rpc_error(stub.Simulate(pb.SimulateRequest(
-        scenario=_scenario("1", f'cpu: 4, huawei.com/Ascend910: "{count}"'))))
+    err = await rpc_error(
+        stub.Simulate(
+            pb.SimulateRequest(scenario=_scenario("1", f'cpu: 4, huawei.com/Ascend910: "{count}"'))
+        )
+    )
     assert time.perf_counter() - started < 5
     assert err.code() == INVALID, err.details()
     details = err.details() or ""
-    assert details.startswith("nodes[0].allocatable.huawei.com/Ascend910: ") and why in details, details
+    assert details.startswith("nodes[0].allocatable.huawei.com/Ascend910: ") and why in details, (
+        details
+    )
 
 
 def _gpu_node(name: str, gpus: str, listed: int = 0) -> pb.Node:
@@ -165,26 +241,61 @@ async def test_a_backend_node_with_too_many_devices_is_refused(
 ) -> None:
     await register(stub)
     started = time.perf_counter()
-    err = await rpc_error(stub.SyncSnapshot(pb.SyncSnapshotRequest(
-        backend="agent-a", nodes=[node("ok"), _gpu_node("n1", "1000000000000")])))
+    err = await rpc_error(
+        stub.SyncSnapshot(
+            pb.SyncSnapshotRequest(
+                backend="agent-a", nodes=[node("ok"), _gpu_node("n1", "1000000000000")]
+            )
+        )
+    )
     assert err.code() == INVALID
-    assert (err.details() or "").startswith("nodes[1].allocatable.nvidia.com/gpu: 1000000000000 devices are more "
-                                            f"than a node may have ({MAX_DEVICES_PER_NODE} per device resource)")
-    err = await rpc_error(stub.SendDeltas(pb.SendDeltasRequest(
-        backend="agent-a", deltas=[pb.Delta(node_upserted=_gpu_node("n1", "1000000000000"))])))
+    assert (err.details() or "").startswith(
+        "nodes[1].allocatable.nvidia.com/gpu: 1000000000000 devices are more "
+        f"than a node may have ({MAX_DEVICES_PER_NODE} per device resource)"
+    )
+    err = await rpc_error(
+        stub.SendDeltas(
+            pb.SendDeltasRequest(
+                backend="agent-a", deltas=[pb.Delta(node_upserted=_gpu_node("n1", "1000000000000"))]
+            )
+        )
+    )
     assert err.code() == INVALID
-    assert (err.details() or "").startswith("deltas[0].node_upserted.allocatable.nvidia.com/gpu: "), err.details()
+    assert (err.details() or "").startswith(
+        "deltas[0].node_upserted.allocatable.nvidia.com/gpu: "
+    ), err.details()
     listed = MAX_DEVICES_PER_NODE + 1
-    err = await rpc_error(stub.SyncSnapshot(pb.SyncSnapshotRequest(
-        backend="agent-a", nodes=[_gpu_node("n1", "8", listed=listed)])))
+    err = await rpc_error(
+        stub.SyncSnapshot(
+            pb.SyncSnapshotRequest(backend="agent-a", nodes=[_gpu_node("n1", "8", listed=listed)])
+        )
+    )
     assert err.code() == INVALID
-    assert (err.details() or "").startswith(f"nodes[0].devices: {listed} devices of type nvidia.com/gpu"), err.details()
+    assert (err.details() or "").startswith(
+        f"nodes[0].devices: {listed} devices of type nvidia.com/gpu"
+    ), err.details()
     assert time.perf_counter() - started < 5
     assert server.state.nodes == {}
     # A node at the bound is taken, and a 1-GPU job placed on it.
-    await stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="agent-a", nodes=[_gpu_node("n1", str(MAX_DEVICES_PER_NODE))]))
-    await stub.SubmitJob(pb.SubmitJobRequest(job=pb.JobSpec(id="g", task_groups=[pb.TaskGroup(
-        role="w", replicas=1, request=pb.ResourceList(quantities={"cpu": "1", "nvidia.com/gpu": "1"}))])))
+    await stub.SyncSnapshot(
+        pb.SyncSnapshotRequest(
+            backend="agent-a", nodes=[_gpu_node("n1", str(MAX_DEVICES_PER_NODE))]
+        )
+    )
+    await stub.SubmitJob(
+        pb.SubmitJobRequest(
+            job=pb.JobSpec(
+                id="g",
+                task_groups=[
+                    pb.TaskGroup(
+                        role="w",
+                        replicas=1,
+                        request=pb.ResourceList(quantities={"cpu": "1", "nvidia.com/gpu": "1"}),
+                    )
+                ],
+            )
+        )
+    )
     await wait_for(lambda: _task_status(stub, "g", pb.TASK_STATUS_BINDING), "the GPU job placed")
 
 
@@ -202,22 +313,31 @@ def _condition(job: pb.Job, kind: str) -> pb.Condition | None:
 
 def _options(tmp_path: Path, **overrides: Any) -> ServerOptions:
     """As the ``server`` fixture's (cycles only when woken), with a state file that outlives it."""
-    return ServerOptions(listen="127.0.0.1:0", state=str(tmp_path / "muster.db"), cycle_period=3600.0, **overrides)
+    return ServerOptions(
+        listen="127.0.0.1:0", state=str(tmp_path / "muster.db"), cycle_period=3600.0, **overrides
+    )
 
 
-async def test_a_stored_job_beyond_todays_bounds_is_quarantined_not_a_failed_cycle(tmp_path: Path) -> None:
+async def test_a_stored_job_beyond_todays_bounds_is_quarantined_not_a_failed_cycle(
+    tmp_path: Path,
+) -> None:
     """A job stored (by an earlier version) with a request today's bound refuses: the server
     starts, leaves it out of scheduling with a condition saying why, and places the others."""
     opts = _options(tmp_path)
     first = await start_server(opts)
     async with grpc.aio.insecure_channel(first.address) as ch:
-        await pb_grpc.SchedulerStub(ch).SubmitJob(pb.SubmitJobRequest(job=gang("big", replicas=1, cpu="100")))
+        await pb_grpc.SchedulerStub(ch).SubmitJob(
+            pb.SubmitJobRequest(job=gang("big", replicas=1, cpu="100"))
+        )
     await first.stop()
     with sqlite3.connect(tmp_path / "muster.db") as db:  # as an older version would have stored it
         (blob,) = db.execute("SELECT spec FROM jobs WHERE id = 'big'").fetchone()
         spec = pb.JobSpec.FromString(blob)
         spec.task_groups[0].request.quantities["cpu"] = "1e308"
-        db.execute("UPDATE jobs SET spec = ? WHERE id = 'big'", (spec.SerializeToString(deterministic=True),))
+        db.execute(
+            "UPDATE jobs SET spec = ? WHERE id = 'big'",
+            (spec.SerializeToString(deterministic=True),),
+        )
     db.close()
 
     second = await start_server(opts)
@@ -226,12 +346,16 @@ async def test_a_stored_job_beyond_todays_bounds_is_quarantined_not_a_failed_cyc
             stub = pb_grpc.SchedulerStub(ch)
             await register(stub, nodes=[node("n0")])
             await stub.SubmitJob(pb.SubmitJobRequest(job=gang("small", replicas=2, cpu="1")))
-            await wait_for(lambda: _task_status(stub, "small", pb.TASK_STATUS_BINDING), "small placed")
+            await wait_for(
+                lambda: _task_status(stub, "small", pb.TASK_STATUS_BINDING), "small placed"
+            )
             big = await stub.GetJob(pb.GetJobRequest(id="big"))
             cond = _condition(big, "Quarantined")
             assert cond is not None and cond.reason == "InvalidSpec"
-            assert cond.message.startswith("left out of scheduling: job.task_groups[0].request.cpu: '1e308' is more "
-                                           "than the largest quantity allowed"), cond.message
+            assert cond.message.startswith(
+                "left out of scheduling: job.task_groups[0].request.cpu: '1e308' is more "
+                "than the largest quantity allowed"
+            ), cond.message
             assert [t.status for t in big.tasks] == [pb.TASK_STATUS_PENDING]
             explained = await stub.Explain(pb.ExplainRequest(job_id="big"))
             assert explained.gate == "quarantined"
@@ -286,9 +410,13 @@ async def test_a_job_that_makes_a_plugin_raise_is_quarantined_and_skipped_after(
             stub = pb_grpc.SchedulerStub(ch)
             await stub.UpdateConfig(pb.UpdateConfigRequest(yaml=EXPLODING_CONFIG))
             await register(stub, nodes=[node("n0", cpu="16")])
-            await stub.SubmitJobs(pb.SubmitJobsRequest(jobs=[gang(j, replicas=1, cpu="1") for j in ("a", "bad", "c")]))
+            await stub.SubmitJobs(
+                pb.SubmitJobsRequest(jobs=[gang(j, replicas=1, cpu="1") for j in ("a", "bad", "c")])
+            )
             for j in ("a", "c"):
-                await wait_for(lambda j=j: _task_status(stub, j, pb.TASK_STATUS_BINDING), f"{j} placed")
+                await wait_for(
+                    lambda j=j: _task_status(stub, j, pb.TASK_STATUS_BINDING), f"{j} placed"
+                )
             bad = await stub.GetJob(pb.GetJobRequest(id="bad"))
             cond = _condition(bad, "Quarantined")
             assert cond is not None and cond.reason == "CycleFailed"
@@ -308,11 +436,18 @@ async def test_a_job_that_makes_a_plugin_raise_is_quarantined_and_skipped_after(
     ("node_yaml", "field"),
     [
         ("{name: a, cpu: 4, gpus: 1000000000000}", "nodes[0].gpus: 1000000000000 devices are more"),
-        ("{name: a, cpu: 4, resources: {huawei.com/Ascend910: '1e12'}}",
-         "nodes[0].resources.huawei.com/Ascend910: 1000000000000 devices are more"),
-        ("{name: a, cpu: 4, resources: {huawei.com/Ascend910: '1e30'}}",
-         "nodes[0].resources.huawei.com/Ascend910: '1e30' is more than the largest quantity allowed"),
-        ("{name: a, cpu: '1e308'}", "nodes[0].cpu: '1e308' is more than the largest quantity allowed"),
+        (
+            "{name: a, cpu: 4, resources: {huawei.com/Ascend910: '1e12'}}",
+            "nodes[0].resources.huawei.com/Ascend910: 1000000000000 devices are more",
+        ),
+        (
+            "{name: a, cpu: 4, resources: {huawei.com/Ascend910: '1e30'}}",
+            "nodes[0].resources.huawei.com/Ascend910: '1e30' is more than the largest quantity allowed",
+        ),
+        (
+            "{name: a, cpu: '1e308'}",
+            "nodes[0].cpu: '1e308' is more than the largest quantity allowed",
+        ),
         ("{name: a, cpu: .nan}", "nodes[0].cpu: nan is not a finite quantity"),
     ],
 )

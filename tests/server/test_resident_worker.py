@@ -21,7 +21,9 @@ from server.service.state import ClusterState
 def state() -> ClusterState:
     c = ClusterState(DecisionLog(bind_timeout=30))
     ingest.register_backend(c, pb.RegisterBackendRequest(name="a", kind="fake-agent"))
-    ingest.sync_snapshot(c, pb.SyncSnapshotRequest(backend="a", nodes=[node(f"n{i}") for i in range(4)]))
+    ingest.sync_snapshot(
+        c, pb.SyncSnapshotRequest(backend="a", nodes=[node(f"n{i}") for i in range(4)])
+    )
     return c
 
 
@@ -48,15 +50,22 @@ def test_resident_copy_equals_a_fresh_snapshot_through_changes(state: ClusterSta
 
     # A cycle binds g1: only g1's state travels.
     cap = snapshot.capture(state)
-    result = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(cap.materialize(), cap.cycle_id)
+    result = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(
+        cap.materialize(), cap.cycle_id
+    )
     apply(state, cap, result)
     assert result.binds
     bound = step()
     assert set(bound.jobs) <= {"g1", "g2"} and bound.jobs
 
     # A node joins, one is cordoned: those nodes travel, in the new order.
-    ingest.sync_snapshot(state, pb.SyncSnapshotRequest(
-        backend="a", nodes=[*(node(f"n{i}") for i in range(3)), node("n3", unschedulable=True), node("n4")]))
+    ingest.sync_snapshot(
+        state,
+        pb.SyncSnapshotRequest(
+            backend="a",
+            nodes=[*(node(f"n{i}") for i in range(3)), node("n3", unschedulable=True), node("n4")],
+        ),
+    )
     changed = step()
     assert set(changed.nodes) == {"n3", "n4"} and changed.node_order is not None
 
@@ -81,24 +90,34 @@ def test_resident_copies_only_what_a_delta_replaced(state: ClusterState) -> None
     commands.submit_job(state, gang("g2", replicas=1))
     jobs, nodes = step()
     again_jobs, again_nodes = step()  # nothing changed: the same copies again
-    assert all(again_jobs[k] is jobs[k] for k in jobs) and all(again_nodes[k] is nodes[k] for k in nodes)
+    assert all(again_jobs[k] is jobs[k] for k in jobs) and all(
+        again_nodes[k] is nodes[k] for k in nodes
+    )
     commands.submit_job(state, gang("g3", replicas=1))
     more_jobs, _ = step()  # a new job: copied; the others are not
     assert all(more_jobs[k] is jobs[k] for k in jobs) and "g3" in more_jobs
 
     # Jobs are bound and n3 cordoned: the bound jobs' copies and n3's are new, the other nodes' not.
     cap = snapshot.capture(state)
-    result = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(cap.materialize(), cap.cycle_id)
+    result = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(
+        cap.materialize(), cap.cycle_id
+    )
     apply(state, cap, result)
     bound = {state.task_job[uid].id for uid in result.binds}
-    ingest.sync_snapshot(state, pb.SyncSnapshotRequest(
-        backend="a", nodes=[*(node(f"n{i}") for i in range(3)), node("n3", unschedulable=True)]))
+    ingest.sync_snapshot(
+        state,
+        pb.SyncSnapshotRequest(
+            backend="a", nodes=[*(node(f"n{i}") for i in range(3)), node("n3", unschedulable=True)]
+        ),
+    )
     later_jobs, later_nodes = step()
     assert bound and all(later_jobs[k] is not more_jobs[k] for k in bound)
     assert [k for k in nodes if later_nodes[k] is not nodes[k]] == ["n3"]
 
 
-async def test_worker_process_schedules_on_deltas_and_recovers_from_a_restart(state: ClusterState) -> None:
+async def test_worker_process_schedules_on_deltas_and_recovers_from_a_restart(
+    state: ClusterState,
+) -> None:
     runner = CoreRunner("process")
     core = SchedulerCore(load_config(DEFAULT_CONFIG_YAML))
     try:
@@ -113,7 +132,9 @@ async def test_worker_process_schedules_on_deltas_and_recovers_from_a_restart(st
         cap = snapshot.capture(state)
         result = await runner.run(core, cap)
         assert runner.last_delta_size <= 2  # g1's new state, g2: no node travels again
-        expected = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(cap.materialize(), cap.cycle_id)
+        expected = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(
+            cap.materialize(), cap.cycle_id
+        )
         assert result.binds == expected.binds and result.binds
         apply(state, cap, result)
 
@@ -126,13 +147,17 @@ async def test_worker_process_schedules_on_deltas_and_recovers_from_a_restart(st
         with anyio.fail_after(60):
             result = await runner.run(core, cap)
         assert runner.last_delta_size == 4 + 3
-        expected = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(cap.materialize(), cap.cycle_id)
+        expected = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(
+            cap.materialize(), cap.cycle_id
+        )
         assert result.binds == expected.binds
     finally:
         await runner.aclose()
 
 
-async def test_an_unchanged_cluster_gets_the_last_quiet_answer_without_the_worker(state: ClusterState) -> None:
+async def test_an_unchanged_cluster_gets_the_last_quiet_answer_without_the_worker(
+    state: ClusterState,
+) -> None:
     """A cycle is a function of the snapshot and the configuration: when nothing changed and the
     last cycle decided nothing, the worker is not asked again. A change, a new configuration, or a
     plugin that reads the clock means the worker runs."""

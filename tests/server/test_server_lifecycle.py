@@ -23,19 +23,36 @@ async def test_gang_waits_for_capacity_then_binds_in_one_cycle(server, stub) -> 
     await next_cycle(server)
     job = await stub.GetJob(pb.GetJobRequest(id="g"))
     assert [t.status for t in job.tasks] == [pb.TASK_STATUS_PENDING] * 4
-    assert any(c.type == "Unschedulable" and c.status == "True" and c.reason for c in job.status.conditions)
+    assert any(
+        c.type == "Unschedulable" and c.status == "True" and c.reason for c in job.status.conditions
+    )
     stream = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="a"))
-    await stub.SendDeltas(pb.SendDeltasRequest(backend="a", deltas=[pb.Delta(node_upserted=node("n3"))]))
+    await stub.SendDeltas(
+        pb.SendDeltasRequest(backend="a", deltas=[pb.Delta(node_upserted=node("n3"))])
+    )
     decisions = await read_decisions(stream, 4)
     stream.cancel()
     assert len({d.cycle_id for d in decisions}) == 1  # the whole gang in one cycle
     assert sorted(d.bind.node for d in decisions) == ["n0", "n1", "n2", "n3"]
     assert all(d.HasField("deadline") for d in decisions)
-    await stub.AckDecisions(pb.AckDecisionsRequest(backend="a", acks=[
-        pb.DecisionAck(decision_id=d.id, applied=True) for d in decisions]))
-    await stub.SendDeltas(pb.SendDeltasRequest(backend="a", deltas=[
-        pb.Delta(task_status=pb.TaskStatusUpdate(task_id=d.bind.task_id, status=pb.TASK_STATUS_SUCCEEDED))
-        for d in decisions]))
+    await stub.AckDecisions(
+        pb.AckDecisionsRequest(
+            backend="a", acks=[pb.DecisionAck(decision_id=d.id, applied=True) for d in decisions]
+        )
+    )
+    await stub.SendDeltas(
+        pb.SendDeltasRequest(
+            backend="a",
+            deltas=[
+                pb.Delta(
+                    task_status=pb.TaskStatusUpdate(
+                        task_id=d.bind.task_id, status=pb.TASK_STATUS_SUCCEEDED
+                    )
+                )
+                for d in decisions
+            ],
+        )
+    )
     job = await stub.GetJob(pb.GetJobRequest(id="g"))
     assert job.status.phase == pb.JOB_PHASE_COMPLETED and job.status.succeeded == 4
 
@@ -73,7 +90,9 @@ async def test_decision_batches_carry_the_same_feed_in_order_up_to_max_batch(ser
     flat = [d for b in batched for d in b]
     assert [d.id for d in flat] == [d.id for d in singles] == sorted(d.id for d in singles)
     assert [d.bind.task_id for d in flat] == [d.bind.task_id for d in singles]
-    err = await rpc_error(stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=10_001)).read())
+    err = await rpc_error(
+        stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=10_001)).read()
+    )
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith("max_batch")
 
 
@@ -99,8 +118,11 @@ async def test_restart_keeps_jobs_and_resends_only_unacked(tmp_path: Path) -> No
         stream = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="a"))
         decisions = await read_decisions(stream, 2)
         stream.cancel()
-        await stub.AckDecisions(pb.AckDecisionsRequest(backend="a", acks=[
-            pb.DecisionAck(decision_id=decisions[0].id, applied=True)]))
+        await stub.AckDecisions(
+            pb.AckDecisionsRequest(
+                backend="a", acks=[pb.DecisionAck(decision_id=decisions[0].id, applied=True)]
+            )
+        )
         cycles_before = first.state.next_cycle_id
     await first.stop()
 
@@ -112,26 +134,42 @@ async def test_restart_keeps_jobs_and_resends_only_unacked(tmp_path: Path) -> No
             by_id = {t.id: t.status for t in job.tasks}
             assert by_id[decisions[0].bind.task_id] == pb.TASK_STATUS_BOUND
             assert by_id[decisions[1].bind.task_id] == pb.TASK_STATUS_BINDING
-            assert {q.queue.name: q.queue.weight for q in (await stub.ListQueues(pb.ListQueuesRequest())).queues}[
-                "team"] == 3
+            assert {
+                q.queue.name: q.queue.weight
+                for q in (await stub.ListQueues(pb.ListQueuesRequest())).queues
+            }["team"] == 3
             assert second.state.next_cycle_id >= cycles_before
             reg = await stub.RegisterBackend(pb.RegisterBackendRequest(name="a", kind="fake-agent"))
             assert reg.last_decision_id == decisions[1].id
             stream = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="a"))
             resent = await read_decisions(stream, 1)
             assert [d.id for d in resent] == [decisions[1].id]  # the acked one is never sent again
-            await stub.AckDecisions(pb.AckDecisionsRequest(backend="a", acks=[
-                pb.DecisionAck(decision_id=decisions[1].id, applied=True),
-                pb.DecisionAck(decision_id=decisions[0].id, applied=True),  # acked before the restart
-            ]))
+            await stub.AckDecisions(
+                pb.AckDecisionsRequest(
+                    backend="a",
+                    acks=[
+                        pb.DecisionAck(decision_id=decisions[1].id, applied=True),
+                        pb.DecisionAck(
+                            decision_id=decisions[0].id, applied=True
+                        ),  # acked before the restart
+                    ],
+                )
+            )
             # New decisions continue the id sequence.
             running = [
-                pb.BackendTask(task_id=d.bind.task_id, node=d.bind.node, request=d.bind.request,
-                               status=pb.TASK_STATUS_RUNNING)
+                pb.BackendTask(
+                    task_id=d.bind.task_id,
+                    node=d.bind.node,
+                    request=d.bind.request,
+                    status=pb.TASK_STATUS_RUNNING,
+                )
                 for d in decisions
             ]
-            await stub.SyncSnapshot(pb.SyncSnapshotRequest(
-                backend="a", nodes=[node(f"n{i}") for i in range(3)], tasks=running))
+            await stub.SyncSnapshot(
+                pb.SyncSnapshotRequest(
+                    backend="a", nodes=[node(f"n{i}") for i in range(3)], tasks=running
+                )
+            )
             job = await stub.GetJob(pb.GetJobRequest(id="g"))
             assert [t.status for t in job.tasks] == [pb.TASK_STATUS_RUNNING] * 2
             await stub.SubmitJob(pb.SubmitJobRequest(job=gang("h", replicas=1, cpu="1")))
@@ -205,7 +243,9 @@ async def test_health_and_reflection(server) -> None:
 async def test_config_update_and_persistence(tmp_path: Path) -> None:
     opts = server_options(tmp_path)
     handle = await start_server(opts)
-    text = 'actions: "enqueue, allocate"\ntiers:\n- plugins:\n  - name: gang\n  - name: predicates\n'
+    text = (
+        'actions: "enqueue, allocate"\ntiers:\n- plugins:\n  - name: gang\n  - name: predicates\n'
+    )
     async with grpc.aio.insecure_channel(handle.address) as ch:
         stub = pb_grpc.SchedulerStub(ch)
         before = await stub.GetConfig(pb.GetConfigRequest())
@@ -226,7 +266,9 @@ async def test_config_update_and_persistence(tmp_path: Path) -> None:
 async def test_config_file_hot_reload(tmp_path: Path) -> None:
     path = tmp_path / "scheduler.yaml"
     path.write_text('actions: "enqueue, allocate, backfill"\ntiers:\n- plugins:\n  - name: gang\n')
-    handle = await start_server(server_options(tmp_path, config_path=str(path), expire_interval=0.05))
+    handle = await start_server(
+        server_options(tmp_path, config_path=str(path), expire_interval=0.05)
+    )
     try:
         path.write_text('actions: "enqueue, allocate"\ntiers:\n- plugins:\n  - name: gang\n')
         import os
@@ -253,6 +295,8 @@ async def test_explain_and_list_nodes(server, stub) -> None:
     exp = await stub.Explain(pb.ExplainRequest(job_id="big"))
     assert exp.job_id == "big" and exp.cycle_id > 0 and exp.summary
     views = (await stub.ListNodes(pb.ListNodesRequest(backend="a"))).nodes
-    assert [(v.node.name, v.idle.quantities["cpu"], v.task_count) for v in views] == [("n0", "2", 0)]
+    assert [(v.node.name, v.idle.quantities["cpu"], v.task_count) for v in views] == [
+        ("n0", "2", 0)
+    ]
     err = await rpc_error(stub.ListNodes(pb.ListNodesRequest(backend="zzz")))
     assert err.code() == grpc.StatusCode.NOT_FOUND

@@ -53,7 +53,14 @@ def make_loop(tmp_path: Path, core: object) -> tuple[CycleLoop, ClusterState, Sq
     store = SqliteStore(tmp_path / "s.db")
     state = ClusterState()
     # Test doubles of the core live in this process: run them in a thread.
-    loop = CycleLoop(state, StoreWriter(store), ConfigManager(), period=3600, expire_interval=3600, worker="thread")
+    loop = CycleLoop(
+        state,
+        StoreWriter(store),
+        ConfigManager(),
+        period=3600,
+        expire_interval=3600,
+        worker="thread",
+    )
     loop.core = core  # type: ignore[assignment]
     state.on_change = loop.wake
     return loop, state, store
@@ -125,9 +132,13 @@ async def test_a_failing_core_does_not_stop_the_loop(tmp_path: Path) -> None:
 def test_store_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     state = ClusterState()
-    ingest.register_backend(state, pb.RegisterBackendRequest(name="a", kind="slurm", labels={"site": "x"}))
+    ingest.register_backend(
+        state, pb.RegisterBackendRequest(name="a", kind="slurm", labels={"site": "x"})
+    )
     ingest.sync_snapshot(state, pb.SyncSnapshotRequest(backend="a", nodes=[node("n0")]))
-    commands.create_queue(state, pb.Queue(name="team", capability=pb.ResourceList(quantities={"cpu": "-1"})))
+    commands.create_queue(
+        state, pb.Queue(name="team", capability=pb.ResourceList(quantities={"cpu": "-1"}))
+    )
     commands.submit_job(state, gang("g", replicas=2, queue="team"))
     capture = snapshot.capture(state)
     apply(state, capture, CycleResult(capture.cycle_id, binds={"g/worker-0": "n0"}))
@@ -157,9 +168,22 @@ def test_store_round_trip(tmp_path: Path) -> None:
 def test_muster_server_process_starts_and_stops_on_sigterm(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.service.main", "--listen", "127.0.0.1:0", "--state", str(tmp_path / "m.db"),
-         "--log-format", "json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).parents[2],
+        [
+            sys.executable,
+            "-m",
+            "server.service.main",
+            "--listen",
+            "127.0.0.1:0",
+            "--state",
+            str(tmp_path / "m.db"),
+            "--log-format",
+            "json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=Path(__file__).parents[2],
     )
     try:
         line = proc.stdout.readline()
@@ -187,8 +211,20 @@ def test_bad_config_file_exits_nonzero(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("actions: [unclosed")
     proc = subprocess.run(
-        [sys.executable, "-m", "server.service.main", "--listen", "127.0.0.1:0", "--state", str(tmp_path / "m.db"),
-         "--config", str(bad)],
-        capture_output=True, text=True, timeout=WAIT, cwd=Path(__file__).parents[2],
+        [
+            sys.executable,
+            "-m",
+            "server.service.main",
+            "--listen",
+            "127.0.0.1:0",
+            "--state",
+            str(tmp_path / "m.db"),
+            "--config",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        cwd=Path(__file__).parents[2],
     )
     assert proc.returncode == 2 and "--config" in proc.stderr

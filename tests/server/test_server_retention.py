@@ -54,7 +54,9 @@ def store(tmp_path: Path) -> Iterator[SqliteStore]:
 def state(clock: Clock, store: SqliteStore) -> ClusterState:
     c = ClusterState(DecisionLog(bind_timeout=30), clock=clock, retention=RETENTION, archive=store)
     ingest.register_backend(c, pb.RegisterBackendRequest(name="a", kind="fake-agent"))
-    ingest.sync_snapshot(c, pb.SyncSnapshotRequest(backend="a", nodes=[node(f"n{i}") for i in range(4)]))
+    ingest.sync_snapshot(
+        c, pb.SyncSnapshotRequest(backend="a", nodes=[node(f"n{i}") for i in range(4)])
+    )
     store.write(c.commit())
     return c
 
@@ -74,16 +76,29 @@ def bind_and_ack(state: ClusterState, job_id: str) -> None:
         result.binds[t.uid] = f"n{i % 4}"
     result.jobs[job_id] = JobOutcome(PodGroupPhase.RUNNING)
     apply(state, capture, result)
-    ids = [p.row.id for p in state.decisions.pending.values() if p.row.task_id.startswith(f"{job_id}/")]
-    ingest.ack(state, pb.AckDecisionsRequest(backend="a", acks=[pb.DecisionAck(decision_id=i, applied=True)
-                                                                 for i in ids]), {})
+    ids = [
+        p.row.id for p in state.decisions.pending.values() if p.row.task_id.startswith(f"{job_id}/")
+    ]
+    ingest.ack(
+        state,
+        pb.AckDecisionsRequest(
+            backend="a", acks=[pb.DecisionAck(decision_id=i, applied=True) for i in ids]
+        ),
+        {},
+    )
 
 
 def finish(state: ClusterState, job_id: str, status: int = pb.TASK_STATUS_SUCCEEDED) -> None:
-    ingest.send_deltas(state, pb.SendDeltasRequest(backend="a", deltas=[
-        pb.Delta(task_status=pb.TaskStatusUpdate(task_id=t.uid, status=status, exit_code=0))  # type: ignore[arg-type]
-        for t in state.jobs[job_id].tasks
-    ]))
+    ingest.send_deltas(
+        state,
+        pb.SendDeltasRequest(
+            backend="a",
+            deltas=[
+                pb.Delta(task_status=pb.TaskStatusUpdate(task_id=t.uid, status=status, exit_code=0))  # type: ignore[arg-type]
+                for t in state.jobs[job_id].tasks
+            ],
+        ),
+    )
 
 
 def complete(state: ClusterState, job_id: str) -> None:
@@ -137,7 +152,10 @@ def test_finished_job_leaves_memory_after_retention_and_answers_the_same(
     assert queries.get_job(state, "done") == before
     assert queries.explain(state, "done") == explain_before
     archived = state.jobs.get("done")
-    assert archived is not None and [t.uid for t in archived.template.tasks] == ["done/worker-0", "done/worker-1"]
+    assert archived is not None and [t.uid for t in archived.template.tasks] == [
+        "done/worker-0",
+        "done/worker-1",
+    ]
     assert queries.list_jobs(state, pb.ListJobsRequest()) == list_before
     # Still unknown ids are still NOT_FOUND.
     assert error_of(queries.get_job, state, "never")[0] == ErrorCode.NOT_FOUND
@@ -149,8 +167,16 @@ def test_list_jobs_merges_memory_and_store_with_filters_and_pages(
     commands.create_queue(state, pb.Queue(name="team"))
     # Interleave jobs that will leave memory with jobs that stay, in two queues and namespaces.
     for i in range(12):
-        commands.submit_job(state, gang(f"j{i:02d}", replicas=1, cpu="1", queue="team" if i % 3 else "default",
-                                        namespace="ns" if i % 2 else ""))
+        commands.submit_job(
+            state,
+            gang(
+                f"j{i:02d}",
+                replicas=1,
+                cpu="1",
+                queue="team" if i % 3 else "default",
+                namespace="ns" if i % 2 else "",
+            ),
+        )
     flush(state, store)
     for i in (0, 1, 4, 5, 8, 9):
         commands.cancel_job(state, f"j{i:02d}")
@@ -169,7 +195,11 @@ def test_list_jobs_merges_memory_and_store_with_filters_and_pages(
     ]
     before = [all_pages(state, **case) for case in cases]
     # The active index (what cycles and ListQueues walk) holds exactly the jobs not over.
-    assert list(state.active_jobs) == [r.id for r in state.jobs.values() if r.active] == ["j03", "j07", "j10", "j11"]
+    assert (
+        list(state.active_jobs)
+        == [r.id for r in state.jobs.values() if r.active]
+        == ["j03", "j07", "j10", "j11"]
+    )
     clock.now += RETENTION + 1
     assert flush(state, store) == ["j00", "j01", "j02", "j04", "j05", "j06", "j08", "j09"]
     assert sorted(state.jobs) == ["j03", "j07", "j10", "j11"]
@@ -220,13 +250,20 @@ def test_a_finished_job_stays_while_its_tasks_hold_a_node_or_a_change_is_unwritt
     assert flush(state, store) == []
     assert [t.status for t in state.jobs["held"].tasks] == [TaskStatus.RELEASING] * 2
     evictions = [p.row.id for p in state.decisions.pending.values() if p.row.kind == "evict"]
-    ingest.ack(state, pb.AckDecisionsRequest(backend="a", acks=[pb.DecisionAck(decision_id=i, applied=True)
-                                                                 for i in evictions]), {})
+    ingest.ack(
+        state,
+        pb.AckDecisionsRequest(
+            backend="a", acks=[pb.DecisionAck(decision_id=i, applied=True) for i in evictions]
+        ),
+        {},
+    )
     # The acks changed the tasks: they must reach the store before the job may leave memory.
     assert state.drop_finished() == []
     assert flush(state, store) == []  # this batch carries the change; the next call drops it
     assert flush(state, store) == ["held"]
-    assert [t.status for t in queries.get_job(state, "held").tasks] == [pb.TASK_STATUS_CANCELLED] * 2
+    assert [t.status for t in queries.get_job(state, "held").tasks] == [
+        pb.TASK_STATUS_CANCELLED
+    ] * 2
 
 
 def test_without_a_store_nothing_leaves_memory(clock: Clock) -> None:
@@ -252,14 +289,22 @@ def test_late_bind_ack_for_a_job_that_left_memory_is_undone(
     clock.now += RETENTION + 1
     assert flush(state, store) == ["late"]
     settled = store.decision_states([bind_id])
-    ingest.ack(state, pb.AckDecisionsRequest(backend="a", acks=[pb.DecisionAck(decision_id=bind_id, applied=True)]),
-               settled)
+    ingest.ack(
+        state,
+        pb.AckDecisionsRequest(
+            backend="a", acks=[pb.DecisionAck(decision_id=bind_id, applied=True)]
+        ),
+        settled,
+    )
     undo = [p.decision.evict for p in state.decisions.pending.values() if p.row.kind == "evict"]
-    assert [(e.task_id, e.node, e.reason) for e in undo] == [("late/worker-0", "n0", "bind-expired")]
+    assert [(e.task_id, e.node, e.reason) for e in undo] == [
+        ("late/worker-0", "n0", "bind-expired")
+    ]
 
 
-def test_restart_does_not_load_jobs_that_left_memory(state: ClusterState, store: SqliteStore, clock: Clock,
-                                                      tmp_path: Path) -> None:
+def test_restart_does_not_load_jobs_that_left_memory(
+    state: ClusterState, store: SqliteStore, clock: Clock, tmp_path: Path
+) -> None:
     commands.submit_job(state, gang("old", replicas=1, cpu="1"))
     commands.submit_job(state, gang("recent", replicas=1, cpu="1"))
     commands.submit_job(state, gang("running", replicas=1, cpu="1"))
@@ -324,11 +369,23 @@ def test_a_store_written_before_the_archive_columns_is_migrated(tmp_path: Path) 
     path = tmp_path / "old.db"
     spec = pb.JobSpec(id="legacy", queue="team", namespace="ns", owner="carol")
     db = sqlite3.connect(path)
-    db.execute("CREATE TABLE jobs (id TEXT PRIMARY KEY, creation_index INTEGER NOT NULL, spec BLOB NOT NULL, "
-               "status TEXT NOT NULL)")
-    status = json.dumps({"phase": pb.JOB_PHASE_COMPLETED, "sched_phase": "Completed", "cancelled": False,
-                         "conditions": [], "explanation": None, "times": [1.0, 2.0, 3.0]})
-    db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?)", ("legacy", 1, spec.SerializeToString(), status))
+    db.execute(
+        "CREATE TABLE jobs (id TEXT PRIMARY KEY, creation_index INTEGER NOT NULL, spec BLOB NOT NULL, "
+        "status TEXT NOT NULL)"
+    )
+    status = json.dumps(
+        {
+            "phase": pb.JOB_PHASE_COMPLETED,
+            "sched_phase": "Completed",
+            "cancelled": False,
+            "conditions": [],
+            "explanation": None,
+            "times": [1.0, 2.0, 3.0],
+        }
+    )
+    db.execute(
+        "INSERT INTO jobs VALUES (?, ?, ?, ?)", ("legacy", 1, spec.SerializeToString(), status)
+    )
     db.commit()
     db.close()
     s = SqliteStore(path)
@@ -336,7 +393,9 @@ def test_a_store_written_before_the_archive_columns_is_migrated(tmp_path: Path) 
         page = s.jobs_page(0, "team", "ns", [pb.JOB_PHASE_COMPLETED], 10)
         assert [j.id for j in page] == ["legacy"]
         assert s.jobs_page(0, "other", "", [], 10) == []
-        assert [j.id for j in s.jobs_page(0, "", "", [], 10, owner="carol")] == ["legacy"]  # owner filled in
+        assert [j.id for j in s.jobs_page(0, "", "", [], 10, owner="carol")] == [
+            "legacy"
+        ]  # owner filled in
         assert s.jobs_page(0, "", "", [], 10, owner="dave") == []
         assert s.load(finished_before=10.0).jobs == []  # finished at t=3: not loaded
     finally:
@@ -345,8 +404,13 @@ def test_a_store_written_before_the_archive_columns_is_migrated(tmp_path: Path) 
 
 async def test_server_drops_finished_jobs_and_answers_them_over_grpc(tmp_path: Path) -> None:
     clock = Clock()
-    opts = ServerOptions(listen="127.0.0.1:0", state=str(tmp_path / "m.db"), cycle_period=3600.0,
-                         job_retention=RETENTION, expire_interval=0.05)
+    opts = ServerOptions(
+        listen="127.0.0.1:0",
+        state=str(tmp_path / "m.db"),
+        cycle_period=3600.0,
+        job_retention=RETENTION,
+        expire_interval=0.05,
+    )
     handle = await start_server(opts)
     try:
         handle.state.clock = clock  # the loop's expiry tick asks the state's clock
@@ -372,7 +436,9 @@ async def test_server_drops_finished_jobs_and_answers_them_over_grpc(tmp_path: P
             other.CopyFrom(spec)
             other.task_groups[0].replicas = 2
             err = await rpc_error(stub.SubmitJob(pb.SubmitJobRequest(job=other)))
-            assert err.code() == grpc.StatusCode.ALREADY_EXISTS and "job.id" in (err.details() or "")
+            assert err.code() == grpc.StatusCode.ALREADY_EXISTS and "job.id" in (
+                err.details() or ""
+            )
             watch = stub.WatchJobs(pb.WatchJobsRequest(job_id="g", send_initial=True))
             first = await watch.read()
             watch.cancel()

@@ -32,7 +32,9 @@ def clock() -> Clock:
 def state(clock: Clock) -> ClusterState:
     c = ClusterState(DecisionLog(bind_timeout=30), clock=clock)
     ingest.register_backend(c, pb.RegisterBackendRequest(name="a", kind="fake-agent"))
-    ingest.sync_snapshot(c, pb.SyncSnapshotRequest(backend="a", nodes=[node(f"n{i}") for i in range(4)]))
+    ingest.sync_snapshot(
+        c, pb.SyncSnapshotRequest(backend="a", nodes=[node(f"n{i}") for i in range(4)])
+    )
     return c
 
 
@@ -79,7 +81,9 @@ def test_bind_issues_decisions_to_owning_backend(state: ClusterState) -> None:
     assert pending[0].decision.cycle_id == capture.cycle_id
     assert pending[0].decision.bind.request.quantities["cpu"] == "4"
     assert state.jobs["g"].status.phase == pb.JOB_PHASE_RUNNING
-    assert any(c.type == "Scheduled" and c.status == "True" for c in state.jobs["g"].status.conditions)
+    assert any(
+        c.type == "Scheduled" and c.status == "True" for c in state.jobs["g"].status.conditions
+    )
 
 
 def test_apply_drops_binds_of_job_cancelled_meanwhile(state: ClusterState) -> None:
@@ -95,7 +99,9 @@ def test_apply_drops_binds_of_job_cancelled_meanwhile(state: ClusterState) -> No
 def test_apply_drops_whole_gang_when_a_node_vanished(state: ClusterState) -> None:
     commands.submit_job(state, gang("g", replicas=4))
     capture, result = bind_all(state, "g")
-    ingest.send_deltas(state, pb.SendDeltasRequest(backend="a", deltas=[pb.Delta(node_removed="n3")]))
+    ingest.send_deltas(
+        state, pb.SendDeltasRequest(backend="a", deltas=[pb.Delta(node_removed="n3")])
+    )
     stats = apply(state, capture, result)
     assert stats.binds == 0 and stats.dropped_binds == 4  # all or nothing per job
     assert statuses(state, "g") == [TaskStatus.PENDING] * 4
@@ -134,9 +140,17 @@ def test_outcome_sets_conditions_and_explanation(state: ClusterState) -> None:
     rec = state.jobs["g"]
     assert rec.status.phase == pb.JOB_PHASE_INQUEUE
     cond = rec.status.conditions[0]
-    assert (cond.type, cond.reason, cond.cycle_id) == ("Unschedulable", "NotEnoughResources", capture.cycle_id)
+    assert (cond.type, cond.reason, cond.cycle_id) == (
+        "Unschedulable",
+        "NotEnoughResources",
+        capture.cycle_id,
+    )
     exp = queries.explain(state, "g")
-    assert exp.gate == "gang" and exp.node_reasons["insufficient cpu"] == 4 and exp.cycle_id == capture.cycle_id
+    assert (
+        exp.gate == "gang"
+        and exp.node_reasons["insufficient cpu"] == 4
+        and exp.cycle_id == capture.cycle_id
+    )
 
 
 def ack(state: ClusterState, *acks: pb.DecisionAck) -> pb.AckDecisionsResponse:
@@ -145,7 +159,11 @@ def ack(state: ClusterState, *acks: pb.DecisionAck) -> pb.AckDecisionsResponse:
 
 
 def decision_for(state: ClusterState, task_id: str, kind: str = "bind") -> int:
-    return next(p.row.id for p in state.decisions.pending.values() if p.row.task_id == task_id and p.row.kind == kind)
+    return next(
+        p.row.id
+        for p in state.decisions.pending.values()
+        if p.row.task_id == task_id and p.row.kind == kind
+    )
 
 
 def test_ack_applied_then_running_then_completed(state: ClusterState) -> None:
@@ -154,11 +172,23 @@ def test_ack_applied_then_running_then_completed(state: ClusterState) -> None:
     ids = [decision_for(state, f"g/worker-{i}") for i in range(2)]
     assert ack(state, *(pb.DecisionAck(decision_id=i, applied=True) for i in ids)).accepted == 2
     assert statuses(state, "g") == [TaskStatus.BOUND] * 2
-    assert ack(state, pb.DecisionAck(decision_id=ids[0], applied=True)).accepted == 1  # duplicate: fine
-    ingest.send_deltas(state, pb.SendDeltasRequest(backend="a", deltas=[
-        pb.Delta(task_status=pb.TaskStatusUpdate(task_id=f"g/worker-{i}", status=pb.TASK_STATUS_SUCCEEDED))
-        for i in range(2)
-    ]))
+    assert (
+        ack(state, pb.DecisionAck(decision_id=ids[0], applied=True)).accepted == 1
+    )  # duplicate: fine
+    ingest.send_deltas(
+        state,
+        pb.SendDeltasRequest(
+            backend="a",
+            deltas=[
+                pb.Delta(
+                    task_status=pb.TaskStatusUpdate(
+                        task_id=f"g/worker-{i}", status=pb.TASK_STATUS_SUCCEEDED
+                    )
+                )
+                for i in range(2)
+            ],
+        ),
+    )
     assert state.jobs["g"].status.phase == pb.JOB_PHASE_COMPLETED
     assert state.jobs["g"].status.finish_time > 0
 
@@ -182,13 +212,22 @@ def test_rejected_bind_releases_the_whole_gang(state: ClusterState) -> None:
     ack(state, *(pb.DecisionAck(decision_id=d.id, applied=True) for d in evicts))
     ack(state, *(pb.DecisionAck(decision_id=i, applied=False) for i in ids[2:]))  # late, moot binds
     assert statuses(state, "g") == [TaskStatus.PENDING] * 4
-    assert sum(t.status in (TaskStatus.PENDING,) for t in snapshot.capture(state).materialize().jobs[0].tasks) == 4
+    assert (
+        sum(
+            t.status in (TaskStatus.PENDING,)
+            for t in snapshot.capture(state).materialize().jobs[0].tasks
+        )
+        == 4
+    )
 
 
 def test_rejection_keeps_gang_when_min_member_still_met(state: ClusterState) -> None:
     commands.submit_job(state, gang("g", replicas=4, min_member=2))
     apply(state, *bind_all(state, "g"))
-    ack(state, pb.DecisionAck(decision_id=decision_for(state, "g/worker-3"), applied=False, reason="no"))
+    ack(
+        state,
+        pb.DecisionAck(decision_id=decision_for(state, "g/worker-3"), applied=False, reason="no"),
+    )
     assert statuses(state, "g") == [TaskStatus.BINDING] * 3 + [TaskStatus.PENDING]
     assert not [p for p in state.decisions.pending.values() if p.row.kind == "evict"]
 
@@ -210,7 +249,13 @@ def test_expired_bind_returns_task_and_breaks_gang(state: ClusterState, clock: C
 def test_cancel_evicts_placed_tasks(state: ClusterState) -> None:
     commands.submit_job(state, gang("g", replicas=2))
     apply(state, *bind_all(state, "g"))
-    ack(state, *(pb.DecisionAck(decision_id=decision_for(state, f"g/worker-{i}"), applied=True) for i in range(2)))
+    ack(
+        state,
+        *(
+            pb.DecisionAck(decision_id=decision_for(state, f"g/worker-{i}"), applied=True)
+            for i in range(2)
+        ),
+    )
     commands.cancel_job(state, "g")
     evicts = [p.decision for p in state.decisions.pending.values() if p.row.kind == "evict"]
     assert {d.evict.reason for d in evicts} == {"cancel"} and len(evicts) == 2
@@ -228,25 +273,49 @@ def test_ended_jobs_say_how_they_ended_not_why_they_waited(state: ClusterState) 
     commands.submit_job(state, gang("never", replicas=3))
     capture = snapshot.capture(state)
     result = CycleResult(capture.cycle_id)
-    result.jobs["never"] = JobOutcome(PodGroupPhase.INQUEUE, [Condition("Unschedulable", "True", "NotEnoughResources",
-                                                                         "3/3 tasks in gang unschedulable")])
+    result.jobs["never"] = JobOutcome(
+        PodGroupPhase.INQUEUE,
+        [
+            Condition(
+                "Unschedulable", "True", "NotEnoughResources", "3/3 tasks in gang unschedulable"
+            )
+        ],
+    )
     apply(state, capture, result)
     view = commands.cancel_job(state, "never")
     assert view.status.pending == 0 and view.status.cancelled == 3
     assert {t.status for t in view.tasks} == {pb.TASK_STATUS_CANCELLED}
     conds = {c.type: c for c in view.status.conditions}
     assert conds["Unschedulable"].status == "False" and conds["Unschedulable"].reason == "Cancelled"
-    assert conds["Ended"].reason == "Cancelled" and conds["Ended"].message == "cancelled: 3 never placed"
+    assert (
+        conds["Ended"].reason == "Cancelled"
+        and conds["Ended"].message == "cancelled: 3 never placed"
+    )
 
     commands.submit_job(state, gang("crash", replicas=2))
     apply(state, *bind_all(state, "crash"))
-    ingest.send_deltas(state, pb.SendDeltasRequest(backend="a", deltas=[
-        pb.Delta(task_status=pb.TaskStatusUpdate(task_id="crash/worker-1", status=pb.TASK_STATUS_FAILED,
-                                                 exit_code=2, message="exit code 2"))]))
+    ingest.send_deltas(
+        state,
+        pb.SendDeltasRequest(
+            backend="a",
+            deltas=[
+                pb.Delta(
+                    task_status=pb.TaskStatusUpdate(
+                        task_id="crash/worker-1",
+                        status=pb.TASK_STATUS_FAILED,
+                        exit_code=2,
+                        message="exit code 2",
+                    )
+                )
+            ],
+        ),
+    )
     view = queries.get_job(state, "crash")
     assert view.status.phase == pb.JOB_PHASE_FAILED
     ended = next(c for c in view.status.conditions if c.type == "Ended")
-    assert ended.message == "task crash/worker-1 failed (exit code 2); 0/2 succeeded; the gang needs 2"
+    assert (
+        ended.message == "task crash/worker-1 failed (exit code 2); 0/2 succeeded; the gang needs 2"
+    )
 
 
 def test_a_job_goes_to_a_leaf_queue_and_names_a_known_priority_class(state: ClusterState) -> None:
@@ -263,7 +332,9 @@ def test_ack_for_other_backends_decision_is_not_found(state: ClusterState) -> No
     ingest.register_backend(state, pb.RegisterBackendRequest(name="b", kind="fake-agent"))
     commands.submit_job(state, gang("g", replicas=1))
     apply(state, *bind_all(state, "g"))
-    req = pb.AckDecisionsRequest(backend="b", acks=[pb.DecisionAck(decision_id=decision_for(state, "g/worker-0"))])
+    req = pb.AckDecisionsRequest(
+        backend="b", acks=[pb.DecisionAck(decision_id=decision_for(state, "g/worker-0"))]
+    )
     with pytest.raises(DomainError) as info:
         ingest.check_acks(state, req)
     assert info.value.code.name == "NOT_FOUND"
@@ -273,14 +344,37 @@ def test_ack_for_other_backends_decision_is_not_found(state: ClusterState) -> No
 def test_sync_reconciles_running_lost_and_foreign(state: ClusterState) -> None:
     commands.submit_job(state, gang("g", replicas=2))
     apply(state, *bind_all(state, "g"))
-    ack(state, *(pb.DecisionAck(decision_id=decision_for(state, f"g/worker-{i}"), applied=True) for i in range(2)))
+    ack(
+        state,
+        *(
+            pb.DecisionAck(decision_id=decision_for(state, f"g/worker-{i}"), applied=True)
+            for i in range(2)
+        ),
+    )
     # The backend re-syncs: worker-0 runs, worker-1 is gone, an unknown pod holds capacity.
-    ingest.sync_snapshot(state, pb.SyncSnapshotRequest(backend="a", nodes=[node(f"n{i}") for i in range(4)], tasks=[
-        pb.BackendTask(task_id="g/worker-0", node="n0", request=rl(cpu="4"), status=pb.TASK_STATUS_RUNNING),
-        pb.BackendTask(task_id="other-pod", node="n2", request=rl(cpu="3")),
-        # Ended work of someone else holds nothing.
-        pb.BackendTask(task_id="done-pod", node="n3", request=rl(cpu="4"), status=pb.TASK_STATUS_SUCCEEDED),
-    ]))
+    ingest.sync_snapshot(
+        state,
+        pb.SyncSnapshotRequest(
+            backend="a",
+            nodes=[node(f"n{i}") for i in range(4)],
+            tasks=[
+                pb.BackendTask(
+                    task_id="g/worker-0",
+                    node="n0",
+                    request=rl(cpu="4"),
+                    status=pb.TASK_STATUS_RUNNING,
+                ),
+                pb.BackendTask(task_id="other-pod", node="n2", request=rl(cpu="3")),
+                # Ended work of someone else holds nothing.
+                pb.BackendTask(
+                    task_id="done-pod",
+                    node="n3",
+                    request=rl(cpu="4"),
+                    status=pb.TASK_STATUS_SUCCEEDED,
+                ),
+            ],
+        ),
+    )
     st = statuses(state, "g")
     assert st[1] == TaskStatus.PENDING and "lost" in state.jobs["g"].tasks[1].message
     assert st[0] == TaskStatus.RELEASING  # gang of 2 broken: the survivor is released too
@@ -301,11 +395,18 @@ def test_list_jobs_paging_and_filters(state: ClusterState) -> None:
         commands.submit_job(state, gang(f"j{i}", replicas=1, queue="q2" if i % 2 else "default"))
     page = queries.list_jobs(state, pb.ListJobsRequest(page_size=2))
     assert [j.spec.id for j in page.jobs] == ["j0", "j1"] and page.next_page_token
-    page2 = queries.list_jobs(state, pb.ListJobsRequest(page_size=2, page_token=page.next_page_token))
+    page2 = queries.list_jobs(
+        state, pb.ListJobsRequest(page_size=2, page_token=page.next_page_token)
+    )
     assert [j.spec.id for j in page2.jobs] == ["j2", "j3"]
-    page3 = queries.list_jobs(state, pb.ListJobsRequest(page_size=2, page_token=page2.next_page_token))
+    page3 = queries.list_jobs(
+        state, pb.ListJobsRequest(page_size=2, page_token=page2.next_page_token)
+    )
     assert [j.spec.id for j in page3.jobs] == ["j4"] and not page3.next_page_token
-    assert [j.spec.id for j in queries.list_jobs(state, pb.ListJobsRequest(queue="q2")).jobs] == ["j1", "j3"]
+    assert [j.spec.id for j in queries.list_jobs(state, pb.ListJobsRequest(queue="q2")).jobs] == [
+        "j1",
+        "j3",
+    ]
     with pytest.raises(DomainError):  # a token from another filter set
         queries.list_jobs(state, pb.ListJobsRequest(queue="q2", page_token=page.next_page_token))
     commands.cancel_job(state, "j0")
@@ -332,7 +433,9 @@ def test_commit_batches_only_what_changed(state: ClusterState) -> None:
 def test_submit_jobs_is_all_or_nothing(state: ClusterState) -> None:
     commands.submit_job(state, gang("old", replicas=1))
     batch = [gang("new-1", replicas=1), gang("old", replicas=2), gang("new-2", replicas=1)]
-    with pytest.raises(DomainError, match=r"^jobs\[1\]\.job\.id: job 'old' already exists with a different spec"):
+    with pytest.raises(
+        DomainError, match=r"^jobs\[1\]\.job\.id: job 'old' already exists with a different spec"
+    ):
         commands.submit_jobs(state, batch)
     assert sorted(state.jobs) == ["old"]  # nothing of the batch went in
     with pytest.raises(DomainError, match=r"jobs\[1\]\.job\.id: job 'x' is also jobs\[0\]"):
@@ -348,7 +451,9 @@ def test_submit_jobs_reports_the_first_refusal_in_batch_order(state: ClusterStat
     bad_queue.queue = "nowhere"
     bad_field = gang("b", replicas=1)
     bad_field.task_groups[0].replicas = -1
-    with pytest.raises(DomainError, match=r"^jobs\[0\]\.job\.queue: queue 'nowhere' does not exist"):
+    with pytest.raises(
+        DomainError, match=r"^jobs\[0\]\.job\.queue: queue 'nowhere' does not exist"
+    ):
         commands.submit_jobs(state, [bad_queue, bad_field])
     with pytest.raises(DomainError, match=r"^jobs\[1\]\."):
         commands.submit_jobs(state, [gang("c", replicas=1), bad_field, bad_queue])
@@ -365,7 +470,9 @@ def test_prepared_jobs_take_their_creation_order_when_created(state: ClusterStat
     assert early.creation_index < late.creation_index
     assert late.template.creation_index == late.creation_index
     assert {t.creation_index for t in late.template.tasks} == {late.creation_index}
-    assert late.status.submit_time is not None and late.status.submit_time >= early.status.submit_time
+    assert (
+        late.status.submit_time is not None and late.status.submit_time >= early.status.submit_time
+    )
 
 
 def test_task_output_from_its_backend_is_kept_bounded_and_served(state: ClusterState) -> None:
@@ -375,14 +482,21 @@ def test_task_output_from_its_backend_is_kept_bounded_and_served(state: ClusterS
     apply(state, *bind_all(state, "g"))
 
     def send(task: str, data: bytes, eof: bool = False, backend: str = "a") -> None:
-        ingest.send_deltas(state, pb.SendDeltasRequest(backend=backend, deltas=[
-            pb.Delta(task_log=pb.TaskLogChunk(task_id=task, data=data, eof=eof))]))
+        ingest.send_deltas(
+            state,
+            pb.SendDeltasRequest(
+                backend=backend,
+                deltas=[pb.Delta(task_log=pb.TaskLogChunk(task_id=task, data=data, eof=eof))],
+            ),
+        )
 
     send("g/worker-0", b"hello\n")
     send("g/worker-0", b"world\n", eof=True)
     logs = queries.get_task_logs(state, pb.GetTaskLogsRequest(job_id="g"))
     assert [(entry.task_id, entry.data, entry.eof) for entry in logs.logs] == [
-        ("g/worker-0", b"hello\nworld\n", True), ("g/worker-1", b"", False)]
+        ("g/worker-0", b"hello\nworld\n", True),
+        ("g/worker-1", b"", False),
+    ]
     one = queries.get_task_logs(state, pb.GetTaskLogsRequest(job_id="g", task_id="g/worker-0")).logs
     assert len(one) == 1
     ingest.register_backend(state, pb.RegisterBackendRequest(name="b", kind="fake-agent"))

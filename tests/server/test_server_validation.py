@@ -16,38 +16,159 @@ def tg(role: str = "worker", replicas: int = 1, **request: str) -> pb.TaskGroup:
 
 
 BAD_JOBS = [
-    ("malformed quantity", pb.JobSpec(id="j", task_groups=[tg(), pb.TaskGroup(role="ps", replicas=1, request=rl(cpu="2x"))]),
-     INVALID, "job.task_groups[1].request.cpu"),
-    ("negative request", pb.JobSpec(id="j", task_groups=[tg(cpu="-1")]), INVALID, "job.task_groups[0].request.cpu"),
-    ("all-zero request", pb.JobSpec(id="j", task_groups=[tg(cpu="0", memory="0")]), INVALID, "job.task_groups[0].request"),
-    ("empty request", pb.JobSpec(id="j", task_groups=[pb.TaskGroup(role="w", replicas=1)]), INVALID, "job.task_groups[0].request"),
-    ("bad resource name", pb.JobSpec(id="j", task_groups=[tg(**{"bad name": "1"})]), INVALID, "job.task_groups[0].request"),
-    ("zero replicas", pb.JobSpec(id="j", task_groups=[tg(replicas=0)]), INVALID, "job.task_groups[0].replicas"),
-    ("negative replicas", pb.JobSpec(id="j", task_groups=[tg(replicas=-3)]), INVALID, "job.task_groups[0].replicas"),
-    ("min_member > tasks", pb.JobSpec(id="j", min_member=3, task_groups=[tg(replicas=2)]), INVALID, "job.min_member"),
-    ("min_task_member unknown role", pb.JobSpec(id="j", min_task_member={"ps": 1}, task_groups=[tg()]), INVALID,
-     "job.min_task_member['ps']"),
-    ("min_task_member > replicas", pb.JobSpec(id="j", min_task_member={"worker": 3}, task_groups=[tg(replicas=2)]),
-     INVALID, "job.min_task_member['worker']"),
+    (
+        "malformed quantity",
+        pb.JobSpec(
+            id="j", task_groups=[tg(), pb.TaskGroup(role="ps", replicas=1, request=rl(cpu="2x"))]
+        ),
+        INVALID,
+        "job.task_groups[1].request.cpu",
+    ),
+    (
+        "negative request",
+        pb.JobSpec(id="j", task_groups=[tg(cpu="-1")]),
+        INVALID,
+        "job.task_groups[0].request.cpu",
+    ),
+    (
+        "all-zero request",
+        pb.JobSpec(id="j", task_groups=[tg(cpu="0", memory="0")]),
+        INVALID,
+        "job.task_groups[0].request",
+    ),
+    (
+        "empty request",
+        pb.JobSpec(id="j", task_groups=[pb.TaskGroup(role="w", replicas=1)]),
+        INVALID,
+        "job.task_groups[0].request",
+    ),
+    (
+        "bad resource name",
+        pb.JobSpec(id="j", task_groups=[tg(**{"bad name": "1"})]),
+        INVALID,
+        "job.task_groups[0].request",
+    ),
+    (
+        "zero replicas",
+        pb.JobSpec(id="j", task_groups=[tg(replicas=0)]),
+        INVALID,
+        "job.task_groups[0].replicas",
+    ),
+    (
+        "negative replicas",
+        pb.JobSpec(id="j", task_groups=[tg(replicas=-3)]),
+        INVALID,
+        "job.task_groups[0].replicas",
+    ),
+    (
+        "min_member > tasks",
+        pb.JobSpec(id="j", min_member=3, task_groups=[tg(replicas=2)]),
+        INVALID,
+        "job.min_member",
+    ),
+    (
+        "min_task_member unknown role",
+        pb.JobSpec(id="j", min_task_member={"ps": 1}, task_groups=[tg()]),
+        INVALID,
+        "job.min_task_member['ps']",
+    ),
+    (
+        "min_task_member > replicas",
+        pb.JobSpec(id="j", min_task_member={"worker": 3}, task_groups=[tg(replicas=2)]),
+        INVALID,
+        "job.min_task_member['worker']",
+    ),
     ("empty id", pb.JobSpec(id="", task_groups=[tg()]), INVALID, "job.id"),
     ("bad id", pb.JobSpec(id="a/b", task_groups=[tg()]), INVALID, "job.id"),
     ("no task groups", pb.JobSpec(id="j"), INVALID, "job.task_groups"),
-    ("empty role", pb.JobSpec(id="j", task_groups=[tg(role="")]), INVALID, "job.task_groups[0].role"),
-    ("duplicate role", pb.JobSpec(id="j", task_groups=[tg(), tg()]), INVALID, "job.task_groups[1].role"),
-    ("unknown queue", pb.JobSpec(id="j", queue="nope", task_groups=[tg()]), grpc.StatusCode.NOT_FOUND, "job.queue"),
-    ("bad toleration", pb.JobSpec(id="j", task_groups=[pb.TaskGroup(role="w", replicas=1, request=rl(cpu="1"),
-     tolerations=[pb.Toleration(key="k", operator="Maybe")])]), INVALID, "job.task_groups[0].tolerations[0].operator"),
-    ("bad affinity operator", pb.JobSpec(id="j", task_groups=[pb.TaskGroup(role="w", replicas=1, request=rl(cpu="1"),
-     affinity=pb.Affinity(node_affinity=pb.NodeAffinity(required=[pb.NodeSelectorTerm(match_expressions=[
-         pb.LabelSelectorRequirement(key="zone", operator="Near", values=["a"])])]))
-     )]),
-     INVALID, "job.task_groups[0].affinity.node_affinity.required[0].match_expressions[0].operator"),
-    ("sub_group undeclared", pb.JobSpec(id="j", task_groups=[pb.TaskGroup(role="w", replicas=1, request=rl(cpu="1"),
-     sub_group="x")]), INVALID, "job.task_groups[0].sub_group"),
-    ("negative duration", pb.JobSpec(id="j", task_groups=[pb.TaskGroup(role="w", replicas=1, request=rl(cpu="1"),
-     duration_seconds=-1)]), INVALID, "job.task_groups[0].duration_seconds"),
-    ("bad min_resources", pb.JobSpec(id="j", min_resources=rl(memory="lots"), task_groups=[tg()]), INVALID,
-     "job.min_resources.memory"),
+    (
+        "empty role",
+        pb.JobSpec(id="j", task_groups=[tg(role="")]),
+        INVALID,
+        "job.task_groups[0].role",
+    ),
+    (
+        "duplicate role",
+        pb.JobSpec(id="j", task_groups=[tg(), tg()]),
+        INVALID,
+        "job.task_groups[1].role",
+    ),
+    (
+        "unknown queue",
+        pb.JobSpec(id="j", queue="nope", task_groups=[tg()]),
+        grpc.StatusCode.NOT_FOUND,
+        "job.queue",
+    ),
+    (
+        "bad toleration",
+        pb.JobSpec(
+            id="j",
+            task_groups=[
+                pb.TaskGroup(
+                    role="w",
+                    replicas=1,
+                    request=rl(cpu="1"),
+                    tolerations=[pb.Toleration(key="k", operator="Maybe")],
+                )
+            ],
+        ),
+        INVALID,
+        "job.task_groups[0].tolerations[0].operator",
+    ),
+    (
+        "bad affinity operator",
+        pb.JobSpec(
+            id="j",
+            task_groups=[
+                pb.TaskGroup(
+                    role="w",
+                    replicas=1,
+                    request=rl(cpu="1"),
+                    affinity=pb.Affinity(
+                        node_affinity=pb.NodeAffinity(
+                            required=[
+                                pb.NodeSelectorTerm(
+                                    match_expressions=[
+                                        pb.LabelSelectorRequirement(
+                                            key="zone", operator="Near", values=["a"]
+                                        )
+                                    ]
+                                )
+                            ]
+                        )
+                    ),
+                )
+            ],
+        ),
+        INVALID,
+        "job.task_groups[0].affinity.node_affinity.required[0].match_expressions[0].operator",
+    ),
+    (
+        "sub_group undeclared",
+        pb.JobSpec(
+            id="j",
+            task_groups=[pb.TaskGroup(role="w", replicas=1, request=rl(cpu="1"), sub_group="x")],
+        ),
+        INVALID,
+        "job.task_groups[0].sub_group",
+    ),
+    (
+        "negative duration",
+        pb.JobSpec(
+            id="j",
+            task_groups=[
+                pb.TaskGroup(role="w", replicas=1, request=rl(cpu="1"), duration_seconds=-1)
+            ],
+        ),
+        INVALID,
+        "job.task_groups[0].duration_seconds",
+    ),
+    (
+        "bad min_resources",
+        pb.JobSpec(id="j", min_resources=rl(memory="lots"), task_groups=[tg()]),
+        INVALID,
+        "job.min_resources.memory",
+    ),
 ]
 
 
@@ -67,7 +188,9 @@ async def test_submit_without_job_field(stub) -> None:
 async def test_duplicate_id_idempotent_or_already_exists(stub) -> None:
     first = await stub.SubmitJob(pb.SubmitJobRequest(job=gang("dup", replicas=2)))
     assert first.created
-    again = await stub.SubmitJob(pb.SubmitJobRequest(job=gang("dup", replicas=2, namespace="default", queue="default")))
+    again = await stub.SubmitJob(
+        pb.SubmitJobRequest(job=gang("dup", replicas=2, namespace="default", queue="default"))
+    )
     assert not again.created and again.job.spec.id == "dup"
     err = await rpc_error(stub.SubmitJob(pb.SubmitJobRequest(job=gang("dup", replicas=3))))
     assert err.code() == grpc.StatusCode.ALREADY_EXISTS and err.details().startswith("job.id")
@@ -79,7 +202,9 @@ async def test_unknown_backend_is_failed_precondition(stub) -> None:
     for call in (
         stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="ghost", nodes=[node("n0")])),
         stub.SendDeltas(pb.SendDeltasRequest(backend="ghost")),
-        stub.AckDecisions(pb.AckDecisionsRequest(backend="ghost", acks=[pb.DecisionAck(decision_id=1)])),
+        stub.AckDecisions(
+            pb.AckDecisionsRequest(backend="ghost", acks=[pb.DecisionAck(decision_id=1)])
+        ),
     ):
         err = await rpc_error(call)
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -93,19 +218,50 @@ async def test_unknown_backend_is_failed_precondition(stub) -> None:
 async def test_bad_deltas_change_nothing(stub) -> None:
     await register(stub, "a", [node("n0")])
     # A valid first delta followed by one for a node that does not exist: nothing is applied.
-    err = await rpc_error(stub.SendDeltas(pb.SendDeltasRequest(backend="a", deltas=[
-        pb.Delta(node_upserted=node("n1")),
-        pb.Delta(node_removed="n9"),
-    ])))
-    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith("deltas[1].node_removed")
+    err = await rpc_error(
+        stub.SendDeltas(
+            pb.SendDeltasRequest(
+                backend="a",
+                deltas=[
+                    pb.Delta(node_upserted=node("n1")),
+                    pb.Delta(node_removed="n9"),
+                ],
+            )
+        )
+    )
+    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith(
+        "deltas[1].node_removed"
+    )
     names = [v.node.name for v in (await stub.ListNodes(pb.ListNodesRequest())).nodes]
     assert names == ["n0"]
-    err = await rpc_error(stub.SendDeltas(pb.SendDeltasRequest(backend="a", deltas=[
-        pb.Delta(task_status=pb.TaskStatusUpdate(task_id="nope/w-0", status=pb.TASK_STATUS_RUNNING, node="n0"))])))
-    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith("deltas[0].task_status.task_id")
-    err = await rpc_error(stub.SendDeltas(pb.SendDeltasRequest(backend="a", deltas=[
-        pb.Delta(node_upserted=pb.Node(name="n2", allocatable=rl(cpu="four")))])))
-    assert err.code() == INVALID and err.details().startswith("deltas[0].node_upserted.allocatable.cpu")
+    err = await rpc_error(
+        stub.SendDeltas(
+            pb.SendDeltasRequest(
+                backend="a",
+                deltas=[
+                    pb.Delta(
+                        task_status=pb.TaskStatusUpdate(
+                            task_id="nope/w-0", status=pb.TASK_STATUS_RUNNING, node="n0"
+                        )
+                    )
+                ],
+            )
+        )
+    )
+    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith(
+        "deltas[0].task_status.task_id"
+    )
+    err = await rpc_error(
+        stub.SendDeltas(
+            pb.SendDeltasRequest(
+                backend="a",
+                deltas=[pb.Delta(node_upserted=pb.Node(name="n2", allocatable=rl(cpu="four")))],
+            )
+        )
+    )
+    assert err.code() == INVALID and err.details().startswith(
+        "deltas[0].node_upserted.allocatable.cpu"
+    )
     err = await rpc_error(stub.SendDeltas(pb.SendDeltasRequest(backend="a", deltas=[pb.Delta()])))
     assert err.code() == INVALID and err.details().startswith("deltas[0]")
 
@@ -113,33 +269,53 @@ async def test_bad_deltas_change_nothing(stub) -> None:
 async def test_node_owned_by_other_backend(stub) -> None:
     await register(stub, "a", [node("n0")])
     await stub.RegisterBackend(pb.RegisterBackendRequest(name="b", kind="fake-agent"))
-    err = await rpc_error(stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="b", nodes=[node("n0")])))
-    assert err.code() == grpc.StatusCode.ALREADY_EXISTS and err.details().startswith("nodes[0].name")
+    err = await rpc_error(
+        stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="b", nodes=[node("n0")]))
+    )
+    assert err.code() == grpc.StatusCode.ALREADY_EXISTS and err.details().startswith(
+        "nodes[0].name"
+    )
     views = (await stub.ListNodes(pb.ListNodesRequest())).nodes
     assert [(v.node.name, v.node.backend) for v in views] == [("n0", "a")]
 
 
 async def test_sync_snapshot_bad_task(stub) -> None:
     await register(stub, "a", [node("n0")])
-    err = await rpc_error(stub.SyncSnapshot(pb.SyncSnapshotRequest(
-        backend="a", nodes=[node("n0"), node("n1")],
-        tasks=[pb.BackendTask(task_id="x", node="n7", request=rl(cpu="1"))])))
+    err = await rpc_error(
+        stub.SyncSnapshot(
+            pb.SyncSnapshotRequest(
+                backend="a",
+                nodes=[node("n0"), node("n1")],
+                tasks=[pb.BackendTask(task_id="x", node="n7", request=rl(cpu="1"))],
+            )
+        )
+    )
     assert err.code() == INVALID and err.details().startswith("tasks[0].node")
     assert [v.node.name for v in (await stub.ListNodes(pb.ListNodesRequest())).nodes] == ["n0"]
 
 
 async def test_ack_unknown_decision(stub) -> None:
     await register(stub, "a", [node("n0")])
-    err = await rpc_error(stub.AckDecisions(pb.AckDecisionsRequest(backend="a", acks=[pb.DecisionAck(decision_id=42)])))
-    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith("acks[0].decision_id")
+    err = await rpc_error(
+        stub.AckDecisions(
+            pb.AckDecisionsRequest(backend="a", acks=[pb.DecisionAck(decision_id=42)])
+        )
+    )
+    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith(
+        "acks[0].decision_id"
+    )
 
 
 async def test_queue_errors(stub) -> None:
-    err = await rpc_error(stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="q", parent="missing"))))
+    err = await rpc_error(
+        stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="q", parent="missing")))
+    )
     assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith("queue.parent")
     err = await rpc_error(stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name=""))))
     assert err.code() == INVALID and err.details().startswith("queue.name")
-    err = await rpc_error(stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="q", capability=rl(cpu="x")))))
+    err = await rpc_error(
+        stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="q", capability=rl(cpu="x"))))
+    )
     assert err.code() == INVALID and err.details().startswith("queue.capability.cpu")
     err = await rpc_error(stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="default"))))
     assert err.code() == grpc.StatusCode.ALREADY_EXISTS
@@ -147,7 +323,9 @@ async def test_queue_errors(stub) -> None:
     assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith("queue.name")
     await stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="team")))
     await stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="sub", parent="team")))
-    err = await rpc_error(stub.UpdateQueue(pb.QueueRequest(queue=pb.Queue(name="team", parent="sub"))))
+    err = await rpc_error(
+        stub.UpdateQueue(pb.QueueRequest(queue=pb.Queue(name="team", parent="sub")))
+    )
     assert err.code() == INVALID and "cycle" in err.details()
     err = await rpc_error(stub.DeleteQueue(pb.DeleteQueueRequest(name="team")))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "child" in err.details()

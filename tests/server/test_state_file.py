@@ -38,7 +38,10 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX locks and
 def muster_server(*args: str, timeout: float = WAIT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "server.service.main", "--listen", "127.0.0.1:0", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
     )
 
 
@@ -75,7 +78,9 @@ async def test_a_second_server_on_the_same_state_file_is_refused_naming_the_hold
     # The refused starts changed nothing: the first server still writes and reads its jobs.
     async with grpc.aio.insecure_channel(running.address) as ch:
         stub = pb_grpc.SchedulerStub(ch)
-        assert (await stub.SubmitJob(pb.SubmitJobRequest(job=gang("still-mine", replicas=1)))).created
+        assert (
+            await stub.SubmitJob(pb.SubmitJobRequest(job=gang("still-mine", replicas=1)))
+        ).created
         assert (await stub.GetJob(pb.GetJobRequest(id="still-mine"))).spec.id == "still-mine"
 
 
@@ -105,14 +110,20 @@ def test_a_lock_held_by_a_killed_process_is_free(tmp_path: Path) -> None:
     store.close()
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys, time
             from server.service.store import SqliteStore
             store = SqliteStore({state!r})
             print("locked", flush=True)
             time.sleep(120)
-        """)],
-        stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
@@ -154,7 +165,9 @@ async def test_deleting_the_state_file_while_running_refuses_writes(running: Ser
         with structlog.testing.capture_logs() as logs:
             os.remove(state)
             for attempt in range(2):  # refused, and again: never acknowledged as saved
-                err = await rpc_error(stub.SubmitJob(pb.SubmitJobRequest(job=gang("unsaved", replicas=1))))
+                err = await rpc_error(
+                    stub.SubmitJob(pb.SubmitJobRequest(job=gang("unsaved", replicas=1)))
+                )
                 assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, attempt
                 assert err.details() == (
                     f"state file {state} was deleted while the server ran: changes can no longer be saved; "
@@ -171,12 +184,16 @@ async def test_deleting_the_state_file_while_running_refuses_writes(running: Ser
                 return any(e["event"] == "cycle.stopped" for e in logs)
 
             await wait_for(loop_stopped, "the cycle loop to stop")
-    assert [e["log_level"] for e in logs if e["event"] == "store.state_file_lost"] == ["error"]  # once, loudly
+    assert [e["log_level"] for e in logs if e["event"] == "store.state_file_lost"] == [
+        "error"
+    ]  # once, loudly
     assert len(lost) == 1
     assert not Path(state).exists()  # nothing recreated it behind the refusals
 
 
-async def test_replacing_the_state_file_while_running_refuses_writes(running: ServerHandle, tmp_path: Path) -> None:
+async def test_replacing_the_state_file_while_running_refuses_writes(
+    running: ServerHandle, tmp_path: Path
+) -> None:
     state = running.server.options.state
     async with grpc.aio.insecure_channel(running.address) as ch:
         stub = pb_grpc.SchedulerStub(ch)
@@ -186,7 +203,9 @@ async def test_replacing_the_state_file_while_running_refuses_writes(running: Se
         os.replace(other, state)
         err = await rpc_error(stub.SubmitJob(pb.SubmitJobRequest(job=gang("unsaved", replicas=1))))
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert err.details().startswith(f"state file {state} was replaced by another file while the server ran")
+        assert err.details().startswith(
+            f"state file {state} was replaced by another file while the server ran"
+        )
         # Probes see it too: the health service says NOT_SERVING.
         health = health_pb2_grpc.HealthStub(ch)
 
@@ -234,7 +253,9 @@ def _foreign_sqlite(path: Path) -> None:
     db.close()
 
 
-def _foreign_jobs_table(path: Path) -> None:  # a table with one of Muster's names, and others' columns
+def _foreign_jobs_table(
+    path: Path,
+) -> None:  # a table with one of Muster's names, and others' columns
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, cron TEXT)")
     db.commit()
@@ -255,13 +276,18 @@ CORRUPT = {
     "random-bytes": (_random, "sqlite: file is not a database"),
     "text-file": (_text, "sqlite: file is not a database"),
     "foreign-sqlite": (_foreign_sqlite, "it has tables Muster does not use: users"),
-    "foreign-jobs-table": (_foreign_jobs_table, "its jobs table has no creation_index, spec, status column"),
+    "foreign-jobs-table": (
+        _foreign_jobs_table,
+        "its jobs table has no creation_index, spec, status column",
+    ),
     "truncated": (_truncated, "sqlite: database disk image is malformed"),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(CORRUPT))
-def test_a_file_that_is_not_a_muster_state_database_is_refused_in_one_line(tmp_path: Path, kind: str) -> None:
+def test_a_file_that_is_not_a_muster_state_database_is_refused_in_one_line(
+    tmp_path: Path, kind: str
+) -> None:
     make, why = CORRUPT[kind]
     path = tmp_path / "corrupt.db"
     make(path)
@@ -273,10 +299,14 @@ def test_a_file_that_is_not_a_muster_state_database_is_refused_in_one_line(tmp_p
         f"muster-server: state file {path} is not a Muster state database ({why})"
     ]
     assert path.read_bytes() == before  # refused before anything was written to it
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["corrupt.db"]  # no lock file, no -wal left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "corrupt.db"
+    ]  # no lock file, no -wal left
 
 
-def test_a_store_written_by_muster_is_accepted_and_an_empty_file_is_a_new_store(tmp_path: Path) -> None:
+def test_a_store_written_by_muster_is_accepted_and_an_empty_file_is_a_new_store(
+    tmp_path: Path,
+) -> None:
     empty = tmp_path / "empty.db"
     empty.touch()
     SqliteStore(empty).close()
@@ -291,24 +321,38 @@ def test_a_store_written_by_muster_is_accepted_and_an_empty_file_is_a_new_store(
 
 
 async def test_a_worker_that_cannot_be_spawned_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(CoreRunner, "command", ("/nonexistent/python3", "-m", "server.service.core_runner"))
+    monkeypatch.setattr(
+        CoreRunner, "command", ("/nonexistent/python3", "-m", "server.service.core_runner")
+    )
     runner = CoreRunner("process")
-    with pytest.raises(CoreWorkerStartError, match=r"^scheduling worker process failed to start: "
-                                                     r"/nonexistent/python3: .*No such file"):
+    with pytest.raises(
+        CoreWorkerStartError,
+        match=r"^scheduling worker process failed to start: "
+        r"/nonexistent/python3: .*No such file",
+    ):
         await runner.start()
 
 
-async def test_a_worker_that_dies_before_it_is_ready_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_worker_that_dies_before_it_is_ready_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(CoreRunner, "command", (sys.executable, "-c", "import sys; sys.exit(3)"))
     runner = CoreRunner("process")
-    with pytest.raises(CoreWorkerStartError, match=r"^scheduling worker process failed to start: "
-                                                     r"it exited with code 3 before it was ready"):
+    with pytest.raises(
+        CoreWorkerStartError,
+        match=r"^scheduling worker process failed to start: "
+        r"it exited with code 3 before it was ready",
+    ):
         await runner.start()
     await runner.aclose()
 
 
-async def test_a_worker_that_hangs_before_it_is_ready_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(CoreRunner, "command", (sys.executable, "-c", "import time; time.sleep(60)"))
+async def test_a_worker_that_hangs_before_it_is_ready_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(
+        CoreRunner, "command", (sys.executable, "-c", "import time; time.sleep(60)")
+    )
     monkeypatch.setattr(CoreRunner, "start_timeout", 0.5)
     runner = CoreRunner("process")
     with pytest.raises(CoreWorkerStartError, match="not ready after 0.5 s"):
@@ -318,8 +362,12 @@ async def test_a_worker_that_hangs_before_it_is_ready_is_named(monkeypatch: pyte
 def test_the_server_names_a_worker_that_cannot_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(CoreRunner, "command", (sys.executable, "-c", "raise SystemExit('no numpy here')"))
-    monkeypatch.setattr(server_main, "tune_gc", lambda: None)  # process-wide settings: not in the tests'
+    monkeypatch.setattr(
+        CoreRunner, "command", (sys.executable, "-c", "raise SystemExit('no numpy here')")
+    )
+    monkeypatch.setattr(
+        server_main, "tune_gc", lambda: None
+    )  # process-wide settings: not in the tests'
     monkeypatch.setattr(server_main, "configure_logging", lambda *args: None)
     status = server_main.main(["--listen", "127.0.0.1:0", "--state", str(tmp_path / "m.db")])
     err = capfd.readouterr().err
@@ -330,16 +378,30 @@ def test_the_server_names_a_worker_that_cannot_start(
         "muster-server: scheduling worker process failed to start: it exited with code 1 before it was ready "
         "(its error, if any, is on the server's stderr)",
     ]
-    assert not Path(f"{tmp_path / 'm.db'}.lock").exists()  # the failed server let go of its state file
+    assert not Path(
+        f"{tmp_path / 'm.db'}.lock"
+    ).exists()  # the failed server let go of its state file
 
 
-def test_failures_inside_exception_groups_are_reported_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
-    nested = ExceptionGroup("outer", [ExceptionGroup("inner", [OSError("cannot listen on x")]),
-                                      StateFileInUse("state file s is in use by muster-server pid 1")])
+def test_failures_inside_exception_groups_are_reported_one_line_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nested = ExceptionGroup(
+        "outer",
+        [
+            ExceptionGroup("inner", [OSError("cannot listen on x")]),
+            StateFileInUse("state file s is in use by muster-server pid 1"),
+        ],
+    )
     assert server_main.report_failure(nested) == 1
     assert capsys.readouterr().err.splitlines() == [
-        "muster-server: cannot listen on x", "muster-server: state file s is in use by muster-server pid 1"]
-    assert server_main.report_failure(ExceptionGroup("g", [StateFileError("state file s is not ...")])) == 2
+        "muster-server: cannot listen on x",
+        "muster-server: state file s is in use by muster-server pid 1",
+    ]
+    assert (
+        server_main.report_failure(ExceptionGroup("g", [StateFileError("state file s is not ...")]))
+        == 2
+    )
     capsys.readouterr()
     try:
         raise ZeroDivisionError("a bug")
@@ -347,4 +409,7 @@ def test_failures_inside_exception_groups_are_reported_one_line_each(capsys: pyt
         bug = exc
     assert server_main.report_failure(ExceptionGroup("g", [bug])) == 1
     err = capsys.readouterr().err
-    assert "Traceback" in err and err.splitlines()[-1] == "muster-server: unexpected ZeroDivisionError: a bug"
+    assert (
+        "Traceback" in err
+        and err.splitlines()[-1] == "muster-server: unexpected ZeroDivisionError: a bug"
+    )

@@ -42,7 +42,9 @@ def npu_node(name: str, bad: tuple[int, ...] = ()) -> pb.Node:
 def state() -> ClusterState:
     c = ClusterState(DecisionLog(bind_timeout=30), clock=Clock())
     ingest.register_backend(c, pb.RegisterBackendRequest(name="a", kind="fake-agent"))
-    ingest.sync_snapshot(c, pb.SyncSnapshotRequest(backend="a", nodes=[npu_node("n0", bad=(0,)), node("c0")]))
+    ingest.sync_snapshot(
+        c, pb.SyncSnapshotRequest(backend="a", nodes=[npu_node("n0", bad=(0,)), node("c0")])
+    )
     return c
 
 
@@ -66,9 +68,19 @@ def run_cycle(state: ClusterState, config: str | None = None) -> CycleResult:
 
 
 def report(state: ClusterState, task_id: str, status: int, exit_code: int = 0) -> None:
-    ingest.send_deltas(state, pb.SendDeltasRequest(backend="a", deltas=[
-        pb.Delta(task_status=pb.TaskStatusUpdate(task_id=task_id, status=status, exit_code=exit_code))
-    ]))
+    ingest.send_deltas(
+        state,
+        pb.SendDeltasRequest(
+            backend="a",
+            deltas=[
+                pb.Delta(
+                    task_status=pb.TaskStatusUpdate(
+                        task_id=task_id, status=status, exit_code=exit_code
+                    )
+                )
+            ],
+        ),
+    )
 
 
 # -- TYJob validation ------------------------------------------------------------------------------
@@ -76,16 +88,25 @@ def report(state: ClusterState, task_id: str, status: int, exit_code: int = 0) -
     ("spec", "needle"),
     [
         (tyjob("j", leader_role="learner"), "job.tyjob.leader_role: a TYJob has one Leader"),
-        (tyjob("j", min_workers_num=3), "job.tyjob.min_workers_num: 3 must be between 0 and the job's 2 workers"),
+        (
+            tyjob("j", min_workers_num=3),
+            "job.tyjob.min_workers_num: 3 must be between 0 and the job's 2 workers",
+        ),
         (tyjob("j", restart_limit=-1), "job.tyjob.restart_limit"),
         (tyjob("j", clean_pod_policy="Some"), "job.tyjob.clean_pod_policy: 'Some' is not one of"),
-        (tyjob("j", scheduler_policy=pb.TYSchedulerPolicy(basic_policy="Binpack")),
-         "job.tyjob.scheduler_policy.basic_policy: 'Binpack'"),
-        (tyjob("j", scheduler_policy=pb.TYSchedulerPolicy(job_queue_policy="FIFO")),
-         "job.tyjob.scheduler_policy.job_queue_policy: 'FIFO'"),
+        (
+            tyjob("j", scheduler_policy=pb.TYSchedulerPolicy(basic_policy="Binpack")),
+            "job.tyjob.scheduler_policy.basic_policy: 'Binpack'",
+        ),
+        (
+            tyjob("j", scheduler_policy=pb.TYSchedulerPolicy(job_queue_policy="FIFO")),
+            "job.tyjob.scheduler_policy.job_queue_policy: 'FIFO'",
+        ),
     ],
 )
-def test_invalid_tyjobs_are_refused_naming_the_field(state: ClusterState, spec: pb.JobSpec, needle: str) -> None:
+def test_invalid_tyjobs_are_refused_naming_the_field(
+    state: ClusterState, spec: pb.JobSpec, needle: str
+) -> None:
     with pytest.raises(DomainError) as err:
         commands.submit_job(state, spec)
     assert needle in err.value.message
@@ -127,14 +148,18 @@ def test_a_failed_leader_restarts_up_to_its_limit_then_the_job_fails(state: Clus
         assert view.status.phase != pb.JOB_PHASE_FAILED
         bind_and_run(state, "j")  # placed and running again
         assert state.jobs["j"].tasks[0].status == TaskStatus.RUNNING
-    report(state, "j/leader-0", pb.TASK_STATUS_FAILED, exit_code=3)  # the third failure: over the limit
+    report(
+        state, "j/leader-0", pb.TASK_STATUS_FAILED, exit_code=3
+    )  # the third failure: over the limit
     view = queries.get_job(state, "j")
     assert view.status.phase == pb.JOB_PHASE_FAILED and view.status.stage == "Failed"
     # cleanPodPolicy All: the workers are stopped.
     assert [t.status for t in state.jobs["j"].tasks[1:]] == [TaskStatus.RELEASING] * 2
 
 
-@pytest.mark.parametrize(("policy", "workers_after"), [("All", TaskStatus.RELEASING), ("None", TaskStatus.RUNNING)])
+@pytest.mark.parametrize(
+    ("policy", "workers_after"), [("All", TaskStatus.RELEASING), ("None", TaskStatus.RUNNING)]
+)
 def test_the_leaders_success_ends_the_job_and_clean_pod_policy_decides_the_workers(
     state: ClusterState, policy: str, workers_after: TaskStatus
 ) -> None:
@@ -171,12 +196,20 @@ def test_device_ids_go_from_the_cycle_to_the_bind_decision_and_survive_a_restart
     commands.submit_job(state, npu_job("four", 4))
     result = run_cycle(state, NPU_CONFIG)
     # Chip 0 is broken: ring 0 has 3 healthy chips; 1 chip goes there (table B: 3~4), 4 take ring 1.
-    assert result.bind_devices == {"one/w-0": ["Ascend910-1"], "four/w-0": [f"Ascend910-{i}" for i in range(4, 8)]}
+    assert result.bind_devices == {
+        "one/w-0": ["Ascend910-1"],
+        "four/w-0": [f"Ascend910-{i}" for i in range(4, 8)],
+    }
     binds = {p.row.task_id: p for p in state.decisions.pending.values() if p.row.kind == "bind"}
     assert set(binds) == {"one/w-0", "four/w-0"}
-    assert queries.get_job(state, "four").tasks[0].devices == [f"Ascend910-{i}" for i in range(4, 8)]
+    assert queries.get_job(state, "four").tasks[0].devices == [
+        f"Ascend910-{i}" for i in range(4, 8)
+    ]
     n0 = next(n for n in queries.list_nodes(state, "").nodes if n.node.name == "n0")
-    assert dict(n0.device_holders) == {"Ascend910-1": "one/w-0", **{f"Ascend910-{i}": "four/w-0" for i in range(4, 8)}}
+    assert dict(n0.device_holders) == {
+        "Ascend910-1": "one/w-0",
+        **{f"Ascend910-{i}": "four/w-0" for i in range(4, 8)},
+    }
     assert [d.healthy for d in n0.node.devices] == [False] + [True] * 7
     # The next cycle sees them held: a 2-chip job gets ring 0's last two, never a held chip.
     commands.submit_job(state, npu_job("two", 2))
@@ -186,20 +219,36 @@ def test_device_ids_go_from_the_cycle_to_the_bind_decision_and_survive_a_restart
     try:
         store.write(state.commit())
         stored = store.job("four")
-        assert stored is not None and stored.tasks[0].devices == [f"Ascend910-{i}" for i in range(4, 8)]
+        assert stored is not None and stored.tasks[0].devices == [
+            f"Ascend910-{i}" for i in range(4, 8)
+        ]
         again = ClusterState(DecisionLog(bind_timeout=30), clock=Clock())
         again.restore(store.load())
-        held = {t.uid: t.devices for j in snapshot.capture(again).materialize().jobs for t in j.tasks}
+        held = {
+            t.uid: t.devices for j in snapshot.capture(again).materialize().jobs for t in j.tasks
+        }
         assert held["four/w-0"] == [f"Ascend910-{i}" for i in range(4, 8)]
         # The agent comes back with its running tasks (reporting no ids: the server keeps its own).
         ingest.register_backend(again, pb.RegisterBackendRequest(name="a", kind="fake-agent"))
-        tasks = [pb.BackendTask(task_id="four/w-0", node="n0", status=pb.TASK_STATUS_RUNNING, request=rl(cpu="1"))]
-        tasks += [pb.BackendTask(task_id=t, node="n0", status=pb.TASK_STATUS_SUCCEEDED) for t in ("one/w-0", "two/w-0")]
-        ingest.sync_snapshot(again, pb.SyncSnapshotRequest(backend="a", nodes=[npu_node("n0", bad=(0,))], tasks=tasks))
+        tasks = [
+            pb.BackendTask(
+                task_id="four/w-0", node="n0", status=pb.TASK_STATUS_RUNNING, request=rl(cpu="1")
+            )
+        ]
+        tasks += [
+            pb.BackendTask(task_id=t, node="n0", status=pb.TASK_STATUS_SUCCEEDED)
+            for t in ("one/w-0", "two/w-0")
+        ]
+        ingest.sync_snapshot(
+            again,
+            pb.SyncSnapshotRequest(backend="a", nodes=[npu_node("n0", bad=(0,))], tasks=tasks),
+        )
         commands.submit_job(again, npu_job("after", 2))
         # Ring 1 is still four's (kept across the restart), so 2 chips come from ring 0; had the ids
         # been lost, four would have been given the lowest free chips (1-4) and this job ring 1's.
-        assert run_cycle(again, NPU_CONFIG).bind_devices == {"after/w-0": ["Ascend910-1", "Ascend910-2"]}
+        assert run_cycle(again, NPU_CONFIG).bind_devices == {
+            "after/w-0": ["Ascend910-1", "Ascend910-2"]
+        }
     finally:
         store.close()
 
@@ -207,22 +256,46 @@ def test_device_ids_go_from_the_cycle_to_the_bind_decision_and_survive_a_restart
 def test_apply_drops_a_bind_whose_device_was_taken_meanwhile(state: ClusterState) -> None:
     commands.submit_job(state, npu_job("late", 1))
     capture = snapshot.capture(state)
-    result = CycleResult(capture.cycle_id, binds={"late/w-0": "n0"}, bind_devices={"late/w-0": ["Ascend910-5"]})
+    result = CycleResult(
+        capture.cycle_id, binds={"late/w-0": "n0"}, bind_devices={"late/w-0": ["Ascend910-5"]}
+    )
     result.jobs["late"] = JobOutcome(PodGroupPhase.RUNNING)
     # Between capture and apply the backend reports a task of its own on that chip.
-    ingest.send_deltas(state, pb.SendDeltasRequest(backend="a", deltas=[pb.Delta(foreign_task_upserted=pb.BackendTask(
-        task_id="other", node="n0", request=rl(cpu="1"), status=pb.TASK_STATUS_RUNNING, devices=["Ascend910-5"]))]))
+    ingest.send_deltas(
+        state,
+        pb.SendDeltasRequest(
+            backend="a",
+            deltas=[
+                pb.Delta(
+                    foreign_task_upserted=pb.BackendTask(
+                        task_id="other",
+                        node="n0",
+                        request=rl(cpu="1"),
+                        status=pb.TASK_STATUS_RUNNING,
+                        devices=["Ascend910-5"],
+                    )
+                )
+            ],
+        ),
+    )
     stats = apply(state, capture, result)
     assert stats.dropped_binds == 1 and state.jobs["late"].tasks[0].status == TaskStatus.PENDING
 
 
 # -- owners ----------------------------------------------------------------------------------------
-def test_owner_filter_reads_the_store_for_jobs_that_left_memory(state: ClusterState, tmp_path: Path) -> None:
+def test_owner_filter_reads_the_store_for_jobs_that_left_memory(
+    state: ClusterState, tmp_path: Path
+) -> None:
     store = SqliteStore(str(tmp_path / "s.db"))
     try:
         for job_id, owner in (("a1", "alice"), ("b1", "bob"), ("a2", "alice")):
-            commands.submit_job(state, pb.JobSpec(id=job_id, task_groups=[
-                pb.TaskGroup(role="w", replicas=1, request=rl(cpu="1"))]), owner=owner)
+            commands.submit_job(
+                state,
+                pb.JobSpec(
+                    id=job_id, task_groups=[pb.TaskGroup(role="w", replicas=1, request=rl(cpu="1"))]
+                ),
+                owner=owner,
+            )
         store.write(state.commit())
         state.jobs.archive = store
         del state.jobs["a1"]  # as retention does for a finished job

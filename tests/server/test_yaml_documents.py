@@ -29,7 +29,9 @@ def alias_bomb(levels: int = 9, width: int = 9, prefix: str = "x-") -> tuple[str
     """The anchors of a "billion laughs" (width**levels strings, a few hundred bytes) as
     ``x-`` keys (ignored by the parsers), and the alias of the last one."""
     lines = [f"{prefix}0: &l0 [" + ", ".join(["lol"] * width) + "]"]
-    lines += [f"{prefix}{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * width) + "]" for i in range(1, levels)]
+    lines += [
+        f"{prefix}{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * width) + "]" for i in range(1, levels)
+    ]
     return "\n".join(lines) + "\n", f"*l{levels - 1}"
 
 
@@ -38,8 +40,14 @@ def alias_bomb(levels: int = 9, width: int = 9, prefix: str = "x-") -> tuple[str
     [
         ("profile: []", "config.profile: [] is not volcano or kai"),
         ("profile: {a: 1}", "config.profile: {'a': 1} is not volcano or kai"),
-        ("configurations: [{name: preempt, arguments: -1}]", "config.configurations[0].arguments: must be a mapping"),
-        ("configurations: [{name: preempt, arguments: [x]}]", "config.configurations[0].arguments: must be a mapping"),
+        (
+            "configurations: [{name: preempt, arguments: -1}]",
+            "config.configurations[0].arguments: must be a mapping",
+        ),
+        (
+            "configurations: [{name: preempt, arguments: [x]}]",
+            "config.configurations[0].arguments: must be a mapping",
+        ),
     ],
 )
 async def test_update_config_with_a_wrong_type_is_invalid_naming_the_field(
@@ -54,7 +62,10 @@ async def test_update_config_with_a_wrong_type_is_invalid_naming_the_field(
 @pytest.mark.parametrize(
     ("scenario", "field"),
     [
-        ("nodes: [{name: n1}]\njobs: [{name: j, tasks: [{name: t, node: []}]}]", "jobs[0].tasks[0].node: must be a string"),
+        (
+            "nodes: [{name: n1}]\njobs: [{name: j, tasks: [{name: t, node: []}]}]",
+            "jobs[0].tasks[0].node: must be a string",
+        ),
         ("config: {profile: []}", "config.profile: [] is not volcano or kai"),
     ],
 )
@@ -66,13 +77,23 @@ async def test_simulate_with_a_wrong_type_is_invalid_naming_the_field(
 
 
 async def test_simulate_cycles_are_bounded(stub: pb_grpc.SchedulerStub) -> None:
-    err = await rpc_error(stub.Simulate(pb.SimulateRequest(scenario="nodes: [{name: n1}]", cycles=1001)))
-    assert err.code() == INVALID and "cycles: 1001 is not between 0 and 1000" in (err.details() or "")
-    err = await rpc_error(stub.Simulate(pb.SimulateRequest(scenario="config: {cycles: 5000}\nnodes: [{name: n1}]")))
-    assert err.code() == INVALID and "config.cycles: must be between 1 and 1000" in (err.details() or "")
+    err = await rpc_error(
+        stub.Simulate(pb.SimulateRequest(scenario="nodes: [{name: n1}]", cycles=1001))
+    )
+    assert err.code() == INVALID and "cycles: 1001 is not between 0 and 1000" in (
+        err.details() or ""
+    )
+    err = await rpc_error(
+        stub.Simulate(pb.SimulateRequest(scenario="config: {cycles: 5000}\nnodes: [{name: n1}]"))
+    )
+    assert err.code() == INVALID and "config.cycles: must be between 1 and 1000" in (
+        err.details() or ""
+    )
 
 
-async def test_a_large_update_config_does_not_hold_the_event_loop(stub: pb_grpc.SchedulerStub) -> None:
+async def test_a_large_update_config_does_not_hold_the_event_loop(
+    stub: pb_grpc.SchedulerStub,
+) -> None:
     """Parsing runs in a worker thread: the server's loop (this test's loop too: the server runs in
     process) keeps turning while a text that takes seconds to parse is checked."""
     text = "actions: enqueue\nx-padding: [" + ", ".join(["1"] * 150_000) + "]\n"
@@ -113,14 +134,22 @@ async def test_update_config_refuses_an_alias_bomb_quickly_with_a_short_audit_li
         elapsed = time.perf_counter() - started
     assert elapsed < 1.0
     assert err.code() == INVALID and "aliases expand to more than" in (err.details() or "")
-    audit = [entry for entry in logs if entry.get("event") == "audit" and entry.get("rpc") == "UpdateConfig"]
+    audit = [
+        entry
+        for entry in logs
+        if entry.get("event") == "audit" and entry.get("rpc") == "UpdateConfig"
+    ]
     assert audit and all(len(str(entry)) < 2000 for entry in audit)
     assert await stub.GetConfig(pb.GetConfigRequest()) == before
 
 
 async def test_a_long_value_is_cut_in_the_error(stub: pb_grpc.SchedulerStub) -> None:
     """A value shared by aliases (under the bounds) is not spelled out in full in the answer."""
-    text = "x-a: &a [" + ", ".join(["y" * 100] * 500) + "]\nextension_points_not_listed: [*a, *a, *a, *a]\n"
+    text = (
+        "x-a: &a ["
+        + ", ".join(["y" * 100] * 500)
+        + "]\nextension_points_not_listed: [*a, *a, *a, *a]\n"
+    )
     err = await rpc_error(stub.UpdateConfig(pb.UpdateConfigRequest(yaml=text)))
     assert err.code() == INVALID and "config.extension_points_not_listed:" in (err.details() or "")
     assert len(err.details() or "") < 500
@@ -142,7 +171,9 @@ BAD_FILES: list[str | bytes] = [
 async def test_a_bad_config_file_while_running_keeps_the_old_config(tmp_path: Path) -> None:
     path = tmp_path / "scheduler.yaml"
     path.write_text(GOOD)
-    handle: ServerHandle = await start_server(server_options(tmp_path, config_path=str(path), expire_interval=0.02))
+    handle: ServerHandle = await start_server(
+        server_options(tmp_path, config_path=str(path), expire_interval=0.02)
+    )
     try:
         async with grpc.aio.insecure_channel(handle.address) as channel:
             stub = pb_grpc.SchedulerStub(channel)
@@ -162,7 +193,10 @@ async def test_a_bad_config_file_while_running_keeps_the_old_config(tmp_path: Pa
             failed = [e for e in logs if e.get("event") == "config.reload_failed"]
             assert [e["path"] for e in failed] == [str(path)] * len(BAD_FILES)
             assert "config.profile: [] is not volcano or kai" in failed[0]["error"]
-            assert "aliases expand" in failed[5]["error"] and "UnicodeDecodeError" in failed[6]["error"]
+            assert (
+                "aliases expand" in failed[5]["error"]
+                and "UnicodeDecodeError" in failed[6]["error"]
+            )
             assert handle.loop.core.config.actions == ["enqueue", "allocate", "backfill"]
             await next_cycle(handle)  # the loop still runs cycles
             path.write_text(BETTER)

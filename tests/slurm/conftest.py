@@ -36,7 +36,9 @@ def run(*argv: str, check: bool = True, timeout: float = 60, **kw: Any) -> str:
     return proc.stdout
 
 
-def wait_until(what: str, predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.25) -> Any:
+def wait_until(
+    what: str, predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.25
+) -> Any:
     """Poll ``predicate`` until truthy (returned) or fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -96,8 +98,13 @@ def slurm_cluster() -> Iterator[list[str]]:
     if lock is None:
         pytest.skip(f"another run has held the local Slurm cluster ({LOCK_PATH}) for 10 minutes")
     env = {**os.environ, **CLUSTER_ENV}
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "slurm-up.sh")], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm-up.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if proc.returncode != 0:
         lock.close()
         pytest.fail(f"scripts/slurm-up.sh failed:\n{proc.stderr[-3000:]}")
@@ -121,8 +128,13 @@ def clean_slurm(slurm_cluster: list[str]) -> list[str]:
         run("scancel", "-u", user, check=False)
     wait_until("jobs of earlier tests to end", lambda: not active_jobs(), timeout=60)
     env = {**os.environ, **CLUSTER_ENV}
-    subprocess.run(["bash", str(REPO / "scripts" / "slurm-up.sh")], env=env, check=True, capture_output=True,
-                   timeout=120)
+    subprocess.run(
+        ["bash", str(REPO / "scripts" / "slurm-up.sh")],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return slurm_cluster
 
 
@@ -138,13 +150,16 @@ def job_info(job_id: int) -> dict[str, str]:
     from adapters.slurm.parse import parse_scontrol_job
 
     record = parse_scontrol_job(run("scontrol", "show", "job", "-o", str(job_id)))
-    return {**record.raw, "_nodes": ",".join(sorted(record.nodes, key=_node_key)),
-            "_req": ",".join(sorted(record.required_nodes, key=_node_key))}
+    return {
+        **record.raw,
+        "_nodes": ",".join(sorted(record.nodes, key=_node_key)),
+        "_req": ",".join(sorted(record.required_nodes, key=_node_key)),
+    }
 
 
 def _node_key(name: str) -> tuple[str, int]:
     head = name.rstrip("0123456789")
-    return head, int(name[len(head):] or 0)
+    return head, int(name[len(head) :] or 0)
 
 
 def sort_nodes(names: Any) -> list[str]:
@@ -171,25 +186,44 @@ class Muster:
         command = os.environ.get("MUSTER_SERVER_CMD", str(BIN / "muster-server")).split()
         self.server = subprocess.Popen(
             [*command, "--listen", self.address, "--state", str(self.workdir / "muster.db")],
-            stdout=log, stderr=log, cwd=REPO,
+            stdout=log,
+            stderr=log,
+            cwd=REPO,
         )
         wait_until("the Muster server to answer", self._server_up, timeout=30)
 
     def _server_up(self) -> bool:
         assert self.server is not None
         if self.server.poll() is not None:
-            raise AssertionError(f"muster-server exited: {(self.workdir / 'server.log').read_text()[-2000:]}")
-        proc = subprocess.run([str(BIN / "muster"), "--server", self.address, "queues"], capture_output=True)
+            raise AssertionError(
+                f"muster-server exited: {(self.workdir / 'server.log').read_text()[-2000:]}"
+            )
+        proc = subprocess.run(
+            [str(BIN / "muster"), "--server", self.address, "queues"], capture_output=True
+        )
         return proc.returncode == 0
 
     def start_adapter(self, *extra: str) -> None:
         self.adapter_runs += 1
         log = open(self.workdir / f"adapter-{self.adapter_runs}.log", "ab")  # noqa: SIM115
         self.adapter = subprocess.Popen(
-            [str(BIN / "muster-slurm-adapter"), "--server", self.address, "--staging-partition", "staging",
-             "--run-partition", "batch", "--poll-interval", "0.3s", "--state-dir", str(self.workdir / "adapter"),
-             *extra],
-            stdout=log, stderr=log, cwd=REPO,
+            [
+                str(BIN / "muster-slurm-adapter"),
+                "--server",
+                self.address,
+                "--staging-partition",
+                "staging",
+                "--run-partition",
+                "batch",
+                "--poll-interval",
+                "0.3s",
+                "--state-dir",
+                str(self.workdir / "adapter"),
+                *extra,
+            ],
+            stdout=log,
+            stderr=log,
+            cwd=REPO,
         )
 
     def stop_adapter(self, sig: int = signal.SIGTERM) -> None:
@@ -203,7 +237,9 @@ class Muster:
         self.adapter = None
 
     def adapter_log(self) -> str:
-        return "".join((self.workdir / f"adapter-{i}.log").read_text() for i in range(1, self.adapter_runs + 1))
+        return "".join(
+            (self.workdir / f"adapter-{i}.log").read_text() for i in range(1, self.adapter_runs + 1)
+        )
 
     def stop(self) -> None:
         self.stop_adapter()
@@ -216,8 +252,12 @@ class Muster:
                 self.server.wait(timeout=5)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(BIN / "muster"), "--server", self.address, *args], capture_output=True,
-                              text=True, timeout=30)
+        return subprocess.run(
+            [str(BIN / "muster"), "--server", self.address, *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
 
 
 @pytest.fixture()

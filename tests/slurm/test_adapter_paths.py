@@ -24,24 +24,46 @@ _ids = iter(range(1, 1_000_000))
 
 
 def bind(job: str, index: int, node: str, cycle: int = 1) -> pb.Decision:
-    return pb.Decision(id=next(_ids), cycle_id=cycle,
-                       bind=pb.BindDecision(task_id=f"{job}/node-{index}", job_id=job, node=node))
+    return pb.Decision(
+        id=next(_ids),
+        cycle_id=cycle,
+        bind=pb.BindDecision(task_id=f"{job}/node-{index}", job_id=job, node=node),
+    )
 
 
 def evict(job: str, index: int, node: str, cycle: int = 1) -> pb.Decision:
-    return pb.Decision(id=next(_ids), cycle_id=cycle,
-                       evict=pb.EvictDecision(task_id=f"{job}/node-{index}", job_id=job, node=node, reason="preempt"))
+    return pb.Decision(
+        id=next(_ids),
+        cycle_id=cycle,
+        evict=pb.EvictDecision(
+            task_id=f"{job}/node-{index}", job_id=job, node=node, reason="preempt"
+        ),
+    )
 
 
 def staged(job_id: int, nodes: int = 1) -> SlurmJob:
-    return SlurmJob(job_id=job_id, state="PENDING", partition="staging", num_nodes=nodes, cpus=nodes,
-                    memory_bytes=nodes << 30, reason="PartitionDown")
+    return SlurmJob(
+        job_id=job_id,
+        state="PENDING",
+        partition="staging",
+        num_nodes=nodes,
+        cpus=nodes,
+        memory_bytes=nodes << 30,
+        reason="PartitionDown",
+    )
 
 
 def in_run(job_id: int, state: str, node: str, *, runs_on: str = "", reason: str = "") -> SlurmJob:
     """A one-node job in the run partition, required on ``node`` (running on ``runs_on``)."""
-    return SlurmJob(job_id=job_id, state=state, partition="batch", num_nodes=1, required_nodes=[node],
-                    nodes=[runs_on] if runs_on else [], reason=reason)
+    return SlurmJob(
+        job_id=job_id,
+        state=state,
+        partition="batch",
+        num_nodes=1,
+        required_nodes=[node],
+        nodes=[runs_on] if runs_on else [],
+        reason=reason,
+    )
 
 
 class FakeCLI:
@@ -101,8 +123,9 @@ class FakeRuntime:
     def __init__(self) -> None:
         self.statuses: list[tuple[str, int, str]] = []
 
-    def report_task_status(self, task_id: str, status: int, *, node: str = "", message: str = "",
-                           exit_code: int = 0) -> None:
+    def report_task_status(
+        self, task_id: str, status: int, *, node: str = "", message: str = "", exit_code: int = 0
+    ) -> None:
         self.statuses.append((task_id, status, message))
 
     def upsert_node(self, node: pb.Node) -> None: ...
@@ -155,7 +178,9 @@ def submitted(backend: SlurmBackend, slurm_id: int, size: int = 1) -> TrackedJob
     return job
 
 
-def placed(backend: SlurmBackend, slurm_id: int, nodes: list[str], *, confirmed: bool = True) -> TrackedJob:
+def placed(
+    backend: SlurmBackend, slurm_id: int, nodes: list[str], *, confirmed: bool = True
+) -> TrackedJob:
     job = submitted(backend, slurm_id, len(nodes))
     job.placed = nodes
     job.confirmed = confirmed
@@ -211,7 +236,9 @@ async def test_poll_reads_live_jobs_and_looks_up_ended_tracked_jobs_by_id() -> N
 # -- enforcement ----------------------------------------------------------------------------------
 
 
-async def test_a_burst_scontrol_accepted_is_acked_without_reading_back_then_checked_by_the_poll() -> None:
+async def test_a_burst_scontrol_accepted_is_acked_without_reading_back_then_checked_by_the_poll() -> (
+    None
+):
     backend, cli, runtime = make_backend()
     for sid in (10, 11):
         submitted(backend, sid)
@@ -220,7 +247,10 @@ async def test_a_burst_scontrol_accepted_is_acked_without_reading_back_then_chec
     assert not any(c[0] == "jobs_by_id" for c in cli.calls)  # no read-back on the enforcement path
     assert backend.jobs[10].placed == ["n1"] and not backend.jobs[10].confirmed
     # The next poll: job 10 shows Muster's placement; job 11 does not (its update did not stick).
-    cli.live = [in_run(10, "PENDING", "n1", reason="None"), in_run(11, "PENDING", "n7", reason="None")]
+    cli.live = [
+        in_run(10, "PENDING", "n1", reason="None"),
+        in_run(11, "PENDING", "n7", reason="None"),
+    ]
     await backend.poll_once()
     assert backend.jobs[10].confirmed and backend.jobs[10].attempt == 0
     failed = [s for s in runtime.statuses if s[0] == "slurm-11/node-0"]
@@ -236,7 +266,10 @@ async def test_a_mismatched_job_slurm_already_started_is_requeued_back_to_stagin
     cli.live = [in_run(12, "RUNNING", "n1", runs_on="n4")]
     await backend.poll_once()
     assert [c for c in cli.calls if c[0] in ("requeuehold", "unstage", "release")] == [
-        ("requeuehold", 12), ("unstage", 12), ("release", 12)]
+        ("requeuehold", 12),
+        ("unstage", 12),
+        ("release", 12),
+    ]
     assert backend.jobs[12].attempt == 1
 
 
@@ -257,7 +290,11 @@ async def test_a_chunk_with_a_failed_update_is_read_back_and_its_failures_retrie
 
 
 def test_consecutive_cycles_merge_only_when_their_jobs_are_disjoint() -> None:
-    a1, b2, c2 = bind("a", 0, "n1", cycle=1), bind("b", 0, "n2", cycle=2), bind("c", 0, "n3", cycle=2)
+    a1, b2, c2 = (
+        bind("a", 0, "n1", cycle=1),
+        bind("b", 0, "n2", cycle=2),
+        bind("c", 0, "n3", cycle=2),
+    )
     assert merge_runs([a1, b2, c2]) == [[a1, b2, c2]]
     # Job a bound in cycle 1 and evicted in cycle 2: the eviction must come after the bind.
     ev = evict("a", 0, "n1", cycle=2)
@@ -268,10 +305,14 @@ def test_consecutive_cycles_merge_only_when_their_jobs_are_disjoint() -> None:
     assert merge_runs(g) == [g]
 
 
-async def _gathered(first: list[pb.Decision], later: list[pb.Decision], delay: float) -> tuple[list[pb.Decision], float]:
+async def _gathered(
+    first: list[pb.Decision], later: list[pb.Decision], delay: float
+) -> tuple[list[pb.Decision], float]:
     backend, _, _ = make_backend()
     submitted(backend, 30, 3)
-    runtime = SlurmRuntime(backend, server="127.0.0.1:1", name="slurm", batch_linger=0.01, gang_wait=1.0)
+    runtime = SlurmRuntime(
+        backend, server="127.0.0.1:1", name="slurm", batch_linger=0.01, gang_wait=1.0
+    )
     send, receive = anyio.create_memory_object_stream[pb.Decision](100)
     for d in first:
         send.send_nowait(d)

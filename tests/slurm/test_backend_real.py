@@ -21,13 +21,19 @@ _next_id = iter(range(1, 1_000_000))
 
 
 def bind(job: str, index: int, node: str, cycle: int = 1) -> pb.Decision:
-    return pb.Decision(id=next(_next_id), cycle_id=cycle,
-                       bind=pb.BindDecision(task_id=f"{job}/node-{index}", job_id=job, node=node))
+    return pb.Decision(
+        id=next(_next_id),
+        cycle_id=cycle,
+        bind=pb.BindDecision(task_id=f"{job}/node-{index}", job_id=job, node=node),
+    )
 
 
 def evict(job: str, index: int, node: str, reason: str = "preempt") -> pb.Decision:
-    return pb.Decision(id=next(_next_id), cycle_id=2,
-                       evict=pb.EvictDecision(task_id=f"{job}/node-{index}", job_id=job, node=node, reason=reason))
+    return pb.Decision(
+        id=next(_next_id),
+        cycle_id=2,
+        evict=pb.EvictDecision(task_id=f"{job}/node-{index}", job_id=job, node=node, reason=reason),
+    )
 
 
 @pytest.fixture()
@@ -99,7 +105,9 @@ async def test_evict_requeueholds_back_to_staging_then_replaces(backend: SlurmBa
     slurm_id = sbatch("-N2", "--ntasks-per-node=1", "-c", "1", "--mem=1G")
     await backend.poll_once()
     job = f"slurm-{slurm_id}"
-    assert all(o.applied for o in await backend.apply_batch([bind(job, 0, "n1"), bind(job, 1, "n2")]))
+    assert all(
+        o.applied for o in await backend.apply_batch([bind(job, 0, "n1"), bind(job, 1, "n2")])
+    )
     wait_until("the job to run", lambda: job_info(slurm_id)["JobState"] == "RUNNING")
     await backend.poll_once()
 
@@ -108,7 +116,9 @@ async def test_evict_requeueholds_back_to_staging_then_replaces(backend: SlurmBa
     info = job_info(slurm_id)
     # COMPLETING while the old processes are being killed; the job is already back in staging.
     assert (info["JobState"], info["Partition"], info["_req"]) in (
-        ("PENDING", "staging", ""), ("COMPLETING", "staging", ""))
+        ("PENDING", "staging", ""),
+        ("COMPLETING", "staging", ""),
+    )
     wait_until("the old run to end", lambda: job_info(slurm_id)["JobState"] == "PENDING")
     info = job_info(slurm_id)
     assert info["Restarts"] == "1" and info["Reason"] != "job_requeued_in_held_state"  # released
@@ -116,8 +126,12 @@ async def test_evict_requeueholds_back_to_staging_then_replaces(backend: SlurmBa
     assert backend.jobs[slurm_id].placed is None  # not mistaken for a Slurm-initiated requeue
 
     # Re-placed elsewhere: runs at once, although requeue left EligibleTime ~2 min ahead.
-    assert all(o.applied for o in await backend.apply_batch([bind(job, 0, "n7", 3), bind(job, 1, "n8", 3)]))
-    wait_until("the job to run again", lambda: job_info(slurm_id)["JobState"] == "RUNNING", timeout=30)
+    assert all(
+        o.applied for o in await backend.apply_batch([bind(job, 0, "n7", 3), bind(job, 1, "n8", 3)])
+    )
+    wait_until(
+        "the job to run again", lambda: job_info(slurm_id)["JobState"] == "RUNNING", timeout=30
+    )
     assert job_info(slurm_id)["_nodes"] == "n7,n8"
 
 
@@ -145,9 +159,18 @@ async def test_poll_reports_nodes_and_foreign_jobs(backend: SlurmBackend) -> Non
 
 
 def native_bind(job: str, index: int, node: str, *, min_member: int, cycle: int = 1) -> pb.Decision:
-    return pb.Decision(id=next(_next_id), cycle_id=cycle, bind=pb.BindDecision(
-        task_id=f"{job}/worker-{index}", job_id=job, node=node, min_member=min_member, command=["sleep", "120"],
-        request=pb.ResourceList(quantities={"cpu": "2", "memory": "1Gi"})))
+    return pb.Decision(
+        id=next(_next_id),
+        cycle_id=cycle,
+        bind=pb.BindDecision(
+            task_id=f"{job}/worker-{index}",
+            job_id=job,
+            node=node,
+            min_member=min_member,
+            command=["sleep", "120"],
+            request=pb.ResourceList(quantities={"cpu": "2", "memory": "1Gi"}),
+        ),
+    )
 
 
 def slurm_ids_named(name: str) -> list[int]:
@@ -155,8 +178,12 @@ def slurm_ids_named(name: str) -> list[int]:
     return sorted(int(line) for line in out.split())
 
 
-async def test_native_job_is_submitted_pinned_at_bind_evicted_replaced_and_adopted(clean_slurm: list[str]) -> None:
-    settings = Settings(poll_interval=0.2, native_user="nobody", native_group="nogroup", native_workdir="/tmp")
+async def test_native_job_is_submitted_pinned_at_bind_evicted_replaced_and_adopted(
+    clean_slurm: list[str],
+) -> None:
+    settings = Settings(
+        poll_interval=0.2, native_user="nobody", native_group="nogroup", native_workdir="/tmp"
+    )
     backend = SlurmBackend(SlurmCLI(), settings, name="slurm-test")
     await backend.poll_once()
 
@@ -165,31 +192,61 @@ async def test_native_job_is_submitted_pinned_at_bind_evicted_replaced_and_adopt
     assert not partial[0].applied and "gang incomplete: 1 of 2" in partial[0].reason
     assert slurm_ids_named("mpi") == []
 
-    out = await backend.apply_batch([native_bind("mpi", 0, "n2", min_member=2),
-                                     native_bind("mpi", 1, "n5", min_member=2)])
+    out = await backend.apply_batch(
+        [native_bind("mpi", 0, "n2", min_member=2), native_bind("mpi", 1, "n5", min_member=2)]
+    )
     assert all(o.applied for o in out), out
     [first] = slurm_ids_named("mpi")
     info = job_info(first)
     # One Slurm job, as the native user, on exactly the bound nodes, with the per-node request.
-    assert info["_req"] == "n2,n5" and info["Partition"] == "batch" and info["UserId"].startswith("nobody(")
-    assert info["NumNodes"] in ("2", "2-2") and info["MinMemoryNode"] == "1G" and info["NumCPUs"] == "4"
+    assert (
+        info["_req"] == "n2,n5"
+        and info["Partition"] == "batch"
+        and info["UserId"].startswith("nobody(")
+    )
+    assert (
+        info["NumNodes"] in ("2", "2-2")
+        and info["MinMemoryNode"] == "1G"
+        and info["NumCPUs"] == "4"
+    )
     wait_until("the job to run", lambda: job_info(first)["JobState"] == "RUNNING")
     await backend.poll_once()
     assert backend.jobs[first].ran and backend.jobs[first].tasks == ["mpi/worker-0", "mpi/worker-1"]
-    tasks = {t.task_id: (t.node, t.status) for t in await backend.list_tasks() if not t.foreign_task}
-    assert tasks == {"mpi/worker-0": ("n2", pb.TASK_STATUS_RUNNING), "mpi/worker-1": ("n5", pb.TASK_STATUS_RUNNING)}
+    tasks = {
+        t.task_id: (t.node, t.status) for t in await backend.list_tasks() if not t.foreign_task
+    }
+    assert tasks == {
+        "mpi/worker-0": ("n2", pb.TASK_STATUS_RUNNING),
+        "mpi/worker-1": ("n5", pb.TASK_STATUS_RUNNING),
+    }
 
     # A repeated bind of the same placement is idempotent: no second Slurm job.
     assert (await backend.apply_batch([native_bind("mpi", 1, "n5", min_member=2)]))[0].applied
     assert slurm_ids_named("mpi") == [first]
 
     # Evicted: the Slurm job is cancelled; binds after it make a new Slurm job elsewhere.
-    out = await backend.apply_batch([pb.Decision(id=next(_next_id), cycle_id=2, evict=pb.EvictDecision(
-        task_id=f"mpi/worker-{i}", job_id="mpi", node=n, reason="preempt")) for i, n in ((0, "n2"), (1, "n5"))])
+    out = await backend.apply_batch(
+        [
+            pb.Decision(
+                id=next(_next_id),
+                cycle_id=2,
+                evict=pb.EvictDecision(
+                    task_id=f"mpi/worker-{i}", job_id="mpi", node=n, reason="preempt"
+                ),
+            )
+            for i, n in ((0, "n2"), (1, "n5"))
+        ]
+    )
     assert all(o.applied for o in out), out
-    wait_until("the first job to end", lambda: job_info(first)["JobState"] in ("CANCELLED", "COMPLETED"))
-    out = await backend.apply_batch([native_bind("mpi", 0, "n9", min_member=2, cycle=3),
-                                     native_bind("mpi", 1, "n10", min_member=2, cycle=3)])
+    wait_until(
+        "the first job to end", lambda: job_info(first)["JobState"] in ("CANCELLED", "COMPLETED")
+    )
+    out = await backend.apply_batch(
+        [
+            native_bind("mpi", 0, "n9", min_member=2, cycle=3),
+            native_bind("mpi", 1, "n10", min_member=2, cycle=3),
+        ]
+    )
     assert all(o.applied for o in out), out
     [second] = slurm_ids_named("mpi")
     assert second != first and job_info(second)["_req"] == "n9,n10"
@@ -224,13 +281,18 @@ class _SbatchFailsAfter(SlurmCLI):
 
 @pytest.mark.parametrize("accepted", [True, False], ids=["slurm-took-it", "slurm-did-not"])
 async def test_failed_native_sbatch_is_looked_for_before_the_binds_are_rejected(
-        clean_slurm: list[str], accepted: bool) -> None:
+    clean_slurm: list[str], accepted: bool
+) -> None:
     # Rejecting the binds of a job Slurm did take would have Muster place it again: twice running.
-    settings = Settings(poll_interval=0.2, native_user="nobody", native_group="nogroup", native_workdir="/tmp")
+    settings = Settings(
+        poll_interval=0.2, native_user="nobody", native_group="nogroup", native_workdir="/tmp"
+    )
     backend = SlurmBackend(_SbatchFailsAfter(accepted=accepted), settings, name="slurm-test")
     await backend.poll_once()
     name = f"lost-{'a' if accepted else 'b'}"
-    out = await backend.apply_batch([native_bind(name, 0, "n3", min_member=2), native_bind(name, 1, "n4", min_member=2)])
+    out = await backend.apply_batch(
+        [native_bind(name, 0, "n3", min_member=2), native_bind(name, 1, "n4", min_member=2)]
+    )
     ids = slurm_ids_named(name)
     if accepted:
         assert all(o.applied for o in out), out

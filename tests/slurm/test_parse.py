@@ -98,13 +98,24 @@ def test_scontrol_nodes_agree_with_sinfo() -> None:
     for name, node in by_scontrol.items():
         other = by_sinfo[name]
         assert (node.cpus, node.real_memory_mb, node.gres, node.features) == (
-            other.cpus, other.real_memory_mb, other.gres, other.features)
+            other.cpus,
+            other.real_memory_mb,
+            other.gres,
+            other.features,
+        )
 
 
 def test_key_values_keep_spaces_and_nested_equals() -> None:
-    kv = parse_key_values("JobId=3 Comment=a b  TRES=cpu=8,mem=8G Reason=Not responding OS=Linux 6.1 #1")
-    assert kv == {"JobId": "3", "Comment": "a b", "TRES": "cpu=8,mem=8G", "Reason": "Not responding",
-                  "OS": "Linux 6.1 #1"}
+    kv = parse_key_values(
+        "JobId=3 Comment=a b  TRES=cpu=8,mem=8G Reason=Not responding OS=Linux 6.1 #1"
+    )
+    assert kv == {
+        "JobId": "3",
+        "Comment": "a b",
+        "TRES": "cpu=8,mem=8G",
+        "Reason": "Not responding",
+        "OS": "Linux 6.1 #1",
+    }
 
 
 def test_squeue_format_jobs() -> None:
@@ -129,7 +140,12 @@ def test_squeue_format_rejects_short_lines() -> None:
 
 def test_squeue_json_jobs() -> None:
     jobs = {j.job_id: j for j in parse_squeue_json(read("squeue3.json"))}
-    assert jobs[1].nodes == ["n1", "n2", "n3", "n4"] and jobs[1].required_nodes == ["n1", "n2", "n3", "n4"]
+    assert jobs[1].nodes == ["n1", "n2", "n3", "n4"] and jobs[1].required_nodes == [
+        "n1",
+        "n2",
+        "n3",
+        "n4",
+    ]
     assert jobs[2].user == "nobody" and jobs[2].partition == "staging"
     assert jobs[3].comment == "hello"
 
@@ -137,10 +153,18 @@ def test_squeue_json_jobs() -> None:
 def test_scontrol_job_records() -> None:
     pending = parse_scontrol_job(read("job_pending.txt"))
     assert (pending.state, pending.reason, pending.partition, pending.nodes) == (
-        "PENDING", "PartitionDown", "staging", [])
+        "PENDING",
+        "PartitionDown",
+        "staging",
+        [],
+    )
     running = parse_scontrol_job(read("job_running.txt"))
     assert (running.state, running.partition, running.required_nodes, running.nodes) == (
-        "RUNNING", "batch", ["n7"], ["n7"])
+        "RUNNING",
+        "batch",
+        ["n7"],
+        ["n7"],
+    )
     requeued = parse_scontrol_job(read("job_requeued.txt"))
     assert requeued.reason == "job_requeued_in_held_state" and requeued.restarts == 1
     failed = parse_scontrol_job(read("job_failed.txt"))
@@ -153,7 +177,10 @@ def test_node_translation() -> None:
     nodes = {n.name: n for n in parse_sinfo_json(read("sinfo_states.json"))}
     gpu = node_to_pb(nodes["n1"])
     assert parse_resources(dict(gpu.allocatable.quantities)) == {
-        "cpu": 32000.0, "memory": 256000 * 1024**2, "nvidia.com/gpu": 4000.0}
+        "cpu": 32000.0,
+        "memory": 256000 * 1024**2,
+        "nvidia.com/gpu": 4000.0,
+    }
     assert gpu.labels["feature.slurm.schedmd.com/gpu"] == "true"
     assert not gpu.unschedulable and not gpu.not_ready
     assert node_to_pb(nodes["n16"]).unschedulable  # drained
@@ -200,7 +227,10 @@ def group_of(job_id: int) -> pb.TaskGroup:
 
 
 def required_terms(group: pb.TaskGroup) -> list[list[tuple[str, str]]]:
-    return [[(r.key, r.operator) for r in t.match_expressions] for t in group.affinity.node_affinity.required]
+    return [
+        [(r.key, r.operator) for r in t.match_expressions]
+        for t in group.affinity.node_affinity.required
+    ]
 
 
 GPU, CPU = "feature.slurm.schedmd.com/gpu", "feature.slurm.schedmd.com/cpu"
@@ -210,15 +240,37 @@ def test_format_and_json_agree_on_the_new_fields() -> None:
     assert FMT_JOBS.keys() == JSON_JOBS.keys() == set(range(27, 42))
     for job_id, job in FMT_JOBS.items():
         other = JSON_JOBS[job_id]
-        assert (job.features, job.oversubscribe, job.exclusive, job.cpus, job.memory_bytes, job.tasks_per_node,
-                job.per_node_gres()) == (other.features, other.oversubscribe, other.exclusive, other.cpus,
-                                         other.memory_bytes, other.tasks_per_node, other.per_node_gres()), job_id
-    assert FMT_JOBS[35].comment == JSON_JOBS[35].comment == "a#|b|c"  # separators inside the comment
+        assert (
+            job.features,
+            job.oversubscribe,
+            job.exclusive,
+            job.cpus,
+            job.memory_bytes,
+            job.tasks_per_node,
+            job.per_node_gres(),
+        ) == (
+            other.features,
+            other.oversubscribe,
+            other.exclusive,
+            other.cpus,
+            other.memory_bytes,
+            other.tasks_per_node,
+            other.per_node_gres(),
+        ), job_id
+    assert (
+        FMT_JOBS[35].comment == JSON_JOBS[35].comment == "a#|b|c"
+    )  # separators inside the comment
 
 
 def test_oversubscribe_gives_the_exclusive_mode() -> None:
     # 31 --exclusive, 32 --exclusive=user, 33 --exclusive=mcs, 34 --oversubscribe, 28 default
-    assert [FMT_JOBS[i].oversubscribe for i in (31, 32, 33, 34, 28)] == ["NO", "USER", "MCS", "YES", "OK"]
+    assert [FMT_JOBS[i].oversubscribe for i in (31, 32, 33, 34, 28)] == [
+        "NO",
+        "USER",
+        "MCS",
+        "YES",
+        "OK",
+    ]
     assert [FMT_JOBS[i].exclusive for i in (31, 32, 33, 34, 28)] == ["node", "user", "mcs", "", ""]
     assert FMT_JOBS[39].exclusive == "node" and FMT_JOBS[39].features == "gpu"
 
@@ -232,7 +284,9 @@ def test_exclusive_is_an_anti_affinity_to_every_task_on_the_node() -> None:
     assert group.labels["slurm.schedmd.com/user"] == "root"
     assert dict(group.request.quantities) == {"cpu": "1", "memory": "1Gi"}  # what it asked for
     assert not group.affinity.HasField("node_affinity") or not group.affinity.node_affinity.required
-    assert group_of(33).affinity.pod_anti_affinity == group.affinity.pod_anti_affinity  # mcs: as strict
+    assert (
+        group_of(33).affinity.pod_anti_affinity == group.affinity.pod_anti_affinity
+    )  # mcs: as strict
     for plain in (28, 34, 35):  # default and --oversubscribe: no anti-affinity
         assert not group_of(plain).affinity.pod_anti_affinity.required
 
@@ -240,7 +294,11 @@ def test_exclusive_is_an_anti_affinity_to_every_task_on_the_node() -> None:
 def test_exclusive_user_excludes_only_other_users_tasks() -> None:
     (term,) = group_of(32).affinity.pod_anti_affinity.required
     (req,) = term.label_selector.match_expressions
-    assert (req.key, req.operator, list(req.values)) == ("slurm.schedmd.com/user", "NotIn", ["root"])
+    assert (req.key, req.operator, list(req.values)) == (
+        "slurm.schedmd.com/user",
+        "NotIn",
+        ["root"],
+    )
     assert list(term.namespaces) == ["default", ""] and not term.label_selector.match_labels
 
 
@@ -253,11 +311,17 @@ def test_exclusive_gang_with_constraint_and_whole_node_memory() -> None:
 
 
 def test_constraint_and_or_become_node_affinity_terms() -> None:
-    assert required_terms(group_of(35)) == [[(GPU, "Exists")], [(CPU, "Exists")]]  # gpu|cpu: ORed terms
+    assert required_terms(group_of(35)) == [
+        [(GPU, "Exists")],
+        [(CPU, "Exists")],
+    ]  # gpu|cpu: ORed terms
     assert required_terms(group_of(41)) == [[(GPU, "Exists")]]  # gpu&gpu
     # (gpu|cpu)&gpu -> (gpu&gpu) | (cpu&gpu)
     assert required_terms(group_of(38)) == [[(GPU, "Exists")], [(CPU, "Exists"), (GPU, "Exists")]]
-    assert required_terms(group_of(36)) == [[(GPU, "Exists")], [(CPU, "Exists")]]  # [gpu|cpu] on one node
+    assert required_terms(group_of(36)) == [
+        [(GPU, "Exists")],
+        [(CPU, "Exists")],
+    ]  # [gpu|cpu] on one node
     assert not required_terms(group_of(28))
     assert group_of(35).labels["slurm.schedmd.com/user"] == "root"
 
@@ -297,7 +361,9 @@ def test_parse_constraint(text: str, nodes: int, terms: list[set[tuple[str, bool
         ("(a|b)&(c|d)&(e|f)&(g|h)&(i|j)&(k|l)&(m|n)", 1, "alternatives"),
     ],
 )
-def test_untranslatable_constraints_are_refused_with_a_reason(text: str, nodes: int, why: str) -> None:
+def test_untranslatable_constraints_are_refused_with_a_reason(
+    text: str, nodes: int, why: str
+) -> None:
     with pytest.raises(Untranslatable, match=re.escape(why)):
         parse_constraint(text, nodes)
 
@@ -307,7 +373,9 @@ def test_untranslatable_jobs_are_named_with_the_reason() -> None:
     assert untranslatable(FMT_JOBS[36]) == ""  # [gpu|cpu] on one node is fine
     with pytest.raises(Untranslatable):
         job_to_spec(FMT_JOBS[37], muster_id="slurm-37", queue="q")
-    multi = SlurmJob(job_id=1, state="PENDING", partition="staging", num_nodes=2, features="[gpu|cpu]")
+    multi = SlurmJob(
+        job_id=1, state="PENDING", partition="staging", num_nodes=2, features="[gpu|cpu]"
+    )
     assert "matching OR" in untranslatable(multi)
     assert all(untranslatable(FMT_JOBS[i]) == "" for i in FMT_JOBS if i != 37)
 
@@ -322,7 +390,11 @@ def test_mem_and_tasks_per_node_as_slurm_allocates_them() -> None:
     assert FMT_JOBS[41].tasks_per_node == 4
     assert per_node_request(FMT_JOBS[41]) == {"cpu": "4", "memory": "3Gi"}
     # --gpus-per-task=1 --ntasks=2 on one node: 2 GPUs there (the JSON path agrees: tasks/nodes).
-    assert per_node_request(FMT_JOBS[30])["nvidia.com/gpu"] == "2" == per_node_request(JSON_JOBS[30])["nvidia.com/gpu"]
+    assert (
+        per_node_request(FMT_JOBS[30])["nvidia.com/gpu"]
+        == "2"
+        == per_node_request(JSON_JOBS[30])["nvidia.com/gpu"]
+    )
     # -N2 -n3: Slurm puts 2 tasks on one node, so each node must offer 2 CPUs (rounded up).
     assert per_node_request(FMT_JOBS[40])["cpu"] == "2"
     # --mem=0: all of a node's memory (RealMemory 256000 MB): tres mem=500G over 2 nodes.
@@ -330,9 +402,20 @@ def test_mem_and_tasks_per_node_as_slurm_allocates_them() -> None:
 
 
 def test_foreign_exclusive_job_holds_the_whole_node() -> None:
-    node = node_to_pb(next(n for n in parse_sinfo_json(read("sinfo_states.json")) if n.name == "n1"))
-    job = SlurmJob(job_id=9, state="RUNNING", partition="batch", num_nodes=1, cpus=32, memory_bytes=32 * 1024**3,
-                   gres_per_node={"gpu": 1}, nodes=["n1"], oversubscribe="NO")
+    node = node_to_pb(
+        next(n for n in parse_sinfo_json(read("sinfo_states.json")) if n.name == "n1")
+    )
+    job = SlurmJob(
+        job_id=9,
+        state="RUNNING",
+        partition="batch",
+        num_nodes=1,
+        cpus=32,
+        memory_bytes=32 * 1024**3,
+        gres_per_node={"gpu": 1},
+        nodes=["n1"],
+        oversubscribe="NO",
+    )
     (task,) = foreign_tasks(job, {"n1": node})
     assert task.request == node.allocatable  # Slurm gave it every CPU and all 4 GPUs (scontrol -d)
     job.oversubscribe = "OK"
@@ -342,8 +425,14 @@ def test_foreign_exclusive_job_holds_the_whole_node() -> None:
 
 def test_feature_labels_match_between_nodes_and_constraints() -> None:
     job = SlurmJob(job_id=1, state="PENDING", partition="staging", num_nodes=1, features="gpu")
-    node = node_to_pb(next(n for n in parse_sinfo_json(read("sinfo_states.json")) if n.name == "n1"))
-    (term,) = job_to_spec(job, muster_id="slurm-1", queue="q").task_groups[0].affinity.node_affinity.required
+    node = node_to_pb(
+        next(n for n in parse_sinfo_json(read("sinfo_states.json")) if n.name == "n1")
+    )
+    (term,) = (
+        job_to_spec(job, muster_id="slurm-1", queue="q")
+        .task_groups[0]
+        .affinity.node_affinity.required
+    )
     assert all(node.labels.get(r.key) == "true" for r in term.match_expressions)
     assert feature_label("gpu") == GPU
 
@@ -362,6 +451,10 @@ def test_squeue_lines_seen_before_are_not_parsed_again() -> None:
     changed = lines[1].replace("|PENDING|", "|RUNNING|", 1)
     assert changed != lines[1]
     later = parse_squeue_format("\n".join([changed, *lines[2:]]), known)
-    assert later[0] is not first[1] and later[0].state == "RUNNING" and later[0].job_id == first[1].job_id
+    assert (
+        later[0] is not first[1]
+        and later[0].state == "RUNNING"
+        and later[0].job_id == first[1].job_id
+    )
     assert all(a is b for a, b in zip(later[1:], first[2:], strict=True))
     assert set(known) == {changed, *lines[2:]}

@@ -13,7 +13,13 @@ from server.actions.kai.stalegangeviction import StaleGangEvictionAction
 
 KAI_ACTIONS: dict[str, type[Action]] = {
     cls.name: cls
-    for cls in (KaiAllocateAction, ConsolidationAction, KaiPreemptAction, KaiReclaimAction, StaleGangEvictionAction)
+    for cls in (
+        KaiAllocateAction,
+        ConsolidationAction,
+        KaiPreemptAction,
+        KaiReclaimAction,
+        StaleGangEvictionAction,
+    )
 }
 
 __all__ = ["KAI_ACTIONS"]

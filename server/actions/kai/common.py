@@ -17,8 +17,13 @@ from server.session.session import Session
 from server.session.statement import Statement
 
 
-def allocate_job(ssn: Session, stmt: Statement, job: JobInfo, tasks: list[TaskInfo] | None = None,
-                 pipeline_only: bool = False) -> bool:
+def allocate_job(
+    ssn: Session,
+    stmt: Statement,
+    job: JobInfo,
+    tasks: list[TaskInfo] | None = None,
+    pipeline_only: bool = False,
+) -> bool:
     """Place ``tasks`` (default: the job's tasks for this attempt) or none: False leaves the
     statement's new operations for the caller to discard."""
     if tasks is None:
@@ -43,8 +48,14 @@ def allocate_job(ssn: Session, stmt: Statement, job: JobInfo, tasks: list[TaskIn
     return False
 
 
-def _place_all(ssn: Session, stmt: Statement, job: JobInfo, tasks: list[TaskInfo], pipeline_only: bool,
-               nodes: np.ndarray | None) -> bool:
+def _place_all(
+    ssn: Session,
+    stmt: Statement,
+    job: JobInfo,
+    tasks: list[TaskInfo],
+    pipeline_only: bool,
+    nodes: np.ndarray | None,
+) -> bool:
     for placed, task in enumerate(tasks):
         if not allocate_task(ssn, stmt, task, pipeline_only, nodes):
             if not pipeline_only:
@@ -53,8 +64,13 @@ def _place_all(ssn: Session, stmt: Statement, job: JobInfo, tasks: list[TaskInfo
     return True
 
 
-def allocate_task(ssn: Session, stmt: Statement, task: TaskInfo, pipeline_only: bool,
-                  nodes: np.ndarray | None = None) -> bool:
+def allocate_task(
+    ssn: Session,
+    stmt: Statement,
+    task: TaskInfo,
+    pipeline_only: bool,
+    nodes: np.ndarray | None = None,
+) -> bool:
     rows = ordered_rows(ssn, task, nodes)
     if rows is None:
         return False
@@ -77,7 +93,9 @@ def allocate_task(ssn: Session, stmt: Statement, task: TaskInfo, pipeline_only: 
     return False
 
 
-def ordered_rows(ssn: Session, task: TaskInfo, nodes: np.ndarray | None = None) -> Iterator[tuple[int, bool]] | None:
+def ordered_rows(
+    ssn: Session, task: TaskInfo, nodes: np.ndarray | None = None
+) -> Iterator[tuple[int, bool]] | None:
     """The nodes (of ``nodes``, a mask, when given) the task fits (predicates, and resources once
     releasing tasks are gone), best score first (ties: by node name), each with whether it fits
     free resources now. Lazy: the best node usually takes the task, so the rest is sorted only when
@@ -125,7 +143,9 @@ def choose_group(ssn: Session, task: TaskInfo, row: int, pipeline: bool) -> tupl
             candidates.append((ssn.gpu_order(task, row, group), k, group, now >= f - 1e-9))
     whole_now, whole_future = nodes.whole_gpus(row)
     if whole_future >= 1 - 1e-9:
-        candidates.append((ssn.gpu_order(task, row, ""), len(candidates) + 10**6, "", whole_now >= 1 - 1e-9))
+        candidates.append(
+            (ssn.gpu_order(task, row, ""), len(candidates) + 10**6, "", whole_now >= 1 - 1e-9)
+        )
     if not candidates:
         return None, False
     candidates.sort(key=lambda c: (-c[0], c[1]))
@@ -141,8 +161,10 @@ def _record_failure(ssn: Session, job: JobInfo, task: TaskInfo, placed: int) -> 
     job.fit_errors[task.uid] = fe
     detail = fe.describe()
     if job.min_available > 1 and placed < job.min_available:
-        message = (f"Resources were found for {placed} pods while {job.min_available} are required for gang "
-                   f"scheduling. Additional pods cannot be scheduled due to: {detail}")
+        message = (
+            f"Resources were found for {placed} pods while {job.min_available} are required for gang "
+            f"scheduling. Additional pods cannot be scheduled due to: {detail}"
+        )
     else:
         message = f"Resources were not found for pod {task.namespace}/{task.name} due to: {detail}"
     job.job_fit_error = message

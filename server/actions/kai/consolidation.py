@@ -36,7 +36,8 @@ class ConsolidationAction(Action):
             return jobs[: limit + 1] if limit > 0 else jobs
 
         solve_pending_jobs(
-            ssn, self.name,
+            ssn,
+            self.name,
             pending=Filters(unready=True, non_pending=True, non_preemptible=True),
             may_try=lambda job: True,
             victim_jobs=candidates,

@@ -39,7 +39,9 @@ class JobsByQueue:
         for q in ssn.queues.values():
             if q.parent and q.parent in ssn.queues:
                 self.children.setdefault(q.parent, []).append(q.name)
-        self.roots = [q.name for q in ssn.queues.values() if not q.parent or q.parent not in ssn.queues]
+        self.roots = [
+            q.name for q in ssn.queues.values() if not q.parent or q.parent not in ssn.queues
+        ]
 
     def fill(self, jobs: Iterable[JobInfo], filters: Filters) -> JobsByQueue:
         for job in jobs:
@@ -49,7 +51,9 @@ class JobsByQueue:
                 continue
             if filters.non_preemptible and not is_preemptible(job):
                 continue
-            if filters.non_active and not any(t.status in ACTIVE_ALLOCATED for t in job.tasks.values()):
+            if filters.non_active and not any(
+                t.status in ACTIVE_ALLOCATED for t in job.tasks.values()
+            ):
                 continue
             self.push(job)
         return self
@@ -70,7 +74,12 @@ class JobsByQueue:
         """The same queue, to pop from without touching this one (the order of waiting jobs does
         not change while they wait)."""
         other = JobsByQueue.__new__(JobsByQueue)
-        other.ssn, other.victims, other.children, other.roots = self.ssn, self.victims, self.children, self.roots
+        other.ssn, other.victims, other.children, other.roots = (
+            self.ssn,
+            self.victims,
+            self.children,
+            self.roots,
+        )
         other.jobs = {leaf: list(jobs) for leaf, jobs in self.jobs.items()}
         other.popped = {leaf: list(jobs) for leaf, jobs in self.popped.items()}
         return other

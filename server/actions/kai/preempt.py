@@ -19,13 +19,21 @@ class KaiPreemptAction(Action):
 
     def execute(self, ssn: Session) -> None:
         solve_pending_jobs(
-            ssn, self.name,
+            ssn,
+            self.name,
             pending=Filters(unready=True, non_pending=True),
             # A non-preemptible job does not preempt beyond its queue's deserved quota.
-            may_try=lambda job: not ssn.non_preemptible_over_quota(job, tasks_to_allocate(job, ssn.task_order_fn, real=False)),
+            may_try=lambda job: (
+                not ssn.non_preemptible_over_quota(
+                    job, tasks_to_allocate(job, ssn.task_order_fn, real=False)
+                )
+            ),
             victim_jobs=lambda preemptor: [
-                j for j in ssn.jobs.values()
-                if j.priority < preemptor.priority and j.queue == preemptor.queue and j.uid != preemptor.uid
+                j
+                for j in ssn.jobs.values()
+                if j.priority < preemptor.priority
+                and j.queue == preemptor.queue
+                and j.uid != preemptor.uid
             ],
             victim_filters=Filters(non_preemptible=True, non_active=True),
             validator=_accept,

@@ -18,10 +18,13 @@ class KaiReclaimAction(Action):
 
     def execute(self, ssn: Session) -> None:
         solve_pending_jobs(
-            ssn, self.name,
+            ssn,
+            self.name,
             pending=Filters(unready=True, non_pending=True),
             may_try=ssn.can_reclaim,
-            victim_jobs=lambda reclaimer: [j for j in ssn.jobs.values() if j.queue != reclaimer.queue],
+            victim_jobs=lambda reclaimer: [
+                j for j in ssn.jobs.values() if j.queue != reclaimer.queue
+            ],
             victim_filters=Filters(non_preemptible=True, non_active=True),
             validator=ssn.reclaim_scenario_valid,
         )

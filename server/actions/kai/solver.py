@@ -99,7 +99,11 @@ class JobSolver:
                 continue
             if more:
                 kept = {t.uid for t in chosen}
-                queue.push(with_tasks(victim_job, [t for t in victim_job.tasks.values() if t.uid not in kept]))
+                queue.push(
+                    with_tasks(
+                        victim_job, [t for t in victim_job.tasks.values() if t.uid not in kept]
+                    )
+                )
             if not chosen:
                 continue
             potential += chosen
@@ -109,8 +113,13 @@ class JobSolver:
                 return found
         return None
 
-    def _attempt(self, job: JobInfo, pending: list[TaskInfo], potential: list[TaskInfo],
-                 latest: JobInfo | None) -> Solution | None:
+    def _attempt(
+        self,
+        job: JobInfo,
+        pending: list[TaskInfo],
+        potential: list[TaskInfo],
+        latest: JobInfo | None,
+    ) -> Solution | None:
         ssn = self.ssn
         stmt = ssn.statement()
         for t in self._recorded:
@@ -142,8 +151,14 @@ class JobSolver:
         stmt.discard()
         return None
 
-    def _simulate(self, job: JobInfo, pending: list[TaskInfo], stmt: Statement,
-                  victims: list[TaskInfo], candidates: list[TaskInfo]) -> Solution | None:
+    def _simulate(
+        self,
+        job: JobInfo,
+        pending: list[TaskInfo],
+        stmt: Statement,
+        victims: list[TaskInfo],
+        candidates: list[TaskInfo],
+    ) -> Solution | None:
         """Place the victims' jobs and the pending job again (pipelined), in job-queue order."""
         ssn = self.ssn
         mark = stmt.checkpoint()
@@ -151,7 +166,9 @@ class JobSolver:
         # KAI orders them with every pending job (a queue's next job decides its turn) and places only
         # them. The other jobs wait unchanged: their order is taken once per search, these join it.
         if self._waiting is None:
-            self._waiting = JobsByQueue(ssn).fill([j for j in ssn.jobs.values() if j.index[TaskStatus.PENDING]], Filters())
+            self._waiting = JobsByQueue(ssn).fill(
+                [j for j in ssn.jobs.values() if j.index[TaskStatus.PENDING]], Filters()
+            )
         order = self._waiting.copy()
         relevant = [ssn.jobs[uid] for uid in victim_jobs | {job.uid} if uid in ssn.jobs]
         for j in relevant:
@@ -197,7 +214,10 @@ class FailedJobs:
 
     @staticmethod
     def _key(job: JobInfo) -> tuple[object, ...]:
-        return (job.queue, tuple(sorted({repr(t.static_key) for t in job.index[TaskStatus.PENDING].values()})))
+        return (
+            job.queue,
+            tuple(sorted({repr(t.static_key) for t in job.index[TaskStatus.PENDING].values()})),
+        )
 
     @staticmethod
     def _requests(tasks: list[TaskInfo]) -> list[tuple[float, ...]]:
@@ -227,10 +247,13 @@ class FailedJobs:
             return
         mine = list(job.index[TaskStatus.PENDING].values())
         known = self.smallest.get(self._key(job))
-        if known is not None and (len(mine) > len(known) or not all(
-            all(x <= y for x, y in zip(a, b, strict=True))
-            for a, b in zip(self._requests(mine), self._requests(known), strict=False)
-        )):
+        if known is not None and (
+            len(mine) > len(known)
+            or not all(
+                all(x <= y for x, y in zip(a, b, strict=True))
+                for a, b in zip(self._requests(mine), self._requests(known), strict=False)
+            )
+        ):
             return
         self.smallest[self._key(job)] = mine
 

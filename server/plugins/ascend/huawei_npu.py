@@ -65,8 +65,10 @@ def validate_job(job: JobInfo) -> ValidateResult | None:
         if vnpus:
             if len(vnpus) > 1 or chips or next(iter(vnpus.values())) != UNIT:
                 asked = ", ".join(f"{v / UNIT:g} {n}" for n, v in sorted(vnpus.items()))
-                return _invalid(f"task {task.name} asks {asked}{' and whole chips' if chips else ''}: "
-                                "a pod asks for exactly 1 virtual NPU of one kind")
+                return _invalid(
+                    f"task {task.name} asks {asked}{' and whole chips' if chips else ''}: "
+                    "a pod asks for exactly 1 virtual NPU of one kind"
+                )
         if chips:
             asking.append((task, chips))
     if not asking:
@@ -77,17 +79,23 @@ def validate_job(job: JobInfo) -> ValidateResult | None:
             return _invalid(f"task {task.name} asks {chips:g} {ASCEND910}: chips are whole")
     if total <= NODE_CHIPS:
         if len(asking) > 1:
-            return _invalid(f"the job asks {total:g} chips in {len(asking)} pods: a job of 8 chips or fewer is one pod")
+            return _invalid(
+                f"the job asks {total:g} chips in {len(asking)} pods: a job of 8 chips or fewer is one pod"
+            )
         task, chips = asking[0]
         if chips not in (1, 2, 4, 8):
-            return _invalid(f"task {task.name} asks {chips:g} chips: a pod asks for 1, 2, 4 or 8 "
-                            "(1, 2 and 4 inside one HCCS ring, 8 for a whole node)")
+            return _invalid(
+                f"task {task.name} asks {chips:g} chips: a pod asks for 1, 2, 4 or 8 "
+                "(1, 2 and 4 inside one HCCS ring, 8 for a whole node)"
+            )
         return None
     if total % NODE_CHIPS:
         return _invalid(f"the job asks {total:g} chips: more than 8 must be 8 x N")
     for task, chips in asking:
         if chips != NODE_CHIPS:
-            return _invalid(f"task {task.name} asks {chips:g} chips: in a job of more than 8 chips every pod asks 8")
+            return _invalid(
+                f"task {task.name} asks {chips:g} chips: in a job of more than 8 chips every pod asks 8"
+            )
     return None
 
 
@@ -142,20 +150,27 @@ class HuaweiNPUPlugin(Plugin):
         def future_free(row: int) -> list[Device]:  # chips being released count for pipelining
             return ledger.available(row, ASCEND910, TaskStatus.PIPELINED)
 
-        def check_with(free: Callable[[int], list[Device]]) -> Callable[[TaskInfo, np.ndarray], np.ndarray]:
+        def check_with(
+            free: Callable[[int], list[Device]],
+        ) -> Callable[[TaskInfo, np.ndarray], np.ndarray]:
             def check(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
                 chips = chips_asked(task)
                 if not chips:
                     return np.ones(len(rows), dtype=bool)
                 return np.array([fits(ring_counts(free(int(r))), chips) for r in rows], dtype=bool)
+
             return check
 
-        ssn.register("predicate", self.name, Predicate(
-            "shape",
-            check_with(future_free),
-            reason="node(s) didn't have the Ascend 910 chips in one HCCS ring",
-            now=check_with(now_free),
-        ))
+        ssn.register(
+            "predicate",
+            self.name,
+            Predicate(
+                "shape",
+                check_with(future_free),
+                reason="node(s) didn't have the Ascend 910 chips in one HCCS ring",
+                now=check_with(now_free),
+            ),
+        )
 
         def rank(task: TaskInfo, row: int) -> tuple[int, str | None]:
             chips = chips_asked(task)
@@ -180,7 +195,9 @@ class HuaweiNPUPlugin(Plugin):
 
         ssn.register("node_order", self.name, Scorer("shape", score))
 
-        def choose(task: TaskInfo, row: int, resource: str, count: int, candidates: list[Device]) -> list[str] | None:
+        def choose(
+            task: TaskInfo, row: int, resource: str, count: int, candidates: list[Device]
+        ) -> list[str] | None:
             if resource != ASCEND910:
                 return None
             if count > RING_CHIPS:
@@ -188,7 +205,10 @@ class HuaweiNPUPlugin(Plugin):
             ring = best_ring(ring_counts(candidates, ledger.of(row).get(ASCEND910, [])), count)[1]
             if ring is None:
                 return None
-            return [d.id for d in sorted((d for d in candidates if d.group == ring), key=_chip_order)[:count]]
+            return [
+                d.id
+                for d in sorted((d for d in candidates if d.group == ring), key=_chip_order)[:count]
+            ]
 
         ssn.register("device_choice", self.name, choose)
 

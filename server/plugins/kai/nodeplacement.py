@@ -43,7 +43,9 @@ class NodePlacementPlugin(Plugin):
             total = nodes.allocatable[rows, d]
             free = nodes.idle[rows, d] + nodes.releasing[rows, d]
             if self.arguments.get("gpu" if gpu else "cpu") == "spread":
-                spread: np.ndarray = np.divide(free, total, out=np.zeros(len(rows)), where=total > 0)
+                spread: np.ndarray = np.divide(
+                    free, total, out=np.zeros(len(rows)), where=total > 0
+                )
                 return spread
             has = total > 0
             if not has.any():

@@ -13,4 +13,8 @@ class KaiPriorityPlugin(Plugin):
     name: ClassVar[str] = "priority"
 
     def on_session_open(self, ssn: Session) -> None:
-        ssn.register("job_order", self.name, lambda a, b: 0 if a.priority == b.priority else (-1 if a.priority > b.priority else 1))
+        ssn.register(
+            "job_order",
+            self.name,
+            lambda a, b: 0 if a.priority == b.priority else (-1 if a.priority > b.priority else 1),
+        )

@@ -84,8 +84,14 @@ class QueueShares:
         return tuple(getattr(self.by_resource[r], what) for r in RESOURCES)
 
     def copy(self) -> QueueShares:
-        return QueueShares(self.name, self.parent, self.priority, self.creation, list(self.children),
-                           {r: Share(**vars(s)) for r, s in self.by_resource.items()})
+        return QueueShares(
+            self.name,
+            self.parent,
+            self.priority,
+            self.creation,
+            list(self.children),
+            {r: Share(**vars(s)) for r, s in self.by_resource.items()},
+        )
 
 
 Vec3 = tuple[float, float, float]
@@ -103,8 +109,13 @@ def job_state(job: JobInfo, jobs: dict[str, JobInfo]) -> tuple[object, ...]:
 T = TypeVar("T")
 
 
-def _memo(cache: dict[tuple[object, ...], tuple[T, object]], key: tuple[object, ...], keep: object,
-          compute: Callable[..., T], *args: Any) -> T:
+def _memo(
+    cache: dict[tuple[object, ...], tuple[T, object]],
+    key: tuple[object, ...],
+    keep: object,
+    compute: Callable[..., T],
+    *args: Any,
+) -> T:
     """``cache[key]``, computed once as ``compute(*args)``; ``keep`` stays referenced beside the
     value, so the ids in ``key`` (a job seen through some of its tasks) are not reused while it is
     cached. (The arguments, not a closure: a closure made per call costs as much as a hit.)"""
@@ -175,8 +186,11 @@ def _up_to_fair_share(
         total_weight = sum(q.by_resource[resource].weight for q in unsatisfied)
         if total_weight == 0:
             break
-        weights = {q.name: q.by_resource[resource].weight / total_weight
-                   for q in queues if not _satisfied(q.by_resource[resource])}
+        weights = {
+            q.name: q.by_resource[resource].weight / total_weight
+            for q in queues
+            if not _satisfied(q.by_resource[resource])
+        }
         weight_sum = sum(weights.values())
         if weight_sum == 0:
             break
@@ -228,8 +242,12 @@ class KaiProportionPlugin(Plugin):
         ssn.register("can_reclaim", self.name, self.can_reclaim)
         ssn.register("reclaim_scenario_valid", self.name, self.reclaimable)
         ssn.register("solution_start", self.name, self.solution_start)
-        ssn.add_event_handler(EventHandler(allocate=lambda t: self._on_event(t, 1.0),
-                                           deallocate=lambda t: self._on_event(t, -1.0)))
+        ssn.add_event_handler(
+            EventHandler(
+                allocate=lambda t: self._on_event(t, 1.0),
+                deallocate=lambda t: self._on_event(t, -1.0),
+            )
+        )
 
     # -- building ------------------------------------------------------------------------------
     def _quantities(self, task: TaskInfo) -> Vec3:
@@ -251,7 +269,9 @@ class KaiProportionPlugin(Plugin):
         queues: dict[str, QueueShares] = {}
         parents = {q.parent for q in ssn.queues.values() if q.parent}
         for q in ssn.queues.values():
-            qs = QueueShares(q.name, q.parent if q.parent in ssn.queues else None, q.priority, q.creation_index)
+            qs = QueueShares(
+                q.name, q.parent if q.parent in ssn.queues else None, q.priority, q.creation_index
+            )
             for r in RESOURCES:
                 d = self.dims.get(r)
                 has_quota = r in q.spec.guarantee
@@ -331,8 +351,12 @@ class KaiProportionPlugin(Plugin):
     def _job_request(self, job: JobInfo | None) -> Vec3:
         if job is None:
             return (0.0, 0.0, 0.0)
-        return _memo(self._requests, job_state(job, self.ssn.jobs), job, lambda: self._tasks_request(
-            tasks_to_allocate(job, self.ssn.task_order_fn, real=False)))
+        return _memo(
+            self._requests,
+            job_state(job, self.ssn.jobs),
+            job,
+            lambda: self._tasks_request(tasks_to_allocate(job, self.ssn.task_order_fn, real=False)),
+        )
 
     def _tasks_request(self, tasks: Iterable[TaskInfo]) -> Vec3:
         total = Quantities()
@@ -352,8 +376,13 @@ class KaiProportionPlugin(Plugin):
 
     # -- queue order -----------------------------------------------------------------------------
     def queue_order(
-        self, lq: QueueInfo, rq: QueueInfo, lj: JobInfo | None, rj: JobInfo | None,
-        lv: list[JobInfo], rv: list[JobInfo],
+        self,
+        lq: QueueInfo,
+        rq: QueueInfo,
+        lj: JobInfo | None,
+        rj: JobInfo | None,
+        lv: list[JobInfo],
+        rv: list[JobInfo],
     ) -> int:
         left, right = self.queues.get(lq.name), self.queues.get(rq.name)
         if left is None:
@@ -371,25 +400,38 @@ class KaiProportionPlugin(Plugin):
             return 1
         return 0
 
-    def _queue_key(self, q: QueueShares, job: JobInfo | None, victims: list[JobInfo]) -> tuple[object, ...]:
+    def _queue_key(
+        self, q: QueueShares, job: JobInfo | None, victims: list[JobInfo]
+    ) -> tuple[object, ...]:
         """The queue's place in KAI's queue order, smaller first, as a tuple compared left to right:
         over its fair share (last), within deserved quota with its next job (first), priority
         (higher first), using a resource it may not have (last), dominant share with the next job
         (its given-up victims taken away), dominant share now. A pop compares queues many times
         with nothing changed between: cached until the queue's allocation or the jobs' tasks change."""
         jobs = self.ssn.jobs
-        cache_key = (q.name, q.allocation_key, job_state(job, jobs) if job is not None else None,
-                     tuple([job_state(v, jobs) for v in victims]) if victims else ())
-        return _memo(self._keys, cache_key, (job, victims), self._compute_queue_key, q, job, victims)
+        cache_key = (
+            q.name,
+            q.allocation_key,
+            job_state(job, jobs) if job is not None else None,
+            tuple([job_state(v, jobs) for v in victims]) if victims else (),
+        )
+        return _memo(
+            self._keys, cache_key, (job, victims), self._compute_queue_key, q, job, victims
+        )
 
-    def _compute_queue_key(self, q: QueueShares, job: JobInfo | None, victims: list[JobInfo]) -> tuple[object, ...]:
+    def _compute_queue_key(
+        self, q: QueueShares, job: JobInfo | None, victims: list[JobInfo]
+    ) -> tuple[object, ...]:
         alloc = q.get("allocated")
         with_job = add(alloc, self._job_request(job))
         return (
             all_less(q.get("fair"), alloc),
             not less_equal(with_job, q.get("deserved")),
             -q.priority,
-            any(s.allocatable() == 0 and v > 0 for s, v in zip(q.by_resource.values(), with_job, strict=True)),
+            any(
+                s.allocatable() == 0 and v > 0
+                for s, v in zip(q.by_resource.values(), with_job, strict=True)
+            ),
             self._dominant_share(q, self._minus_victims(with_job, victims)),
             self._dominant_share(q, alloc),
         )
@@ -400,8 +442,14 @@ class KaiProportionPlugin(Plugin):
         return allocated
 
     def _job_allocated(self, job: JobInfo) -> Vec3:
-        return _memo(self._allocated, job_state(job, self.ssn.jobs), job, lambda: self._tasks_request(
-            t for t in job.tasks.values() if t.status in ALLOCATED_SHARE))
+        return _memo(
+            self._allocated,
+            job_state(job, self.ssn.jobs),
+            job,
+            lambda: self._tasks_request(
+                t for t in job.tasks.values() if t.status in ALLOCATED_SHARE
+            ),
+        )
 
     # -- capacity --------------------------------------------------------------------------------
     def over_capacity(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
@@ -410,8 +458,10 @@ class KaiProportionPlugin(Plugin):
             for r, v in zip(RESOURCES, requested, strict=True):
                 s = qs.by_resource[r]
                 if v > 0 and s.limit != INF and s.limit < s.allocated + v:
-                    return (f"queue {qs.name} would exceed its {r} limit: {_fmt(r, s.limit)} allowed, "
-                            f"{_fmt(r, s.allocated)} allocated, {_fmt(r, v)} requested")
+                    return (
+                        f"queue {qs.name} would exceed its {r} limit: {_fmt(r, s.limit)} allowed, "
+                        f"{_fmt(r, s.allocated)} allocated, {_fmt(r, v)} requested"
+                    )
         return self.non_preemptible_over_quota(job, tasks)
 
     def non_preemptible_over_quota(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
@@ -422,8 +472,10 @@ class KaiProportionPlugin(Plugin):
             for r, v in zip(RESOURCES, requested, strict=True):
                 s = qs.by_resource[r]
                 if v > 0 and s.deserved != INF and s.deserved < s.allocated_np + v:
-                    return (f"non-preemptible job over queue {qs.name}'s {r} quota: {_fmt(r, s.deserved)} deserved, "
-                            f"{_fmt(r, s.allocated_np)} allocated to non-preemptible jobs, {_fmt(r, v)} requested")
+                    return (
+                        f"non-preemptible job over queue {qs.name}'s {r} quota: {_fmt(r, s.deserved)} deserved, "
+                        f"{_fmt(r, s.allocated_np)} allocated to non-preemptible jobs, {_fmt(r, v)} requested"
+                    )
         return ""
 
     # -- reclaim ---------------------------------------------------------------------------------
@@ -441,7 +493,9 @@ class KaiProportionPlugin(Plugin):
     def _path(self, queues: dict[str, QueueShares], leaf: str) -> list[QueueShares]:
         return list(reversed(self._chain(queues, leaf)))
 
-    def _leveled(self, queues: dict[str, QueueShares], a: str, b: str) -> tuple[QueueShares, QueueShares]:
+    def _leveled(
+        self, queues: dict[str, QueueShares], a: str, b: str
+    ) -> tuple[QueueShares, QueueShares]:
         pa, pb = self._path(queues, a), self._path(queues, b)
         x, y = pa[0], pb[0]
         for i in range(min(len(pa), len(pb))):
@@ -470,7 +524,9 @@ class KaiProportionPlugin(Plugin):
                 if not self._fits_strategy(required, rq, eq, remaining[eq.name]):
                     return False
                 for qs in self._chain(queues, vq):
-                    remaining[qs.name] = add(remaining.get(qs.name, qs.get("allocated")), bundle, -1.0)
+                    remaining[qs.name] = add(
+                        remaining.get(qs.name, qs.get("allocated")), bundle, -1.0
+                    )
                     involved.setdefault(qs.name, set()).update(involved[vq])
         return self._within_boundaries(queues, job, required, remaining, involved)
 
@@ -503,7 +559,9 @@ class KaiProportionPlugin(Plugin):
             return None
         return self._tasks_request(kept)
 
-    def _fits_strategy(self, required: Vec3, rq: QueueShares, eq: QueueShares, remaining: Vec3) -> bool:
+    def _fits_strategy(
+        self, required: Vec3, rq: QueueShares, eq: QueueShares, remaining: Vec3
+    ) -> bool:
         # Maintain fair share: the victim queue stays above what it may hold.
         allocatable = tuple(s.allocatable() for s in eq.by_resource.values())
         if not less_equal(remaining, allocatable):  # type: ignore[arg-type]
@@ -514,8 +572,12 @@ class KaiProportionPlugin(Plugin):
         return not less_equal(remaining, eq.get("deserved"))
 
     def _within_boundaries(
-        self, queues: dict[str, QueueShares], job: JobInfo, required: Vec3,
-        remaining: dict[str, Vec3], involved: dict[str, set[str]],
+        self,
+        queues: dict[str, QueueShares],
+        job: JobInfo,
+        required: Vec3,
+        remaining: dict[str, Vec3],
+        involved: dict[str, set[str]],
     ) -> bool:
         reclaimer_involved = {r for r, v in zip(RESOURCES, required, strict=True) if v > 0}
         preemptible = is_preemptible(job)
@@ -549,7 +611,13 @@ class KaiProportionPlugin(Plugin):
 
 
 _ACTIVE_ALLOCATED = frozenset(
-    {TaskStatus.ALLOCATED, TaskStatus.PIPELINED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING}
+    {
+        TaskStatus.ALLOCATED,
+        TaskStatus.PIPELINED,
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+    }
 )
 
 

@@ -25,7 +25,11 @@ class ResourceTypePlugin(Plugin):
 
         def score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
             if is_gpu_task(task, dims) or nodes.gpu_dim is None:
-                return np.zeros(len(rows)) if nodes.gpu_dim is not None else np.full(len(rows), RESOURCE_TYPE_SCORE)
+                return (
+                    np.zeros(len(rows))
+                    if nodes.gpu_dim is not None
+                    else np.full(len(rows), RESOURCE_TYPE_SCORE)
+                )
             cpu_only = nodes.allocatable[rows, nodes.gpu_dim] <= 0
             return np.where(cpu_only, RESOURCE_TYPE_SCORE, 0.0)
 

@@ -13,4 +13,8 @@ class TaskOrderPlugin(Plugin):
     name: ClassVar[str] = "taskorder"
 
     def on_session_open(self, ssn: Session) -> None:
-        ssn.register("task_order", self.name, lambda a, b: 0 if a.priority == b.priority else (-1 if a.priority > b.priority else 1))
+        ssn.register(
+            "task_order",
+            self.name,
+            lambda a, b: 0 if a.priority == b.priority else (-1 if a.priority > b.priority else 1),
+        )

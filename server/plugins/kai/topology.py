@@ -89,7 +89,9 @@ class TopologyPlugin(Plugin):
             job.job_fit_error = f"Requested topology {name} does not exist"
             return []
         if (required and required not in levels) or (preferred and preferred not in levels):
-            job.job_fit_error = f"topology {name} has no level {required if required not in levels else preferred}"
+            job.job_fit_error = (
+                f"topology {name} has no level {required if required not in levels else preferred}"
+            )
             return []
         nodes = self.ssn.nodes
         root = build_tree(levels, nodes.labels)
@@ -137,8 +139,10 @@ class TopologyPlugin(Plugin):
         if preferred:
             self.node_scores[job.uid] = self._preferred_scores(root, preferred, len(nodes))
         if not sets:
-            job.job_fit_error = (f"topology {name}, requirement {required or '-'} couldn't be satisfied for job "
-                                 f"<{job.namespace}/{job.name}>")
+            job.job_fit_error = (
+                f"topology {name}, requirement {required or '-'} couldn't be satisfied for job "
+                f"<{job.namespace}/{job.name}>"
+            )
         return sets
 
     def _fit_counter(self, tasks: list[TaskInfo], free: np.ndarray) -> Any:
@@ -155,7 +159,9 @@ class TopologyPlugin(Plugin):
                 if not (biggest > MIN_RESOURCE).any():
                     return len(tasks)
                 asked = biggest > MIN_RESOURCE
-                per_node = np.floor((free[d.rows][:, asked] + MIN_RESOURCE) / biggest[asked]).min(axis=1)
+                per_node = np.floor((free[d.rows][:, asked] + MIN_RESOURCE) / biggest[asked]).min(
+                    axis=1
+                )
                 return int(np.clip(per_node, 0, len(tasks)).sum())
             have = free[d.rows].sum(axis=0)
             return len(tasks) if bool(np.all(total <= have + MIN_RESOURCE)) else 0
@@ -167,8 +173,11 @@ class TopologyPlugin(Plugin):
         running tasks (and their sub-domains)."""
         if not required:
             return None
-        rows = {self.ssn.nodes.index[t.node] for t in job.tasks.values()
-                if t.status in ACTIVE_ALLOCATED and t.node is not None}
+        rows = {
+            self.ssn.nodes.index[t.node]
+            for t in job.tasks.values()
+            if t.status in ACTIVE_ALLOCATED and t.node is not None
+        }
         if not rows:
             return None
         allowed: set[tuple[str, ...]] = set()

@@ -51,10 +51,18 @@ def validate(job: JobInfo) -> ValidateResult | None:
         return None
     leaders = sum(1 for t in job.tasks.values() if is_leader(t, ty))
     if leaders != 1:
-        return ValidateResult(False, "TYJobInvalid", f"a TYJob has one Leader (role {ty.leader_role!r}); found {leaders}")
+        return ValidateResult(
+            False,
+            "TYJobInvalid",
+            f"a TYJob has one Leader (role {ty.leader_role!r}); found {leaders}",
+        )
     workers = len(job.tasks) - 1
     if workers < ty.min_workers:
-        return ValidateResult(False, "TYJobInvalid", f"minWorkersNum is {ty.min_workers} but the job has {workers} workers")
+        return ValidateResult(
+            False,
+            "TYJobInvalid",
+            f"minWorkersNum is {ty.min_workers} but the job has {workers} workers",
+        )
     return None
 
 
@@ -102,7 +110,12 @@ class TYArrangerPlugin(Plugin):
 
         def job_order(left: JobInfo, right: JobInfo) -> int:
             lt, rt = left.spec.tyjob, right.spec.tyjob
-            if lt is None or rt is None or not lt.job_queue_policy or lt.job_queue_policy != rt.job_queue_policy:
+            if (
+                lt is None
+                or rt is None
+                or not lt.job_queue_policy
+                or lt.job_queue_policy != rt.job_queue_policy
+            ):
                 return 0
             if lt.job_queue_policy == "Priority":
                 return (right.priority > left.priority) - (right.priority < left.priority)
@@ -120,7 +133,10 @@ class TYArrangerPlugin(Plugin):
 
         ssn.register("job_order", self.name, job_order)
         ssn.register("task_order", self.name, task_order)
-        if any(j.spec.tyjob is not None and j.spec.tyjob.basic_policy not in ("", "Gang") for j in ty_jobs):
+        if any(
+            j.spec.tyjob is not None and j.spec.tyjob.basic_policy not in ("", "Gang")
+            for j in ty_jobs
+        ):
             ssn.register("node_order", self.name, Scorer("task", self._scorer(ssn)))
 
     def _scorer(self, ssn: Session) -> Callable[[TaskInfo, np.ndarray], np.ndarray]:
@@ -139,7 +155,9 @@ class TYArrangerPlugin(Plugin):
                 total += util.of(rows, n, r)
             return MAX_SCORE * total / len(asked)
 
-        def leader_first(task: TaskInfo, job: JobInfo, ty: TYJobSpec, rows: np.ndarray) -> np.ndarray:
+        def leader_first(
+            task: TaskInfo, job: JobInfo, ty: TYJobSpec, rows: np.ndarray
+        ) -> np.ndarray:
             weights = {n: 1.0 for n in (CPU, MEMORY, *devices)}
             if is_leader(task, ty):
                 weights.update(dict.fromkeys(devices, raised))
@@ -147,7 +165,9 @@ class TYArrangerPlugin(Plugin):
             weights[CPU] = raised
             return MAX_SCORE * util.weighted(rows, weights)
 
-        def min_fragment(task: TaskInfo, job: JobInfo, ty: TYJobSpec, rows: np.ndarray) -> np.ndarray:
+        def min_fragment(
+            task: TaskInfo, job: JobInfo, ty: TYJobSpec, rows: np.ndarray
+        ) -> np.ndarray:
             cpu = util.of(rows, CPU, task.resreq[space.index[CPU]])
             mem = util.of(rows, MEMORY, task.resreq[space.index[MEMORY]])
             scores: np.ndarray = MAX_SCORE * (1.0 - np.abs(cpu - mem))
@@ -155,14 +175,25 @@ class TYArrangerPlugin(Plugin):
 
         def job_tasks_on(job: JobInfo, rows: np.ndarray) -> np.ndarray:
             return np.array(
-                [sum(1 for t in nodes.tasks[r].values() if t.job == job.uid and t.status in HOLDS_NODE) for r in rows],
+                [
+                    sum(
+                        1
+                        for t in nodes.tasks[r].values()
+                        if t.job == job.uid and t.status in HOLDS_NODE
+                    )
+                    for r in rows
+                ],
                 dtype=float,
             )
 
-        def job_affinity(task: TaskInfo, job: JobInfo, ty: TYJobSpec, rows: np.ndarray) -> np.ndarray:
+        def job_affinity(
+            task: TaskInfo, job: JobInfo, ty: TYJobSpec, rows: np.ndarray
+        ) -> np.ndarray:
             return MAX_SCORE * job_tasks_on(job, rows) / max(len(job.tasks), 1)
 
-        def job_anti_affinity(task: TaskInfo, job: JobInfo, ty: TYJobSpec, rows: np.ndarray) -> np.ndarray:
+        def job_anti_affinity(
+            task: TaskInfo, job: JobInfo, ty: TYJobSpec, rows: np.ndarray
+        ) -> np.ndarray:
             return MAX_SCORE * (1.0 - job_tasks_on(job, rows) / max(len(job.tasks), 1))
 
         policies: dict[str, PolicyScore] = {
@@ -203,7 +234,9 @@ def schedule_state(ssn: Session, job: JobInfo, ty: TYJobSpec) -> str:
     if leader is not None and leader.status == TaskStatus.FAILED:
         failed = ty.leader_restarts >= ty.restart_limit
     else:
-        gang = [t for t in tasks if is_leader(t, ty)] + [t for t in tasks if not is_leader(t, ty)][: ty.min_workers]
+        gang = [t for t in tasks if is_leader(t, ty)] + [t for t in tasks if not is_leader(t, ty)][
+            : ty.min_workers
+        ]
         failed = job.uid in ssn.invalid_jobs or any(
             t.status == TaskStatus.PENDING and not ssn.can_ever_fit(t) for t in gang
         )
@@ -212,5 +245,7 @@ def schedule_state(ssn: Session, job: JobInfo, ty: TYJobSpec) -> str:
 
 def stage(job: JobInfo, ty: TYJobSpec, state: str) -> str:
     leader = next((t.status for t in job.tasks.values() if is_leader(t, ty)), None)
-    running = sum(1 for t in job.tasks.values() if not is_leader(t, ty) and t.status == TaskStatus.RUNNING)
+    running = sum(
+        1 for t in job.tasks.values() if not is_leader(t, ty) and t.status == TaskStatus.RUNNING
+    )
     return ty_stage(ty, leader, running, state)

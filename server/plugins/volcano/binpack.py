@@ -49,7 +49,11 @@ class BinpackPlugin(Plugin):
         if weight == 0:
             return
         nodes = ssn.nodes
-        dims = [(ssn.space.index[n], w) for n, w in self.resource_weights().items() if n in ssn.space.index]
+        dims = [
+            (ssn.space.index[n], w)
+            for n, w in self.resource_weights().items()
+            if n in ssn.space.index
+        ]
 
         def score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
             total = np.zeros(len(rows))

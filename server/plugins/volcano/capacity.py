@@ -57,7 +57,9 @@ class QueueAttr:
     deserved: np.ndarray
     guarantee: np.ndarray
     capability: np.ndarray  # nan: not set (inherits in hierarchical mode)
-    deserved_keys: np.ndarray  # bool per dim: deserved names this resource (Volcano map key present)
+    deserved_keys: (
+        np.ndarray
+    )  # bool per dim: deserved names this resource (Volcano map key present)
     allocated: np.ndarray
     request: np.ndarray
     inqueue: np.ndarray
@@ -85,7 +87,10 @@ def short_dims(used: np.ndarray, limit: np.ndarray, req: np.ndarray) -> np.ndarr
 def _compare_share(left: QueueAttr, right: QueueAttr) -> int:
     """Volcano compareShareWithDeserved."""
     if left.share == right.share:
-        lh, rh = bool(np.any(left.deserved >= MIN_RESOURCE)), bool(np.any(right.deserved >= MIN_RESOURCE))
+        lh, rh = (
+            bool(np.any(left.deserved >= MIN_RESOURCE)),
+            bool(np.any(right.deserved >= MIN_RESOURCE)),
+        )
         if lh == rh:
             return 0
         return -1 if lh else 1
@@ -109,21 +114,39 @@ class CapacityPlugin(Plugin):
             if name in space.index:
                 keys[space.index[name]] = True
         zeros = space.zeros
-        return QueueAttr(spec.name, space.vec(spec.deserved), space.vec(spec.guarantee), cap, keys,
-                         zeros(), zeros(), zeros(), zeros(), np.full(space.size, np.inf))
+        return QueueAttr(
+            spec.name,
+            space.vec(spec.deserved),
+            space.vec(spec.guarantee),
+            cap,
+            keys,
+            zeros(),
+            zeros(),
+            zeros(),
+            zeros(),
+            np.full(space.size, np.inf),
+        )
 
     @staticmethod
-    def _add_job(attr: QueueAttr, job: JobInfo) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _add_job(
+        attr: QueueAttr, job: JobInfo
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """A job's contribution to its queue: allocated, request, inqueue, elastic."""
         allocated = job.allocated.copy()
-        request = allocated + sum((t.resreq for t in job.index[TaskStatus.PENDING].values()),
-                                  np.zeros_like(allocated))
+        request = allocated + sum(
+            (t.resreq for t in job.index[TaskStatus.PENDING].values()), np.zeros_like(allocated)
+        )
         inqueue = np.zeros_like(allocated)
         if job.min_resources is not None:
             if job.phase == PodGroupPhase.INQUEUE:
                 inqueue += inqueue_resource(job)
-            placed = job.count(TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING,
-                               TaskStatus.SUCCEEDED)
+            placed = job.count(
+                TaskStatus.ALLOCATED,
+                TaskStatus.BINDING,
+                TaskStatus.BOUND,
+                TaskStatus.RUNNING,
+                TaskStatus.SUCCEEDED,
+            )
             if job.phase == PodGroupPhase.RUNNING and placed >= job.min_available:
                 inqueue += inqueue_resource(job)
         elastic = elastic_resource(job)
@@ -150,16 +173,22 @@ class CapacityPlugin(Plugin):
                 for dim in (ssn.space.index[CPU], ssn.space.index[MEMORY]):
                     if cap[dim] <= 0:
                         cap[dim] = np.inf
-                attr.real_capability = np.minimum(np.maximum(total - total_guarantee, 0) + attr.guarantee, cap)
+                attr.real_capability = np.minimum(
+                    np.maximum(total - total_guarantee, 0) + attr.guarantee, cap
+                )
                 attrs[queue.name] = attr
             self._add_job(attr, job)
         for attr in attrs.values():
-            attr.deserved = np.maximum(np.minimum(attr.deserved, attr.real_capability), attr.guarantee)
+            attr.deserved = np.maximum(
+                np.minimum(attr.deserved, attr.real_capability), attr.guarantee
+            )
             attr.update_share()
         return attrs
 
     def _build_hierarchical(self, ssn: Session) -> tuple[dict[str, QueueAttr], bool]:
-        attrs: dict[str, QueueAttr] = {q.name: self._new_attr(ssn, q.spec) for q in ssn.queues.values()}
+        attrs: dict[str, QueueAttr] = {
+            q.name: self._new_attr(ssn, q.spec) for q in ssn.queues.values()
+        }
         if ROOT not in attrs:
             attrs[ROOT] = self._new_attr(ssn, QueueSpec(ROOT))
         specs = {q.name: q.spec for q in ssn.queues.values()}
@@ -273,7 +302,9 @@ class CapacityPlugin(Plugin):
             rp = attrs[ra.ancestors[lvl + 1]] if lvl + 1 < len(ra.ancestors) else ra
             return _compare_share(lp, rp)
 
-        def victim_queue_order(left: QueueInfo, right: QueueInfo, preemptor: QueueInfo | None) -> int:
+        def victim_queue_order(
+            left: QueueInfo, right: QueueInfo, preemptor: QueueInfo | None
+        ) -> int:
             if preemptor is None or not all(q.name in attrs for q in (left, right, preemptor)):
                 return 0
             ll = common_level(attrs[left.name], attrs[preemptor.name])
@@ -285,7 +316,10 @@ class CapacityPlugin(Plugin):
                 return False
             if hierarchical and not is_leaf(queue.name):
                 return False
-            return all(within(a.allocated + task.resreq, a.real_capability, task.resreq) for a in chain(queue.name))
+            return all(
+                within(a.allocated + task.resreq, a.real_capability, task.resreq)
+                for a in chain(queue.name)
+            )
 
         def preemptive(queue: QueueInfo, task: TaskInfo) -> bool:
             if not ready or not queue.is_open() or queue.name not in attrs:
@@ -317,7 +351,9 @@ class CapacityPlugin(Plugin):
             dims[mem] = req[mem] > 0 and attr.deserved[mem] >= MIN_RESOURCE
             return bool(np.any(allocated[dims] > attr.deserved[dims]))
 
-        def reclaimee_ancestor(reclaimer: QueueAttr, reclaimee: QueueAttr, depth: int) -> tuple[QueueAttr | None, bool]:
+        def reclaimee_ancestor(
+            reclaimer: QueueAttr, reclaimee: QueueAttr, depth: int
+        ) -> tuple[QueueAttr | None, bool]:
             """Volcano getReclaimeeAncestorToCheck."""
             if depth > len(reclaimee.ancestors):
                 return None, False
@@ -333,7 +369,9 @@ class CapacityPlugin(Plugin):
             theirs = {b.ancestors[-d] for d in range(1, level + 1) if d <= len(b.ancestors)}
             return bool((mine & theirs) - {ROOT})
 
-        def reclaimable(reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+        def reclaimable(
+            reclaimer: TaskInfo, reclaimees: list[TaskInfo]
+        ) -> tuple[list[TaskInfo], int]:
             if not ready:
                 return [], REJECT
             rjob = ssn.jobs.get(reclaimer.job)
@@ -354,8 +392,12 @@ class CapacityPlugin(Plugin):
                 if not np.all(attr.guarantee <= allocated - t.resreq + MIN_RESOURCE):
                     continue
                 if not relevant(t, attr):
-                    if hierarchical and level > 0 and shares_ancestor(reclaimer_attr, attr) and \
-                            not relevant(reclaimer, reclaimer_attr):
+                    if (
+                        hierarchical
+                        and level > 0
+                        and shares_ancestor(reclaimer_attr, attr)
+                        and not relevant(reclaimer, reclaimer_attr)
+                    ):
                         continue
                 elif not above_deserved(allocated, attr, t.resreq):
                     continue

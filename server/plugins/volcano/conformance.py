@@ -25,7 +25,11 @@ class ConformancePlugin(Plugin):
                 job = ssn.jobs.get(t.job)
                 pclass = job.spec.priority_class if job else ""
                 pod_class = t.spec.annotations.get("priorityClassName", "")
-                if t.namespace == SYSTEM_NAMESPACE or pclass in CRITICAL_CLASSES or pod_class in CRITICAL_CLASSES:
+                if (
+                    t.namespace == SYSTEM_NAMESPACE
+                    or pclass in CRITICAL_CLASSES
+                    or pod_class in CRITICAL_CLASSES
+                ):
                     continue
                 victims.append(t)
             return victims, PERMIT

@@ -40,8 +40,15 @@ class HNode:
 
     __slots__ = ("name", "weight", "allocated", "share", "request", "saturated", "children", "job")
 
-    def __init__(self, name: str, weight: float, allocated: np.ndarray, request: np.ndarray,
-                 children: dict[str, HNode] | None, job: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        weight: float,
+        allocated: np.ndarray,
+        request: np.ndarray,
+        children: dict[str, HNode] | None,
+        job: str = "",
+    ) -> None:
         self.name = name
         self.weight = weight
         self.allocated = allocated
@@ -78,10 +85,14 @@ class HierarchicalDrf:
 
     @staticmethod
     def path(queue: QueueInfo) -> tuple[list[str], list[str]]:
-        return (queue.annotations.get(HIERARCHY, "").split("/"),
-                queue.annotations.get(HIERARCHY_WEIGHTS, "").split("/"))
+        return (
+            queue.annotations.get(HIERARCHY, "").split("/"),
+            queue.annotations.get(HIERARCHY_WEIGHTS, "").split("/"),
+        )
 
-    def place(self, root: HNode, job: JobInfo, allocated: np.ndarray, share: float, queue: QueueInfo) -> None:
+    def place(
+        self, root: HNode, job: JobInfo, allocated: np.ndarray, share: float, queue: QueueInfo
+    ) -> None:
         """Volcano buildHierarchy: find or create the queue's levels, (re)attach the job's leaf."""
         paths, weights = self.path(queue)
         node = root
@@ -121,7 +132,9 @@ class HierarchicalDrf:
             if not child.saturated:
                 saturated = False
             if child.share != 0:
-                allocated += child.allocated if child.saturated else child.allocated * (mdr / child.share)
+                allocated += (
+                    child.allocated if child.saturated else child.allocated * (mdr / child.share)
+                )
         node.allocated = allocated
         node.share = dominant_share(allocated, self.total)
         node.saturated = saturated
@@ -212,7 +225,9 @@ class DrfPlugin(Plugin):
             # only the last one (with the final total) counts.
             hdrf.update(hdrf.root, hdrf.total_allocated)
 
-        def preemptable(preemptor: TaskInfo, preemptees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+        def preemptable(
+            preemptor: TaskInfo, preemptees: list[TaskInfo]
+        ) -> tuple[list[TaskInfo], int]:
             if preemptor.job not in allocated:
                 return [], PERMIT
             ls = dominant_share(allocated[preemptor.job] + preemptor.resreq, total)
@@ -237,7 +252,9 @@ class DrfPlugin(Plugin):
             # NaN (infinite quantities) compares after everything in job_order: last here too.
             return math.inf if share != share else share
 
-        def rehang(root: HNode, total_allocated: np.ndarray, job: JobInfo, alloc: np.ndarray) -> None:
+        def rehang(
+            root: HNode, total_allocated: np.ndarray, job: JobInfo, alloc: np.ndarray
+        ) -> None:
             queue = ssn.queues.get(job.queue)
             if queue is not None:
                 hdrf.place(root, job, alloc, dominant_share(alloc, total), queue)
@@ -247,7 +264,9 @@ class DrfPlugin(Plugin):
             r = hdrf.compare(hdrf.root, left, right)
             return -1 if r < 0 else (1 if r > 0 else 0)
 
-        def reclaimable(reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+        def reclaimable(
+            reclaimer: TaskInfo, reclaimees: list[TaskInfo]
+        ) -> tuple[list[TaskInfo], int]:
             ljob = ssn.jobs.get(reclaimer.job)
             if ljob is None or ljob.queue not in ssn.queues or ljob.uid not in allocated:
                 return [], PERMIT
@@ -276,7 +295,9 @@ class DrfPlugin(Plugin):
             if job is None or task.job not in allocated:
                 return
             # In place, no temporary (every placement): sign is +-1, so the same sums.
-            (np.add if sign > 0 else np.subtract)(allocated[task.job], task.resreq, out=allocated[task.job])
+            (np.add if sign > 0 else np.subtract)(
+                allocated[task.job], task.resreq, out=allocated[task.job]
+            )
             shares.changed(task.job)
             if hierarchy_enabled and job.queue in ssn.queues:
                 hdrf.total_allocated += sign * task.resreq

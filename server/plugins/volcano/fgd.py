@@ -117,20 +117,28 @@ class Workload:
             return 0.0
         free = np.asarray(state.gpus, dtype=float)
         total = float(free.sum())
-        fits = free[None, :] >= self.share[:, None] - _EPS  # types x GPUs: the GPU holds the type's share
+        fits = (
+            free[None, :] >= self.share[:, None] - _EPS
+        )  # types x GPUs: the GPU holds the type's share
         held = fits.sum(axis=1)
         # How many tasks of each type the GPUs hold (a shared GPU several shares), and the cpu and memory.
         per_gpu = np.where(fits, np.floor(free[None, :] / self._share_div + _EPS), 0.0)
         by_gpu = np.where(self._shared, per_gpu.sum(axis=1), np.floor(held / self._gpus_div))
-        by_cpu = np.where(self.cpu > 0, np.floor((state.cpu + MIN_RESOURCE) / self._cpu_div), np.inf)
-        by_memory = np.where(self.memory > 0, np.floor((state.memory + MIN_RESOURCE) / self._memory_div), np.inf)
+        by_cpu = np.where(
+            self.cpu > 0, np.floor((state.cpu + MIN_RESOURCE) / self._cpu_div), np.inf
+        )
+        by_memory = np.where(
+            self.memory > 0, np.floor((state.memory + MIN_RESOURCE) / self._memory_div), np.inf
+        )
         tasks = np.minimum(by_gpu, np.minimum(by_cpu, by_memory))
         runs = self.asks_gpu & (held >= self.gpus) & (tasks >= 1)
         if access is not None:
             runs &= access
         # What a type can use: its shares that fit on each GPU (a whole GPU per whole-GPU task) -- in
         # proportion, when cpu or memory run out before the GPUs do.
-        usable = (per_gpu * self.share[:, None]).sum(axis=1) * np.minimum(1.0, tasks / np.maximum(by_gpu, 1.0))
+        usable = (per_gpu * self.share[:, None]).sum(axis=1) * np.minimum(
+            1.0, tasks / np.maximum(by_gpu, 1.0)
+        )
         per_type = np.where(runs, total - usable, total)
         return float(self.popularity @ per_type)
 
@@ -152,7 +160,9 @@ def typical_types(tasks: list[Key], threshold: float = 1.0) -> list[TaskType]:
             break
         kept.append((key, count))
         covered += count
-    return [TaskType(key[0], key[1], key[2], key[3], count / covered, key[4]) for key, count in kept]
+    return [
+        TaskType(key[0], key[1], key[2], key[3], count / covered, key[4]) for key, count in kept
+    ]
 
 
 def node_state(nodes: NodeTable, row: int, cpu_dim: int | None, mem_dim: int | None) -> NodeState:
@@ -174,14 +184,18 @@ def node_state(nodes: NodeTable, row: int, cpu_dim: int | None, mem_dim: int | N
     )
 
 
-def after_placing(state: NodeState, cpu: float, memory: float, gpus: int, share: float, gpu: int | None) -> NodeState | None:
+def after_placing(
+    state: NodeState, cpu: float, memory: float, gpus: int, share: float, gpu: int | None
+) -> NodeState | None:
     """The state once a task asking ``gpus`` GPUs of ``share`` each (on GPU index ``gpu`` for a
     share) is placed; None when it does not fit."""
     if cpu > state.cpu + MIN_RESOURCE or memory > state.memory + MIN_RESOURCE:
         return None
     free = state.gpus
     if gpus:
-        if gpu is None:  # whole GPUs: the first ``gpus`` (free shares sorted descending: whole ones first)
+        if (
+            gpu is None
+        ):  # whole GPUs: the first ``gpus`` (free shares sorted descending: whole ones first)
             if len(free) < gpus or free[gpus - 1] < 1.0 - _EPS:
                 return None
             free = tuple(f for f in free[gpus:] if f > _EPS)
@@ -196,7 +210,11 @@ def after_placing(state: NodeState, cpu: float, memory: float, gpus: int, share:
 
 class FgdPlugin(Plugin):
     name: ClassVar[str] = "fgd"
-    ARGUMENTS: ClassVar[dict[str, object]] = {"fgd.weight": 1, "fgd.popularityThreshold": 1.0, "fgd.memory": False}
+    ARGUMENTS: ClassVar[dict[str, object]] = {
+        "fgd.weight": 1,
+        "fgd.popularityThreshold": 1.0,
+        "fgd.memory": False,
+    }
 
     @classmethod
     def validate_arguments(cls, arguments: dict[str, object]) -> None:
@@ -207,7 +225,9 @@ class FgdPlugin(Plugin):
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            raise ValueError(f"fgd.popularityThreshold: {threshold!r} is not a share above 0, at most 1")
+            raise ValueError(
+                f"fgd.popularityThreshold: {threshold!r} is not a share above 0, at most 1"
+            )
 
     def on_session_open(self, ssn: Session) -> None:
         weight = self.arg_float("fgd.weight", 1.0)
@@ -251,7 +271,9 @@ class FgdPlugin(Plugin):
             """Per node row its access class; per class, per type, may the type use such nodes
             (None: every type may). Built on first use, once the evaluator is configured."""
             masks_by_constraints = [ssn.evaluator.static_mask(task) for task in representative]
-            matrix = np.array([masks_by_constraints[t.constraints] for t in workload.types], dtype=bool).T
+            matrix = np.array(
+                [masks_by_constraints[t.constraints] for t in workload.types], dtype=bool
+            ).T
             ids: dict[bytes, int] = {}
             row_class = np.zeros(len(nodes), dtype=np.int64)
             masks: list[np.ndarray | None] = []
@@ -308,7 +330,11 @@ class FgdPlugin(Plugin):
                 candidates = [k for k, f in enumerate(before.gpus) if abs(f - free) <= _EPS][:1]
             else:  # one GPU of each free share it fits (equal shares are adjacent: sorted)
                 free_gpus = before.gpus
-                candidates = [k for k, f in enumerate(free_gpus) if f >= share - _EPS and (k == 0 or f != free_gpus[k - 1])]
+                candidates = [
+                    k
+                    for k, f in enumerate(free_gpus)
+                    if f >= share - _EPS and (k == 0 or f != free_gpus[k - 1])
+                ]
             best: float | None = None
             for k in candidates:
                 after = after_placing(before, cpu, memory, gpus, share, k)

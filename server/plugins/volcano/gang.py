@@ -22,10 +22,16 @@ class GangPlugin(Plugin):
     def on_session_open(self, ssn: Session) -> None:
         def job_valid(job: JobInfo) -> ValidateResult | None:
             if not job.check_task_valid():
-                return ValidateResult(False, "NotEnoughPodsOfTask", "Not enough valid pods of each task for gang-scheduling")
+                return ValidateResult(
+                    False,
+                    "NotEnoughPodsOfTask",
+                    "Not enough valid pods of each task for gang-scheduling",
+                )
             if not job.check_subjob_valid():
                 return ValidateResult(
-                    False, "NotEnoughPodsOfTask", "Not enough valid subGroups of each task for gang-scheduling"
+                    False,
+                    "NotEnoughPodsOfTask",
+                    "Not enough valid subGroups of each task for gang-scheduling",
                 )
             valid = job.valid_task_num()
             if valid < job.min_available:
@@ -62,11 +68,19 @@ class GangPlugin(Plugin):
         ssn.register("job_order", self.name, job_order)
         ssn.register("job_order_key", self.name, lambda j: j.is_ready())  # not ready first
         # The count first: it is what a gang being placed fails until its last task.
-        ssn.register("job_ready", self.name, lambda j: j.is_ready() and j.check_task_ready() and j.check_subjob_ready())
+        ssn.register(
+            "job_ready",
+            self.name,
+            lambda j: j.is_ready() and j.check_task_ready() and j.check_subjob_ready(),
+        )
         ssn.register(
             "job_pipelined",
             self.name,
-            lambda j: PERMIT if j.check_task_pipelined() and j.check_subjob_pipelined() and j.is_pipelined() else REJECT,
+            lambda j: (
+                PERMIT
+                if j.check_task_pipelined() and j.check_subjob_pipelined() and j.is_pipelined()
+                else REJECT
+            ),
         )
         ssn.register("job_starving", self.name, lambda j: j.is_starving())
 

@@ -38,7 +38,13 @@ from server.session.session import Session
 
 MAX_NODE_SCORE = 100.0
 # Statuses in which a task's node counts as used by the job.
-_HOLDING = (TaskStatus.ALLOCATED, TaskStatus.PIPELINED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING)
+_HOLDING = (
+    TaskStatus.ALLOCATED,
+    TaskStatus.PIPELINED,
+    TaskStatus.BINDING,
+    TaskStatus.BOUND,
+    TaskStatus.RUNNING,
+)
 
 
 class NetworkTopologyPlugin(Plugin):
@@ -91,15 +97,21 @@ class NetworkTopologyPlugin(Plugin):
             nt = job.spec.network_topology
             mode = str(nt.get("mode", "hard")).lower()
             try:
-                highest = int(nt.get("highestTierAllowed", nt.get("highest_tier_allowed", max_tier)))
+                highest = int(
+                    nt.get("highestTierAllowed", nt.get("highest_tier_allowed", max_tier))
+                )
             except (TypeError, ValueError):
                 highest = max_tier
             return mode, highest
 
         def used_rows(task: TaskInfo) -> np.ndarray:
             job = ssn.jobs[task.job]
-            rows = {nodes.index[t.node] for s in _HOLDING for t in job.index[s].values()
-                    if t.node is not None and t.node in nodes.index}
+            rows = {
+                nodes.index[t.node]
+                for s in _HOLDING
+                for t in job.index[s].values()
+                if t.node is not None and t.node in nodes.index
+            }
             return np.fromiter(sorted(rows), dtype=np.int64, count=len(rows))
 
         def region(task: TaskInfo, highest: int) -> np.ndarray:
@@ -143,7 +155,9 @@ class NetworkTopologyPlugin(Plugin):
         hn_matrix = np.array(hn_masks, dtype=float)
 
         def normal_pod_score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
-            dims = [d for d, w in binpack_weights.items() if task.resreq[d] >= MIN_RESOURCE and w > 0]
+            dims = [
+                d for d, w in binpack_weights.items() if task.resreq[d] >= MIN_RESOURCE and w > 0
+            ]
             hn_scores = np.zeros(len(hn_masks))
             if dims:
                 w = np.array([binpack_weights[d] for d in dims], dtype=float)
@@ -152,10 +166,14 @@ class NetworkTopologyPlugin(Plugin):
                 with np.errstate(divide="ignore", invalid="ignore"):
                     ratio = np.where(alloc > 0, after / alloc, np.inf)
                 fits = (ratio <= 1.0).all(axis=1)
-                hn_scores = np.where(fits, (np.where(np.isfinite(ratio), ratio, 0.0) @ w) / w.sum(), 0.0)
+                hn_scores = np.where(
+                    fits, (np.where(np.isfinite(ratio), ratio, 0.0) @ w) / w.sum(), 0.0
+                )
             owners = owner[:, rows]
             per_tier = np.where(owners >= 0, hn_scores[np.maximum(owners, 0)], 1.0)
-            scores: np.ndarray = weight * MAX_NODE_SCORE * (tier_weights @ per_tier) / tier_weights.sum()
+            scores: np.ndarray = (
+                weight * MAX_NODE_SCORE * (tier_weights @ per_tier) / tier_weights.sum()
+            )
             return scores
 
         def score(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
@@ -185,16 +203,30 @@ class NetworkTopologyPlugin(Plugin):
             if str(nt.get("mode", "hard")).lower() != "hard":
                 return None
             try:
-                highest = int(nt.get("highestTierAllowed", nt.get("highest_tier_allowed", max_tier)))
+                highest = int(
+                    nt.get("highestTierAllowed", nt.get("highest_tier_allowed", max_tier))
+                )
             except (TypeError, ValueError):
                 highest = max_tier
-            held = sorted({nodes.index[t.node] for s in _HOLDING for t in job.index[s].values()
-                           if t.node is not None and t.node in nodes.index})
+            held = sorted(
+                {
+                    nodes.index[t.node]
+                    for s in _HOLDING
+                    for t in job.index[s].values()
+                    if t.node is not None and t.node in nodes.index
+                }
+            )
             need = job.min_resources
             if need is None:
-                pending = sorted(job.index[TaskStatus.PENDING].values(), key=lambda t: t.creation_index)
+                pending = sorted(
+                    job.index[TaskStatus.PENDING].values(), key=lambda t: t.creation_index
+                )
                 missing = max(job.min_available - job.ready_task_num(), 0)
-                need = np.sum([t.resreq for t in pending[:missing]], axis=0) if missing and pending else None
+                need = (
+                    np.sum([t.resreq for t in pending[:missing]], axis=0)
+                    if missing and pending
+                    else None
+                )
             by_tier: dict[int, list[tuple[str, np.ndarray]]] = {}
             for h in ordered:
                 if h.tier > highest:
@@ -214,7 +246,11 @@ class NetworkTopologyPlugin(Plugin):
         def hypernode_order(job: JobInfo, candidates: dict[str, np.ndarray]) -> dict[str, float]:
             """Volcano HyperNodeOrderFn: bin-packing of the job's request into each hypernode,
             (used + request) / allocatable weighted over cpu and memory; 0 if it overflows."""
-            request = np.sum([t.resreq for t in job.tasks.values()], axis=0) if job.tasks else ssn.space.zeros()
+            request = (
+                np.sum([t.resreq for t in job.tasks.values()], axis=0)
+                if job.tasks
+                else ssn.space.zeros()
+            )
             out: dict[str, float] = {}
             for name, m in candidates.items():
                 alloc = nodes.allocatable[m].sum(axis=0)
@@ -229,14 +265,18 @@ class NetworkTopologyPlugin(Plugin):
                         break
                     total += w * (used[d] + request[d]) / alloc[d]
                     weights += w
-                out[name] = 0.0 if overflow or weights == 0 else weight * MAX_NODE_SCORE * total / weights
+                out[name] = (
+                    0.0 if overflow or weights == 0 else weight * MAX_NODE_SCORE * total / weights
+                )
             return out
 
         binpack_cpu = self.arg_int("hypernode.binpack.cpu", 1)
         binpack_memory = self.arg_int("hypernode.binpack.memory", 1)
         # Volcano priorityWeight: cpu, memory and the listed extended resources (negative -> 1).
-        binpack_weights: dict[int, int] = {0: binpack_cpu if binpack_cpu >= 0 else 1,
-                                           1: binpack_memory if binpack_memory >= 0 else 1}
+        binpack_weights: dict[int, int] = {
+            0: binpack_cpu if binpack_cpu >= 0 else 1,
+            1: binpack_memory if binpack_memory >= 0 else 1,
+        }
         for res_name in str(self.arguments.get("hypernode.binpack.resources") or "").split(","):
             res_name = res_name.strip()
             if res_name and res_name in ssn.space.index:
@@ -247,6 +287,10 @@ class NetworkTopologyPlugin(Plugin):
         ssn.register(
             "predicate",
             self.name,
-            Predicate("task", check, reason="node(s) outside the job's hypernode within its highest allowed tier"),
+            Predicate(
+                "task",
+                check,
+                reason="node(s) outside the job's hypernode within its highest allowed tier",
+            ),
         )
         ssn.register("node_order", self.name, Scorer("task", score))

@@ -113,7 +113,10 @@ class NodeOrderPlugin(Plugin):
                 req_c = float(task.resreq[cpu]) or DEFAULT_MILLI_CPU
                 req_m = float(task.resreq[mem]) or DEFAULT_MEMORY
                 return np.array([row_score(int(i), req_c, req_m) for i in rows])
-            req = (float(task.resreq[cpu]) or DEFAULT_MILLI_CPU, float(task.resreq[mem]) or DEFAULT_MEMORY)
+            req = (
+                float(task.resreq[cpu]) or DEFAULT_MILLI_CPU,
+                float(task.resreq[mem]) or DEFAULT_MEMORY,
+            )
             frac = nodes.used[rows, :2]  # a copy (fancy index): the used fraction after placing
             frac += req
             frac *= inv[rows]
@@ -150,34 +153,58 @@ class NodeOrderPlugin(Plugin):
                     return np.zeros(len(rows))
                 return np.array(
                     [
-                        sum(t.get("weight", 0) for t in terms if match_node_selector_term(nodes.labels[i], t.get("preference") or {}, nodes.names[i]))
+                        sum(
+                            t.get("weight", 0)
+                            for t in terms
+                            if match_node_selector_term(
+                                nodes.labels[i], t.get("preference") or {}, nodes.names[i]
+                            )
+                        )
                         for i in rows
                     ],
                     dtype=float,
                 )
 
-            scorers.append(Scorer("static", node_affinity, normalize=lambda s: normalize(s) * affinity_w))
+            scorers.append(
+                Scorer("static", node_affinity, normalize=lambda s: normalize(s) * affinity_w)
+            )
 
         if taint_w:
 
             def intolerable(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
-                tolerations = [t for t in task.spec.tolerations if t.effect in ("", "PreferNoSchedule")]
+                tolerations = [
+                    t for t in task.spec.tolerations if t.effect in ("", "PreferNoSchedule")
+                ]
                 return np.array(
                     [
-                        sum(1 for taint in nodes.taints[i] if taint.effect == "PreferNoSchedule" and not any(t.tolerates(taint) for t in tolerations))
+                        sum(
+                            1
+                            for taint in nodes.taints[i]
+                            if taint.effect == "PreferNoSchedule"
+                            and not any(t.tolerates(taint) for t in tolerations)
+                        )
                         for i in rows
                     ],
                     dtype=float,
                 )
 
-            scorers.append(Scorer("static", intolerable, normalize=lambda s: normalize_reverse(s) * taint_w))
+            scorers.append(
+                Scorer("static", intolerable, normalize=lambda s: normalize_reverse(s) * taint_w)
+            )
 
         uses_preferred_pod_affinity = any(
-            ((t.spec.affinity.get("podAffinity") or {}).get(PREFERRED) or (t.spec.affinity.get("podAntiAffinity") or {}).get(PREFERRED))
+            (
+                (t.spec.affinity.get("podAffinity") or {}).get(PREFERRED)
+                or (t.spec.affinity.get("podAntiAffinity") or {}).get(PREFERRED)
+            )
             for t in ssn.constrained_tasks()
         )
         if pod_affinity_w and uses_preferred_pod_affinity:
-            scorers.append(Scorer("task", lambda task, rows: self._pod_affinity(ssn, task, rows) * pod_affinity_w))
+            scorers.append(
+                Scorer(
+                    "task", lambda task, rows: self._pod_affinity(ssn, task, rows) * pod_affinity_w
+                )
+            )
         ssn.register("node_order", self.name, scorers)
 
     @staticmethod
@@ -185,15 +212,18 @@ class NodeOrderPlugin(Plugin):
         nodes = ssn.nodes
         raw = np.zeros(len(rows))
         for kind, sign in (("podAffinity", 1.0), ("podAntiAffinity", -1.0)):
-            for wt in ((task.spec.affinity.get(kind) or {}).get(PREFERRED) or []):
+            for wt in (task.spec.affinity.get(kind) or {}).get(PREFERRED) or []:
                 term: dict[str, Any] = wt.get("podAffinityTerm") or {}
                 key = term.get("topologyKey", "")
                 namespaces = set(term.get("namespaces") or [task.namespace])
                 domains: dict[str, int] = {}
                 for i, tasks in enumerate(nodes.tasks):
                     hits = sum(
-                        1 for t in tasks.values()
-                        if t.uid != task.uid and t.namespace in namespaces and match_label_selector(t.spec.labels, term.get("labelSelector"))
+                        1
+                        for t in tasks.values()
+                        if t.uid != task.uid
+                        and t.namespace in namespaces
+                        and match_label_selector(t.spec.labels, term.get("labelSelector"))
                     )
                     d = nodes.labels[i].get(key)
                     if hits and d is not None:

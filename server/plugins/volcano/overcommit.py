@@ -52,7 +52,9 @@ class OvercommitPlugin(Plugin):
             if np.all(need[dims] <= idle[dims] + MIN_RESOURCE):
                 return PERMIT
             short = [ssn.space.dims[i] for i in np.nonzero(dims & (need > idle + MIN_RESOURCE))[0]]
-            job.enqueue_verdict = f"resource in cluster is overused: insufficient {', '.join(short)}"
+            job.enqueue_verdict = (
+                f"resource in cluster is overused: insufficient {', '.join(short)}"
+            )
             return REJECT
 
         def enqueued(job: JobInfo) -> None:

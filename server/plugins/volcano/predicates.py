@@ -61,11 +61,17 @@ class PredicatesPlugin(Plugin):
         nodes = ssn.nodes
         names = nodes.names
         tainted_rows = np.array(
-            [i for i, ts in enumerate(nodes.taints) if any(t.effect in ("NoSchedule", "NoExecute") for t in ts)],
+            [
+                i
+                for i, ts in enumerate(nodes.taints)
+                if any(t.effect in ("NoSchedule", "NoExecute") for t in ts)
+            ],
             dtype=np.int64,
         )
         preds: list[Predicate] = [
-            Predicate("static", lambda task, rows: nodes.schedulable[rows], reason=NODE_UNSCHEDULABLE),
+            Predicate(
+                "static", lambda task, rows: nodes.schedulable[rows], reason=NODE_UNSCHEDULABLE
+            ),
         ]
 
         if self.arg_bool("predicate.NodeAffinityEnable", True):
@@ -75,7 +81,12 @@ class PredicatesPlugin(Plugin):
                 if not spec.node_selector and not (spec.affinity or {}).get("nodeAffinity"):
                     return np.ones(len(rows), dtype=bool)
                 return np.fromiter(
-                    (matches_node_selector_and_affinity(nodes.labels[i], spec.node_selector, spec.affinity, names[i]) for i in rows),
+                    (
+                        matches_node_selector_and_affinity(
+                            nodes.labels[i], spec.node_selector, spec.affinity, names[i]
+                        )
+                        for i in rows
+                    ),
                     dtype=bool,
                     count=len(rows),
                 )
@@ -90,14 +101,27 @@ class PredicatesPlugin(Plugin):
                     return ok
                 hit = np.isin(rows, tainted_rows)
                 for k in np.nonzero(hit)[0]:
-                    ok[k] = untolerated_taint(nodes.taints[rows[k]], task.spec.tolerations, ("NoSchedule", "NoExecute")) is None
+                    ok[k] = (
+                        untolerated_taint(
+                            nodes.taints[rows[k]],
+                            task.spec.tolerations,
+                            ("NoSchedule", "NoExecute"),
+                        )
+                        is None
+                    )
                 return ok
 
             def taint_reasons(task: TaskInfo, rows: np.ndarray) -> list[str]:
                 out = []
                 for i in rows:
-                    t = untolerated_taint(nodes.taints[i], task.spec.tolerations, ("NoSchedule", "NoExecute"))
-                    out.append(f"node(s) had untolerated taint {{{t.key}: {t.value}}}" if t else "node(s) had untolerated taint")
+                    t = untolerated_taint(
+                        nodes.taints[i], task.spec.tolerations, ("NoSchedule", "NoExecute")
+                    )
+                    out.append(
+                        f"node(s) had untolerated taint {{{t.key}: {t.value}}}"
+                        if t
+                        else "node(s) had untolerated taint"
+                    )
                 return out
 
             preds.append(Predicate("static", taint_ok, reasons=taint_reasons))
@@ -115,7 +139,11 @@ class PredicatesPlugin(Plugin):
                 evicted_per_row[row] -= 1
 
         def on_deallocate(task: TaskInfo) -> None:
-            if task.status == TaskStatus.RELEASING and task.node is not None and task.uid not in self.evicted:
+            if (
+                task.status == TaskStatus.RELEASING
+                and task.node is not None
+                and task.uid not in self.evicted
+            ):
                 row = nodes.index[task.node]
                 self.evicted[task.uid] = row
                 evicted_per_row[row] += 1
@@ -124,9 +152,13 @@ class PredicatesPlugin(Plugin):
         preds.append(
             Predicate(
                 "shape",
-                lambda task, rows: nodes.task_count[rows] - evicted_per_row[rows] < nodes.max_tasks[rows],
+                lambda task, rows: (
+                    nodes.task_count[rows] - evicted_per_row[rows] < nodes.max_tasks[rows]
+                ),
                 reason=POD_NUMBER,
-                row=lambda task, i: nodes.task_count.item(i) - evicted_per_row.item(i) < nodes.max_tasks.item(i),
+                row=lambda task, i: (
+                    nodes.task_count.item(i) - evicted_per_row.item(i) < nodes.max_tasks.item(i)
+                ),
             )
         )
 
@@ -165,12 +197,14 @@ class PredicatesPlugin(Plugin):
                 domains = matching_domains(term, task.namespace, task.uid)
                 if not domains:
                     # Kubernetes: the first pod of a group may match its own affinity term.
-                    if task.namespace in set(term.get("namespaces") or [task.namespace]) and match_label_selector(
-                        task.spec.labels, term.get("labelSelector")
-                    ):
+                    if task.namespace in set(
+                        term.get("namespaces") or [task.namespace]
+                    ) and match_label_selector(task.spec.labels, term.get("labelSelector")):
                         continue
                     return np.zeros(len(rows), dtype=bool)
-                ok &= np.fromiter((domain(i, key) in domains for i in rows), dtype=bool, count=len(rows))
+                ok &= np.fromiter(
+                    (domain(i, key) in domains for i in rows), dtype=bool, count=len(rows)
+                )
             return ok
 
         def anti_affinity_check(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
@@ -179,7 +213,9 @@ class PredicatesPlugin(Plugin):
                 key = term.get("topologyKey", "")
                 domains = matching_domains(term, task.namespace, task.uid)
                 if domains:
-                    ok &= np.fromiter((domain(i, key) not in domains for i in rows), dtype=bool, count=len(rows))
+                    ok &= np.fromiter(
+                        (domain(i, key) not in domains for i in rows), dtype=bool, count=len(rows)
+                    )
             # Symmetry: an existing pod's anti-affinity that matches the incoming task.
             for i, tasks in enumerate(nodes.tasks):
                 for t in tasks.values():
@@ -187,15 +223,21 @@ class PredicatesPlugin(Plugin):
                         continue
                     for term in _terms(t.spec.affinity, "podAntiAffinity"):
                         namespaces = set(term.get("namespaces") or [t.namespace])
-                        if task.namespace in namespaces and match_label_selector(task.spec.labels, term.get("labelSelector")):
+                        if task.namespace in namespaces and match_label_selector(
+                            task.spec.labels, term.get("labelSelector")
+                        ):
                             key = term.get("topologyKey", "")
                             d = domain(i, key)
-                            ok &= np.fromiter((domain(r, key) != d for r in rows), dtype=bool, count=len(rows))
+                            ok &= np.fromiter(
+                                (domain(r, key) != d for r in rows), dtype=bool, count=len(rows)
+                            )
             return ok
 
         def any_anti() -> bool:  # evaluated lazily, per call
             return any(
-                _terms(t.spec.affinity, "podAntiAffinity") for tasks in nodes.tasks for t in tasks.values()
+                _terms(t.spec.affinity, "podAntiAffinity")
+                for tasks in nodes.tasks
+                for t in tasks.values()
             )
 
         def pod_affinity(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
@@ -209,7 +251,8 @@ class PredicatesPlugin(Plugin):
             return anti_affinity_check(task, rows)
 
         uses_pod_affinity = any(
-            t.spec.affinity.get("podAffinity") or t.spec.affinity.get("podAntiAffinity") for t in ssn.constrained_tasks()
+            t.spec.affinity.get("podAffinity") or t.spec.affinity.get("podAntiAffinity")
+            for t in ssn.constrained_tasks()
         )
         if not uses_pod_affinity:
             return []

@@ -22,7 +22,9 @@ class PriorityPlugin(Plugin):
     name = "priority"
 
     def on_session_open(self, ssn: Session) -> None:
-        def preemptable(preemptor: TaskInfo, preemptees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+        def preemptable(
+            preemptor: TaskInfo, preemptees: list[TaskInfo]
+        ) -> tuple[list[TaskInfo], int]:
             pjob = ssn.jobs.get(preemptor.job)
             if pjob is None:
                 return [], PERMIT

@@ -82,14 +82,26 @@ class ProportionPlugin(Plugin):
                 cap[0] = np.inf if cap[0] <= 0 else cap[0]
                 cap[1] = np.inf if cap[1] <= 0 else cap[1]
                 real = np.minimum(exceeded(total, total_guarantee) + queue.guarantee, cap)
-                attr = QueueAttr(queue.name, queue.weight, zeros(), zeros(), zeros(), zeros(), zeros(), queue.guarantee.copy(), real)
+                attr = QueueAttr(
+                    queue.name,
+                    queue.weight,
+                    zeros(),
+                    zeros(),
+                    zeros(),
+                    zeros(),
+                    zeros(),
+                    queue.guarantee.copy(),
+                    real,
+                )
                 attrs[queue.name] = attr
             # job.allocated sums the tasks in Volcano's AllocatedStatus; request adds the pending ones.
             attr.allocated += job.allocated
             attr.request += job.allocated
             pending = iter(job.index[TaskStatus.PENDING].values())
             first = next(pending, None)
-            if first is not None:  # the job's pending sum first, then added (as a numpy sum of them)
+            if (
+                first is not None
+            ):  # the job's pending sum first, then added (as a numpy sum of them)
                 asked = first.resreq.copy()
                 for t in pending:
                     asked += t.resreq
@@ -98,7 +110,13 @@ class ProportionPlugin(Plugin):
                 attr.inqueue += inqueue_resource(job)
             if job.min_resources is None:
                 continue  # neither inqueue nor elastic resources without minResources
-            allocated_num = job.count(TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.SUCCEEDED)
+            allocated_num = job.count(
+                TaskStatus.ALLOCATED,
+                TaskStatus.BINDING,
+                TaskStatus.BOUND,
+                TaskStatus.RUNNING,
+                TaskStatus.SUCCEEDED,
+            )
             if job.phase == PodGroupPhase.RUNNING and allocated_num >= job.min_available:
                 attr.inqueue += inqueue_resource(job)
             attr.elastic += elastic_resource(job)
@@ -130,7 +148,9 @@ class ProportionPlugin(Plugin):
             if np.all(remaining < MIN_RESOURCE) or np.array_equal(remaining, old_remaining):
                 break
         # Volcano reports each queue's deserved share as a metric here (UpdateQueueDeserved).
-        ssn.result.queue_deserved.update({a.name: ssn.space.to_dict(a.deserved) for a in attrs.values()})
+        ssn.result.queue_deserved.update(
+            {a.name: ssn.space.to_dict(a.deserved) for a in attrs.values()}
+        )
 
         def queue_order(left: QueueInfo, right: QueueInfo) -> int:
             if left.priority != right.priority:
@@ -145,7 +165,9 @@ class ProportionPlugin(Plugin):
             share = attrs[queue.name].share if queue.name in attrs else 0.0
             return -queue.priority, share if share == share else math.inf
 
-        def reclaimable(reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+        def reclaimable(
+            reclaimer: TaskInfo, reclaimees: list[TaskInfo]
+        ) -> tuple[list[TaskInfo], int]:
             victims = []
             allocations: dict[str, np.ndarray] = {}
             for t in reclaimees:
@@ -172,7 +194,9 @@ class ProportionPlugin(Plugin):
                 return True
             req = task.request_floats
             # allocated + request element by element: the same float sums numpy would make.
-            return less_equal_on(map(operator.add, attr.allocated.tolist(), req), attr.deserved.tolist(), req)
+            return less_equal_on(
+                map(operator.add, attr.allocated.tolist(), req), attr.deserved.tolist(), req
+            )
 
         def enqueueable(job: JobInfo) -> int:
             queue = ssn.queues[job.queue]
@@ -183,10 +207,20 @@ class ProportionPlugin(Plugin):
             if attr is None or job.min_resources is None:
                 return PERMIT
             need = job.min_resources + attr.allocated + attr.inqueue - attr.elastic
-            if less_equal_on(need.tolist(), attr.real_capability.tolist(), job.min_resources.tolist()):
+            if less_equal_on(
+                need.tolist(), attr.real_capability.tolist(), job.min_resources.tolist()
+            ):
                 return PERMIT
-            short = [ssn.space.dims[i] for i in np.nonzero((need > attr.real_capability + MIN_RESOURCE) & (job.min_resources > MIN_RESOURCE))[0]]
-            job.enqueue_verdict = f"queue resource quota insufficient: insufficient {', '.join(short)}"
+            short = [
+                ssn.space.dims[i]
+                for i in np.nonzero(
+                    (need > attr.real_capability + MIN_RESOURCE)
+                    & (job.min_resources > MIN_RESOURCE)
+                )[0]
+            ]
+            job.enqueue_verdict = (
+                f"queue resource quota insufficient: insufficient {', '.join(short)}"
+            )
             return REJECT
 
         def enqueued(job: JobInfo) -> None:

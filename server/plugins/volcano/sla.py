@@ -85,7 +85,9 @@ class SlaPlugin(Plugin):
 
         def job_order_key(job: JobInfo) -> tuple[int, float]:
             wt = waiting_time(job)
-            return (1, 0.0) if wt is None else (0, created(job) + wt)  # jobs without a deadline last
+            return (
+                (1, 0.0) if wt is None else (0, created(job) + wt)
+            )  # jobs without a deadline last
 
         ssn.register("job_order", self.name, job_order)
         ssn.register("job_order_key", self.name, job_order_key)

@@ -155,8 +155,14 @@ class JobManager:
         if kind > self.priority.get(name, 0):
             self.priority[name] = kind
 
-    def _pairs(self, groups: list[list[str]], selfs: set[str], inter: dict[str, set[str]],
-               self_kind: int, inter_kind: int) -> None:
+    def _pairs(
+        self,
+        groups: list[list[str]],
+        selfs: set[str],
+        inter: dict[str, set[str]],
+        self_kind: int,
+        inter_kind: int,
+    ) -> None:
         for group in groups:
             if len(group) == 1:
                 selfs.add(group[0])
@@ -169,8 +175,16 @@ class JobManager:
                 self._mark(src, inter_kind)
 
     def _apply(self, topo: TaskTopology) -> None:
-        self._pairs(topo.affinity, self.self_affinity, self.inter_affinity, SELF_AFFINITY, INTER_AFFINITY)
-        self._pairs(topo.anti_affinity, self.self_anti, self.inter_anti, SELF_ANTI_AFFINITY, INTER_ANTI_AFFINITY)
+        self._pairs(
+            topo.affinity, self.self_affinity, self.inter_affinity, SELF_AFFINITY, INTER_AFFINITY
+        )
+        self._pairs(
+            topo.anti_affinity,
+            self.self_anti,
+            self.inter_anti,
+            SELF_ANTI_AFFINITY,
+            INTER_ANTI_AFFINITY,
+        )
         n = len(topo.task_order)
         for i, name in enumerate(topo.task_order):
             self.order[name] = n - i
@@ -196,7 +210,11 @@ class JobManager:
         for other, count in counts.items():
             same = other == name
             if not only_anti:
-                if (name in self.self_affinity) if same else (other in self.inter_affinity.get(name, ())):
+                if (
+                    (name in self.self_affinity)
+                    if same
+                    else (other in self.inter_affinity.get(name, ()))
+                ):
                     score += count
             if (name in self.self_anti) if same else (other in self.inter_anti.get(name, ())):
                 score -= count

@@ -157,11 +157,15 @@ class TdmPlugin(Plugin):
     def __init__(self, arguments: dict[str, Any] | None = None) -> None:
         super().__init__(arguments)
         self.zones: dict[str, str] = {
-            k[len(ZONE_PREFIX):]: str(v) for k, v in self.arguments.items() if k.startswith(ZONE_PREFIX)
+            k[len(ZONE_PREFIX) :]: str(v)
+            for k, v in self.arguments.items()
+            if k.startswith(ZONE_PREFIX)
         }
         self.evict_period = timedelta(minutes=1)
         try:
-            self.evict_period = timedelta(seconds=parse_go_duration(str(self.arguments.get(EVICT_PERIOD))))
+            self.evict_period = timedelta(
+                seconds=parse_go_duration(str(self.arguments.get(EVICT_PERIOD)))
+            )
         except ValueError:
             pass
 
@@ -192,7 +196,9 @@ class TdmPlugin(Plugin):
         pass_without_zone = ~revocable
 
         def check(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
-            passes: np.ndarray = (pass_with_zone if task_revocable_zone(task) else pass_without_zone)[rows]
+            passes: np.ndarray = (
+                pass_with_zone if task_revocable_zone(task) else pass_without_zone
+            )[rows]
             return passes
 
         def reasons(task: TaskInfo, rows: np.ndarray) -> list[str]:
@@ -207,7 +213,9 @@ class TdmPlugin(Plugin):
                 return np.zeros(len(rows))
             return np.where(active[rows], MAX_NODE_SCORE, 0.0)
 
-        def preemptable(preemptor: TaskInfo, preemptees: list[TaskInfo]) -> tuple[list[TaskInfo], int]:
+        def preemptable(
+            preemptor: TaskInfo, preemptees: list[TaskInfo]
+        ) -> tuple[list[TaskInfo], int]:
             if task_preemptable(preemptor) or task_revocable_zone(preemptor):
                 return [], REJECT
             by_job: dict[str, list[TaskInfo]] = {}

@@ -78,14 +78,20 @@ class AuthGate(grpc.aio.ServerInterceptor):
         if self.policy.from_certificate(context.auth_context()) is not None:
             return  # the service identifies the caller fully (and checks a token against it)
         cn, _ = certificate_names(context.auth_context())
-        audit(f"cert:{cn}" if cn else "anonymous", method.rsplit("/", 1)[-1], "UNAUTHENTICATED",
-              "no valid token, no certificate the policy maps")
+        audit(
+            f"cert:{cn}" if cn else "anonymous",
+            method.rsplit("/", 1)[-1],
+            "UNAUTHENTICATED",
+            "no valid token, no certificate the policy maps",
+        )
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
 
     def _certificate_first(self, handler: Handler, method: str) -> Handler:
         admit = self._admit
-        kinds = dict(request_deserializer=handler.request_deserializer,
-                     response_serializer=handler.response_serializer)
+        kinds = dict(
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
         if handler.unary_unary is not None:
             unary_unary = cast(UnaryUnary, handler.unary_unary)
 
@@ -97,7 +103,9 @@ class AuthGate(grpc.aio.ServerInterceptor):
         if handler.unary_stream is not None:
             unary_stream = cast(UnaryStream, handler.unary_stream)
 
-            async def stream_response(requests: AsyncIterator[Any], context: Context) -> AsyncIterator[Any]:
+            async def stream_response(
+                requests: AsyncIterator[Any], context: Context
+            ) -> AsyncIterator[Any]:
                 await admit(method, context)
                 async for item in unary_stream(await _single(requests, context), context):
                     yield item

@@ -63,13 +63,21 @@ def add_scheduler_service(servicer: Any, server: grpc.aio.Server) -> None:
     """Register every method of the Scheduler service on ``server``."""
     limiter = _PeerLogLimiter(LOG_EVERY_SECONDS)
 
-    async def refuse(method: str, type_name: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    async def refuse(
+        method: str, type_name: str, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
         peer = context.peer() or "?"
         if limiter.allow(peer, time.monotonic()):
-            log.warning("undecodable request", method=method, peer=peer, message=type_name,
-                        note=f"further ones from this peer are not logged for {LOG_EVERY_SECONDS:.0f} s")
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                            f"request: not a valid {type_name} message")
+            log.warning(
+                "undecodable request",
+                method=method,
+                peer=peer,
+                message=type_name,
+                note=f"further ones from this peer are not logged for {LOG_EVERY_SECONDS:.0f} s",
+            )
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {type_name} message"
+        )
 
     def unary(name: str, type_name: str, behaviour: Any) -> Any:
         async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
@@ -80,7 +88,9 @@ def add_scheduler_service(servicer: Any, server: grpc.aio.Server) -> None:
         return handle
 
     def streaming(name: str, type_name: str, behaviour: Any) -> Any:
-        async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        async def handle(
+            request: Any, context: grpc.aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
             if request is UNDECODABLE:
                 await refuse(name, type_name, context)
             async for item in behaviour(request, context):
@@ -108,4 +118,6 @@ def add_scheduler_service(servicer: Any, server: grpc.aio.Server) -> None:
                 request_deserializer=_decoder(request_type),
                 response_serializer=response_type.SerializeToString,
             )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)
+    )

@@ -36,7 +36,9 @@ def get_job(state: ClusterState, job_id: str) -> pb.Job:
     return job_proto(state.job_or_error(job_id))
 
 
-def list_jobs(state: ClusterState, req: pb.ListJobsRequest, scope: ReadScope | None = None) -> pb.ListJobsResponse:
+def list_jobs(
+    state: ClusterState, req: pb.ListJobsRequest, scope: ReadScope | None = None
+) -> pb.ListJobsResponse:
     if req.page_size < 0:
         raise invalid(f"page_size: {req.page_size} is negative")
     for i, phase in enumerate(req.phases):
@@ -50,8 +52,11 @@ def list_jobs(state: ClusterState, req: pb.ListJobsRequest, scope: ReadScope | N
     for rec in state.jobs.values():  # creation order; memory only
         if rec.creation_index <= after:
             continue
-        if (req.queue and rec.spec.queue != req.queue) or (req.namespace and rec.spec.namespace != req.namespace) \
-                or (req.owner and rec.spec.owner != req.owner):
+        if (
+            (req.queue and rec.spec.queue != req.queue)
+            or (req.namespace and rec.spec.namespace != req.namespace)
+            or (req.owner and rec.spec.owner != req.owner)
+        ):
             continue
         if phases and rec.status.phase not in phases:
             continue
@@ -62,7 +67,10 @@ def list_jobs(state: ClusterState, req: pb.ListJobsRequest, scope: ReadScope | N
             break
     # Only archived jobs created before the last memory candidate can make this page.
     upper = memory[-1].creation_index if len(memory) > size else None
-    merged = sorted([*memory, *_archived(state, after, upper, req, size + 1, scope)], key=lambda r: r.creation_index)
+    merged = sorted(
+        [*memory, *_archived(state, after, upper, req, size + 1, scope)],
+        key=lambda r: r.creation_index,
+    )
     out = pb.ListJobsResponse()
     for rec in merged[:size]:
         out.jobs.append(job_proto(rec))
@@ -72,7 +80,11 @@ def list_jobs(state: ClusterState, req: pb.ListJobsRequest, scope: ReadScope | N
 
 
 def _archived(
-    state: ClusterState, after: int, upper: int | None, req: pb.ListJobsRequest, want: int,
+    state: ClusterState,
+    after: int,
+    upper: int | None,
+    req: pb.ListJobsRequest,
+    want: int,
     scope: ReadScope | None = None,
 ) -> list[JobRecord]:
     """Up to ``want`` jobs matching the request that only the store has, created after ``after``
@@ -85,7 +97,14 @@ def _archived(
     if archive is None:
         return []
     page = archive.jobs_page(
-        after, req.queue, req.namespace, req.phases, want, before_index=upper, skip=state.jobs, owner=req.owner,
+        after,
+        req.queue,
+        req.namespace,
+        req.phases,
+        want,
+        before_index=upper,
+        skip=state.jobs,
+        owner=req.owner,
         readable=None if scope is None else (scope.queues, scope.user),
     )
     return [record_from_stored(stored, template=False) for stored in page]
@@ -132,8 +151,9 @@ def explain(state: ClusterState, job_id: str) -> pb.ExplainResponse:
         resp.node_reasons.update(exp.get("node_reasons", {}))
     else:
         resp.gate = "none"
-        resp.summary = f"job is {pb.JobPhase.Name(rec.status.phase).removeprefix('JOB_PHASE_').lower()}" + (
-            "; no cycle has considered it yet" if rec.active else ""
+        resp.summary = (
+            f"job is {pb.JobPhase.Name(rec.status.phase).removeprefix('JOB_PHASE_').lower()}"
+            + ("; no cycle has considered it yet" if rec.active else "")
         )
     return resp
 
@@ -198,7 +218,9 @@ def get_task_logs(state: ClusterState, req: pb.GetTaskLogsRequest) -> pb.GetTask
     tasks = [t.uid for t in rec.tasks]
     if req.task_id:
         if req.task_id not in tasks:
-            raise not_found(f"task_id: job {req.job_id!r} has no task {req.task_id!r} (tasks: {', '.join(tasks[:5])} ...)")
+            raise not_found(
+                f"task_id: job {req.job_id!r} has no task {req.task_id!r} (tasks: {', '.join(tasks[:5])} ...)"
+            )
         tasks = [req.task_id]
     out = pb.GetTaskLogsResponse()
     for uid in tasks:

@@ -163,14 +163,21 @@ class CycleObservation:
         snapshot_ns = self._snapshot_ns or self.started_ns
         if self.metrics is not None:
             self.metrics.observe_cycle(
-                result, e2e, (snapshot_ns - self.started_ns) / 1e9, binds=binds, evictions=evictions, dropped=dropped
+                result,
+                e2e,
+                (snapshot_ns - self.started_ns) / 1e9,
+                binds=binds,
+                evictions=evictions,
+                dropped=dropped,
             )
         if self.tracer is None:
             return
         root = self.root
         parent = trace.set_span_in_context(root)
         tracer = self.tracer
-        tracer.start_span("snapshot", context=parent, start_time=self.started_ns).end(end_time=snapshot_ns)
+        tracer.start_span("snapshot", context=parent, start_time=self.started_ns).end(
+            end_time=snapshot_ns
+        )
         self._core_spans(result, parent, snapshot_ns)
         apply_end = self._apply_end_ns or self._core_end_ns or snapshot_ns
         tracer.start_span("store.flush", context=parent, start_time=apply_end).end(end_time=end_ns)
@@ -200,9 +207,17 @@ class CycleObservation:
         close_attrs = _plugin_attributes(result, "close")
         for name, seconds in phases:
             span_name = name if name in SESSION_PHASES else f"action.{name}"
-            attrs = open_attrs if name == "session.open" else close_attrs if name == "session.close" else None
+            attrs = (
+                open_attrs
+                if name == "session.open"
+                else close_attrs
+                if name == "session.close"
+                else None
+            )
             end = t + int(seconds * 1e9)
-            tracer.start_span(span_name, context=parent, start_time=t, attributes=attrs).end(end_time=end)
+            tracer.start_span(span_name, context=parent, start_time=t, attributes=attrs).end(
+                end_time=end
+            )
             t = end
 
     def _job_detail(self, result: CycleResult, placed_jobs: list[str]) -> None:
@@ -225,7 +240,11 @@ class CycleObservation:
             if events < self.max_job_events:
                 root.add_event(
                     "job.pending",
-                    {"muster.job.id": job_id, "muster.job.gate": exp.gate, "muster.job.reason": exp.summary},
+                    {
+                        "muster.job.id": job_id,
+                        "muster.job.gate": exp.gate,
+                        "muster.job.reason": exp.summary,
+                    },
                 )
                 events += 1
             else:

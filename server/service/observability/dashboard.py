@@ -37,7 +37,12 @@ RECENT_JOBS = 200
 
 class DashboardServer:
     def __init__(
-        self, state: ClusterState, history: CycleHistory, listen: str, *, access: HttpAccess | None = None,
+        self,
+        state: ClusterState,
+        history: CycleHistory,
+        listen: str,
+        *,
+        access: HttpAccess | None = None,
         insecure: bool = False,
     ) -> None:
         self.state = state
@@ -47,8 +52,10 @@ class DashboardServer:
         if not host or not port.isdigit():
             raise OSError(f"--dashboard-listen {listen!r}: expected HOST:PORT")
         if self.access.ssl_context() is None and not insecure and not is_loopback(listen):
-            raise OSError(f"--dashboard-listen {listen}: refusing plain HTTP off loopback; give --tls-cert/--tls-key "
-                             "(the dashboard then serves HTTPS) or --insecure")
+            raise OSError(
+                f"--dashboard-listen {listen}: refusing plain HTTP off loopback; give --tls-cert/--tls-key "
+                "(the dashboard then serves HTTPS) or --insecure"
+            )
         self.host, self.requested_port = host.strip("[]"), int(port)
         self.port = 0
 
@@ -66,7 +73,9 @@ class DashboardServer:
             scope = None if readable is None else queries.ReadScope(readable, who.user)
         return web.json_response(overview(self.state, self.history, scope))
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         app = web.Application()
         app.router.add_get("/", self._index)
         app.router.add_get("/api/overview", self._overview)
@@ -75,34 +84,60 @@ class DashboardServer:
 
         def bound(port: int) -> None:
             self.port = port
-            log.info("dashboard.listening", address=f"{'https' if context else 'http'}://{self.host}:{port}/")
+            log.info(
+                "dashboard.listening",
+                address=f"{'https' if context else 'http'}://{self.host}:{port}/",
+            )
 
-        await serve_app(app, self.host, self.requested_port, "the dashboard", bound, task_status, context)
+        await serve_app(
+            app, self.host, self.requested_port, "the dashboard", bound, task_status, context
+        )
 
 
-def overview(state: ClusterState, history: CycleHistory, scope: queries.ReadScope | None = None) -> dict[str, Any]:
+def overview(
+    state: ClusterState, history: CycleHistory, scope: queries.ReadScope | None = None
+) -> dict[str, Any]:
     """The dashboard's data; ``scope``: the jobs the caller may read (None: all)."""
     queues = [to_json_dict(v) for v in queries.list_queues(state).queues]
     jobs = []
-    readable = [rec for rec in state.jobs.values() if scope is None or scope.allows(rec.spec.queue, rec.spec.owner)]
+    readable = [
+        rec
+        for rec in state.jobs.values()
+        if scope is None or scope.allows(rec.spec.queue, rec.spec.owner)
+    ]
     for rec in readable[-RECENT_JOBS:]:
         job = job_proto(rec, with_tasks=False)
         code, message = job_reason(job.status.conditions)
-        jobs.append({
-            "id": job.spec.id, "queue": job.spec.queue, "owner": job.spec.owner,
-            "phase": short_enum_name(pb.JobPhase.DESCRIPTOR, job.status.phase), "stage": job.status.stage,
-            "pending": job.status.pending, "running": job.status.running, "reason": code, "message": message,
-        })
+        jobs.append(
+            {
+                "id": job.spec.id,
+                "queue": job.spec.queue,
+                "owner": job.spec.owner,
+                "phase": short_enum_name(pb.JobPhase.DESCRIPTOR, job.status.phase),
+                "stage": job.status.stage,
+                "pending": job.status.pending,
+                "running": job.status.running,
+                "reason": code,
+                "message": message,
+            }
+        )
     nodes = []
     for view in queries.list_nodes(state, "").nodes:
         alloc = state.nodes[view.node.name].spec.allocatable
         used = parse_resources(dict(view.used.quantities))
-        nodes.append({
-            "name": view.node.name, "backend": view.node.backend, "ready": not view.node.not_ready,
-            "utilisation": {r: round(used.get(r, 0.0) / total, 4) for r, total in sorted(alloc.items())
-                            if total > 0 and r != "pods"},
-            "allocatable": {r: from_canonical(r, v) for r, v in sorted(alloc.items())},
-        })
+        nodes.append(
+            {
+                "name": view.node.name,
+                "backend": view.node.backend,
+                "ready": not view.node.not_ready,
+                "utilisation": {
+                    r: round(used.get(r, 0.0) / total, 4)
+                    for r, total in sorted(alloc.items())
+                    if total > 0 and r != "pods"
+                },
+                "allocatable": {r: from_canonical(r, v) for r, v in sorted(alloc.items())},
+            }
+        )
     return {
         "queues": queues,
         "jobs": jobs,

@@ -31,7 +31,9 @@ class CycleSample:
 
     def to_json(self) -> dict[str, Any]:
         def readable(per_queue: dict[str, Resources]) -> dict[str, dict[str, str]]:
-            return {q: {r: from_canonical(r, v) for r, v in res.items()} for q, res in per_queue.items()}
+            return {
+                q: {r: from_canonical(r, v) for r, v in res.items()} for q, res in per_queue.items()
+            }
 
         return {
             "cycle_id": self.cycle_id,
@@ -55,7 +57,9 @@ class CycleHistory:
     size: int = 360
     samples: deque[CycleSample] = field(default_factory=deque)
 
-    def record(self, state: ClusterState, result: CycleResult, seconds: float, binds: int, evictions: int) -> None:
+    def record(
+        self, state: ClusterState, result: CycleResult, seconds: float, binds: int, evictions: int
+    ) -> None:
         self.samples.append(
             CycleSample(
                 cycle_id=result.cycle_id,
@@ -75,4 +79,7 @@ class CycleHistory:
 
 def queue_allocations(state: ClusterState) -> dict[str, Resources]:
     """Per queue, the resources its placed tasks hold now (ListQueues' allocation)."""
-    return {q: parse_resources(dict(convert.resource_list(res).quantities)) for q, res in queue_allocated(state).items()}
+    return {
+        q: parse_resources(dict(convert.resource_list(res).quantities))
+        for q, res in queue_allocated(state).items()
+    }

@@ -49,10 +49,15 @@ class HttpAccess:
         """The caller (None without a policy), or the 401 / 403 answer to send instead."""
         if self.policy is None:
             return None
-        who = self.policy.authenticate([("authorization", request.headers.get("Authorization", ""))])
+        who = self.policy.authenticate(
+            [("authorization", request.headers.get("Authorization", ""))]
+        )
         if who is None:
-            return web.json_response({"error": "a valid bearer token is required"}, status=401,
-                                     headers={"WWW-Authenticate": "Bearer"})
+            return web.json_response(
+                {"error": "a valid bearer token is required"},
+                status=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         if not self.policy.allows(who, verb):
             return web.json_response({"error": f"user {who.name!r} may not {verb}"}, status=403)
         return who
@@ -61,7 +66,9 @@ class HttpAccess:
 class MetricsServer:
     """``await server.run(task_status=...)`` serves until cancelled; ``port`` is the bound port."""
 
-    def __init__(self, registry: CollectorRegistry, listen: str, access: HttpAccess | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, listen: str, access: HttpAccess | None = None
+    ) -> None:
         self.registry = registry
         self.host, self.requested_port = split_listen(listen)
         self.access = access or HttpAccess()
@@ -74,7 +81,9 @@ class MetricsServer:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
 
@@ -82,15 +91,23 @@ class MetricsServer:
 
         def bound(port: int) -> None:
             self.port = port
-            log.info("metrics.listening", address=f"{'https' if context else 'http'}://{self.host}:{port}/metrics",
-                     auth=self.access.policy is not None)
+            log.info(
+                "metrics.listening",
+                address=f"{'https' if context else 'http'}://{self.host}:{port}/metrics",
+                auth=self.access.policy is not None,
+            )
 
         await serve_app(app, self.host, self.requested_port, "metrics", bound, task_status, context)
 
 
 async def serve_app(
-    app: web.Application, host: str, port: int, what: str, bound: Callable[[int], None],
-    task_status: anyio.abc.TaskStatus[int], ssl_context: ssl.SSLContext | None = None,
+    app: web.Application,
+    host: str,
+    port: int,
+    what: str,
+    bound: Callable[[int], None],
+    task_status: anyio.abc.TaskStatus[int],
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
     """Serve an aiohttp app on the event loop until cancelled; ``bound(port)`` once it listens."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -101,7 +118,9 @@ async def serve_app(
             await site.start()
         except OSError as exc:
             raise OSError(f"cannot serve {what} on {host}:{port}: {exc}") from None
-        sockets = getattr(site._server, "sockets", None) or []  # aiohttp exposes bound sockets only here
+        sockets = (
+            getattr(site._server, "sockets", None) or []
+        )  # aiohttp exposes bound sockets only here
         actual = sockets[0].getsockname()[1] if sockets else port
         bound(actual)
         task_status.started(actual)

@@ -67,7 +67,12 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
             traced = self.tracer is not None and method.startswith(TRACED_PREFIX)
             metadata = dict(details.invocation_metadata or ()) if traced else {}
             return grpc.unary_unary_rpc_method_handler(
-                self._unary(cast(Callable[..., Awaitable[Any]], handler.unary_unary), method, traced, metadata),
+                self._unary(
+                    cast(Callable[..., Awaitable[Any]], handler.unary_unary),
+                    method,
+                    traced,
+                    metadata,
+                ),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -80,7 +85,11 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
     def _unary(
-        self, behavior: Callable[..., Awaitable[Any]], method: str, traced: bool, metadata: Mapping[str, Any]
+        self,
+        behavior: Callable[..., Awaitable[Any]],
+        method: str,
+        traced: bool,
+        metadata: Mapping[str, Any],
     ) -> Callable[..., Awaitable[Any]]:
         metrics = self.metrics
         hook = self.hooks.get(method.rsplit("/", 1)[-1])
@@ -98,7 +107,11 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
                         method.strip("/"),
                         context=extract(carrier),
                         kind=SpanKind.SERVER,
-                        attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
+                        attributes={
+                            "rpc.system": "grpc",
+                            "rpc.service": service,
+                            "rpc.method": name,
+                        },
                         record_exception=False,
                         set_status_on_exception=False,
                     ) as span:
@@ -125,7 +138,9 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):
 
         return call
 
-    def _stream(self, behavior: Callable[..., AsyncIterator[Any]], method: str) -> Callable[..., AsyncIterator[Any]]:
+    def _stream(
+        self, behavior: Callable[..., AsyncIterator[Any]], method: str
+    ) -> Callable[..., AsyncIterator[Any]]:
         metrics = self.metrics
         assert metrics is not None
         name = method.rsplit("/", 1)[-1]

@@ -76,12 +76,16 @@ class ServerMetrics:
             buckets=exponential_buckets_range(0.1, 100, 15),
             registry=r,
         )
-        self.cycles = PromCounter("muster_cycles", "Scheduling cycles run, by result", ["result"], registry=r)
+        self.cycles = PromCounter(
+            "muster_cycles", "Scheduling cycles run, by result", ["result"], registry=r
+        )
         self.cycle_binds = PromCounter(
             "muster_cycle_binds", "Bind decisions issued by cycles (tasks placed)", registry=r
         )
         self.cycle_evictions = PromCounter(
-            "muster_cycle_evictions", "Evict decisions issued by cycles (preempt / reclaim)", registry=r
+            "muster_cycle_evictions",
+            "Evict decisions issued by cycles (preempt / reclaim)",
+            registry=r,
         )
         self.cycle_dropped = PromCounter(
             "muster_cycle_dropped_decisions",
@@ -103,13 +107,32 @@ class ServerMetrics:
             "muster_decision_ack_latency_seconds",
             "Seconds from issuing a decision to the backend's ack (applied or rejected)",
             ["type"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            buckets=(
+                0.001,
+                0.0025,
+                0.005,
+                0.01,
+                0.025,
+                0.05,
+                0.1,
+                0.25,
+                0.5,
+                1,
+                2.5,
+                5,
+                10,
+                30,
+                60,
+            ),
             registry=r,
         )
         self._issued: dict[str, Any] = {}
         # --- API ----------------------------------------------------------------------------------
         self.api_requests = PromCounter(
-            "muster_api_requests", "gRPC requests handled, by method and status code", ["method", "code"], registry=r
+            "muster_api_requests",
+            "gRPC requests handled, by method and status code",
+            ["method", "code"],
+            registry=r,
         )
         self.api_latency = Histogram(
             "muster_api_request_duration_seconds",
@@ -121,17 +144,28 @@ class ServerMetrics:
 
     # --- cycle events ---------------------------------------------------------------------------
 
-    def observe_cycle(self, result: CycleResult, e2e_seconds: float, snapshot_seconds: float,
-                      binds: int, evictions: int, dropped: int) -> None:
+    def observe_cycle(
+        self,
+        result: CycleResult,
+        e2e_seconds: float,
+        snapshot_seconds: float,
+        binds: int,
+        evictions: int,
+        dropped: int,
+    ) -> None:
         self.cycles.labels("ok").inc()
         self.e2e_latency.observe(e2e_seconds * 1000.0)
-        self.open_session.observe((snapshot_seconds + result.action_seconds.get("session.open", 0.0)) * 1000.0)
+        self.open_session.observe(
+            (snapshot_seconds + result.action_seconds.get("session.open", 0.0)) * 1000.0
+        )
         for name, seconds in result.action_seconds.items():
             if name not in SESSION_PHASES:
                 self.action_latency.labels(name).observe(seconds * 1000.0)
         for key, seconds in result.plugin_seconds.items():
             plugin, _, phase = key.rpartition(".")
-            self.plugin_latency.labels(plugin or key, PLUGIN_PHASES.get(phase, phase)).observe(seconds * 1000.0)
+            self.plugin_latency.labels(plugin or key, PLUGIN_PHASES.get(phase, phase)).observe(
+                seconds * 1000.0
+            )
         self.cycle_binds.inc(binds)
         self.cycle_evictions.inc(evictions)
         self.cycle_dropped.inc(dropped)
@@ -163,27 +197,43 @@ class ServerMetrics:
 
     # --- state ------------------------------------------------------------------------------------
 
-    def watch_state(self, state: ClusterState, deserved: Callable[[], Mapping[str, Mapping[str, float]]]) -> None:
+    def watch_state(
+        self, state: ClusterState, deserved: Callable[[], Mapping[str, Mapping[str, float]]]
+    ) -> None:
         """Serve the state series at every scrape (``deserved``: the last cycle's)."""
         self.registry.register(StateCollector(state, deserved))
 
 
-JOB_PHASES = {v: pb.JobPhase.Name(v).removeprefix("JOB_PHASE_").capitalize() for v in pb.JobPhase.values()}
+JOB_PHASES = {
+    v: pb.JobPhase.Name(v).removeprefix("JOB_PHASE_").capitalize() for v in pb.JobPhase.values()
+}
 
 
-def _resource_families(prefix: str, help_: str) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+def _resource_families(
+    prefix: str, help_: str
+) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
     return (
-        GaugeMetricFamily(f"volcano_queue_{prefix}_milli_cpu", f"{help_} CPU (millicores) for one queue",
-                          labels=["queue_name"]),
-        GaugeMetricFamily(f"volcano_queue_{prefix}_memory_bytes", f"{help_} memory (bytes) for one queue",
-                          labels=["queue_name"]),
-        GaugeMetricFamily(f"volcano_queue_{prefix}_scalar_resources",
-                          f"{help_} scalar resources for one queue (milli-units; pods as a count)",
-                          labels=["queue_name", "resource"]),
+        GaugeMetricFamily(
+            f"volcano_queue_{prefix}_milli_cpu",
+            f"{help_} CPU (millicores) for one queue",
+            labels=["queue_name"],
+        ),
+        GaugeMetricFamily(
+            f"volcano_queue_{prefix}_memory_bytes",
+            f"{help_} memory (bytes) for one queue",
+            labels=["queue_name"],
+        ),
+        GaugeMetricFamily(
+            f"volcano_queue_{prefix}_scalar_resources",
+            f"{help_} scalar resources for one queue (milli-units; pods as a count)",
+            labels=["queue_name", "resource"],
+        ),
     )
 
 
-def _add_resources(families: tuple[GaugeMetricFamily, ...], queue: str, resources: Mapping[str, float]) -> None:
+def _add_resources(
+    families: tuple[GaugeMetricFamily, ...], queue: str, resources: Mapping[str, float]
+) -> None:
     cpu, memory, scalar = families
     cpu.add_metric([queue], float(resources.get(CPU, 0.0)))
     memory.add_metric([queue], float(resources.get(MEMORY, 0.0)))
@@ -195,7 +245,9 @@ def _add_resources(families: tuple[GaugeMetricFamily, ...], queue: str, resource
 class StateCollector(Collector):
     """State series computed from the state at scrape time (one pass over jobs and tasks)."""
 
-    def __init__(self, state: ClusterState, deserved: Callable[[], Mapping[str, Mapping[str, float]]]) -> None:
+    def __init__(
+        self, state: ClusterState, deserved: Callable[[], Mapping[str, Mapping[str, float]]]
+    ) -> None:
         self.state = state
         self.deserved = deserved
 
@@ -208,7 +260,9 @@ class StateCollector(Collector):
         tasks = Counter[tuple[str, str]]()
         unschedulable_jobs = Counter[tuple[str, str]]()
         unschedulable_tasks = GaugeMetricFamily(
-            "volcano_unschedule_task_count", "Number of tasks could not be scheduled", labels=["job_id"]
+            "volcano_unschedule_task_count",
+            "Number of tasks could not be scheduled",
+            labels=["job_id"],
         )
         allocated: dict[str, dict[str, float]] = defaultdict(dict)
         for rec in state.jobs.values():
@@ -231,16 +285,26 @@ class StateCollector(Collector):
                 if gate is not None:
                     unschedulable_jobs[(queue, gate)] += 1
                     unschedulable_tasks.add_metric([rec.id], pending)
-        yield _counted("muster_jobs", "Jobs held by the server, by queue and phase", ["queue", "phase"], jobs)
-        yield _counted("muster_tasks", "Tasks held by the server, by queue and status", ["queue", "status"], tasks)
+        yield _counted(
+            "muster_jobs", "Jobs held by the server, by queue and phase", ["queue", "phase"], jobs
+        )
+        yield _counted(
+            "muster_tasks",
+            "Tasks held by the server, by queue and status",
+            ["queue", "status"],
+            tasks,
+        )
         yield GaugeMetricFamily(
-            "volcano_unschedule_job_count", "Number of jobs could not be scheduled",
+            "volcano_unschedule_job_count",
+            "Number of jobs could not be scheduled",
             value=sum(unschedulable_jobs.values()),
         )
         yield unschedulable_tasks
         yield _counted(
-            "muster_unschedulable_jobs", "Pending jobs the last cycle could not schedule, by queue and gate",
-            ["queue", "gate"], unschedulable_jobs,
+            "muster_unschedulable_jobs",
+            "Pending jobs the last cycle could not schedule, by queue and gate",
+            ["queue", "gate"],
+            unschedulable_jobs,
         )
         yield from self._queues(allocated)
         yield from self._backends()
@@ -249,7 +313,9 @@ class StateCollector(Collector):
         alloc_f = _resource_families("allocated", "Allocated")
         deserved_f = _resource_families("deserved", "Deserved")
         capacity_f = _resource_families("capacity", "Capacity")
-        weight = GaugeMetricFamily("volcano_queue_weight", "Weight for one queue", labels=["queue_name"])
+        weight = GaugeMetricFamily(
+            "volcano_queue_weight", "Weight for one queue", labels=["queue_name"]
+        )
         computed = self.deserved()
         for name, entry in self.state.queues.items():
             spec = entry.spec
@@ -273,15 +339,24 @@ class StateCollector(Collector):
             registered[rec.kind] += 1
             if decisions.subscriber_count(name):
                 connected[rec.kind] += 1
-        yield _counted("muster_backends_registered", "Registered backends, by kind", ["kind"], registered)
         yield _counted(
-            "muster_backends_connected", "Backends with an open decision stream, by kind", ["kind"], connected
+            "muster_backends_registered", "Registered backends, by kind", ["kind"], registered
+        )
+        yield _counted(
+            "muster_backends_connected",
+            "Backends with an open decision stream, by kind",
+            ["kind"],
+            connected,
         )
         pending = Counter(p.row.kind for p in decisions.pending.values())
-        yield _counted("muster_decisions_pending", "Decisions not yet acknowledged, by type", ["type"], pending)
+        yield _counted(
+            "muster_decisions_pending", "Decisions not yet acknowledged, by type", ["type"], pending
+        )
 
 
-_ALLOCATED = frozenset({TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+_ALLOCATED = frozenset(
+    {TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING}
+)
 
 
 def _unschedulable_gate(status: Any) -> str | None:
@@ -292,7 +367,9 @@ def _unschedulable_gate(status: Any) -> str | None:
     return str(explanation.get("gate") or "unknown")
 
 
-def _counted(name: str, help_: str, labels: list[str], counts: Mapping[Any, int]) -> GaugeMetricFamily:
+def _counted(
+    name: str, help_: str, labels: list[str], counts: Mapping[Any, int]
+) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, help_, labels=labels)
     for key, value in sorted(counts.items()):
         family.add_metric(list(key) if isinstance(key, tuple) else [key], value)

@@ -83,12 +83,18 @@ class Telemetry:
             settings = tracing_settings(otlp_endpoint, service_name, env)
             if settings is not None:
                 tracer_provider = build_provider(settings)
-                log.info("tracing.enabled", endpoint=settings.endpoint, service=settings.service_name)
+                log.info(
+                    "tracing.enabled", endpoint=settings.endpoint, service=settings.service_name
+                )
         self.provider = tracer_provider
-        self.tracer: trace.Tracer | None = tracer_provider.get_tracer("muster.server") if tracer_provider else None
+        self.tracer: trace.Tracer | None = (
+            tracer_provider.get_tracer("muster.server") if tracer_provider else None
+        )
         self.metrics: ServerMetrics | None = ServerMetrics() if metrics_listen else None
         self.metrics_server = (
-            MetricsServer(self.metrics.registry, metrics_listen) if self.metrics and metrics_listen else None
+            MetricsServer(self.metrics.registry, metrics_listen)
+            if self.metrics and metrics_listen
+            else None
         )
         self.submissions = SubmissionIndex()
         self._stamped_ctx: trace.SpanContext | None = None
@@ -127,7 +133,9 @@ class Telemetry:
         if self.enabled:
             state.decisions.observer = self
 
-    async def run(self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Serve /metrics (if configured) until cancelled."""
         if self.metrics_server is None:
             task_status.started()
@@ -145,11 +153,15 @@ class Telemetry:
         closer.start()
         closer.join(timeout)
         if closer.is_alive():
-            log.warning("tracing.shutdown_timeout", seconds=timeout, note="unexported spans dropped")
+            log.warning(
+                "tracing.shutdown_timeout", seconds=timeout, note="unexported spans dropped"
+            )
 
     # --- hooks -------------------------------------------------------------------------------------
 
-    def _submitted(self, request: pb.SubmitJobRequest, response: pb.SubmitJobResponse, span: trace.Span) -> None:
+    def _submitted(
+        self, request: pb.SubmitJobRequest, response: pb.SubmitJobResponse, span: trace.Span
+    ) -> None:
         if response.created:
             self.submissions.remember(response.job.spec.id, span.get_span_context())
 
