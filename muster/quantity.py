@@ -135,9 +135,14 @@ def is_bytes_resource(name: str) -> bool:
 
 def to_canonical(name: str, value: Decimal) -> float:
     """Base-unit value -> canonical unit of ``name`` (see module docstring)."""
+    return float(exact_canonical(name, value))
+
+
+def exact_canonical(name: str, value: Decimal) -> Decimal:
+    """Base-unit value -> canonical unit of ``name``, exactly (before rounding to a float)."""
     if name == PODS or is_bytes_resource(name):
-        return float(value)
-    return float(value * 1000)
+        return value
+    return value * 1000
 
 
 def from_canonical(name: str, value: float) -> str:
@@ -195,7 +200,7 @@ def parse_resources(
         if value < 0 and not allow_negative:
             raise QuantityError(f"{name}: {_short(raw)} is negative")
         # The bound on the exact value: 2**53 + 1 would round to 2**53 as a float.
-        exact = value if name == PODS or is_bytes_resource(name) else value * 1000
+        exact = exact_canonical(name, value)
         if abs(exact) > _MAX_EXACT:
             raise QuantityTooLarge(_too_large(name, raw))
         out[name] = float(exact)

@@ -138,6 +138,13 @@ def certificate_names(auth_context: Mapping[str, Iterable[bytes]]) -> tuple[str,
     ]
 
 
+def peer_name(auth_context: Mapping[str, Iterable[bytes]]) -> str:
+    """How an audit line names a caller the policy does not identify: its certificate's CN under
+    mutual TLS, else ``anonymous``."""
+    cn, _ = certificate_names(auth_context)
+    return f"cert:{cn}" if cn else "anonymous"
+
+
 def parse_policy(text: str, source: str) -> PolicyFile:
     if not text.strip():
         raise PolicyError(f"{source}: empty policy file (it would refuse every call)")

@@ -24,7 +24,7 @@ from muster.v1 import muster_pb2_grpc as pb_grpc
 from server.service import commands, ingest, validate
 from server.service.api import queries
 from server.service.api.gate import audit
-from server.service.auth import Policy, Principal, bearer_token, certificate_names
+from server.service.auth import Policy, Principal, bearer_token, certificate_names, peer_name
 from server.service.decisions import DECISION_BATCH, DECISION_BATCH_BYTES
 from server.service.errors import (
     DomainError,
@@ -112,7 +112,8 @@ MAX_SIMULATED_CYCLES = 1000
 REFUSALS = frozenset({ErrorCode.UNAUTHENTICATED, ErrorCode.PERMISSION_DENIED})
 # RPCs answered from jobs: under an auth policy a caller reads the jobs of the queues a rule lets
 # them read, and their own.
-JOB_READS = frozenset({"GetJob", "Explain", "GetTaskLogs"})
+# (the request field naming the job; empty: no job named, as a WatchJobs of every job).
+JOB_READS = {"GetJob": "id", "Explain": "job_id", "GetTaskLogs": "job_id", "WatchJobs": "job_id"}
 
 # Who makes the current call (each RPC runs in its own task, so its own context).
 CALLER: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
@@ -131,7 +132,7 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     async def wrapper(
         self: SchedulerService, request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> R:
-        who = self.peer_name(context)
+        who = peer_name(context.auth_context())
         try:
             principal = self.identify(name, context)
             CALLER.set(principal)
@@ -209,13 +210,6 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             )
         return who
 
-    @staticmethod
-    def peer_name(context: grpc.aio.ServicerContext[Any, Any]) -> str:
-        """How an audit line names a caller not (yet) identified by the policy: its certificate's
-        CN under mutual TLS, else ``anonymous``."""
-        cn, _ = certificate_names(context.auth_context())
-        return f"cert:{cn}" if cn else "anonymous"
-
     def _owner_of(self, job_id: str) -> str | None:
         rec = self.state.jobs.get(job_id)
         return rec.spec.owner if rec is not None and rec.spec.owner else None
@@ -253,8 +247,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
                 where = f" in queue {queue!r}" if queue_of is not None else ""
                 raise denied(f"user {who.name!r} may not {verb}{where}")
         if rpc in JOB_READS:
-            job_id = request.job_id if rpc != "GetJob" else request.id
-            rec = self.state.jobs.get(job_id)
+            rec = self.state.jobs.get(getattr(request, JOB_READS[rpc]))
             if rec is not None and not self.may_read(who, rec.spec.queue, rec.spec.owner):
                 raise denied(f"user {who.name!r} may not read jobs in queue {rec.spec.queue!r}")
 
@@ -276,10 +269,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     def may_read(self, who: Principal | None, queue: str, owner: str) -> bool:
         """Whether ``who`` may read a job of ``queue`` submitted by ``owner``: a rule granting read
         in the queue, or their own job."""
-        if self.policy is None or who is None:
-            return True
-        readable = self.policy.readable_queues(who)
-        return readable is None or queue in readable or (bool(owner) and owner == who.user)
+        scope = self.read_scope(who)
+        return scope is None or scope.allows(queue, owner)
 
     def read_scope(self, who: Principal | None) -> queries.ReadScope | None:
         """What ListJobs / WatchJobs may show ``who`` (None: everything)."""
@@ -371,7 +362,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     ) -> AsyncIterator[list[pb.Decision]]:
         """A backend's decision feed: what is queued for it, up to ``max_batch`` decisions and about
         ``max_bytes`` serialized at a time (a decision that would pass ``max_bytes`` starts the next)."""
-        who = self.peer_name(context)
+        who = peer_name(context.auth_context())
         try:
             principal = self.identify(rpc, context)
             who = principal.name if principal is not None else who
@@ -488,16 +479,12 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     async def WatchJobs(
         self, request: pb.WatchJobsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.JobEvent]:
-        who = self.peer_name(context)
+        who = peer_name(context.auth_context())
         try:
             principal = self.identify("WatchJobs", context)
             who = principal.name if principal is not None else who
             self.authorize("WatchJobs", principal, request)
             validate.check_bounds(request)
-            if request.job_id:
-                rec = self.state.jobs.get(request.job_id)
-                if rec is not None and not self.may_read(principal, rec.spec.queue, rec.spec.owner):
-                    raise denied(f"user {who!r} may not read jobs in queue {rec.spec.queue!r}")
             sub, initial = queries.watch_jobs(self.state, request, self.read_scope(principal))
         except DomainError as exc:
             if exc.code in REFUSALS:

@@ -20,7 +20,7 @@ from typing import Any, TypeAlias, cast
 import grpc
 import structlog
 
-from server.service.auth import Policy, bearer_token, certificate_names
+from server.service.auth import Policy, bearer_token, peer_name
 
 log = structlog.get_logger("muster.service")
 
@@ -77,9 +77,8 @@ class AuthGate(grpc.aio.ServerInterceptor):
     async def _admit(self, method: str, context: Context) -> None:
         if self.policy.from_certificate(context.auth_context()) is not None:
             return  # the service identifies the caller fully (and checks a token against it)
-        cn, _ = certificate_names(context.auth_context())
         audit(
-            f"cert:{cn}" if cn else "anonymous",
+            peer_name(context.auth_context()),
             method.rsplit("/", 1)[-1],
             "UNAUTHENTICATED",
             "no valid token, no certificate the policy maps",
