@@ -24,6 +24,10 @@ import grpc
 # that default could never read (a backend would reconnect and get the same decision again).
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
+# Replicated servers (docs/ha.md): a follower refuses writes and backend calls with UNAVAILABLE and
+# names the leader's address in this trailing metadata key (absent while no leader is known).
+LEADER_METADATA = "muster-leader"
+
 
 @dataclass(frozen=True, slots=True)
 class ClientTls:

@@ -691,7 +691,7 @@ class EvictDecision(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Decision(_message.Message):
-    __slots__ = ("id", "cycle_id", "backend", "bind", "evict", "created", "deadline", "trace_context")
+    __slots__ = ("id", "cycle_id", "backend", "bind", "evict", "created", "deadline", "trace_context", "term")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -707,6 +707,7 @@ class Decision(_message.Message):
     CREATED_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
     id: int
     cycle_id: int
     backend: str
@@ -715,7 +716,8 @@ class Decision(_message.Message):
     created: _timestamp_pb2.Timestamp
     deadline: _timestamp_pb2.Timestamp
     trace_context: _containers.ScalarMap[str, str]
-    def __init__(self, id: _Optional[int] = ..., cycle_id: _Optional[int] = ..., backend: _Optional[str] = ..., bind: _Optional[_Union[BindDecision, _Mapping]] = ..., evict: _Optional[_Union[EvictDecision, _Mapping]] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    term: int
+    def __init__(self, id: _Optional[int] = ..., cycle_id: _Optional[int] = ..., backend: _Optional[str] = ..., bind: _Optional[_Union[BindDecision, _Mapping]] = ..., evict: _Optional[_Union[EvictDecision, _Mapping]] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., term: _Optional[int] = ...) -> None: ...
 
 class DecisionBatch(_message.Message):
     __slots__ = ("decisions",)
@@ -908,6 +910,36 @@ class ListNodesResponse(_message.Message):
     NODES_FIELD_NUMBER: _ClassVar[int]
     nodes: _containers.RepeatedCompositeFieldContainer[NodeView]
     def __init__(self, nodes: _Optional[_Iterable[_Union[NodeView, _Mapping]]] = ...) -> None: ...
+
+class ListServersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ServerInfo(_message.Message):
+    __slots__ = ("id", "address", "role", "term", "last_renewal", "lag_seconds")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LAST_RENEWAL_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    role: str
+    term: int
+    last_renewal: _timestamp_pb2.Timestamp
+    lag_seconds: float
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., last_renewal: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lag_seconds: _Optional[float] = ...) -> None: ...
+
+class ListServersResponse(_message.Message):
+    __slots__ = ("servers", "leader", "term")
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    servers: _containers.RepeatedCompositeFieldContainer[ServerInfo]
+    leader: str
+    term: int
+    def __init__(self, servers: _Optional[_Iterable[_Union[ServerInfo, _Mapping]]] = ..., leader: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
 
 class GetConfigRequest(_message.Message):
     __slots__ = ()

@@ -148,6 +148,11 @@ class SchedulerStub:
                 request_serializer=muster_dot_v1_dot_muster__pb2.SimulateRequest.SerializeToString,
                 response_deserializer=muster_dot_v1_dot_muster__pb2.SimulateResponse.FromString,
                 _registered_method=True)
+        self.ListServers = channel.unary_unary(
+                '/muster.v1.Scheduler/ListServers',
+                request_serializer=muster_dot_v1_dot_muster__pb2.ListServersRequest.SerializeToString,
+                response_deserializer=muster_dot_v1_dot_muster__pb2.ListServersResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -294,6 +299,14 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListServers(self, request, context):
+        """Replication: the servers of this deployment and which one leads. Any server answers; a
+        write sent to a follower fails UNAVAILABLE with trailing metadata `muster-leader: ADDRESS`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -406,6 +419,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.Simulate,
                     request_deserializer=muster_dot_v1_dot_muster__pb2.SimulateRequest.FromString,
                     response_serializer=muster_dot_v1_dot_muster__pb2.SimulateResponse.SerializeToString,
+            ),
+            'ListServers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListServers,
+                    request_deserializer=muster_dot_v1_dot_muster__pb2.ListServersRequest.FromString,
+                    response_serializer=muster_dot_v1_dot_muster__pb2.ListServersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1006,6 +1024,33 @@ class Scheduler:
             '/muster.v1.Scheduler/Simulate',
             muster_dot_v1_dot_muster__pb2.SimulateRequest.SerializeToString,
             muster_dot_v1_dot_muster__pb2.SimulateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListServers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/muster.v1.Scheduler/ListServers',
+            muster_dot_v1_dot_muster__pb2.ListServersRequest.SerializeToString,
+            muster_dot_v1_dot_muster__pb2.ListServersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,15 +17,19 @@ class ErrorCode(Enum):
     FAILED_PRECONDITION = "failed precondition"
     PERMISSION_DENIED = "permission denied"
     UNAUTHENTICATED = "unauthenticated"
+    # Not this server, not now: a follower asked to write, or the state store unreachable.
+    # Clients retry (on the leader the error names, when it names one).
+    UNAVAILABLE = "unavailable"
 
 
 class DomainError(Exception):
     """A request the server refuses; nothing was changed."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str, *, leader: str = "") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.leader = leader  # UNAVAILABLE from a follower: the leader's address, when known
 
 
 def invalid(message: str) -> DomainError:
@@ -50,3 +54,7 @@ def denied(message: str) -> DomainError:
 
 def unauthenticated(message: str) -> DomainError:
     return DomainError(ErrorCode.UNAUTHENTICATED, message)
+
+
+def unavailable(message: str, *, leader: str = "") -> DomainError:
+    return DomainError(ErrorCode.UNAVAILABLE, message, leader=leader)
