@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup gen lint bench clean install image node-client
+.PHONY: demo test setup gen lint bench clean install image node-client postgres
 PREFIX ?= $(HOME)/.local
 
 setup: $(STAMP)
@@ -23,8 +23,16 @@ demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
 # Lint first (seconds), then the whole suite.
-test: lint node-client
+test: lint node-client postgres
 	$(BIN)/python -m pytest -q
+
+# PostgreSQL server binaries for the PostgreSQL store tests (each run starts a throwaway cluster of
+# its own; the machine's cluster is never used). Best effort, from apt when missing: without them
+# those tests are skipped (and fail when CI is set).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { \
+		apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1; }; } || true
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || echo "postgres: no PostgreSQL server here (its tests will be skipped)"
 
 # The TypeScript / Node client (clients/node): Node from apt when missing, then stubs generated from
 # proto/ and compiled. Best effort: without Node its test is skipped, the rest of the suite runs.

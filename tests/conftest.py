@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import copy
+import itertools
+import os
 from collections.abc import Iterator
 
 import pytest
+from pgserver import PostgresNotFound, PostgresServer
 
 from server.model import ClusterSnapshot, CycleResult
 from server.scheduler import SchedulerCore
@@ -23,3 +26,33 @@ def snapshot_left_unchanged(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     monkeypatch.setattr(SchedulerCore, "run_cycle", checked)
     yield
+
+
+# -- a throwaway PostgreSQL for the store tests ----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One cluster for the session (no fsync); tests take a database each (``pg_dsn``)."""
+    try:
+        server = PostgresServer(fast=True)
+    except PostgresNotFound as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs PostgreSQL for the store tests: {exc}")
+        pytest.skip(f"{exc} (apt-get install postgresql to run the PostgreSQL store tests)")
+    with server:
+        yield server
+
+
+_databases = itertools.count(1)
+
+
+@pytest.fixture
+def pg_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    """The DSN of a fresh, empty database for this test (dropped afterwards)."""
+    name = f"test_{os.getpid()}_{next(_databases)}"
+    dsn = postgres_server.new_database(name)
+    try:
+        yield dsn
+    finally:
+        postgres_server.drop_database(name)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,14 +34,17 @@ from server.service.api.gate import AuthGate
 from server.service.api.handlers import add_scheduler_service
 from server.service.auth import Policy
 from server.service.decisions import DecisionLog
+from server.service.errors import DomainError
 from server.service.loop import ConfigManager, CycleLoop
 from server.service.observability import Telemetry
 from server.service.observability.dashboard import DashboardServer
 from server.service.observability.history import CycleHistory
 from server.service.observability.http import HttpAccess
+from server.service.pgstore import PostgresStore
+from server.service.replica import Replica, ReplicaOptions
 from server.service.rpc import SchedulerService
 from server.service.state import ClusterState
-from server.service.store import SqliteStore, StateFileLost, StoreWriter
+from server.service.store import StateFileLost, StoredState, StoreWriter, open_store
 from server.service.tls import ReloadingCredentials, TlsFiles, is_loopback
 
 log = structlog.get_logger("muster.server")
@@ -51,7 +55,11 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Scheduler"].full_name
 @dataclass
 class ServerOptions:
     listen: str = "127.0.0.1:50051"
-    state: str = "./var/muster.db"  # SQLite file; ":memory:" for throwaway servers
+    state: str = "./var/muster.db"  # SQLite file; ":memory:" for throwaway servers;
+    # postgresql://... : replicated servers sharing that database (docs/ha.md)
+    advertise: str | None = None  # the address other replicas and clients reach this one at
+    lease_duration: float = 3.0  # seconds the leader's lease lasts (database clock)
+    lease_renew: float = 1.0  # seconds between renewals (and a follower's takeover attempts)
     config_path: str | None = None  # Volcano-format scheduler config; None: built-in
     cycle_period: float = 1.0
     min_cycle_interval: float = 0.05  # a burst of changes makes one cycle, not one per change
@@ -87,6 +95,7 @@ class MusterServer:
         self.service: SchedulerService | None = None
         self.telemetry: Telemetry | None = None
         self.dashboard: DashboardServer | None = None
+        self.replica: Replica | None = None
         # asyncio (not anyio) events: they may be created before the loop runs (ServerThread).
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
@@ -112,7 +121,7 @@ class MusterServer:
         opts = self.options
         # StateFileInUse (another server has the file) or StateFileError (not a Muster state
         # database): a one-line refusal in server.service.main. The file's lock is held until close.
-        store = SqliteStore(opts.state)
+        store = open_store(opts.state, application_name=_application_name())
         writer = StoreWriter(store)
         try:
             self.telemetry = Telemetry(
@@ -145,7 +154,8 @@ class MusterServer:
             cluster.on_change = loop.wake
             self.telemetry.attach(cluster)
             loop.telemetry = self.telemetry
-            await writer.flush(cluster.commit)  # server id, restored deadlines
+            if not isinstance(store, PostgresStore):  # a replica writes only once it leads
+                await writer.flush(cluster.commit)  # server id, restored deadlines
             service = SchedulerService(
                 cluster,
                 writer,
@@ -168,13 +178,16 @@ class MusterServer:
                     access=access,
                     insecure=opts.insecure,
                 )
-            await self._serve(service, loop, state_jobs=len(cluster.jobs))
+            replicated = (store, stored) if isinstance(store, PostgresStore) else None
+            await self._serve(service, loop, state_jobs=len(cluster.jobs), replicated=replicated)
         finally:
             try:
-                if self.state is not None:
+                if self.state is not None and (self.replica is None or self.replica.leading):
                     await writer.flush(self.state.commit)
             except StateFileLost:
                 pass  # logged when it was found; nothing more can be saved
+            except DomainError as exc:  # a replica that lost its lease: the next leader has it all
+                log.warning("server.final_write_failed", error=str(exc))
             finally:
                 await writer.close()  # also releases the state file's lock
                 if self.telemetry is not None:
@@ -184,13 +197,49 @@ class MusterServer:
                         await anyio.to_thread.run_sync(self.telemetry.shutdown)
                 log.info("server.stopped")
 
-    async def _serve(self, service: SchedulerService, loop: CycleLoop, *, state_jobs: int) -> None:
+    def _replica(
+        self, store: PostgresStore, stored: StoredState, service: SchedulerService, loop: CycleLoop
+    ) -> Replica:
+        opts = self.options
+        configs = service.configs
+        replica = Replica(
+            store,
+            service.state,
+            service.writer,
+            ReplicaOptions(
+                replica_id=uuid.uuid4().hex[:12],
+                address=opts.advertise or self.address,
+                lease_duration=opts.lease_duration,
+                renew_interval=opts.lease_renew,
+                job_retention=opts.job_retention,
+            ),
+            lead=loop.run,
+            on_meta=configs.follow,
+            on_demoted=service.end_decision_streams,
+            telemetry=self.telemetry,
+        )
+        replica.started_from(stored)
+        return replica
+
+    async def _serve(
+        self,
+        service: SchedulerService,
+        loop: CycleLoop,
+        *,
+        state_jobs: int,
+        replicated: tuple[PostgresStore, StoredState] | None = None,
+    ) -> None:
         opts = self.options
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", opts.max_message_bytes),
                 ("grpc.max_send_message_length", opts.max_message_bytes),
                 ("grpc.so_reuseport", 0),
+                # Clients ping every few seconds (muster.transport) to notice a server that is
+                # stopped or cut off while their streams look open: let them.
+                ("grpc.http2.min_ping_interval_without_data_ms", 1000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.max_ping_strikes", 0),
             ],
             # The auth gate first: a call with no identity is refused before anything reads it.
             interceptors=[
@@ -228,6 +277,9 @@ class MusterServer:
             raise OSError(f"cannot listen on {opts.listen}: {exc}") from None
         if self.port == 0:
             raise OSError(f"cannot listen on {opts.listen}")
+        service.address = opts.advertise or self.address
+        if replicated is not None:
+            self.replica = service.replica = self._replica(*replicated, service, loop)
         await server.start()
         try:
             for name in ("", SERVICE_NAME):
@@ -237,7 +289,8 @@ class MusterServer:
                     await tg.start(self.telemetry.run)  # /metrics listens before we say ready
                 if self.dashboard is not None:
                     await tg.start(self.dashboard.run)
-                tg.start_soon(loop.run)
+                replica = self.replica
+                tg.start_soon(loop.run if replica is None else replica.run)
 
                 def not_serving(_: Exception) -> None:  # the state file is gone: say so to probes
                     for name in ("", SERVICE_NAME):
@@ -252,6 +305,9 @@ class MusterServer:
                 self.ready.set()
                 await self._stop.wait()
                 log.info("server.stopping")
+                if replica is not None:  # hand the lease over before the port closes
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(opts.shutdown_grace):
+                        await replica.handover()
                 await health_servicer.enter_graceful_shutdown()
                 service.close_streams()
                 with anyio.CancelScope(shield=True):
@@ -365,3 +421,11 @@ async def start_server_with(server: MusterServer) -> ServerHandle:
         await task  # raises the startup error
         raise RuntimeError("server stopped before it was ready")
     return ServerHandle(server, task)
+
+
+def _application_name() -> str:
+    """How this server's database sessions are named (pg_stat_activity): host and process."""
+    import os
+    import socket
+
+    return f"muster-server@{socket.gethostname()}:{os.getpid()}"[:63]

@@ -5,6 +5,12 @@ next id is persisted), keeps every unacknowledged decision in memory (and in the
 outcome), and fans each new decision out to the subscribers of the owning backend's feed.
 ``JobWatchHub`` fans job events out to WatchJobs subscribers.
 
+A decision reaches a backend only once it is durable: ``issue`` holds it back, the state's
+``commit`` hands the held ones to the write batch, and ``release`` offers them to subscribers after
+the store wrote that batch. A server that crashes (or a leader that lost its lease, whose write is
+refused) has sent nothing it did not save, so a backend never acts on a decision the next server
+does not know. Every decision carries the issuing leader's ``term`` (0 without replication).
+
 Both feeds use bounded per-subscriber buffers filled with ``send_nowait`` from the event loop: a
 subscriber that falls behind is dropped (its stream is closed and flagged) instead of blocking the
 server or growing memory. A dropped decision subscriber loses nothing: unacknowledged decisions are
@@ -90,7 +96,10 @@ class DecisionLog:
     def __init__(self, next_id: int = 1, bind_timeout: float = 30.0) -> None:
         self.next_id = next_id
         self.bind_timeout = bind_timeout
+        self.term = 0  # the leadership term stamped on new decisions (0: not replicated)
         self.pending: dict[int, PendingDecision] = {}
+        # Issued, not yet written: offered to subscribers by ``release`` once the store has them.
+        self.unsent: dict[int, pb.Decision] = {}
         self._subscribers: dict[str, set[Subscriber[pb.Decision]]] = {}
         self.dirty: dict[int, DecisionRow] = {}
         self.counter_dirty = False
@@ -116,7 +125,7 @@ class DecisionLog:
         decision_id = self.next_id
         self.next_id += 1
         self.counter_dirty = True
-        decision = pb.Decision(id=decision_id, cycle_id=cycle_id, backend=backend)
+        decision = pb.Decision(id=decision_id, cycle_id=cycle_id, backend=backend, term=self.term)
         decision.created.FromNanoseconds(int(now * 1e9))  # what convert.timestamp gives, in place
         deadline = 0.0
         if bind is not None:
@@ -133,16 +142,34 @@ class DecisionLog:
         )
         self.pending[decision_id] = PendingDecision(row, decision)
         self.dirty[decision_id] = row
-        for sub in list(self._subscribers.get(backend, ())):
-            if not sub.offer(decision):
-                self._subscribers[backend].discard(sub)
+        self.unsent[decision_id] = decision
         return decision
+
+    def take_unsent(self) -> list[pb.Decision]:
+        """The decisions issued since the last call, to ``release`` once written."""
+        held = list(self.unsent.values())
+        self.unsent.clear()
+        return held
+
+    def release(self, decisions: Iterable[pb.Decision]) -> None:
+        """Offer written decisions to their backends' subscribers (those still pending: one
+        settled meanwhile, e.g. cancelled, is not sent)."""
+        for decision in decisions:
+            if decision.id not in self.pending:
+                continue
+            subs = self._subscribers.get(decision.backend)
+            if not subs:
+                continue
+            for sub in list(subs):
+                if not sub.offer(decision):
+                    subs.discard(sub)
 
     def settle(self, decision_id: int, state: str, reason: str = "") -> PendingDecision | None:
         """Record the outcome (applied | rejected | expired) of a pending decision."""
         pending = self.pending.pop(decision_id, None)
         if pending is None:
             return None
+        self.unsent.pop(decision_id, None)
         pending.row.state = state
         pending.row.reason = reason
         if self.observer is not None:
@@ -171,6 +198,43 @@ class DecisionLog:
                 self.dirty[row.id] = row
             self.pending[row.id] = PendingDecision(row, decision)
 
+    def adopt(self, term: int, now: float) -> None:
+        """A new leader takes over the pending decisions of the log it caught up with: they carry
+        its term from now on (a backend that saw this term refuses lower ones), bind deadlines
+        restart from ``now`` (backends need time to reconnect: nothing expires during that grace),
+        and all are written again before they are sent."""
+        self.term = term
+        for decision_id, pending in self.pending.items():
+            row, decision = pending.row, pending.decision
+            decision.term = term
+            if row.kind == "bind":
+                row.deadline = now + self.bind_timeout
+                decision.deadline.FromNanoseconds(int(row.deadline * 1e9))
+            row.payload = b""  # serialized again (with the term) when drained
+            self.dirty[decision_id] = row
+            self.unsent[decision_id] = decision
+
+    def absorb(self, rows: Iterable[DecisionRow]) -> None:
+        """A follower mirrors the leader's log: pending rows are kept, settled ones dropped."""
+        for row in rows:
+            if row.state == "pending":
+                self.pending[row.id] = PendingDecision(row, pb.Decision.FromString(row.payload))
+            elif self.pending.pop(row.id, None) is not None or row.id not in self.recent:
+                self.recent[row.id] = (row.backend, row.state, row.payload)
+                if len(self.recent) > RECENT_OUTCOMES:
+                    self.recent.popitem(last=False)
+            self.next_id = max(self.next_id, row.id + 1)
+
+    def clear(self) -> None:
+        """Forget everything (a server that lost its lease reloads from the store)."""
+        self.close_all()
+        self.pending.clear()
+        self.unsent.clear()
+        self.dirty.clear()
+        self.recent.clear()
+        self.counter_dirty = False
+        self.term = 0
+
     def expired(self, now: float) -> list[PendingDecision]:
         return [p for p in self.pending.values() if p.row.kind == "bind" and p.row.deadline <= now]
 
@@ -194,7 +258,7 @@ class DecisionLog:
             (
                 p.decision
                 for p in self.pending.values()
-                if p.row.backend == backend and p.row.id > after_id
+                if p.row.backend == backend and p.row.id > after_id and p.row.id not in self.unsent
             ),
             key=lambda d: d.id,
         )

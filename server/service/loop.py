@@ -23,7 +23,7 @@ from server.scheduler import SchedulerCore
 from server.service import ingest
 from server.service.apply import apply_result
 from server.service.core_runner import CoreRunner, CycleWorker
-from server.service.errors import invalid
+from server.service.errors import DomainError, invalid
 from server.service.observability import Telemetry
 from server.service.observability.cycletrace import CycleObservation
 from server.service.observability.history import CycleHistory
@@ -114,6 +114,20 @@ class ConfigManager:
         log.info("config.reloaded", path=str(self.path), generation=self.generation)
         return True
 
+    def follow(self, meta: dict[str, str]) -> None:
+        """A replica follows the configuration its leader stored (UpdateConfig); a ``--config``
+        file, read by every replica, stays in charge when given."""
+        text = meta.get("config_yaml")
+        generation = int(meta.get("config_generation", self.generation))
+        if self.path is not None or not text or generation <= self.generation and text == self.yaml:
+            return
+        try:
+            config = load_config(text)
+        except ConfigError as exc:  # the leader validated it; a newer format would land here
+            log.error("config.follow_failed", error=str(exc)[:2000])
+            return
+        self.config, self.yaml, self.generation, self.pending = config, text, generation, config
+
     def take_pending(self) -> SchedulerConfig | None:
         config, self.pending = self.pending, None
         return config
@@ -183,6 +197,8 @@ class CycleLoop:
             log.error(
                 "cycle.stopped", reason="the state file is gone: no more cycles until a restart"
             )
+        except* DomainError as failed:  # a replica's write refused (lease lost), store out of reach
+            log.warning("cycle.stopped", reason=str(failed.exceptions[0]))
         finally:
             await self.runner.aclose()  # the core's worker process goes with the loop
 

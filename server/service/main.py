@@ -87,7 +87,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--config", default=None, help="Volcano-format scheduler config file (hot reloaded)"
     )
-    p.add_argument("--state", default="./var/muster.db", help="SQLite state file")
+    p.add_argument(
+        "--state",
+        default=os.environ.get("MUSTER_STATE", "./var/muster.db"),
+        help="where state is kept: a SQLite file (one server), or a postgresql:// URI shared by "
+        "replicated servers, one of which leads (docs/ha.md); env MUSTER_STATE",
+    )
+    p.add_argument(
+        "--advertise",
+        default=None,
+        help="HOST:PORT other replicas and clients reach this server at (replicated servers; "
+        "default: the --listen address)",
+    )
+    p.add_argument(
+        "--lease-duration",
+        type=positive_float,
+        default=3.0,
+        help="seconds the leader's lease lasts on the database clock (replicated servers; default 3)",
+    )
+    p.add_argument(
+        "--lease-renew",
+        type=positive_float,
+        default=1.0,
+        help="seconds between lease renewals and takeover attempts (default 1)",
+    )
     p.add_argument(
         "--cycle-period", type=positive_float, default=1.0, help="seconds between cycles"
     )
@@ -181,7 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         tls_client_ca=args.tls_client_ca,
         insecure=args.insecure,
         auth_policy=args.auth_policy,
+        advertise=args.advertise,
+        lease_duration=args.lease_duration,
+        lease_renew=args.lease_renew,
     )
+    if args.lease_renew >= args.lease_duration:
+        sys.stderr.write("muster-server: --lease-renew must be shorter than --lease-duration\n")
+        return 2
     if args.auth_policy:  # fail fast, before anything listens
         try:
             Policy(args.auth_policy)

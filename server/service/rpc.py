@@ -19,11 +19,12 @@ import anyio
 import grpc
 import structlog
 
+from muster.transport import LEADER_METADATA
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 from server.service import commands, ingest, validate
 from server.service.api import queries
-from server.service.api.gate import audit
+from server.service.audit import audit
 from server.service.auth import Policy, Principal, bearer_token, certificate_names, peer_name
 from server.service.decisions import DECISION_BATCH, DECISION_BATCH_BYTES
 from server.service.errors import (
@@ -33,8 +34,10 @@ from server.service.errors import (
     invalid,
     precondition,
     unauthenticated,
+    unavailable,
 )
 from server.service.loop import ConfigManager, CycleLoop
+from server.service.replica import Replica
 from server.service.state import ClusterState
 from server.service.store import StoreWriter
 from server.simulate import ScenarioError, simulate_text
@@ -82,6 +85,7 @@ RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str | list[str]] |
             "GetConfig",
             "Simulate",
             "GetTaskLogs",
+            "ListServers",
         )
     },
     **{name: ("manage-queues", None) for name in ("CreateQueue", "UpdateQueue", "DeleteQueue")},
@@ -104,6 +108,24 @@ AUDITED = frozenset(
     }
 )
 
+
+# What only the leader of replicated servers answers (docs/ha.md): every change, every backend call,
+# and the reads of what only the leader's memory has (nodes come from backends, task output is
+# not stored). A follower refuses them UNAVAILABLE, naming the leader (trailing metadata).
+LEADER_ONLY = frozenset(
+    {
+        *(name for name, (verb, _q) in RPC_VERBS.items() if verb == "backend"),
+        "SubmitJob",
+        "SubmitJobs",
+        "CancelJob",
+        "CreateQueue",
+        "UpdateQueue",
+        "DeleteQueue",
+        "UpdateConfig",
+        "ListNodes",
+        "GetTaskLogs",
+    }
+)
 
 # Simulate runs at most this many cycles (a scenario's config.cycles is bounded alike).
 MAX_SIMULATED_CYCLES = 1000
@@ -140,6 +162,7 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
                 who = principal.name
             validate.check_bounds(request)
             self.authorize(name, principal, request)
+            self.check_leader(name)
             reply = await handler(self, request, context)
             if name in AUDITED:
                 audit(who, name, "OK")
@@ -147,6 +170,8 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         except DomainError as exc:
             if name in AUDITED or exc.code in REFUSALS:
                 audit(who, name, STATUS_CODES[exc.code].name, exc.message)
+            if exc.leader:
+                context.set_trailing_metadata(((LEADER_METADATA, exc.leader),))
             await context.abort(STATUS_CODES[exc.code], exc.message)
         except (anyio.get_cancelled_exc_class(), grpc.aio.AbortError):
             raise
@@ -181,6 +206,25 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         self.policy = policy  # None: no authentication (loopback development default)
         self._streams: dict[str, int] = {}
         self._closing = anyio.Event()
+        # Replicated servers (server/service/replica.py); None: this server is the only one.
+        self.replica: Replica | None = None
+        self.address = ""  # where clients reach this server (set once it listens)
+
+    def check_leader(self, rpc: str) -> None:
+        """UNAVAILABLE, naming the leader, for a call only the leader answers made to a follower."""
+        replica = self.replica
+        if replica is None or replica.leading or rpc not in LEADER_ONLY:
+            return
+        leader = replica.leader_address
+        where = f"the leader is {leader}" if leader else "no leader is elected yet: retry"
+        raise unavailable(
+            f"this server ({replica.address}) is a follower; {rpc} goes to the leader: {where}",
+            leader=leader,
+        )
+
+    def end_decision_streams(self) -> None:
+        """This server stopped leading: its backends go and find the new leader."""
+        self.state.decisions.close_all()
 
     def identify(self, rpc: str, context: grpc.aio.ServicerContext[Any, Any]) -> Principal | None:
         """Who calls under the auth policy (None without one): the bearer token's user, or the
@@ -368,6 +412,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             who = principal.name if principal is not None else who
             self.authorize(rpc, principal, request)
             validate.check_bounds(request)
+            self.check_leader(rpc)
             self._as_backend(context, request.backend, "backend")
             ingest.check_stream(self.state, request)
             # With identities (a policy, or mutual TLS) a backend has one feed: a second would
@@ -380,6 +425,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):
                 )
         except DomainError as exc:
             audit(who, rpc, STATUS_CODES[exc.code].name, exc.message)
+            if exc.leader:
+                context.set_trailing_metadata(((LEADER_METADATA, exc.leader),))
             await context.abort(STATUS_CODES[exc.code], exc.message)
         audit(who, rpc, "OK")
         if self._closing.is_set():
@@ -547,6 +594,30 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     @unary
     async def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesResponse:
         return queries.list_nodes(self.state, request.backend)
+
+    @unary
+    async def ListServers(
+        self, request: pb.ListServersRequest, context: Any
+    ) -> pb.ListServersResponse:
+        replica = self.replica
+        if replica is None:  # one server: it leads, in no term
+            me = pb.ServerInfo(id=self.state.server_id, address=self.address, role="leader")
+            me.last_renewal.GetCurrentTime()
+            return pb.ListServersResponse(servers=[me], leader=self.address)
+        rows, lease = await anyio.to_thread.run_sync(replica.servers)
+        reply = pb.ListServersResponse(
+            leader=lease.address if lease.valid else "", term=max(lease.term, replica.term)
+        )
+        for row in rows:
+            info = reply.servers.add(
+                id=row.id,
+                address=row.address,
+                role=row.role,
+                term=row.term,
+                lag_seconds=row.lag_seconds,
+            )
+            info.last_renewal.FromNanoseconds(int(row.last_seen * 1e9))
+        return reply
 
     @unary
     async def GetConfig(self, request: pb.GetConfigRequest, context: Any) -> pb.SchedulerConfig:

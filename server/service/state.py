@@ -43,6 +43,7 @@ from server.service.logs import TaskLogs
 from server.service.records import (
     BackendRecord,
     ConditionRecord,
+    DecisionRow,
     ForeignTask,
     JobRecord,
     JobStatusRecord,
@@ -179,6 +180,83 @@ class ClusterState:
             self.backends[b.name] = b
         self.decisions.restore(stored.pending_decisions, self.clock())
 
+    def reset(self) -> None:
+        """Forget everything (back to a new state's empty tables), keeping the hooks and the
+        WatchJobs hub: a server that lost its lease reloads from the store with ``restore``."""
+        self.decisions.clear()
+        for table in (self.backends, self.nodes, self.queues, self.active_jobs, self.finished):
+            table.clear()
+        dict.clear(self.jobs)
+        for index in (self.tasks, self.task_job, self.foreign):
+            index.clear()
+        self.changes.clear()
+        self.next_cycle_id = 1
+        self.next_creation_index = 1
+
+    def absorb(
+        self,
+        *,
+        meta: Mapping[str, str],
+        queues: Mapping[str, bytes | None],
+        jobs: Iterable[StoredJob],
+        tasks: Iterable[TaskRecord],
+        decisions: Iterable[DecisionRow],
+        backends: Iterable[BackendRecord],
+    ) -> None:
+        """A follower applies rows the leader wrote (the store's change feed) to its copy: nothing
+        is marked changed (a follower writes nothing) and WatchJobs subscribers see the job events.
+        Nodes are not in the store: a follower has none until it leads and backends re-register."""
+        if "server_id" in meta:
+            self.server_id = meta["server_id"]
+        self.next_cycle_id = max(self.next_cycle_id, int(meta.get("next_cycle_id", 1)))
+        self.next_creation_index = max(
+            self.next_creation_index, int(meta.get("next_creation_index", 1))
+        )
+        self.decisions.next_id = max(self.decisions.next_id, int(meta.get("next_decision_id", 1)))
+        for name, blob in queues.items():
+            if blob is None:
+                self.queues.pop(name, None)
+            else:
+                q = pb.Queue.FromString(blob)
+                self.queues[name] = QueueEntry(q, convert.queue_to_model(q))
+        events: dict[str, int] = {}
+        for job in jobs:
+            rec = dict.get(self.jobs, job.id)
+            if rec is None:
+                rec = record_from_stored(job, template=False)
+                self.index_job(rec)
+                self.next_creation_index = max(self.next_creation_index, job.creation_index + 1)
+                events[job.id] = pb.JobEvent.TYPE_ADDED
+            else:
+                rec.status = job.status
+                events.setdefault(job.id, pb.JobEvent.TYPE_MODIFIED)
+        for task in tasks:
+            job_rec = self.task_job.get(task.uid)
+            if job_rec is None:
+                continue  # a job this copy dropped (finished past the retention): the store has it
+            for i, old in enumerate(job_rec.tasks):
+                if old.uid == task.uid:
+                    job_rec.tasks[i] = task
+                    break
+            self.tasks[task.uid] = task
+            events.setdefault(job_rec.id, pb.JobEvent.TYPE_MODIFIED)
+        for job_id in events:
+            rec = dict.get(self.jobs, job_id)
+            if rec is None:
+                continue
+            if rec.active:
+                self.active_jobs[job_id] = rec
+            else:
+                self.active_jobs.pop(job_id, None)
+                self.finished[job_id] = None
+        self.decisions.absorb(decisions)
+        for b in backends:
+            self.backends[b.name] = b
+        if events and self.watch:
+            for job_id, kind in events.items():
+                if job_id in self.jobs:
+                    self.watch.publish(pb.JobEvent(type=kind, job=job_proto(self.jobs[job_id])))  # type: ignore[arg-type]
+
     def commit(self) -> WriteBatch:
         """The change set -> a WriteBatch (rows serialized now); publishes pending WatchJobs events."""
         changes = self.changes
@@ -212,6 +290,9 @@ class ClusterState:
             batch.tasks[uid] = self.tasks[uid].row()
         for row in self.decisions.drain_rows():
             batch.decisions[row[0]] = row
+        held = self.decisions.take_unsent()
+        if held:
+            batch.after_write.append(lambda: self.decisions.release(held))
         for name in changes.backends:
             b = self.backends[name]
             batch.backends[name] = (b.name, b.kind, json.dumps(b.labels), b.last_decision_id)

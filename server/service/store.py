@@ -137,6 +137,35 @@ class StateFileLost(DomainError):
         super().__init__(ErrorCode.FAILED_PRECONDITION, message)
 
 
+class NotLeader(DomainError):
+    """A fenced write found the leader lease lost (taken over or expired): nothing was written."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.UNAVAILABLE, message)
+
+
+class StoreUnavailable(DomainError):
+    """The database could not be reached (or did not answer in time) for a read or a write."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.UNAVAILABLE, message)
+
+
+def is_postgres_uri(state: str) -> bool:
+    """Whether ``--state`` names a PostgreSQL database rather than a SQLite file."""
+    return state.lower().startswith(("postgresql://", "postgres://"))
+
+
+def open_store(state: str, *, application_name: str = "muster-server") -> Store:
+    """The store ``state`` names: a PostgreSQL URI, or else a SQLite file path (or ``:memory:``)."""
+    if is_postgres_uri(state):
+        # Imported here: a SQLite-only server never loads psycopg.
+        from server.service.pgstore import PostgresStore
+
+        return PostgresStore(state, application_name=application_name)
+    return SqliteStore(state)
+
+
 @dataclass
 class StoredJob:
     id: str
@@ -153,6 +182,9 @@ class StoredState:
     jobs: list[StoredJob]
     pending_decisions: list[DecisionRow]
     backends: list[BackendRecord]
+    # The last change-feed sequence the load includes (PostgreSQL; SQLite has no feed: 0). A
+    # follower reads the feed from here on.
+    seq: int = 0
 
 
 @dataclass
@@ -165,6 +197,9 @@ class WriteBatch:
     tasks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     decisions: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     backends: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Run on the event loop once the batch is written (never if the write fails): decisions are
+    # sent to backends only when durable.
+    after_write: list[Callable[[], None]] = field(default_factory=list)
 
     def empty(self) -> bool:
         return not (
@@ -751,6 +786,10 @@ class StoreWriter:
         # turn the health service NOT_SERVING).
         self.on_lost: Callable[[StateFileLost], None] | None = None
         self._lost_reported = False
+        # Called on the event loop when a write is refused or fails for another reason (a
+        # replica that lost its lease, a database out of reach): the batch was drained, so memory
+        # now holds changes the store does not (server.service.replica reloads).
+        self.on_failed: Callable[[Exception], None] | None = None
 
     async def flush(self, drain: Callable[[], WriteBatch]) -> None:
         """Drain and write; ``StateFileLost`` (a DomainError: FAILED_PRECONDITION to an RPC) once
@@ -761,11 +800,17 @@ class StoreWriter:
                 batch = drain()
                 if not batch.empty():
                     await anyio.to_thread.run_sync(self.store.write, batch)
+                for written in batch.after_write:
+                    written()
             except StateFileLost as exc:
                 if not self._lost_reported:
                     self._lost_reported = True
                     if self.on_lost is not None:
                         self.on_lost(exc)
+                raise
+            except DomainError as exc:
+                if self.on_failed is not None:
+                    self.on_failed(exc)
                 raise
 
     async def decision_states(self, ids: list[int]) -> dict[int, tuple[str, str, bytes]]:

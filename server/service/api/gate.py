@@ -1,4 +1,4 @@
-"""Authentication before a request's message is read, and the audit line.
+"""Authentication before a request's message is read (audit lines: server.service.audit).
 
 grpc reads a unary request's whole message (up to the server's size limit, 64 MiB) before the
 handler runs, so a caller with no credentials could make the server hold 64 MiB per call just by
@@ -20,6 +20,7 @@ from typing import Any, TypeAlias, cast
 import grpc
 import structlog
 
+from server.service.audit import audit
 from server.service.auth import Policy, bearer_token, peer_name
 
 log = structlog.get_logger("muster.service")
@@ -29,9 +30,6 @@ UNAUTHENTICATED_MESSAGE = (
     "authorization: a valid bearer token is required (metadata 'authorization: Bearer ...'), "
     "or a client certificate the auth policy maps to an identity"
 )
-# An audit line names at most this much of a refusal's reason: a reason quotes the request, and a
-# small request can expand into a huge one.
-AUDIT_REASON_CHARS = 512
 
 # A method handler's behaviours as grpc.aio calls them. types-grpcio types RpcMethodHandler for the
 # sync server (plain functions over iterators, taking grpc.ServicerContext); on grpc.aio they are
@@ -42,16 +40,6 @@ UnaryUnary: TypeAlias = Callable[[Any, Context], Awaitable[Any]]
 UnaryStream: TypeAlias = Callable[[Any, Context], AsyncIterator[Any]]
 StreamUnary: TypeAlias = Callable[[AsyncIterator[Any], Context], Awaitable[Any]]
 StreamStream: TypeAlias = Callable[[AsyncIterator[Any], Context], AsyncIterator[Any]]
-
-
-def audit(who: str, rpc: str, result: str, reason: str = "") -> None:
-    """One audit line: who made which call, and how it ended (the reason, bounded, when refused)."""
-    if reason:
-        if len(reason) > AUDIT_REASON_CHARS:
-            reason = f"{reason[:AUDIT_REASON_CHARS]}... ({len(reason):,} characters)"
-        log.info("audit", who=who, rpc=rpc, result=result, reason=reason)
-    else:
-        log.info("audit", who=who, rpc=rpc, result=result)
 
 
 class AuthGate(grpc.aio.ServerInterceptor):

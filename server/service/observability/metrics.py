@@ -93,6 +93,17 @@ class ServerMetrics:
             registry=r,
         )
         self.last_cycle = Gauge("muster_last_cycle_id", "Id of the last finished cycle", registry=r)
+        # --- replication (docs/ha.md) ---------------------------------------------------------
+        self.leader = Gauge(
+            "muster_leader", "1 while this server holds the scheduler lease, else 0", registry=r
+        )
+        self.term = Gauge("muster_term", "The leadership term this server last saw", registry=r)
+        self.leader_changes = PromCounter(
+            "muster_leader_changes",
+            "Times this server became leader or stopped leading, by role taken",
+            ["role"],
+            registry=r,
+        )
         # --- decisions --------------------------------------------------------------------------
         self.decisions_issued = PromCounter(
             "muster_decisions_issued", "Decisions issued to backends, by type", ["type"], registry=r

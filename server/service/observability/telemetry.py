@@ -165,6 +165,17 @@ class Telemetry:
         if response.created:
             self.submissions.remember(response.job.spec.id, span.get_span_context())
 
+    def leadership(self, leading: bool, term: int) -> None:
+        """A change of this server's role: metrics, and a span (a trace per lease change)."""
+        if self.metrics is not None:
+            self.metrics.leader.set(1 if leading else 0)
+            self.metrics.term.set(term)
+            self.metrics.leader_changes.labels("leader" if leading else "follower").inc()
+        if self.tracer is not None:
+            name = "lease.acquired" if leading else "lease.lost"
+            with self.tracer.start_as_current_span(name) as span:
+                span.set_attribute("muster.term", term)
+
     def on_issue(self, decision: pb.Decision, kind: str) -> None:
         """DecisionLog observer: a decision is being issued (before it is sent)."""
         if self.tracer is not None:
