@@ -15,6 +15,8 @@ Use ``listen="127.0.0.1:0"`` to get a free ephemeral port; ``address`` / ``port`
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import threading
 import time
 import uuid
@@ -40,7 +42,7 @@ from server.service.observability import Telemetry
 from server.service.observability.dashboard import DashboardServer
 from server.service.observability.history import CycleHistory
 from server.service.observability.http import HttpAccess
-from server.service.pgstore import PostgresStore
+from server.service.pgstore import PostgresStore, replica_application_name
 from server.service.replica import Replica, ReplicaOptions
 from server.service.rpc import SchedulerService
 from server.service.state import ClusterState
@@ -96,6 +98,7 @@ class MusterServer:
         self.telemetry: Telemetry | None = None
         self.dashboard: DashboardServer | None = None
         self.replica: Replica | None = None
+        self.replica_id = ""
         # asyncio (not anyio) events: they may be created before the loop runs (ServerThread).
         self.ready = asyncio.Event()
         self._stop = asyncio.Event()
@@ -121,7 +124,12 @@ class MusterServer:
         opts = self.options
         # StateFileInUse (another server has the file) or StateFileError (not a Muster state
         # database): a one-line refusal in server.service.main. The file's lock is held until close.
-        store = open_store(opts.state, application_name=_application_name())
+        self.replica_id = uuid.uuid4().hex[:12]
+        store = open_store(
+            opts.state,
+            application_name=replica_application_name(self.replica_id, _where()),
+            lease_duration=opts.lease_duration,
+        )
         writer = StoreWriter(store)
         try:
             self.telemetry = Telemetry(
@@ -207,7 +215,7 @@ class MusterServer:
             service.state,
             service.writer,
             ReplicaOptions(
-                replica_id=uuid.uuid4().hex[:12],
+                replica_id=self.replica_id,
                 address=opts.advertise or self.address,
                 lease_duration=opts.lease_duration,
                 renew_interval=opts.lease_renew,
@@ -423,9 +431,6 @@ async def start_server_with(server: MusterServer) -> ServerHandle:
     return ServerHandle(server, task)
 
 
-def _application_name() -> str:
-    """How this server's database sessions are named (pg_stat_activity): host and process."""
-    import os
-    import socket
-
-    return f"muster-server@{socket.gethostname()}:{os.getpid()}"[:63]
+def _where() -> str:
+    """Host and process, for this server's database sessions (pg_stat_activity)."""
+    return f"{socket.gethostname()}:{os.getpid()}"

@@ -206,6 +206,7 @@ class CoreRunner:
     async def aclose(self) -> None:
         """Stop the worker: end its input, then kill it if it does not exit promptly."""
         proc, self._process = self._process, None
+        self._forget()  # a later start() is a new worker: it gets everything, config first
         if proc is None:
             return
         with anyio.CancelScope(shield=True):

@@ -73,6 +73,22 @@ MIGRATION_LOCK = 0x6D7573746572_01
 # answering must not hang the server.
 READ_TIMEOUT_MS = 5000
 LEASE_TIMEOUT_MS = 5000
+# How long a lease attempt waits for a write holding the lease row, and, once the stalled
+# holder's sessions were ended, for the database to let the row go.
+LEASE_LOCK_WAIT_MS = 500
+LEASE_TAKEOVER_WAIT_MS = 3000
+
+
+def replica_application_name(replica_id: str, where: str) -> str:
+    """The ``application_name`` of a replica's sessions: a successor ends them by it when the
+    replica stalls inside a write after its lease expired."""
+    return f"{replica_application_prefix(replica_id)}{where}"[:63]
+
+
+def replica_application_prefix(replica_id: str) -> str:
+    return f"muster/{replica_id}@"
+
+
 # Rows per round trip when streaming a load through a server-side cursor.
 LOAD_CHUNK = 20_000
 
@@ -349,9 +365,16 @@ class PostgresStore:
         *,
         application_name: str = "muster-server",
         connect_timeout: float = 5.0,
+        write_idle_timeout: float = 2.0,
     ) -> None:
         """Connect and bring the schema up to date; ``StateFileError`` (one line, naming
-        host, port and database, never the password) if that cannot be done."""
+        host, port and database, never the password) if that cannot be done.
+
+        ``write_idle_timeout``: a write transaction whose client goes quiet this long (a process
+        paused or cut off mid-write) is ended by the database, releasing the lease row it holds
+        FOR SHARE: otherwise a leader paused inside a write would stop every takeover for as
+        long as it stays paused. Keep it under the lease duration."""
+        self.write_idle_timeout = write_idle_timeout
         self._dsn = dsn
         self.target = _describe(dsn)
         self._secrets = _passwords(dsn)
@@ -360,7 +383,7 @@ class PostgresStore:
         # Set by the leader: every write then checks, in its transaction, that it still holds it.
         self.fence: Fence | None = None
         self._closed = False
-        self._writer = _Link("writer", lambda: self._connect(autocommit=False))
+        self._writer = _Link("writer", lambda: self._connect(autocommit=False, writer=True))
         self._reader = _Link(
             "reader", lambda: self._connect(autocommit=True, timeout_ms=READ_TIMEOUT_MS)
         )
@@ -369,7 +392,7 @@ class PostgresStore:
         )
         self._listener = _Link("listen", self._connect_listener)
         try:
-            conn = self._connect(autocommit=False)
+            conn = self._connect(autocommit=False, writer=True)
         except psycopg.Error as exc:
             raise StateFileError(
                 f"cannot connect to PostgreSQL at {self.target}: {self._message(exc)}"
@@ -395,7 +418,9 @@ class PostgresStore:
             text = text.replace(secret, "***")
         return text
 
-    def _connect(self, *, autocommit: bool, timeout_ms: int | None = None) -> Conn:
+    def _connect(
+        self, *, autocommit: bool, timeout_ms: int | None = None, writer: bool = False
+    ) -> Conn:
         conn = psycopg.connect(
             self._dsn,
             autocommit=autocommit,
@@ -407,10 +432,16 @@ class PostgresStore:
             keepalives_interval=5,
             keepalives_count=3,
         )
+        settings = []
         if timeout_ms is not None:
+            settings.append(f"SET statement_timeout = {int(timeout_ms)}")
+        if writer:
+            idle_ms = max(1, int(self.write_idle_timeout * 1000))
+            settings.append(f"SET idle_in_transaction_session_timeout = {idle_ms}")
+        if settings:
             try:
-                # Written into the statement: SET does not take bind parameters.
-                conn.execute(f"SET statement_timeout = {int(timeout_ms)}")
+                for statement in settings:  # written in: SET does not take bind parameters
+                    conn.execute(statement)
                 if not autocommit:
                     conn.commit()
             except BaseException:
@@ -859,11 +890,40 @@ class PostgresStore:
         if not holder:
             raise ValueError("a lease holder needs a non-empty replica id")
 
+        params = {"holder": holder, "address": address, "duration": float(duration)}
+
+        def take(conn: Conn, wait_ms: int) -> TupleRow | None:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout = {int(wait_ms)}")
+                return conn.execute(LEASE_TAKE, params).fetchone()
+
         def run(conn: Conn) -> Lease:
-            row = conn.execute(
-                LEASE_TAKE,
-                {"holder": holder, "address": address, "duration": float(duration)},
-            ).fetchone()
+            try:
+                row = take(conn, LEASE_LOCK_WAIT_MS)
+            except psycopg.errors.LockNotAvailable:
+                # A write holds the lease row (FOR SHARE). Of a live leader: it ends in
+                # milliseconds, try again next round. Of a holder whose lease has expired: it is
+                # paused or cut off inside that write, and would hold it as long as it stays so
+                # (the database cannot tell a stalled pipeline from a slow one). End its
+                # sessions -- the fence, done by the database -- and take the lease.
+                row = None
+                lease = _lease(conn.execute(LEASE_READ).fetchone())
+                if lease.holder and lease.holder != holder and not lease.valid:
+                    ended = conn.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE application_name LIKE %s AND pid <> pg_backend_pid()",
+                        (f"{replica_application_prefix(lease.holder)}%",),
+                    ).fetchone()
+                    log.warning(
+                        "store.stalled_holder_fenced",
+                        holder=lease.holder,
+                        term=lease.term,
+                        sessions=ended[0] if ended else 0,
+                    )
+                    try:
+                        row = take(conn, LEASE_TAKEOVER_WAIT_MS)
+                    except psycopg.errors.LockNotAvailable:
+                        row = None
             if row is None:  # held by another: a fresh statement sees the row as it is now
                 row = conn.execute(LEASE_READ).fetchone()
             return _lease(row)

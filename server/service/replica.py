@@ -191,6 +191,7 @@ class Replica:
             self.store.fence = Fence(self.id, lease.term)
             self.term = lease.term
             self.state.decisions.adopt(lease.term, self.state.clock())
+            self.state.ensure_default_queues()  # the first leader of a new store writes them
             try:
                 await self.writer.flush(self.state.commit)  # the adopted decisions, at our term
             except DomainError as exc:

@@ -146,9 +146,15 @@ class ClusterState:
         # Called on every change that may let a cycle do something new (the loop's wake()).
         self.on_change: Callable[[], None] = lambda: None
         self.changes = ChangeSet()
-        for name, parent in (("root", ""), ("default", "root")):
-            self.put_queue(validate.normalize_queue(pb.Queue(name=name, parent=parent)))
+        self.ensure_default_queues()
         self.changes.meta["server_id"] = self.server_id
+
+    def ensure_default_queues(self) -> None:
+        """``root`` and ``default`` exist in every state (a new one, and a leader taking over a
+        store no leader has written to yet)."""
+        for name, parent in (("root", ""), ("default", "root")):
+            if name not in self.queues:
+                self.put_queue(validate.normalize_queue(pb.Queue(name=name, parent=parent)))
 
     # -- restore and commit -------------------------------------------------------------------
 

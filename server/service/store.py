@@ -156,13 +156,20 @@ def is_postgres_uri(state: str) -> bool:
     return state.lower().startswith(("postgresql://", "postgres://"))
 
 
-def open_store(state: str, *, application_name: str = "muster-server") -> Store:
-    """The store ``state`` names: a PostgreSQL URI, or else a SQLite file path (or ``:memory:``)."""
+def open_store(
+    state: str, *, application_name: str = "muster-server", lease_duration: float = 3.0
+) -> Store:
+    """The store ``state`` names: a PostgreSQL URI, or else a SQLite file path (or ``:memory:``).
+    ``lease_duration``: the replicas' lease; a write stalled for two thirds of it is ended."""
     if is_postgres_uri(state):
         # Imported here: a SQLite-only server never loads psycopg.
         from server.service.pgstore import PostgresStore
 
-        return PostgresStore(state, application_name=application_name)
+        return PostgresStore(
+            state,
+            application_name=application_name,
+            write_idle_timeout=lease_duration * 2 / 3,
+        )
     return SqliteStore(state)
 
 

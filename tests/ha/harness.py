@@ -35,6 +35,9 @@ NODE_CPU_MILLI = 4000
 TASK_CPU_MILLI = 1000
 # Ambiguous or transient: the call may not have reached the leader (or did; the retry is
 # idempotent -- resubmitting a job with the same spec is a no-op).
+# A paused server answers nothing: calls give up soon and try the next replica.
+CALL_TIMEOUT = 2.0
+SUSPECT_SECONDS = 4.0
 LIVENESS_INTERVAL = 0.5
 LIVENESS_TIMEOUT = 1.0
 RETRY_CODES = frozenset(
@@ -76,6 +79,7 @@ class ServerProc:
         lease_duration: float = 2.0,
         lease_renew: float = 0.5,
         bind_timeout: float = 30.0,
+        cycle_worker: str = "thread",
     ) -> None:
         self.index = index
         self.dsn = dsn
@@ -95,7 +99,7 @@ class ServerProc:
             "--lease-renew",
             str(lease_renew),
             "--cycle-worker",
-            "thread",
+            cycle_worker,
             "--cycle-period",
             "0.2",
             "--bind-timeout",
@@ -200,7 +204,7 @@ class Deployment:
             rows = conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE application_name LIKE %s",
-                (f"muster-server@%:{server.pid}",),
+                (f"muster/%@%:{server.pid}",),
             ).fetchall()
         return len(rows)
 
@@ -213,6 +217,9 @@ class Follower:
         self.addresses = list(addresses)
         self.current = self.addresses[0]
         self._channels: dict[str, grpc.aio.Channel] = {}
+        # Addresses that did not answer in time -> until when a hint naming them is not
+        # followed: a paused leader is still named by the others until its lease runs out.
+        self._suspect: dict[str, float] = {}
 
     def stub(self) -> pb_grpc.SchedulerStub:
         ch = self._channels.get(self.current)
@@ -223,12 +230,22 @@ class Follower:
         return pb_grpc.SchedulerStub(ch)
 
     def moved(self, exc: grpc.aio.AioRpcError | None = None) -> None:
+        now = time.monotonic()
+        if exc is None or exc.code() in (
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            grpc.StatusCode.CANCELLED,
+        ):
+            self._suspect[self.current] = now + SUSPECT_SECONDS
         hint = leader_hint(exc) if exc is not None else ""
-        if hint and hint != self.current:
+        if hint and hint != self.current and self._suspect.get(hint, 0.0) < now:
             self.current = hint
-        else:
-            i = self.addresses.index(self.current) if self.current in self.addresses else -1
-            self.current = self.addresses[(i + 1) % len(self.addresses)]
+            return
+        i = self.addresses.index(self.current) if self.current in self.addresses else -1
+        for step in range(1, len(self.addresses) + 1):
+            candidate = self.addresses[(i + step) % len(self.addresses)]
+            if self._suspect.get(candidate, 0.0) < now or step == len(self.addresses):
+                self.current = candidate
+                return
 
     async def close(self) -> None:
         for ch in self._channels.values():
@@ -287,7 +304,7 @@ class RecordingBackend:
 
     async def _session(self, stub: pb_grpc.SchedulerStub) -> None:
         await stub.RegisterBackend(
-            pb.RegisterBackendRequest(name=BACKEND, kind="fake-agent"), timeout=5
+            pb.RegisterBackendRequest(name=BACKEND, kind="fake-agent"), timeout=CALL_TIMEOUT
         )
         nodes = [
             pb.Node(name=n, allocatable=pb.ResourceList(quantities={"cpu": "4", "memory": "16Gi"}))
@@ -304,7 +321,8 @@ class RecordingBackend:
             for d in self.finished
         ]
         await stub.SyncSnapshot(
-            pb.SyncSnapshotRequest(backend=BACKEND, nodes=nodes, tasks=tasks), timeout=10
+            pb.SyncSnapshotRequest(backend=BACKEND, nodes=nodes, tasks=tasks),
+            timeout=3 * CALL_TIMEOUT,
         )
         self.record.sessions += 1
         await self._send(stub, [])
@@ -357,7 +375,7 @@ class RecordingBackend:
                 acks.append(pb.DecisionAck(decision_id=d.id, applied=True))
             if acks:
                 await stub.AckDecisions(
-                    pb.AckDecisionsRequest(backend=BACKEND, acks=acks), timeout=10
+                    pb.AckDecisionsRequest(backend=BACKEND, acks=acks), timeout=CALL_TIMEOUT
                 )
 
     def _apply(self, d: pb.Decision, stub: pb_grpc.SchedulerStub) -> None:
@@ -403,7 +421,9 @@ class RecordingBackend:
         deltas = self.finished + extra
         if not deltas:
             return
-        await stub.SendDeltas(pb.SendDeltasRequest(backend=BACKEND, deltas=deltas), timeout=10)
+        await stub.SendDeltas(
+            pb.SendDeltasRequest(backend=BACKEND, deltas=deltas), timeout=CALL_TIMEOUT
+        )
         sent = {id(d) for d in deltas}
         self.finished = [d for d in self.finished if id(d) not in sent]
 
@@ -435,7 +455,7 @@ class Submitter:
         while True:
             try:
                 await self.follower.stub().SubmitJob(
-                    pb.SubmitJobRequest(job=job_spec(job_id)), timeout=5
+                    pb.SubmitJobRequest(job=job_spec(job_id)), timeout=CALL_TIMEOUT
                 )
                 self.acked.append(job_id)
                 return
