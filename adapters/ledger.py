@@ -10,6 +10,10 @@ killed while applying restarts with those ids "in doubt" (:meth:`DecisionLedger.
 or may not have been applied, so the runtime asks the backend what became of them instead of
 applying them again (see :mod:`adapters.runtime`).
 
+The ledger also keeps the highest leadership term (``Decision.term``) the runtime has seen from the
+server: a decision of a lower term comes from a leader that has been replaced and is refused. A
+:class:`FileDecisionLedger` persists it, so a restarted adapter still refuses the old terms.
+
 :func:`write_private` is the one way state files are written here and by the agent: to a temporary
 file in the same directory, fsynced, then renamed over the old one (and the directory fsynced), with
 mode 0600 whatever the umask.
@@ -78,13 +82,15 @@ class DecisionLedger:
     """Outcomes of applied decisions, keyed by decision id, for one server identity.
 
     Bounded: keeps the most recent ``capacity`` ids. ``high_water`` is the highest id whose outcome
-    is recorded (an id only begun is not counted: the server must resend it).
+    is recorded (an id only begun is not counted: the server must resend it). ``term`` is the
+    highest leadership term seen in a decision (0: only unreplicated servers so far).
     """
 
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
         self.server_id = ""
         self.high_water = 0
+        self.term = 0
         self._outcomes: OrderedDict[int, Outcome] = OrderedDict()
         # Ids an earlier run of the adapter began applying and never recorded an outcome for.
         self._doubt: set[int] = set()
@@ -114,6 +120,13 @@ class DecisionLedger:
         while len(self._outcomes) > self.capacity:
             self._outcomes.popitem(last=False)
 
+    def observe_term(self, term: int) -> bool:
+        """A decision of leadership ``term`` is accepted; returns True when it is a new highest."""
+        if term <= self.term:
+            return False
+        self.term = term
+        return True
+
     def bind_server(self, server_id: str) -> bool:
         """Adopt ``server_id``; returns True (and forgets everything) when it changed."""
         if self.server_id == server_id:
@@ -124,6 +137,8 @@ class DecisionLedger:
             self._outcomes.clear()
             self._doubt.clear()
             self.high_water = 0
+            # Another store (a server that lost its state) counts its terms afresh.
+            self.term = 0
         return changed
 
     def flush(self) -> None:
@@ -136,12 +151,14 @@ class DecisionLedger:
         return {
             "server_id": self.server_id,
             "high_water": self.high_water,
+            "term": self.term,
             "outcomes": [[k, v.applied, v.reason] for k, v in self._outcomes.items()],
         }
 
     def _load(self, data: dict[str, Any]) -> None:
         self.server_id = str(data.get("server_id", ""))
         self.high_water = int(data.get("high_water", 0))
+        self.term = int(data.get("term", 0))
         for decision_id, applied, reason in data.get("outcomes", []):
             self._outcomes[int(decision_id)] = Outcome(bool(applied), str(reason))
 
@@ -173,6 +190,8 @@ class FileDecisionLedger(DecisionLedger):
                     self._doubt = {int(d) for d in applying.get("applying", [])} - set(
                         self._outcomes
                     )
+                    # A burst of a new term may have begun after the last flush.
+                    self.term = max(self.term, int(applying.get("term", 0)))
             except (ValueError, TypeError, OSError, AttributeError) as exc:
                 log.warning(
                     "ledger's applying file unreadable",
@@ -188,7 +207,11 @@ class FileDecisionLedger(DecisionLedger):
 
     def begin(self, decision_ids: Iterable[int]) -> None:
         self._make_parent()
-        data = {"server_id": self.server_id, "applying": sorted(set(decision_ids))}
+        data = {
+            "server_id": self.server_id,
+            "term": self.term,
+            "applying": sorted(set(decision_ids)),
+        }
         write_private(self.applying_path, json.dumps(data).encode())
 
     def flush(self) -> None:

@@ -5,6 +5,7 @@ A concrete adapter (fake bare-metal agent, Slurm, Kubernetes) implements the sma
 hands it to :class:`BackendRuntime`, which does all the talking to the server::
 
     runtime = BackendRuntime(backend, server="127.0.0.1:50051", name="rack-a", kind="fake-agent")
+    # or the servers of a replicated deployment: server="a:50051,b:50051,c:50051" (or a list)
     backend.attach(runtime)            # optional: lets the backend queue deltas
     await runtime.run()                # until runtime.stop() or cancellation
 
@@ -27,6 +28,30 @@ What the runtime does, per connection ("session"):
 Any RPC failure ends the session; the runtime reconnects with exponential backoff and full
 jitter (``backoff_initial`` doubling up to ``backoff_max``; reset after a successful sync) and
 re-syncs. ``stop()`` ends :meth:`BackendRuntime.run` cleanly.
+
+Replicated servers (docs/ha.md)
+    ``server`` may list several addresses. Only the leader serves backends: a follower refuses
+    with UNAVAILABLE and names the leader in the ``muster-leader`` trailing metadata. A session
+    that ends with UNAVAILABLE or a dropped connection moves to the leader so named (even an
+    address not in the list; after a short delay, ``backoff_initial`` at most), else to the next
+    address; a session ended by another error stays on its server. Every new server gets the
+    whole session: register, snapshot, the outbox, then decisions after the last acknowledged
+    id. The replicas share one store and so one ``server_id``: the ledger is kept across the
+    switch, and a decision id the last server delivered and the new one resends is re-acked,
+    never applied twice.
+
+Terms
+    Each decision carries the leadership term of the server that issued it (0 from an
+    unreplicated server). The ledger keeps the highest term seen (persisted by a
+    :class:`FileDecisionLedger`, so a restarted adapter still knows it). A decision of a lower
+    term comes from a deposed leader that has not noticed yet: it is not applied, the runtime
+    logs ``decision.stale_term`` with both terms and acknowledges it *rejected*, with a reason
+    naming the terms (recorded in the ledger like any outcome, so a resend gets the same answer).
+    Rejecting rather than dropping gives the decision an end: the server returns the task to
+    Pending and a current leader decides again, instead of the stale decision staying
+    unacknowledged until a leader resends it, which the runtime would refuse again. A term-0
+    decision is accepted only while no higher term has been seen. A decision already applied is
+    re-acknowledged with its outcome whatever its term (that outcome is the truth).
 
 Decisions and acks
     Every decision is acknowledged exactly once per application. The runtime never applies a
@@ -75,7 +100,7 @@ Tracing
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -90,7 +115,7 @@ from adapters.outbox import Outbox
 from adapters.retry import Backoff
 from muster import transport
 from muster.tracing import extract, provider_from_env
-from muster.transport import ClientTls
+from muster.transport import AddressBook, ClientTls, leader_hint
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
@@ -116,7 +141,7 @@ class BackendRuntime:
         self,
         backend: Backend,
         *,
-        server: str,
+        server: str | Sequence[str],
         name: str,
         kind: str = "fake-agent",
         labels: dict[str, str] | None = None,
@@ -133,13 +158,19 @@ class BackendRuntime:
         tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.backend = backend
-        self.server = server
+        self.book = AddressBook(server)
+        # The configured servers as one stable string (an agent tags its processes with it).
+        self.server = ",".join(self.book.addresses)
         self.name = name
         self.kind = kind
         self.labels = dict(labels or {})
         self.ledger = ledger if ledger is not None else DecisionLedger()
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        # How often the server in use is asked whether it still leads, and how long it has to
+        # answer (a stopped server's stream stays open and silent).
+        self.liveness_interval = 1.0
+        self.liveness_timeout = 2.0
         self.max_attempts = max_attempts
         self.batch_linger = batch_linger
         self.max_batch = max_batch
@@ -201,6 +232,16 @@ class BackendRuntime:
     def pending_outbox(self) -> int:
         return self._outbox.pending
 
+    @property
+    def address(self) -> str:
+        """The server address in use now (or tried next)."""
+        return self.book.current
+
+    @property
+    def highest_term(self) -> int:
+        """The highest leadership term seen in a decision (0: none or unreplicated servers)."""
+        return self.ledger.term
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -244,19 +285,34 @@ class BackendRuntime:
             tg.start_soon(watch_stop)
             while not self._stop.is_set():
                 synced = False
+                address = self.book.start(leader_only=True)
+                hinted = False
                 try:
-                    synced = await self._session()
+                    synced = await self._session(address)
+                except LeaderMoved as moved:
+                    log.info("leader moved", backend=self.name, server=address, leader=moved.leader)
+                    self.book.follow(moved.leader)
+                    hinted = True
                 except grpc.aio.AioRpcError as exc:
                     log.info(
                         "disconnected",
                         backend=self.name,
+                        server=address,
                         code=exc.code().name,
                         details=exc.details(),
+                        leader=leader_hint(exc),
                     )
+                    if exc.code() in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,  # a server that stopped answering
+                    ):
+                        following = self.book.failed(address, exc)
+                        hinted = following == leader_hint(exc)
                 except (OSError, anyio.EndOfStream) as exc:
-                    log.info("disconnected", backend=self.name, error=repr(exc))
+                    log.info("disconnected", backend=self.name, server=address, error=repr(exc))
+                    self.book.failed(address, exc)  # a dropped connection: the next server
                 except Exception:  # noqa: BLE001 - a bug in one session must not end the adapter
-                    log.exception("session failed", backend=self.name)
+                    log.exception("session failed", backend=self.name, server=address)
                 finally:
                     self.connected = False
                 if self._stop.is_set():
@@ -267,23 +323,29 @@ class BackendRuntime:
                     log.error("giving up", backend=self.name, attempts=backoff.attempts)
                     break
                 delay = backoff.next()
+                if hinted:
+                    # The leader is named: go there soon (a short wait still stops a ping-pong
+                    # between two servers that each name the other from spinning).
+                    delay = min(delay, self.backoff_initial)
                 log.info(
                     "reconnecting",
                     backend=self.name,
+                    server=self.book.current,
                     attempt=backoff.attempts,
                     delay=round(delay, 3),
                 )
                 await anyio.sleep(delay)
             tg.cancel_scope.cancel()
 
-    async def _session(self) -> bool:
-        """One connection. Returns True if it got as far as a successful sync."""
-        channel = self._channel_factory(self.server)
+    async def _session(self, address: str) -> bool:
+        """One connection, to ``address``. Returns True if it got as far as a successful sync."""
+        channel = self._channel_factory(address)
         synced = False
         try:
             stub = pb_grpc.SchedulerStub(channel)
             reply = await stub.RegisterBackend(
-                pb.RegisterBackendRequest(name=self.name, kind=self.kind, labels=self.labels)
+                pb.RegisterBackendRequest(name=self.name, kind=self.kind, labels=self.labels),
+                timeout=self.liveness_timeout * 4,  # a stopped server must not hold us
             )
             self.server_id = reply.server_id
             if self.ledger.bind_server(reply.server_id):
@@ -299,9 +361,11 @@ class BackendRuntime:
             synced = True
             self.sessions += 1
             self.connected = True
+            self.book.answered(address, leader=True)
             log.info(
                 "synced",
                 backend=self.name,
+                server=address,
                 server_id=reply.server_id,
                 nodes=len(nodes),
                 tasks=len(tasks),
@@ -314,12 +378,32 @@ class BackendRuntime:
                     tg.start_soon(self._read_decisions, stub, send)
                     tg.start_soon(self._apply_decisions, receive)
                     tg.start_soon(self._outbox.run, stub)
+                    tg.start_soon(self._check_leader, stub, address)
             except BaseExceptionGroup as group:
                 raise _first_error(group) from None
         finally:
             with anyio.CancelScope(shield=True):
                 await channel.close(grace=None)
         return synced
+
+    async def _check_leader(self, stub: pb_grpc.SchedulerStub, address: str) -> None:
+        """The server in use still answers, and still leads. A stopped or cut-off server keeps
+        its connection open and its decision stream silent (nothing ends it: gRPC keepalive
+        pings did not, here), and a deposed one may serve on until its lease check fails: ask it
+        every ``liveness_interval`` (bounded by ``liveness_timeout``) and end the session when it
+        does not answer, or names another leader."""
+        while True:
+            await anyio.sleep(self.liveness_interval)
+            try:
+                reply = await stub.ListServers(
+                    pb.ListServersRequest(), timeout=self.liveness_timeout
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    return  # a server from before replication: its stream tells
+                raise
+            if reply.leader and reply.leader != address:
+                raise LeaderMoved(reply.leader)
 
     # -- decisions ----------------------------------------------------------------------------
 
@@ -384,8 +468,14 @@ class BackendRuntime:
         acks: list[pb.DecisionAck] = []
         outcomes: dict[int, Outcome] = {}
         seen: set[int] = set()
+        stale: dict[int, int] = {}  # decision id -> the higher term seen before it, in stream order
         for decision in decisions:
             known = self.ledger.get(decision.id)
+            if decision.term < self.ledger.term:
+                if known is None and decision.id not in seen:
+                    stale[decision.id] = self.ledger.term
+            else:
+                self.ledger.observe_term(decision.term)
             if known is not None or decision.id in seen:
                 # Already applied: re-ack with the remembered outcome, never apply twice.
                 prior = known or APPLIED
@@ -406,6 +496,9 @@ class BackendRuntime:
             fresh: list[pb.Decision] = []
             for decision in todo:
                 if decision.id in outcomes:
+                    continue  # recalled: an earlier run applied it (or not), whatever its term
+                if decision.id in stale:
+                    outcomes[decision.id] = self._refuse_stale(decision, stale[decision.id])
                     continue
                 if _expired(decision):
                     outcomes[decision.id] = Outcome.reject(
@@ -440,6 +533,21 @@ class BackendRuntime:
                     reason=outcome.reason,
                 )
             self.ledger.flush()
+
+    def _refuse_stale(self, decision: pb.Decision, highest: int) -> Outcome:
+        """A decision of a replaced leader: not applied, logged, acknowledged rejected."""
+        log.warning(
+            "decision.stale_term",
+            backend=self.name,
+            id=decision.id,
+            task=_task_of(decision),
+            term=decision.term,
+            highest_term=highest,
+        )
+        return Outcome.reject(
+            f"stale leadership term {decision.term}: a leader of term {highest} has been seen, "
+            "so this decision's leader was replaced; not applied"
+        )
 
     async def _recall(self, decisions: list[pb.Decision]) -> dict[int, Outcome]:
         """Outcomes of decisions an earlier run began applying (in doubt), by id; a decision the
@@ -544,6 +652,14 @@ class BackendRuntime:
             log.exception("apply failed", backend=self.name, decision=decision.id)
             return Outcome.reject(f"backend error: {exc}")
         return result if isinstance(result, Outcome) else APPLIED
+
+
+class LeaderMoved(Exception):
+    """The server in use names another leader: the session moves there."""
+
+    def __init__(self, leader: str) -> None:
+        super().__init__(f"the leader is now {leader}")
+        self.leader = leader
 
 
 def _first_error(group: BaseExceptionGroup) -> BaseException:

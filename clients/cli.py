@@ -1,6 +1,7 @@
 """``muster``: the command-line client (see docs/cli.md).
 
-Server address: ``--server`` or ``$MUSTER_SERVER`` (default 127.0.0.1:50051). Tables for people,
+Server address: ``--server`` or ``$MUSTER_SERVER`` (default 127.0.0.1:50051); a replicated
+deployment's servers comma-separated (the client follows the leader). Tables for people,
 ``--output json`` for scripts. Exit codes: 0 ok, 1 a gRPC error (printed as
 ``error: <CODE>: <message>``), 2 bad input (job file, scenario, flags: one line per problem).
 
@@ -38,12 +39,22 @@ from clients.commands import (
     cmd_nodes,
     cmd_queue,
     cmd_queues,
+    cmd_servers,
     cmd_submit,
     cmd_watch,
 )
 from clients.render import Output, render_simulation
 from muster.logs import configure_logging
-from muster.transport import add_tls_args, add_token_args, tls_from_args, token_from_args
+from muster.transport import (
+    add_tls_args,
+    add_token_args,
+    parse_addresses,
+    server_arg,
+    tls_from_args,
+    token_from_args,
+)
+
+DEFAULT_TIMEOUT = 30.0
 
 
 async def cmd_simulate(client: MusterClient | None, args: argparse.Namespace, out: Output) -> int:
@@ -83,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--server",
         default=None,
-        help=f"server address HOST:PORT (default $MUSTER_SERVER or {DEFAULT_SERVER})",
+        type=server_arg,
+        help="server address HOST:PORT, or the servers of a replicated deployment "
+        f"HOST:PORT,HOST:PORT,... (default $MUSTER_SERVER or {DEFAULT_SERVER})",
     )
     common.add_argument(
         "--output",
@@ -92,7 +105,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="output format: table, wide (every column) or json (docs/api.md JSON mapping)",
     )
-    common.add_argument("--timeout", type=float, default=30.0, help="seconds per call (default 30)")
+    common.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds per call (default {DEFAULT_TIMEOUT:g})",
+    )
+    common.add_argument(
+        "--failover-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long a call keeps looking for a server that answers, following the leader "
+        "(default: --timeout with several --server addresses; 0 with one: every address and a "
+        "leader a refusal names are tried once)",
+    )
     add_tls_args(common)
     add_token_args(common)
 
@@ -231,6 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --job: exit when the job ends (status 0 if it completed, 1 otherwise)",
     )
 
+    add(
+        "servers",
+        cmd_servers,
+        "list the servers of a replicated deployment: role, term, last renewal, lag",
+        "  muster servers --server a:50051,b:50051,c:50051\n  muster servers -o json | jq '.[].role'",
+    )
+
     p = add(
         "config",
         cmd_config,
@@ -266,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _merge_common(args: argparse.Namespace, argv: Sequence[str]) -> None:
     # A flag given before the subcommand is overwritten by the subparser's default; re-read it.
     pre = build_common_only().parse_known_args(argv)[0]
-    for name in ("server", "output"):
+    for name in ("server", "output", "timeout", "failover_timeout"):
         if getattr(args, name) is None:
             setattr(args, name, getattr(pre, name))
 
@@ -275,7 +309,20 @@ def build_common_only() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--server")
     p.add_argument("--output", "-o")
+    p.add_argument("--timeout", type=float)
+    p.add_argument("--failover-timeout", type=float)
     return p
+
+
+def resolve_server(args: argparse.Namespace) -> list[str]:
+    """The addresses to use: ``--server``, else $MUSTER_SERVER, else the default (ValueError
+    naming where an empty list came from)."""
+    if args.server:
+        return parse_addresses(args.server, "--server")
+    env = os.environ.get("MUSTER_SERVER")
+    if env:
+        return parse_addresses(env, "MUSTER_SERVER")
+    return [DEFAULT_SERVER]
 
 
 def _version() -> str:
@@ -301,7 +348,13 @@ async def _run(args: argparse.Namespace, out: Output) -> int:
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    async with MusterClient(args.server, timeout=args.timeout, tls=tls, token=token) as client:
+    async with MusterClient(
+        args.server,
+        timeout=args.timeout,
+        tls=tls,
+        token=token,
+        failover_timeout=args.failover_timeout,
+    ) as client:
         code: int = await args.func(client, args, out)
         return code
 
@@ -314,7 +367,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Logs (e.g. of the core under `simulate --local`) go to stderr only: stdout is the result.
     configure_logging("console", os.environ.get("MUSTER_LOG_LEVEL", "warning"), cache=False)
     _merge_common(args, argv)
-    args.server = args.server or os.environ.get("MUSTER_SERVER") or DEFAULT_SERVER
+    try:
+        addresses = resolve_server(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args.server = ",".join(addresses)
+    args.timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
+    if args.failover_timeout is None:
+        # Several addresses: ride out a failover. One: a server that does not answer fails at
+        # once, as before replication (a refusal naming the leader is still followed).
+        args.failover_timeout = args.timeout if len(addresses) > 1 else 0.0
     fmt = args.output or (
         "json" if args.command == "simulate" and not sys.stdout.isatty() else "table"
     )

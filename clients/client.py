@@ -1,6 +1,6 @@
 """Async Python client of the Muster API (``muster.v1.Scheduler``) over the generated stubs.
 
-    async with MusterClient("127.0.0.1:50051") as muster:
+    async with MusterClient("127.0.0.1:50051") as muster:     # or "a:50051,b:50051,c:50051"
         reply = await muster.submit_job(spec)
         async for job in muster.list_jobs(queue="default"):
             ...
@@ -8,14 +8,43 @@
             ...
 
 Errors are ``grpc.aio.AioRpcError`` (``.code()``, ``.details()``), exactly as the server sent them.
+
+Replicated servers (docs/ha.md): give every server's address. The client keeps a channel per
+address (opened on first use) and follows the leader (:class:`muster.transport.FailoverChannel`):
+a call answered UNAVAILABLE goes to the leader the refusal names (trailing metadata
+``muster-leader``, even an address not in the list), else to the next address, with a short
+backoff, until ``failover_timeout`` seconds have passed; then the last error is raised. Reads are
+served by any replica (the client stays on the one that answers); writes go to the leader.
+
+Writes and retries. A follower's refusal means nothing was done, so sending the write again is
+safe. A connection dropped mid-call is ambiguous: the write may have been done. The client
+retries anyway, and makes the retry's answer mean the same as the first try's:
+
+* ``submit_job`` / ``submit_jobs``: job ids are chosen by the client and the server answers a
+  resubmission of an identical spec with the stored job (``created`` False). When a retry after an
+  ambiguous failure is answered ALREADY_EXISTS, the client reads the stored job(s) and counts the
+  call a success (``created`` False) if every stored spec is what was sent (:func:`same_job_spec`);
+  a different stored spec raises the ALREADY_EXISTS error.
+* ``cancel_job``: the server answers a cancel of an already cancelled job with the job, so the
+  retry returns it; nothing to add.
+* ``delete_queue``: NOT_FOUND on a retry after an ambiguous failure means the first try deleted
+  it: success. ``update_queue`` and ``update_config`` replace the whole object (idempotent);
+  ``create_queue`` answered ALREADY_EXISTS after a drop raises it (the queue exists either way).
+
+``watch_jobs`` survives a failover: the stream is opened again on the next server (or the named
+leader) with the current state of the matching jobs, and the events of jobs whose state the caller
+already saw are skipped (see :meth:`MusterClient.watch_jobs`).
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import json
 import os
-from collections.abc import AsyncIterator, Iterable
+import random
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import anyio
@@ -23,11 +52,15 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from muster import transport
-from muster.transport import ClientTls
+from muster.transport import DEFAULT_FAILOVER_TIMEOUT, DEFAULT_SERVER, ClientTls
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
-DEFAULT_SERVER = "127.0.0.1:50051"
+__all__ = ["DEFAULT_SERVER", "MusterClient", "same_job_spec"]
+
+# A watch stream that lived this long before failing was connected: its failure starts a new
+# failover period instead of counting against the last one.
+_WATCH_STABLE_SECONDS = 1.0
 
 
 def _login_name() -> str:
@@ -37,31 +70,61 @@ def _login_name() -> str:
         return ""
 
 
+def same_job_spec(sent: pb.JobSpec, stored: pb.JobSpec) -> bool:
+    """Whether ``stored`` is what the server keeps for a submission of ``sent``: equal once the
+    defaults the server writes in (namespace and queue ``default``, name = id) are filled in, the
+    owner (the server sets it from the caller) aside. Any other difference counts, so a spec the
+    server normalized further (a TYJob's defaults) is reported as different: the cautious side,
+    since the job id is then taken by a job this call cannot vouch for."""
+    mine = pb.JobSpec()
+    mine.CopyFrom(sent)
+    mine.namespace = mine.namespace or "default"
+    mine.name = mine.name or mine.id
+    mine.queue = mine.queue or "default"
+    mine.owner = stored.owner
+    equal: bool = mine == stored
+    return equal
+
+
 class MusterClient:
-    """One channel to a Muster server. Use as an async context manager, or call ``close()``."""
+    """A client of one Muster deployment: one server, or the replicas of a replicated one. Use
+    as an async context manager, or call ``close()``."""
 
     def __init__(
         self,
-        address: str = DEFAULT_SERVER,
+        address: str | Sequence[str] = DEFAULT_SERVER,
         *,
         timeout: float | None = 30.0,
         tls: ClientTls | None = None,
         token: str | None = None,
         user: str | None = None,
+        failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
     ) -> None:
-        """``tls``: how to reach a TLS server (default: from the MUSTER_TLS_* variables, see
+        """``address``: ``HOST:PORT``, several comma-separated (``"a:1,b:1"``) or a list.
+        ``timeout``: seconds per attempt of a unary call (streams are unbounded).
+        ``failover_timeout``: how long a call keeps looking for a server that answers (every
+        address is tried once whatever this says; 0: no more).
+        ``tls``: how to reach a TLS server (default: from the MUSTER_TLS_* variables, see
         ``muster.transport``; none set: plaintext). ``token``: bearer token (default: MUSTER_TOKEN).
         ``user``: who a server without authentication records as the owner of submitted jobs
         (default: the login name; a server with tokens takes the token's user instead)."""
-        self.address = address
-        self.timeout = timeout  # per unary call; streams are unbounded
-        self._channel = transport.channel(
-            address,
-            tls if tls is not None else ClientTls.from_env(),
-            token=token if token is not None else os.environ.get("MUSTER_TOKEN"),
-            user=user if user is not None else _login_name(),
+        self.addresses = transport.parse_addresses(address, "address")
+        self.timeout = timeout
+        self.failover_timeout = failover_timeout
+        tls = tls if tls is not None else ClientTls.from_env()
+        token = token if token is not None else os.environ.get("MUSTER_TOKEN")
+        user = user if user is not None else _login_name()
+        self._channel = transport.FailoverChannel(
+            self.addresses,
+            lambda one: transport.channel(one, tls, token=token, user=user),
+            failover_timeout=failover_timeout,
         )
         self.stub = pb_grpc.SchedulerStub(self._channel)
+
+    @property
+    def address(self) -> str:
+        """The server address in use now (the first one until a call moves elsewhere)."""
+        return self._channel.current
 
     async def __aenter__(self) -> MusterClient:
         return self
@@ -75,14 +138,20 @@ class MusterClient:
     # -- health -------------------------------------------------------------------------------
 
     async def is_serving(self) -> bool:
-        """One grpc.health.v1 check; False on any failure (not up yet, not serving)."""
-        stub = health_pb2_grpc.HealthStub(self._channel)
-        try:
-            reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2.0)
-        except grpc.aio.AioRpcError:
-            return False
-        serving: bool = reply.status == health_pb2.HealthCheckResponse.SERVING
-        return serving
+        """One grpc.health.v1 check of each address (the one in use first) until one serves;
+        False when none does (not up yet, not serving). A serving replica becomes the one in
+        use."""
+        first = self._channel.current
+        for address in [first, *(a for a in self._channel.book.addresses if a != first)]:
+            stub = health_pb2_grpc.HealthStub(self._channel.channel_to(address))
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2.0)
+            except grpc.aio.AioRpcError:
+                continue
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                self._channel.book.answered(address)
+                return True
+        return False
 
     async def wait_until_serving(self, timeout: float = 30.0, interval: float = 0.1) -> None:
         """Poll the health service until SERVING; TimeoutError after ``timeout`` seconds."""
@@ -93,17 +162,57 @@ class MusterClient:
     # -- jobs ---------------------------------------------------------------------------------
 
     async def submit_job(self, spec: pb.JobSpec) -> pb.SubmitJobResponse:
-        reply: pb.SubmitJobResponse = await self.stub.SubmitJob(
+        """Submit one job. Safe to retry (ids are the client's); see the module docstring for
+        how a retry after a dropped connection is answered."""
+        call: transport.FailoverUnaryCall = self.stub.SubmitJob(
             pb.SubmitJobRequest(job=spec), timeout=self.timeout
         )
+        try:
+            reply: pb.SubmitJobResponse = await call
+        except grpc.aio.AioRpcError as exc:
+            stored = await self._already_submitted(exc, call, [spec])
+            if stored is None:
+                raise
+            return stored[0]
         return reply
 
     async def submit_jobs(self, specs: Iterable[pb.JobSpec]) -> list[pb.SubmitJobResponse]:
         """All or nothing: every job is submitted, or none (the error names the refused one)."""
-        reply = await self.stub.SubmitJobs(
-            pb.SubmitJobsRequest(jobs=list(specs)), timeout=self.timeout
+        specs = list(specs)
+        call: transport.FailoverUnaryCall = self.stub.SubmitJobs(
+            pb.SubmitJobsRequest(jobs=specs), timeout=self.timeout
         )
+        try:
+            reply = await call
+        except grpc.aio.AioRpcError as exc:
+            stored = await self._already_submitted(exc, call, specs)
+            if stored is None:
+                raise
+            return stored
         return list(reply.results)
+
+    async def _already_submitted(
+        self,
+        error: grpc.aio.AioRpcError,
+        call: transport.FailoverUnaryCall,
+        specs: list[pb.JobSpec],
+    ) -> list[pb.SubmitJobResponse] | None:
+        """After ALREADY_EXISTS answered a retry whose earlier try may have been processed: the
+        stored jobs when every one of ``specs`` is stored as sent (the first try submitted them),
+        else None (the error stands)."""
+        if error.code() != grpc.StatusCode.ALREADY_EXISTS or not call.ambiguous:
+            return None
+        stored: list[pb.SubmitJobResponse] = []
+        for spec in specs:
+            try:
+                # The server that answered (the leader) is now the one in use: no stale replica.
+                job = await self.get_job(spec.id)
+            except grpc.aio.AioRpcError:
+                return None
+            if not same_job_spec(spec, job.spec):
+                return None
+            stored.append(pb.SubmitJobResponse(job=job, created=False))
+        return stored
 
     async def task_logs(self, job_id: str, task_id: str = "") -> list[pb.TaskLog]:
         reply = await self.stub.GetTaskLogs(
@@ -112,6 +221,8 @@ class MusterClient:
         return list(reply.logs)
 
     async def cancel_job(self, job_id: str) -> pb.Job:
+        # A retry after a dropped connection needs nothing more: the server answers a cancel of a
+        # job already cancelled with the job (FAILED_PRECONDITION only when it ended otherwise).
         reply: pb.CancelJobResponse = await self.stub.CancelJob(
             pb.CancelJobRequest(id=job_id), timeout=self.timeout
         )
@@ -159,16 +270,65 @@ class MusterClient:
     async def watch_jobs(
         self, *, queue: str = "", namespace: str = "", job_id: str = "", send_initial: bool = True
     ) -> AsyncIterator[pb.JobEvent]:
-        call = self.stub.WatchJobs(
-            pb.WatchJobsRequest(
-                queue=queue, namespace=namespace, job_id=job_id, send_initial=send_initial
-            )
+        """Job events, until the server ends the stream. A stream lost with UNAVAILABLE (a
+        server gone, a failover) is opened again on the next server or the named leader, asking
+        for the current state of the matching jobs so nothing that changed meanwhile is missed:
+        a job whose state the caller already saw is skipped, one it saw in another state comes as
+        MODIFIED, one it never saw as the server sends it (even without ``send_initial``: it may
+        have changed during the gap). A job deleted during the gap is not reported. The stream
+        gives up (raising the last error) after ``failover_timeout`` seconds without a server."""
+        request = pb.WatchJobsRequest(
+            queue=queue, namespace=namespace, job_id=job_id, send_initial=send_initial
         )
-        try:
-            async for event in call:
-                yield event
-        finally:
-            call.cancel()
+        seen: dict[str, bytes] = {}  # job id -> digest of the state last yielded
+        resumed = False
+        outage_since: float | None = None
+        tried: set[str] = set()  # addresses that failed during this outage
+        delay = transport.FAILOVER_BACKOFF_INITIAL
+        while True:
+            call: transport.FailoverStreamCall = self.stub.WatchJobs(request)
+            opened = time.monotonic()
+            try:
+                async for event in call:
+                    outage_since, delay = None, transport.FAILOVER_BACKOFF_INITIAL
+                    key = event.job.spec.id
+                    if event.type == pb.JobEvent.TYPE_DELETED:
+                        seen.pop(key, None)
+                        yield event
+                        continue
+                    digest = hashlib.blake2b(
+                        event.job.SerializeToString(deterministic=True), digest_size=16
+                    ).digest()
+                    if resumed:
+                        if seen.get(key) == digest:
+                            continue  # replayed state the caller already has
+                        if key in seen and event.type == pb.JobEvent.TYPE_ADDED:
+                            event = pb.JobEvent(type=pb.JobEvent.TYPE_MODIFIED, job=event.job)
+                    seen[key] = digest
+                    yield event
+                return
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                now = time.monotonic()
+                if outage_since is None or now - opened >= _WATCH_STABLE_SECONDS:
+                    outage_since, tried = now, set()
+                tried.add(call.address)
+                # As for unary calls: every address once, then until failover_timeout.
+                pause = random.uniform(delay / 2, delay)
+                if self._channel.current in tried:
+                    remaining = self.failover_timeout - (now - outage_since)
+                    if remaining <= 0:
+                        raise
+                    pause = min(pause, remaining)
+            finally:
+                call.cancel()
+            resumed = True
+            request = pb.WatchJobsRequest(
+                queue=queue, namespace=namespace, job_id=job_id, send_initial=True
+            )
+            await anyio.sleep(pause)
+            delay = min(delay * 2, transport.FAILOVER_BACKOFF_MAX)
 
     async def explain(self, job_id: str) -> pb.ExplainResponse:
         reply: pb.ExplainResponse = await self.stub.Explain(
@@ -195,7 +355,15 @@ class MusterClient:
         return reply
 
     async def delete_queue(self, name: str) -> None:
-        await self.stub.DeleteQueue(pb.DeleteQueueRequest(name=name), timeout=self.timeout)
+        call: transport.FailoverUnaryCall = self.stub.DeleteQueue(
+            pb.DeleteQueueRequest(name=name), timeout=self.timeout
+        )
+        try:
+            await call
+        except grpc.aio.AioRpcError as exc:
+            # Gone after a try that may have been processed: that try deleted it.
+            if exc.code() != grpc.StatusCode.NOT_FOUND or not call.ambiguous:
+                raise
 
     # -- cluster, config, simulate ------------------------------------------------------------
 
@@ -204,6 +372,14 @@ class MusterClient:
             pb.ListNodesRequest(backend=backend), timeout=self.timeout
         )
         return list(reply.nodes)
+
+    async def list_servers(self) -> pb.ListServersResponse:
+        """The servers of a replicated deployment and which one leads (UNIMPLEMENTED from a
+        server from before replication)."""
+        reply: pb.ListServersResponse = await self.stub.ListServers(
+            pb.ListServersRequest(), timeout=self.timeout
+        )
+        return reply
 
     async def get_config(self) -> pb.SchedulerConfig:
         reply: pb.SchedulerConfig = await self.stub.GetConfig(

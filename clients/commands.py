@@ -528,6 +528,53 @@ async def cmd_watch(client: MusterClient, args: argparse.Namespace, out: Output)
     return 0
 
 
+async def cmd_servers(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    """The servers of a replicated deployment (ListServers), whichever replica answers."""
+    try:
+        reply = await client.list_servers()
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise
+        print(
+            f"error: the server at {client.address} does not list servers (no ListServers: a "
+            "server from before replication, running alone)",
+            file=sys.stderr,
+        )
+        return 1
+    now = time.time()
+
+    def renewal(server: pb.ServerInfo) -> str:
+        ts = server.last_renewal
+        if not ts.seconds and not ts.nanos:
+            return "-"
+        return duration(now - ts.seconds - ts.nanos / 1e9) + " ago"
+
+    def lag(server: pb.ServerInfo) -> str:
+        return "-" if server.role == "leader" else f"{server.lag_seconds:.1f}s"
+
+    def render() -> None:
+        out.console.print(f"leader: {reply.leader or '(none)'}   term: {reply.term}")
+        columns = ["ADDRESS", "ROLE", "TERM", "LAST RENEWAL", "LAG"]
+        if out.wide:
+            columns.append("ID")
+        rows: list[list[Any]] = []
+        for server in reply.servers:
+            row: list[Any] = [
+                server.address,
+                server.role,
+                server.term,
+                renewal(server),
+                lag(server),
+            ]
+            if out.wide:
+                row.append(server.id)
+            rows.append(row)
+        out.table(None, columns, rows)
+
+    out.emit([to_dict(server) for server in reply.servers], render)
+    return 0
+
+
 async def cmd_config(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
     if args.config_command == "get":
         config = await client.get_config()

@@ -5,6 +5,9 @@
 
 It registers its inventory's nodes through :class:`adapters.runtime.BackendRuntime` and runs each
 bound task as a real process (:class:`adapters.agent.agent.FakeAgent`; see docs/agent.md).
+
+``--server`` (or MUSTER_SERVER) may list the servers of a replicated deployment, comma-separated:
+the agent serves the leader and follows it when it changes (:mod:`adapters.runtime`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from adapters.agent.agent import FakeAgent
 from adapters.agent.inventory import InventoryError, load_inventory
 from adapters.runtime import BackendRuntime, DecisionLedger, FileDecisionLedger
 from muster.logs import configure_logging
-from muster.transport import add_tls_args, add_token_args, tls_from_args, token_from_args
+from muster.transport import (
+    DEFAULT_SERVER,
+    add_tls_args,
+    add_token_args,
+    server_arg,
+    tls_from_args,
+    token_from_args,
+)
 
 log = structlog.get_logger("muster.agent")
 
@@ -31,7 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="muster-agent", description="Fake bare-metal Muster backend."
     )
-    parser.add_argument("--server", default=os.environ.get("MUSTER_SERVER", "127.0.0.1:50051"))
+    parser.add_argument(
+        "--server",
+        type=server_arg,
+        default=os.environ.get("MUSTER_SERVER") or DEFAULT_SERVER,
+        help="server HOST:PORT, or a replicated deployment's servers HOST:PORT,HOST:PORT,... "
+        f"(env MUSTER_SERVER; default {DEFAULT_SERVER})",
+    )
     parser.add_argument("--name", required=True, help="backend name (unique per server)")
     parser.add_argument("--inventory", required=True, help="YAML file of nodes (see docs/agent.md)")
     parser.add_argument(

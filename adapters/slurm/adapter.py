@@ -30,7 +30,13 @@ from adapters.slurm.runtime import SlurmRuntime
 from adapters.slurm.translate import QUEUE_SOURCES
 from muster import transport
 from muster.logs import configure_logging
-from muster.transport import add_tls_args, add_token_args, tls_from_args, token_from_args
+from muster.transport import (
+    add_tls_args,
+    add_token_args,
+    server_arg,
+    tls_from_args,
+    token_from_args,
+)
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("muster.slurm")
@@ -49,7 +55,13 @@ def parse_duration(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="muster-slurm-adapter", description=__doc__.split("\n\n")[0])
-    p.add_argument("--server", required=True, help="Muster server HOST:PORT")
+    p.add_argument(
+        "--server",
+        required=True,
+        type=server_arg,
+        help="Muster server HOST:PORT, or a replicated deployment's servers "
+        "HOST:PORT,HOST:PORT,... (the adapter follows the leader)",
+    )
     add_tls_args(p)
     add_token_args(p)
     p.add_argument(

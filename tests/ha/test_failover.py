@@ -34,7 +34,7 @@ from tests.ha.harness import (
 )
 from tests.pgserver import PostgresNotFound, PostgresServer
 
-LEASE = 2.0
+LEASE = 3.0
 RENEW = 0.5
 
 

@@ -1,8 +1,10 @@
 // Submit one job and watch it until it reaches a phase: the Node client's end-to-end check.
 //   node dist/submit-and-watch.js --server 127.0.0.1:50051 --job demo-1 [--until JOB_PHASE_RUNNING]
+// --server (or MUSTER_SERVER) may list a replicated deployment's servers: a,b,c. The submit goes to
+// the leader (following the servers' hints); the watch is opened on the server that answered.
 // Prints one JSON line per job event ({"type", "phase", "running"}) and exits 0 when the job
 // reaches the phase, 1 on an error or when it ends in another phase.
-import { connect, unary, type Job, type JobEvent } from "./client";
+import { close, connect, inUse, unary, type Job, type JobEvent } from "./client";
 
 function arg(name: string, fallback: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -21,8 +23,8 @@ async function main(): Promise<number> {
     },
   });
   console.log(JSON.stringify({ submitted: submitted.job.spec?.id, created: submitted.created }));
-  return await new Promise<number>((resolve) => {
-    const stream = client.WatchJobs({ job_id: jobId, send_initial: true });
+  const code = await new Promise<number>((resolve) => {
+    const stream = inUse(client).WatchJobs({ job_id: jobId, send_initial: true });
     stream.on("data", (event: JobEvent) => {
       const phase = event.job?.status?.phase;
       console.log(JSON.stringify({ type: event.type, phase, running: event.job?.status?.running }));
@@ -39,6 +41,8 @@ async function main(): Promise<number> {
       }
     });
   });
+  close(client);
+  return code;
 }
 
 main().then(
