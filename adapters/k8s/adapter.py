@@ -21,7 +21,7 @@ Shared between them: the pod <-> task book, counters and the adapter's own serve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -63,11 +63,13 @@ class K8sBackend:
         tls: ClientTls | None = None,
         token: str | None = None,
         kai: bool = False,
+        may_write: Callable[[], bool] | None = None,
     ) -> None:
         self.server = server
         self.scheduler_name = scheduler_name
         self.name = name
-        self.writer = KubeWriter(api, scheduler_name=scheduler_name)
+        # may_write: the leader elector's fence (adapters.k8s.lease), checked before every bind
+        self.writer = KubeWriter(api, scheduler_name=scheduler_name, may_write=may_write)
         self.stats = AdapterStats()
         self.book = JobBook()
         self.link = ServerLink(server, tls, token)

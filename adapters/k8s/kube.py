@@ -7,6 +7,9 @@
    first listed type) and be refused; the merge-patch content type is passed explicitly.
 3. Evictions: 429 (a PodDisruptionBudget says no) is retried with exponential backoff
    (:func:`adapters.retry.retry`), then given up.
+4. Leader election: with ``may_write`` (:meth:`LeaderElector.is_leader
+   <adapters.k8s.lease.LeaderElector.is_leader>`), a bind, an eviction or a pod patch is checked
+   right before it is sent and raises :class:`NotLeader` once the lease may have lapsed.
 
 Bindings, evictions and events are sent as the client's models (same JSON as the API documents).
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +32,10 @@ from adapters.retry import Backoff, retry
 log = structlog.get_logger("muster.k8s")
 
 MERGE_PATCH = "application/merge-patch+json"
+
+
+class NotLeader(RuntimeError):
+    """A write refused because this adapter no longer holds its leader lease."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +71,25 @@ def _status_message(code: int, body: bytes) -> str:
 
 
 class KubeWriter:
-    def __init__(self, api: client.ApiClient, *, scheduler_name: str = "muster") -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        scheduler_name: str = "muster",
+        may_write: Callable[[], bool] | None = None,
+    ) -> None:
         self.api = api
+        self.may_write = may_write
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.scheduling = client.SchedulingV1Api(api)
         self.scheduler_name = scheduler_name
+
+    def _fence(self, what: str) -> None:
+        # Checked synchronously right before the request leaves: cancellation alone could let a
+        # bind that was already scheduled run once more after the renew deadline.
+        if self.may_write is not None and not self.may_write():
+            raise NotLeader(f"{what}: refused, this adapter no longer holds the leader lease")
 
     async def _raw(self, coro: Any) -> WriteResult:
         resp = await coro
@@ -87,6 +108,7 @@ class KubeWriter:
             metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
+        self._fence(f"binding {namespace}/{name}")
         return await self._raw(
             self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
         )
@@ -105,6 +127,7 @@ class KubeWriter:
         self, namespace: str, name: str, metadata: dict[str, Any]
     ) -> WriteResult:
         body = {"metadata": metadata}
+        self._fence(f"patching {namespace}/{name}")
         try:
             await self.core.patch_namespaced_pod(  # type: ignore[call-arg]  # _content_type: see patch_podgroup_status
                 name, namespace, body, _content_type=MERGE_PATCH
@@ -131,6 +154,7 @@ class KubeWriter:
         )
 
         async def evict_once() -> WriteResult:
+            self._fence(f"evicting {namespace}/{name}")
             return await self._raw(
                 self.core.create_namespaced_pod_eviction(
                     name, namespace, body, _preload_content=False

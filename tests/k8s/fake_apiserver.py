@@ -10,7 +10,10 @@ Implemented: discovery, one global monotonically increasing resourceVersion, CRU
 generateName / AlreadyExists / optimistic concurrency, merge / strategic / json patch with
 content-type checks, the status subresource, finalizers, list + watch (replay from an event log,
 410 Expired after compaction, bookmarks, timeoutSeconds, label and field selectors with
-enter/leave transitions), pods/binding, pods/eviction (429 through a test hook) and Events.
+enter/leave transitions), pods/binding, pods/eviction (429 through a test hook), Events and
+coordination.k8s.io/v1 Leases (a PUT carrying a stale resourceVersion is a 409 Conflict, as for
+every object). ``request_hook`` lets a test delay or stall requests; ``responses`` records every
+answer's status.
 Not implemented: authn/authz, admission/defaulting, schema validation, server-side apply,
 pagination (limit/continue are ignored), watch-list streaming, PDB arithmetic, protobuf, HTTP/2.
 """
@@ -23,7 +26,7 @@ import itertools
 import json
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -67,6 +70,7 @@ BUILTIN_TYPES = [
     ResourceType("", "v1", "pods", "Pod", namespaced=True),
     ResourceType("", "v1", "namespaces", "Namespace", namespaced=False),
     ResourceType("", "v1", "events", "Event", namespaced=True, has_status=False),
+    ResourceType("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True, has_status=False),
     ResourceType(
         "scheduling.k8s.io",
         "v1",
@@ -333,6 +337,9 @@ class FakeApiServer:
         self.watchers: set[Watcher] = set()
         self.bookmark_interval = bookmark_interval
         self.requests: list[tuple[str, str]] = []
+        self.responses: list[tuple[str, str, int]] = []  # (method, path, HTTP status)
+        # Awaited before each request is handled: a test delays or stalls requests with it.
+        self.request_hook: Callable[[str, str], Awaitable[None]] | None = None
         self.eviction_hook: Callable[[Obj], bool] | None = None  # True: refuse with 429
         self.fail_next: dict[
             tuple[str, str], int
@@ -475,6 +482,13 @@ class FakeApiServer:
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.path.rstrip("/") or "/"
         self.requests.append((request.method, path))
+        if self.request_hook is not None:
+            await self.request_hook(request.method, path)
+        response = await self._answer(request, path)
+        self.responses.append((request.method, path, response.status))
+        return response
+
+    async def _answer(self, request: web.Request, path: str) -> web.StreamResponse:
         try:
             for (method, pattern), code in list(self.fail_next.items()):
                 if method == request.method and re.fullmatch(pattern, path):

@@ -1,17 +1,24 @@
 """deploy/kubernetes: manifests parse, the ConfigMap is a valid scheduler config, and the RBAC
-rules grant every API request the adapter makes in a scenario (and nothing broad)."""
+rules grant every API request the adapter makes in a scenario (and nothing broad), its leader
+election's Lease requests included."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from pathlib import Path
 
 import yaml
 
+from adapters.k8s.kube import make_api_client
+from adapters.k8s.lease import LeaderElector
+from adapters.k8s.main import parse_args
 from muster.v1 import muster_pb2 as pb
 from server.config import load_config
 
 from .conftest import Env, eventually
 from .fake_apiserver import (
+    FakeApiServer,
     make_kai_pod,
     make_kai_podgroup,
     make_kai_queue,
@@ -144,3 +151,60 @@ async def test_rbac_grants_what_the_adapter_asks_for_kai_resources(env: Env) -> 
     assert ("scheduling.run.ai", "queues", "list") in made
     assert ("scheduling.run.ai", "podgroups/status", "patch") in made
     _assert_granted(made)
+
+
+async def test_role_grants_the_lease_requests_of_the_manifests_adapter() -> None:
+    """The adapter as deploy/kubernetes runs it (its own flags) acquires, renews and releases its
+    Lease; the namespaced Role allows each request, names included, and nothing else is needed."""
+    adapter = next(
+        d
+        for d in _docs()
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "muster-k8s-adapter"
+    )
+    [container] = adapter["spec"]["template"]["spec"]["containers"]
+    args = parse_args(container["args"])
+    assert args.leader_elect
+    config = dataclasses.replace(
+        args.lease, lease_duration=1.0, renew_deadline=0.6, retry_period=0.1
+    )
+    kube = FakeApiServer()
+    await kube.start()
+    api = await make_api_client(host=kube.url)
+    try:
+        elector = LeaderElector(api, config)
+
+        async def lead() -> None:
+            await asyncio.sleep(0.8)  # two renews
+
+        await asyncio.wait_for(elector.run(lead), 10)  # returns, and releases
+    finally:
+        await api.close()
+        await kube.stop()
+    [role] = [d for d in _docs() if d["kind"] == "Role"]
+    [binding] = [d for d in _docs() if d["kind"] == "RoleBinding"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert (
+        binding["subjects"][0]["name"] == adapter["spec"]["template"]["spec"]["serviceAccountName"]
+    )
+    made = set()
+    for method, path in kube.requests:
+        parts = path.strip("/").split("/")
+        assert parts[:5] == [
+            "apis",
+            "coordination.k8s.io",
+            "v1",
+            "namespaces",
+            role["metadata"]["namespace"],
+        ]
+        assert parts[5] == "leases"
+        name = parts[6] if len(parts) > 6 else None
+        verb = {"GET": "get", "POST": "create", "PUT": "update"}[method]
+        made.add(verb)
+        assert any(
+            "coordination.k8s.io" in r["apiGroups"]
+            and "leases" in r["resources"]
+            and verb in r["verbs"]
+            and (name is None or "resourceNames" not in r or name in r["resourceNames"])
+            for r in role["rules"]
+        ), f"the Role does not grant {verb} on lease {name}"
+    assert made == {"get", "create", "update"}
