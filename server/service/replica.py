@@ -240,6 +240,7 @@ class Replica:
         self.state.restore(stored)
         self._on_meta(stored.meta)
         self.started_from(stored)
+        self.writer.reset()
 
     def _forget_unwritten(self) -> None:
         # restore() marks bind deadlines and counters to write; a follower writes nothing.

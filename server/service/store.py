@@ -797,11 +797,17 @@ class StoreWriter:
         # replica that lost its lease, a database out of reach): the batch was drained, so memory
         # now holds changes the store does not (server.service.replica reloads).
         self.on_failed: Callable[[Exception], None] | None = None
+        # Set by a failed write, cleared by ``reset`` once the state was reloaded: the failed
+        # batch took rows other callers changed too (they wait on the lock, then find nothing to
+        # write); none of them may be told its change was saved.
+        self._broken: DomainError | None = None
 
     async def flush(self, drain: Callable[[], WriteBatch]) -> None:
         """Drain and write; ``StateFileLost`` (a DomainError: FAILED_PRECONDITION to an RPC) once
         the state file is gone, checked before anything is drained: no change is taken as saved."""
         async with self._lock:
+            if self._broken is not None:
+                raise self._broken
             try:
                 self.store.check()
                 batch = drain()
@@ -816,9 +822,18 @@ class StoreWriter:
                         self.on_lost(exc)
                 raise
             except DomainError as exc:
+                self._broken = DomainError(
+                    exc.code,
+                    f"{exc.message} (changes since the last saved state are not saved: "
+                    "retry, on the leader)",
+                )
                 if self.on_failed is not None:
                     self.on_failed(exc)
                 raise
+
+    def reset(self) -> None:
+        """The state was reloaded from the store: writes may go on."""
+        self._broken = None
 
     async def decision_states(self, ids: list[int]) -> dict[int, tuple[str, str, bytes]]:
 
