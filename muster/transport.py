@@ -52,6 +52,10 @@ LEADER_ONLY = frozenset(
         "UpdateQueue",
         "DeleteQueue",
         "UpdateConfig",
+        # Reads of what only the leader's memory holds: nodes (backends send them to the
+        # leader), task output (not stored).
+        "ListNodes",
+        "GetTaskLogs",
     }
 )
 

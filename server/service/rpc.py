@@ -19,7 +19,7 @@ import anyio
 import grpc
 import structlog
 
-from muster.transport import LEADER_METADATA
+from muster.transport import LEADER_METADATA, LEADER_ONLY
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 from server.service import commands, ingest, validate
@@ -109,23 +109,8 @@ AUDITED = frozenset(
 )
 
 
-# What only the leader of replicated servers answers (docs/ha.md): every change, every backend call,
-# and the reads of what only the leader's memory has (nodes come from backends, task output is
-# not stored). A follower refuses them UNAVAILABLE, naming the leader (trailing metadata).
-LEADER_ONLY = frozenset(
-    {
-        *(name for name, (verb, _q) in RPC_VERBS.items() if verb == "backend"),
-        "SubmitJob",
-        "SubmitJobs",
-        "CancelJob",
-        "CreateQueue",
-        "UpdateQueue",
-        "DeleteQueue",
-        "UpdateConfig",
-        "ListNodes",
-        "GetTaskLogs",
-    }
-)
+# What only the leader of replicated servers answers (docs/ha.md; clients send these to the leader
+# first): a follower refuses them UNAVAILABLE, naming the leader (trailing metadata).
 
 # Simulate runs at most this many cycles (a scenario's config.cycles is bounded alike).
 MAX_SIMULATED_CYCLES = 1000

@@ -497,5 +497,21 @@ async def unfinished(addresses: Sequence[str], job_ids: Sequence[str]) -> list[s
 
 
 def refused_writes(server_logs: Sequence[Path]) -> int:
-    """Writes the fence refused (a deposed leader's attempts to commit), from the servers' logs."""
-    return sum(p.read_text(errors="replace").count("NotLeader") for p in server_logs if p.exists())
+    """Cycle writes of a deposed leader the fence refused (each stopped its cycling and stepped
+    it down), from the servers' JSON logs."""
+    import json
+
+    count = 0
+    for path in server_logs:
+        if not path.exists():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            if '"cycle.stopped"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if "no longer holds the leader lease" in str(event.get("reason", "")):
+                count += 1
+    return count

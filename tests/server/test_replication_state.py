@@ -150,3 +150,14 @@ async def test_after_a_failed_write_nothing_is_reported_saved_until_reloaded() -
     assert store.batches == []
     writer.reset()  # the replica reloaded its state from the store
     await writer.flush(state.commit)
+
+
+def test_every_backend_and_write_rpc_is_leader_only() -> None:
+    """One table says what a follower refuses (clients route by it too): every backend call and
+    every change must be in it, or a follower would take a write it cannot save."""
+    from muster.transport import LEADER_ONLY
+    from server.service.rpc import AUDITED, RPC_VERBS
+
+    backend = {name for name, (verb, _q) in RPC_VERBS.items() if verb == "backend"}
+    assert backend <= LEADER_ONLY
+    assert set(AUDITED) <= LEADER_ONLY
