@@ -88,6 +88,18 @@ def server_arg(text: str) -> str:
         ) from None
 
 
+def add_server_arg(parser: argparse.ArgumentParser) -> None:
+    """``--server`` for a backend (agent, adapters): one address or a deployment's list, from
+    MUSTER_SERVER by default; the backend follows the leader."""
+    parser.add_argument(
+        "--server",
+        type=server_arg,
+        default=os.environ.get("MUSTER_SERVER") or DEFAULT_SERVER,
+        help="Muster server HOST:PORT, or a replicated deployment's servers HOST:PORT,HOST:PORT,... "
+        f"(the leader is followed; env MUSTER_SERVER; default {DEFAULT_SERVER})",
+    )
+
+
 def leader_hint(error: BaseException) -> str | None:
     """The leader's address a refusing follower named (``muster-leader``), if any."""
     if not isinstance(error, grpc.aio.AioRpcError) or error.code() != grpc.StatusCode.UNAVAILABLE:

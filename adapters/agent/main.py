@@ -26,10 +26,9 @@ from adapters.agent.inventory import InventoryError, load_inventory
 from adapters.runtime import BackendRuntime, DecisionLedger, FileDecisionLedger
 from muster.logs import configure_logging
 from muster.transport import (
-    DEFAULT_SERVER,
+    add_server_arg,
     add_tls_args,
     add_token_args,
-    server_arg,
     tls_from_args,
     token_from_args,
 )
@@ -41,13 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="muster-agent", description="Fake bare-metal Muster backend."
     )
-    parser.add_argument(
-        "--server",
-        type=server_arg,
-        default=os.environ.get("MUSTER_SERVER") or DEFAULT_SERVER,
-        help="server HOST:PORT, or a replicated deployment's servers HOST:PORT,HOST:PORT,... "
-        f"(env MUSTER_SERVER; default {DEFAULT_SERVER})",
-    )
+    add_server_arg(parser)
     parser.add_argument("--name", required=True, help="backend name (unique per server)")
     parser.add_argument("--inventory", required=True, help="YAML file of nodes (see docs/agent.md)")
     parser.add_argument(

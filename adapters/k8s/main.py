@@ -12,7 +12,6 @@ one started by hand) would otherwise bind too. Only the holder of the Lease
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 from collections.abc import Callable
 
@@ -32,10 +31,9 @@ from adapters.k8s.lease import (
 from adapters.runtime import DecisionLedger, FileDecisionLedger
 from muster.logs import configure_logging
 from muster.transport import (
-    DEFAULT_SERVER,
+    add_server_arg,
     add_tls_args,
     add_token_args,
-    server_arg,
     tls_from_args,
     token_from_args,
 )
@@ -45,13 +43,7 @@ log = structlog.get_logger("muster.k8s")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="muster-k8s-adapter", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--server",
-        type=server_arg,
-        default=os.environ.get("MUSTER_SERVER") or DEFAULT_SERVER,
-        help="Muster server HOST:PORT, or a replicated deployment's servers HOST:PORT,HOST:PORT,... "
-        f"(the adapter follows the leader; env MUSTER_SERVER; default {DEFAULT_SERVER})",
-    )
+    add_server_arg(p)
     add_tls_args(p)
     add_token_args(p)
     source = p.add_mutually_exclusive_group()

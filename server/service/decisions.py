@@ -225,14 +225,18 @@ class DecisionLog:
                     self.recent.popitem(last=False)
             self.next_id = max(self.next_id, row.id + 1)
 
+    def forget_unwritten(self) -> None:
+        """Nothing to write or send (a follower mirrors the store)."""
+        self.unsent.clear()
+        self.dirty.clear()
+        self.counter_dirty = False
+
     def clear(self) -> None:
         """Forget everything (a server that lost its lease reloads from the store)."""
         self.close_all()
         self.pending.clear()
-        self.unsent.clear()
-        self.dirty.clear()
         self.recent.clear()
-        self.counter_dirty = False
+        self.forget_unwritten()
         self.term = 0
 
     def expired(self, now: float) -> list[PendingDecision]:

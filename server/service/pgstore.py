@@ -50,6 +50,7 @@ from server.service.store import (
     JOB_SELECT,
     TASK_SELECT,
     TERMINAL_SQL,
+    JobPageQuery,
     NotLeader,
     StateFileError,
     StoredJob,
@@ -736,49 +737,28 @@ class PostgresStore:
         readable: tuple[Collection[str], str] | None = None,
     ) -> list[StoredJob]:
         """``readable``: (queues, user) -- only jobs of those queues or owned by that user."""
-        where = ["creation_index > %s"]
-        filters: list[Any] = []
-        if readable is not None:
-            where.append("(queue = ANY(%s::text[]) OR (owner <> '' AND owner = %s))")
-            filters.extend([sorted(readable[0]), readable[1]])
-        if owner:
-            where.append("owner = %s")
-            filters.append(owner)
-        if before_index is not None:
-            where.append("creation_index < %s")
-            filters.append(before_index)
-        if queue:
-            where.append("queue = %s")
-            filters.append(queue)
-        if namespace:
-            where.append("namespace = %s")
-            filters.append(namespace)
-        wanted = sorted({int(p) for p in phases})
-        if wanted:
-            where.append("phase = ANY(%s::integer[])")
-            filters.append(wanted)
-        # Ids first (the index alone), so the skipped ones -- the jobs still in memory -- cost
-        # no decoding; then the rows and tasks of the rest.
-        scan = (
-            f"SELECT id, creation_index FROM jobs WHERE {' AND '.join(where)} "
-            "ORDER BY creation_index LIMIT %s"
+        page = JobPageQuery.build(
+            queue,
+            namespace,
+            phases,
+            limit,
+            before_index=before_index,
+            owner=owner,
+            readable=readable,
+            param="%s",
+            one_of=lambda column, values: (
+                f"{column} = ANY(%s::{'integer' if column == 'phase' else 'text'}[])",
+                [values],
+            ),
         )
-        chunk = max(2 * limit, 100)
 
         def run(conn: Conn) -> list[StoredJob]:
-            start = after_index
-            picked: list[str] = []
             with conn.cursor(binary=True) as cur:
-                while len(picked) < limit:
-                    ids = cur.execute(scan, [start, *filters, chunk]).fetchall()
-                    for job_id, _index in ids:
-                        if job_id not in skip:
-                            picked.append(job_id)
-                            if len(picked) == limit:
-                                break
-                    if len(ids) < chunk:
-                        break
-                    start = ids[-1][1]
+                picked = page.pick(
+                    lambda start: cur.execute(page.scan, page.params(start)).fetchall(),
+                    after_index,
+                    skip,
+                )
                 if not picked:
                     return []
                 rows = cur.execute(f"{JOB_SELECT} WHERE id = ANY(%s::text[])", (picked,)).fetchall()

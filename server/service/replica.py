@@ -111,7 +111,7 @@ class Replica:
         """The state was restored from ``stored``: follow the feed from there, writing nothing."""
         self.applied_seq = stored.seq
         self.caught_up_at = time.time()
-        self._forget_unwritten()
+        self.state.forget_changes()  # restore() marks deadlines and counters; a follower writes nothing
 
     def write_failed(self, exc: Exception) -> None:
         """A write was refused (lease lost) or the store unreachable: memory may now hold
@@ -171,7 +171,7 @@ class Replica:
                 self._renewed_at = started
                 if not self.leading:
                     await self._take_over(lease, tg)
-                elif lease.term != self.term:  # cannot happen while we held it; be safe
+                elif lease.term != self.term:  # it expired, another held it, we took it back
                     await self._step_down(f"term moved from {self.term} to {lease.term}")
             else:
                 if self.leading:
@@ -180,7 +180,10 @@ class Replica:
 
     def _seen(self, lease: Lease) -> None:
         self.term = max(self.term, lease.term)
-        self.leader_address = lease.address if lease.valid else ""
+        # A valid lease naming this address but not this replica is a previous process's on the
+        # same address (restarted): no leader to name until it expires.
+        named = lease.valid and (lease.address != self.address or lease.holder == self.id)
+        self.leader_address = lease.address if named else ""
 
     async def _take_over(self, lease: Lease, tg: anyio.abc.TaskGroup) -> None:
         started = time.perf_counter()
@@ -241,13 +244,6 @@ class Replica:
         self._on_meta(stored.meta)
         self.started_from(stored)
         self.writer.reset()
-
-    def _forget_unwritten(self) -> None:
-        # restore() marks bind deadlines and counters to write; a follower writes nothing.
-        self.state.changes.clear()
-        self.state.decisions.dirty.clear()
-        self.state.decisions.unsent.clear()
-        self.state.decisions.counter_dirty = False
 
     def _became(self, role: str, why: str, **extra: float) -> None:
         log.info("replica.role", role=role, term=self.term, reason=why, replica=self.id, **extra)
@@ -328,7 +324,6 @@ class Replica:
             # The lease says who leads; a heartbeat may be a second old.
             role = "leader" if lease.valid and r.id == lease.holder else "follower"
             live.append(ReplicaRow(r.id, r.address, role, r.term, r.last_seen, r.lag_seconds))
-        me = ReplicaRow(self.id, self.address, self.role.value, self.term, now, self.lag_seconds())
-        if self.leading:
-            me = ReplicaRow(self.id, self.address, "leader", self.term, lease.renewed_at, 0.0)
+        seen = lease.renewed_at if self.leading else now
+        me = ReplicaRow(self.id, self.address, self.role.value, self.term, seen, self.lag_seconds())
         return sorted([me, *live], key=lambda r: (r.role != "leader", r.address)), lease

@@ -201,8 +201,6 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         if replica is None or replica.leading or rpc not in LEADER_ONLY:
             return
         leader = replica.leader_address
-        if leader == replica.address:
-            leader = ""  # a lease still naming this address is a previous process's (restarted)
         where = f"the leader is {leader}" if leader else "no leader is elected yet: retry"
         raise unavailable(
             f"this server ({replica.address}) is a follower; {rpc} goes to the leader: {where}",

@@ -199,6 +199,11 @@ class ClusterState:
         self.next_cycle_id = 1
         self.next_creation_index = 1
 
+    def forget_changes(self) -> None:
+        """Drop what is marked to write (a follower's state mirrors the store and writes nothing)."""
+        self.changes.clear()
+        self.decisions.forget_unwritten()
+
     def absorb(
         self,
         *,

@@ -162,7 +162,7 @@ def open_store(
     """The store ``state`` names: a PostgreSQL URI, or else a SQLite file path (or ``:memory:``).
     ``lease_duration``: the replicas' lease; a write stalled for two thirds of it is ended."""
     if is_postgres_uri(state):
-        # Imported here: a SQLite-only server never loads psycopg.
+        # Imported here: pgstore imports this module.
         from server.service.pgstore import PostgresStore
 
         return PostgresStore(
@@ -702,46 +702,26 @@ class SqliteStore:
         readable: tuple[Collection[str], str] | None = None,
     ) -> list[StoredJob]:
         """``readable``: (queues, user) -- only jobs of those queues or owned by that user."""
-        where = ["creation_index > ?"]
-        filters: list[Any] = []
-        if readable is not None:
-            queues, user = sorted(readable[0]), readable[1]
-            where.append(
-                f"(queue IN ({','.join('?' * len(queues))}) OR (owner != '' AND owner = ?))"
-            )
-            filters.extend([*queues, user])
-        if owner:
-            where.append("owner = ?")
-            filters.append(owner)
-        if before_index is not None:
-            where.append("creation_index < ?")
-            filters.append(before_index)
-        if queue:
-            where.append("queue = ?")
-            filters.append(queue)
-        if namespace:
-            where.append("namespace = ?")
-            filters.append(namespace)
-        wanted = sorted({int(p) for p in phases})
-        if wanted:
-            where.append(f"phase IN ({','.join('?' * len(wanted))})")
-            filters.extend(wanted)
-        # Ids first (the index alone), so the skipped ones -- the jobs still in memory -- cost
-        # no decoding; then the rows and tasks of the rest.
-        scan = f"SELECT id, creation_index FROM jobs WHERE {' AND '.join(where)} ORDER BY creation_index LIMIT ?"
-        chunk = max(2 * limit, 100)
-        picked: list[str] = []
+        page = JobPageQuery.build(
+            queue,
+            namespace,
+            phases,
+            limit,
+            before_index=before_index,
+            owner=owner,
+            readable=readable,
+            param="?",
+            one_of=lambda column, values: (
+                f"{column} IN ({','.join('?' * len(values))})",
+                list(values),
+            ),
+        )
         with self._read_lock:
-            while len(picked) < limit:
-                ids = self._reader.execute(scan, [after_index, *filters, chunk]).fetchall()
-                for job_id, _index in ids:
-                    if job_id not in skip:
-                        picked.append(job_id)
-                        if len(picked) == limit:
-                            break
-                if len(ids) < chunk:
-                    break
-                after_index = ids[-1][1]
+            picked = page.pick(
+                lambda start: self._reader.execute(page.scan, page.params(start)).fetchall(),
+                after_index,
+                skip,
+            )
             if not picked:
                 return []
             rows: list[tuple[Any, ...]] = []
@@ -766,6 +746,81 @@ class SqliteStore:
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
+
+
+@dataclass(frozen=True)
+class JobPageQuery:
+    """The id scan behind ``JobArchive.jobs_page``, for either store: the filters as SQL in the
+    store's parameter style, and the loop that picks ids a chunk at a time. Ids come first (the
+    index alone), so the skipped ones -- the jobs still in memory -- cost no decoding."""
+
+    scan: str  # SELECT id, creation_index ... WHERE creation_index > PARAM ... LIMIT PARAM
+    filters: tuple[Any, ...]
+    limit: int
+    chunk: int
+
+    @classmethod
+    def build(
+        cls,
+        queue: str,
+        namespace: str,
+        phases: Iterable[int],
+        limit: int,
+        *,
+        before_index: int | None,
+        owner: str,
+        readable: tuple[Collection[str], str] | None,
+        param: str,
+        one_of: Callable[[str, list[Any]], tuple[str, list[Any]]],
+    ) -> JobPageQuery:
+        """``param``: the placeholder; ``one_of(column, values)``: "column is one of values" as
+        SQL and its parameters."""
+        where = [f"creation_index > {param}"]
+        filters: list[Any] = []
+        if readable is not None:
+            among, values = one_of("queue", sorted(readable[0]))
+            where.append(f"({among} OR (owner <> '' AND owner = {param}))")
+            filters.extend([*values, readable[1]])
+        for column, value in (("owner", owner), ("queue", queue), ("namespace", namespace)):
+            if value:
+                where.append(f"{column} = {param}")
+                filters.append(value)
+        if before_index is not None:
+            where.append(f"creation_index < {param}")
+            filters.append(before_index)
+        wanted = sorted({int(p) for p in phases})
+        if wanted:
+            among, values = one_of("phase", wanted)
+            where.append(among)
+            filters.extend(values)
+        scan = (
+            f"SELECT id, creation_index FROM jobs WHERE {' AND '.join(where)} "
+            f"ORDER BY creation_index LIMIT {param}"
+        )
+        return cls(scan, tuple(filters), limit, max(2 * limit, 100))
+
+    def params(self, after_index: int) -> list[Any]:
+        return [after_index, *self.filters, self.chunk]
+
+    def pick(
+        self,
+        fetch: Callable[[int], list[Any]],
+        after_index: int,
+        skip: Container[str],
+    ) -> list[str]:
+        """Up to ``limit`` ids not in ``skip``, in creation order; ``fetch(after)`` runs the scan."""
+        picked: list[str] = []
+        while len(picked) < self.limit:
+            ids = fetch(after_index)
+            for job_id, _index in ids:
+                if job_id not in skip:
+                    picked.append(job_id)
+                    if len(picked) == self.limit:
+                        return picked
+            if len(ids) < self.chunk:
+                break
+            after_index = ids[-1][1]
+        return picked
 
 
 def _stored_job(row: tuple[Any, ...], tasks: list[TaskRecord]) -> StoredJob:
