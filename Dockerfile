@@ -18,4 +18,9 @@ RUN useradd --uid 65532 --user-group --no-create-home --shell /usr/sbin/nologin 
 USER 65532:65532
 EXPOSE 50051
 ENTRYPOINT []
-CMD ["muster-server", "--listen", "0.0.0.0:50051", "--state", "/var/lib/muster/muster.db", "--insecure"]
+# Secure by default: off loopback the server speaks mutual TLS, from a Secret mounted at
+# /etc/muster/tls (tls.crt, tls.key, ca.crt: docs/security.md); without it the server refuses to
+# start and names the missing file. Plaintext needs an explicit --insecure in the run command.
+CMD ["muster-server", "--listen", "0.0.0.0:50051", "--state", "/var/lib/muster/muster.db", \
+     "--tls-cert", "/etc/muster/tls/tls.crt", "--tls-key", "/etc/muster/tls/tls.key", \
+     "--tls-client-ca", "/etc/muster/tls/ca.crt"]

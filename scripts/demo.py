@@ -37,6 +37,17 @@ from muster.v1 import muster_pb2 as pb  # noqa: E402
 
 ENDED = {pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED}
 SERVER = "import sys; from server.service.main import main; sys.exit(main())"
+
+
+def cli_path() -> str:
+    """The CLI as a command that works before `make install`: the venv's entry point."""
+    exe = Path(sys.executable).parent / "muster"
+    try:
+        return str(exe.relative_to(Path.cwd()))
+    except ValueError:
+        return str(exe)
+
+
 AGENT = "import sys; from adapters.agent.main import main; sys.exit(main())"
 
 
@@ -192,7 +203,7 @@ async def run_demo(args: argparse.Namespace, children: Children, console: Consol
         if args.exit_when_done:
             return 0 if completed == len(jobs) else 1
         console.print(
-            f"still running: try `muster --server {address} jobs` or `nodes`; Ctrl-C to stop"
+            f"still running: try `{cli_path()} --server {address} jobs` or `nodes`; Ctrl-C to stop"
         )
         while not children.dead():
             await anyio.sleep(0.5)

@@ -49,7 +49,8 @@ async def test_node_client_submits_a_job_and_watches_it_run(server: ServerHandle
 
         def run_node() -> subprocess.CompletedProcess[str]:
             return subprocess.run(
-                ["node", str(SCRIPT), "--server", server.address, "--job", "from-node"],
+                ["node", str(SCRIPT), "--server", server.address, "--job", "from-node"]
+                + ["--user", "ada"],
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -62,3 +63,4 @@ async def test_node_client_submits_a_job_and_watches_it_run(server: ServerHandle
         assert lines[-1]["phase"] == "JOB_PHASE_RUNNING" and lines[-1]["running"] == 2
         job = await stub.GetJob(pb.GetJobRequest(id="from-node"))
         assert [t.node for t in job.tasks] == ["n1", "n1"]  # bound by a real cycle
+        assert job.spec.owner == "ada"  # the Node client names its user, as the Python one does

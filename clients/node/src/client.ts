@@ -8,6 +8,7 @@
 // next address, after a short backoff (50 ms doubling to 1 s); every address is tried once, then the
 // call is retried until `failoverSeconds` have passed, and the last error is thrown. Streams are
 // opened with `inUse(client)`: the server that answered last.
+import * as os from "os";
 import * as path from "path";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
@@ -48,6 +49,21 @@ export interface ConnectOptions {
   token?: string;
   /** How long a unary call keeps looking for a server that answers (seconds, default 30). */
   failoverSeconds?: number;
+  /**
+   * Who a server without authentication records as the owner of submitted jobs (the
+   * `x-muster-user` claim, as the Python client sends it); default: the login name. A server with
+   * tokens takes the token's user instead.
+   */
+  user?: string;
+}
+
+/** The login name (as the Python client's default owner), or "" where the OS has none. */
+function loginName(): string {
+  try {
+    return os.userInfo().username;
+  } catch {
+    return process.env.USER ?? process.env.LOGNAME ?? "";
+  }
 }
 
 /** `"a:1, b:2,,"` (or a list of such strings) -> `["a:1", "b:2"]`; throws when no address is left. */
@@ -94,13 +110,16 @@ export function connect(address: string | string[], options: ConnectOptions = {}
     : grpc.credentials.createInsecure();
   // The bearer token rides on every call through an interceptor: grpc-js's call credentials are
   // sent over TLS only, and a loopback development server is plaintext.
+  const headers: [string, string][] = [];
+  if (options.token) headers.push(["authorization", `Bearer ${options.token}`]);
+  const user = options.user ?? loginName();
+  if (user) headers.push(["x-muster-user", user]);
   const interceptors: grpc.Interceptor[] = [];
-  if (options.token) {
-    const header = `Bearer ${options.token}`;
+  if (headers.length > 0) {
     interceptors.push((callOptions, nextCall) =>
       new grpc.InterceptingCall(nextCall(callOptions), {
         start(metadata, listener, next) {
-          metadata.set("authorization", header);
+          for (const [key, value] of headers) metadata.set(key, value);
           next(metadata, listener);
         },
       }),

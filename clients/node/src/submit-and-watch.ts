@@ -1,5 +1,6 @@
 // Submit one job and watch it until it reaches a phase: the Node client's end-to-end check.
 //   node dist/submit-and-watch.js --server 127.0.0.1:50051 --job demo-1 [--until JOB_PHASE_RUNNING]
+//     [--user NAME]   (the owner a server without tokens records; default: the login name)
 // --server (or MUSTER_SERVER) may list a replicated deployment's servers: a,b,c. The submit goes to
 // the leader (following the servers' hints); the watch is opened on the server that answered.
 // Prints one JSON line per job event ({"type", "phase", "running"}) and exits 0 when the job
@@ -15,7 +16,7 @@ async function main(): Promise<number> {
   const server = arg("server", process.env.MUSTER_SERVER ?? "127.0.0.1:50051");
   const jobId = arg("job", `node-${Date.now()}`);
   const until = arg("until", "JOB_PHASE_RUNNING");
-  const client = connect(server, { token: process.env.MUSTER_TOKEN });
+  const client = connect(server, { token: process.env.MUSTER_TOKEN, user: arg("user", "") || undefined });
   const submitted = await unary<object, { job: Job; created: boolean }>(client, "SubmitJob", {
     job: {
       id: jobId,
