@@ -8,9 +8,10 @@ allocation updates one row in place. Comparisons use Volcano's epsilon (``MIN_RE
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from server.model import (
     TaskStatus,
 )
 from server.session.devices import DeviceLedger
+
+if TYPE_CHECKING:
+    from server.session.kai import PodSet
 
 Vec = np.ndarray
 
@@ -262,14 +266,7 @@ class JobInfo:
         self.priority = spec.priority
         self.creation_index = spec.creation_index
         self.phase = spec.phase
-        self.tasks: dict[str, TaskInfo] = {}
-        self.index = _StatusIndex()
-        self.allocated: Vec = space.zeros()
-        # Kept by the task index: is_ready() is on the hot path (job order, gang checks).
-        self.pending_best_effort = 0
-        self.ready_count = 0
-        self.valid_count = 0  # tasks in Volcano's ValidTaskNum statuses (the gang's check at open)
-        self.status_changes = 0  # bumped at every task added or changing status (a cache key)
+        self._clear_tasks(space.zeros())
         for ts in spec.tasks:
             self.add_task(TaskInfo(ts, space))
         self.min_available = spec.min_member if spec.min_member is not None else len(spec.tasks)
@@ -293,6 +290,33 @@ class JobInfo:
         self.stage = ""
 
     # -- task index -------------------------------------------------------------------------
+    def _clear_tasks(self, zeros: Vec) -> None:
+        """No tasks: every figure derived from the tasks, in one place so that ``with_tasks``
+        cannot miss one."""
+        self.tasks: dict[str, TaskInfo] = {}
+        self.index = _StatusIndex()
+        self.allocated: Vec = zeros
+        # Kept by the task index: is_ready() is on the hot path (job order, gang checks).
+        self.pending_best_effort = 0
+        self.ready_count = 0
+        self.valid_count = 0  # tasks in Volcano's ValidTaskNum statuses (the gang's check at open)
+        self.status_changes = 0  # bumped at every task added or changing status (a cache key)
+        # KAI's pod sets, built by server.session.kai when asked, valid while status_changes is
+        # the one they were built at.
+        self.pod_sets_cache: tuple[int, tuple[PodSet, ...]] | None = None
+
+    def with_tasks(self, tasks: Iterable[TaskInfo]) -> JobInfo:
+        """KAI ``CloneWithTasks``: the job seen through some of its tasks (a victim given up in
+        pieces), every task-derived figure counted over those tasks alone. The tasks themselves
+        are shared, not cloned, so that evicting one evicts the session's task; the figures are
+        those at the clone (as KAI's cloned tasks are): read a view before its tasks change status.
+        What the session records about the job (fit errors, conditions, verdicts) stays shared."""
+        view = copy.copy(self)
+        view._clear_tasks(np.zeros_like(self.allocated))
+        for task in tasks:
+            view.add_task(task)
+        return view
+
     def add_task(self, task: TaskInfo) -> None:
         self.status_changes += 1
         self.tasks[task.uid] = task

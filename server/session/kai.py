@@ -5,14 +5,15 @@ minimum is the job's minMember). What an action places in one attempt, what it e
 at once, and whether a gang is satisfied are all counted per pod set, with KAI's task statuses:
 *active allocated* (Allocated, Pipelined, Binding, Bound, Running) and *active used* (those and
 Releasing). Quantities follow KAI's proportion plugin: cpu (millicores), memory (bytes) and GPUs
-(whole devices plus shares of shared GPUs).
+(whole devices plus shares of shared GPUs). A job's pod sets are built once per change of its
+tasks' statuses and kept on the job (``JobInfo.pod_sets_cache``); a job seen through some of its
+tasks is ``JobInfo.with_tasks``.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,57 +45,67 @@ TaskLess = Callable[[TaskInfo, TaskInfo], bool]
 
 @dataclass
 class PodSet:
+    """A pod set, its tasks (in the job's task order) and how many of them are in each of KAI's
+    status groups, counted when the set is built (a set is never kept past a status change)."""
+
     name: str
     min_available: int
-    tasks: list[TaskInfo]
+    tasks: list[TaskInfo] = field(default_factory=list)
+    active_allocated: int = 0
+    active_used: int = 0
+    alive: int = 0  # pending or active allocated: what may make up the gang
+    pipelined: int = 0
 
-    def active_allocated(self) -> int:
-        return sum(1 for t in self.tasks if t.status in ACTIVE_ALLOCATED)
+    def add(self, task: TaskInfo) -> None:
+        self.tasks.append(task)
+        status = task.status
+        if status in ACTIVE_USED:
+            self.active_used += 1
+            if status in ACTIVE_ALLOCATED:
+                self.active_allocated += 1
+                self.alive += 1
+                self.pipelined += status == TaskStatus.PIPELINED
+        elif status == TaskStatus.PENDING:
+            self.alive += 1
 
-    def active_used(self) -> int:
-        return sum(1 for t in self.tasks if t.status in ACTIVE_USED)
 
-
-def pod_sets(job: JobInfo) -> list[PodSet]:
+def pod_sets(job: JobInfo) -> tuple[PodSet, ...]:
     """The job's pod sets: one per sub-group with a minimum, the rest in the default pod set
-    (minimum: the job's minMember when the job has no sub-groups, else all of its tasks)."""
-    named = {name: PodSet(name, n, []) for name, n in job.subgroup_min_member.items()}
-    default = PodSet(DEFAULT_POD_SET, job.min_available, [])
+    (minimum: the job's minMember when the job has no sub-groups, else all of its tasks). Built
+    once per status change of the job (its ``status_changes``, which every task added or changing
+    status bumps) and kept on the job; callers read them and never change them."""
+    cached = job.pod_sets_cache
+    if cached is not None and cached[0] == job.status_changes:
+        return cached[1]
+    named = {name: PodSet(name, n) for name, n in job.subgroup_min_member.items()}
+    default = PodSet(DEFAULT_POD_SET, job.min_available)
     for t in job.tasks.values():
         target = named.get(t.sub_group or "")
-        (target or default).tasks.append(t)
+        (target or default).add(t)
     sets = list(named.values())
     if default.tasks:
         if named:
             default.min_available = len(default.tasks)
         sets.append(default)
-    return sets
-
-
-def with_tasks(job: JobInfo, tasks: list[TaskInfo]) -> JobInfo:
-    """KAI ``CloneWithTasks``: the job seen through some of its tasks (a victim in pieces)."""
-    view = copy.copy(job)
-    view.tasks = {t.uid: t for t in tasks}
-    return view
+    job.pod_sets_cache = (job.status_changes, tuple(sets))
+    return job.pod_sets_cache[1]
 
 
 def ready_for_scheduling(job: JobInfo) -> bool:
     """Every pod set has at least its minimum of alive (pending or active) tasks."""
-    return all(
-        sum(1 for t in ps.tasks if t.status in ACTIVE_ALLOCATED or t.status == TaskStatus.PENDING)
-        >= ps.min_available
-        for ps in pod_sets(job)
-    )
+    return all(ps.alive >= ps.min_available for ps in pod_sets(job))
 
 
 def min_available_state(job: JobInfo) -> int:
     """0: some pod set below its minimum, 1: every one exactly at it, 2: at or above, some above."""
-    if not job.subgroup_min_member:  # one pod set: the common case, counted without building it
-        n = sum(1 for t in job.tasks.values() if t.status in ACTIVE_ALLOCATED)
+    sets = pod_sets(job)
+    if not job.subgroup_min_member:
+        # One pod set (none while the job has no tasks), whose minimum is the job's.
+        n = sets[0].active_allocated if sets else 0
         return 0 if n < job.min_available else (1 if n == job.min_available else 2)
     exactly = True
-    for ps in pod_sets(job):
-        n = ps.active_allocated()
+    for ps in sets:
+        n = ps.active_allocated
         if n < ps.min_available:
             return 0
         if n > ps.min_available:
@@ -119,13 +130,13 @@ def tasks_to_allocate(job: JobInfo, task_less: TaskLess, real: bool) -> list[Tas
     """What one attempt places: for every pod set below its minimum, the tasks it lacks (in task
     order); once every pod set has its minimum, one more task (an elastic job grows one at a time)."""
     sets = pod_sets(job)
-    unsatisfied = [ps for ps in sets if ps.active_allocated() < ps.min_available]
+    unsatisfied = [ps for ps in sets if ps.active_allocated < ps.min_available]
     chosen: list[TaskInfo] = []
     for ps in unsatisfied or sets:
         candidates = sorted_tasks([t for t in ps.tasks if should_allocate(t, real)], task_less)
         if not candidates:
             continue
-        allocated = ps.active_allocated()
+        allocated = ps.active_allocated
         want = ps.min_available - allocated if allocated < ps.min_available else 1
         chosen += candidates[:want]
         if not unsatisfied:
@@ -140,27 +151,24 @@ def has_tasks_to_allocate(job: JobInfo, real: bool) -> bool:
 def should_pipeline_job(job: JobInfo) -> bool:
     """A pod set with a pipelined task and fewer than its minimum of other active tasks: the whole
     job waits (KAI pipelines every task of it)."""
-    for ps in pod_sets(job):
-        pipelined = any(t.status == TaskStatus.PIPELINED for t in ps.tasks)
-        others = sum(
-            1 for t in ps.tasks if t.status in ACTIVE_ALLOCATED and t.status != TaskStatus.PIPELINED
-        )
-        if pipelined and others < ps.min_available:
-            return True
-    return False
+    return any(
+        ps.pipelined and ps.active_allocated - ps.pipelined < ps.min_available
+        for ps in pod_sets(job)
+    )
 
 
 def gang_satisfied(job: JobInfo) -> bool:
-    return all(ps.active_used() >= ps.min_available for ps in pod_sets(job))
+    return all(ps.active_used >= ps.min_available for ps in pod_sets(job))
 
 
 def is_stale(job: JobInfo) -> bool:
     """KAI: a gang with active tasks, none succeeded, and a pod set below its minimum."""
-    if any(t.status == TaskStatus.SUCCEEDED for t in job.tasks.values()):
+    if job.index[TaskStatus.SUCCEEDED]:
         return False
-    if not any(t.status in ACTIVE_USED for t in job.tasks.values()):
+    sets = pod_sets(job)  # (every task is in one of them)
+    if not any(ps.active_used for ps in sets):
         return False
-    return not gang_satisfied(job)
+    return not all(ps.active_used >= ps.min_available for ps in sets)
 
 
 def below_min(job: JobInfo) -> bool:
@@ -171,13 +179,13 @@ def tasks_to_evict(job: JobInfo, task_less: TaskLess) -> tuple[list[TaskInfo], b
     """What a victim job gives up at once: one task (the last in task order) of a pod set above
     its minimum, else every active task; and whether the job keeps running tasks afterwards."""
     sets = pod_sets(job)
-    elastic = [ps for ps in sets if ps.active_allocated() > ps.min_available]
+    elastic = [ps for ps in sets if ps.active_allocated > ps.min_available]
     chosen: list[TaskInfo] = []
     for ps in elastic[:1] or sets:
         active = sorted_tasks([t for t in ps.tasks if t.status in ACTIVE_ALLOCATED], task_less)
         active.reverse()
         chosen += active[:1] if ps in elastic else active
-    total = sum(ps.active_allocated() for ps in sets)
+    total = sum(ps.active_allocated for ps in sets)
     return chosen, len(chosen) < total
 
 

@@ -26,7 +26,6 @@ from server.session.kai import (
     gang_satisfied,
     tasks_to_allocate,
     tasks_to_evict,
-    with_tasks,
 )
 from server.session.session import Session
 from server.session.statement import Statement
@@ -39,7 +38,9 @@ VictimQueueFactory = Callable[[], JobsByQueue]
 @dataclass
 class Solution:
     statement: Statement
-    victims: list[TaskInfo]  # evicted for good, then (consolidating) the ones moved elsewhere
+    # Evicted for good, then the ones moved elsewhere. (KAI's allowConsolidatingReclaim changes only
+    # when its solver adds the moved ones, not the list: the setting matters to proportion alone.)
+    victims: list[TaskInfo]
 
 
 @dataclass
@@ -48,7 +49,6 @@ class JobSolver:
     validator: Validator
     victim_queue: VictimQueueFactory
     action: str
-    allow_moves: bool = True  # victims placed again elsewhere are victims too (consolidating)
     _recorded: list[TaskInfo] = field(default_factory=list)
     _waiting: JobsByQueue | None = None
 
@@ -95,14 +95,12 @@ class JobSolver:
             if any(t.uid in recorded_uids for t in chosen):
                 rest = [t for t in victim_job.tasks.values() if t.uid not in recorded_uids]
                 if rest:
-                    queue.push(with_tasks(victim_job, rest))
+                    queue.push(victim_job.with_tasks(rest))
                 continue
             if more:
                 kept = {t.uid for t in chosen}
                 queue.push(
-                    with_tasks(
-                        victim_job, [t for t in victim_job.tasks.values() if t.uid not in kept]
-                    )
+                    victim_job.with_tasks(t for t in victim_job.tasks.values() if t.uid not in kept)
                 )
             if not chosen:
                 continue
@@ -197,7 +195,7 @@ class JobSolver:
         if not self.validator(job, pending, candidates):
             stmt.rollback(mark)
             return None
-        return Solution(stmt, evicted + moved if self.allow_moves else evicted + moved)
+        return Solution(stmt, evicted + moved)
 
     def _reason(self, victim: TaskInfo, job: JobInfo) -> str:
         return f"{self.action}: evicted to make room for {job.uid}"
