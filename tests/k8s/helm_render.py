@@ -440,6 +440,10 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "and": _and,
     "or": _or,
     "not": lambda v: not truth(v),
+    # sprig: contains SUBSTR STR, trunc N STR (negative: from the end), trimSuffix SUFFIX STR
+    "contains": lambda sub, s: go_str(sub) in go_str(s),
+    "trunc": lambda n, s: go_str(s)[: _to_int(n)] if _to_int(n) >= 0 else go_str(s)[_to_int(n) :],
+    "trimSuffix": lambda suffix, s: go_str(s).removesuffix(go_str(suffix)),
 }
 
 

@@ -355,3 +355,27 @@ def test_helm_refuses_replicas_on_sqlite() -> None:
         text=True,
     )
     assert run.returncode != 0 and "SQLite" in run.stderr
+
+
+def test_two_releases_in_one_namespace_share_no_object_and_select_only_their_own_pods() -> None:
+    """Helm installs a chart twice in one namespace under two release names: every object name,
+    Lease and selector must be the release's own, and each adapter must talk to its own server."""
+    first = render_chart(CHART, POSTGRES, name="team-a")
+    second = render_chart(CHART, POSTGRES, name="team-b")
+
+    def names(objs: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(o["kind"], o["metadata"]["name"]) for o in objs}
+
+    assert names(first).isdisjoint(names(second))
+    assert get(first, "Deployment", "team-a-muster-server") is not None
+    for objs, release in ((first, "team-a"), (second, "team-b")):
+        for d in (o for o in objs if o["kind"] in ("Deployment", "PodDisruptionBudget")):
+            selector = d["spec"]["selector"]["matchLabels"]
+            assert selector["app.kubernetes.io/instance"] == release, d["metadata"]["name"]
+        for s in (o for o in objs if o["kind"] == "Service"):
+            assert s["spec"]["selector"]["app.kubernetes.io/instance"] == release
+        args = container(objs, f"{release}-muster-k8s-adapter")["args"]
+        assert flag(args, "--server") == f"{release}-muster-server.muster-system.svc:50051"
+        assert flag(args, "--lease-name") == f"{release}-muster-k8s-adapter-kubernetes"
+    # A release whose name already says muster is not doubled.
+    assert get(render_chart(CHART, name="muster-prod"), "Deployment", "muster-prod-server")

@@ -1,7 +1,18 @@
 {{- define "muster.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag }}
 {{- end -}}
+{{/* The prefix of every object name: the release name, with "-muster" unless it already says
+muster, so two releases in one namespace never share an object (the default release "muster"
+gives the plain manifests' names). */}}
+{{- define "muster.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
 {{- define "muster.labels" -}}
+app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/part-of: muster
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
@@ -27,7 +38,7 @@ servers on one SQLite file would both write it: refused with a message. */}}
 {{- $replicas -}}
 {{- end -}}
 
-{{/* The adapter's Lease: adapter.leaderElection.leaseName, else muster-k8s-adapter-<backend>. */}}
+{{/* The adapter's Lease: adapter.leaderElection.leaseName, else <fullname>-k8s-adapter-<backend>. */}}
 {{- define "muster.leaseName" -}}
-{{- .Values.adapter.leaderElection.leaseName | default (printf "muster-k8s-adapter-%s" .Values.adapter.backendName) -}}
+{{- .Values.adapter.leaderElection.leaseName | default (printf "%s-k8s-adapter-%s" (include "muster.fullname" .) .Values.adapter.backendName) -}}
 {{- end -}}
