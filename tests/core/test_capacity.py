@@ -1,4 +1,6 @@
-"""capacity plugin: behaviour of Volcano's plugins/capacity (capacity.go, capacity_test.go)."""
+"""capacity plugin: behaviour of Volcano's plugins/capacity (capacity.go) through sessions and
+cycles. The cases of capacity_test.go are scenario files under tests/scenarios/volcano/capacity/,
+run by test_volcano_cases.py; test_capacity_unit.py calls the plugin's functions one by one."""
 
 from __future__ import annotations
 
@@ -37,77 +39,6 @@ job = partial(core_helpers.job, ns="ns1", min_member=1)
 SMALL_NODES = [node("n1", "2", "4Gi", pods=10), node("n2", "2", "4Gi", pods=10)]
 TWO_NODES = [node("n1", "4", "8Gi", pods=10), node("n2", "4", "8Gi", pods=10)]
 BIG_NODE = node("n1", "8", "16Gi", pods=10)
-
-
-def test_case0_allocatable_within_capability() -> None:
-    """capacity_test.go case0: q1 capability 2 cpu / 2Gi holds 1 cpu; a 1 cpu pod is placed."""
-    jobs = [
-        job(
-            "pg1",
-            queue="q1",
-            tasks=[task("p1", "pg1", res("1", "1Gi"), "n1")],
-            phase=PodGroupPhase.RUNNING,
-        ),
-        job(
-            "pg2",
-            queue="q1",
-            tasks=[task("p2", "pg2", res("1", "1Gi"))],
-            phase=PodGroupPhase.INQUEUE,
-            index=1,
-        ),
-    ]
-    r = cycle(snapshot(SMALL_NODES, jobs, [queue("q1", capability=res("2", "2Gi"))]), FLAT)
-    assert list(r.binds) == ["ns1/p2"]
-
-
-def test_case1_not_allocatable_beyond_capability() -> None:
-    """capacity_test.go case1: capability 1.5 cpu, 1 used: another 1 cpu pod is refused."""
-    jobs = [
-        job(
-            "pg3",
-            queue="q2",
-            tasks=[task("p3", "pg3", res("1", "1Gi"), "n1")],
-            phase=PodGroupPhase.RUNNING,
-        ),
-        job(
-            "pg4",
-            queue="q2",
-            tasks=[task("p4", "pg4", res("1", "1Gi"))],
-            phase=PodGroupPhase.INQUEUE,
-            index=1,
-        ),
-    ]
-    r = cycle(snapshot(SMALL_NODES, jobs, [queue("q2", capability=res("1.5", "1.5Gi"))]), FLAT)
-    assert r.binds == {}
-
-
-def test_case2_reclaim_from_queue_above_deserved() -> None:
-    """capacity_test.go case2: q3 (deserved 2 cpu / 4Gi) holds both nodes; q4's pending pod
-    reclaims the preemptable p6 and is pipelined onto n2; p5 (not preemptable) stays."""
-    jobs = [
-        job(
-            "pg5",
-            queue="q3",
-            tasks=[
-                task("p5", "pg5", res("2", "4Gi"), "n1", preemptable=False),
-                task("p6", "pg5", res("2", "4Gi"), "n2"),
-            ],
-            phase=PodGroupPhase.RUNNING,
-        ),
-        job(
-            "pg6",
-            queue="q4",
-            tasks=[task("p7", "pg6", res("2", "4Gi"))],
-            phase=PodGroupPhase.INQUEUE,
-            index=1,
-        ),
-    ]
-    r = cycle(
-        snapshot(SMALL_NODES, jobs, [queue("q3", res("2", "4Gi")), queue("q4", res("2", "4Gi"))]),
-        FLAT,
-    )
-    assert list(r.evictions) == ["ns1/p6"]
-    assert r.pipelined == {"ns1/p7": "n2"}
 
 
 def test_queue_order_by_priority_then_share_then_having_deserved() -> None:

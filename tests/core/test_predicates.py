@@ -1,11 +1,11 @@
-"""predicates plugin: Volcano's plugins/predicates/predicates_test.go (``TestEventHandler``,
-``TestNodeNum``) as scenarios, and the kube-scheduler filters predicates.go wraps (node
-unschedulable, selector / required node affinity, taints, pod count, pod (anti-)affinity) with
-their failure reasons."""
+"""predicates plugin: the kube-scheduler filters predicates.go wraps (node unschedulable, selector
+/ required node affinity, taints, pod count, pod (anti-)affinity) with their failure reasons, as
+scenarios. The cases of Volcano's plugins/predicates/predicates_test.go (``TestEventHandler``,
+``TestNodeNum``, ``TestPodAntiAffinity``) are scenario files under
+tests/scenarios/volcano/predicates/, run by test_volcano_cases.py."""
 
 from __future__ import annotations
 
-import pytest
 from core_helpers import simulate_yaml
 
 ANTI_WORKER = """
@@ -14,102 +14,6 @@ ANTI_WORKER = """
                 requiredDuringSchedulingIgnoredDuringExecution:
                 - labelSelector: {matchExpressions: [{key: role, operator: In, values: [worker]}]}
                   topologyKey: kubernetes.io/hostname"""
-
-
-EVENT_HANDLER_TIERS = """
-config:
-  actions: [allocate]
-  extension_points_not_listed: disabled
-  tiers:
-  - plugins:
-    - {name: predicates, enablePredicate: true}
-    - {name: gang, enableJobReady: true, enableJobPipelined: true}
-    - {name: priority, enableJobOrder: true}
-"""
-
-
-def test_discarded_gang_no_longer_blocks_anti_affinity() -> None:
-    """TestEventHandler "pod-deallocate": pg1 (priority 2) places worker-1 on node1, then worker-2
-    fits nowhere (anti-affinity on node1, node2 too small) and the gang is discarded; the
-    deallocation must clear worker-1 from node1 so pg2's worker-3, anti-affine to workers, can
-    take node1."""
-    out = simulate_yaml(
-        EVENT_HANDLER_TIERS,
-        f"""
-        priorityClasses: [{{name: p1, value: 1}}, {{name: p2, value: 2}}]
-        nodes:
-        - {{name: node1, allocatable: {{cpu: "14", memory: 14k, pods: 10}},
-           labels: {{selector: worker, kubernetes.io/hostname: node1}}}}
-        - {{name: node2, allocatable: {{cpu: "3", memory: 3k, pods: 10}}, labels: {{kubernetes.io/hostname: node2}}}}
-        queues: [{{name: q1}}]
-        jobs:
-        - name: pg1
-          namespace: ns1
-          queue: q1
-          minMember: 2
-          priorityClass: p2
-          phase: Inqueue
-          tasks:
-          - name: worker-1
-            request: {{cpu: "3", memory: 3k}}
-            labels: {{role: worker}}
-            nodeSelector: {{selector: worker}}{ANTI_WORKER}
-          - name: worker-2
-            request: {{cpu: "5", memory: 5k}}
-            labels: {{role: worker}}{ANTI_WORKER}
-        - name: pg2
-          namespace: ns1
-          queue: q1
-          minMember: 1
-          priorityClass: p1
-          phase: Inqueue
-          tasks:
-          - name: worker-3
-            request: {{cpu: "4", memory: 4k}}
-            labels: {{role: worker}}{ANTI_WORKER}
-    """,
-    )
-    assert out["binds"] == {"ns1/worker-3": "node1"}
-
-
-def test_pod_count_limit_stops_backfill() -> None:
-    """TestNodeNum "pod-predicate": best-effort pods backfilled onto a node with pods: 2; the
-    third does not fit."""
-    out = simulate_yaml(
-        """
-        config:
-          actions: [allocate, backfill]
-          extension_points_not_listed: disabled
-          tiers:
-          - plugins:
-            - {name: predicates, enablePredicate: true}
-    """,
-        """
-        priorityClasses: [{name: p1, value: 1}, {name: p2, value: 2}]
-        nodes:
-        - {name: node1, allocatable: {cpu: "4", memory: 4k, pods: 2}, labels: {selector: worker}}
-        queues: [{name: q1}]
-        jobs:
-        - name: pg1
-          namespace: ns1
-          queue: q1
-          minMember: 2
-          priorityClass: p2
-          phase: Inqueue
-          tasks:
-          - {name: worker-1, labels: {role: worker}, nodeSelector: {selector: worker}}
-          - {name: worker-2, labels: {role: worker}}
-        - name: pg2
-          namespace: ns1
-          queue: q1
-          minMember: 1
-          priorityClass: p1
-          phase: Inqueue
-          tasks:
-          - {name: worker-3, labels: {role: worker}}
-    """,
-    )
-    assert out["binds"] == {"ns1/worker-1": "node1", "ns1/worker-2": "node1"}
 
 
 PREDICATES_ONLY = """
@@ -313,61 +217,3 @@ def test_anti_affine_gang_spreads_one_per_node_and_fails_when_nodes_run_out() ->
     assert sorted(three["binds"].values()) == ["a", "b", "c"]
     four = simulate_yaml(PREDICATES_ONLY, gang(4))
     assert four["binds"] == {}
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="Muster's topology-aware preempt takes victims by the priority plugin's job priority; Volcano's "
-    "(kube SelectVictimsOnNode) only removes pods of lower pod priority, so worker-1 (pod priority equal to "
-    "the preemptor's) stays and the node is not viable",
-)
-def test_preemption_does_not_resolve_anti_affinity_against_an_equal_priority_pod() -> None:
-    """predicates_test.go TestPodAntiAffinity "pod-anti-affinity": worker-3 is anti-affine to
-    worker-1 (same pod priority) on the only node; evicting the low-priority worker-2 would not
-    help, so Volcano evicts nothing and pipelines nothing."""
-    out = simulate_yaml(
-        """
-        config:
-          actions: [allocate, preempt]
-          extension_points_not_listed: disabled
-          action_arguments: {preempt: {enableTopologyAwarePreemption: true}}
-          tiers:
-          - plugins:
-            - {name: predicates, enablePredicate: true}
-            - {name: priority, enablePreemptable: true, enableJobStarving: true}
-    """,
-        f"""
-        priorityClasses: [{{name: high-priority, value: 100000}}, {{name: low-priority, value: 10}}]
-        nodes:
-        - {{name: n1, allocatable: {{cpu: "12", memory: 12G, pods: 2}}, labels: {{kubernetes.io/hostname: node1}}}}
-        queues: [{{name: q1, weight: 1, capability: {{cpu: "9", memory: 9G}}}}]
-        jobs:
-        - name: pg1
-          namespace: ns1
-          queue: q1
-          minMember: 1
-          priorityClass: low-priority
-          phase: Running
-          tasks:
-          - name: worker-1
-            request: {{cpu: "3", memory: 3G}}
-            status: Running
-            node: n1
-            priority: 100000
-            labels: {{role: worker}}{ANTI_WORKER}
-          - {{name: worker-2, request: {{cpu: "3", memory: 3G}}, status: Running, node: n1, priority: 10}}
-        - name: pg2
-          namespace: ns1
-          queue: q1
-          minMember: 1
-          priorityClass: high-priority
-          phase: Inqueue
-          tasks:
-          - name: worker-3
-            request: {{cpu: "3", memory: 3G}}
-            priority: 100000
-            labels: {{role: worker}}{ANTI_WORKER}
-    """,
-    )
-    assert out["evictions"] == []
-    assert out["pipelined"] == {}

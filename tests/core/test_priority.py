@@ -1,5 +1,7 @@
-"""priority plugin: Volcano's plugins/priority/priority_test.go and the functions priority.go
-registers (task_order, job_order, preemptable, job_starving)."""
+"""priority plugin: the functions priority.go registers (task_order, job_order, preemptable,
+job_starving), checked in a session. The two ``TestPreempt`` cases of Volcano's
+plugins/priority/priority_test.go are scenario files under tests/scenarios/volcano/priority/, run by
+test_volcano_cases.py; its "disable preempt" case is also checked here at the function level."""
 
 from __future__ import annotations
 
@@ -134,78 +136,3 @@ def test_high_priority_job_is_allocated_first_on_a_small_cluster() -> None:
            tasks: [{name: t2, request: {cpu: "3", memory: 3G}}]}
     """)
     assert out["binds"] == {"ns2/t2": "node1"}
-
-
-PREEMPT_CASE = """
-config:
-  actions: [allocate, preempt]
-  extension_points_not_listed: disabled
-  tiers:
-  - plugins:
-    - {{name: priority, enableTaskOrder: true, enableJobOrder: true, enablePreemptable: {switch},
-       enableReclaimable: {switch}, enableJobStarving: true}}
-priorityClasses: [{{name: low-priority, value: 100}}, {{name: high-priority, value: 1000}}]
-queues: [{{name: q1, weight: 1, capability: {{cpu: "6", memory: 6G}}}}]
-{cluster}
-- name: pg2
-  namespace: ns2
-  queue: q1
-  minMember: 1
-  priorityClass: high-priority
-  phase: Inqueue
-  tasks: [{{name: preemptor1, request: {{cpu: "3", memory: 3G}}, priority: 1}}]
-"""
-
-
-def test_preempt_evicts_the_lower_priority_task_when_preemptable_is_enabled() -> None:
-    """priority_test.go TestPreempt "enable preempt low priority: enablePreemptable:true": the
-    high-priority job's task evicts preemptee1 (task priority 1, below preemptee2's 1000, so first
-    in victim order) and is pipelined onto node1."""
-    out = simulate_yaml(
-        PREEMPT_CASE.format(
-            switch="true",
-            cluster="""
-nodes:
-- {name: node1, allocatable: {cpu: "6", memory: 6G, pods: 10}}
-- {name: node2, allocatable: {cpu: "2", memory: 2G, pods: 10}}
-jobs:
-- name: pg1
-  namespace: ns1
-  queue: q1
-  minMember: 1
-  priorityClass: low-priority
-  phase: Inqueue
-  tasks:
-  - {name: preemptee1, request: {cpu: "3", memory: 3G}, status: Running, node: node1, priority: 1}
-  - {name: preemptee2, request: {cpu: "3", memory: 3G}, status: Running, node: node1, priority: 1000}""",
-        )
-    )
-    assert out["evictions"] == ["ns1/preemptee1"]
-    assert out["pipelined"] == {"ns2/preemptor1": "node1"}
-    assert out["binds"] == {}
-
-
-def test_preempt_evicts_nothing_when_preemptable_is_disabled() -> None:
-    """priority_test.go TestPreempt "disable preempt low priority: enablePreemptable:false"."""
-    out = simulate_yaml(
-        PREEMPT_CASE.format(
-            switch="false",
-            cluster="""
-nodes:
-- {name: node1, allocatable: {cpu: "3", memory: 3G, pods: 10}}
-- {name: node2, allocatable: {cpu: "3", memory: 3G, pods: 10}}
-jobs:
-- name: pg1
-  namespace: ns1
-  queue: q1
-  minMember: 1
-  priorityClass: low-priority
-  phase: Inqueue
-  tasks:
-  - {name: preemptee1, request: {cpu: "3", memory: 3G}, status: Running, node: node1, priority: 1}
-  - {name: preemptee2, request: {cpu: "3", memory: 3G}, status: Running, node: node2, priority: 1,
-     preemptable: false}""",
-        )
-    )
-    assert out["evictions"] == []
-    assert out["pipelined"] == {}
