@@ -93,6 +93,19 @@ def _default_devices(resource: str, count: int) -> tuple[Device, ...]:
     return tuple(Device(str(i), resource) for i in range(count))
 
 
+def shared_gpu(
+    gpu_group: str, devices: Iterable[str], gpu_fraction: float
+) -> tuple[str, list[str]]:
+    """(the GPU a task shares, the devices it holds whole) of a bind, a backend's task or a stored
+    task. Before ``gpu_group`` existed, a fractional task's shared GPU was the one entry of
+    ``devices`` (such a task holds no whole device): decisions, records and backends of that time
+    still say it so, and are read here as if they named ``gpu_group``."""
+    held = list(devices)
+    if gpu_fraction and not gpu_group and len(held) == 1:
+        return held[0], []
+    return gpu_group, held
+
+
 def chip_number(device_id: str) -> int | None:
     """The number at the end of a chip id (``Ascend910-5`` -> 5), None when there is none."""
     tail = device_id.rsplit("-", 1)[-1]

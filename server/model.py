@@ -27,7 +27,9 @@ class TaskStatus(enum.IntEnum):
     RELEASING = 7
     SUCCEEDED = 8
     FAILED = 9
-    CANCELLED = 10  # its job was cancelled (server only: backends report Succeeded / Failed)
+    # Its job was cancelled, or (a TYJob) ended before it ran or stopped it. Server only: backends
+    # report Succeeded / Failed.
+    CANCELLED = 10
 
     @property
     def title(self) -> str:

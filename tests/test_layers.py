@@ -47,6 +47,23 @@ SERVICE_TOP = (
 SERVICE_WIRE = tuple(
     f"server.service.{m}" for m in ("errors", "convert", "validate", "records", "views")
 )
+# Under ClusterState (server.service.state), which builds on them: its tables and rows in and out,
+# and the per-kind lifecycle rules it asks. They never import the state or what uses it.
+SERVICE_UNDER_STATE = tuple(f"server.service.{m}" for m in ("tables", "lifecycle"))
+SERVICE_ON_STATE = tuple(
+    f"server.service.{m}"
+    for m in (
+        "state",
+        "ingest",
+        "commands",
+        "snapshot",
+        "apply",
+        "loop",
+        "replica",
+        "core_runner",
+        "observability",
+    )
+)
 # What the core may import besides itself and the standard library.
 CORE_THIRD_PARTY = (
     "numpy",
@@ -148,7 +165,8 @@ def direction_violations(imports: list[Import]) -> list[str]:
 
 
 def service_violations(imports: list[Import]) -> list[str]:
-    """Inside server.service: only the top imports the top; the wire imports only the wire."""
+    """Inside server.service: only the top imports the top; the wire imports only the wire; the
+    state's tables and lifecycle rules import nothing built on the state."""
     bad = []
     for imp in imports:
         m, t = imp.module, imp.target
@@ -158,6 +176,8 @@ def service_violations(imports: list[Import]) -> list[str]:
         if under(t, SERVICE_TOP) and not under(m, SERVICE_TOP):
             bad.append(where)
         elif under(m, SERVICE_WIRE) and not under(t, SERVICE_WIRE):
+            bad.append(where)
+        elif under(m, SERVICE_UNDER_STATE) and under(t, SERVICE_ON_STATE):
             bad.append(where)
     return bad
 
@@ -325,6 +345,12 @@ def test_importing_the_core_loads_no_network_api_or_server_io() -> None:
         ),
         ("server.service.records", "from server.service import store", service_violations),
         ("server.service.views", "from . import decisions", service_violations),
+        (
+            "server.service.lifecycle",
+            "from server.service.state import PLACED",
+            service_violations,
+        ),
+        ("server.service.tables", "from server.service import ingest", service_violations),
     ],
 )
 def test_the_checks_catch_a_wrong_import(module: str, source: str, checker: object) -> None:
@@ -360,6 +386,11 @@ def test_the_checks_allow_the_intended_imports() -> None:
             "from server.service.api import queries\nfrom server.service.state import ClusterState",
         ),
         ("server.service.app", "from server.service.rpc import SchedulerService"),
+        (
+            "server.service.state",
+            "from server.service.tables import StateTables\nfrom . import lifecycle",
+        ),
+        ("server.service.lifecycle", "from server.service.records import JobRecord"),
         ("server.service.observability.dashboard", "from server.service.api import queries"),
         ("clients.cli", "from server.simulate import simulate_text"),
         ("adapters.runtime", "from muster.tracing import extract"),

@@ -68,7 +68,7 @@ from adapters.agent.process import (
 from adapters.children import ChildProcess
 from adapters.ledger import private_dir, write_private
 from adapters.runtime import BackendRuntime, Outcome, Rejected, group_by_job
-from muster.devices import NVIDIA_GPU, Device, device_needs, visible_devices_env
+from muster.devices import NVIDIA_GPU, Device, device_needs, shared_gpu, visible_devices_env
 from muster.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
 
@@ -90,16 +90,18 @@ class LiveTask:
     job_id: str
     node: str
     request: dict[str, float]
-    devices: list[str]
+    devices: list[str]  # held whole
     decision_id: int
     pid: int  # 0: not started (yet)
     start_ticks: int  # /proc/<pid>/stat starttime: guards against pid reuse on adoption
     exit_file: str = ""
     evicted: bool = False
-    gpu_fraction: float = 0.0  # a share of the one GPU in devices (KAI GPU sharing)
+    gpu_fraction: float = 0.0  # KAI GPU sharing: the share of gpu_group the task holds
     cycle_id: int = 0
     argv: list[str] = field(default_factory=list)  # the command (before the exit-code wrapper)
     log_file: str = ""  # "": an agent before log_file was recorded (its name is legacy_file_stem's)
+    # The GPU a fractional task shares ("": none; an agent before it was recorded kept it in devices).
+    gpu_group: str = ""
 
 
 @dataclass(slots=True)
@@ -188,34 +190,35 @@ class FakeAgent:
         return {res: cap - used.get(res, 0.0) for res, cap in spec.allocatable.items()}
 
     def free_devices(self, node: str) -> list[Device]:
-        """Healthy devices of the node no live task holds, in inventory order."""
+        """Healthy devices of the node no live task holds (whole, or shared), in inventory order."""
         taken = {d for t in self._holders(node) for d in t.devices}
+        taken |= {t.gpu_group for t in self._holders(node) if t.gpu_group}
         return [d for d in self.nodes[node].devices if d.healthy and d.id not in taken]
 
     def gpu_shares(self, node: str) -> dict[str, float]:
         """Shared GPUs of the node: device id -> the share its fractional tasks hold."""
         shares: dict[str, float] = {}
         for t in self._holders(node):
-            if t.gpu_fraction:
-                for d in t.devices:
-                    shares[d] = shares.get(d, 0.0) + t.gpu_fraction
+            if t.gpu_fraction and t.gpu_group:
+                shares[t.gpu_group] = shares.get(t.gpu_group, 0.0) + t.gpu_fraction
         return shares
 
-    def _check_share(self, bind: pb.BindDecision) -> list[str]:
+    def _check_share(self, bind: pb.BindDecision) -> str:
         """A fractional task's GPU: the one the server named (or, from a server that named none,
         the most shared GPU it fits on, else a free one); its shares may not pass one GPU."""
         f = bind.gpu_fraction
         if not 0 < f < 1:
             raise Rejected(f"bind.gpu_fraction: {f} is not a share of one GPU")
         shares = self.gpu_shares(bind.node)
-        whole = {d for t in self._holders(bind.node) if not t.gpu_fraction for d in t.devices}
+        whole = {d for t in self._holders(bind.node) for d in t.devices}
         gpus = {d.id: d for d in self.nodes[bind.node].devices if d.type == NVIDIA_GPU}
-        if len(bind.devices) > 1:
+        # (a decision issued before gpu_group existed names the shared GPU in devices)
+        gpu, devices = shared_gpu(bind.gpu_group, bind.devices, f)
+        if devices:
             raise Rejected(
                 f"bind.devices: a fractional task shares one GPU, not {list(bind.devices)}"
             )
-        if bind.devices:
-            gpu = bind.devices[0]
+        if gpu:
             if gpu not in gpus or not gpus[gpu].healthy or gpu in whole:
                 raise Rejected(
                     f"GPU {gpu} cannot be shared on node {bind.node} (held whole, unhealthy or unknown)"
@@ -224,19 +227,20 @@ class FakeAgent:
                 raise Rejected(
                     f"GPU {gpu} on node {bind.node} has {1 - shares.get(gpu, 0.0):g} left, the task asks {f:g}"
                 )
-            return [gpu]
+            return gpu
         fitting = sorted(
             (-used, gid) for gid, used in shares.items() if used + f <= 1 + MIN_RESOURCE
         )
         if fitting:
-            return [fitting[0][1]]
+            return fitting[0][1]
         free = [d.id for d in self.free_devices(bind.node) if d.type == NVIDIA_GPU]
         if not free:
             raise Rejected(f"node {bind.node} has no GPU with {f:g} left for task {bind.task_id}")
-        return [free[0]]
+        return free[0]
 
-    def _check_bind(self, bind: pb.BindDecision) -> tuple[dict[str, float], list[str]]:
-        """Validate a bind against the agent's own bookkeeping; returns (request, devices)."""
+    def _check_bind(self, bind: pb.BindDecision) -> tuple[dict[str, float], list[str], str]:
+        """Validate a bind against the agent's own bookkeeping; returns (request, the devices it
+        holds whole, the GPU it shares or "")."""
         if not bind.task_id:
             raise Rejected("bind.task_id is empty")
         if bind.node not in self.nodes:
@@ -264,7 +268,7 @@ class FakeAgent:
                 f"node {bind.node} cannot fit task {bind.task_id}: insufficient " + ", ".join(short)
             )
         if bind.gpu_fraction:
-            return request, self._check_share(bind)
+            return request, [], self._check_share(bind)
         free_devs = {d.id: d for d in self.free_devices(bind.node)}
         if bind.devices:
             bad = [d for d in bind.devices if d not in free_devs]
@@ -272,7 +276,7 @@ class FakeAgent:
                 raise Rejected(
                     f"devices {bad} are not free on node {bind.node} (held, unhealthy or unknown)"
                 )
-            return request, list(bind.devices)
+            return request, list(bind.devices), ""
         # A server that chose no ids (an older one): the lowest free ids of each device resource.
         chosen: list[str] = []
         for res, count in device_needs(request).items():
@@ -282,7 +286,7 @@ class FakeAgent:
                     f"node {bind.node} has {len(ids)} free {res} devices, the task needs {count}"
                 )
             chosen += ids
-        return request, chosen
+        return request, chosen, ""
 
     # -- Backend protocol ---------------------------------------------------------------------
 
@@ -299,6 +303,7 @@ class FakeAgent:
                 status=pb.TASK_STATUS_RUNNING,
                 devices=t.devices,
                 gpu_fraction=t.gpu_fraction,
+                gpu_group=t.gpu_group,
             )
             for t in self.live.values()
             if not t.evicted and t.node in self.nodes  # a snapshot may only name its own nodes
@@ -426,7 +431,7 @@ class FakeAgent:
     def _reserve(self, decision: pb.Decision) -> LiveTask:
         """Check a bind and hold its share of the node until it is started (or fails to)."""
         bind = decision.bind
-        request, devices = self._check_bind(bind)
+        request, devices, gpu_group = self._check_bind(bind)
         task = LiveTask(
             task_id=bind.task_id,
             job_id=bind.job_id,
@@ -437,6 +442,7 @@ class FakeAgent:
             pid=0,
             start_ticks=0,
             gpu_fraction=bind.gpu_fraction,
+            gpu_group=gpu_group,
             cycle_id=decision.cycle_id,
             argv=list(bind.command) or ["sleep", seconds_arg(bind.duration_seconds)],
         )
@@ -472,10 +478,12 @@ class FakeAgent:
             MUSTER_DECISION_ID=str(task.decision_id),
             MUSTER_CYCLE_ID=str(task.cycle_id),
         )
-        if task.devices:
+        # The task sees the devices it holds whole and the GPU it shares alike.
+        handed = [*task.devices, task.gpu_group] if task.gpu_group else task.devices
+        if handed:
             known = {d.id: d for d in self.nodes[task.node].devices}
-            env.update(visible_devices_env([known[d] for d in task.devices if d in known]))
-            env["MUSTER_DEVICES"] = ",".join(task.devices)
+            env.update(visible_devices_env([known[d] for d in handed if d in known]))
+            env["MUSTER_DEVICES"] = ",".join(handed)
         if task.exit_file:
             env["MUSTER_EXIT_FILE"] = task.exit_file
             argv = ["/bin/sh", "-c", EXIT_WRAPPER, "muster-task", *argv]
@@ -711,6 +719,10 @@ class FakeAgent:
         for task in live + starting:
             if not task.log_file:  # recorded by an agent that named files with legacy_file_stem
                 task.log_file = str(self.log_dir / f"{legacy_file_stem(task.task_id)}.log")
+            # Recorded before gpu_group was: a fractional task's shared GPU is in devices.
+            task.gpu_group, task.devices = shared_gpu(
+                task.gpu_group, task.devices, task.gpu_fraction
+            )
         for task in starting:
             self._starting[task.task_id] = task
             self._hold(task)

@@ -21,6 +21,7 @@ from adapters.k8s.kube import KubeWriter
 from adapters.k8s.snapshot import ClusterReporter
 from adapters.k8s.status import StatusController
 from adapters.runtime import APPLIED, Outcome
+from muster.devices import shared_gpu
 from muster.v1 import muster_pb2 as pb
 
 log = structlog.get_logger("muster.k8s")
@@ -109,15 +110,17 @@ class Enforcer:
                 self.reporter.report_pod(b.task_id, pod, deleted=False, force=True)
             return self._reject_bind(f"pod {key} is already assigned to node {current}")
         ns, name = key.split("/", 1)
-        chips = tr.pod_device_annotations(list(b.devices), dict(b.request.quantities))
+        # (a decision issued before gpu_group existed names the shared GPU in devices)
+        gpu_group, devices = shared_gpu(b.gpu_group, b.devices, b.gpu_fraction)
+        chips = tr.pod_device_annotations(devices, dict(b.request.quantities))
         if chips:  # the device plugin reads them when the kubelet admits the pod: write them first
             annotated = await self.writer.annotate_pod(ns, name, chips)
             if not annotated.ok:
                 return self._reject_bind(f"annotating {key} with its devices: {annotated.message}")
         if (
-            b.gpu_fraction and b.devices
+            b.gpu_fraction and gpu_group
         ):  # KAI GPU sharing: record the shared GPU, as KAI's binder does
-            labelled = await self.writer.label_pod(ns, name, {tr.GPU_GROUP_LABEL: b.devices[0]})
+            labelled = await self.writer.label_pod(ns, name, {tr.GPU_GROUP_LABEL: gpu_group})
             if not labelled.ok:
                 return self._reject_bind(f"labelling {key} with its shared GPU: {labelled.message}")
         result = await self.writer.bind(ns, name, b.node, uid=tr.meta(pod).get("uid", ""))

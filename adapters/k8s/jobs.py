@@ -39,6 +39,7 @@ from adapters.k8s.common import (
 from adapters.k8s.informer import Informer
 from adapters.k8s.snapshot import ClusterReporter
 from adapters.k8s.status import StatusController
+from muster.gang import api_min_member
 from muster.v1 import muster_pb2 as pb
 
 log = structlog.get_logger("muster.k8s")
@@ -195,7 +196,7 @@ class JobController:
                 return
             anyone_bound = any(tr.pod_node(p) for p in members)
             if not anyone_bound and (
-                len(members) < max(1, gang.min_member) or self._sub_groups_short(members, gang)
+                len(members) < gang.minimum(len(members)) or self._sub_groups_short(members, gang)
             ):
                 return  # Volcano and KAI: a gang is not schedulable until minMember pods exist
             queue = gang.queue or self._pod_queue(members[0])
@@ -347,7 +348,7 @@ class JobController:
             annotations={"muster.dev/backend": self.backend_name},
         )
         if gang is not None:
-            spec.min_member = min(total, max(1, gang.min_member))
+            spec.min_member = api_min_member(gang.minimum(total), total)
             spec.sub_groups.extend(
                 pb.SubGroup(name=sub, min_member=n) for sub, n in sorted(sub_groups.items())
             )

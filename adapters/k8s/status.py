@@ -33,6 +33,7 @@ from adapters.k8s.common import (
 )
 from adapters.k8s.informer import Informer
 from adapters.k8s.kube import KubeWriter
+from muster.gang import GangPhase, gang_phase
 from muster.v1 import muster_pb2 as pb
 
 log = structlog.get_logger("muster.k8s")
@@ -210,15 +211,14 @@ def podgroup_status(
     succeeded = sum(1 for p in pods if tr.pod_phase(p) == "Succeeded")
     failed = sum(1 for p in pods if tr.pod_phase(p) == "Failed")
     allocated = sum(1 for p in pods if tr.pod_active_on_node(p))
-    min_member = max(1, gang.min_member)
-    if (
-        pods
-        and running + succeeded + failed == len(pods)
-        and succeeded >= min_member
-        and running == 0
-    ):
+    # Running needs a pod placed even with no gang minimum (minMember 0).
+    minimum = max(1, gang.minimum(len(pods)))
+    gang_is = gang_phase(
+        minimum, tasks=len(pods), placed=allocated, succeeded=succeeded, failed=failed
+    )
+    if gang_is == GangPhase.COMPLETED:
         phase = "Completed"
-    elif allocated + succeeded >= min_member:
+    elif gang_is == GangPhase.RUNNING:
         phase = "Running"
     elif job is not None and job.status.phase in (pb.JOB_PHASE_INQUEUE, pb.JOB_PHASE_RUNNING):
         phase = "Inqueue"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from muster.devices import NVIDIA_GPU, chip_number, is_device_resource
+from muster.gang import podgroup_minimum
 from muster.quantity import QuantityError, format_resources, parse_resources
 from muster.v1 import muster_pb2 as pb
 
@@ -412,8 +413,7 @@ def gpu_share(pod: Obj) -> dict[str, Any]:
     fraction = pod_gpu_fraction(pod)
     if not fraction:
         return {}
-    group = pod_gpu_group(pod)
-    return {"gpu_fraction": fraction, "devices": [group] if group else []}
+    return {"gpu_fraction": fraction, "gpu_group": pod_gpu_group(pod)}
 
 
 def task_group(role: str, pods: list[Obj], sub_group: str = "") -> pb.TaskGroup:
@@ -540,6 +540,10 @@ class GangSpec:
     all_sub_groups: set[str] = field(default_factory=set)
     preemptible: bool | None = None
     problem: str = ""
+
+    def minimum(self, pods: int) -> int:
+        """The gang minimum over ``pods`` pods (muster.gang's rule; minMember 0 is none)."""
+        return podgroup_minimum(self.min_member, pods)
 
 
 def gang_spec(podgroup: Obj) -> GangSpec:

@@ -49,7 +49,7 @@ from adapters.slurm.jobs import (
     Settings,
     TrackedJob,
 )
-from adapters.slurm.native import NATIVE_MARKER, gang_minimum, parse_comment
+from adapters.slurm.native import NATIVE_MARKER, binds_needed, parse_comment
 from adapters.slurm.parse import SlurmJob, SlurmNode
 from adapters.slurm.translate import (
     foreign_tasks,
@@ -174,7 +174,7 @@ class SlurmBackend:
             job = self.table.by_muster_id.get(job_id)
             if job is not None and job.placed is None and not job.done and len(tasks) < job.size:
                 return True
-            if self.enforcer.needs_new_slurm_job(job_id) and len(tasks) < gang_minimum(binds):
+            if self.enforcer.needs_new_slurm_job(job_id) and len(tasks) < binds_needed(binds):
                 return True
         return False
 

@@ -78,9 +78,10 @@ class NativeJob:
         return argv
 
 
-def gang_minimum(binds: Sequence[pb.BindDecision]) -> int:
-    """How many of a job's binds Slurm needs together to run it as one allocation: the job's
-    minMember, as the binds carry it (at least one)."""
+def binds_needed(binds: Sequence[pb.BindDecision]) -> int:
+    """How many of a job's binds Slurm needs together to run it as one allocation: the job's gang
+    minimum as the binds carry it, already resolved by the server (``muster.gang.gang_minimum``),
+    so nothing is resolved here; at least one (a bind from a server that did not send it)."""
     return max((b.min_member for b in binds), default=0) or 1
 
 
@@ -89,7 +90,7 @@ def native_job(job_id: str, binds: Sequence[pb.BindDecision]) -> NativeJob:
     :class:`~adapters.slurm.translate.Untranslatable` saying why Slurm cannot run them as one job."""
     if not binds:
         raise Untranslatable("no binds")
-    need = gang_minimum(binds)
+    need = binds_needed(binds)
     if len(binds) < need:
         raise Untranslatable(
             f"gang incomplete: {len(binds)} of {need} binds arrived together "

@@ -455,7 +455,7 @@ class JobSpec(_message.Message):
     def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., priority_class: _Optional[str] = ..., min_member: _Optional[int] = ..., min_task_member: _Optional[_Mapping[str, int]] = ..., min_resources: _Optional[_Union[ResourceList, _Mapping]] = ..., task_groups: _Optional[_Iterable[_Union[TaskGroup, _Mapping]]] = ..., preemptible: _Optional[bool] = ..., sub_groups: _Optional[_Iterable[_Union[SubGroup, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., tyjob: _Optional[_Union[TYJob, _Mapping]] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("id", "job_id", "role", "index", "status", "node", "devices", "backend", "message", "exit_code")
+    __slots__ = ("id", "job_id", "role", "index", "status", "node", "devices", "backend", "message", "exit_code", "gpu_group")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -466,6 +466,7 @@ class Task(_message.Message):
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    GPU_GROUP_FIELD_NUMBER: _ClassVar[int]
     id: str
     job_id: str
     role: str
@@ -476,7 +477,8 @@ class Task(_message.Message):
     backend: str
     message: str
     exit_code: int
-    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., backend: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ...) -> None: ...
+    gpu_group: str
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., backend: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., gpu_group: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("phase", "conditions", "pending", "running", "succeeded", "failed", "submit_time", "start_time", "finish_time", "stage", "schedule_state", "leader_restarts", "cancelled")
@@ -546,7 +548,7 @@ class RegisterBackendResponse(_message.Message):
     def __init__(self, name: _Optional[str] = ..., server_id: _Optional[str] = ..., last_decision_id: _Optional[int] = ...) -> None: ...
 
 class BackendTask(_message.Message):
-    __slots__ = ("task_id", "node", "request", "status", "foreign_task", "devices", "gpu_fraction")
+    __slots__ = ("task_id", "node", "request", "status", "foreign_task", "devices", "gpu_fraction", "gpu_group")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
@@ -554,6 +556,7 @@ class BackendTask(_message.Message):
     FOREIGN_TASK_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     GPU_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    GPU_GROUP_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node: str
     request: ResourceList
@@ -561,7 +564,8 @@ class BackendTask(_message.Message):
     foreign_task: bool
     devices: _containers.RepeatedScalarFieldContainer[str]
     gpu_fraction: float
-    def __init__(self, task_id: _Optional[str] = ..., node: _Optional[str] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., foreign_task: _Optional[bool] = ..., devices: _Optional[_Iterable[str]] = ..., gpu_fraction: _Optional[float] = ...) -> None: ...
+    gpu_group: str
+    def __init__(self, task_id: _Optional[str] = ..., node: _Optional[str] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., foreign_task: _Optional[bool] = ..., devices: _Optional[_Iterable[str]] = ..., gpu_fraction: _Optional[float] = ..., gpu_group: _Optional[str] = ...) -> None: ...
 
 class SyncSnapshotRequest(_message.Message):
     __slots__ = ("backend", "nodes", "tasks")
@@ -646,7 +650,7 @@ class StreamDecisionsRequest(_message.Message):
     def __init__(self, backend: _Optional[str] = ..., after_decision_id: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class BindDecision(_message.Message):
-    __slots__ = ("task_id", "job_id", "node", "devices", "request", "command", "duration_seconds", "pipelined", "annotations", "gpu_fraction", "min_member")
+    __slots__ = ("task_id", "job_id", "node", "devices", "request", "command", "duration_seconds", "pipelined", "annotations", "gpu_fraction", "min_member", "gpu_group")
     class AnnotationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -665,6 +669,7 @@ class BindDecision(_message.Message):
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     GPU_FRACTION_FIELD_NUMBER: _ClassVar[int]
     MIN_MEMBER_FIELD_NUMBER: _ClassVar[int]
+    GPU_GROUP_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     job_id: str
     node: str
@@ -676,7 +681,8 @@ class BindDecision(_message.Message):
     annotations: _containers.ScalarMap[str, str]
     gpu_fraction: float
     min_member: int
-    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., duration_seconds: _Optional[float] = ..., pipelined: _Optional[bool] = ..., annotations: _Optional[_Mapping[str, str]] = ..., gpu_fraction: _Optional[float] = ..., min_member: _Optional[int] = ...) -> None: ...
+    gpu_group: str
+    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., duration_seconds: _Optional[float] = ..., pipelined: _Optional[bool] = ..., annotations: _Optional[_Mapping[str, str]] = ..., gpu_fraction: _Optional[float] = ..., min_member: _Optional[int] = ..., gpu_group: _Optional[str] = ...) -> None: ...
 
 class EvictDecision(_message.Message):
     __slots__ = ("task_id", "job_id", "node", "reason")

@@ -136,9 +136,10 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
             stats.dropped_binds += len(binds)
             continue
         for rec, node in binds:
-            # A fractional task's device is its shared GPU (the agent keeps shares within one GPU).
-            devices = result.bind_devices.get(rec.uid) or result.bind_gpu_groups.get(rec.uid, [])
-            state.bind(job, rec, node, devices, cycle_id)
+            # A fractional task holds no whole device: it shares one GPU (the core names one).
+            groups = result.bind_gpu_groups.get(rec.uid)
+            devices = list(result.bind_devices.get(rec.uid, ()))
+            state.bind(job, rec, node, devices, cycle_id, groups[0] if groups else "")
             stats.binds += 1
         touched.add(job_id)
         bound_jobs.add(job_id)
@@ -150,7 +151,7 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
             stats.dropped_evictions += 1
             continue
         pos = next(i for i, t in enumerate(owner.tasks) if t is rec)
-        status_then, node_then, _ = then[1][pos]
+        status_then, node_then, _, _ = then[1][pos]
         if rec.status not in PLACED or rec.node != node_then or status_then not in PLACED:
             stats.dropped_evictions += 1
             continue
@@ -176,8 +177,11 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
 def _held_devices(state: ClusterState) -> dict[str, set[str]]:
     held: dict[str, set[str]] = {}
     for rec in state.tasks.values():
-        if rec.devices and rec.node and rec.status in OCCUPYING:
-            held.setdefault(rec.node, set()).update(rec.devices)
+        if (rec.devices or rec.gpu_group) and rec.node and rec.status in OCCUPYING:
+            mine = held.setdefault(rec.node, set())
+            mine.update(rec.devices)
+            if rec.gpu_group:  # a shared GPU is taken whole by its group
+                mine.add(rec.gpu_group)
     for f in state.foreign.values():
         if f.spec.devices and f.spec.node:
             held.setdefault(f.spec.node, set()).update(f.spec.devices)

@@ -11,12 +11,15 @@ from collections.abc import Sequence
 
 import structlog
 
+from muster.jsonmap import short_enum_name
 from muster.v1 import muster_pb2 as pb
 from server.model import TaskStatus
-from server.service import validate
+from server.service import convert, validate
 from server.service.errors import DomainError, already_exists, invalid, not_found, precondition
+from server.service.lifecycle import ended_summary
 from server.service.records import JobRecord, JobStatusRecord
-from server.service.state import PLACED, ClusterState, ended_summary, new_job_record
+from server.service.state import PLACED, ClusterState
+from server.service.tables import new_job_record
 from server.service.views import job_proto
 
 log = structlog.get_logger("muster.commands")
@@ -55,10 +58,13 @@ PreparedJobs = list[JobRecord | DomainError]
 def prepare_job(spec: pb.JobSpec, owner: str) -> JobRecord:
     """The job's record from its normalized spec; DomainError when the spec is invalid. Reads no
     state (safe in a worker thread)."""
-    normalized = validate.normalize_job(spec)
-    normalized.owner = owner
+    valid = validate.normalize_job(spec)
+    valid.spec.owner = owner
     status = JobStatusRecord(phase=pb.JOB_PHASE_PENDING)
-    return new_job_record(normalized, UNASSIGNED, status)
+    rec = new_job_record(valid.spec, UNASSIGNED, status, template=False)
+    # The core's view from the quantities validation parsed: none is parsed twice.
+    rec.adopt_template(convert.valid_job_to_model(valid, UNASSIGNED))
+    return rec
 
 
 def prepare_jobs(specs: Sequence[pb.JobSpec], owner: str = "") -> PreparedJobs:
@@ -71,9 +77,15 @@ def prepare_jobs(specs: Sequence[pb.JobSpec], owner: str = "") -> PreparedJobs:
         try:
             jobs.append(prepare_job(spec, owner))
         except DomainError as exc:
-            jobs.append(exc)
+            jobs.append(DomainError(exc.code, exc.message + _naming(spec.id)))
             break
     return jobs
+
+
+def _naming(job_id: str) -> str:
+    """The suffix that names the refused job of a batch: ``jobs[3]`` alone says little to whoever
+    submitted several files."""
+    return f" (job {job_id!r})" if job_id else ""
 
 
 def commit_jobs(state: ClusterState, prepared: PreparedJobs) -> list[tuple[pb.Job, bool]]:
@@ -86,7 +98,10 @@ def commit_jobs(state: ClusterState, prepared: PreparedJobs) -> list[tuple[pb.Jo
         try:
             if isinstance(rec, DomainError):
                 raise rec
-            fresh, existing = _check_job(state, rec)
+            try:
+                fresh, existing = _check_job(state, rec)
+            except DomainError as exc:
+                raise DomainError(exc.code, exc.message + _naming(rec.id)) from None
         except DomainError as exc:
             raise DomainError(exc.code, f"jobs[{i}].{exc.message}") from None
         if fresh.id in seen:
@@ -129,13 +144,17 @@ def _check_job(state: ClusterState, rec: JobRecord) -> tuple[JobRecord, JobRecor
         )
     if queue.proto.state in (pb.QUEUE_STATE_CLOSED, pb.QUEUE_STATE_CLOSING):
         raise precondition(
-            f"job.queue: queue {normalized.queue!r} is {pb.QueueState.Name(queue.proto.state)}"
+            f"job.queue: queue {normalized.queue!r} is "
+            f"{short_enum_name(pb.QueueState.DESCRIPTOR, queue.proto.state)}"
         )
     # The k8s adapter resolves PriorityClasses itself (it sends the value); a class named through
     # the API must be one the configuration declares, not silently priority 0.
     if normalized.priority_class and normalized.priority_class not in state.priority_classes:
+        known = ", ".join(sorted(state.priority_classes)) or "none"
         raise invalid(
             f"job.priority_class: {normalized.priority_class!r} is not a configured priority class"
+            f" (configured: {known}; the scheduler configuration declares them under"
+            " priorityClasses, docs/config.md)"
         )
     return rec, None
 
@@ -166,7 +185,8 @@ def cancel_job(state: ClusterState, job_id: str) -> pb.Job:
         return job_proto(rec)
     if not rec.active:
         raise precondition(
-            f"id: job {job_id!r} already ended ({pb.JobPhase.Name(rec.status.phase)})"
+            f"id: job {job_id!r} already ended "
+            f"({short_enum_name(pb.JobPhase.DESCRIPTOR, rec.status.phase)})"
         )
     rec.status.cancelled = True
     rec.status.phase = pb.JOB_PHASE_CANCELLED
@@ -200,21 +220,23 @@ def _check_parent(state: ClusterState, q: pb.Queue) -> None:
 
 
 def create_queue(state: ClusterState, queue: pb.Queue) -> pb.Queue:
-    q = validate.normalize_queue(queue)
+    valid = validate.normalize_queue(queue)
+    q = valid.spec
     if q.name in state.queues:
         raise already_exists(f"queue.name: queue {q.name!r} already exists")
     _check_parent(state, q)
-    state.put_queue(q)
+    state.put_queue(valid)
     state.on_change()
     return q
 
 
 def update_queue(state: ClusterState, queue: pb.Queue) -> pb.Queue:
-    q = validate.normalize_queue(queue)
+    valid = validate.normalize_queue(queue)
+    q = valid.spec
     if q.name not in state.queues:
         raise not_found(f"queue.name: queue {q.name!r} does not exist")
     _check_parent(state, q)
-    state.put_queue(q)
+    state.put_queue(valid)
     state.on_change()
     return q
 

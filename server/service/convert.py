@@ -1,13 +1,16 @@
 """Proto (API) <-> model (scheduling core) conversion.
 
 Inputs are assumed validated (``server.service.validate``); these functions do not raise on bad input.
-A job read back from the store was validated by the version that stored it: ``checked_job_to_model``
-says what today's bounds refuse in it (the server quarantines such a job) and builds its model with
-the refused quantities held to the bound.
+What arrives now comes with the quantities its validation parsed (``valid_job_to_model``,
+``valid_queue_to_model``, ``node_to_model``'s allocatable): each quantity is parsed once. A job read
+back from the store was validated by the version that stored it: ``checked_job_to_model`` parses
+it again, says what today's bounds refuse in it (the server quarantines such a job) and builds its
+model with the refused quantities held to the bound.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -22,6 +25,7 @@ from muster.quantity import (
 )
 from muster.v1 import muster_pb2 as pb
 from server import model
+from server.service.validate import ValidJob, ValidQueue
 
 _QUEUE_STATE_NAMES = {
     pb.QUEUE_STATE_UNSPECIFIED: "Open",
@@ -140,13 +144,32 @@ def job_to_model(spec: pb.JobSpec, creation_index: int) -> model.JobSpec:
     return checked_job_to_model(spec, creation_index)[0]
 
 
+def valid_job_to_model(job: ValidJob, creation_index: int) -> model.JobSpec:
+    """``job_to_model`` of a job validated now, from the quantities its validation parsed."""
+    return _job_model(job.spec, creation_index, job.requests, job.min_resources)
+
+
 def checked_job_to_model(spec: pb.JobSpec, creation_index: int) -> tuple[model.JobSpec, str]:
     """``job_to_model``, and what today's bounds refuse in ``spec`` ("" when nothing: always so for
     a spec validated now), e.g. ``job.task_groups[0].request.cpu: '1e308' is more than ...``."""
     problems: list[str] = []
+    requests = [
+        _resources(f"job.task_groups[{g}].request", tg.request, problems)
+        for g, tg in enumerate(spec.task_groups)
+    ]
+    min_resources = _resources("job.min_resources", spec.min_resources, problems)
+    return _job_model(spec, creation_index, requests, min_resources), "; ".join(problems)
+
+
+def _job_model(
+    spec: pb.JobSpec,
+    creation_index: int,
+    requests: Sequence[dict[str, float]],
+    min_resources: dict[str, float],
+) -> model.JobSpec:
+    """The model of ``spec``, its quantities already parsed (``requests``: per task group)."""
     tasks: list[model.TaskSpec] = []
-    for g, tg in enumerate(spec.task_groups):
-        request = _resources(f"job.task_groups[{g}].request", tg.request, problems)
+    for tg, request in zip(spec.task_groups, requests, strict=True):
         tolerations = [
             model.Toleration(
                 key=t.key, operator=t.operator or "Equal", value=t.value, effect=t.effect
@@ -189,14 +212,13 @@ def checked_job_to_model(spec: pb.JobSpec, creation_index: int) -> tuple[model.J
                     gpu_fraction=tg.gpu_fraction,
                 )
             )
-    min_resources = _resources("job.min_resources", spec.min_resources, problems) or None
     network_topology: dict[str, Any] = {}
     if spec.network_topology.mode:
         network_topology = {
             "mode": spec.network_topology.mode,
             "highestTierAllowed": spec.network_topology.highest_tier_allowed,
         }
-    job = model.JobSpec(
+    return model.JobSpec(
         uid=spec.id,
         name=spec.name,
         namespace=spec.namespace,
@@ -204,7 +226,7 @@ def checked_job_to_model(spec: pb.JobSpec, creation_index: int) -> tuple[model.J
         tasks=tasks,
         min_member=gang_minimum(spec.min_member, len(tasks)),  # 0: every task
         min_task_member=dict(spec.min_task_member),
-        min_resources=min_resources,
+        min_resources=dict(min_resources) or None,
         priority=spec.priority,
         priority_class=spec.priority_class,
         preemptible=spec.preemptible if spec.HasField("preemptible") else None,
@@ -214,7 +236,6 @@ def checked_job_to_model(spec: pb.JobSpec, creation_index: int) -> tuple[model.J
         creation_index=creation_index,
         tyjob=tyjob_to_model(spec.tyjob) if spec.HasField("tyjob") else None,
     )
-    return job, "; ".join(problems)
 
 
 def tyjob_to_model(ty: pb.TYJob, leader_restarts: int = 0) -> model.TYJobSpec:
@@ -233,10 +254,11 @@ def tyjob_to_model(ty: pb.TYJob, leader_restarts: int = 0) -> model.TYJobSpec:
 # --- nodes and queues ----------------------------------------------------------------------------
 
 
-def node_to_model(node: pb.Node, backend: str) -> model.NodeSpec:
+def node_to_model(node: pb.Node, backend: str, allocatable: dict[str, float]) -> model.NodeSpec:
+    """A validated pb.Node -> model.NodeSpec; ``allocatable`` as ``validate.check_node`` parsed it."""
     return model.NodeSpec(
         name=node.name,
-        allocatable=parse_resources(dict(node.allocatable.quantities)),
+        allocatable=allocatable,
         labels=dict(node.labels),
         taints=[model.Taint(t.key, t.value, t.effect) for t in node.taints],
         unschedulable=node.unschedulable,
@@ -256,16 +278,36 @@ def node_to_model(node: pb.Node, backend: str) -> model.NodeSpec:
 
 
 def queue_to_model(queue: pb.Queue) -> model.QueueSpec:
-    """A normalized pb.Queue -> model.QueueSpec ("-1" capability = unlimited, i.e. +inf). A queue
-    stored by an earlier version with a quantity beyond today's bound gets the bound instead."""
+    """A normalized pb.Queue read back from the store -> model.QueueSpec ("-1" capability =
+    unlimited, i.e. +inf). A queue stored by an earlier version with a quantity beyond today's
+    bound gets the bound instead."""
     ignored: list[str] = []
+    return _queue_model(
+        queue,
+        _resources("queue.guarantee", queue.guarantee, ignored),
+        _resources("queue.deserved", queue.deserved, ignored, unlimited=True),
+        _resources("queue.capability", queue.capability, ignored, unlimited=True),
+    )
+
+
+def valid_queue_to_model(queue: ValidQueue) -> model.QueueSpec:
+    """``queue_to_model`` of a queue validated now, from the quantities its validation parsed."""
+    return _queue_model(queue.spec, queue.guarantee, queue.deserved, queue.capability)
+
+
+def _queue_model(
+    queue: pb.Queue,
+    guarantee: dict[str, float],
+    deserved: dict[str, float],
+    capability: dict[str, float],
+) -> model.QueueSpec:
     return model.QueueSpec(
         name=queue.name,
         parent=queue.parent or None,
         weight=queue.weight or 1,
-        guarantee=_resources("queue.guarantee", queue.guarantee, ignored),
-        deserved=_resources("queue.deserved", queue.deserved, ignored, unlimited=True),
-        capability=_resources("queue.capability", queue.capability, ignored, unlimited=True),
+        guarantee=guarantee,
+        deserved=deserved,
+        capability=capability,
         priority=queue.priority,
         reclaimable=queue.reclaimable if queue.HasField("reclaimable") else True,
         state=_QUEUE_STATE_NAMES.get(queue.state, "Open"),

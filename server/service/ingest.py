@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from muster.devices import shared_gpu
 from muster.v1 import muster_pb2 as pb
 from server import model
 from server.model import OCCUPYING, TaskStatus
@@ -69,7 +70,7 @@ def sync_snapshot(state: ClusterState, req: pb.SyncSnapshotRequest) -> pb.SyncSn
     new_nodes: dict[str, model.NodeSpec] = {}
     for i, node in enumerate(req.nodes):
         path = f"nodes[{i}]"
-        validate.check_node(path, node)
+        allocatable = validate.check_node(path, node)
         if node.name in new_nodes:
             raise invalid(f"{path}.name: duplicate node {node.name!r}")
         if node.backend and node.backend != backend:
@@ -77,7 +78,7 @@ def sync_snapshot(state: ClusterState, req: pb.SyncSnapshotRequest) -> pb.SyncSn
                 f"{path}.backend: {node.backend!r} differs from the request's backend {backend!r}"
             )
         _check_node_owner(state, f"{path}.name", node.name, backend)
-        new_nodes[node.name] = convert.node_to_model(node, backend)
+        new_nodes[node.name] = convert.node_to_model(node, backend, allocatable)
     reported: dict[str, tuple[pb.BackendTask, dict[str, float]]] = {}
     for i, task in enumerate(req.tasks):
         path = f"tasks[{i}]"
@@ -108,8 +109,9 @@ def sync_snapshot(state: ClusterState, req: pb.SyncSnapshotRequest) -> pb.SyncSn
             continue
         touched.add(rec.job_id)
         state.report_task(rec, task.status or pb.TASK_STATUS_RUNNING, task.node, backend, "", 0)
-        if list(task.devices):
-            rec.devices = list(task.devices)
+        gpu_group, devices = shared_gpu(task.gpu_group, task.devices, task.gpu_fraction)
+        if devices or gpu_group:  # what the backend says the task holds replaces what was known
+            rec.devices, rec.gpu_group = devices, gpu_group
     # Muster tasks the backend should have and does not: lost.
     for rec in state.tasks.values():
         if rec.uid in reported or rec.status not in ON_BACKEND or rec.backend != backend:
@@ -140,10 +142,10 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
         path = f"{path}.{kind}"
         if kind == "node_upserted":
             node = delta.node_upserted
-            validate.check_node(path, node)
+            allocatable = validate.check_node(path, node)
             _check_node_owner(state, f"{path}.name", node.name, backend)
             present.add(node.name)
-            parsed.append(convert.node_to_model(node, backend))
+            parsed.append(convert.node_to_model(node, backend, allocatable))
         elif kind == "node_removed":
             if delta.node_removed not in present:
                 raise not_found(
@@ -232,6 +234,7 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
 def _put_foreign(
     state: ClusterState, backend: str, task: pb.BackendTask, request: dict[str, float]
 ) -> None:
+    gpu_group, devices = shared_gpu(task.gpu_group, task.devices, task.gpu_fraction)
     state.foreign[f"{backend}/{task.task_id}"] = ForeignTask(
         backend,
         model.TaskSpec(
@@ -242,8 +245,8 @@ def _put_foreign(
             request=request,
             status=TaskStatus.RUNNING,
             node=task.node,
-            devices=[] if task.gpu_fraction else list(task.devices),
-            gpu_groups=list(task.devices) if task.gpu_fraction else [],
+            devices=devices,
+            gpu_groups=[gpu_group] if gpu_group else [],
             gpu_fraction=task.gpu_fraction,
         ),
     )
@@ -373,7 +376,8 @@ def _late_bind(state: ClusterState, decision: pb.Decision) -> None:
         rec.status = TaskStatus.BOUND
         rec.node = bind.node
         rec.backend = decision.backend
-        rec.devices = list(bind.devices)
+        # (a decision issued before gpu_group existed names the shared GPU in devices)
+        rec.gpu_group, rec.devices = shared_gpu(bind.gpu_group, bind.devices, bind.gpu_fraction)
         rec.message = "bind acknowledged after its deadline; kept"
         state.changes.tasks.add(rec.uid)
         state.after_task_change(job)

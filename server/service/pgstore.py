@@ -139,8 +139,12 @@ CREATE TABLE replicas (
     last_seen timestamptz NOT NULL, lag_seconds double precision NOT NULL);
 """
 
+# Version 2: a fractional task's shared GPU in a column of its own (rows written before keep it
+# in devices; ``TaskRecord.read_legacy_shared_gpu`` reads them).
+SCHEMA_V2 = "ALTER TABLE tasks ADD COLUMN gpu_group text NOT NULL DEFAULT '';"
+
 # In order; a version, once released, never changes (a later change is a new version).
-MIGRATIONS: list[tuple[int, str]] = [(1, SCHEMA_V1)]
+MIGRATIONS: list[tuple[int, str]] = [(1, SCHEMA_V1), (2, SCHEMA_V2)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 # Upserts. What never changes after the first write (a job's spec and creation index, a task's
@@ -169,13 +173,14 @@ JOB_UPSERT = (
     "excluded.namespace, excluded.phase, excluded.finish_time, excluded.owner)"
 )
 TASK_UPSERT = (
-    "INSERT INTO tasks (id, job_id, status, node, backend, devices, message, exit_code) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE "
+    "INSERT INTO tasks (id, job_id, status, node, backend, devices, message, exit_code, gpu_group) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE "
     "SET status = excluded.status, node = excluded.node, backend = excluded.backend, "
     "devices = excluded.devices, message = excluded.message, exit_code = excluded.exit_code, "
-    "seq = excluded.seq WHERE (tasks.status, tasks.node, tasks.backend, tasks.devices, "
-    "tasks.message, tasks.exit_code) IS DISTINCT FROM (excluded.status, excluded.node, "
-    "excluded.backend, excluded.devices, excluded.message, excluded.exit_code)"
+    "gpu_group = excluded.gpu_group, seq = excluded.seq WHERE (tasks.status, tasks.node, "
+    "tasks.backend, tasks.devices, tasks.message, tasks.exit_code, tasks.gpu_group) "
+    "IS DISTINCT FROM (excluded.status, excluded.node, excluded.backend, excluded.devices, "
+    "excluded.message, excluded.exit_code, excluded.gpu_group)"
 )
 DECISION_UPSERT = (
     "INSERT INTO decisions (id, backend, cycle_id, task_id, kind, payload, state, reason, deadline) "
@@ -201,7 +206,10 @@ FEED_QUERIES = {
     "meta": "SELECT key, value, seq FROM meta",
     "queues": "SELECT name, spec, deleted, seq FROM queues",
     "jobs": "SELECT id, creation_index, spec, status, seq FROM jobs",
-    "tasks": "SELECT id, job_id, status, node, backend, devices, message, exit_code, seq FROM tasks",
+    "tasks": (
+        "SELECT id, job_id, status, node, backend, devices, message, exit_code, gpu_group, seq "
+        "FROM tasks"
+    ),
     "decisions": f"SELECT {DECISION_COLUMNS}, seq FROM decisions",
     "backends": "SELECT name, kind, labels, last_decision_id, seq FROM backends",
 }
@@ -654,7 +662,7 @@ class PostgresStore:
                 f"{TASK_SELECT}"
                 if finished_before is None
                 else "SELECT t.id, t.job_id, t.status, t.node, t.backend, t.devices, t.message, "
-                f"t.exit_code FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE {live}"
+                f"t.exit_code, t.gpu_group FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE {live}"
             )
             tasks_by_job: dict[str, list[TaskRecord]] = {}
             for t in _stream(conn, "muster_load_tasks", task_query, params):

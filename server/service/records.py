@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from muster.devices import shared_gpu
 from muster.gang import gang_minimum
 from muster.v1 import muster_pb2 as pb
 from server import model
@@ -34,11 +35,13 @@ class TaskRecord:
     status: TaskStatus = TaskStatus.PENDING
     node: str | None = None
     backend: str = ""
-    devices: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)  # held whole
     message: str = ""
     exit_code: int = 0
+    gpu_group: str = ""  # KAI GPU sharing: the GPU a fractional task shares (devices then empty)
 
     def row(self) -> tuple[Any, ...]:
+        """The tasks table's columns in order (gpu_group, added later, last)."""
         return (
             self.uid,
             self.job_id,
@@ -48,7 +51,14 @@ class TaskRecord:
             json.dumps(self.devices) if self.devices else "[]",  # most tasks hold none: no encoder
             self.message,
             self.exit_code,
+            self.gpu_group,
         )
+
+    def read_legacy_shared_gpu(self, gpu_fraction: float) -> None:
+        """A row stored before ``gpu_group`` existed names a fractional task's shared GPU as its
+        one device (``gpu_fraction``, its task group's, tells): move it to ``gpu_group``."""
+        if gpu_fraction and not self.gpu_group and self.devices:
+            self.gpu_group, self.devices = shared_gpu(self.gpu_group, self.devices, gpu_fraction)
 
 
 @dataclass(slots=True)
@@ -188,6 +198,11 @@ class JobRecord:
         if self._template is None:
             self._template, self.refusal = checked_job_to_model(self.spec, self.creation_index)
         return self._template
+
+    def adopt_template(self, template: model.JobSpec) -> None:
+        """Take the core's view of a spec validated now (built from the quantities its
+        validation parsed: nothing to refuse) instead of building it on first use."""
+        self._template, self.refusal = template, ""
 
     def checked_template(self) -> tuple[model.JobSpec, str]:
         """The template, and what today's validation refuses in the spec ("" : nothing)."""

@@ -20,6 +20,10 @@ from server.model import OCCUPYING, PodGroupPhase, TaskStatus
 from server.service.records import JobRecord
 from server.service.state import ClusterState
 
+# A task as a cycle sees it: status, node, the device ids it holds whole, the GPU it shares ("":
+# none).
+TaskState = tuple[TaskStatus, str | None, tuple[str, ...], str]
+
 
 @dataclass
 class Capture:
@@ -28,17 +32,13 @@ class Capture:
     cycle_id: int
     nodes: list[model.NodeSpec]
     queues: list[model.QueueSpec]
-    # (record, phase, per task (status, node, device ids), Leader restarts) at capture time
-    jobs: list[
-        tuple[JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int]
-    ]
+    # (record, phase, per task state, Leader restarts) at capture time
+    jobs: list[tuple[JobRecord, PodGroupPhase, list[TaskState], int]]
     foreign: list[model.TaskSpec]
     priority_classes: dict[str, model.PriorityClass]
 
     @cached_property
-    def by_job(
-        self,
-    ) -> dict[str, tuple[JobRecord, list[tuple[TaskStatus, str | None, tuple[str, ...]]]]]:
+    def by_job(self) -> dict[str, tuple[JobRecord, list[TaskState]]]:
         """Job id -> (record, per-task state) at capture time; built once (apply asks per chunk)."""
         return {rec.id: (rec, states) for rec, _, states, _ in self.jobs}
 
@@ -52,22 +52,11 @@ class Capture:
         )
 
 
-# A job as a cycle sees it: template, phase, per task (status, node, device ids), Leader restarts,
-# submit time.
-JobState = tuple[
-    model.JobSpec,
-    PodGroupPhase,
-    list[tuple[TaskStatus, str | None, tuple[str, ...]]],
-    int,
-    float | None,
-]
+# A job as a cycle sees it: template, phase, per task state, Leader restarts, submit time.
+JobState = tuple[model.JobSpec, PodGroupPhase, list[TaskState], int, float | None]
 
 
-def _job_state(
-    entry: tuple[
-        JobRecord, PodGroupPhase, list[tuple[TaskStatus, str | None, tuple[str, ...]]], int
-    ],
-) -> JobState:
+def _job_state(entry: tuple[JobRecord, PodGroupPhase, list[TaskState], int]) -> JobState:
     rec, phase, states, restarts = entry
     return rec.template, phase, states, restarts, rec.status.submit_time or None
 
@@ -100,7 +89,7 @@ def _snapshot(
         nodes=nodes,
         queues=[_copy_queue(q) for q in queues],
         jobs=jobs,
-        foreign_tasks=[_copy_task(t, t.status, t.node, tuple(t.devices)) for t in foreign],
+        foreign_tasks=[_copy_task(t, t.status, t.node, t.devices, t.gpu_groups) for t in foreign],
         priority_classes={
             k: model.PriorityClass(v.name, v.value, v.preemption_policy, v.global_default)
             for k, v in priority_classes.items()
@@ -111,8 +100,8 @@ def _snapshot(
 def _copy_job(job: JobState) -> model.JobSpec:
     tmpl, phase, states, restarts, submit_time = job
     tasks = [
-        _copy_task(t, status, node, devices)
-        for t, (status, node, devices) in zip(tmpl.tasks, states, strict=True)
+        _copy_task(t, status, node, devices, [gpu_group] if gpu_group else [])
+        for t, (status, node, devices, gpu_group) in zip(tmpl.tasks, states, strict=True)
     ]
     return model.JobSpec(
         uid=tmpl.uid,
@@ -137,7 +126,11 @@ def _copy_job(job: JobState) -> model.JobSpec:
 
 
 def _copy_task(
-    t: model.TaskSpec, status: TaskStatus, node: str | None, devices: tuple[str, ...]
+    t: model.TaskSpec,
+    status: TaskStatus,
+    node: str | None,
+    devices: Iterable[str],
+    gpu_groups: Iterable[str],
 ) -> model.TaskSpec:
     return model.TaskSpec(
         uid=t.uid,
@@ -157,10 +150,9 @@ def _copy_task(
         tolerations=[model.Toleration(x.key, x.operator, x.value, x.effect) for x in t.tolerations],
         affinity=_deep(t.affinity) if t.affinity else {},
         sub_group=t.sub_group,
-        # A fractional task's stored device is the shared GPU it sits on: its group in the session.
-        gpu_groups=list(devices) if t.gpu_fraction else list(t.gpu_groups),
+        gpu_groups=list(gpu_groups),
         creation_index=t.creation_index,
-        devices=[] if t.gpu_fraction else list(devices),
+        devices=list(devices),
         gpu_fraction=t.gpu_fraction,
     )
 
@@ -218,7 +210,7 @@ def capture(state: ClusterState) -> Capture:
                     (
                         rec,
                         rec.status.sched_phase,
-                        [(t.status, t.node, tuple(t.devices)) for t in rec.tasks],
+                        [(t.status, t.node, tuple(t.devices), t.gpu_group) for t in rec.tasks],
                         rec.status.leader_restarts,
                     )
                 )
@@ -234,7 +226,14 @@ def capture(state: ClusterState) -> Capture:
         # Quarantined jobs and jobs that are over hold the nodes their tasks are on, like foreign work.
         if any(t.node and t.status in OCCUPYING for t in rec.tasks):
             leftovers += [
-                replace(spec, job="", status=t.status, node=t.node, devices=list(t.devices))
+                replace(
+                    spec,
+                    job="",
+                    status=t.status,
+                    node=t.node,
+                    devices=list(t.devices),
+                    gpu_groups=[t.gpu_group] if t.gpu_group else [],
+                )
                 for spec, t in zip(rec.template.tasks, rec.tasks, strict=True)
                 if t.node and t.status in OCCUPYING
             ]

@@ -1,11 +1,13 @@
 """The server's in-memory cluster state and the task / job lifecycle.
 
-``ClusterState`` holds the records (``server.service.records``) of backends, nodes, queues, jobs, tasks and
-foreign work, the decision log and the WatchJobs hub, and owns every lifecycle transition: a task
-going back to Pending, being released, evicted or bound, a gang falling below its minimum, a job's
-phase following its tasks. Each transition notes what it changed in ``changes`` (a ``ChangeSet``);
-``commit()`` turns the change set into one ``WriteBatch`` for the store and publishes the job
-events it collected.
+``ClusterState`` is the state's tables (``server.service.tables.StateTables``: the records of
+backends, nodes, queues, jobs, tasks and foreign work, the decision log and the WatchJobs hub, and
+their rows in and out of the store) and owns every lifecycle transition: a task going back to
+Pending, being released, evicted or bound, a gang falling below its minimum, a job's phase
+following its tasks. What depends on the kind of job (a TYJob's Leader restarts, its
+cleanPodPolicy, what ends it) is asked of the job's ``server.service.lifecycle.JobLifecycle``. Each
+transition notes what it changed in ``changes`` (a ``ChangeSet``); ``commit()`` turns the change
+set into one ``WriteBatch`` for the store and publishes the job events it collected.
 
 Finished jobs do not stay in memory for ever: ``drop_finished`` removes a job (with its tasks) once
 it has been Completed, Failed or Cancelled for ``retention`` seconds and nothing of it is still
@@ -23,37 +25,30 @@ changes nothing.
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Set
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
+from muster.gang import gang_whole
 from muster.v1 import muster_pb2 as pb
 from server import model
 from server.model import ALLOCATED, ENDED, OCCUPYING, PodGroupPhase, TaskStatus
 from server.service import convert, validate
-from server.service.decisions import DecisionLog, JobWatchHub
+from server.service.decisions import DecisionLog
 from server.service.errors import invalid, not_found
+from server.service.lifecycle import JobLifecycle, lifecycle_of
 from server.service.logs import TaskLogs
 from server.service.records import (
-    BackendRecord,
     ConditionRecord,
-    DecisionRow,
-    ForeignTask,
     JobRecord,
-    JobStatusRecord,
-    NodeEntry,
     QueueEntry,
     TaskRecord,
     is_terminal_phase,
 )
-from server.service.store import JobArchive, StoredJob, StoredState, WriteBatch
-from server.service.views import job_proto
+from server.service.store import JobArchive, WriteBatch
+from server.service.tables import StateTables
 
 log = structlog.get_logger("muster.state")
 
@@ -65,52 +60,9 @@ ON_BACKEND = frozenset({TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASI
 DEFAULT_JOB_RETENTION = 600.0
 
 
-class JobTable(dict[str, JobRecord]):
-    """The jobs in memory, in creation order: the active ones and those finished within the
-    retention. ``get`` reads through to the archive (the store) for a job that left memory, so a
-    lookup by id sees every job; ``[]``, ``in``, ``len`` and iteration see memory only.
+class ClusterState(StateTables):
+    """The cluster state and its transitions (the module's docstring)."""
 
-    A record read from the archive is a detached, read-only copy (its job is over): nothing
-    indexes it, and changing it changes nothing.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.archive: JobArchive | None = None
-
-    def get(self, key: str, default: None = None) -> JobRecord | None:  # type: ignore[override]
-        rec = super().get(key)
-        if rec is None and self.archive is not None and key:
-            stored = self.archive.job(key)
-            if stored is not None:
-                rec = record_from_stored(stored, template=False)
-        return rec
-
-
-@dataclass
-class ChangeSet:
-    """What changed since the last commit: the rows to write and the job events to publish."""
-
-    jobs: set[str] = field(default_factory=set)
-    tasks: set[str] = field(default_factory=set)
-    queues: set[str] = field(default_factory=set)
-    deleted_queues: set[str] = field(default_factory=set)
-    backends: set[str] = field(default_factory=set)
-    meta: dict[str, str] = field(default_factory=dict)
-    events: dict[str, int] = field(default_factory=dict)  # job id -> pb.JobEvent type
-
-    def job_modified(self, job_id: str) -> None:
-        self.jobs.add(job_id)
-        self.events.setdefault(job_id, pb.JobEvent.TYPE_MODIFIED)
-
-    def clear(self) -> None:
-        for s in (self.jobs, self.tasks, self.queues, self.deleted_queues, self.backends):
-            s.clear()
-        self.meta.clear()
-        self.events.clear()
-
-
-class ClusterState:
     def __init__(
         self,
         decisions: DecisionLog | None = None,
@@ -119,33 +71,12 @@ class ClusterState:
         retention: float = DEFAULT_JOB_RETENTION,
         archive: JobArchive | None = None,
     ) -> None:
-        self.clock = clock
+        super().__init__(decisions, clock=clock, archive=archive)
         self.retention = retention  # seconds a finished job stays in memory
-        self.decisions = decisions or DecisionLog()
-        self.watch = JobWatchHub()
-        self.server_id = uuid.uuid4().hex
-        self.backends: dict[str, BackendRecord] = {}
-        self.nodes: dict[str, NodeEntry] = {}
-        self.queues: dict[str, QueueEntry] = {}
-        self.jobs = JobTable()  # in creation order
-        self.jobs.archive = archive
-        # The jobs not known to be over, in creation order: what a cycle and ListQueues need,
-        # without walking the finished ones. A job leaves it when a transition or commit() sees it
-        # over, so readers still check ``rec.active``.
-        self.active_jobs: dict[str, JobRecord] = {}
-        # Finished jobs still in memory, in the order they were committed finished (about the
-        # order of their finish times): what drop_finished looks at, oldest first.
-        self.finished: dict[str, None] = {}
-        self.tasks: dict[str, TaskRecord] = {}
-        self.task_job: dict[str, JobRecord] = {}
-        self.foreign: dict[str, ForeignTask] = {}  # key "<backend>/<task id>"
         self.task_logs = TaskLogs()  # output the backends sent (memory only, bounded)
         self.priority_classes: dict[str, model.PriorityClass] = {}
-        self.next_cycle_id = 1
-        self.next_creation_index = 1
         # Called on every change that may let a cycle do something new (the loop's wake()).
         self.on_change: Callable[[], None] = lambda: None
-        self.changes = ChangeSet()
         self.ensure_default_queues()
         self.changes.meta["server_id"] = self.server_id
 
@@ -156,163 +87,7 @@ class ClusterState:
             if name not in self.queues:
                 self.put_queue(validate.normalize_queue(pb.Queue(name=name, parent=parent)))
 
-    # -- restore and commit -------------------------------------------------------------------
-
-    def restore(self, stored: StoredState) -> None:
-        """Rebuild from the store (on an empty state, before serving)."""
-        meta = stored.meta
-        self.changes.meta.clear()
-        if "server_id" in meta:
-            self.server_id = meta["server_id"]
-        else:
-            self.changes.meta["server_id"] = self.server_id
-        self.next_cycle_id = int(meta.get("next_cycle_id", 1))
-        self.next_creation_index = int(meta.get("next_creation_index", 1))
-        self.decisions.next_id = max(self.decisions.next_id, int(meta.get("next_decision_id", 1)))
-        for name, blob in sorted(stored.queues.items()):
-            q = pb.Queue.FromString(blob)
-            self.queues[name] = QueueEntry(q, convert.queue_to_model(q))
-        for job in stored.jobs:
-            rec = record_from_stored(job)
-            self.index_job(rec)
-            self.next_creation_index = max(self.next_creation_index, job.creation_index + 1)
-        ended = sorted(
-            (r.status.finish_time, r.creation_index, r.id)
-            for r in self.jobs.values()
-            if not r.active
-        )
-        self.finished.update((job_id, None) for _t, _i, job_id in ended)
-        for b in stored.backends:
-            self.backends[b.name] = b
-        self.decisions.restore(stored.pending_decisions, self.clock())
-
-    def reset(self) -> None:
-        """Forget everything (back to a new state's empty tables), keeping the hooks and the
-        WatchJobs hub: a server that lost its lease reloads from the store with ``restore``."""
-        self.decisions.clear()
-        for table in (self.backends, self.nodes, self.queues, self.active_jobs, self.finished):
-            table.clear()
-        dict.clear(self.jobs)
-        for index in (self.tasks, self.task_job, self.foreign):
-            index.clear()
-        self.changes.clear()
-        self.next_cycle_id = 1
-        self.next_creation_index = 1
-
-    def forget_changes(self) -> None:
-        """Drop what is marked to write (a follower's state mirrors the store and writes nothing)."""
-        self.changes.clear()
-        self.decisions.forget_unwritten()
-
-    def absorb(
-        self,
-        *,
-        meta: Mapping[str, str],
-        queues: Mapping[str, bytes | None],
-        jobs: Iterable[StoredJob],
-        tasks: Iterable[TaskRecord],
-        decisions: Iterable[DecisionRow],
-        backends: Iterable[BackendRecord],
-    ) -> None:
-        """A follower applies rows the leader wrote (the store's change feed) to its copy: nothing
-        is marked changed (a follower writes nothing) and WatchJobs subscribers see the job events.
-        Nodes are not in the store: a follower has none until it leads and backends re-register."""
-        if "server_id" in meta:
-            self.server_id = meta["server_id"]
-        self.next_cycle_id = max(self.next_cycle_id, int(meta.get("next_cycle_id", 1)))
-        self.next_creation_index = max(
-            self.next_creation_index, int(meta.get("next_creation_index", 1))
-        )
-        self.decisions.next_id = max(self.decisions.next_id, int(meta.get("next_decision_id", 1)))
-        for name, blob in queues.items():
-            if blob is None:
-                self.queues.pop(name, None)
-            else:
-                q = pb.Queue.FromString(blob)
-                self.queues[name] = QueueEntry(q, convert.queue_to_model(q))
-        events: dict[str, int] = {}
-        for job in jobs:
-            rec = dict.get(self.jobs, job.id)
-            if rec is None:
-                rec = record_from_stored(job, template=False)
-                self.index_job(rec)
-                self.next_creation_index = max(self.next_creation_index, job.creation_index + 1)
-                events[job.id] = pb.JobEvent.TYPE_ADDED
-            else:
-                rec.status = job.status
-                events.setdefault(job.id, pb.JobEvent.TYPE_MODIFIED)
-        for task in tasks:
-            job_rec = self.task_job.get(task.uid)
-            if job_rec is None:
-                continue  # a job this copy dropped (finished past the retention): the store has it
-            for i, old in enumerate(job_rec.tasks):
-                if old.uid == task.uid:
-                    job_rec.tasks[i] = task
-                    break
-            self.tasks[task.uid] = task
-            events.setdefault(job_rec.id, pb.JobEvent.TYPE_MODIFIED)
-        for job_id in events:
-            rec = dict.get(self.jobs, job_id)
-            if rec is None:
-                continue
-            if rec.active:
-                self.active_jobs[job_id] = rec
-            else:
-                self.active_jobs.pop(job_id, None)
-                self.finished[job_id] = None
-        self.decisions.absorb(decisions)
-        for b in backends:
-            self.backends[b.name] = b
-        if events and self.watch:
-            for job_id, kind in events.items():
-                if job_id in self.jobs:
-                    self.watch.publish(pb.JobEvent(type=kind, job=job_proto(self.jobs[job_id])))  # type: ignore[arg-type]
-
-    def commit(self) -> WriteBatch:
-        """The change set -> a WriteBatch (rows serialized now); publishes pending WatchJobs events."""
-        changes = self.changes
-        batch = WriteBatch()
-        if self.decisions.counter_dirty:
-            changes.meta["next_decision_id"] = str(self.decisions.next_id)
-            self.decisions.counter_dirty = False
-        batch.meta = dict(changes.meta)
-        for name in changes.queues:
-            if name in self.queues:
-                batch.queues[name] = self.queues[name].proto.SerializeToString()
-        batch.deleted_queues = set(changes.deleted_queues)
-        for job_id in changes.jobs:
-            rec = self.jobs[job_id]
-            st = rec.status
-            batch.jobs[job_id] = (
-                job_id,
-                rec.creation_index,
-                rec.spec_bytes,
-                st.to_json(),
-                rec.spec.queue,
-                rec.spec.namespace,
-                st.phase,
-                st.finish_time,
-                rec.spec.owner,
-            )
-            if not rec.active:
-                self.active_jobs.pop(job_id, None)
-                self.finished[job_id] = None
-        for uid in changes.tasks:
-            batch.tasks[uid] = self.tasks[uid].row()
-        for row in self.decisions.drain_rows():
-            batch.decisions[row[0]] = row
-        held = self.decisions.take_unsent()
-        if held:
-            batch.after_write.append(lambda: self.decisions.release(held))
-        for name in changes.backends:
-            b = self.backends[name]
-            batch.backends[name] = (b.name, b.kind, json.dumps(b.labels), b.last_decision_id)
-        if changes.events and self.watch:
-            for job_id, kind in changes.events.items():
-                if job_id in self.jobs:
-                    self.watch.publish(pb.JobEvent(type=kind, job=job_proto(self.jobs[job_id])))  # type: ignore[arg-type]
-        changes.clear()
-        return batch
+    # -- flushing and retention (the rows in and out: server.service.tables) -----------------
 
     def commit_and_drop_finished(self) -> WriteBatch:
         """``commit()``, then ``drop_finished`` for the jobs this batch does not touch.
@@ -362,10 +137,6 @@ class ClusterState:
             log.debug("jobs.left_memory", count=len(dropped), retention=self.retention)
         return dropped
 
-    @property
-    def archive(self) -> JobArchive | None:
-        return self.jobs.archive
-
     def _droppable(self, rec: JobRecord, busy: Set[str]) -> bool:
         changes = self.changes
         if rec.id in changes.jobs or rec.id in changes.events:
@@ -414,18 +185,11 @@ class ClusterState:
 
     # -- building -----------------------------------------------------------------------------
 
-    def index_job(self, rec: JobRecord) -> None:
-        self.jobs[rec.id] = rec
-        if rec.active:
-            self.active_jobs[rec.id] = rec
-        for t in rec.tasks:
-            self.tasks[t.uid] = t
-            self.task_job[t.uid] = rec
-
-    def put_queue(self, q: pb.Queue) -> None:
-        self.queues[q.name] = QueueEntry(q, convert.queue_to_model(q))
-        self.changes.queues.add(q.name)
-        self.changes.deleted_queues.discard(q.name)
+    def put_queue(self, q: validate.ValidQueue) -> None:
+        """Add or replace a queue that passed validation (its quantities parsed there, once)."""
+        self.queues[q.spec.name] = QueueEntry(q.spec, convert.valid_queue_to_model(q))
+        self.changes.queues.add(q.spec.name)
+        self.changes.deleted_queues.discard(q.spec.name)
 
     def remove_queue(self, name: str) -> None:
         del self.queues[name]
@@ -458,8 +222,12 @@ class ClusterState:
             return  # an ended task does not come back
         if new == TaskStatus.BOUND and rec.status not in (TaskStatus.BINDING, TaskStatus.PENDING):
             return  # older news than what we know
-        if new == TaskStatus.FAILED and self.restart_leader(job, rec, message, exit_code):
-            return
+        if new == TaskStatus.FAILED and job.active:
+            again = lifecycle_of(job).restart(job, rec, message, exit_code)
+            if again is not None:  # its kind starts it again (a TYJob's Leader)
+                self.changes.job_modified(job.id)
+                self.to_pending(rec, again)
+                return
         rec.status = new
         if node:
             rec.node = node
@@ -469,37 +237,10 @@ class ClusterState:
         if new in (TaskStatus.SUCCEEDED, TaskStatus.FAILED):
             rec.exit_code = exit_code
         self.changes.tasks.add(rec.uid)
-        keep = (
-            job.spec.HasField("tyjob")
-            and job.spec.tyjob.clean_pod_policy == "None"
-            and not job.status.cancelled
-        )
+        keep = lifecycle_of(job).keeps_pods(job) and not job.status.cancelled
         if not job.active and new in PLACED and not keep:
             # Still running for a job that is over (cancelled, failed): stop it.
             self.evict(rec, "cancel" if job.status.cancelled else "job-finished", 0)
-
-    def restart_leader(self, job: JobRecord, rec: TaskRecord, message: str, exit_code: int) -> bool:
-        """TY-Arranger: a TYJob's failed Leader starts again (back to Pending) while the job's
-        restartLimit allows; True when it was restarted."""
-        spec = job.spec
-        if not spec.HasField("tyjob") or rec.role != spec.tyjob.leader_role or not job.active:
-            return False
-        if job.status.leader_restarts >= spec.tyjob.restart_limit:
-            return False
-        job.status.leader_restarts += 1
-        self.changes.job_modified(job.id)
-        why = message or f"exit code {exit_code}"
-        log.info(
-            "tyjob.leader_restart",
-            job=job.id,
-            restart=job.status.leader_restarts,
-            limit=spec.tyjob.restart_limit,
-        )
-        self.to_pending(
-            rec,
-            f"Leader failed ({why}); restart {job.status.leader_restarts} of {spec.tyjob.restart_limit}",
-        )
-        return True
 
     def remove_node(self, name: str, why: str) -> set[str]:
         """Drop a node; its tasks are lost. Returns the ids of jobs whose tasks changed."""
@@ -529,12 +270,16 @@ class ClusterState:
             self.to_pending(rec, why)
 
     def to_pending(self, rec: TaskRecord, why: str) -> None:
-        rec.status = TaskStatus.PENDING
-        rec.node = None
-        rec.devices = []
-        rec.message = why
-        self.changes.tasks.add(rec.uid)
+        """Back to Pending, off its node; a task of an ended job takes what its kind says
+        (``JobLifecycle.unrun``) instead."""
         job = self.task_job[rec.uid]
+        ended = None
+        if not job.active and not job.status.cancelled:
+            ended = lifecycle_of(job).unrun(job, rec, why)
+        rec.status, rec.message = ended or (TaskStatus.PENDING, why)
+        rec.node = None
+        rec.devices, rec.gpu_group = [], ""
+        self.changes.tasks.add(rec.uid)
         if job.active:
             self.gang_check(job)
 
@@ -544,11 +289,11 @@ class ClusterState:
             rec.status = TaskStatus.CANCELLED
             rec.message = "cancelled: stopped"
         elif not job.active:
-            rec.status = TaskStatus.FAILED
+            rec.status, rec.message = lifecycle_of(job).stopped(job, rec)
         else:
             rec.status = TaskStatus.PENDING
             rec.node = None
-            rec.devices = []
+            rec.devices, rec.gpu_group = [], ""
         self.changes.tasks.add(rec.uid)
         if job.active:
             self.gang_check(job)
@@ -559,7 +304,7 @@ class ClusterState:
         if not placed:
             return
         succeeded = sum(1 for t in job.tasks if t.status == TaskStatus.SUCCEEDED)
-        if len(placed) + succeeded >= job.min_member:
+        if gang_whole(job.min_member, len(placed), succeeded):
             return
         for t in placed:
             self.evict(t, "gang-broken", 0)
@@ -567,14 +312,22 @@ class ClusterState:
         self.changes.jobs.add(job.id)
 
     def bind(
-        self, job: JobRecord, rec: TaskRecord, node: str, devices: list[str], cycle_id: int
+        self,
+        job: JobRecord,
+        rec: TaskRecord,
+        node: str,
+        devices: list[str],
+        cycle_id: int,
+        gpu_group: str = "",
     ) -> None:
-        """Pending -> Binding on ``node``, and the bind decision to the node's backend."""
+        """Pending -> Binding on ``node`` (holding ``devices``; a fractional task sharing the GPU
+        ``gpu_group``), and the bind decision to the node's backend."""
         entry = self.nodes[node]
         rec.status = TaskStatus.BINDING
         rec.node = node
         rec.backend = entry.spec.backend
         rec.devices = list(devices)
+        rec.gpu_group = gpu_group
         rec.message = ""
         self.changes.tasks.add(rec.uid)
         group = job.groups[rec.role]
@@ -593,6 +346,7 @@ class ClusterState:
                 annotations=group.annotations,
                 gpu_fraction=group.gpu_fraction,
                 min_member=job.min_member,
+                gpu_group=gpu_group,
             ),
         )
 
@@ -623,32 +377,12 @@ class ClusterState:
         self.changes.job_modified(job.id)
 
     def refresh_phase(self, job: JobRecord) -> None:
-        """The job's phase from its tasks (terminal phases stay)."""
+        """The job's phase from its tasks, by its kind's rule (terminal phases stay)."""
         st = job.status
         if is_terminal_phase(st.phase):
             return
-        n = len(job.tasks)
-        counts = Counter(t.status for t in job.tasks)
-        succeeded, failed = counts[TaskStatus.SUCCEEDED], counts[TaskStatus.FAILED]
-        placed = sum(counts[s] for s in ALLOCATED) + succeeded
-        ty = job.spec.tyjob if job.spec.HasField("tyjob") else None
-        leader = (
-            next((t.status for t in job.tasks if t.role == ty.leader_role), None) if ty else None
-        )
-        if leader == TaskStatus.SUCCEEDED:  # TY-Arranger: the Leader's success ends the job
-            phase = pb.JOB_PHASE_COMPLETED
-        elif leader == TaskStatus.FAILED:  # restarts spent (restart_leader)
-            phase = pb.JOB_PHASE_FAILED
-        elif succeeded + failed == n and succeeded >= job.min_member:
-            phase = pb.JOB_PHASE_COMPLETED
-        elif n - failed < job.min_member:
-            phase = pb.JOB_PHASE_FAILED
-        elif placed >= job.min_member:
-            phase = pb.JOB_PHASE_RUNNING
-        elif st.sched_phase in (PodGroupPhase.INQUEUE, PodGroupPhase.RUNNING):
-            phase = pb.JOB_PHASE_INQUEUE
-        else:
-            phase = pb.JOB_PHASE_PENDING
+        rules = lifecycle_of(job)
+        phase = rules.phase(job)
         if phase == st.phase:
             return
         now = self.clock()
@@ -661,17 +395,22 @@ class ClusterState:
             st.sched_phase = (
                 PodGroupPhase.COMPLETED if phase == pb.JOB_PHASE_COMPLETED else st.sched_phase
             )
-            # A TYJob's cleanPodPolicy None leaves its pods running; Running and All stop them.
-            keep = ty is not None and ty.clean_pod_policy == "None"
-            if (phase == pb.JOB_PHASE_FAILED or ty is not None) and not keep:
-                for t in job.tasks:
-                    if t.status in PLACED:
-                        self.evict(
-                            t, "job-failed" if phase == pb.JOB_PHASE_FAILED else "job-finished", 0
-                        )
-            self.set_ended(job, ended_summary(job, phase))
+            self.end_tasks(job, rules)
+            self.set_ended(job, rules.summary(job, phase))
             log.info("job.finished", job=job.id, phase=pb.JobPhase.Name(phase))
         self.changes.job_modified(job.id)
+
+    def end_tasks(self, job: JobRecord, rules: JobLifecycle) -> None:
+        """The job just ended: its placed tasks are stopped unless its kind keeps them (a TYJob's
+        cleanPodPolicy None), and those that never ran take their kind's final status."""
+        reason = "job-failed" if job.status.phase == pb.JOB_PHASE_FAILED else "job-finished"
+        keep = rules.keeps_pods(job)
+        for t in job.tasks:
+            if t.status in PLACED and not keep:
+                self.evict(t, reason, 0)
+            elif t.status == TaskStatus.PENDING and (ended := rules.unrun(job, t, "")):
+                t.status, t.message = ended
+                self.changes.tasks.add(t.uid)
 
     def quarantine(self, job: JobRecord, reason: str, message: str, cycle_id: int = 0) -> None:
         """Leave ``job`` out of every cycle from now on (until it is cancelled): its Quarantined
@@ -726,77 +465,3 @@ def queue_allocated(state: ClusterState) -> dict[str, dict[str, float]]:
                 for r, v in tmpl.request.items():
                     alloc[r] = alloc.get(r, 0.0) + v
     return allocated
-
-
-def ended_summary(job: JobRecord, phase: int) -> str:
-    """Which tasks of an ended job ended how, in a line: "4/4 tasks succeeded", "task j/w-1 failed
-    (exit code 2); 3 succeeded; the gang needs 4", "cancelled: 2 tasks stopped, 3 never placed"."""
-    counts = Counter(t.status for t in job.tasks)
-    n = len(job.tasks)
-    if job.status.cancelled:
-        stopped = sum(
-            1
-            for t in job.tasks
-            if t.status == TaskStatus.RELEASING
-            or (t.status == TaskStatus.CANCELLED and t.message.startswith("cancelled:"))
-        )
-        never = sum(
-            1
-            for t in job.tasks
-            if t.status == TaskStatus.CANCELLED and not t.message.startswith("cancelled:")
-        )
-        parts = [f"{stopped} task{'s' * (stopped != 1)} stopped"] if stopped else []
-        parts += [f"{never} never placed"] if never else []
-        done = counts[TaskStatus.SUCCEEDED]
-        parts += [f"{done} had succeeded"] if done else []
-        return "cancelled" + (": " + ", ".join(parts) if parts else "")
-    failed = [t for t in job.tasks if t.status == TaskStatus.FAILED]
-    if phase == pb.JOB_PHASE_COMPLETED and not failed:
-        return f"{counts[TaskStatus.SUCCEEDED]}/{n} tasks succeeded"
-    parts = []
-    for t in failed[:3]:
-        why = t.message or (f"exit code {t.exit_code}" if t.exit_code else "failed")
-        parts.append(f"task {t.uid} failed ({why})")
-    if len(failed) > 3:
-        parts.append(f"{len(failed) - 3} more failed")
-    parts.append(f"{counts[TaskStatus.SUCCEEDED]}/{n} succeeded")
-    if phase == pb.JOB_PHASE_FAILED and job.spec.HasField("tyjob"):
-        parts.append(f"the Leader failed after {job.status.leader_restarts} restarts")
-    elif phase == pb.JOB_PHASE_FAILED:
-        parts.append(f"the gang needs {job.min_member}")
-    return "; ".join(parts)
-
-
-def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
-    """A job's record as the store has it (spec, status and the stored task rows); ``template``
-    False leaves the core's view to be built if ever used (a read-only answer never does)."""
-    rec = new_job_record(
-        pb.JobSpec.FromString(job.spec), job.creation_index, job.status, template=template
-    )
-    by_uid = {t.uid: t for t in job.tasks}
-    for i, t in enumerate(rec.tasks):
-        if t.uid in by_uid:
-            rec.tasks[i] = by_uid[t.uid]
-    return rec
-
-
-def new_job_record(
-    spec: pb.JobSpec, creation_index: int, status: JobStatusRecord, *, template: bool = True
-) -> JobRecord:
-    """A job's record from its normalized spec, one pending task per replica; the core's view of
-    it (``template``) built now unless asked not to."""
-    tasks = []
-    for tg in spec.task_groups:
-        for i in range(tg.replicas):
-            tasks.append(TaskRecord(convert.task_uid(spec.id, tg.role, i), spec.id, tg.role, i))
-    rec = JobRecord(
-        spec=spec,
-        spec_bytes=spec.SerializeToString(deterministic=True),
-        creation_index=creation_index,
-        tasks=tasks,
-        status=status,
-        groups={tg.role: tg for tg in spec.task_groups},
-    )
-    if template:
-        rec._template, rec.refusal = convert.checked_job_to_model(spec, creation_index)
-    return rec

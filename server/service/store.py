@@ -67,7 +67,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     finish_time REAL NOT NULL DEFAULT 0, owner TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS tasks (
     id TEXT PRIMARY KEY, job_id TEXT NOT NULL, status INTEGER NOT NULL, node TEXT, backend TEXT,
-    devices TEXT NOT NULL, message TEXT NOT NULL, exit_code INTEGER NOT NULL);
+    devices TEXT NOT NULL, message TEXT NOT NULL, exit_code INTEGER NOT NULL,
+    gpu_group TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS tasks_by_job ON tasks (job_id);
 CREATE TABLE IF NOT EXISTS decisions (
     id INTEGER PRIMARY KEY, backend TEXT NOT NULL, cycle_id INTEGER NOT NULL, task_id TEXT NOT NULL,
@@ -90,6 +91,9 @@ JOB_COLUMNS = {
     "finish_time": "REAL NOT NULL DEFAULT 0",
     "owner": "TEXT NOT NULL DEFAULT ''",
 }
+# Columns the tasks table gained: name -> definition. A row written before has the default, and
+# ``TaskRecord.read_legacy_shared_gpu`` reads the shared GPU it kept in devices.
+TASK_COLUMNS = {"gpu_group": "TEXT NOT NULL DEFAULT ''"}
 TERMINAL_SQL = ",".join(str(int(p)) for p in sorted(TERMINAL_PHASES))
 # A finished job whose tasks may still hold a node (an eviction not yet acknowledged) stays live.
 HOLDING_SQL = ",".join(
@@ -396,7 +400,7 @@ def _check_muster_database(db: sqlite3.Connection, path: str) -> None:
 
 
 def _task_record(row: tuple[Any, ...]) -> TaskRecord:
-    uid, job_id, status, node, backend, devices, message, exit_code = row
+    uid, job_id, status, node, backend, devices, message, exit_code, gpu_group = row
     role, _, index = uid[len(job_id) + 1 :].rpartition("-")
     return TaskRecord(
         uid=uid,
@@ -409,10 +413,13 @@ def _task_record(row: tuple[Any, ...]) -> TaskRecord:
         devices=json.loads(devices) if devices != "[]" else [],  # most tasks hold no device
         message=message,
         exit_code=exit_code,
+        gpu_group=gpu_group,
     )
 
 
-TASK_SELECT = "SELECT id, job_id, status, node, backend, devices, message, exit_code FROM tasks"
+TASK_SELECT = (
+    "SELECT id, job_id, status, node, backend, devices, message, exit_code, gpu_group FROM tasks"
+)
 
 
 class SqliteStore:
@@ -479,7 +486,12 @@ class SqliteStore:
             self._read_lock = threading.Lock()
 
     def _migrate(self) -> None:
-        """Give a jobs table written before the archive columns existed those columns, filled in."""
+        """Give a jobs table written before the archive columns existed those columns, filled in,
+        and a tasks table the columns it gained since (their defaults)."""
+        have_tasks = {row[1] for row in self._db.execute("PRAGMA table_info(tasks)")}
+        for name, definition in TASK_COLUMNS.items():
+            if name not in have_tasks:  # one statement: atomic on its own
+                self._db.execute(f"ALTER TABLE tasks ADD COLUMN {name} {definition}")
         have = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
         missing = [name for name in JOB_COLUMNS if name not in have]
         if not missing:
@@ -541,8 +553,8 @@ class SqliteStore:
             params = (finished_before,)
         tasks_by_job: dict[str, list[TaskRecord]] = {}
         for row in db.execute(
-            f"SELECT t.id, t.job_id, t.status, t.node, t.backend, t.devices, t.message, t.exit_code "
-            f"FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE {live}",
+            f"SELECT t.id, t.job_id, t.status, t.node, t.backend, t.devices, t.message, t.exit_code, "
+            f"t.gpu_group FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE {live}",
             params,
         ):
             task = _task_record(row)
@@ -639,10 +651,11 @@ class SqliteStore:
                 )
             if batch.tasks:
                 db.executemany(
-                    "INSERT INTO tasks (id, job_id, status, node, backend, devices, message, exit_code) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status = excluded.status, "
-                    "node = excluded.node, backend = excluded.backend, devices = excluded.devices, "
-                    "message = excluded.message, exit_code = excluded.exit_code",
+                    "INSERT INTO tasks (id, job_id, status, node, backend, devices, message, exit_code, "
+                    "gpu_group) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                    "status = excluded.status, node = excluded.node, backend = excluded.backend, "
+                    "devices = excluded.devices, message = excluded.message, "
+                    "exit_code = excluded.exit_code, gpu_group = excluded.gpu_group",
                     batch.tasks.values(),
                 )
             if batch.decisions:

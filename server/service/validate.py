@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
@@ -276,11 +277,31 @@ def check_tolerations(path: str, tolerations: Iterable[pb.Toleration]) -> None:
             raise invalid(f"{p}.effect: {tol.effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
 
 
-def normalize_job(spec: pb.JobSpec) -> pb.JobSpec:
-    """Validate a submitted JobSpec and return a copy with defaults filled in.
+@dataclass(frozen=True, slots=True)
+class ValidJob:
+    """A submitted job that passed validation: its spec normalized (defaults filled in: what is
+    stored and compared for idempotent resubmission) and its quantities in canonical units, parsed
+    here once for ``convert.valid_job_to_model``."""
 
-    The normalized form is what is stored and compared for idempotent resubmission.
-    """
+    spec: pb.JobSpec
+    requests: tuple[dict[str, float], ...]  # per task group, in the spec's order
+    min_resources: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class ValidQueue:
+    """A queue that passed validation: normalized, and its quantities in canonical units (``-1``:
+    unlimited, +inf), parsed here once for ``convert.valid_queue_to_model``."""
+
+    spec: pb.Queue
+    guarantee: dict[str, float]
+    deserved: dict[str, float]
+    capability: dict[str, float]
+
+
+def normalize_job(spec: pb.JobSpec) -> ValidJob:
+    """Validate a submitted JobSpec: a normalized copy (defaults filled in) and its parsed
+    quantities."""
     job = pb.JobSpec()
     job.CopyFrom(spec)
     check_name("job.id", job.id, "job id")
@@ -308,6 +329,7 @@ def normalize_job(spec: pb.JobSpec) -> pb.JobSpec:
             raise invalid(f"job.sub_groups[{i}].min_member: {sg.min_member} is negative")
         sub_groups.add(sg.name)
     replicas: dict[str, int] = {}
+    requests: list[dict[str, float]] = []
     total = 0
     for i, tg in enumerate(job.task_groups):
         p = f"job.task_groups[{i}]"
@@ -318,7 +340,7 @@ def normalize_job(spec: pb.JobSpec) -> pb.JobSpec:
             raise invalid(f"{p}.replicas: {tg.replicas} must be at least 1")
         replicas[tg.role] = tg.replicas
         total += tg.replicas
-        resources(f"{p}.request", tg.request, require_nonzero=True)
+        requests.append(resources(f"{p}.request", tg.request, require_nonzero=True))
         check_labels(f"{p}.node_selector", tg.node_selector)
         check_labels(f"{p}.labels", tg.labels)
         check_tolerations(f"{p}.tolerations", tg.tolerations)
@@ -356,7 +378,7 @@ def normalize_job(spec: pb.JobSpec) -> pb.JobSpec:
             raise invalid(
                 f"job.min_task_member[{role!r}]: {count} is more than the role's {replicas[role]} replicas"
             )
-    resources("job.min_resources", job.min_resources)
+    min_resources = resources("job.min_resources", job.min_resources)
     if job.HasField("tyjob"):
         _normalize_tyjob(job, replicas)
     if job.network_topology.mode not in ("", "hard", "soft"):
@@ -365,7 +387,7 @@ def normalize_job(spec: pb.JobSpec) -> pb.JobSpec:
         )
     if job.network_topology.highest_tier_allowed < 0:
         raise invalid("job.network_topology.highest_tier_allowed: must be >= 0")
-    return job
+    return ValidJob(job, tuple(requests), min_resources)
 
 
 def _normalize_tyjob(job: pb.JobSpec, replicas: Mapping[str, int]) -> None:
@@ -447,8 +469,9 @@ def check_node(path: str, node: pb.Node) -> dict[str, float]:
     return allocatable
 
 
-def normalize_queue(queue: pb.Queue, path: str = "queue") -> pb.Queue:
-    """Validate a Queue and fill defaults (parent root, weight 1, reclaimable true)."""
+def normalize_queue(queue: pb.Queue, path: str = "queue") -> ValidQueue:
+    """Validate a Queue: a copy with defaults filled in (parent root, weight 1, reclaimable true)
+    and its parsed quantities."""
     q = pb.Queue()
     q.CopyFrom(queue)
     check_name(f"{path}.name", q.name, "queue name")
@@ -470,10 +493,12 @@ def normalize_queue(queue: pb.Queue, path: str = "queue") -> pb.Queue:
         q.state = pb.QUEUE_STATE_OPEN
     if q.state not in (pb.QUEUE_STATE_OPEN, pb.QUEUE_STATE_CLOSING, pb.QUEUE_STATE_CLOSED):
         raise invalid(f"{path}.state: {q.state} is not a known queue state")
-    resources(f"{path}.guarantee", q.guarantee)
-    resources(f"{path}.deserved", q.deserved, allow_unlimited=True)
-    resources(f"{path}.capability", q.capability, allow_unlimited=True)
-    return q
+    return ValidQueue(
+        q,
+        guarantee=resources(f"{path}.guarantee", q.guarantee),
+        deserved=resources(f"{path}.deserved", q.deserved, allow_unlimited=True),
+        capability=resources(f"{path}.capability", q.capability, allow_unlimited=True),
+    )
 
 
 def check_backend_task(path: str, task: pb.BackendTask) -> dict[str, float]:

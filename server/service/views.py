@@ -64,6 +64,7 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
                 backend=t.backend,
                 message=t.message,
                 exit_code=t.exit_code,
+                gpu_group=t.gpu_group,
             )
     return job
 

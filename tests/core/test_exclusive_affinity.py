@@ -48,8 +48,8 @@ def slurm_job(
         user=user,
         oversubscribe=OVERSUBSCRIBE[exclusive],
     )
-    spec = validate.normalize_job(job_to_spec(sj, muster_id=f"slurm-{job_id}", queue="default"))
-    job = convert.job_to_model(spec, job_id)
+    valid = validate.normalize_job(job_to_spec(sj, muster_id=f"slurm-{job_id}", queue="default"))
+    job = convert.valid_job_to_model(valid, job_id)
     if running_on:
         job.phase = PodGroupPhase.RUNNING
         for task, where in zip(job.tasks, running_on, strict=True):

@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 from server_test_helpers import gang
 
-from muster.gang import NO_GANG_MINIMUM, gang_minimum
+from muster.gang import (
+    NO_GANG_MINIMUM,
+    GangPhase,
+    api_min_member,
+    gang_minimum,
+    gang_phase,
+    podgroup_minimum,
+)
 from server.service import commands, convert, validate
 from server.service.decisions import DecisionLog
 from server.service.state import ClusterState
@@ -27,8 +34,8 @@ def scenario_minimum(min_member: int | None, replicas: int = 4) -> int | None:
 
 
 def api_minimum(min_member: int, replicas: int = 4) -> int | None:
-    spec = validate.normalize_job(gang("g", replicas=replicas, min_member=min_member))
-    return convert.job_to_model(spec, 0).min_member
+    valid = validate.normalize_job(gang("g", replicas=replicas, min_member=min_member))
+    return convert.valid_job_to_model(valid, 0).min_member
 
 
 def test_gang_minimum_function() -> None:
@@ -60,3 +67,25 @@ def test_no_gang_minimum_is_scenario_only() -> None:
         validate.normalize_job(gang("g", min_member=NO_GANG_MINIMUM))
     with pytest.raises(Exception, match="minMember"):
         scenario_minimum(-2)
+
+
+def test_a_podgroups_min_member_is_the_same_rule_in_volcanos_spelling() -> None:
+    # Volcano's minMember 0 is no minimum; the API, which cannot say none, gets one task.
+    assert podgroup_minimum(0, 4) == gang_minimum(NO_GANG_MINIMUM, 4) == 0
+    assert podgroup_minimum(3, 4) == 3 and podgroup_minimum(6, 4) == 6
+    assert [api_min_member(m, 4) for m in (0, 1, 3, 4, 6)] == [1, 1, 3, 4, 4]
+
+
+@pytest.mark.parametrize(
+    ("placed", "succeeded", "failed", "expected"),
+    [
+        (1, 0, 0, GangPhase.WAITING),
+        (2, 0, 0, GangPhase.RUNNING),
+        (1, 1, 0, GangPhase.RUNNING),  # a succeeded task still counts for the gang
+        (0, 2, 2, GangPhase.COMPLETED),
+        (0, 1, 3, GangPhase.FAILED),
+        (1, 0, 3, GangPhase.FAILED),  # 4 - 3 tasks can never make 2
+    ],
+)
+def test_gang_phase(placed: int, succeeded: int, failed: int, expected: GangPhase) -> None:
+    assert gang_phase(2, tasks=4, placed=placed, succeeded=succeeded, failed=failed) == expected

@@ -12,8 +12,9 @@ from server.model import TaskStatus
 from server.service.decisions import DecisionLog
 from server.service.errors import unavailable
 from server.service.records import JobStatusRecord, TaskRecord
-from server.service.state import ClusterState, new_job_record
+from server.service.state import ClusterState
 from server.service.store import StoredJob, StoreWriter, WriteBatch
+from server.service.tables import new_job_record
 
 
 class MemoryStore:

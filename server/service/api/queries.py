@@ -17,7 +17,8 @@ from server.service import convert
 from server.service.decisions import Subscriber
 from server.service.errors import invalid, not_found
 from server.service.records import JobRecord
-from server.service.state import ClusterState, queue_allocated, record_from_stored
+from server.service.state import ClusterState, queue_allocated
+from server.service.tables import record_from_stored
 from server.service.views import decode_page_token, encode_page_token, job_proto, node_view
 
 
@@ -194,6 +195,8 @@ def list_nodes(state: ClusterState, backend: str) -> pb.ListNodesResponse:
                 count[t.node] += 1
                 for d in t.devices:
                     holders.setdefault(t.node, {})[d] = t.uid
+                if t.gpu_group:  # a shared GPU is held (by its group): named by one of its tasks
+                    holders.setdefault(t.node, {})[t.gpu_group] = t.uid
     for f in state.foreign.values():
         if f.spec.node in state.nodes:
             u = used.setdefault(f.spec.node, {})

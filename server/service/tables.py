@@ -1,0 +1,318 @@
+"""The cluster state's tables and their rows in and out of the store.
+
+``StateTables`` holds the records (``server.service.records``) of backends, nodes, queues, jobs,
+tasks and foreign work with the decision log and the WatchJobs hub, and moves them to and from the
+store: ``restore`` rebuilds them from it, ``commit`` turns what changed (``changes``, a
+``ChangeSet``) into one ``WriteBatch`` and publishes the job events it collected, ``absorb`` is a
+follower applying the rows its leader wrote (the store's change feed), ``reset`` and
+``forget_changes`` empty them for a reload. The lifecycle transitions that change the records are
+``server.service.state.ClusterState``'s, built on these tables.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from muster.v1 import muster_pb2 as pb
+from server.service import convert
+from server.service.decisions import DecisionLog, JobWatchHub
+from server.service.records import (
+    BackendRecord,
+    DecisionRow,
+    ForeignTask,
+    JobRecord,
+    JobStatusRecord,
+    NodeEntry,
+    QueueEntry,
+    TaskRecord,
+)
+from server.service.store import JobArchive, StoredJob, StoredState, WriteBatch
+from server.service.views import job_proto
+
+
+class JobTable(dict[str, JobRecord]):
+    """The jobs in memory, in creation order: the active ones and those finished within the
+    retention. ``get`` reads through to the archive (the store) for a job that left memory, so a
+    lookup by id sees every job; ``[]``, ``in``, ``len`` and iteration see memory only.
+
+    A record read from the archive is a detached, read-only copy (its job is over): nothing
+    indexes it, and changing it changes nothing.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.archive: JobArchive | None = None
+
+    def get(self, key: str, default: None = None) -> JobRecord | None:  # type: ignore[override]
+        rec = super().get(key)
+        if rec is None and self.archive is not None and key:
+            stored = self.archive.job(key)
+            if stored is not None:
+                rec = record_from_stored(stored, template=False)
+        return rec
+
+
+@dataclass
+class ChangeSet:
+    """What changed since the last commit: the rows to write and the job events to publish."""
+
+    jobs: set[str] = field(default_factory=set)
+    tasks: set[str] = field(default_factory=set)
+    queues: set[str] = field(default_factory=set)
+    deleted_queues: set[str] = field(default_factory=set)
+    backends: set[str] = field(default_factory=set)
+    meta: dict[str, str] = field(default_factory=dict)
+    events: dict[str, int] = field(default_factory=dict)  # job id -> pb.JobEvent type
+
+    def job_modified(self, job_id: str) -> None:
+        self.jobs.add(job_id)
+        self.events.setdefault(job_id, pb.JobEvent.TYPE_MODIFIED)
+
+    def clear(self) -> None:
+        for s in (self.jobs, self.tasks, self.queues, self.deleted_queues, self.backends):
+            s.clear()
+        self.meta.clear()
+        self.events.clear()
+
+
+class StateTables:
+    """The records, indexed, and their rows in and out (the module's docstring)."""
+
+    def __init__(
+        self,
+        decisions: DecisionLog | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        archive: JobArchive | None = None,
+    ) -> None:
+        self.clock = clock
+        self.decisions = decisions or DecisionLog()
+        self.watch = JobWatchHub()
+        self.server_id = uuid.uuid4().hex
+        self.backends: dict[str, BackendRecord] = {}
+        self.nodes: dict[str, NodeEntry] = {}
+        self.queues: dict[str, QueueEntry] = {}
+        self.jobs = JobTable()  # in creation order
+        self.jobs.archive = archive
+        # The jobs not known to be over, in creation order: what a cycle and ListQueues need,
+        # without walking the finished ones. A job leaves it when a transition or commit() sees it
+        # over, so readers still check ``rec.active``.
+        self.active_jobs: dict[str, JobRecord] = {}
+        # Finished jobs still in memory, in the order they were committed finished (about the
+        # order of their finish times): what drop_finished looks at, oldest first.
+        self.finished: dict[str, None] = {}
+        self.tasks: dict[str, TaskRecord] = {}
+        self.task_job: dict[str, JobRecord] = {}
+        self.foreign: dict[str, ForeignTask] = {}  # key "<backend>/<task id>"
+        self.next_cycle_id = 1
+        self.next_creation_index = 1
+        self.changes = ChangeSet()
+
+    @property
+    def archive(self) -> JobArchive | None:
+        return self.jobs.archive
+
+    def index_job(self, rec: JobRecord) -> None:
+        self.jobs[rec.id] = rec
+        if rec.active:
+            self.active_jobs[rec.id] = rec
+        for t in rec.tasks:
+            self.tasks[t.uid] = t
+            self.task_job[t.uid] = rec
+
+    def restore(self, stored: StoredState) -> None:
+        """Rebuild from the store (on an empty state, before serving)."""
+        meta = stored.meta
+        self.changes.meta.clear()
+        if "server_id" in meta:
+            self.server_id = meta["server_id"]
+        else:
+            self.changes.meta["server_id"] = self.server_id
+        self.next_cycle_id = int(meta.get("next_cycle_id", 1))
+        self.next_creation_index = int(meta.get("next_creation_index", 1))
+        self.decisions.next_id = max(self.decisions.next_id, int(meta.get("next_decision_id", 1)))
+        for name, blob in sorted(stored.queues.items()):
+            q = pb.Queue.FromString(blob)
+            self.queues[name] = QueueEntry(q, convert.queue_to_model(q))
+        for job in stored.jobs:
+            rec = record_from_stored(job)
+            self.index_job(rec)
+            self.next_creation_index = max(self.next_creation_index, job.creation_index + 1)
+        ended = sorted(
+            (r.status.finish_time, r.creation_index, r.id)
+            for r in self.jobs.values()
+            if not r.active
+        )
+        self.finished.update((job_id, None) for _t, _i, job_id in ended)
+        for b in stored.backends:
+            self.backends[b.name] = b
+        self.decisions.restore(stored.pending_decisions, self.clock())
+
+    def reset(self) -> None:
+        """Forget everything (back to a new state's empty tables), keeping the hooks and the
+        WatchJobs hub: a server that lost its lease reloads from the store with ``restore``."""
+        self.decisions.clear()
+        for table in (self.backends, self.nodes, self.queues, self.active_jobs, self.finished):
+            table.clear()
+        dict.clear(self.jobs)
+        for index in (self.tasks, self.task_job, self.foreign):
+            index.clear()
+        self.changes.clear()
+        self.next_cycle_id = 1
+        self.next_creation_index = 1
+
+    def forget_changes(self) -> None:
+        """Drop what is marked to write (a follower's state mirrors the store and writes nothing)."""
+        self.changes.clear()
+        self.decisions.forget_unwritten()
+
+    def absorb(
+        self,
+        *,
+        meta: Mapping[str, str],
+        queues: Mapping[str, bytes | None],
+        jobs: Iterable[StoredJob],
+        tasks: Iterable[TaskRecord],
+        decisions: Iterable[DecisionRow],
+        backends: Iterable[BackendRecord],
+    ) -> None:
+        """A follower applies rows the leader wrote (the store's change feed) to its copy: nothing
+        is marked changed (a follower writes nothing) and WatchJobs subscribers see the job events.
+        Nodes are not in the store: a follower has none until it leads and backends re-register."""
+        if "server_id" in meta:
+            self.server_id = meta["server_id"]
+        self.next_cycle_id = max(self.next_cycle_id, int(meta.get("next_cycle_id", 1)))
+        self.next_creation_index = max(
+            self.next_creation_index, int(meta.get("next_creation_index", 1))
+        )
+        self.decisions.next_id = max(self.decisions.next_id, int(meta.get("next_decision_id", 1)))
+        for name, blob in queues.items():
+            if blob is None:
+                self.queues.pop(name, None)
+            else:
+                q = pb.Queue.FromString(blob)
+                self.queues[name] = QueueEntry(q, convert.queue_to_model(q))
+        events: dict[str, int] = {}
+        for job in jobs:
+            rec = dict.get(self.jobs, job.id)
+            if rec is None:
+                rec = record_from_stored(job, template=False)
+                self.index_job(rec)
+                self.next_creation_index = max(self.next_creation_index, job.creation_index + 1)
+                events[job.id] = pb.JobEvent.TYPE_ADDED
+            else:
+                rec.status = job.status
+                events.setdefault(job.id, pb.JobEvent.TYPE_MODIFIED)
+        for task in tasks:
+            job_rec = self.task_job.get(task.uid)
+            if job_rec is None:
+                continue  # a job this copy dropped (finished past the retention): the store has it
+            task.read_legacy_shared_gpu(job_rec.groups[task.role].gpu_fraction)
+            for i, old in enumerate(job_rec.tasks):
+                if old.uid == task.uid:
+                    job_rec.tasks[i] = task
+                    break
+            self.tasks[task.uid] = task
+            events.setdefault(job_rec.id, pb.JobEvent.TYPE_MODIFIED)
+        for job_id in events:
+            rec = dict.get(self.jobs, job_id)
+            if rec is None:
+                continue
+            if rec.active:
+                self.active_jobs[job_id] = rec
+            else:
+                self.active_jobs.pop(job_id, None)
+                self.finished[job_id] = None
+        self.decisions.absorb(decisions)
+        for b in backends:
+            self.backends[b.name] = b
+        if events and self.watch:
+            for job_id, kind in events.items():
+                if job_id in self.jobs:
+                    self.watch.publish(pb.JobEvent(type=kind, job=job_proto(self.jobs[job_id])))  # type: ignore[arg-type]
+
+    def commit(self) -> WriteBatch:
+        """The change set -> a WriteBatch (rows serialized now); publishes pending WatchJobs events."""
+        changes = self.changes
+        batch = WriteBatch()
+        if self.decisions.counter_dirty:
+            changes.meta["next_decision_id"] = str(self.decisions.next_id)
+            self.decisions.counter_dirty = False
+        batch.meta = dict(changes.meta)
+        for name in changes.queues:
+            if name in self.queues:
+                batch.queues[name] = self.queues[name].proto.SerializeToString()
+        batch.deleted_queues = set(changes.deleted_queues)
+        for job_id in changes.jobs:
+            rec = self.jobs[job_id]
+            st = rec.status
+            batch.jobs[job_id] = (
+                job_id,
+                rec.creation_index,
+                rec.spec_bytes,
+                st.to_json(),
+                rec.spec.queue,
+                rec.spec.namespace,
+                st.phase,
+                st.finish_time,
+                rec.spec.owner,
+            )
+            if not rec.active:
+                self.active_jobs.pop(job_id, None)
+                self.finished[job_id] = None
+        for uid in changes.tasks:
+            batch.tasks[uid] = self.tasks[uid].row()
+        for row in self.decisions.drain_rows():
+            batch.decisions[row[0]] = row
+        held = self.decisions.take_unsent()
+        if held:
+            batch.after_write.append(lambda: self.decisions.release(held))
+        for name in changes.backends:
+            b = self.backends[name]
+            batch.backends[name] = (b.name, b.kind, json.dumps(b.labels), b.last_decision_id)
+        if changes.events and self.watch:
+            for job_id, kind in changes.events.items():
+                if job_id in self.jobs:
+                    self.watch.publish(pb.JobEvent(type=kind, job=job_proto(self.jobs[job_id])))  # type: ignore[arg-type]
+        changes.clear()
+        return batch
+
+
+def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
+    """A job's record as the store has it (spec, status and the stored task rows); ``template``
+    False leaves the core's view to be built if ever used (a read-only answer never does)."""
+    rec = new_job_record(
+        pb.JobSpec.FromString(job.spec), job.creation_index, job.status, template=template
+    )
+    by_uid = {t.uid: t for t in job.tasks}
+    for i, t in enumerate(rec.tasks):
+        if t.uid in by_uid:
+            stored = rec.tasks[i] = by_uid[t.uid]
+            stored.read_legacy_shared_gpu(rec.groups[t.role].gpu_fraction)
+    return rec
+
+
+def new_job_record(
+    spec: pb.JobSpec, creation_index: int, status: JobStatusRecord, *, template: bool = True
+) -> JobRecord:
+    """A job's record from its normalized spec, one pending task per replica; the core's view of
+    it (``template``) built now unless asked not to."""
+    tasks = []
+    for tg in spec.task_groups:
+        for i in range(tg.replicas):
+            tasks.append(TaskRecord(convert.task_uid(spec.id, tg.role, i), spec.id, tg.role, i))
+    rec = JobRecord(
+        spec=spec,
+        spec_bytes=spec.SerializeToString(deterministic=True),
+        creation_index=creation_index,
+        tasks=tasks,
+        status=status,
+        groups={tg.role: tg for tg in spec.task_groups},
+    )
+    if template:
+        rec._template, rec.refusal = convert.checked_job_to_model(spec, creation_index)
+    return rec
