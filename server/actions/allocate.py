@@ -132,25 +132,30 @@ class AllocateAction(Action):
         use_role_cache = self.arg_bool("predicateErrorCacheEnable")
         while not tasks.empty():
             task = tasks.pop()
-            if not ssn.allocatable(queue, task):
+            verdict = ssn.allocatable(queue, task)
+            if not verdict:
                 missing = [
                     ssn.space.dims[d]
                     for d in np.nonzero((task.resreq > 0) & (ssn.total_resource <= 0))[0]
                 ]
                 if missing:
-                    job.explain_fit_errors[task.uid] = FitErrors(
-                        total_nodes=len(ssn.nodes),
-                        message=f"no node in the cluster offers {', '.join(missing)}",
+                    ssn.outcomes.fit_errors_found(
+                        job,
+                        task,
+                        FitErrors(
+                            total_nodes=len(ssn.nodes),
+                            message=f"no node in the cluster offers {', '.join(missing)}",
+                        ),
                     )
                 elif ssn.evaluator.select(task, restrict) is None:
                     # The queue's share is not the only obstacle: no node has room either. Say so
                     # in the explanation (Volcano records nothing here, so the gang condition and the
                     # role fit-error cache stay as they are).
-                    job.explain_fit_errors.setdefault(
-                        task.uid, ssn.evaluator.fit_errors(task, restrict)
+                    ssn.outcomes.fit_errors_found(
+                        job, task, ssn.evaluator.fit_errors(task, restrict), keep_first=True
                     )
-                else:
-                    job.queue_verdict = f"queue {queue.name}: placing {task.name} would exceed the queue's deserved or capability share"
+                else:  # only the queue's bound holds the task back: its verdict explains the job
+                    ssn.outcomes.queue_refused(job, verdict)
                 continue
             if use_role_cache and job.task_has_fit_errors(task):
                 job.fit_errors[task.uid] = FitErrors(

@@ -24,6 +24,7 @@ class BackfillAction(Action):
 
     def pending_tasks(self, ssn: Session) -> list[TaskInfo]:
         """Best-effort pending tasks in queue, job, task order."""
+        unpipelined = ssn.statement()
         queues = PriorityQueue(ssn.queue_order_fn)
         jobs_by_queue: dict[str, PriorityQueue] = {}
         tasks_by_job: dict[str, PriorityQueue] = {}
@@ -41,7 +42,7 @@ class BackfillAction(Action):
                 for t in job.index[TaskStatus.PIPELINED].values()
                 if t.best_effort and not t.gpu_fraction
             ]:
-                ssn.unplace_task(t, TaskStatus.PENDING)
+                unpipelined.unpipeline(t)
                 best_effort.append(t)
             if not best_effort:
                 continue
@@ -50,6 +51,7 @@ class BackfillAction(Action):
                 jobs_by_queue[queue.uid] = PriorityQueue(ssn.job_order_fn)
                 queues.push(queue)
             jobs_by_queue[queue.uid].push(job)
+        unpipelined.commit()
         ordered: list[TaskInfo] = []
         while not queues.empty():
             jobs = jobs_by_queue[queues.pop().uid]

@@ -38,5 +38,4 @@ class EnqueueAction(Action):
             if job.min_resources is None or ssn.job_enqueueable(job):
                 ssn.job_enqueued(job)
                 job.phase = PodGroupPhase.INQUEUE
-                job.enqueue_verdict = ""
             queues.push(queue)

@@ -1,7 +1,7 @@
 """Plugin base class: arguments with defaults, validation, session hooks.
 
 A plugin is one small module: it registers functions for extension points on the session in
-``on_session_open`` (``ssn.register(point, self.name, fn)``; the points, the type of each one's
+``on_session_open`` (``ssn.register(JOB_READY, self.name, fn)``; the points, the type of each one's
 function and how the answers combine are the table in ``server/session/extension_points.py``) and
 may report in ``on_session_close``. Plugins never import each other's modules (what several need
 is in ``server/plugins/util.py``); they only talk to the session.

@@ -2,13 +2,15 @@
 
 * A job's inqueue and elastic resources (Volcano ``util.GetInqueueResource`` and the elastic part
   of allocations above minResources): proportion and capacity.
+* Their refusal of a task over the queue's share (``allocatable``), in the words of ``muster explain``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from server.session.info import JobInfo, less_equal
+from server.session.extension_points import Verdict, refuse
+from server.session.info import JobInfo, QueueInfo, TaskInfo, less_equal
 
 
 def exceeded(left: np.ndarray, right: np.ndarray) -> np.ndarray:
@@ -29,3 +31,11 @@ def elastic_resource(job: JobInfo) -> np.ndarray:
     if less_equal(job.allocated, job.min_resources):
         return np.zeros_like(job.allocated)
     return exceeded(job.allocated, job.min_resources)
+
+
+def over_share(plugin: str, queue: QueueInfo, task: TaskInfo) -> Verdict:
+    """``plugin`` refuses ``task`` to ``queue``: it would go over the queue's share."""
+    return refuse(
+        plugin,
+        f"queue {queue.name}: placing {task.name} would exceed the queue's deserved or capability share",
+    )

@@ -85,7 +85,7 @@ def fits_on(ssn: Session, task: TaskInfo, row: int) -> bool:
 def preemptor_fits(ssn: Session, queue: QueueInfo, task: TaskInfo, row: int) -> bool:
     """Volcano ``preemptorFitsOnNode``: the queue may take the task, it fits future idle, and the
     predicates pass (the last two in one vectorised query)."""
-    return ssn.allocatable(queue, task) and fits_on(ssn, task, row)
+    return ssn.allocatable(queue, task).ok and fits_on(ssn, task, row)
 
 
 def validate_victims(ssn: Session, task: TaskInfo, row: int, victims: list[TaskInfo]) -> bool:

@@ -1,11 +1,13 @@
 """The extension points, as one executable table (``POINTS``).
 
-Each point has its name, the YAML switch that turns it on per plugin (Volcano's spelling, from
-``conf.PluginOption``), the type of the function a plugin registers, and the function that
-combines the answers of the registered plugins -- whose docstring is the rule. The session
-registers functions by point name (``Session.register``, refusing an unknown point), keeps per
-point the *chain* of the plugins whose switch is on (tiers in order, plugins in tier order), and
-answers every query by calling the point's combining function on that chain. The rules follow
+Each point is one row (a ``Point``): its name, the YAML switch that turns it on per plugin
+(Volcano's spelling, from ``conf.PluginOption``), the type of the function a plugin registers and
+of what asking the point gives (its type arguments), and the function that combines the answers of
+the registered plugins -- whose docstring is the rule. Plugins register functions with the row
+(``ssn.register(JOB_READY, self.name, fn)``, typed by it); the session keeps per point the *chain*
+of the plugins whose switch is on (tiers in order, plugins in tier order), and answers every query
+by calling the point's combining function on that chain (a row named on the session is asked as its
+method: ``ssn.job_ready(job)``). Checks that say why answer a ``Verdict``. The rules follow
 Volcano's ``framework/session_plugins.go``. ``markdown_table`` renders the table for
 docs/config.md (``render_docs``; a test keeps the two equal). Event handlers (allocate /
 deallocate) are not points: every plugin's handler is called, with no switch, as in Volcano.
@@ -21,7 +23,18 @@ import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import (
+    Any,
+    Generic,
+    Literal,
+    Never,
+    TypeVar,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    overload,
+)
 
 import numpy as np
 
@@ -32,6 +45,40 @@ from server.session.info import JobInfo, QueueInfo, TaskInfo
 PERMIT = 1
 ABSTAIN = 0
 REJECT = -1
+
+
+class Verdict(int):
+    """An answer that says why, like the Kubernetes scheduling framework's ``Status`` (a code, the
+    reason, the plugin). Its value is the code, a vote's (``PERMIT``, ``ABSTAIN``, ``REJECT``), so
+    it votes and compares like the plain ints plugins return; it is true unless it refuses
+    (``ok``). Plugins name themselves in their refusals (``refuse(self.name, why)``)."""
+
+    reason: str
+    plugin: str
+
+    def __new__(cls, code: int, reason: str = "", plugin: str = "") -> Verdict:
+        verdict = super().__new__(cls, code)
+        verdict.reason, verdict.plugin = reason, plugin
+        return verdict
+
+    @property
+    def ok(self) -> bool:
+        return self >= 0
+
+    def __bool__(self) -> bool:
+        return self >= 0
+
+    def __repr__(self) -> str:
+        return f"Verdict({int(self)}, {self.reason!r}, {self.plugin!r})"
+
+
+ALLOWED = Verdict(PERMIT)
+
+
+def refuse(plugin: str, reason: str) -> Verdict:
+    """``plugin`` refuses, saying why."""
+    return Verdict(REJECT, reason, plugin)
+
 
 Scope = Literal["static", "shape", "task"]
 Rows = np.ndarray  # int64 node row indices
@@ -106,12 +153,17 @@ VictimQueueCompareFn = Callable[
 ]  # (l, r, preemptor's queue)
 JobCheckFn = Callable[[JobInfo], bool]
 QueueTaskCheckFn = Callable[[QueueInfo, TaskInfo], bool]
+QueueTaskVerdictFn = Callable[
+    [QueueInfo, TaskInfo], Verdict
+]  # may the queue take the task? why not
 QueueCheckFn = Callable[[QueueInfo], bool]
 JobValidFn = Callable[[JobInfo], ValidateResult | None]
-VoteFn = Callable[[JobInfo], int]  # PERMIT, ABSTAIN or REJECT
+VoteFn = Callable[[JobInfo], int]  # PERMIT, ABSTAIN or REJECT (a Verdict: a REJECT that says why)
+JobVerdictFn = Callable[[JobInfo], Verdict]
 JobNotifyFn = Callable[[JobInfo], None]
 # (evictor, candidates) -> (victims, PERMIT), or (anything, ABSTAIN) to stay out of the decision.
 EvictableFn = Callable[[TaskInfo, list[TaskInfo]], tuple[list[TaskInfo], int]]
+VictimsFn = Callable[[TaskInfo, list[TaskInfo]], list[TaskInfo]]  # (evictor, candidates) -> victims
 VictimTasksFn = Callable[[list[TaskInfo]], list[TaskInfo]]
 Gradients = list[list[tuple[str, np.ndarray]]]  # tiers of (hypernode, node mask), tried in order
 HyperNodeGradientFn = Callable[[JobInfo], Gradients | None]
@@ -122,8 +174,8 @@ DeviceChoiceFn = Callable[[TaskInfo, int, str, int, list[Device]], list[str] | N
 QueueJobsCompareFn = Callable[
     [QueueInfo, QueueInfo, JobInfo | None, JobInfo | None, list[JobInfo], list[JobInfo]], int
 ]
-# (job, the tasks about to be placed) -> "" when within the queues' bounds, else why not.
-JobCapacityFn = Callable[[JobInfo, list[TaskInfo]], str]
+# (job, the tasks about to be placed) -> within the queues' bounds, or a refusal saying why not.
+JobCapacityFn = Callable[[JobInfo, list[TaskInfo]], Verdict]
 # (reclaimer job, the tasks it places, the victim tasks of a candidate solution) -> is it fair?
 ScenarioCheckFn = Callable[[JobInfo, list[TaskInfo], list[TaskInfo]], bool]
 SolutionStartFn = Callable[[], None]
@@ -138,18 +190,8 @@ VictimTasksFns = VictimTasksFn | list[VictimTasksFn]
 
 
 # -- combining functions: the docstring's first line is the rule ----------------------------------
-def first_non_zero(chain: Chain[Callable[[Any, Any], int]], left: Any, right: Any) -> int:
+def first_non_zero(chain: Chain[Callable[..., int]], *args: Any) -> int:
     """The first plugin, in tier order, with a non-zero answer decides; 0 when every plugin ties."""
-    for row in chain:  # fixed arity: the order points are asked hundreds of thousands of times
-        for _, fn in row:
-            r = fn(left, right)
-            if r:
-                return r
-    return 0
-
-
-def first_non_zero_of(chain: Chain[Callable[..., int]], *args: Any) -> int:
-    """The first plugin, in tier order, with a non-zero answer decides; 0 when every plugin ties (any arity)."""
     for row in chain:
         for _, fn in row:
             r = fn(*args)
@@ -158,14 +200,14 @@ def first_non_zero_of(chain: Chain[Callable[..., int]], *args: Any) -> int:
     return 0
 
 
-def first_refusal(chain: Chain[JobCapacityFn], job: JobInfo, tasks: list[TaskInfo]) -> str:
-    """The first plugin, in tier order, that refuses (a non-empty reason) decides; none refuses: ""."""
+def first_refusal(chain: Chain[Callable[..., Verdict]], *args: Any) -> Verdict:
+    """The first plugin, in tier order, that refuses decides, saying why; none refuses: allowed."""
     for row in chain:
         for _, fn in row:
-            reason = fn(job, tasks)
-            if reason:
-                return reason
-    return ""
+            verdict = fn(*args)
+            if not verdict:
+                return verdict
+    return ALLOWED
 
 
 def sum_of(chain: Chain[Callable[..., float]], *args: Any) -> float:
@@ -176,18 +218,6 @@ def sum_of(chain: Chain[Callable[..., float]], *args: Any) -> float:
 def keys_in_order(chain: Chain[Callable[[Any], Any]], item: Any) -> tuple[Any, ...]:
     """Every enabled plugin's key, in tier order, compared left to right (the order first_non_zero gives over the matching comparisons)."""
     return tuple([fn(item) for row in chain for _, fn in row])
-
-
-def first_non_zero_given(
-    chain: Chain[VictimQueueCompareFn], left: Any, right: Any, preemptor: Any
-) -> int:
-    """The first plugin, in tier order, with a non-zero answer decides (asked with the preemptor's queue); 0 when every plugin ties."""
-    for row in chain:
-        for _, fn in row:
-            r = fn(left, right, preemptor)
-            if r:
-                return r
-    return 0
 
 
 def all_must_pass(chain: Chain[Callable[..., bool]], *args: Any) -> bool:
@@ -237,19 +267,19 @@ def first_failure(chain: Chain[JobValidFn], job: JobInfo) -> ValidateResult | No
     return None
 
 
-def vote(chain: Chain[VoteFn], job: JobInfo) -> bool:
+def vote(chain: Chain[VoteFn], job: JobInfo) -> Verdict:
     """Any REJECT refuses at once; a PERMIT ends the check at the end of its tier; only ABSTAIN: permit."""
     for row in chain:
         permitted = False
-        for _, fn in row:
+        for name, fn in row:
             r = fn(job)
-            if r < 0:
-                return False
+            if r < 0:  # a plain REJECT says nothing more than who
+                return r if isinstance(r, Verdict) else Verdict(REJECT, "", name)
             if r > 0:
                 permitted = True
         if permitted:
-            return True
-    return True
+            return ALLOWED
+    return ALLOWED
 
 
 def first_tier_all(chain: Chain[JobCheckFn], job: JobInfo) -> bool:
@@ -348,212 +378,213 @@ class Switch:
     default: bool = True  # its value when not written (``extension_points_not_listed: enabled``)
 
 
-@dataclass(frozen=True)
-class Point:
-    name: str
-    switch: Switch | None  # None: always on (Volcano checks no switch either)
-    signature: Any  # the type of what a plugin registers
-    combine: Callable[..., Any]  # how the session combines the chain's answers
-    note: str = ""  # beyond the rule: the order points' tie-breaks (applied by the session) ...
-    # Combined by the NodeEvaluator, per cache scope, over the flattened chain (tiers do not
-    # matter for an AND or a sum): ``combine`` takes the predicates / scorers, not the chain.
-    vectorised: bool = False
+R = TypeVar("R")  # what a plugin registers at a point
+A = TypeVar("A")  # what asking a point gives: the combined function of its chain
+
+
+class Point(Generic[R, A]):
+    """One row of the table. Its type arguments, written once in the row
+    (``Point[JobCheckFn, JobCheckFn](...)``), are what a plugin registers (``R``: ``Session.register``
+    is typed by it) and what asking the point gives (``A``). Named as an attribute of the session
+    (``job_ready = JOB_READY``), a point is asked as a method, ``ssn.job_ready(job)``, typed by
+    ``A``: the session binds that attribute to the point's combined function once its chains are
+    built, shadowing this descriptor."""
+
+    def __init__(
+        self,
+        name: str,
+        switch: Switch | None,  # None: always on (Volcano checks no switch either)
+        combine: Callable[..., Any],  # how the session combines the chain's answers
+        note: str = "",  # beyond the rule: the order points' tie-breaks (applied by the session) ...
+        # Combined by the NodeEvaluator, per cache scope, over the flattened chain (tiers do not
+        # matter for an AND or a sum): ``combine`` takes the predicates / scorers, not the chain.
+        vectorised: bool = False,
+    ) -> None:
+        self.name, self.switch, self.combine = name, switch, combine
+        self.note, self.vectorised = note, vectorised
+
+    @property
+    def signature(self) -> Any:
+        """The type of what a plugin registers: the row's first type argument."""
+        alias = vars(self).get("__orig_class__")  # set by Python when made as Point[R, A](...)
+        if alias is None:
+            raise TypeError(f"point {self.name} was made without its type arguments")
+        return get_args(alias)[0]
 
     @property
     def rule(self) -> str:
         doc = (self.combine.__doc__ or "").strip().splitlines()
         return doc[0] if doc else ""
 
+    @overload
+    def __get__(self, ssn: None, owner: type[Any]) -> Point[R, A]: ...
+    @overload
+    def __get__(self, ssn: object, owner: type[Any]) -> A: ...
+    def __get__(self, ssn: object, owner: type[Any]) -> Point[R, A] | A:
+        if ssn is None:  # the class's attribute: the row itself
+            return self
+        raise AttributeError(f"extension point {self.name} is asked outside its session's chains")
+
+    def __repr__(self) -> str:
+        return f"<Point {self.name}>"
+
 
 # Rules under which a chain holding one plugin can be that plugin's function itself, with no
 # partial and no loop over tiers per call (allocatable and job_ready are asked at every placement,
-# order keys computed for every task): the checks, whose plugins return a bool, answer what the
-# plugin answers; an order key's one-element tuple orders as its element.
-_ONE_PLUGIN_IS_THE_RULE = (all_must_pass, any_true, keys_in_order)
+# order keys computed for every task, orders compared hundreds of thousands of times a cycle): the
+# checks answer what the plugin answers (its verdict: plugins name themselves in refusals); an
+# order key's one-element tuple orders as its element; a comparison's answer is its own first
+# non-zero answer.
+_ONE_PLUGIN_IS_THE_RULE = (all_must_pass, any_true, keys_in_order, first_refusal, first_non_zero)
 
 
-def combined(point: Point, chain: Chain[Any]) -> Callable[..., Any]:
+def combined(point: Point[Any, A], chain: Chain[Any]) -> A:
     """``point.combine`` over ``chain`` as one function."""
     fns = [fn for row in chain for _, fn in row]
     if len(fns) == 1 and point.combine in _ONE_PLUGIN_IS_THE_RULE:
-        only: Callable[..., Any] = fns[0]
+        only: A = fns[0]
         return only
-    return partial(point.combine, chain)
+    return cast(A, partial(point.combine, chain))  # the row's type arguments say what it is
 
 
-JOB_ENQUEUED = Switch(
-    "enableJobEnqueued", "job_enqueued"
-)  # Volcano: job_enqueueable and job_enqueued
+_ENQUEUE_SWITCH = Switch("enableJobEnqueued", "job_enqueued")  # Volcano: both enqueue points
 _TIE = "Ties: creation order, then uid."
+_KEY = "Used only when every plugin of {} gives its key; then the same ties."
 
 # Not a point: Volcano's sub_job_order. Volcano (1.14+) asks it only inside allocate's sub-job
 # worksheet (jobs with a sub-group policy, placed sub-group by sub-group); Muster's allocate places a
 # job's tasks in task order, so nothing would ask it. ``enabledSubJobOrder`` is accepted below.
 
-POINTS: dict[str, Point] = {
-    p.name: p
-    for p in (
-        Point(
-            "job_order", Switch("enableJobOrder", "job_order"), JobCompareFn, first_non_zero, _TIE
-        ),
-        Point(
-            "task_order",
-            Switch("enableTaskOrder", "task_order"),
-            TaskCompareFn,
-            first_non_zero,
-            "Ties: higher pod priority, then creation order, then uid.",
-        ),
-        Point(
-            "job_order_key",
-            Switch("enableJobOrder", "job_order"),
-            JobKeyFn,
-            keys_in_order,
-            "Used only when every plugin of job_order gives its key; then the same ties.",
-        ),
-        Point(
-            "task_order_key",
-            Switch("enableTaskOrder", "task_order"),
-            TaskKeyFn,
-            keys_in_order,
-            "Used only when every plugin of task_order gives its key; then the same ties.",
-        ),
-        Point(
-            "queue_order",
-            Switch("enableQueueOrder", "queue_order"),
-            QueueCompareFn,
-            first_non_zero,
-            _TIE,
-        ),
-        Point(
-            "queue_order_key",
-            Switch("enableQueueOrder", "queue_order"),
-            QueueKeyFn,
-            keys_in_order,
-            "Used only when every plugin of queue_order gives its key; then the same ties.",
-        ),
-        Point(
-            "victim_queue_order",
-            None,
-            VictimQueueCompareFn,
-            first_non_zero_given,
-            "Ties: the reverse of the queue order.",
-        ),
-        Point("job_ready", Switch("enableJobReady", "job_ready"), JobCheckFn, all_must_pass),
-        Point(
-            "allocatable",
-            Switch("enabledAllocatable", "allocatable"),
-            QueueTaskCheckFn,
-            all_must_pass,
-        ),
-        Point(
-            "preemptive", Switch("enablePreemptive", "preemptive"), QueueTaskCheckFn, all_must_pass
-        ),
-        Point(
-            "predicate",
-            Switch("enablePredicate", "predicate"),
-            Predicates,
-            all_masks_pass,
-            "Vectorised over nodes, cached per scope.",
-            vectorised=True,
-        ),
-        Point(
-            "node_order",
-            Switch("enableNodeOrder", "node_order"),
-            Scorers,
-            node_scores_add,
-            "Vectorised over nodes, cached per scope.",
-            vectorised=True,
-        ),
-        Point("job_valid", None, JobValidFn, first_failure),
-        Point("job_pipelined", Switch("enableJobPipelined", "job_pipelined"), VoteFn, vote),
-        Point("job_enqueueable", JOB_ENQUEUED, VoteFn, vote),
-        Point("job_enqueued", JOB_ENQUEUED, JobNotifyFn, call_all),
-        Point(
-            "job_starving", Switch("enableJobStarving", "job_starving"), JobCheckFn, first_tier_all
-        ),
-        Point("overused", Switch("enabledOverused", "overused"), QueueCheckFn, any_true),
-        Point(
-            "preemptable",
-            Switch("enablePreemptable", "preemptable"),
-            EvictableFn,
-            intersect_first_tier,
-        ),
-        Point(
-            "reclaimable",
-            Switch("enableReclaimable", "reclaimable"),
-            EvictableFn,
-            intersect_first_tier,
-        ),
-        Point("victim", Switch("enabledVictim", "victim"), VictimTasksFns, union_first_tier),
-        Point(
-            "hypernode_gradient",
-            Switch("enabledHyperNodeGradient", "hypernode_gradient"),
-            HyperNodeGradientFn,
-            first_answer,
-            "None: the job is held to no hypernode.",
-        ),
-        Point(
-            "hypernode_order",
-            Switch("enabledHyperNodeOrder", "hypernode_order"),
-            HyperNodeOrderFn,
-            scores_add,
-        ),
-        Point(
-            "device_choice",
-            None,
-            DeviceChoiceFn,
-            first_non_none,
-            "Asked when a task that needs device ids is placed; candidates exclude held and unhealthy devices; "
-            "none answers: the first candidates.",
-        ),
-        # KAI Scheduler's points (asked by the actions of `profile: kai`).
-        Point(
-            "queue_jobs_order",
-            None,
-            QueueJobsCompareFn,
-            first_non_zero_of,
-            "KAI: queues compared with the job each would run next (or the victims each would lose).",
-        ),
-        Point(
-            "job_over_capacity",
-            None,
-            JobCapacityFn,
-            first_refusal,
-            "KAI: queue limits, non-preemptible quota.",
-        ),
-        Point(
-            "non_preemptible_over_quota",
-            None,
-            JobCapacityFn,
-            first_refusal,
-            "KAI: asked before preempting for a job.",
-        ),
-        Point("can_reclaim", None, JobCheckFn, all_must_pass, "KAI: may this job reclaim at all?"),
-        Point(
-            "reclaim_scenario_valid",
-            None,
-            ScenarioCheckFn,
-            all_must_pass,
-            "KAI: is a reclaim solution (its victims) fair to every queue?",
-        ),
-        Point(
-            "solution_start",
-            None,
-            SolutionStartFn,
-            call_all,
-            "KAI: a victim search for one job begins.",
-        ),
-        Point(
-            "gpu_order", None, GpuOrderFn, sum_of, "KAI: which shared GPU a fractional task takes."
-        ),
-        Point(
-            "node_sets",
-            None,
-            NodeSetsFn,
-            first_non_none,
-            "KAI: the node sets (topology domains) a job's tasks are tried on, in order; None: all nodes.",
-        ),
-    )
+# The table: one row per point, in the order of docs/config.md. The first type argument is what a
+# plugin registers, the second what asking the point gives.
+JOB_ORDER = Point[JobCompareFn, JobCompareFn](
+    "job_order", Switch("enableJobOrder", "job_order"), first_non_zero, _TIE
+)
+TASK_ORDER = Point[TaskCompareFn, TaskCompareFn](
+    "task_order",
+    Switch("enableTaskOrder", "task_order"),
+    first_non_zero,
+    "Ties: higher pod priority, then creation order, then uid.",
+)
+JOB_ORDER_KEY = Point[JobKeyFn, JobKeyFn](
+    "job_order_key", Switch("enableJobOrder", "job_order"), keys_in_order, _KEY.format("job_order")
+)
+TASK_ORDER_KEY = Point[TaskKeyFn, TaskKeyFn](
+    "task_order_key",
+    Switch("enableTaskOrder", "task_order"),
+    keys_in_order,
+    _KEY.format("task_order"),
+)
+QUEUE_ORDER = Point[QueueCompareFn, QueueCompareFn](
+    "queue_order", Switch("enableQueueOrder", "queue_order"), first_non_zero, _TIE
+)
+QUEUE_ORDER_KEY = Point[QueueKeyFn, QueueKeyFn](
+    "queue_order_key",
+    Switch("enableQueueOrder", "queue_order"),
+    keys_in_order,
+    _KEY.format("queue_order"),
+)
+VICTIM_QUEUE_ORDER = Point[VictimQueueCompareFn, VictimQueueCompareFn](
+    "victim_queue_order", None, first_non_zero, "Ties: the reverse of the queue order."
+)
+JOB_READY = Point[JobCheckFn, JobCheckFn](
+    "job_ready", Switch("enableJobReady", "job_ready"), all_must_pass
+)
+ALLOCATABLE = Point[QueueTaskVerdictFn, QueueTaskVerdictFn](
+    "allocatable", Switch("enabledAllocatable", "allocatable"), first_refusal
+)
+PREEMPTIVE = Point[QueueTaskCheckFn, QueueTaskCheckFn](
+    "preemptive", Switch("enablePreemptive", "preemptive"), all_must_pass
+)
+PREDICATE = Point[Predicates, Never](
+    "predicate",
+    Switch("enablePredicate", "predicate"),
+    all_masks_pass,
+    "Vectorised over nodes, cached per scope.",
+    vectorised=True,
+)
+NODE_ORDER = Point[Scorers, Never](
+    "node_order",
+    Switch("enableNodeOrder", "node_order"),
+    node_scores_add,
+    "Vectorised over nodes, cached per scope.",
+    vectorised=True,
+)
+JOB_VALID = Point[JobValidFn, JobValidFn]("job_valid", None, first_failure)
+JOB_PIPELINED = Point[VoteFn, JobVerdictFn](
+    "job_pipelined", Switch("enableJobPipelined", "job_pipelined"), vote
+)
+JOB_ENQUEUEABLE = Point[VoteFn, JobVerdictFn]("job_enqueueable", _ENQUEUE_SWITCH, vote)
+JOB_ENQUEUED = Point[JobNotifyFn, JobNotifyFn]("job_enqueued", _ENQUEUE_SWITCH, call_all)
+JOB_STARVING = Point[JobCheckFn, JobCheckFn](
+    "job_starving", Switch("enableJobStarving", "job_starving"), first_tier_all
+)
+OVERUSED = Point[QueueCheckFn, QueueCheckFn](
+    "overused", Switch("enabledOverused", "overused"), any_true
+)
+PREEMPTABLE = Point[EvictableFn, VictimsFn](
+    "preemptable", Switch("enablePreemptable", "preemptable"), intersect_first_tier
+)
+RECLAIMABLE = Point[EvictableFn, VictimsFn](
+    "reclaimable", Switch("enableReclaimable", "reclaimable"), intersect_first_tier
+)
+VICTIM = Point[VictimTasksFns, VictimTasksFn](
+    "victim", Switch("enabledVictim", "victim"), union_first_tier
+)
+HYPERNODE_GRADIENT = Point[HyperNodeGradientFn, HyperNodeGradientFn](
+    "hypernode_gradient",
+    Switch("enabledHyperNodeGradient", "hypernode_gradient"),
+    first_answer,
+    "None: the job is held to no hypernode.",
+)
+HYPERNODE_ORDER = Point[HyperNodeOrderFn, HyperNodeOrderFn](
+    "hypernode_order", Switch("enabledHyperNodeOrder", "hypernode_order"), scores_add
+)
+DEVICE_CHOICE = Point[DeviceChoiceFn, DeviceChoiceFn](
+    "device_choice",
+    None,
+    first_non_none,
+    "Asked when a task that needs device ids is placed; candidates exclude held and unhealthy devices; "
+    "none answers: the first candidates.",
+)
+# KAI Scheduler's points (asked by the actions of `profile: kai`).
+QUEUE_JOBS_ORDER = Point[QueueJobsCompareFn, QueueJobsCompareFn](
+    "queue_jobs_order",
+    None,
+    first_non_zero,
+    "KAI: queues compared with the job each would run next (or the victims each would lose).",
+)
+JOB_OVER_CAPACITY = Point[JobCapacityFn, JobCapacityFn](
+    "job_over_capacity", None, first_refusal, "KAI: queue limits, non-preemptible quota."
+)
+NON_PREEMPTIBLE_OVER_QUOTA = Point[JobCapacityFn, JobCapacityFn](
+    "non_preemptible_over_quota", None, first_refusal, "KAI: asked before preempting for a job."
+)
+CAN_RECLAIM = Point[JobCheckFn, JobCheckFn](
+    "can_reclaim", None, all_must_pass, "KAI: may this job reclaim at all?"
+)
+RECLAIM_SCENARIO_VALID = Point[ScenarioCheckFn, ScenarioCheckFn](
+    "reclaim_scenario_valid",
+    None,
+    all_must_pass,
+    "KAI: is a reclaim solution (its victims) fair to every queue?",
+)
+SOLUTION_START = Point[SolutionStartFn, SolutionStartFn](
+    "solution_start", None, call_all, "KAI: a victim search for one job begins."
+)
+GPU_ORDER = Point[GpuOrderFn, GpuOrderFn](
+    "gpu_order", None, sum_of, "KAI: which shared GPU a fractional task takes."
+)
+NODE_SETS = Point[NodeSetsFn, NodeSetsFn](
+    "node_sets",
+    None,
+    first_non_none,
+    "KAI: the node sets (topology domains) a job's tasks are tried on, in order; None: all nodes.",
+)
+
+# Every row above, by name, in order: a point is its row, nothing else.
+POINTS: dict[str, Point[Any, Any]] = {
+    row.name: row for row in list(globals().values()) if isinstance(row, Point)
 }
 
 # Switches that reach no extension point. A plugin reads these itself from its option.

@@ -104,7 +104,7 @@ def dominant_share(amount: Vec, base: Vec, empty: float = 0.0) -> float:
     best: float | None = None
     for a, b in zip(amount.tolist(), base.tolist(), strict=True):
         if b >= MIN_RESOURCE:
-            r = a / b
+            r: float = a / b
             if r != r:  # NaN (inf / inf): numpy's max propagates it
                 return r
             if best is None or r > best:
@@ -281,10 +281,6 @@ class JobInfo:
         self.preemptible = spec.preemptible
         self.fit_errors: dict[str, FitErrors] = {}
         self.job_fit_error = ""
-        self.conditions: list[tuple[str, str, str]] = []  # (type, reason, message) set this session
-        self.enqueue_verdict = ""
-        self.queue_verdict = ""
-        self.explain_fit_errors: dict[str, FitErrors] = {}  # for `muster explain` only
         # TY-Arranger's schedule state and stage (set by the tyarranger plugin; "" otherwise).
         self.schedule_state = ""
         self.stage = ""
@@ -468,8 +464,9 @@ class JobInfo:
     def task_has_fit_errors(self, task: TaskInfo) -> bool:
         return bool(self.fit_errors) and bool(task.role) and task.role in self.fit_failed_roles()
 
-    def fit_error(self) -> str:
-        """Volcano ``JobInfo.FitError``: a histogram of task states plus the first node-fit error."""
+    def fit_error(self, found: Mapping[str, FitErrors] | None = None) -> str:
+        """Volcano ``JobInfo.FitError``: a histogram of task states plus the first node-fit error
+        (``found``: per task, fit errors found only to explain the job)."""
         hist = {s.title: len(ts) for s, ts in self.index.items() if ts}
         hist["minAvailable"] = self.min_available
         ready = "pod group is ready" if self.is_ready() else "pod group is not ready"
@@ -478,7 +475,7 @@ class JobInfo:
             return msg + ". Origin reason is: " + self.job_fit_error
         # Volcano reports the first task's node-fit error; when the queue stopped every task before
         # any node was tried, Muster reports the node-level reason it found for the explanation.
-        for errors in (self.fit_errors, self.explain_fit_errors):
+        for errors in (self.fit_errors, found or {}):
             for uid in self.tasks:
                 fe = errors.get(uid)
                 if fe is not None:

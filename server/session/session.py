@@ -2,66 +2,60 @@
 
 Opened from a ``ClusterSnapshot`` and a ``SchedulerConfig``; every plugin of the configured tiers
 is built with its arguments and registers functions in ``on_session_open``; actions run against
-the session; ``close`` lets plugins report (``on_session_close``) and produces the ``CycleResult``.
-Every query of an extension point (``job_order_fn``, ``job_ready``, ``preemptable`` ...) runs the
-point's combining function from the table in ``extension_points.py`` on the chain of the plugins
-whose switch is on; the session adds only the order points' tie-breaks (noted in the table).
+the session and change where tasks are only through a ``Statement``; ``close`` lets plugins report
+(``on_session_close``) and produces the ``CycleResult`` (``outcomes.report``: the job outcomes and
+explanations, from what the cycle found). Every extension point is a row of the table in
+``extension_points.py``; the rows named below as attributes (``job_ready = JOB_READY`` ...) are
+asked as methods, each bound to the point's combining function over the chain of the plugins whose
+switch is on. The session adds only the order points' tie-breaks (noted in the table) and keeps
+the enqueue vote's verdict for the job's explanation.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Literal, overload
-
-import numpy as np
+from typing import Any, TypeVar
 
 from muster.devices import Device
-from muster.quantity import MIN_RESOURCE, from_canonical
-from server.model import (
-    ALLOCATED,
-    ENDED,
-    ClusterSnapshot,
-    Condition,
-    CycleResult,
-    Explanation,
-    JobOutcome,
-    PodGroupPhase,
-    TaskStatus,
-)
+from server.model import ENDED, ClusterSnapshot, CycleResult, PodGroupPhase, TaskStatus
 from server.session.evaluator import NodeEvaluator
 from server.session.extension_points import (
+    ALLOCATABLE,
+    CAN_RECLAIM,
+    DEVICE_CHOICE,
+    GPU_ORDER,
+    HYPERNODE_GRADIENT,
+    HYPERNODE_ORDER,
+    JOB_ENQUEUEABLE,
+    JOB_ENQUEUED,
+    JOB_ORDER,
+    JOB_ORDER_KEY,
+    JOB_OVER_CAPACITY,
+    JOB_PIPELINED,
+    JOB_READY,
+    JOB_STARVING,
+    JOB_VALID,
+    NODE_SETS,
+    NON_PREEMPTIBLE_OVER_QUOTA,
+    OVERUSED,
     POINTS,
+    PREEMPTABLE,
+    PREEMPTIVE,
+    QUEUE_JOBS_ORDER,
+    QUEUE_ORDER,
+    QUEUE_ORDER_KEY,
+    RECLAIM_SCENARIO_VALID,
+    RECLAIMABLE,
+    SOLUTION_START,
+    TASK_ORDER,
+    TASK_ORDER_KEY,
+    VICTIM,
+    VICTIM_QUEUE_ORDER,
     Chain,
-    DeviceChoiceFn,
     EventHandler,
-    EvictableFn,
-    GpuOrderFn,
-    Gradients,
-    HyperNodeGradientFn,
-    HyperNodeOrderFn,
-    JobCapacityFn,
-    JobCheckFn,
-    JobCompareFn,
-    JobKeyFn,
-    JobNotifyFn,
-    JobValidFn,
-    NodeSetsFn,
-    Predicates,
-    QueueCheckFn,
-    QueueCompareFn,
-    QueueJobsCompareFn,
-    QueueKeyFn,
-    QueueTaskCheckFn,
-    ScenarioCheckFn,
-    Scorers,
-    SolutionStartFn,
-    TaskCompareFn,
-    TaskKeyFn,
+    Point,
     ValidateResult,
-    VictimQueueCompareFn,
-    VictimTasksFns,
-    VoteFn,
     combined,
 )
 from server.session.info import (
@@ -71,19 +65,58 @@ from server.session.info import (
     ResourceSpace,
     TaskInfo,
     has_constraints,
-    job_phase_after,
     new_queue_infos,
 )
-from server.session.kai import new_group_name
 from server.session.options import PluginOption, SchedulerConfig, SessionPlugin
+from server.session.outcomes import Outcomes, report
 from server.session.priority_queue import PriorityQueue
 from server.session.statement import Statement
 
 # Re-exported: plugins and tests have always found these here.
 __all__ = ["EventHandler", "PriorityQueue", "Session", "ValidateResult"]
 
+R = TypeVar("R")
+
 
 class Session:
+    # The points asked as methods: each attribute is the table's row (which types it), bound per
+    # session to the row's combining function over its chain (``_build_chains``).
+    job_order_compare = JOB_ORDER  # Volcano ``JobOrderCompareFn``: the raw answer, 0 on a tie
+    job_ready = JOB_READY
+    allocatable = ALLOCATABLE
+    preemptive = PREEMPTIVE
+    job_valid = JOB_VALID
+    job_enqueued = JOB_ENQUEUED
+    job_starving = JOB_STARVING
+    overused = OVERUSED
+    preemptable = PREEMPTABLE
+    reclaimable = RECLAIMABLE
+    victim_tasks = VICTIM
+    # Where a job with a network topology may go: gradients of (hypernode, node mask); None when
+    # no plugin constrains the job.
+    hypernode_gradients = HYPERNODE_GRADIENT
+    hypernode_order = HYPERNODE_ORDER
+    # KAI's points.
+    job_over_capacity = JOB_OVER_CAPACITY
+    non_preemptible_over_quota = NON_PREEMPTIBLE_OVER_QUOTA
+    can_reclaim = CAN_RECLAIM
+    reclaim_scenario_valid = RECLAIM_SCENARIO_VALID
+    solution_start = SOLUTION_START
+    gpu_order = GPU_ORDER
+    node_sets = NODE_SETS
+    # Asked through the methods below (tie-breaks, keys, votes kept), or by the session itself.
+    _job_order = JOB_ORDER
+    _task_order = TASK_ORDER
+    _queue_order = QUEUE_ORDER
+    _victim_queue_order = VICTIM_QUEUE_ORDER
+    _queue_jobs_order = QUEUE_JOBS_ORDER
+    _job_order_keys = JOB_ORDER_KEY
+    _task_order_keys = TASK_ORDER_KEY
+    _queue_order_keys = QUEUE_ORDER_KEY
+    _job_pipelined = JOB_PIPELINED
+    _job_enqueueable = JOB_ENQUEUEABLE
+    _device_choice = DEVICE_CHOICE
+
     def __init__(
         self, snapshot: ClusterSnapshot, config: SchedulerConfig, cycle_id: int = 0
     ) -> None:
@@ -129,7 +162,6 @@ class Session:
         self.total_resource = (
             self.nodes.allocatable.sum(axis=0) if len(self.nodes) else self.space.zeros()
         )
-        self._ever_fits: dict[Any, bool] = {}  # shape key -> can_ever_fit
         self._constrained: list[TaskInfo] | None = None
         self.hypernodes = snapshot.hypernodes
 
@@ -138,6 +170,7 @@ class Session:
         self.event_handlers: list[EventHandler] = []
         self.evaluator = NodeEvaluator(self.nodes, self.space)
         self.result = CycleResult(cycle_id=cycle_id)
+        self.outcomes = Outcomes()  # what the cycle finds about each job, for its report
         self.plugins: list[SessionPlugin] = []
         for tier in self.tiers:
             for option in tier:
@@ -147,8 +180,6 @@ class Session:
                     )
                 self.plugins.append(option.plugin_class(option.arguments))
         self._chains: dict[str, Chain[Any]] = {}
-        # Per point: its combining function bound to its chain (vectorised points: the evaluator).
-        self._combined: dict[str, Callable[..., Any]] = {}
         for plugin in self.plugins:
             started = time.perf_counter()
             plugin.on_session_open(self)
@@ -180,93 +211,13 @@ class Session:
             task.devices += [d.id for d in ledger.free(i, resource, count)]
         ledger.attach(i, task)
 
-    # The function a plugin registers has the point's signature (``extension_points.POINTS``).
-    @overload
-    def register(self, point: Literal["job_order"], plugin: str, fn: JobCompareFn) -> None: ...
-    @overload
-    def register(self, point: Literal["task_order"], plugin: str, fn: TaskCompareFn) -> None: ...
-    @overload
-    def register(self, point: Literal["job_order_key"], plugin: str, fn: JobKeyFn) -> None: ...
-    @overload
-    def register(self, point: Literal["task_order_key"], plugin: str, fn: TaskKeyFn) -> None: ...
-    @overload
-    def register(self, point: Literal["queue_order"], plugin: str, fn: QueueCompareFn) -> None: ...
-    @overload
-    def register(self, point: Literal["queue_order_key"], plugin: str, fn: QueueKeyFn) -> None: ...
-    @overload
-    def register(
-        self, point: Literal["victim_queue_order"], plugin: str, fn: VictimQueueCompareFn
-    ) -> None: ...
-    @overload
-    def register(
-        self, point: Literal["job_ready", "job_starving"], plugin: str, fn: JobCheckFn
-    ) -> None: ...
-    @overload
-    def register(
-        self, point: Literal["allocatable", "preemptive"], plugin: str, fn: QueueTaskCheckFn
-    ) -> None: ...
-    @overload
-    def register(self, point: Literal["predicate"], plugin: str, fn: Predicates) -> None: ...
-    @overload
-    def register(self, point: Literal["node_order"], plugin: str, fn: Scorers) -> None: ...
-    @overload
-    def register(self, point: Literal["job_valid"], plugin: str, fn: JobValidFn) -> None: ...
-    @overload
-    def register(
-        self, point: Literal["job_pipelined", "job_enqueueable"], plugin: str, fn: VoteFn
-    ) -> None: ...
-    @overload
-    def register(self, point: Literal["job_enqueued"], plugin: str, fn: JobNotifyFn) -> None: ...
-    @overload
-    def register(self, point: Literal["overused"], plugin: str, fn: QueueCheckFn) -> None: ...
-    @overload
-    def register(
-        self, point: Literal["preemptable", "reclaimable"], plugin: str, fn: EvictableFn
-    ) -> None: ...
-    @overload
-    def register(self, point: Literal["victim"], plugin: str, fn: VictimTasksFns) -> None: ...
-    @overload
-    def register(
-        self, point: Literal["hypernode_gradient"], plugin: str, fn: HyperNodeGradientFn
-    ) -> None: ...
-    @overload
-    def register(
-        self, point: Literal["hypernode_order"], plugin: str, fn: HyperNodeOrderFn
-    ) -> None: ...
-    @overload
-    def register(
-        self, point: Literal["device_choice"], plugin: str, fn: DeviceChoiceFn
-    ) -> None: ...
-    @overload
-    def register(
-        self, point: Literal["queue_jobs_order"], plugin: str, fn: QueueJobsCompareFn
-    ) -> None: ...
-    @overload
-    def register(
-        self,
-        point: Literal["job_over_capacity", "non_preemptible_over_quota"],
-        plugin: str,
-        fn: JobCapacityFn,
-    ) -> None: ...
-    @overload
-    def register(self, point: Literal["can_reclaim"], plugin: str, fn: JobCheckFn) -> None: ...
-    @overload
-    def register(
-        self, point: Literal["reclaim_scenario_valid"], plugin: str, fn: ScenarioCheckFn
-    ) -> None: ...
-    @overload
-    def register(
-        self, point: Literal["solution_start"], plugin: str, fn: SolutionStartFn
-    ) -> None: ...
-    @overload
-    def register(self, point: Literal["gpu_order"], plugin: str, fn: GpuOrderFn) -> None: ...
-    @overload
-    def register(self, point: Literal["node_sets"], plugin: str, fn: NodeSetsFn) -> None: ...
-
-    def register(self, point: str, plugin: str, fn: Any) -> None:
-        if point not in POINTS:
+    def register(self, point: Point[R, Any], plugin: str, fn: R) -> None:
+        """``plugin``'s function for ``point``: a row of the table, whose first type argument types
+        ``fn``. (Tests that build registrations from tables of names may name the row.)"""
+        name = point if isinstance(point, str) else point.name
+        if name not in POINTS or not (isinstance(point, str) or POINTS[name] is point):
             raise KeyError(f"unknown extension point {point!r} (known: {', '.join(POINTS)})")
-        self._fns[point][plugin] = fn
+        self._fns[name][plugin] = fn
 
     def add_event_handler(self, handler: EventHandler) -> None:
         self.event_handlers.append(handler)
@@ -285,17 +236,16 @@ class Session:
                     row.append((option.name, fn))
                 chain.append(row)
             self._chains[name] = chain
-            if not point.vectorised:
-                self._combined[name] = combined(point, chain)
+        # Each point asked as a method, bound once (instance attributes shadow the rows): the
+        # order points are asked hundreds of thousands of times a cycle.
+        answers: dict[str, Any] = {}
+        for attr, point in _ASKED:
+            answer = answers.get(point.name)
+            if answer is None:
+                answer = answers[point.name] = combined(point, self._chains[point.name])
+            self.__dict__[attr] = answer
         self.evaluator.configure(self._chains["predicate"], self._chains["node_order"])
         self._device_choosers = any(self._chains["device_choice"])
-        c = self._combined
-        # The order points are asked hundreds of thousands of times a cycle: bound once.
-        self._job_order, self._task_order, self._queue_order = (
-            c["job_order"],
-            c["task_order"],
-            c["queue_order"],
-        )
 
     def chain(self, point: str) -> Chain[Any]:
         return self._chains[point]
@@ -303,11 +253,7 @@ class Session:
     def option(self, plugin: str) -> PluginOption | None:
         return self.config.plugin(plugin)
 
-    # -- extension points: each the table's combining function over its chain ----------------------
-    def job_order_compare(self, left: JobInfo, right: JobInfo) -> int:
-        """Volcano ``JobOrderCompareFn``: the first non-zero plugin answer, 0 on a tie."""
-        return self._job_order(left, right)
-
+    # -- the points asked with the session's own additions -----------------------------------------
     # The order as sort keys: the plugins' keys in tier order, then the tie-breaks of the order
     # functions below (kept in step with them; tests/core/test_order_keys.py compares the two).
     def job_order_key(self) -> Callable[[JobInfo], tuple[Any, ...]] | None:
@@ -315,21 +261,21 @@ class Session:
         of the job_order chain gives no key."""
         if not _same_plugins(self._chains["job_order"], self._chains["job_order_key"]):
             return None
-        keys = self._combined["job_order_key"]
+        keys = self._job_order_keys
         return lambda job: (keys(job), job.creation_index, job.uid)
 
     def task_order_key(self) -> Callable[[TaskInfo], tuple[Any, ...]] | None:
         """The task order as a sort key (the same order as ``task_order_fn``), or None."""
         if not _same_plugins(self._chains["task_order"], self._chains["task_order_key"]):
             return None
-        keys = self._combined["task_order_key"]
+        keys = self._task_order_keys
         return lambda task: (keys(task), -task.priority, task.creation_index, task.uid)
 
     def queue_order_key(self) -> Callable[[QueueInfo], tuple[Any, ...]] | None:
         """The queue order as a sort key (the same order as ``queue_order_fn``), or None."""
         if not _same_plugins(self._chains["queue_order"], self._chains["queue_order_key"]):
             return None
-        keys = self._combined["queue_order_key"]
+        keys = self._queue_order_keys
         return lambda queue: (keys(queue), queue.creation_index, queue.uid)
 
     # The order points' tie-breaks (Volcano's defaults when no plugin decides), written out here
@@ -355,7 +301,7 @@ class Session:
     def victim_queue_order_fn(
         self, left: QueueInfo, right: QueueInfo, preemptor: QueueInfo | None
     ) -> bool:
-        r = self._combined["victim_queue_order"](left, right, preemptor)
+        r = self._victim_queue_order(left, right, preemptor)
         if r:
             return r < 0
         return not self.queue_order_fn(left, right)
@@ -382,81 +328,21 @@ class Session:
         right_victims: list[JobInfo],
     ) -> bool:
         """Does ``left`` go first? The plugins' answer; ties: creation order, then name."""
-        r = self._combined["queue_jobs_order"](
-            left, right, left_job, right_job, left_victims, right_victims
-        )
+        r = self._queue_jobs_order(left, right, left_job, right_job, left_victims, right_victims)
         if r:
             return r < 0
         if left.creation_index != right.creation_index:
             return left.creation_index < right.creation_index
         return left.uid < right.uid
 
-    def job_over_capacity(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
-        return self._combined["job_over_capacity"](job, tasks)
-
-    def non_preemptible_over_quota(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
-        return self._combined["non_preemptible_over_quota"](job, tasks)
-
-    def can_reclaim(self, job: JobInfo) -> bool:
-        return self._combined["can_reclaim"](job)
-
-    def reclaim_scenario_valid(
-        self, job: JobInfo, tasks: list[TaskInfo], victims: list[TaskInfo]
-    ) -> bool:
-        return self._combined["reclaim_scenario_valid"](job, tasks, victims)
-
-    def solution_start(self) -> None:
-        self._combined["solution_start"]()
-
-    def gpu_order(self, task: TaskInfo, row: int, group: str) -> float:
-        return self._combined["gpu_order"](task, row, group)
-
-    def node_sets(self, job: JobInfo, tasks: list[TaskInfo]) -> list[np.ndarray] | None:
-        return self._combined["node_sets"](job, tasks)
-
-    def job_ready(self, job: JobInfo) -> bool:
-        return self._combined["job_ready"](job)
-
-    def allocatable(self, queue: QueueInfo, task: TaskInfo) -> bool:
-        return self._combined["allocatable"](queue, task)
-
-    def preemptive(self, queue: QueueInfo, task: TaskInfo) -> bool:
-        return self._combined["preemptive"](queue, task)
-
-    def job_valid(self, job: JobInfo) -> ValidateResult | None:
-        return self._combined["job_valid"](job)
-
     def job_pipelined(self, job: JobInfo) -> bool:
-        return self._combined["job_pipelined"](job)
+        return bool(self._job_pipelined(job))
 
     def job_enqueueable(self, job: JobInfo) -> bool:
-        return self._combined["job_enqueueable"](job)
-
-    def job_enqueued(self, job: JobInfo) -> None:
-        self._combined["job_enqueued"](job)
-
-    def job_starving(self, job: JobInfo) -> bool:
-        return self._combined["job_starving"](job)
-
-    def overused(self, queue: QueueInfo) -> bool:
-        return self._combined["overused"](queue)
-
-    def preemptable(self, preemptor: TaskInfo, preemptees: list[TaskInfo]) -> list[TaskInfo]:
-        return self._combined["preemptable"](preemptor, preemptees)
-
-    def reclaimable(self, reclaimer: TaskInfo, reclaimees: list[TaskInfo]) -> list[TaskInfo]:
-        return self._combined["reclaimable"](reclaimer, reclaimees)
-
-    def victim_tasks(self, tasks: list[TaskInfo]) -> list[TaskInfo]:
-        return self._combined["victim"](tasks)
-
-    def hypernode_gradients(self, job: JobInfo) -> Gradients | None:
-        """Where a job with a network topology may go: gradients of (hypernode, node mask); None
-        when no plugin constrains the job."""
-        return self._combined["hypernode_gradient"](job)
-
-    def hypernode_order(self, job: JobInfo, candidates: dict[str, np.ndarray]) -> dict[str, float]:
-        return self._combined["hypernode_order"](job, candidates)
+        """The enqueue vote; its verdict (why a job is not admitted) is kept for the job's report."""
+        verdict = self._job_enqueueable(job)
+        self.outcomes.enqueue_answered(job, verdict)
+        return verdict.ok
 
     # -- victims (Volcano ``Session.BuildVictimsPriorityQueue``) -----------------------------------
     def victims_queue(self, victims: list[TaskInfo], preemptor: TaskInfo) -> PriorityQueue:
@@ -515,139 +401,6 @@ class Session:
             if queue is not None:
                 yield job, queue
 
-    # -- state changes (used by Statement) ------------------------------------------------------
-    def place_task(
-        self, task: TaskInfo, node: str, status: TaskStatus, gpu_groups: list[str] | None = None
-    ) -> None:
-        job = self.jobs[task.job]
-        job.update_task_status(task, status)
-        task.node = node
-        if gpu_groups is not None:
-            task.gpu_groups = list(gpu_groups)
-        row = self.nodes.index[node]
-        if task.device_needs and not task.devices:
-            task.devices = self.choose_devices(task, row, status)
-        self.nodes.add_task(row, task)
-        for h in self.event_handlers:
-            if h.allocate:
-                h.allocate(task)
-
-    def lift_task(self, task: TaskInfo) -> None:
-        """An evicted task leaves its node to be placed elsewhere (KAI moves victims): its node,
-        GPU groups and device ids are let go; ``return_task`` undoes this."""
-        assert task.node is not None
-        self.nodes.remove_task(self.nodes.index[task.node], task)
-        task.node = None
-        task.gpu_groups = []
-        task.devices = []
-
-    def return_task(self, task: TaskInfo, node: str, status: TaskStatus) -> None:
-        job = self.jobs[task.job]
-        job.update_task_status(task, status)
-        task.node = node
-        rivals = self._rivals(task)
-        self.nodes.add_task(self.nodes.index[node], task)
-        self._take_back_devices(task, rivals)
-
-    def unplace_task(self, task: TaskInfo, previous: TaskStatus) -> None:
-        assert task.node is not None
-        self.nodes.remove_task(self.nodes.index[task.node], task)
-        task.last_tx_status = task.status
-        self.jobs[task.job].update_task_status(task, previous)
-        task.node = None
-        task.devices = []
-        if task.gpu_fraction:
-            task.gpu_groups = []
-        for h in self.event_handlers:
-            if h.deallocate:
-                h.deallocate(task)
-
-    def change_status_on_node(self, task: TaskInfo, status: TaskStatus) -> None:
-        """Evict / unevict: the task stays on its node with another status."""
-        assert task.node is not None
-        i = self.nodes.index[task.node]
-        self.nodes.remove_task(i, task)
-        job = self.jobs.get(task.job)
-        releasing = status == TaskStatus.RELEASING
-        if job is not None:
-            job.update_task_status(task, status)
-        else:
-            task.status = status
-        rivals = self._rivals(task)
-        self.nodes.add_task(i, task)
-        self._take_back_devices(task, rivals)
-        for h in self.event_handlers:
-            fn = h.deallocate if releasing else h.allocate
-            if fn:
-                fn(task)
-
-    def _rivals(self, task: TaskInfo) -> tuple[list[TaskInfo], list[str]]:
-        """Before a task takes its devices again (unevicted, a move undone): the pipelined tasks
-        promised them while it was releasing, and the shared GPUs pipelined onto them."""
-        if not task.devices or task.node is None or task.status == TaskStatus.RELEASING:
-            return [], []
-        row = self.nodes.index[task.node]
-        promised, shared = self.nodes.devices.promised[row], self.nodes.shared[row]
-        whole = {
-            id(t): t for d in task.devices if (t := promised.get(d)) is not None and t is not task
-        }
-        groups = [
-            d
-            for d in task.devices
-            if shared.get(d) and all(t.status == TaskStatus.PIPELINED for t in shared[d])
-        ]
-        return list(whole.values()), groups
-
-    def _take_back_devices(self, task: TaskInfo, rivals: tuple[list[TaskInfo], list[str]]) -> None:
-        """The rivals of a task that took its devices again take other ones."""
-        whole, groups = rivals
-        for other in whole:
-            self.choose_devices_again(other)
-        if groups:
-            assert task.node is not None
-            row = self.nodes.index[task.node]
-            for name in groups:
-                self._move_share(row, name)
-
-    def _move_share(self, row: int, name: str) -> None:
-        """The tasks of a pipelined shared GPU move to another GPU (one being released first)."""
-        holders = list(self.nodes.shared[row].get(name, ()))
-        for t in holders:
-            self.nodes.remove_task(row, t)
-        new = new_group_name(self.nodes, row, releasing=True)
-        for t in holders:
-            t.gpu_groups = [new]
-            self.nodes.add_task(row, t)
-
-    def dispatch_bind(self, task: TaskInfo) -> None:
-        """Commit of an allocation: the task is Binding, and a bind decision is emitted. Allocated
-        and Binding hold a node the same way, so the node arrays (and evaluation caches) stay."""
-        self.jobs[task.job].update_task_status(task, TaskStatus.BINDING)
-        self.result.binds[task.uid] = task.node  # type: ignore[assignment]
-        if task.devices:
-            self.result.bind_devices[task.uid] = list(task.devices)
-        if task.gpu_groups:
-            self.result.bind_gpu_groups[task.uid] = list(task.gpu_groups)
-
-    def choose_devices_again(self, task: TaskInfo) -> None:
-        """A placed task's device ids chosen anew for its status, and the name of a shared GPU it
-        is alone on (an allocation turned pipelined must not keep free devices that a later
-        allocation of the cycle would then find promised)."""
-        assert task.node is not None
-        row = self.nodes.index[task.node]
-        if (
-            task.gpu_fraction
-            and task.gpu_groups
-            and self.nodes.shared[row].get(task.gpu_groups[0]) == [task]
-        ):
-            self._move_share(row, task.gpu_groups[0])
-        if task.devices:
-            ledger = self.nodes.devices
-            ledger.detach(row, task)
-            task.devices = []
-            task.devices = self.choose_devices(task, row, task.status)
-            ledger.attach(row, task)
-
     def choose_devices(self, task: TaskInfo, row: int, status: TaskStatus) -> list[str]:
         """Device ids for a task placed on ``row`` with ``status``: per device resource, the
         ``device_choice`` point's answer, else the first candidates (the lowest free ids)."""
@@ -658,184 +411,38 @@ class Session:
                 chosen += [d.id for d in ledger.candidates(row, resource, status, count)]
                 continue
             candidates: list[Device] = ledger.candidates(row, resource, status)
-            ids = self._combined["device_choice"](task, row, resource, count, candidates)
+            ids = self._device_choice(task, row, resource, count, candidates)
             if ids is None:
                 ids = [d.id for d in candidates[:count]]
             chosen += ids
         return chosen
 
-    def release(self) -> None:
-        """Drop everything the session holds, once its result is taken. Plugins' closures hold the
-        session and the session holds them, so its ~10 objects per task form reference cycles:
-        left alone they wait for the cycle collector, which traverses all of them inside a later
-        cycle (98,000 objects, 45-110 ms at 10,000 tasks). Cut loose, reference counting frees
-        them here, at once."""
-        self.__dict__.clear()
-
-    def dispatch_evict(self, task: TaskInfo, reason: str) -> None:
-        self.result.evictions[task.uid] = reason
-
     def statement(self) -> Statement:
         return Statement(self)
-
-    # -- closing ------------------------------------------------------------------------------
-    def set_condition(self, job: JobInfo, type_: str, reason: str, message: str) -> None:
-        job.conditions = [c for c in job.conditions if c[0] != type_] + [(type_, reason, message)]
 
     def close(self) -> CycleResult:
         for plugin in self.plugins:
             started = time.perf_counter()
             plugin.on_session_close(self)
             self.result.plugin_seconds[f"{plugin.name}.close"] = time.perf_counter() - started
-        result = self.result
-        for job in self.orphan_jobs:
-            result.jobs[job.uid] = JobOutcome(
-                job.phase, [], Explanation("queue", f"queue {job.queue!r} does not exist")
-            )
-        for job in self.orphan_jobs:
-            for task in job.tasks.values():
-                self._report_task(task)
-        for job in self.jobs.values():
-            invalid = self.invalid_jobs.get(job.uid)
-            if invalid is not None:
-                result.jobs[job.uid] = JobOutcome(
-                    job.phase,
-                    [Condition("Unschedulable", "True", invalid.reason, invalid.message)],
-                    Explanation("gang", invalid.message),
-                    job.schedule_state,
-                    job.stage,
-                )
-                for task in job.tasks.values():
-                    self._report_task(task)
-                continue
-            unschedulable = any(c[0] == "Unschedulable" for c in job.conditions)
-            phase = job_phase_after(job, unschedulable)
-            conditions = [Condition(t, "True", r, m) for t, r, m in job.conditions]
-            explanation = self.explain(job, phase)
-            if (
-                explanation.gate != "none"
-            ):  # the verdict of `muster explain` is in the condition too
-                for c in conditions:
-                    if c.type == "Unschedulable" and explanation.summary not in c.message:
-                        head = c.message.rstrip(". ")
-                        c.message = (
-                            f"{head}. {explanation.summary}" if head else explanation.summary
-                        )
-            result.jobs[job.uid] = JobOutcome(
-                phase, conditions, explanation, job.schedule_state, job.stage
-            )
-            for task in job.tasks.values():
-                if task.status == TaskStatus.PIPELINED and task.node:
-                    result.pipelined[task.uid] = task.node
-                self._report_task(task)
-        return result
+        return report(self)
 
-    def _report_task(self, task: TaskInfo) -> None:
-        """A task's status, node and device ids in the cycle's result."""
-        node = task.node
-        if node is None and task.status == TaskStatus.PENDING:
-            node = (
-                task.spec.node
-            )  # a pending task's nominated node, reported as given (it holds nothing)
-        self.result.task_status[task.uid] = (task.status, node)
-        if task.devices and task.node is not None:
-            self.result.task_devices[task.uid] = list(task.devices)
-        if task.gpu_groups and task.node is not None:
-            self.result.task_gpu_groups[task.uid] = list(task.gpu_groups)
-
-    def can_ever_fit(self, task: TaskInfo) -> bool:
-        """Would the task fit some node of this cluster if that node were empty? Cached per shape
-        (static key and request): asked for every pending task of every waiting job at close."""
-        known = self._ever_fits.get(task.shape_key)
-        if known is None:
-            fits = (self.nodes.allocatable >= task.resreq - MIN_RESOURCE).all(axis=1)
-            known = self._ever_fits[task.shape_key] = bool(
-                (self.evaluator.static_mask(task) & fits).any()
-            )
-        return known
-
-    def never_fits_reason(self, task: TaskInfo) -> str:
-        """Why a task fits no node even empty (like sbatch's "Requested node configuration is not
-        available"): the resources no eligible node has enough of, with the largest there is."""
-        eligible = self.evaluator.static_mask(task) if len(self.nodes) else np.zeros(0, dtype=bool)
-        if not eligible.any():
-            return (
-                f"task {task.name} can never run on this cluster: no node passes its node selector, "
-                "affinity and tolerations"
-                if len(self.nodes)
-                else f"task {task.name}: the cluster has no nodes"
-            )
-        largest = self.nodes.allocatable[eligible].max(axis=0)
-        excluded = bool(
-            ((self.nodes.allocatable >= task.resreq - MIN_RESOURCE).all(axis=1) & ~eligible).any()
-        )
-        short = [
-            f"{self.space.dims[d]} {from_canonical(self.space.dims[d], task.resreq[d])} "
-            f"(largest eligible node: {from_canonical(self.space.dims[d], largest[d])})"
-            for d in range(self.space.size)
-            if task.resreq[d] > largest[d] + MIN_RESOURCE
-        ]
-        if not short:  # no single resource is short, but no node has them all at once
-            return f"task {task.name} can never run on this cluster: no node has all of its request at once"
-        tail = (
-            "; the nodes big enough are excluded by its node selector, affinity or tolerations"
-            if excluded
-            else ""
-        )
-        return f"task {task.name} can never run on this cluster: it asks " + ", ".join(short) + tail
-
-    def explain(self, job: JobInfo, phase: PodGroupPhase) -> Explanation:
-        queue = self.queues.get(job.queue)
-        pending = job.index[TaskStatus.PENDING]
-        if not pending or job.is_ready():
-            return Explanation("none", "placed" if not pending else "gang is ready")
-        if queue is None:
-            return Explanation("queue", f"queue {job.queue!r} does not exist")
-        if not queue.is_open():
-            return Explanation("queue", f"queue {queue.name} is {queue.state}")
-        if phase == PodGroupPhase.PENDING and job.enqueue_verdict:
-            return Explanation("enqueue", job.enqueue_verdict)
-        never = next((t for t in pending.values() if not self.can_ever_fit(t)), None)
-        if never is not None:
-            fe = job.fit_errors.get(never.uid) or job.explain_fit_errors.get(never.uid)
-            reasons = dict(fe.reasons) if fe is not None else {}
-            detail = f" ({fe.describe().rstrip('.')})" if fe is not None and fe.reasons else ""
-            return Explanation("unsatisfiable", self.never_fits_reason(never) + detail, reasons)
-        # Tasks that are placed, or were placed before the gang was discarded this cycle.
-        fitting = job.ready_task_num() + sum(
-            1 for t in pending.values() if t.last_tx_status in ALLOCATED
-        )
-        for errors in (job.fit_errors, job.explain_fit_errors):
-            for uid in job.tasks:
-                fe = errors.get(uid)
-                if fe is None:
-                    continue
-                if fitting >= job.min_available:  # enough fit; a role's minimum is what fails
-                    return Explanation(
-                        "gang",
-                        f"{fitting} tasks fit, but not the gang's role minimums "
-                        f"({_role_minimums(job)}); the rest: {fe.describe()}",
-                        dict(fe.reasons),
-                    )
-                if fitting:  # part of the gang fits: the gang rule, not the nodes, holds it back
-                    return Explanation(
-                        "gang",
-                        f"{fitting} of the gang's {job.min_available} tasks fit; the rest: {fe.describe()}",
-                        dict(fe.reasons),
-                    )
-                return Explanation("placement", fe.describe(), dict(fe.reasons))
-        if job.job_fit_error:
-            return Explanation("gang", job.job_fit_error)
-        if job.queue_verdict:
-            return Explanation("queue", job.queue_verdict)
-        return Explanation("gang", job.fit_error())
+    def release(self) -> None:
+        """Drop everything the session holds, once its result is taken. Plugins' functions hold
+        the session (closures, bound methods) and the session holds them (the plugins, the chains,
+        the points bound to those, the event handlers, the evaluator's predicates), so its ~10
+        objects per task form reference cycles: left alone they wait for the cycle collector, which
+        traverses all of them inside a later cycle (98,000 objects, 45-110 ms at 10,000 tasks).
+        Everything goes, not only those references: a plugin caught in a cycle of its own (a
+        recursive closure) still holds the session, which must then hold nothing. Cut loose,
+        reference counting frees them here, at once."""
+        self.__dict__.clear()
 
 
-def _role_minimums(job: JobInfo) -> str:
-    return (
-        ", ".join(f"{role}: {n}" for role, n in sorted(job.task_min_available.items()) if n > 0)
-        or "none"
-    )
+# The rows named on the session, asked as its methods once bound (``Session._build_chains``).
+_ASKED: tuple[tuple[str, Point[Any, Any]], ...] = tuple(
+    (attr, row) for attr, row in vars(Session).items() if isinstance(row, Point)
+)
 
 
 def _same_plugins(chain: Chain[Any], keys: Chain[Any]) -> bool:

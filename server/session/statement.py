@@ -1,7 +1,8 @@
-"""Statement: a transaction of allocate / pipeline / evict operations over a session.
+"""Statement: a transaction of allocate / pipeline / evict operations over a session, and the only
+way a cycle changes where tasks are (Volcano's ``framework/statement.go``).
 
-Each operation changes the session at once (job status index, node arrays, plugin event
-handlers), so later decisions in the same action see it. ``commit`` turns the operations into
+Each operation changes the session at once (job status index, node arrays, device ids, plugin
+event handlers), so later decisions in the same action see it. ``commit`` turns the operations into
 decisions (binds, evictions); ``discard`` undoes them in reverse order. ``checkpoint`` /
 ``rollback`` undo only the operations after a mark, for nested attempts (e.g. one victim set).
 """
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from server.model import TaskStatus
 from server.session.info import TaskInfo
+from server.session.kai import new_group_name
 
 if TYPE_CHECKING:  # the session builds statements: annotation only
     from server.session.session import Session
@@ -24,6 +26,7 @@ class Op(Enum):
     PIPELINE = "pipeline"
     EVICT = "evict"
     UNEVICT = "unevict"  # an evicted task placed back where it is: the eviction is called off
+    UNPIPELINE = "unpipeline"  # a pipelined task pending again (backfill takes it back)
 
 
 @dataclass(slots=True)
@@ -50,7 +53,7 @@ class Statement:
 
     def allocate(self, task: TaskInfo, node: str, gpu_groups: list[str] | None = None) -> None:
         prev = task.status
-        self.ssn.place_task(task, node, TaskStatus.ALLOCATED, gpu_groups)
+        self._place(task, node, TaskStatus.ALLOCATED, gpu_groups)
         self.operations.append(Operation(Op.ALLOCATE, task, node, prev))
 
     def pipeline(self, task: TaskInfo, node: str, gpu_groups: list[str] | None = None) -> None:
@@ -76,12 +79,27 @@ class Statement:
                 moved_groups=tuple(task.gpu_groups),
                 moved_devices=tuple(task.devices),
             )
-            self.ssn.lift_task(task)
-            self.ssn.place_task(task, node, TaskStatus.PIPELINED, gpu_groups)
+            self._lift(task)
+            self._place(task, node, TaskStatus.PIPELINED, gpu_groups)
             self.operations.append(origin)
             return
-        self.ssn.place_task(task, node, TaskStatus.PIPELINED, gpu_groups)
+        self._place(task, node, TaskStatus.PIPELINED, gpu_groups)
         self.operations.append(Operation(Op.PIPELINE, task, node, prev))
+
+    def unpipeline(self, task: TaskInfo) -> None:
+        """A pipelined task leaves the node it waits for and is pending again (Volcano's
+        ``Statement.UnPipeline``)."""
+        assert task.node is not None, "only a pipelined task on a node can be unpipelined"
+        origin = Operation(
+            Op.UNPIPELINE,
+            task,
+            task.node,
+            task.status,
+            moved_groups=tuple(task.gpu_groups),
+            moved_devices=tuple(task.devices),
+        )
+        self._unplace(task, TaskStatus.PENDING)
+        self.operations.append(origin)
 
     def _unevict(self, task: TaskInfo) -> None:
         before = next(
@@ -92,7 +110,7 @@ class Statement:
             ),
             TaskStatus.RUNNING,
         )
-        self.ssn.change_status_on_node(task, before)
+        self._change_status(task, before)
         task.evicted_here = False
         assert task.node is not None
         self.operations.append(Operation(Op.UNEVICT, task, task.node, TaskStatus.RELEASING))
@@ -102,17 +120,17 @@ class Statement:
         this statement are pipelined too (none binds before the whole gang can)."""
         for o in self.operations:
             if o.op is Op.ALLOCATE and o.task.job == job:
-                self.ssn.change_status_on_node(o.task, TaskStatus.PIPELINED)
+                self._change_status(o.task, TaskStatus.PIPELINED)
                 if (
                     o.task.devices or o.task.gpu_fraction
                 ):  # as a pipelined task takes them: released first
-                    self.ssn.choose_devices_again(o.task)
+                    self._choose_devices_again(o.task)
                 o.op = Op.PIPELINE
 
     def evict(self, task: TaskInfo, reason: str) -> None:
         prev = task.status
         assert task.node is not None, "only a task on a node can be evicted"
-        self.ssn.change_status_on_node(task, TaskStatus.RELEASING)
+        self._change_status(task, TaskStatus.RELEASING)
         task.evicted_here = True
         self.operations.append(Operation(Op.EVICT, task, task.node, prev, reason))
 
@@ -129,33 +147,178 @@ class Statement:
 
     def _undo(self, o: Operation) -> None:
         if o.op is Op.EVICT:
-            self.ssn.change_status_on_node(o.task, o.previous_status)
+            self._change_status(o.task, o.previous_status)
             o.task.evicted_here = False
         elif o.op is Op.UNEVICT:
-            self.ssn.change_status_on_node(o.task, TaskStatus.RELEASING)
+            self._change_status(o.task, TaskStatus.RELEASING)
             o.task.evicted_here = True
-        elif o.moved_from is not None:
-            self.ssn.unplace_task(o.task, o.previous_status)
+        elif o.op is Op.UNPIPELINE:
             o.task.gpu_groups, o.task.devices = list(o.moved_groups), list(o.moved_devices)
-            self.ssn.return_task(o.task, o.moved_from, o.previous_status)
+            self._place(o.task, o.node, o.previous_status, list(o.moved_groups))
+        elif o.moved_from is not None:
+            self._unplace(o.task, o.previous_status)
+            o.task.gpu_groups, o.task.devices = list(o.moved_groups), list(o.moved_devices)
+            self._return(o.task, o.moved_from, o.previous_status)
         else:
-            self.ssn.unplace_task(o.task, o.previous_status)
+            self._unplace(o.task, o.previous_status)
 
     def commit(self) -> None:
         """Make the operations decisions: evictions first, then binds (Volcano's order)."""
+        result = self.ssn.result
         moves = {o.task.uid: o for o in self.operations if o.moved_from is not None}
         called_off = {o.task.uid for o in self.operations if o.op is Op.UNEVICT}
         for o in self.operations:
             if o.op is Op.EVICT and o.task.uid not in called_off:
-                self.ssn.dispatch_evict(o.task, o.reason)
+                result.evictions[o.task.uid] = o.reason
                 move = moves.get(o.task.uid)
                 if move is not None:
-                    self.ssn.result.moved[o.task.uid] = (o.node, move.node)
+                    result.moved[o.task.uid] = (o.node, move.node)
             elif o.op is Op.ALLOCATE:
-                self.ssn.dispatch_bind(o.task)
+                self._bind(o.task)
         self.operations = []
 
     def merge(self, other: Statement) -> None:
         """Adopt ``other``'s operations (already applied to the same session)."""
         self.operations.extend(other.operations)
         other.operations = []
+
+    # -- the state changes the operations make ---------------------------------------------------
+    def _place(
+        self, task: TaskInfo, node: str, status: TaskStatus, gpu_groups: list[str] | None = None
+    ) -> None:
+        ssn = self.ssn
+        ssn.jobs[task.job].update_task_status(task, status)
+        task.node = node
+        if gpu_groups is not None:
+            task.gpu_groups = list(gpu_groups)
+        row = ssn.nodes.index[node]
+        if task.device_needs and not task.devices:
+            task.devices = ssn.choose_devices(task, row, status)
+        ssn.nodes.add_task(row, task)
+        for h in ssn.event_handlers:
+            if h.allocate:
+                h.allocate(task)
+
+    def _lift(self, task: TaskInfo) -> None:
+        """An evicted task leaves its node to be placed elsewhere (KAI moves victims): its node,
+        GPU groups and device ids are let go; ``_return`` undoes this."""
+        assert task.node is not None
+        nodes = self.ssn.nodes
+        nodes.remove_task(nodes.index[task.node], task)
+        task.node = None
+        task.gpu_groups = []
+        task.devices = []
+
+    def _return(self, task: TaskInfo, node: str, status: TaskStatus) -> None:
+        ssn = self.ssn
+        ssn.jobs[task.job].update_task_status(task, status)
+        task.node = node
+        rivals = self._rivals(task)
+        ssn.nodes.add_task(ssn.nodes.index[node], task)
+        self._take_back_devices(task, rivals)
+
+    def _unplace(self, task: TaskInfo, previous: TaskStatus) -> None:
+        assert task.node is not None
+        ssn = self.ssn
+        ssn.nodes.remove_task(ssn.nodes.index[task.node], task)
+        task.last_tx_status = task.status
+        ssn.jobs[task.job].update_task_status(task, previous)
+        task.node = None
+        task.devices = []
+        if task.gpu_fraction:
+            task.gpu_groups = []
+        for h in ssn.event_handlers:
+            if h.deallocate:
+                h.deallocate(task)
+
+    def _change_status(self, task: TaskInfo, status: TaskStatus) -> None:
+        """Evict / unevict: the task stays on its node with another status."""
+        assert task.node is not None
+        ssn = self.ssn
+        i = ssn.nodes.index[task.node]
+        ssn.nodes.remove_task(i, task)
+        job = ssn.jobs.get(task.job)
+        releasing = status == TaskStatus.RELEASING
+        if job is not None:
+            job.update_task_status(task, status)
+        else:
+            task.status = status
+        rivals = self._rivals(task)
+        ssn.nodes.add_task(i, task)
+        self._take_back_devices(task, rivals)
+        for h in ssn.event_handlers:
+            fn = h.deallocate if releasing else h.allocate
+            if fn:
+                fn(task)
+
+    def _rivals(self, task: TaskInfo) -> tuple[list[TaskInfo], list[str]]:
+        """Before a task takes its devices again (unevicted, a move undone): the pipelined tasks
+        promised them while it was releasing, and the shared GPUs pipelined onto them."""
+        if not task.devices or task.node is None or task.status == TaskStatus.RELEASING:
+            return [], []
+        nodes = self.ssn.nodes
+        row = nodes.index[task.node]
+        promised, shared = nodes.devices.promised[row], nodes.shared[row]
+        whole = {
+            id(t): t for d in task.devices if (t := promised.get(d)) is not None and t is not task
+        }
+        groups = [
+            d
+            for d in task.devices
+            if shared.get(d) and all(t.status == TaskStatus.PIPELINED for t in shared[d])
+        ]
+        return list(whole.values()), groups
+
+    def _take_back_devices(self, task: TaskInfo, rivals: tuple[list[TaskInfo], list[str]]) -> None:
+        """The rivals of a task that took its devices again take other ones."""
+        whole, groups = rivals
+        for other in whole:
+            self._choose_devices_again(other)
+        if groups:
+            assert task.node is not None
+            row = self.ssn.nodes.index[task.node]
+            for name in groups:
+                self._move_share(row, name)
+
+    def _move_share(self, row: int, name: str) -> None:
+        """The tasks of a pipelined shared GPU move to another GPU (one being released first)."""
+        nodes = self.ssn.nodes
+        holders = list(nodes.shared[row].get(name, ()))
+        for t in holders:
+            nodes.remove_task(row, t)
+        new = new_group_name(nodes, row, releasing=True)
+        for t in holders:
+            t.gpu_groups = [new]
+            nodes.add_task(row, t)
+
+    def _choose_devices_again(self, task: TaskInfo) -> None:
+        """A placed task's device ids chosen anew for its status, and the name of a shared GPU it
+        is alone on (an allocation turned pipelined must not keep free devices that a later
+        allocation of the cycle would then find promised)."""
+        assert task.node is not None
+        nodes = self.ssn.nodes
+        row = nodes.index[task.node]
+        if (
+            task.gpu_fraction
+            and task.gpu_groups
+            and nodes.shared[row].get(task.gpu_groups[0]) == [task]
+        ):
+            self._move_share(row, task.gpu_groups[0])
+        if task.devices:
+            ledger = nodes.devices
+            ledger.detach(row, task)
+            task.devices = []
+            task.devices = self.ssn.choose_devices(task, row, task.status)
+            ledger.attach(row, task)
+
+    def _bind(self, task: TaskInfo) -> None:
+        """Commit of an allocation: the task is Binding, and a bind decision is emitted. Allocated
+        and Binding hold a node the same way, so the node arrays (and evaluation caches) stay."""
+        assert task.node is not None
+        result = self.ssn.result
+        self.ssn.jobs[task.job].update_task_status(task, TaskStatus.BINDING)
+        result.binds[task.uid] = task.node
+        if task.devices:
+            result.bind_devices[task.uid] = list(task.devices)
+        if task.gpu_groups:
+            result.bind_gpu_groups[task.uid] = list(task.gpu_groups)

@@ -10,10 +10,9 @@ The documentation tables of docs/config.md must equal what the table renders.
 from __future__ import annotations
 
 import re
-import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, get_args, get_type_hints
+from typing import Any, ClassVar, get_args, get_origin, get_type_hints
 
 import numpy as np
 import pytest
@@ -27,13 +26,18 @@ from server.session.evaluator import Predicate, Scope, Scorer
 from server.session.extension_points import (
     ABSTAIN,
     ALL_SWITCHES,
+    ALLOWED,
     COMPATIBILITY_SWITCHES,
+    JOB_READY,
     PERMIT,
     PLUGIN_SWITCHES,
     POINTS,
     REJECT,
+    Point,
     ValidateResult,
+    Verdict,
     markdown_table,
+    refuse,
     render_docs,
     switches_markdown_table,
 )
@@ -275,7 +279,6 @@ def test_order_keys_in_tier_order_give_the_comparators_order(point: str) -> None
 # -- every enabled plugin must pass -----------------------------------------------------------------
 CHECKS: dict[str, Callable[[Session], bool]] = {
     "job_ready": lambda ssn: ssn.job_ready(ssn.jobs["ns/j1"]),
-    "allocatable": lambda ssn: ssn.allocatable(ssn.queues["q1"], ssn.tasks["ns/j1-0"]),
     "preemptive": lambda ssn: ssn.preemptive(ssn.queues["q1"], ssn.tasks["ns/j1-0"]),
 }
 
@@ -293,6 +296,33 @@ def test_every_enabled_plugin_must_pass(point: str) -> None:
     register(b={point: no})
     assert ask(open_session()) is False
     assert ask(open_session(switched_off(point, "b"))) is True  # b's switch off: b is not asked
+
+
+@covers("allocatable")
+def test_allocatable_first_refusal_decides_and_says_why() -> None:
+    def ask(ssn: Session) -> Verdict:
+        return ssn.allocatable(ssn.queues["q1"], ssn.tasks["ns/j1-0"])
+
+    yes = lambda *_: ALLOWED  # noqa: E731
+    assert ask(open_session()) is ALLOWED  # no function: allowed
+    register(a={"allocatable": yes}, d={"allocatable": lambda *_: refuse("d", "q1 is full")})
+    verdict = ask(open_session())  # a refusal in a later tier still refuses
+    assert (
+        not verdict
+        and verdict == REJECT
+        and (verdict.reason, verdict.plugin) == ("q1 is full", "d")
+    )
+    register(d={"allocatable": yes}, b={"allocatable": yes})
+    assert ask(open_session()).ok
+    register(
+        b={"allocatable": lambda *_: refuse("b", "first")},
+        c={"allocatable": lambda *_: refuse("c", "later")},
+    )
+    assert ask(open_session()).reason == "first"  # the first refusal in tier order decides
+    assert ask(open_session(switched_off("allocatable", "b"))).reason == "later"  # b is not asked
+    REGISTRATIONS.clear()
+    register(a={"allocatable": lambda *_: refuse("a", "only")})  # one plugin: its own verdict
+    assert ask(open_session()).reason == "only"
 
 
 @covers("predicate")
@@ -402,6 +432,21 @@ def test_votes(point: str, votes: dict[str, int], expected: bool) -> None:
     for plugin, v in votes.items():
         REGISTRATIONS[plugin] = {point: lambda j, v=v: v}
     assert _vote(open_session(), point) is expected
+
+
+def test_a_rejection_says_why_and_who() -> None:
+    register(a={"job_enqueueable": lambda j: ABSTAIN}, b={"job_enqueueable": lambda j: REJECT})
+    ssn = open_session()
+    j = ssn.jobs["ns/j1"]
+    assert ssn._job_enqueueable(j).plugin == "b"  # a plain REJECT: the rule names its plugin
+    assert not ssn.job_enqueueable(j)
+    assert ssn.outcomes.found(j).enqueue == REJECT
+    REGISTRATIONS.clear()
+    register(c={"job_enqueueable": lambda j: refuse("c", "queue q1 is full")})
+    ssn = open_session()
+    j = ssn.jobs["ns/j1"]
+    assert not ssn.job_enqueueable(j)
+    assert ssn.outcomes.found(j).enqueue.reason == "queue q1 is full"  # kept for the report
 
 
 @covers(*VOTES)
@@ -631,12 +676,27 @@ def test_register_refuses_an_unknown_point() -> None:
 
 
 def test_register_is_typed_per_point_as_the_table_declares() -> None:
-    declared: dict[str, Any] = {}
-    for overload in typing.get_overloads(Session.register):
-        hints = get_type_hints(overload)
-        for name in get_args(hints["point"]):
-            declared[name] = hints["fn"]
-    assert declared == {name: p.signature for name, p in POINTS.items()}
+    hints = get_type_hints(Session.register)
+    row = hints["point"]
+    assert get_origin(row) is Point and get_args(row)[0] == hints["fn"]  # the row's first type
+    for name, p in POINTS.items():  # every row says both of its types
+        assert p.name == name and p.signature is not None
+        assert len(get_args(vars(p)["__orig_class__"])) == 2
+    # The points asked as methods are rows of the table, bound per session; the row on the class.
+    asked = {attr: p for attr, p in vars(Session).items() if isinstance(p, Point)}
+    assert asked["job_ready"] is JOB_READY and all(POINTS[p.name] is p for p in asked.values())
+    ssn = open_session()
+    assert all(callable(getattr(ssn, attr)) for attr in asked)
+    assert Session.job_ready is JOB_READY
+
+
+def test_a_verdict_is_its_vote() -> None:
+    no = refuse("p", "why")
+    assert (
+        no == REJECT and no < 0 and not no and not no.ok and (no.reason, no.plugin) == ("why", "p")
+    )
+    assert ALLOWED == PERMIT and ALLOWED and ALLOWED.ok and ALLOWED.reason == ""
+    assert Verdict(ABSTAIN) and Verdict(ABSTAIN).ok  # an abstention refuses nothing
 
 
 def test_a_disabled_switch_removes_the_plugin_from_the_chain() -> None:
@@ -723,25 +783,30 @@ def test_queue_jobs_order_first_non_zero_then_creation_order() -> None:
 def test_capacity_checks_first_refusal_decides() -> None:
     for point in ("job_over_capacity", "non_preemptible_over_quota"):
         register(
-            a={point: lambda j, ts: ""},
-            b={point: lambda j, ts: "queue q1 is full"},
-            c={point: lambda j, ts: "never asked"},
+            a={point: lambda j, ts: ALLOWED},
+            b={point: lambda j, ts: refuse("b", "queue q1 is full")},
+            c={point: lambda j, ts: refuse("c", "never asked")},
         )
         ssn = open_session()
-        ask = (
+        ask = _reason_of(
             ssn.job_over_capacity
             if point == "job_over_capacity"
             else ssn.non_preemptible_over_quota
         )
         assert ask(ssn.jobs[f"{NS}/j1"], []) == "queue q1 is full"
-        register(a={point: lambda j, ts: ""}, b={}, c={})
+        register(a={point: lambda j, ts: ALLOWED}, b={}, c={})
         ssn = open_session()
-        ask = (
+        ask = _reason_of(
             ssn.job_over_capacity
             if point == "job_over_capacity"
             else ssn.non_preemptible_over_quota
         )
         assert ask(ssn.jobs[f"{NS}/j1"], []) == ""
+
+
+def _reason_of(check: Callable[..., Verdict]) -> Callable[..., str]:
+    """The reason of ``check``'s verdict: empty when it allows."""
+    return lambda *args: check(*args).reason
 
 
 @covers("can_reclaim", "reclaim_scenario_valid")

@@ -13,6 +13,7 @@ from server.model import QUARANTINED, TaskStatus
 from server.plugins import PLUGINS
 from server.plugins.base import Plugin
 from server.scheduler import MAX_QUARANTINED_PER_CYCLE, SchedulerCore
+from server.session import outcomes
 from server.session.session import Session
 
 # Jobs the "explode" plugin raises on (its job_valid function), set per test.
@@ -118,14 +119,14 @@ def test_quarantine_stops_at_its_bound() -> None:
 
 
 def test_the_explanation_raising_on_one_job_quarantines_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    explain = Session.explain
+    explain = outcomes.explain
 
-    def failing(self: Session, job: Any, phase: Any) -> Any:
+    def failing(ssn: Session, job: Any, phase: Any) -> Any:
         if job.uid == f"{NS}/big":
             raise OverflowError("cannot convert float infinity to integer")
-        return explain(self, job, phase)
+        return explain(ssn, job, phase)
 
-    monkeypatch.setattr(Session, "explain", failing)
+    monkeypatch.setattr(outcomes, "explain", failing)
     jobs = [*_jobs(4), job("big", 1, "64", index=9)]
     result = SchedulerCore(scheduler_config(CONFIG)).run_cycle(
         snapshot([node("n0", cpu="8")], jobs), 1

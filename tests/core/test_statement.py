@@ -128,3 +128,20 @@ def test_event_handlers_see_every_operation_and_its_undo() -> None:
     assert drf.shares["ns/a"] > 0
     stmt.discard()
     assert drf.shares["ns/a"] == 0
+
+
+def test_unpipeline_makes_a_pipelined_task_pending_and_discard_pipelines_it_again() -> None:
+    ssn = _setup()
+    t = ssn.tasks["ns/a-1"]
+    ssn.statement().pipeline(t, "n2")
+    before = _state(ssn)
+    stmt = ssn.statement()
+    stmt.unpipeline(t)
+    assert t.status == TaskStatus.PENDING and t.node is None
+    assert t.last_tx_status == TaskStatus.PIPELINED
+    stmt.discard()
+    assert _equal(_state(ssn), before)
+    stmt = ssn.statement()
+    stmt.unpipeline(t)
+    stmt.commit()  # nothing to decide: the task is pending again
+    assert t.status == TaskStatus.PENDING and not ssn.result.binds and not ssn.result.evictions

@@ -28,11 +28,11 @@ def allocate_job(
     statement's new operations for the caller to discard."""
     if tasks is None:
         tasks = tasks_to_allocate(job, ssn.task_order_fn, real=not pipeline_only)
-    refusal = ssn.job_over_capacity(job, tasks)
-    if refusal:
+    verdict = ssn.job_over_capacity(job, tasks)
+    if not verdict.ok:
         if not pipeline_only:
-            job.queue_verdict = refusal
-            ssn.set_condition(job, "Unschedulable", "OverLimit", refusal)
+            ssn.outcomes.queue_refused(job, verdict)
+            ssn.outcomes.set_condition(job, "Unschedulable", "OverLimit", verdict.reason)
         return False
     node_sets = ssn.node_sets(job, tasks) if tasks else None
     if node_sets is None:
@@ -44,7 +44,7 @@ def allocate_job(
         stmt.rollback(mark)
     if not node_sets and not pipeline_only:
         job.job_fit_error = job.job_fit_error or f"no topology domain can hold job {job.uid}"
-        ssn.set_condition(job, "Unschedulable", "TopologyNotSatisfied", job.job_fit_error)
+        ssn.outcomes.set_condition(job, "Unschedulable", "TopologyNotSatisfied", job.job_fit_error)
     return False
 
 
@@ -168,4 +168,4 @@ def _record_failure(ssn: Session, job: JobInfo, task: TaskInfo, placed: int) -> 
     else:
         message = f"Resources were not found for pod {task.namespace}/{task.name} due to: {detail}"
     job.job_fit_error = message
-    ssn.set_condition(job, "Unschedulable", "NotEnoughResources", message)
+    ssn.outcomes.set_condition(job, "Unschedulable", "NotEnoughResources", message)

@@ -24,9 +24,9 @@ class KaiPreemptAction(Action):
             pending=Filters(unready=True, non_pending=True),
             # A non-preemptible job does not preempt beyond its queue's deserved quota.
             may_try=lambda job: (
-                not ssn.non_preemptible_over_quota(
+                ssn.non_preemptible_over_quota(
                     job, tasks_to_allocate(job, ssn.task_order_fn, real=False)
-                )
+                ).ok
             ),
             victim_jobs=lambda preemptor: [
                 j

@@ -30,7 +30,13 @@ from muster.devices import ASCEND910, UNIT, Device, chip_number
 from server.model import TaskStatus
 from server.plugins.base import Plugin
 from server.session.evaluator import Predicate, Scorer
-from server.session.extension_points import ValidateResult
+from server.session.extension_points import (
+    DEVICE_CHOICE,
+    JOB_VALID,
+    NODE_ORDER,
+    PREDICATE,
+    ValidateResult,
+)
 from server.session.info import JobInfo, TaskInfo
 from server.session.session import Session
 
@@ -141,7 +147,7 @@ class HuaweiNPUPlugin(Plugin):
     name = "huaweiNPU"
 
     def on_session_open(self, ssn: Session) -> None:
-        ssn.register("job_valid", self.name, validate_job)
+        ssn.register(JOB_VALID, self.name, validate_job)
         ledger = ssn.nodes.devices
 
         def now_free(row: int) -> list[Device]:
@@ -162,7 +168,7 @@ class HuaweiNPUPlugin(Plugin):
             return check
 
         ssn.register(
-            "predicate",
+            PREDICATE,
             self.name,
             Predicate(
                 "shape",
@@ -193,7 +199,7 @@ class HuaweiNPUPlugin(Plugin):
                 return np.zeros(len(rows))
             return np.array([(_WORST - rank(task, int(r))[0]) * RANK_SCORE for r in rows])
 
-        ssn.register("node_order", self.name, Scorer("shape", score))
+        ssn.register(NODE_ORDER, self.name, Scorer("shape", score))
 
         def choose(
             task: TaskInfo, row: int, resource: str, count: int, candidates: list[Device]
@@ -210,7 +216,7 @@ class HuaweiNPUPlugin(Plugin):
                 for d in sorted((d for d in candidates if d.group == ring), key=_chip_order)[:count]
             ]
 
-        ssn.register("device_choice", self.name, choose)
+        ssn.register(DEVICE_CHOICE, self.name, choose)
 
 
 def _chip_order(d: Device) -> tuple[int, str]:

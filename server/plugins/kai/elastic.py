@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from server.plugins.base import Plugin
+from server.session.extension_points import JOB_ORDER
 from server.session.info import JobInfo
 from server.session.kai import min_available_state
 from server.session.session import Session
@@ -23,4 +24,4 @@ class ElasticPlugin(Plugin):
                 return 1
             return 0
 
-        ssn.register("job_order", self.name, order)
+        ssn.register(JOB_ORDER, self.name, order)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from server.plugins.base import Plugin
+from server.session.extension_points import GPU_ORDER
 from server.session.info import TaskInfo
 from server.session.session import Session
 
@@ -17,4 +18,4 @@ class GpuPackPlugin(Plugin):
         def order(task: TaskInfo, row: int, group: str) -> float:
             return ssn.nodes.used_gpu_portion(row, group) if group else 0.0
 
-        ssn.register("gpu_order", self.name, order)
+        ssn.register(GPU_ORDER, self.name, order)

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from server.plugins.base import Plugin
-from server.session.extension_points import Scorer
+from server.session.extension_points import NODE_ORDER, Scorer
 from server.session.info import TaskInfo
 from server.session.session import Session
 
@@ -32,4 +32,4 @@ class GpuSharingOrderPlugin(Plugin):
                         break
             return out
 
-        ssn.register("node_order", self.name, Scorer("task", score, plugin=self.name))
+        ssn.register(NODE_ORDER, self.name, Scorer("task", score, plugin=self.name))

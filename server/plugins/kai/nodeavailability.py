@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 
 from server.plugins.base import Plugin
-from server.session.extension_points import Scorer
+from server.session.extension_points import NODE_ORDER, Scorer
 from server.session.info import TaskInfo
 from server.session.kai import fit_rows, fits_now_row
 from server.session.session import Session
@@ -32,4 +32,4 @@ class NodeAvailabilityPlugin(Plugin):
                 return AVAILABILITY_SCORE
             return AVAILABILITY_SCORE if fits_now_row(ssn.nodes, task, i) else 0.0
 
-        ssn.register("node_order", self.name, Scorer("shape", score, plugin=self.name, row=row))
+        ssn.register(NODE_ORDER, self.name, Scorer("shape", score, plugin=self.name, row=row))

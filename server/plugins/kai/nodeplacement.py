@@ -12,7 +12,7 @@ import numpy as np
 
 from muster.quantity import CPU
 from server.plugins.base import Plugin
-from server.session.extension_points import Scorer
+from server.session.extension_points import NODE_ORDER, Scorer
 from server.session.info import TaskInfo
 from server.session.kai import is_gpu_task
 from server.session.session import Session
@@ -57,4 +57,4 @@ class NodePlacementPlugin(Plugin):
                 return np.where(has, MAX_HIGH_DENSITY, 0.0)
             return np.where(has, MAX_HIGH_DENSITY * (1 - (free - lo) / (hi - lo)), 0.0)
 
-        ssn.register("node_order", self.name, Scorer("task", score, plugin=self.name))
+        ssn.register(NODE_ORDER, self.name, Scorer("task", score, plugin=self.name))

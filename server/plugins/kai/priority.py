@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from server.plugins.base import Plugin
+from server.session.extension_points import JOB_ORDER
 from server.session.session import Session
 
 
@@ -14,7 +15,7 @@ class KaiPriorityPlugin(Plugin):
 
     def on_session_open(self, ssn: Session) -> None:
         ssn.register(
-            "job_order",
+            JOB_ORDER,
             self.name,
             lambda a, b: 0 if a.priority == b.priority else (-1 if a.priority > b.priority else 1),
         )

@@ -30,7 +30,18 @@ from muster.devices import NVIDIA_GPU, UNIT
 from muster.quantity import CPU, MEMORY
 from server.model import TaskStatus
 from server.plugins.base import Plugin
-from server.session.extension_points import EventHandler
+from server.session.extension_points import (
+    ALLOWED,
+    CAN_RECLAIM,
+    JOB_OVER_CAPACITY,
+    NON_PREEMPTIBLE_OVER_QUOTA,
+    QUEUE_JOBS_ORDER,
+    RECLAIM_SCENARIO_VALID,
+    SOLUTION_START,
+    EventHandler,
+    Verdict,
+    refuse,
+)
 from server.session.info import JobInfo, QueueInfo, TaskInfo
 from server.session.kai import (
     ALLOCATED_SHARE,
@@ -236,12 +247,12 @@ class KaiProportionPlugin(Plugin):
         self.frozen: dict[str, QueueShares] = {n: q.copy() for n, q in self.queues.items()}
         self.total = self._total(ssn)
         self._set_fair_shares()
-        ssn.register("queue_jobs_order", self.name, self.queue_order)
-        ssn.register("job_over_capacity", self.name, self.over_capacity)
-        ssn.register("non_preemptible_over_quota", self.name, self.non_preemptible_over_quota)
-        ssn.register("can_reclaim", self.name, self.can_reclaim)
-        ssn.register("reclaim_scenario_valid", self.name, self.reclaimable)
-        ssn.register("solution_start", self.name, self.solution_start)
+        ssn.register(QUEUE_JOBS_ORDER, self.name, self.queue_order)
+        ssn.register(JOB_OVER_CAPACITY, self.name, self.over_capacity)
+        ssn.register(NON_PREEMPTIBLE_OVER_QUOTA, self.name, self.non_preemptible_over_quota)
+        ssn.register(CAN_RECLAIM, self.name, self.can_reclaim)
+        ssn.register(RECLAIM_SCENARIO_VALID, self.name, self.reclaimable)
+        ssn.register(SOLUTION_START, self.name, self.solution_start)
         ssn.add_event_handler(
             EventHandler(
                 allocate=lambda t: self._on_event(t, 1.0),
@@ -452,31 +463,33 @@ class KaiProportionPlugin(Plugin):
         )
 
     # -- capacity --------------------------------------------------------------------------------
-    def over_capacity(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
+    def over_capacity(self, job: JobInfo, tasks: list[TaskInfo]) -> Verdict:
         requested = self._tasks_request(tasks)
         for qs in self._chain(self.queues, job.queue):
             for r, v in zip(RESOURCES, requested, strict=True):
                 s = qs.by_resource[r]
                 if v > 0 and s.limit != INF and s.limit < s.allocated + v:
-                    return (
+                    return refuse(
+                        self.name,
                         f"queue {qs.name} would exceed its {r} limit: {_fmt(r, s.limit)} allowed, "
-                        f"{_fmt(r, s.allocated)} allocated, {_fmt(r, v)} requested"
+                        f"{_fmt(r, s.allocated)} allocated, {_fmt(r, v)} requested",
                     )
         return self.non_preemptible_over_quota(job, tasks)
 
-    def non_preemptible_over_quota(self, job: JobInfo, tasks: list[TaskInfo]) -> str:
+    def non_preemptible_over_quota(self, job: JobInfo, tasks: list[TaskInfo]) -> Verdict:
         if is_preemptible(job):
-            return ""
+            return ALLOWED
         requested = self._tasks_request(tasks)
         for qs in self._chain(self.queues, job.queue):
             for r, v in zip(RESOURCES, requested, strict=True):
                 s = qs.by_resource[r]
                 if v > 0 and s.deserved != INF and s.deserved < s.allocated_np + v:
-                    return (
+                    return refuse(
+                        self.name,
                         f"non-preemptible job over queue {qs.name}'s {r} quota: {_fmt(r, s.deserved)} deserved, "
-                        f"{_fmt(r, s.allocated_np)} allocated to non-preemptible jobs, {_fmt(r, v)} requested"
+                        f"{_fmt(r, s.allocated_np)} allocated to non-preemptible jobs, {_fmt(r, v)} requested",
                     )
-        return ""
+        return ALLOWED
 
     # -- reclaim ---------------------------------------------------------------------------------
     def can_reclaim(self, job: JobInfo) -> bool:

@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 
 from server.plugins.base import Plugin
-from server.session.extension_points import Scorer
+from server.session.extension_points import NODE_ORDER, Scorer
 from server.session.info import TaskInfo
 from server.session.kai import is_gpu_task
 from server.session.session import Session
@@ -40,4 +40,4 @@ class ResourceTypePlugin(Plugin):
                 return 0.0
             return RESOURCE_TYPE_SCORE if nodes.allocatable.item(i, nodes.gpu_dim) <= 0 else 0.0
 
-        ssn.register("node_order", self.name, Scorer("shape", score, plugin=self.name, row=row))
+        ssn.register(NODE_ORDER, self.name, Scorer("shape", score, plugin=self.name, row=row))

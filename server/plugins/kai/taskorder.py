@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from server.plugins.base import Plugin
+from server.session.extension_points import TASK_ORDER
 from server.session.session import Session
 
 
@@ -14,7 +15,7 @@ class TaskOrderPlugin(Plugin):
 
     def on_session_open(self, ssn: Session) -> None:
         ssn.register(
-            "task_order",
+            TASK_ORDER,
             self.name,
             lambda a, b: 0 if a.priority == b.priority else (-1 if a.priority > b.priority else 1),
         )

@@ -23,7 +23,7 @@ import numpy as np
 
 from muster.quantity import MIN_RESOURCE, PODS
 from server.plugins.base import Plugin
-from server.session.extension_points import Scorer
+from server.session.extension_points import NODE_ORDER, NODE_SETS, Scorer
 from server.session.info import JobInfo, TaskInfo
 from server.session.kai import ACTIVE_ALLOCATED
 from server.session.session import Session
@@ -73,8 +73,8 @@ class TopologyPlugin(Plugin):
             if isinstance(name, str) and isinstance(levels, list):
                 self.topologies[name] = [str(lv) for lv in levels]
         self.node_scores: dict[str, np.ndarray] = {}  # job -> per-row preferred-level score
-        ssn.register("node_sets", self.name, self.node_sets)
-        ssn.register("node_order", self.name, Scorer("task", self.score, plugin=self.name))
+        ssn.register(NODE_SETS, self.name, self.node_sets)
+        ssn.register(NODE_ORDER, self.name, Scorer("task", self.score, plugin=self.name))
 
     # -- node sets ---------------------------------------------------------------------------------
     def node_sets(self, job: JobInfo, tasks: list[TaskInfo]) -> list[np.ndarray] | None:

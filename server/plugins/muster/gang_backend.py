@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from server.plugins.base import Plugin
-from server.session.extension_points import EventHandler, Predicate
+from server.session.extension_points import PREDICATE, EventHandler, Predicate
 from server.session.info import JobInfo, TaskInfo
 from server.session.session import Session
 
@@ -107,5 +107,5 @@ class GangBackendPlugin(Plugin):
             reason = REASON if job is not None and holding.get(job.uid) else NO_ROOM
             return [reason] * len(rows)
 
-        ssn.register("predicate", self.name, Predicate("task", check, reasons=reasons))
+        ssn.register(PREDICATE, self.name, Predicate("task", check, reasons=reasons))
         ssn.add_event_handler(EventHandler(on_allocate, on_deallocate))

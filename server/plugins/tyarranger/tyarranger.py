@@ -30,8 +30,15 @@ from muster.quantity import CPU, MEMORY, MIN_RESOURCE
 from server.model import ALLOCATED, TaskStatus, TYJobSpec, ty_schedule_state, ty_stage
 from server.plugins.base import Plugin
 from server.session.evaluator import Scorer
-from server.session.extension_points import ValidateResult
+from server.session.extension_points import (
+    JOB_ORDER,
+    JOB_VALID,
+    NODE_ORDER,
+    TASK_ORDER,
+    ValidateResult,
+)
 from server.session.info import JobInfo, NodeTable, TaskInfo, dominant_share
+from server.session.outcomes import can_ever_fit
 from server.session.session import Session
 
 MAX_SCORE = 100.0
@@ -105,7 +112,7 @@ class TYArrangerPlugin(Plugin):
         ty_jobs = [j for j in ssn.jobs.values() if j.spec.tyjob is not None]
         if not ty_jobs:
             return
-        ssn.register("job_valid", self.name, validate)
+        ssn.register(JOB_VALID, self.name, validate)
         total = ssn.total_resource
 
         def job_order(left: JobInfo, right: JobInfo) -> int:
@@ -131,13 +138,13 @@ class TYArrangerPlugin(Plugin):
                 return 0
             return is_leader(right, ty) - is_leader(left, ty)
 
-        ssn.register("job_order", self.name, job_order)
-        ssn.register("task_order", self.name, task_order)
+        ssn.register(JOB_ORDER, self.name, job_order)
+        ssn.register(TASK_ORDER, self.name, task_order)
         if any(
             j.spec.tyjob is not None and j.spec.tyjob.basic_policy not in ("", "Gang")
             for j in ty_jobs
         ):
-            ssn.register("node_order", self.name, Scorer("task", self._scorer(ssn)))
+            ssn.register(NODE_ORDER, self.name, Scorer("task", self._scorer(ssn)))
 
     def _scorer(self, ssn: Session) -> Callable[[TaskInfo, np.ndarray], np.ndarray]:
         nodes, space = ssn.nodes, ssn.space
@@ -238,7 +245,7 @@ def schedule_state(ssn: Session, job: JobInfo, ty: TYJobSpec) -> str:
             : ty.min_workers
         ]
         failed = job.uid in ssn.invalid_jobs or any(
-            t.status == TaskStatus.PENDING and not ssn.can_ever_fit(t) for t in gang
+            t.status == TaskStatus.PENDING and not can_ever_fit(ssn, t) for t in gang
         )
     return ty_schedule_state(ty, leader_placed, workers_placed, len(tasks) - 1, failed)
 

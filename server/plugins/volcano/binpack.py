@@ -14,6 +14,7 @@ import numpy as np
 from muster.quantity import CPU, MEMORY
 from server.plugins.base import Plugin
 from server.session.evaluator import Scorer
+from server.session.extension_points import NODE_ORDER
 from server.session.info import TaskInfo
 from server.session.session import Session
 
@@ -99,4 +100,4 @@ class BinpackPlugin(Plugin):
             total *= MAX_NODE_SCORE * weight
             return 0.0 if overflow else total
 
-        ssn.register("node_order", self.name, Scorer("shape", score, row=row_score))
+        ssn.register(NODE_ORDER, self.name, Scorer("shape", score, row=row_score))

@@ -40,8 +40,23 @@ import structlog
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE
 from server.model import PodGroupPhase, QueueSpec, TaskStatus
 from server.plugins.base import Plugin
-from server.plugins.util import elastic_resource, inqueue_resource
-from server.session.extension_points import HIERARCHY_SWITCH, PERMIT, REJECT, EventHandler
+from server.plugins.util import elastic_resource, inqueue_resource, over_share
+from server.session.extension_points import (
+    ALLOCATABLE,
+    ALLOWED,
+    HIERARCHY_SWITCH,
+    JOB_ENQUEUEABLE,
+    JOB_ENQUEUED,
+    PERMIT,
+    PREEMPTIVE,
+    QUEUE_ORDER,
+    RECLAIMABLE,
+    REJECT,
+    VICTIM_QUEUE_ORDER,
+    EventHandler,
+    Verdict,
+    refuse,
+)
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share
 from server.session.session import Session
 
@@ -95,6 +110,11 @@ def _compare_share(left: QueueAttr, right: QueueAttr) -> int:
             return 0
         return -1 if lh else 1
     return -1 if left.share < right.share else 1
+
+
+def relevant(task: TaskInfo, attr: QueueAttr) -> bool:
+    """Volcano hasRelevantDeserved: the task requests a resource the queue deserves."""
+    return bool(np.any((task.resreq >= MIN_RESOURCE) & (attr.deserved >= MIN_RESOURCE)))
 
 
 class CapacityPlugin(Plugin):
@@ -265,215 +285,236 @@ class CapacityPlugin(Plugin):
     # -- session ------------------------------------------------------------------------------
     def on_session_open(self, ssn: Session) -> None:
         option = ssn.option(self.name)
-        hierarchical = option is not None and option.enabled(HIERARCHY_SWITCH.name)
-        level = max(self.arg_int(ANCESTOR_RECLAIM_LEVEL, 0), 0)
-        if hierarchical:
+        self.ssn = ssn
+        self.hierarchical = option is not None and option.enabled(HIERARCHY_SWITCH.name)
+        self.level = max(self.arg_int(ANCESTOR_RECLAIM_LEVEL, 0), 0)
+        if self.hierarchical:
             attrs, ready = self._build_hierarchical(ssn)
         else:
             attrs, ready = self._build_flat(ssn), True
-        self.attrs = attrs
+        self.attrs: dict[str, QueueAttr] = attrs
+        # False: an invalid hierarchy; the plugin then refuses everything, as Volcano does.
+        self.ready = ready
 
-        def is_leaf(name: str) -> bool:
-            attr = attrs.get(name)
-            return attr is None or not attr.children
+        ssn.register(QUEUE_ORDER, self.name, self.queue_order)
+        if self.hierarchical:
+            ssn.register(VICTIM_QUEUE_ORDER, self.name, self.victim_queue_order)
+        ssn.register(ALLOCATABLE, self.name, self.allocatable)
+        ssn.register(PREEMPTIVE, self.name, self.preemptive)
+        ssn.register(RECLAIMABLE, self.name, self.reclaimable)
+        ssn.register(JOB_ENQUEUEABLE, self.name, self.enqueueable)
+        ssn.register(JOB_ENQUEUED, self.name, self.enqueued)
+        ssn.add_event_handler(EventHandler(self.on_allocate, self.on_deallocate))
 
-        def chain(queue_name: str) -> list[QueueAttr]:
-            """The queue, then its ancestors up to the root (Volcano checks leaf first)."""
-            attr = attrs[queue_name]
-            if not hierarchical:
-                return [attr]
-            return [attr, *(attrs[a] for a in reversed(attr.ancestors))]
+    def is_leaf(self, name: str) -> bool:
+        attr = self.attrs.get(name)
+        return attr is None or not attr.children
 
-        def queue_order(left: QueueInfo, right: QueueInfo) -> int:
-            if left.priority != right.priority:
-                return right.priority - left.priority
-            la, ra = attrs.get(left.name), attrs.get(right.name)
-            if la is None or ra is None:
-                return 0
-            if not hierarchical:
-                return _compare_share(la, ra)
-            ll, rl = is_leaf(left.name), is_leaf(right.name)
-            if ll != rl:
-                return -1 if ll else 1
-            if not ll:
-                return _compare_share(la, ra)
-            lvl = common_level(la, ra)
-            lp = attrs[la.ancestors[lvl + 1]] if lvl + 1 < len(la.ancestors) else la
-            rp = attrs[ra.ancestors[lvl + 1]] if lvl + 1 < len(ra.ancestors) else ra
-            return _compare_share(lp, rp)
+    def chain(self, queue_name: str) -> list[QueueAttr]:
+        """The queue, then its ancestors up to the root (Volcano checks leaf first)."""
+        attr = self.attrs[queue_name]
+        if not self.hierarchical:
+            return [attr]
+        return [attr, *(self.attrs[a] for a in reversed(attr.ancestors))]
 
-        def victim_queue_order(
-            left: QueueInfo, right: QueueInfo, preemptor: QueueInfo | None
-        ) -> int:
-            if preemptor is None or not all(q.name in attrs for q in (left, right, preemptor)):
-                return 0
-            ll = common_level(attrs[left.name], attrs[preemptor.name])
-            rl = common_level(attrs[right.name], attrs[preemptor.name])
-            return 0 if ll == rl else (-1 if ll > rl else 1)
+    # -- queue order ----------------------------------------------------------------------------
+    def queue_order(self, left: QueueInfo, right: QueueInfo) -> int:
+        if left.priority != right.priority:
+            return right.priority - left.priority
+        attrs = self.attrs
+        la, ra = attrs.get(left.name), attrs.get(right.name)
+        if la is None or ra is None:
+            return 0
+        if not self.hierarchical:
+            return _compare_share(la, ra)
+        ll, rl = self.is_leaf(left.name), self.is_leaf(right.name)
+        if ll != rl:
+            return -1 if ll else 1
+        if not ll:
+            return _compare_share(la, ra)
+        lvl = common_level(la, ra)
+        lp = attrs[la.ancestors[lvl + 1]] if lvl + 1 < len(la.ancestors) else la
+        rp = attrs[ra.ancestors[lvl + 1]] if lvl + 1 < len(ra.ancestors) else ra
+        return _compare_share(lp, rp)
 
-        def allocatable(queue: QueueInfo, task: TaskInfo) -> bool:
-            if not queue.is_open() or not ready or queue.name not in attrs:
-                return False
-            if hierarchical and not is_leaf(queue.name):
-                return False
-            return all(
-                within(a.allocated + task.resreq, a.real_capability, task.resreq)
-                for a in chain(queue.name)
-            )
+    def victim_queue_order(
+        self, left: QueueInfo, right: QueueInfo, preemptor: QueueInfo | None
+    ) -> int:
+        attrs = self.attrs
+        if preemptor is None or not all(q.name in attrs for q in (left, right, preemptor)):
+            return 0
+        ll = common_level(attrs[left.name], attrs[preemptor.name])
+        rl = common_level(attrs[right.name], attrs[preemptor.name])
+        return 0 if ll == rl else (-1 if ll > rl else 1)
 
-        def preemptive(queue: QueueInfo, task: TaskInfo) -> bool:
-            if not ready or not queue.is_open() or queue.name not in attrs:
-                return False
-            attr = attrs[queue.name]
-            future = attr.allocated + task.resreq
-            if not within(future, attr.real_capability, task.resreq):
-                return False
-            if under_deserved(future, attr.deserved, task.resreq):
-                return True
-            if hierarchical and level > 0:
-                for depth in range(1, level + 1):
-                    if depth > len(attr.ancestors) or attr.ancestors[-depth] == ROOT:
-                        continue
-                    up = attrs[attr.ancestors[-depth]]
-                    if under_deserved(up.allocated + task.resreq, up.deserved, task.resreq):
-                        return True
+    # -- allocation -----------------------------------------------------------------------------
+    def allocatable(self, queue: QueueInfo, task: TaskInfo) -> Verdict:
+        if not queue.is_open():
+            return refuse(self.name, f"queue {queue.name} is {queue.state}")
+        if not self.ready or queue.name not in self.attrs:
+            return over_share(self.name, queue, task)
+        if self.hierarchical and not self.is_leaf(queue.name):
+            return over_share(self.name, queue, task)
+        if all(
+            within(a.allocated + task.resreq, a.real_capability, task.resreq)
+            for a in self.chain(queue.name)
+        ):
+            return ALLOWED
+        return over_share(self.name, queue, task)
+
+    def preemptive(self, queue: QueueInfo, task: TaskInfo) -> bool:
+        if not self.ready or not queue.is_open() or queue.name not in self.attrs:
             return False
-
-        def relevant(task: TaskInfo, attr: QueueAttr) -> bool:
-            """Volcano hasRelevantDeserved: the task requests a resource the queue deserves."""
-            return bool(np.any((task.resreq >= MIN_RESOURCE) & (attr.deserved >= MIN_RESOURCE)))
-
-        def above_deserved(allocated: np.ndarray, attr: QueueAttr, req: np.ndarray) -> bool:
-            """Volcano GreaterPartlyWithRelevantDimensions."""
-            dims = (req > 0) & attr.deserved_keys
-            cpu, mem = ssn.space.index[CPU], ssn.space.index[MEMORY]
-            dims[cpu] = req[cpu] > 0 and attr.deserved[cpu] >= MIN_RESOURCE
-            dims[mem] = req[mem] > 0 and attr.deserved[mem] >= MIN_RESOURCE
-            return bool(np.any(allocated[dims] > attr.deserved[dims]))
-
-        def reclaimee_ancestor(
-            reclaimer: QueueAttr, reclaimee: QueueAttr, depth: int
-        ) -> tuple[QueueAttr | None, bool]:
-            """Volcano getReclaimeeAncestorToCheck."""
-            if depth > len(reclaimee.ancestors):
-                return None, False
-            theirs = reclaimee.ancestors[-depth]
-            if theirs == ROOT:
-                return None, False
-            if depth <= len(reclaimer.ancestors) and reclaimer.ancestors[-depth] == theirs:
-                return None, False
-            return attrs.get(theirs), True
-
-        def shares_ancestor(a: QueueAttr, b: QueueAttr) -> bool:
-            mine = {a.ancestors[-d] for d in range(1, level + 1) if d <= len(a.ancestors)}
-            theirs = {b.ancestors[-d] for d in range(1, level + 1) if d <= len(b.ancestors)}
-            return bool((mine & theirs) - {ROOT})
-
-        def reclaimable(
-            reclaimer: TaskInfo, reclaimees: list[TaskInfo]
-        ) -> tuple[list[TaskInfo], int]:
-            if not ready:
-                return [], REJECT
-            rjob = ssn.jobs.get(reclaimer.job)
-            if rjob is None or rjob.queue not in attrs:
-                return [], REJECT
-            reclaimer_attr = attrs[rjob.queue]
-            allocations: dict[str, np.ndarray] = {}
-            victims: list[TaskInfo] = []
-            for t in victim_order(ssn, reclaimees, reclaimer):
-                job = ssn.jobs.get(t.job)
-                if job is None or job.queue not in attrs:
+        attr = self.attrs[queue.name]
+        future = attr.allocated + task.resreq
+        if not within(future, attr.real_capability, task.resreq):
+            return False
+        if under_deserved(future, attr.deserved, task.resreq):
+            return True
+        if self.hierarchical and self.level > 0:
+            for depth in range(1, self.level + 1):
+                if depth > len(attr.ancestors) or attr.ancestors[-depth] == ROOT:
                     continue
-                attr = attrs[job.queue]
-                # shouldSkipReclaimee: no resource in common with the reclaimer.
-                if not np.any((t.resreq >= MIN_RESOURCE) & (reclaimer.resreq >= MIN_RESOURCE)):
-                    continue
-                allocated = allocations.setdefault(job.queue, attr.allocated.copy())
-                if not np.all(attr.guarantee <= allocated - t.resreq + MIN_RESOURCE):
-                    continue
-                if not relevant(t, attr):
-                    if (
-                        hierarchical
-                        and level > 0
-                        and shares_ancestor(reclaimer_attr, attr)
-                        and not relevant(reclaimer, reclaimer_attr)
-                    ):
-                        continue
-                elif not above_deserved(allocated, attr, t.resreq):
-                    continue
-                touched: list[np.ndarray] = []
-                eligible = True
-                if hierarchical and level > 0:
-                    for depth in range(1, level + 1):
-                        up, check = reclaimee_ancestor(reclaimer_attr, attr, depth)
-                        if not check:
-                            continue
-                        if up is None:
-                            eligible = False
-                            break
-                        up_alloc = allocations.setdefault(up.name, up.allocated.copy())
-                        touched.append(up_alloc)
-                        if not relevant(t, up):
-                            continue
-                        if not above_deserved(up_alloc, up, t.resreq):
-                            eligible = False
-                            break
-                if not eligible:
-                    continue
-                allocated -= t.resreq
-                for up_alloc in touched:
-                    up_alloc -= t.resreq
-                victims.append(t)
-            return victims, PERMIT
+                up = self.attrs[attr.ancestors[-depth]]
+                if under_deserved(up.allocated + task.resreq, up.deserved, task.resreq):
+                    return True
+        return False
 
-        def enqueueable(job: JobInfo) -> int:
-            if not ready:
-                return REJECT
-            if hierarchical and not is_leaf(job.queue):
-                return REJECT
-            queue = ssn.queues.get(job.queue)
-            if queue is None or job.queue not in attrs:
-                return REJECT
-            if not queue.is_open():
-                job.enqueue_verdict = f"queue {queue.name} is {queue.state}"
-                return REJECT
-            if job.min_resources is None:
-                return PERMIT
-            for a in chain(job.queue):
-                need = job.min_resources + a.allocated + a.inqueue - a.elastic
-                if not within(need, a.real_capability, job.min_resources):
-                    short = short_dims(need, a.real_capability, job.min_resources)
-                    names = ", ".join(ssn.space.dims[i] for i in np.nonzero(short)[0])
-                    job.enqueue_verdict = f"queue resource quota insufficient: insufficient {names}"
-                    return REJECT
-            return PERMIT
+    # -- reclaim --------------------------------------------------------------------------------
+    def above_deserved(self, allocated: np.ndarray, attr: QueueAttr, req: np.ndarray) -> bool:
+        """Volcano GreaterPartlyWithRelevantDimensions: above deserved on a requested dimension
+        the queue names a deserved amount for (cpu and memory: one of at least MIN_RESOURCE)."""
+        dims = (req > 0) & attr.deserved_keys
+        cpu, mem = self.ssn.space.index[CPU], self.ssn.space.index[MEMORY]
+        dims[cpu] = req[cpu] > 0 and attr.deserved[cpu] >= MIN_RESOURCE
+        dims[mem] = req[mem] > 0 and attr.deserved[mem] >= MIN_RESOURCE
+        return bool(np.any(allocated[dims] > attr.deserved[dims]))
 
-        def enqueued(job: JobInfo) -> None:
-            if job.queue not in attrs or job.min_resources is None:
-                return
-            for a in chain(job.queue):
-                a.inqueue += job.min_resources
+    def reclaimee_ancestor(
+        self, reclaimer: QueueAttr, reclaimee: QueueAttr, depth: int
+    ) -> tuple[QueueAttr | None, bool]:
+        """Volcano getReclaimeeAncestorToCheck: the reclaimee's ancestor ``depth`` levels up and
+        whether to check it (not the root, not shared with the reclaimer)."""
+        if depth > len(reclaimee.ancestors):
+            return None, False
+        theirs = reclaimee.ancestors[-depth]
+        if theirs == ROOT:
+            return None, False
+        if depth <= len(reclaimer.ancestors) and reclaimer.ancestors[-depth] == theirs:
+            return None, False
+        return self.attrs.get(theirs), True
 
-        def on_event(task: TaskInfo, sign: float) -> None:
-            job = ssn.jobs.get(task.job)
+    def shares_ancestor(self, a: QueueAttr, b: QueueAttr) -> bool:
+        """The two queues share an ancestor (not the root) within ``ancestorReclaimLevel``."""
+        level = self.level
+        mine = {a.ancestors[-d] for d in range(1, level + 1) if d <= len(a.ancestors)}
+        theirs = {b.ancestors[-d] for d in range(1, level + 1) if d <= len(b.ancestors)}
+        return bool((mine & theirs) - {ROOT})
+
+    def reclaimable(
+        self, reclaimer: TaskInfo, reclaimees: list[TaskInfo]
+    ) -> tuple[list[TaskInfo], int]:
+        if not self.ready:
+            return [], REJECT
+        ssn, attrs = self.ssn, self.attrs
+        rjob = ssn.jobs.get(reclaimer.job)
+        if rjob is None or rjob.queue not in attrs:
+            return [], REJECT
+        reclaimer_attr = attrs[rjob.queue]
+        by_level = self.hierarchical and self.level > 0
+        # What-if allocations: victims taken are deducted here, never from the live attrs.
+        allocations: dict[str, np.ndarray] = {}
+        victims: list[TaskInfo] = []
+        for t in victim_order(ssn, reclaimees, reclaimer):
+            job = ssn.jobs.get(t.job)
             if job is None or job.queue not in attrs:
-                return
+                continue
             attr = attrs[job.queue]
-            attr.allocated += sign * task.resreq
-            attr.update_share()  # Volcano refreshes only the leaf's share here
-            if hierarchical:
-                for a in attr.ancestors:
-                    attrs[a].allocated += sign * task.resreq
+            # shouldSkipReclaimee: no resource in common with the reclaimer.
+            if not np.any((t.resreq >= MIN_RESOURCE) & (reclaimer.resreq >= MIN_RESOURCE)):
+                continue
+            allocated = allocations.setdefault(job.queue, attr.allocated.copy())
+            if not np.all(attr.guarantee <= allocated - t.resreq + MIN_RESOURCE):
+                continue
+            if not relevant(t, attr):
+                if (
+                    by_level
+                    and self.shares_ancestor(reclaimer_attr, attr)
+                    and not relevant(reclaimer, reclaimer_attr)
+                ):
+                    continue
+            elif not self.above_deserved(allocated, attr, t.resreq):
+                continue
+            touched: list[np.ndarray] = []
+            eligible = True
+            if by_level:
+                for depth in range(1, self.level + 1):
+                    up, check = self.reclaimee_ancestor(reclaimer_attr, attr, depth)
+                    if not check:
+                        continue
+                    if up is None:
+                        eligible = False
+                        break
+                    up_alloc = allocations.setdefault(up.name, up.allocated.copy())
+                    touched.append(up_alloc)
+                    if not relevant(t, up):
+                        continue
+                    if not self.above_deserved(up_alloc, up, t.resreq):
+                        eligible = False
+                        break
+            if not eligible:
+                continue
+            allocated -= t.resreq
+            for up_alloc in touched:
+                up_alloc -= t.resreq
+            victims.append(t)
+        return victims, PERMIT
 
-        ssn.register("queue_order", self.name, queue_order)
-        if hierarchical:
-            ssn.register("victim_queue_order", self.name, victim_queue_order)
-        ssn.register("allocatable", self.name, allocatable)
-        ssn.register("preemptive", self.name, preemptive)
-        ssn.register("reclaimable", self.name, reclaimable)
-        ssn.register("job_enqueueable", self.name, enqueueable)
-        ssn.register("job_enqueued", self.name, enqueued)
-        ssn.add_event_handler(EventHandler(lambda t: on_event(t, 1.0), lambda t: on_event(t, -1.0)))
+    # -- enqueue --------------------------------------------------------------------------------
+    def enqueueable(self, job: JobInfo) -> int:
+        if not self.ready:
+            return REJECT
+        if self.hierarchical and not self.is_leaf(job.queue):
+            return REJECT
+        ssn = self.ssn
+        queue = ssn.queues.get(job.queue)
+        if queue is None or job.queue not in self.attrs:
+            return REJECT
+        if not queue.is_open():
+            return refuse(self.name, f"queue {queue.name} is {queue.state}")
+        if job.min_resources is None:
+            return PERMIT
+        for a in self.chain(job.queue):
+            need = job.min_resources + a.allocated + a.inqueue - a.elastic
+            if not within(need, a.real_capability, job.min_resources):
+                short = short_dims(need, a.real_capability, job.min_resources)
+                names = ", ".join(ssn.space.dims[i] for i in np.nonzero(short)[0])
+                return refuse(self.name, f"queue resource quota insufficient: insufficient {names}")
+        return PERMIT
+
+    def enqueued(self, job: JobInfo) -> None:
+        if job.queue not in self.attrs or job.min_resources is None:
+            return
+        for a in self.chain(job.queue):
+            a.inqueue += job.min_resources
+
+    # -- events ---------------------------------------------------------------------------------
+    def on_allocate(self, task: TaskInfo) -> None:
+        self._on_event(task, 1.0)
+
+    def on_deallocate(self, task: TaskInfo) -> None:
+        self._on_event(task, -1.0)
+
+    def _on_event(self, task: TaskInfo, sign: float) -> None:
+        job = self.ssn.jobs.get(task.job)
+        if job is None or job.queue not in self.attrs:
+            return
+        attr = self.attrs[job.queue]
+        attr.allocated += sign * task.resreq
+        attr.update_share()  # Volcano refreshes only the leaf's share here
+        if self.hierarchical:
+            for a in attr.ancestors:
+                self.attrs[a].allocated += sign * task.resreq
 
 
 def common_level(left: QueueAttr, right: QueueAttr) -> int:

@@ -7,7 +7,7 @@ Registers preemptable and reclaimable: tasks in ``kube-system`` or with the prio
 from __future__ import annotations
 
 from server.plugins.base import Plugin
-from server.session.extension_points import PERMIT
+from server.session.extension_points import PERMIT, PREEMPTABLE, RECLAIMABLE
 from server.session.info import TaskInfo
 from server.session.session import Session
 
@@ -34,5 +34,5 @@ class ConformancePlugin(Plugin):
                 victims.append(t)
             return victims, PERMIT
 
-        ssn.register("preemptable", self.name, evictable)
-        ssn.register("reclaimable", self.name, evictable)
+        ssn.register(PREEMPTABLE, self.name, evictable)
+        ssn.register(RECLAIMABLE, self.name, evictable)

@@ -26,7 +26,16 @@ import numpy as np
 from muster.quantity import MIN_RESOURCE
 from server.model import ALLOCATED
 from server.plugins.base import Plugin
-from server.session.extension_points import HIERARCHY_SWITCH, PERMIT, EventHandler
+from server.session.extension_points import (
+    HIERARCHY_SWITCH,
+    JOB_ORDER,
+    JOB_ORDER_KEY,
+    PERMIT,
+    PREEMPTABLE,
+    QUEUE_ORDER,
+    RECLAIMABLE,
+    EventHandler,
+)
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share
 from server.session.session import Session
 
@@ -303,10 +312,10 @@ class DrfPlugin(Plugin):
                 hdrf.total_allocated += sign * task.resreq
                 rehang(hdrf.root, hdrf.total_allocated, job, allocated[task.job])
 
-        ssn.register("preemptable", self.name, preemptable)
-        ssn.register("job_order", self.name, job_order)
-        ssn.register("job_order_key", self.name, job_share_key)
+        ssn.register(PREEMPTABLE, self.name, preemptable)
+        ssn.register(JOB_ORDER, self.name, job_order)
+        ssn.register(JOB_ORDER_KEY, self.name, job_share_key)
         if hierarchy_enabled:
-            ssn.register("queue_order", self.name, queue_order)
-            ssn.register("reclaimable", self.name, reclaimable)
+            ssn.register(QUEUE_ORDER, self.name, queue_order)
+            ssn.register(RECLAIMABLE, self.name, reclaimable)
         ssn.add_event_handler(EventHandler(lambda t: on_event(t, 1.0), lambda t: on_event(t, -1.0)))

@@ -46,7 +46,7 @@ import numpy as np
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE
 from server.model import ENDED
 from server.plugins.base import Plugin
-from server.session.extension_points import Scorer
+from server.session.extension_points import GPU_ORDER, NODE_ORDER, Scorer
 from server.session.info import NodeTable, TaskInfo
 from server.session.kai import task_quantities
 from server.session.session import Session
@@ -360,5 +360,5 @@ class FgdPlugin(Plugin):
             d = delta(request(task), True, row, group)
             return 0.0 if d is None else weight * fgd_score(d)
 
-        ssn.register("node_order", self.name, Scorer("shape", score, plugin=self.name))
-        ssn.register("gpu_order", self.name, order)
+        ssn.register(NODE_ORDER, self.name, Scorer("shape", score, plugin=self.name))
+        ssn.register(GPU_ORDER, self.name, order)

@@ -11,7 +11,19 @@ from __future__ import annotations
 
 from server.model import ALLOCATED, TaskStatus
 from server.plugins.base import Plugin
-from server.session.extension_points import PERMIT, REJECT, ValidateResult
+from server.session.extension_points import (
+    JOB_ORDER,
+    JOB_ORDER_KEY,
+    JOB_PIPELINED,
+    JOB_READY,
+    JOB_STARVING,
+    JOB_VALID,
+    PERMIT,
+    PREEMPTABLE,
+    RECLAIMABLE,
+    REJECT,
+    ValidateResult,
+)
 from server.session.info import JobInfo, TaskInfo
 from server.session.session import Session
 
@@ -62,19 +74,19 @@ class GangPlugin(Plugin):
                 return 0
             return 1 if lr else -1
 
-        ssn.register("job_valid", self.name, job_valid)
-        ssn.register("preemptable", self.name, evictable)
-        ssn.register("reclaimable", self.name, evictable)
-        ssn.register("job_order", self.name, job_order)
-        ssn.register("job_order_key", self.name, lambda j: j.is_ready())  # not ready first
+        ssn.register(JOB_VALID, self.name, job_valid)
+        ssn.register(PREEMPTABLE, self.name, evictable)
+        ssn.register(RECLAIMABLE, self.name, evictable)
+        ssn.register(JOB_ORDER, self.name, job_order)
+        ssn.register(JOB_ORDER_KEY, self.name, lambda j: j.is_ready())  # not ready first
         # The count first: it is what a gang being placed fails until its last task.
         ssn.register(
-            "job_ready",
+            JOB_READY,
             self.name,
             lambda j: j.is_ready() and j.check_task_ready() and j.check_subjob_ready(),
         )
         ssn.register(
-            "job_pipelined",
+            JOB_PIPELINED,
             self.name,
             lambda j: (
                 PERMIT
@@ -82,14 +94,16 @@ class GangPlugin(Plugin):
                 else REJECT
             ),
         )
-        ssn.register("job_starving", self.name, lambda j: j.is_starving())
+        ssn.register(JOB_STARVING, self.name, lambda j: j.is_starving())
 
     def on_session_close(self, ssn: Session) -> None:
         for job in ssn.jobs.values():
             if not job.tasks:
                 continue
             if job.is_ready():
-                ssn.set_condition(job, "Scheduled", "tasks in gang are ready to be scheduled", "")
+                ssn.outcomes.set_condition(
+                    job, "Scheduled", "tasks in gang are ready to be scheduled", ""
+                )
                 continue
             if _releasing_covers_gang(job):
                 continue
@@ -97,11 +111,12 @@ class GangPlugin(Plugin):
                 1 for t in job.index[TaskStatus.PENDING].values() if t.last_tx_status in ALLOCATED
             )
             unready = job.min_available - schedulable
+            fit_error = ssn.outcomes.fit_error(job)
             if unready > 0:  # Volcano's message
-                msg = f"{unready}/{len(job.tasks)} tasks in gang unschedulable: {job.fit_error()}"
+                msg = f"{unready}/{len(job.tasks)} tasks in gang unschedulable: {fit_error}"
             else:  # enough tasks fit but a role's minimum does not (Volcano would print a negative count)
-                msg = f"the gang's role minimums are not met: {job.fit_error()}"
-            ssn.set_condition(job, "Unschedulable", "NotEnoughResources", msg)
+                msg = f"the gang's role minimums are not met: {fit_error}"
+            ssn.outcomes.set_condition(job, "Unschedulable", "NotEnoughResources", msg)
 
 
 # Volcano ``api.ScheduledStatus``: tasks that reached a node for good (or finished there).

@@ -21,6 +21,7 @@ import numpy as np
 from muster.quantity import CPU, MEMORY
 from server.plugins.base import Plugin
 from server.session.evaluator import Scorer
+from server.session.extension_points import NODE_ORDER
 from server.session.info import TaskInfo
 from server.session.k8s import (
     PREFERRED,
@@ -205,7 +206,7 @@ class NodeOrderPlugin(Plugin):
                     "task", lambda task, rows: self._pod_affinity(ssn, task, rows) * pod_affinity_w
                 )
             )
-        ssn.register("node_order", self.name, scorers)
+        ssn.register(NODE_ORDER, self.name, scorers)
 
     @staticmethod
     def _pod_affinity(ssn: Session, task: TaskInfo, rows: np.ndarray) -> np.ndarray:

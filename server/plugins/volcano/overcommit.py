@@ -15,7 +15,7 @@ import numpy as np
 from muster.quantity import MIN_RESOURCE
 from server.model import ALLOCATED, PodGroupPhase
 from server.plugins.base import Plugin
-from server.session.extension_points import PERMIT, REJECT
+from server.session.extension_points import JOB_ENQUEUEABLE, JOB_ENQUEUED, PERMIT, refuse
 from server.session.info import JobInfo
 from server.session.session import Session
 
@@ -52,15 +52,14 @@ class OvercommitPlugin(Plugin):
             if np.all(need[dims] <= idle[dims] + MIN_RESOURCE):
                 return PERMIT
             short = [ssn.space.dims[i] for i in np.nonzero(dims & (need > idle + MIN_RESOURCE))[0]]
-            job.enqueue_verdict = (
-                f"resource in cluster is overused: insufficient {', '.join(short)}"
+            return refuse(
+                self.name, f"resource in cluster is overused: insufficient {', '.join(short)}"
             )
-            return REJECT
 
         def enqueued(job: JobInfo) -> None:
             nonlocal inqueue
             if job.min_resources is not None:
                 inqueue = inqueue + job.min_resources
 
-        ssn.register("job_enqueueable", self.name, enqueueable)
-        ssn.register("job_enqueued", self.name, enqueued)
+        ssn.register(JOB_ENQUEUEABLE, self.name, enqueueable)
+        ssn.register(JOB_ENQUEUED, self.name, enqueued)

@@ -19,7 +19,7 @@ import numpy as np
 from server.model import TaskStatus
 from server.plugins.base import Plugin
 from server.session.evaluator import Predicate
-from server.session.extension_points import EventHandler
+from server.session.extension_points import PREDICATE, EventHandler
 from server.session.info import TaskInfo
 from server.session.k8s import (
     REQUIRED,
@@ -164,7 +164,7 @@ class PredicatesPlugin(Plugin):
 
         if self.arg_bool("predicate.PodAffinityEnable", True):
             preds.extend(self._pod_affinity(ssn))
-        ssn.register("predicate", self.name, preds)
+        ssn.register(PREDICATE, self.name, preds)
 
     def _pod_affinity(self, ssn: Session) -> list[Predicate]:
         nodes = ssn.nodes

@@ -9,7 +9,15 @@ job, a lower task priority), job_starving (fewer ready + pipelined tasks than ta
 from __future__ import annotations
 
 from server.plugins.base import Plugin
-from server.session.extension_points import PERMIT
+from server.session.extension_points import (
+    JOB_ORDER,
+    JOB_ORDER_KEY,
+    JOB_STARVING,
+    PERMIT,
+    PREEMPTABLE,
+    TASK_ORDER,
+    TASK_ORDER_KEY,
+)
 from server.session.info import JobInfo, TaskInfo
 from server.session.session import Session
 
@@ -43,9 +51,9 @@ class PriorityPlugin(Plugin):
         def starving(job: JobInfo) -> bool:
             return job.ready_task_num() + job.waiting_task_num() < len(job.tasks)
 
-        ssn.register("task_order", self.name, lambda a, b: _desc(a.priority, b.priority))
-        ssn.register("task_order_key", self.name, lambda t: -t.priority)
-        ssn.register("job_order", self.name, lambda a, b: _desc(a.priority, b.priority))
-        ssn.register("job_order_key", self.name, lambda j: -j.priority)
-        ssn.register("preemptable", self.name, preemptable)
-        ssn.register("job_starving", self.name, starving)
+        ssn.register(TASK_ORDER, self.name, lambda a, b: _desc(a.priority, b.priority))
+        ssn.register(TASK_ORDER_KEY, self.name, lambda t: -t.priority)
+        ssn.register(JOB_ORDER, self.name, lambda a, b: _desc(a.priority, b.priority))
+        ssn.register(JOB_ORDER_KEY, self.name, lambda j: -j.priority)
+        ssn.register(PREEMPTABLE, self.name, preemptable)
+        ssn.register(JOB_STARVING, self.name, starving)

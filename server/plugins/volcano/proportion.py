@@ -20,8 +20,22 @@ import numpy as np
 from muster.quantity import MIN_RESOURCE
 from server.model import PodGroupPhase, TaskStatus
 from server.plugins.base import Plugin
-from server.plugins.util import elastic_resource, exceeded, inqueue_resource
-from server.session.extension_points import PERMIT, REJECT, EventHandler
+from server.plugins.util import elastic_resource, exceeded, inqueue_resource, over_share
+from server.session.extension_points import (
+    ALLOCATABLE,
+    ALLOWED,
+    JOB_ENQUEUEABLE,
+    JOB_ENQUEUED,
+    OVERUSED,
+    PERMIT,
+    PREEMPTIVE,
+    QUEUE_ORDER,
+    QUEUE_ORDER_KEY,
+    RECLAIMABLE,
+    EventHandler,
+    Verdict,
+    refuse,
+)
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share, less_equal
 from server.session.session import Session
 
@@ -65,13 +79,34 @@ class ProportionPlugin(Plugin):
     name = "proportion"
 
     def on_session_open(self, ssn: Session) -> None:
+        self.ssn = ssn
+        self.attrs = self._build(ssn)
+        water_fill(self.attrs.values(), ssn.total_resource)
+        # Volcano reports each queue's deserved share as a metric here (UpdateQueueDeserved).
+        ssn.result.queue_deserved.update(
+            {a.name: ssn.space.to_dict(a.deserved) for a in self.attrs.values()}
+        )
+        ssn.register(QUEUE_ORDER, self.name, self.queue_order)
+        ssn.register(QUEUE_ORDER_KEY, self.name, self.queue_key)
+        ssn.register(RECLAIMABLE, self.name, self.reclaimable)
+        ssn.register(OVERUSED, self.name, self.overused)
+        ssn.register(ALLOCATABLE, self.name, self.allocatable)
+        ssn.register(PREEMPTIVE, self.name, self.preemptive)
+        ssn.register(JOB_ENQUEUEABLE, self.name, self.enqueueable)
+        ssn.register(JOB_ENQUEUED, self.name, self.enqueued)
+        ssn.add_event_handler(EventHandler(self.on_allocate, self.on_deallocate))
+
+    # -- building -------------------------------------------------------------------------------
+    @staticmethod
+    def _build(ssn: Session) -> dict[str, QueueAttr]:
+        """One attr per queue that has a job: its real capability and its jobs' allocated,
+        request, inqueue and elastic resources (deserved still zero)."""
         total = ssn.total_resource
         zeros = ssn.space.zeros
         total_guarantee = zeros()
         for q in ssn.queues.values():
             total_guarantee += q.guarantee
         attrs: dict[str, QueueAttr] = {}
-        self.attrs = attrs
         for job in ssn.jobs.values():
             queue = ssn.queues.get(job.queue)
             if queue is None:
@@ -120,132 +155,136 @@ class ProportionPlugin(Plugin):
             if job.phase == PodGroupPhase.RUNNING and allocated_num >= job.min_available:
                 attr.inqueue += inqueue_resource(job)
             attr.elastic += elastic_resource(job)
+        return attrs
 
-        # Water-filling of the cluster's resources by weight.
-        remaining = total.copy()
-        met: set[str] = set()
-        while True:
-            total_weight = sum(a.weight for a in attrs.values() if a.name not in met)
-            if total_weight == 0:
-                break
-            old_remaining = remaining.copy()
-            increased, decreased = zeros(), zeros()
-            for a in attrs.values():
-                if a.name in met:
-                    continue
-                old = a.deserved.copy()
-                a.deserved = a.deserved + remaining * (a.weight / total_weight)
-                a.deserved = np.minimum(a.deserved, a.real_capability)
-                a.deserved = np.minimum(a.deserved, a.request)
-                a.deserved = np.maximum(a.deserved, a.guarantee)
-                a.update_share()
-                if less_equal(a.request, a.deserved) or np.array_equal(a.deserved, old):
-                    met.add(a.name)
-                diff = a.deserved - old
-                increased += np.maximum(diff, 0)
-                decreased += np.maximum(-diff, 0)
-            remaining = exceeded(remaining + decreased, increased)
-            if np.all(remaining < MIN_RESOURCE) or np.array_equal(remaining, old_remaining):
-                break
-        # Volcano reports each queue's deserved share as a metric here (UpdateQueueDeserved).
-        ssn.result.queue_deserved.update(
-            {a.name: ssn.space.to_dict(a.deserved) for a in attrs.values()}
+    # -- queue order ----------------------------------------------------------------------------
+    def queue_order(self, left: QueueInfo, right: QueueInfo) -> int:
+        if left.priority != right.priority:
+            return right.priority - left.priority
+        attrs = self.attrs
+        ls = attrs[left.name].share if left.name in attrs else 0.0
+        rs = attrs[right.name].share if right.name in attrs else 0.0
+        return 0 if ls == rs else (-1 if ls < rs else 1)
+
+    def queue_key(self, queue: QueueInfo) -> tuple[int, float]:
+        """``queue_order`` as a key: higher priority, then the smaller share. (A NaN share, which
+        only a NaN allocation gives, has no place in the comparator's order: last here.)"""
+        share = self.attrs[queue.name].share if queue.name in self.attrs else 0.0
+        return -queue.priority, share if share == share else math.inf
+
+    # -- reclaim and allocation -----------------------------------------------------------------
+    def reclaimable(
+        self, reclaimer: TaskInfo, reclaimees: list[TaskInfo]
+    ) -> tuple[list[TaskInfo], int]:
+        victims = []
+        # What-if allocations: victims taken are deducted here, never from the live attrs.
+        allocations: dict[str, np.ndarray] = {}
+        for t in reclaimees:
+            job = self.ssn.jobs.get(t.job)
+            if job is None or job.queue not in self.attrs:
+                continue
+            attr = self.attrs[job.queue]
+            allocated = allocations.setdefault(job.queue, attr.allocated.copy())
+            if not less_equal(allocated, attr.deserved):
+                allocated -= t.resreq
+                victims.append(t)
+        return victims, PERMIT
+
+    def overused(self, queue: QueueInfo) -> bool:
+        attr = self.attrs.get(queue.name)
+        return attr is not None and less_equal(attr.deserved, attr.allocated)
+
+    def allocatable(self, queue: QueueInfo, task: TaskInfo) -> Verdict:
+        """allocated + request <= deserved on the requested resources; the queue is Open."""
+        if not queue.is_open():
+            return refuse(self.name, f"queue {queue.name} is {queue.state}")
+        attr = self.attrs.get(queue.name)
+        if attr is None:
+            return ALLOWED
+        req = task.request_floats
+        # allocated + request element by element: the same float sums numpy would make.
+        if less_equal_on(
+            map(operator.add, attr.allocated.tolist(), req), attr.deserved.tolist(), req
+        ):
+            return ALLOWED
+        return over_share(self.name, queue, task)
+
+    def preemptive(self, queue: QueueInfo, task: TaskInfo) -> bool:
+        return self.allocatable(queue, task).ok
+
+    # -- enqueue --------------------------------------------------------------------------------
+    def enqueueable(self, job: JobInfo) -> int:
+        ssn = self.ssn
+        queue = ssn.queues[job.queue]
+        if not queue.is_open():
+            return refuse(self.name, f"queue {queue.name} is {queue.state}")
+        attr = self.attrs.get(job.queue)
+        if attr is None or job.min_resources is None:
+            return PERMIT
+        need = job.min_resources + attr.allocated + attr.inqueue - attr.elastic
+        if less_equal_on(need.tolist(), attr.real_capability.tolist(), job.min_resources.tolist()):
+            return PERMIT
+        short = [
+            ssn.space.dims[i]
+            for i in np.nonzero(
+                (need > attr.real_capability + MIN_RESOURCE) & (job.min_resources > MIN_RESOURCE)
+            )[0]
+        ]
+        return refuse(
+            self.name, f"queue resource quota insufficient: insufficient {', '.join(short)}"
         )
 
-        def queue_order(left: QueueInfo, right: QueueInfo) -> int:
-            if left.priority != right.priority:
-                return right.priority - left.priority
-            ls = attrs[left.name].share if left.name in attrs else 0.0
-            rs = attrs[right.name].share if right.name in attrs else 0.0
-            return 0 if ls == rs else (-1 if ls < rs else 1)
+    def enqueued(self, job: JobInfo) -> None:
+        attr = self.attrs.get(job.queue)
+        if attr is not None and job.min_resources is not None:
+            attr.inqueue += job.min_resources
 
-        def queue_key(queue: QueueInfo) -> tuple[int, float]:
-            """``queue_order`` as a key: higher priority, then the smaller share. (A NaN share, which
-            only a NaN allocation gives, has no place in the comparator's order: last here.)"""
-            share = attrs[queue.name].share if queue.name in attrs else 0.0
-            return -queue.priority, share if share == share else math.inf
+    # -- events ---------------------------------------------------------------------------------
+    def _job_attr(self, task: TaskInfo) -> QueueAttr | None:
+        jobs = self.ssn.jobs
+        return self.attrs.get(jobs[task.job].queue) if task.job in jobs else None
 
-        def reclaimable(
-            reclaimer: TaskInfo, reclaimees: list[TaskInfo]
-        ) -> tuple[list[TaskInfo], int]:
-            victims = []
-            allocations: dict[str, np.ndarray] = {}
-            for t in reclaimees:
-                job = ssn.jobs.get(t.job)
-                if job is None or job.queue not in attrs:
-                    continue
-                attr = attrs[job.queue]
-                allocated = allocations.setdefault(job.queue, attr.allocated.copy())
-                if not less_equal(allocated, attr.deserved):
-                    allocated -= t.resreq
-                    victims.append(t)
-            return victims, PERMIT
+    def on_allocate(self, task: TaskInfo) -> None:
+        attr = self._job_attr(task)
+        if attr is not None:
+            attr.allocated += task.resreq
+            attr.update_share()
 
-        def overused(queue: QueueInfo) -> bool:
-            attr = attrs.get(queue.name)
-            return attr is not None and less_equal(attr.deserved, attr.allocated)
+    def on_deallocate(self, task: TaskInfo) -> None:
+        attr = self._job_attr(task)
+        if attr is not None:
+            attr.allocated -= task.resreq
+            attr.update_share()
 
-        def task_allocatable(queue: QueueInfo, task: TaskInfo) -> bool:
-            """allocated + request <= deserved on the requested resources; the queue is Open."""
-            if not queue.is_open():
-                return False
-            attr = attrs.get(queue.name)
-            if attr is None:
-                return True
-            req = task.request_floats
-            # allocated + request element by element: the same float sums numpy would make.
-            return less_equal_on(
-                map(operator.add, attr.allocated.tolist(), req), attr.deserved.tolist(), req
-            )
 
-        def enqueueable(job: JobInfo) -> int:
-            queue = ssn.queues[job.queue]
-            if not queue.is_open():
-                job.enqueue_verdict = f"queue {queue.name} is {queue.state}"
-                return REJECT
-            attr = attrs.get(job.queue)
-            if attr is None or job.min_resources is None:
-                return PERMIT
-            need = job.min_resources + attr.allocated + attr.inqueue - attr.elastic
-            if less_equal_on(
-                need.tolist(), attr.real_capability.tolist(), job.min_resources.tolist()
-            ):
-                return PERMIT
-            short = [
-                ssn.space.dims[i]
-                for i in np.nonzero(
-                    (need > attr.real_capability + MIN_RESOURCE)
-                    & (job.min_resources > MIN_RESOURCE)
-                )[0]
-            ]
-            job.enqueue_verdict = (
-                f"queue resource quota insufficient: insufficient {', '.join(short)}"
-            )
-            return REJECT
-
-        def enqueued(job: JobInfo) -> None:
-            attr = attrs.get(job.queue)
-            if attr is not None and job.min_resources is not None:
-                attr.inqueue += job.min_resources
-
-        def on_allocate(task: TaskInfo) -> None:
-            attr = attrs.get(ssn.jobs[task.job].queue) if task.job in ssn.jobs else None
-            if attr is not None:
-                attr.allocated += task.resreq
-                attr.update_share()
-
-        def on_deallocate(task: TaskInfo) -> None:
-            attr = attrs.get(ssn.jobs[task.job].queue) if task.job in ssn.jobs else None
-            if attr is not None:
-                attr.allocated -= task.resreq
-                attr.update_share()
-
-        ssn.register("queue_order", self.name, queue_order)
-        ssn.register("queue_order_key", self.name, queue_key)
-        ssn.register("reclaimable", self.name, reclaimable)
-        ssn.register("overused", self.name, overused)
-        ssn.register("allocatable", self.name, task_allocatable)
-        ssn.register("preemptive", self.name, task_allocatable)
-        ssn.register("job_enqueueable", self.name, enqueueable)
-        ssn.register("job_enqueued", self.name, enqueued)
-        ssn.add_event_handler(EventHandler(on_allocate, on_deallocate))
+def water_fill(attrs: Iterable[QueueAttr], total: np.ndarray) -> None:
+    """Volcano's deserved loop: hand out ``total`` by weight, round after round, each queue's
+    deserved capped by its real capability and request and raised to its guarantee; a queue whose
+    request is met or whose deserved stopped growing leaves the rounds, and what it gives back or
+    did not take is shared again."""
+    queues = list(attrs)
+    remaining = total.copy()
+    met: set[str] = set()
+    while True:
+        total_weight = sum(a.weight for a in queues if a.name not in met)
+        if total_weight == 0:
+            break
+        old_remaining = remaining.copy()
+        increased, decreased = np.zeros_like(total), np.zeros_like(total)
+        for a in queues:
+            if a.name in met:
+                continue
+            old = a.deserved.copy()
+            a.deserved = a.deserved + remaining * (a.weight / total_weight)
+            a.deserved = np.minimum(a.deserved, a.real_capability)
+            a.deserved = np.minimum(a.deserved, a.request)
+            a.deserved = np.maximum(a.deserved, a.guarantee)
+            a.update_share()
+            if less_equal(a.request, a.deserved) or np.array_equal(a.deserved, old):
+                met.add(a.name)
+            diff = a.deserved - old
+            increased += np.maximum(diff, 0)
+            decreased += np.maximum(-diff, 0)
+        remaining = exceeded(remaining + decreased, increased)
+        if np.all(remaining < MIN_RESOURCE) or np.array_equal(remaining, old_remaining):
+            break

@@ -17,7 +17,14 @@ from __future__ import annotations
 import time
 
 from server.plugins.base import Plugin
-from server.session.extension_points import ABSTAIN, PERMIT
+from server.session.extension_points import (
+    ABSTAIN,
+    JOB_ENQUEUEABLE,
+    JOB_ORDER,
+    JOB_ORDER_KEY,
+    JOB_PIPELINED,
+    PERMIT,
+)
 from server.session.info import JobInfo
 from server.session.options import parse_go_duration
 from server.session.session import Session
@@ -89,7 +96,7 @@ class SlaPlugin(Plugin):
                 (1, 0.0) if wt is None else (0, created(job) + wt)
             )  # jobs without a deadline last
 
-        ssn.register("job_order", self.name, job_order)
-        ssn.register("job_order_key", self.name, job_order_key)
-        ssn.register("job_enqueueable", self.name, permit_when_overdue)
-        ssn.register("job_pipelined", self.name, permit_when_overdue)
+        ssn.register(JOB_ORDER, self.name, job_order)
+        ssn.register(JOB_ORDER_KEY, self.name, job_order_key)
+        ssn.register(JOB_ENQUEUEABLE, self.name, permit_when_overdue)
+        ssn.register(JOB_PIPELINED, self.name, permit_when_overdue)

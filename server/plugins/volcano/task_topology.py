@@ -37,7 +37,8 @@ from muster.quantity import MIN_RESOURCE
 from server.model import TaskStatus
 from server.plugins.base import Plugin
 from server.session.evaluator import Scorer
-from server.session.extension_points import EventHandler
+from server.session.extension_points import NODE_ORDER, EventHandler
+from server.session.extension_points import TASK_ORDER as TASK_ORDER_POINT
 from server.session.info import JobInfo, TaskInfo
 from server.session.session import Session
 
@@ -356,6 +357,6 @@ class TaskTopologyPlugin(Plugin):
             if manager is not None:
                 manager.task_bound(task)
 
-        ssn.register("task_order", self.name, task_order)
-        ssn.register("node_order", self.name, Scorer("task", score))
+        ssn.register(TASK_ORDER_POINT, self.name, task_order)
+        ssn.register(NODE_ORDER, self.name, Scorer("task", score))
         ssn.add_event_handler(EventHandler(allocate=on_allocate))

@@ -32,7 +32,17 @@ import numpy as np
 from server.model import TaskStatus
 from server.plugins.base import Plugin
 from server.session.evaluator import Predicate, Scorer
-from server.session.extension_points import PERMIT, REJECT
+from server.session.extension_points import (
+    JOB_ORDER,
+    JOB_PIPELINED,
+    JOB_STARVING,
+    NODE_ORDER,
+    PERMIT,
+    PREDICATE,
+    REJECT,
+    VICTIM,
+)
+from server.session.extension_points import PREEMPTABLE as PREEMPTABLE_POINT
 from server.session.info import JobInfo, TaskInfo
 from server.session.options import parse_go_duration
 from server.session.session import Session
@@ -262,14 +272,14 @@ class TdmPlugin(Plugin):
                 return 0
             return 1 if lp else -1
 
-        ssn.register("predicate", self.name, Predicate("task", check, reasons=reasons))
-        ssn.register("node_order", self.name, Scorer("task", score))
-        ssn.register("preemptable", self.name, preemptable)
-        ssn.register("victim", self.name, [victims])
-        ssn.register("job_order", self.name, job_order)
-        ssn.register("job_pipelined", self.name, lambda j: PERMIT if j.is_pipelined() else REJECT)
+        ssn.register(PREDICATE, self.name, Predicate("task", check, reasons=reasons))
+        ssn.register(NODE_ORDER, self.name, Scorer("task", score))
+        ssn.register(PREEMPTABLE_POINT, self.name, preemptable)
+        ssn.register(VICTIM, self.name, victims)
+        ssn.register(JOB_ORDER, self.name, job_order)
+        ssn.register(JOB_PIPELINED, self.name, lambda j: PERMIT if j.is_pipelined() else REJECT)
         ssn.register(
-            "job_starving",
+            JOB_STARVING,
             self.name,
             lambda j: not job_preemptable(j) and bool(j.index[TaskStatus.PENDING]),
         )
