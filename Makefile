@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup gen lint bench clean install image node-client postgres
+.PHONY: demo test setup gen lint bench clean install image node-client postgres slurm
 PREFIX ?= $(HOME)/.local
 
 setup: $(STAMP)
@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
 # Lint first (seconds), then the whole suite.
-test: lint node-client postgres
+test: lint node-client postgres slurm
 	$(BIN)/python -m pytest -q
 
 # PostgreSQL server binaries for the PostgreSQL store tests (each run starts a throwaway cluster of
@@ -33,6 +33,12 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && { \
 		apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1; }; } || true
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || echo "postgres: no PostgreSQL server here (its tests will be skipped)"
+
+# Slurm for tests/slurm (each run starts a private cluster of its own in a temporary directory; the
+# machine's own Slurm, if any, is never touched). Best effort, from apt when missing, with the
+# packages' own services neither started nor enabled: without it those tests are skipped.
+slurm:
+	@bash scripts/slurm-install.sh --best-effort
 
 # The TypeScript / Node client (clients/node): Node from apt when missing, then stubs generated from
 # proto/ and compiled. Best effort: without Node its test is skipped, the rest of the suite runs.

@@ -396,12 +396,23 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench/slurm_e2e.py needs root (it starts a local Slurm)", file=sys.stderr)
         return 2
-    import fcntl
-
-    lock = open("/run/lock/muster-slurm.lock", "w")  # noqa: SIM115 - the tests use the same lock
-    fcntl.flock(lock, fcntl.LOCK_EX)  # wait for a running test session to finish with the cluster
-    env = {**os.environ, "SLURM_NODES": str(args.nodes), "SLURM_GPU_NODES": "0"}
+    # A private cluster in a temp dir (scripts/slurm-up.sh): its own slurm.conf, daemons, ports
+    # and munged, never the machine's Slurm. SLURM_CONF in our environment reaches every sbatch /
+    # squeue this bench runs and the adapters it starts.
+    slurm_dir = tempfile.mkdtemp(prefix="muster-slurm-bench-")
+    os.chmod(slurm_dir, 0o755)
+    os.environ["SLURM_CONF"] = f"{slurm_dir}/slurm.conf"
+    env = {**os.environ, "SLURM_DIR": slurm_dir, "SLURM_NODES": str(args.nodes)}
+    env["SLURM_GPU_NODES"] = "0"
     subprocess.run(["bash", str(REPO / "scripts" / "slurm-up.sh")], env=env, check=True)
+    try:
+        return _bench(args)
+    finally:
+        down = {**env, "SLURM_DOWN_PURGE": "1"}
+        subprocess.run(["bash", str(REPO / "scripts" / "slurm-down.sh")], env=down, check=False)
+
+
+def _bench(args: argparse.Namespace) -> int:
     drain_cluster()
     single = [["-N1", "-c", "1", "--mem=1G"]] * args.singles
     gang = [[f"-N{args.gang_size}", "--ntasks-per-node=1", "-c", "1", "--mem=1G"]] * args.gangs

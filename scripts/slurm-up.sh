@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# Bring up a local Slurm cluster of N emulated nodes (one real slurmd each, all on 127.0.0.1)
-# with a DOWN `staging` partition (jobs wait there for Muster) and a `batch` run partition.
+# Bring up a private local Slurm cluster of N emulated nodes (one real slurmd each, all on
+# 127.0.0.1) with a DOWN `staging` partition (jobs wait there for Muster) and a `batch` run
+# partition, entirely inside one directory (see scripts/slurm-lib.sh for the layout).
 #
-# Idempotent: installs Debian's slurm + munge when missing, rewrites the configuration, and
-# restarts the daemons only when the configuration changed or a daemon is missing.
+# Hermetic: its own slurm.conf (daemons get `-f`, clients SLURM_CONF), its own munged (own key and
+# socket), cluster name, free ports, state, spool, PID and log files. It never writes /etc/slurm,
+# never signals a daemon it did not start and never cancels a job of another cluster, so it can run
+# beside the machine's own Slurm. Prints `export SLURM_CONF=DIR/slurm.conf` on stdout:
 #
-# Environment (all optional):
+#   eval "$(SLURM_DIR=/tmp/muster-slurm scripts/slurm-up.sh)"    # then sbatch, squeue, ...
+#
+# Idempotent: restarts only what is missing, or the whole cluster when the configuration changed.
+# When a daemon does not come up, the error shows the last lines of its own log.
+#
+# Environment:
+#   SLURM_DIR=<dir>         the cluster's directory (required, or SLURM_CONF=<dir>/slurm.conf)
 #   SLURM_NODES=16          emulated nodes n1..nN
 #   SLURM_GPU_NODES=4       the first K nodes carry SLURM_NODE_GPUS fake GPUs (feature "gpu")
 #   SLURM_NODE_CPUS=32      CPUs per node
@@ -16,6 +25,10 @@
 #   SLURM_SKIP_INSTALL=1    never call apt-get (fail if slurm is not installed)
 set -euo pipefail
 
+LOG_NAME=slurm-up
+# shellcheck source=scripts/slurm-lib.sh
+. "$(dirname "$0")/slurm-lib.sh"
+
 NODES=${SLURM_NODES:-16}
 GPU_NODES=${SLURM_GPU_NODES:-4}
 CPUS=${SLURM_NODE_CPUS:-32}
@@ -23,98 +36,125 @@ MEM_MB=${SLURM_NODE_MEM_MB:-256000}
 GPUS=${SLURM_NODE_GPUS:-4}
 SLURMD_TIMEOUT=${SLURMD_TIMEOUT:-10}
 SCHED=${SLURM_SCHED:-backfill}
-BASE_PORT=17000
 
-ETC=/etc/slurm
-RUN=/run/slurm
-SPOOL_CTLD=/var/spool/slurmctld
-SPOOL_D=/var/spool/slurmd
-LOGS=/var/log/slurm
-
-log() { echo "slurm-up: $*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-[ "$(id -u)" -eq 0 ] || die "must run as root"
+[ "$(id -u)" -eq 0 ] || die "must run as root (slurmd starts jobs as their users)"
 ((GPU_NODES <= NODES)) || GPU_NODES=$NODES
-
-# A PID is alive when its process exists and is not a zombie (PID 1 here may not reap).
-alive() {
-    local pid=$1 state
-    [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
-    state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || return 1
-    [ "$state" != Z ] && [ "$state" != X ]
-}
-pid_of() { [ -r "$1" ] && cat "$1" 2>/dev/null || true; }
+resolve_dir
 
 install_packages() {
-    if command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
-        && command -v sbatch >/dev/null && command -v munged >/dev/null; then
+    if command -v sbatch >/dev/null && command -v munged >/dev/null \
+        && { [ -x /usr/sbin/slurmctld-wlm ] || command -v slurmctld >/dev/null; } \
+        && { [ -x /usr/sbin/slurmd-wlm ] || command -v slurmd >/dev/null; }; then
         return
     fi
     [ "${SLURM_SKIP_INSTALL:-0}" = 1 ] && die "slurm is not installed and SLURM_SKIP_INSTALL=1"
-    command -v apt-get >/dev/null || die "slurm is not installed and apt-get is not available"
-    log "installing slurmctld slurmd slurm-client munge (apt)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/dev/null
-    # --no-install-recommends keeps slurm-wlm-emulator (front-end build) out.
-    apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
+    bash "$(dirname "$0")/slurm-install.sh"
 }
 
-# slurm-wlm-emulator flips the alternatives to a front-end build that cannot run many slurmd.
-fix_alternatives() {
-    local name
-    for name in slurmctld slurmd; do
-        if [ -x "/usr/sbin/$name-wlm" ] && [ "$(readlink -f "/usr/sbin/$name")" != "/usr/sbin/$name-wlm" ]; then
-            update-alternatives --set "$name" "/usr/sbin/$name-wlm" >/dev/null 2>&1 || true
-        fi
-    done
+# The real multi-slurmd build, whatever the alternatives say: slurm-wlm-emulator points them at a
+# front-end build (slurmctld: "fatal: No front end nodes defined"). The machine's alternatives are
+# not changed; slurmstepd is started by slurmd through its fixed path, so that one must be right.
+# The daemons are run with argv[0] = slurmctld / slurmd (`exec -a`): Slurm decides by its program
+# name whether it runs inside a daemon, and started as `slurmctld-wlm` it sets up no GRES at all
+# (every node `Gres=(null)`, `--gres=gpu:1` refused with "Requested node configuration is not
+# available"; slurmd-wlm: "gres.conf ... has 4 more configured than expected in slurm.conf").
+pick_binaries() {
+    SLURMCTLD=/usr/sbin/slurmctld-wlm
+    SLURMD=/usr/sbin/slurmd-wlm
+    [ -x "$SLURMCTLD" ] || SLURMCTLD=$(command -v slurmctld) || die "slurmctld is not installed"
+    [ -x "$SLURMD" ] || SLURMD=$(command -v slurmd) || die "slurmd is not installed"
+    local stepd
+    stepd=$(readlink -f /usr/sbin/slurmstepd 2>/dev/null || true)
+    case "$stepd" in
+        *emulator*) die "/usr/sbin/slurmstepd is the front-end build ($stepd, from slurm-wlm-emulator): run
+  update-alternatives --set slurmd /usr/sbin/slurmd-wlm   (slurmstepd follows)" ;;
+    esac
 }
 
+# Our own munged: own key (1 KiB of random, 0400 in a 0700 dir), own socket (in DIR/run, which
+# every user can reach: jobs of other users submit through it), own PID, seed and log files.
 start_munge() {
-    if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return; fi
-    if [ ! -s /etc/munge/munge.key ]; then
-        mkdir -p /etc/munge
-        if command -v mungekey >/dev/null; then mungekey --create --force >/dev/null 2>&1 || true; fi
-        [ -s /etc/munge/munge.key ] || dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
-        chown munge:munge /etc/munge/munge.key
-        chmod 0400 /etc/munge/munge.key
+    if ours "$(pid_of "$MUNGE/munged.pid")" && munge -S "$MUNGE_SOCK" -n 2>/dev/null | unmunge -S "$MUNGE_SOCK" >/dev/null 2>&1; then
+        return
     fi
-    mkdir -p /run/munge /var/log/munge /var/lib/munge
-    chown munge:munge /run/munge /var/log/munge /var/lib/munge
-    runuser -u munge -- /usr/sbin/munged --force
+    stop_munge
+    if [ ! -s "$MUNGE/munge.key" ]; then
+        dd if=/dev/urandom of="$MUNGE/munge.key" bs=1024 count=1 status=none
+        chmod 0400 "$MUNGE/munge.key"
+    fi
+    rm -f "$MUNGE_SOCK" "$MUNGE_SOCK.lock"
+    munged --force -S "$MUNGE_SOCK" --key-file="$MUNGE/munge.key" --pid-file="$MUNGE/munged.pid" \
+        --log-file="$MUNGE/munged.log" --seed-file="$MUNGE/munged.seed" \
+        || die "munged did not start
+$(log_tails "$MUNGE/munged.log")"
     for _ in $(seq 1 50); do
-        if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return; fi
+        if munge -S "$MUNGE_SOCK" -n 2>/dev/null | unmunge -S "$MUNGE_SOCK" >/dev/null 2>&1; then return; fi
         sleep 0.1
     done
-    die "munged does not answer (munge -n | unmunge)"
+    die "munged does not answer on $MUNGE_SOCK
+$(log_tails "$MUNGE/munged.log")"
+}
+
+# NODES + 2 distinct ports (slurmctld, SlurmdPort, one per node), free on every address right now,
+# below the ephemeral range so client connections do not take them later.
+pick_ports() {
+    python3 - "$((NODES + 2))" <<'EOF'
+import random, socket, sys
+want, got, tries = int(sys.argv[1]), [], 0
+held = []
+while len(got) < want:
+    tries += 1
+    if tries > 20000:
+        sys.exit("no free ports")
+    port = random.randrange(20000, 32000)
+    if port in got:
+        continue
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", port))
+    except OSError:
+        s.close()
+        continue
+    held.append(s)
+    got.append(port)
+print(" ".join(map(str, got)))
+EOF
+}
+
+# A unique name: two clusters sharing a state directory would stop with CLUSTER NAME MISMATCH.
+cluster_name() {
+    if [ ! -s "$RUN/cluster-name" ]; then
+        echo "muster$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')" >"$RUN/cluster-name"
+    fi
+    cat "$RUN/cluster-name"
 }
 
 node_lines() {
-    local first_cpu=$((GPU_NODES + 1)) common
-    common="NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=$CPUS Sockets=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM_MB"
-    if ((GPU_NODES > 0)); then
-        echo "NodeName=n[1-$GPU_NODES] Port=[$((BASE_PORT + 1))-$((BASE_PORT + GPU_NODES))] $common Gres=gpu:fake:$GPUS Feature=gpu State=UNKNOWN"
-    fi
-    if ((first_cpu <= NODES)); then
-        echo "NodeName=n[$first_cpu-$NODES] Port=[$((BASE_PORT + first_cpu))-$((BASE_PORT + NODES))] $common Feature=cpu State=UNKNOWN"
-    fi
+    local i gres feature
+    for ((i = 1; i <= NODES; i++)); do
+        if ((i <= GPU_NODES)); then gres=" Gres=gpu:fake:$GPUS"; feature=gpu; else gres=""; feature=cpu; fi
+        echo "NodeName=n$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=${NODE_PORTS[$((i - 1))]} CPUs=$CPUS Sockets=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM_MB$gres Feature=$feature State=UNKNOWN"
+    done
 }
 
 gen_conf() {
     cat <<EOF
-# Written by muster scripts/slurm-up.sh: $NODES emulated nodes on loopback.
-ClusterName=muster
+$MARKER
+# Written by muster scripts/slurm-up.sh: a private cluster of $NODES emulated nodes on loopback,
+# entirely in $DIR (clients: SLURM_CONF=$CONF; daemons: -f $CONF).
+ClusterName=$(cluster_name)
 # Must be \`hostname -s\`; the (addr) part avoids DNS.
 SlurmctldHost=$(hostname -s)(127.0.0.1)
-SlurmctldPort=6817
-SlurmdPort=6818
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
 AuthType=auth/munge
 CredType=cred/munge
-SlurmUser=slurm
+AuthInfo=socket=$MUNGE_SOCK
+SlurmUser=root
 SlurmdUser=root
-StateSaveLocation=$SPOOL_CTLD
+StateSaveLocation=$STATE
 # %n: one spool dir, pid file and log per emulated node.
-SlurmdSpoolDir=$SPOOL_D/%n
+SlurmdSpoolDir=$SPOOL/%n
 SlurmctldPidFile=$RUN/slurmctld.pid
 SlurmdPidFile=$RUN/slurmd-%n.pid
 SlurmctldLogFile=$LOGS/slurmctld.log
@@ -144,6 +184,7 @@ MinJobAge=600
 MaxJobCount=100000
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,default_queue_depth=10000,bf_interval=1
 GresTypes=gpu
+# job_submit.lua and gres.conf are read from the directory of this file.
 JobSubmitPlugins=lua
 $(node_lines)
 PartitionName=batch Nodes=ALL Default=NO MaxTime=INFINITE State=UP
@@ -156,7 +197,7 @@ gen_gres() {
     echo "AutoDetect=off"
     if ((GPU_NODES > 0)); then
         # slurmd drops a GPU without File=, and File= must be a device: symlinks to /dev/null.
-        echo "NodeName=n[1-$GPU_NODES] Name=gpu Type=fake File=$ETC/fake-gpu/nvidia[0-$((GPUS - 1))]"
+        echo "NodeName=n[1-$GPU_NODES] Name=gpu Type=fake File=$DIR/fake-gpu/nvidia[0-$((GPUS - 1))]"
     fi
 }
 
@@ -185,93 +226,105 @@ return slurm.SUCCESS
 EOF
 }
 
-write_if_changed() {  # path content -> returns 0 when the file changed
-    local path=$1 content=$2
-    if [ -f "$path" ] && [ "$(cat "$path")" = "$content" ]; then return 1; fi
-    printf '%s\n' "$content" >"$path"
-    return 0
+write_conf() {
+    printf '%s\n' "$(gen_conf)" >"$CONF.new" && mv "$CONF.new" "$CONF"
+    printf '%s\n' "$(gen_gres)" >"$DIR/gres.conf"
+    printf '%s\n' "$(gen_lua)" >"$DIR/job_submit.lua"
+    chmod 0644 "$CONF" "$DIR/gres.conf" "$DIR/job_submit.lua"
 }
 
-stop_all() {
-    local pids=() pid f
-    scancel --full --quiet --state=PENDING,RUNNING,SUSPENDED,CONFIGURING,COMPLETING 2>/dev/null || true
-    scancel --quiet -u root 2>/dev/null || true
-    for f in "$RUN"/slurmd-*.pid "$RUN"/slurmctld.pid; do
-        [ -e "$f" ] || continue
-        pid=$(pid_of "$f")
-        if alive "$pid"; then kill -TERM "$pid" 2>/dev/null || true; pids+=("$pid"); fi
-        rm -f "$f"
-    done
-    # All at once, then wait (bounded): stopping one by one takes minutes.
-    for _ in $(seq 1 100); do
-        local left=0
-        for pid in "${pids[@]}"; do alive "$pid" && left=1; done
-        ((left == 0)) && return
+conf_sum() { cat "$CONF" "$DIR/gres.conf" "$DIR/job_submit.lua" | sha256sum | cut -d' ' -f1; }
+
+# Ports recorded for the running cluster, when there are enough for NODES.
+load_ports() {
+    local ports=()
+    [ -s "$RUN/ports" ] || return 1
+    read -r -a ports <"$RUN/ports"
+    ((${#ports[@]} == NODES + 2)) || return 1
+    CTLD_PORT=${ports[0]}
+    SLURMD_PORT=${ports[1]}
+    NODE_PORTS=("${ports[@]:2}")
+}
+
+new_ports() {
+    pick_ports >"$RUN/ports" || die "could not find $((NODES + 2)) free ports"
+    load_ports
+}
+
+start_slurmctld() {
+    # -c: no old job state (every job of this directory's earlier runs is gone); -i: ignore
+    # state-file errors. Its early errors (before it logs to its file) go to our stderr.
+    (exec -a slurmctld "$SLURMCTLD" -f "$CONF" -c -i) || die "slurmctld -f $CONF exited with status $?
+$(log_tails "$LOGS/slurmctld.log")"
+    local n
+    for n in $(seq 1 150); do
+        scontrol ping >/dev/null 2>&1 && return
+        # Gone (after its PID file had time to appear): no use waiting.
+        ((n < 20)) || ours "$(pid_of "$RUN/slurmctld.pid")" || break
         sleep 0.1
     done
-    for pid in "${pids[@]}"; do alive "$pid" && kill -KILL "$pid" 2>/dev/null || true; done
-    # A slurmctld started by hand (no pid file) would answer in place of the new one.
-    for _ in $(seq 1 50); do pgrep -x slurmctld >/dev/null || break; sleep 0.1; done
-    rm -f "$RUN/muster-conf.sha256"
+    scontrol ping >/dev/null 2>&1 && return
+    die "slurmctld did not come up
+$(log_tails "$LOGS/slurmctld.log")"
 }
 
 main() {
     install_packages
-    fix_alternatives
-    id slurm >/dev/null 2>&1 || die "user slurm is missing (slurm packages broken?)"
+    pick_binaries
+    mkdir -p "$DIR" "$DIR/fake-gpu" "$RUN" "$STATE" "$SPOOL" "$LOGS" "$MUNGE"
+    # Readable by every user (jobs of other users read slurm.conf and reach the munge socket);
+    # only the munge key's directory is private.
+    chmod 0755 "$DIR" "$DIR/fake-gpu" "$RUN" "$STATE" "$SPOOL" "$LOGS"
+    chmod 0700 "$MUNGE"
+    local i
+    for ((i = 0; i < GPUS; i++)); do ln -sfn /dev/null "$DIR/fake-gpu/nvidia$i"; done
+
     start_munge
 
-    mkdir -p "$ETC" "$ETC/fake-gpu" "$RUN" "$SPOOL_CTLD" "$SPOOL_D" "$LOGS"
-    chown slurm:slurm "$SPOOL_CTLD" "$LOGS"
-    local i
-    for ((i = 0; i < GPUS; i++)); do ln -sfn /dev/null "$ETC/fake-gpu/nvidia$i"; done
-
-    local changed=0
-    write_if_changed "$ETC/slurm.conf" "$(gen_conf)" && changed=1
-    write_if_changed "$ETC/gres.conf" "$(gen_gres)" && changed=1
-    write_if_changed "$ETC/job_submit.lua" "$(gen_lua)" && changed=1
-    # An earlier, different cluster may have left pid files of nodes we no longer declare.
-    for f in "$RUN"/slurmd-*.pid; do
-        [ -e "$f" ] || continue
-        local name=${f##*/slurmd-}; name=${name%.pid}
-        if [ "${name#n}" -gt "$NODES" ] 2>/dev/null; then changed=1; fi
-    done
-
-    # Restart when the running slurmctld was started with another configuration (recorded at
-    # start, so a bring-up that failed half-way is redone on the next run).
-    local want_sum running_sum
-    want_sum=$(cat "$ETC/slurm.conf" "$ETC/gres.conf" "$ETC/job_submit.lua" | sha256sum | cut -d' ' -f1)
-    running_sum=$(cat "$RUN/muster-conf.sha256" 2>/dev/null || true)
-    [ "$want_sum" != "$running_sum" ] && changed=1
-    local ctld_pid; ctld_pid=$(pid_of "$RUN/slurmctld.pid")
-    if ((changed)) || ! alive "$ctld_pid"; then
-        ((changed)) && log "configuration changed: restarting the cluster"
-        stop_all
-        # -c: forget old jobs; -i: ignore state-file errors.
-        /usr/sbin/slurmctld -c -i
-        for _ in $(seq 1 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
-        scontrol ping >/dev/null 2>&1 || die "slurmctld did not come up (see $LOGS/slurmctld.log)"
-        echo "$want_sum" >"$RUN/muster-conf.sha256"
+    # Keep a running cluster when its configuration is the same; else start it over on new ports.
+    local ctld_pid restart=1
+    ctld_pid=$(pid_of "$RUN/slurmctld.pid")
+    if ours "$ctld_pid" && load_ports; then
+        write_conf
+        [ "$(conf_sum)" = "$(cat "$RUN/conf.sha256" 2>/dev/null || true)" ] && restart=0
+        ((restart)) && log "configuration changed: restarting the cluster"
+    fi
+    if ((restart)); then
+        stop_slurm
+        new_ports
+        write_conf
+        start_slurmctld
+        conf_sum >"$RUN/conf.sha256"
     fi
 
     for ((i = 1; i <= NODES; i++)); do
-        if ! alive "$(pid_of "$RUN/slurmd-n$i.pid")"; then
-            mkdir -p "$SPOOL_D/n$i"
-            /usr/sbin/slurmd -N "n$i"
+        if ! ours "$(pid_of "$RUN/slurmd-n$i.pid")"; then
+            mkdir -p "$SPOOL/n$i"
+            (exec -a slurmd "$SLURMD" -f "$CONF" -N "n$i") || die "slurmd -N n$i exited with status $?
+$(log_tails "$LOGS/slurmd-n$i.log")"
         fi
     done
 
     # Wait (bounded) until every node is up; a node left down by a killed slurmd is resumed.
-    local deadline=$((SECONDS + 60)) up
+    local deadline=$((SECONDS + 60)) up down missing
     while :; do
         up=$(sinfo -h -N -p batch -t idle,alloc,mix,comp -o %N 2>/dev/null | sort -u | wc -l)
         ((up >= NODES)) && break
-        if ((SECONDS > deadline)); then die "only $up/$NODES nodes up after 60 s (see $LOGS)"; fi
-        local down; down=$(sinfo -h -N -p batch -t down,drain -o %N 2>/dev/null | sort -u | paste -sd, -)
+        if ((SECONDS > deadline)); then
+            missing=()
+            for ((i = 1; i <= NODES; i++)); do
+                sinfo -h -N -n "n$i" -t idle,alloc,mix,comp -o %N 2>/dev/null | grep -q . || missing+=("$LOGS/slurmd-n$i.log")
+            done
+            die "only $up/$NODES nodes up after 60 s
+$(sinfo -N -p batch 2>&1 | head -20)
+$(log_tails "$LOGS/slurmctld.log" "${missing[@]:0:3}")"
+        fi
+        down=$(sinfo -h -N -p batch -t down,drain -o %N 2>/dev/null | sort -u | paste -sd, -)
         [ -n "$down" ] && scontrol update NodeName="$down" State=RESUME >/dev/null 2>&1 || true
         sleep 0.2
     done
-    log "up: $NODES nodes ($GPU_NODES with $GPUS GPUs), partitions batch + staging (DOWN)"
+    log "up: $NODES nodes ($GPU_NODES with $GPUS GPUs), cluster $(cluster_name) on port $CTLD_PORT, in $DIR"
+    echo "export SLURM_CONF=$CONF"
 }
 
 main "$@"

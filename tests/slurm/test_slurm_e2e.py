@@ -1,4 +1,4 @@
-"""Muster places jobs on a real local Slurm (16 emulated nodes, scripts/slurm-up.sh).
+"""Muster places jobs on a real, private local Slurm (16 emulated nodes, scripts/slurm-up.sh).
 
 Each test starts a fresh Muster server and the Slurm adapter as processes, submits with
 ``sbatch`` and checks the outcome both in Slurm (``scontrol``, the job's own output) and in
@@ -24,6 +24,7 @@ from muster.v1 import muster_pb2_grpc as pb_grpc
 from tests.slurm.conftest import (
     NODES,
     Muster,
+    SlurmCluster,
     job_info,
     run,
     sbatch,
@@ -244,10 +245,11 @@ def test_higher_priority_preempts_and_victim_is_replaced(
 
 
 def test_killed_slurmd_makes_node_unschedulable(
-    muster: Muster, stub: pb_grpc.SchedulerStub
+    muster: Muster, stub: pb_grpc.SchedulerStub, slurm_instance: SlurmCluster
 ) -> None:
     victim_node = f"n{NODES}"
-    pid = int(Path(f"/run/slurm/slurmd-{victim_node}.pid").read_text())
+    # The private cluster's own slurmd (its PID file is in the cluster's directory).
+    pid = int(slurm_instance.pid_file(f"slurmd-{victim_node}").read_text())
     os.kill(pid, signal.SIGKILL)
     muster.start_adapter()
 
