@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from importlib import metadata
 from typing import Any
 
@@ -23,9 +23,11 @@ import anyio
 import argcomplete
 import grpc
 from argcomplete import shell_integration
+from argcomplete.completers import ChoicesCompleter
 
 from clients.client import DEFAULT_SERVER, MusterClient
 from clients.commands import (
+    JOB_SORT_KEYS,
     PHASES,
     QUEUE_STATES,
     ScenarioProblems,
@@ -43,7 +45,7 @@ from clients.commands import (
     cmd_submit,
     cmd_watch,
 )
-from clients.render import Output, render_simulation
+from clients.render import FormatError, Output, output_format_arg, render_simulation
 from muster.logs import configure_logging
 from muster.transport import (
     add_tls_args,
@@ -53,6 +55,7 @@ from muster.transport import (
     tls_from_args,
     token_from_args,
 )
+from muster.v1 import muster_pb2 as pb
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -87,9 +90,75 @@ async def cmd_simulate(client: MusterClient | None, args: argparse.Namespace, ou
 # ---------------------------------------------------------------------------------------------
 
 Command = Callable[[Any, argparse.Namespace, Output], Coroutine[Any, Any, int]]
+Completer = Callable[..., Iterable[str]]
+
+OUTPUT_FORMATS = {
+    "table": "a table (plain columns when not a terminal)",
+    "wide": "a table with more columns, cells never wrapped",
+    "json": "the API objects (docs/api.md JSON mapping)",
+    "custom-columns=": "HEADER:PATH,... paths into the JSON form",
+    "jsonpath=": "a kubectl JSONPath template over the JSON form",
+}
+COMPLETION_TIMEOUT = 3.0  # seconds a completing shell waits for the server
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _completes(action: argparse.Action, completer: Completer) -> argparse.Action:
+    """Give an argument argcomplete's completer (values offered on TAB)."""
+    action.completer = completer  # type: ignore[attr-defined]
+    return action
+
+
+def from_server(
+    fetch: Callable[[MusterClient, argparse.Namespace], Awaitable[Iterable[str]]],
+) -> Completer:
+    """A completer asking the server (the one the command line names) for the values: job ids,
+    queue names ... Nothing is offered when no server answers within COMPLETION_TIMEOUT."""
+
+    def complete(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+        async def ask() -> list[str]:
+            async with MusterClient(
+                resolve_server(parsed_args),
+                timeout=COMPLETION_TIMEOUT,
+                tls=tls_from_args(parsed_args),
+                token=token_from_args(parsed_args),
+                failover_timeout=0.0,
+            ) as client:
+                return [v for v in await fetch(client, parsed_args) if v.startswith(prefix)]
+
+        try:
+            return anyio.run(ask, backend="asyncio")
+        except Exception:  # a completing shell shows nothing rather than a traceback
+            return []
+
+    return complete
+
+
+async def _job_ids(client: MusterClient, args: argparse.Namespace) -> list[str]:
+    active = (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE, pb.JOB_PHASE_RUNNING)
+    phases = active if args.command == "cancel" else ()  # ended jobs cannot be cancelled
+    return [job.spec.id async for job in client.list_jobs(phases=phases, limit=5000)]
+
+
+async def _task_names(client: MusterClient, args: argparse.Namespace) -> list[str]:
+    job = await client.get_job(args.job)
+    return [t.id.removeprefix(f"{job.spec.id}/") for t in job.tasks]
+
+
+async def _queue_names(client: MusterClient, args: argparse.Namespace) -> list[str]:
+    return [q.queue.name for q in await client.list_queues()]
+
+
+async def _backends(client: MusterClient, args: argparse.Namespace) -> list[str]:
+    return sorted({n.node.backend for n in await client.list_nodes()})
+
+
+JOB_IDS, TASKS = from_server(_job_ids), from_server(_task_names)
+QUEUES, BACKENDS = from_server(_queue_names), from_server(_backends)
+
+
+def _common_options(for_subcommand: bool) -> argparse.ArgumentParser:
+    """The options every command takes, before or after its name. A subcommand's copy has no
+    defaults (argparse.SUPPRESS): an option given before the command name is not reset by it."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--server",
@@ -98,12 +167,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="server address HOST:PORT, or the servers of a replicated deployment "
         f"HOST:PORT,HOST:PORT,... (default $MUSTER_SERVER or {DEFAULT_SERVER})",
     )
+    _completes(
+        common.add_argument(
+            "--output",
+            "-o",
+            type=output_format_arg,
+            default=None,
+            metavar="FORMAT",
+            help="output format: table (default), wide (more columns, no wrapping), json "
+            "(docs/api.md JSON mapping), custom-columns=HEADER:PATH,... (PATH into the JSON "
+            "form, e.g. NAME:.spec.id) or jsonpath=TEMPLATE (kubectl's, e.g. "
+            "'{.items[*].spec.id}')",
+        ),
+        ChoicesCompleter(OUTPUT_FORMATS),
+    )
     common.add_argument(
-        "--output",
-        "-o",
-        choices=["table", "wide", "json"],
-        default=None,
-        help="output format: table, wide (every column) or json (docs/api.md JSON mapping)",
+        "--no-headers",
+        action="store_true",
+        default=False,
+        help="print tables without their header line (and titles)",
     )
     common.add_argument(
         "--timeout",
@@ -122,11 +204,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_tls_args(common)
     add_token_args(common)
+    if for_subcommand:
+        for action in common._actions:
+            action.default = argparse.SUPPRESS
+    return common
 
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options(for_subcommand=True)
     parser = argparse.ArgumentParser(
         prog="muster",
         description="Muster scheduler client.",
-        parents=[common],
+        parents=[_common_options(for_subcommand=False)],
         epilog="examples:\n  muster submit examples/jobs-demo.yaml\n  muster jobs --owner me --phase running\n"
         '  muster job demo-big\n  eval "$(muster completion bash)"   # tab completion',
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -161,22 +250,51 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_jobs,
         "list jobs",
         "  muster jobs --phase pending --phase inqueue\n  muster jobs --owner me --sort=-submit -o wide\n"
+        "  muster jobs --sort=-submit --limit 3          # the three newest\n"
+        "  muster jobs -l team=vision,tier!=batch\n"
+        "  muster jobs --no-headers -o custom-columns=ID:.spec.id,PHASE:.status.phase\n"
+        "  muster jobs -o jsonpath='{range .items[*]}{.spec.id}{\"\\n\"}{end}'\n"
         "  muster jobs --queue ml --queue research -o json",
     )
-    p.add_argument("--queue", action="append", help="only jobs of this queue; repeatable")
+    _completes(
+        p.add_argument("--queue", action="append", help="only jobs of this queue; repeatable"),
+        QUEUES,
+    )
     p.add_argument("--namespace", "-n")
-    p.add_argument(
-        "--owner",
-        action="append",
-        help="only jobs this user submitted ('me': your login name); repeatable",
+    _completes(
+        p.add_argument(
+            "--owner",
+            action="append",
+            help="only jobs this user submitted ('me': your login name); repeatable",
+        ),
+        ChoicesCompleter({"me": "your login name"}),
+    )
+    _completes(
+        p.add_argument(
+            "--phase", action="append", help=f"filter by phase ({', '.join(PHASES)}); repeatable"
+        ),
+        ChoicesCompleter(dict.fromkeys(PHASES, "phase")),
+    )
+    _selector_arg(p, "jobs whose task groups carry these labels (one group matching all)")
+    _completes(
+        p.add_argument(
+            "--sort",
+            help="submit (default), start, id, queue, owner or phase; --sort=-KEY reverses",
+        ),
+        ChoicesCompleter(
+            {
+                **dict.fromkeys(JOB_SORT_KEYS, "ascending"),
+                **{f"-{k}": "descending" for k in JOB_SORT_KEYS},
+            }
+        ),
     )
     p.add_argument(
-        "--phase", action="append", help=f"filter by phase ({', '.join(PHASES)}); repeatable"
+        "--limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N jobs: the first N in --sort order (default: submission order)",
     )
-    p.add_argument(
-        "--sort", help="submit (default), start, id, queue, owner or phase; --sort=-KEY reverses"
-    )
-    p.add_argument("--limit", type=int, default=None)
 
     p = add(
         "job",
@@ -184,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         "show one job: status, placement per task, conditions, why pending",
         "  muster job train-7\n  muster job train-7 -o json | jq '.tasks[].devices'",
     )
-    p.add_argument("id")
+    _completes(p.add_argument("id"), JOB_IDS)
 
     p = add(
         "logs",
@@ -193,11 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
         "  muster logs train            # every task, each under a ==> task <== header\n"
         "  muster logs train w-0        # one task (or its full id train/w-0)",
     )
-    p.add_argument("job")
-    p.add_argument("task", nargs="?")
+    _completes(p.add_argument("job"), JOB_IDS)
+    _completes(p.add_argument("task", nargs="?"), TASKS)
 
     p = add("explain", cmd_explain, "why a job is (not) placed, from the last cycle")
-    p.add_argument("id")
+    _completes(p.add_argument("id"), JOB_IDS)
 
     p = add(
         "cancel",
@@ -205,9 +323,15 @@ def build_parser() -> argparse.ArgumentParser:
         "cancel jobs (their running tasks are evicted)",
         "  muster cancel train-7\n  muster cancel a b c        # each is reported; exit 1 if any failed",
     )
-    p.add_argument("ids", nargs="+", metavar="ID")
+    _completes(p.add_argument("ids", nargs="+", metavar="ID"), JOB_IDS)
 
-    add("queues", cmd_queues, "list queues", "  muster queues\n  muster queues -o json")
+    add(
+        "queues",
+        cmd_queues,
+        "list queues",
+        "  muster queues\n  muster queues -o wide          # with priority, guarantee, annotations\n"
+        "  muster queues -o json",
+    )
 
     p = add(
         "queue",
@@ -219,8 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     qsub = p.add_subparsers(dest="queue_command", required=True, metavar="ACTION")
     for action in ("create", "update"):
         q = qsub.add_parser(action, help=f"{action} a queue", parents=[common])
-        q.add_argument("name")
-        q.add_argument("--parent")
+        name = q.add_argument("name")
+        if action == "update":
+            _completes(name, QUEUES)
+        _completes(q.add_argument("--parent"), QUEUES)
         q.add_argument("--weight", type=int)
         q.add_argument("--priority", type=int)
         q.add_argument("--capability", help="NAME=QTY,... upper limit ('-1' unlimited)")
@@ -229,15 +355,17 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--reclaimable", choices=["true", "false"])
         q.add_argument("--state", choices=list(QUEUE_STATES))
     q = qsub.add_parser("delete", help="delete a queue", parents=[common])
-    q.add_argument("name")
+    _completes(q.add_argument("name"), QUEUES)
 
     p = add(
         "nodes",
         cmd_nodes,
         "list nodes with used and idle resources",
-        "  muster nodes\n  muster nodes --backend rack-a -o json | jq '.[].device_holders'",
+        "  muster nodes\n  muster nodes -l zone=a -o wide       # with taints and device holders\n"
+        "  muster nodes --backend rack-a -o json | jq '.[].device_holders'",
     )
-    p.add_argument("--backend")
+    _completes(p.add_argument("--backend"), BACKENDS)
+    _selector_arg(p, "nodes with these labels")
 
     p = add(
         "watch",
@@ -245,9 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
         "stream job changes",
         "  muster watch --queue ml\n  muster watch --job train-7 --until-done && echo done",
     )
-    p.add_argument("--queue")
+    _completes(p.add_argument("--queue"), QUEUES)
     p.add_argument("--namespace", "-n")
-    p.add_argument("--job")
+    _completes(p.add_argument("--job"), JOB_IDS)
     p.add_argument(
         "--no-initial", action="store_true", help="skip the current state of matching jobs"
     )
@@ -297,21 +425,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _merge_common(args: argparse.Namespace, argv: Sequence[str]) -> None:
-    # A flag given before the subcommand is overwritten by the subparser's default; re-read it.
-    pre = build_common_only().parse_known_args(argv)[0]
-    for name in ("server", "output", "timeout", "failover_timeout"):
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(pre, name))
-
-
-def build_common_only() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--server")
-    p.add_argument("--output", "-o")
-    p.add_argument("--timeout", type=float)
-    p.add_argument("--failover-timeout", type=float)
-    return p
+def _selector_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--selector",
+        "-l",
+        action="append",
+        metavar="SELECTOR",
+        help=f"only {what}: key=value, key!=value, key, !key, 'key in (a,b)', "
+        "'key notin (a,b)', comma-separated (all must hold); repeatable",
+    )
 
 
 def resolve_server(args: argparse.Namespace) -> list[str]:
@@ -362,11 +484,11 @@ async def _run(args: argparse.Namespace, out: Output) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    argcomplete.autocomplete(parser)  # answers a completing shell and exits; a no-op otherwise
+    # Answers a completing shell and exits (a no-op otherwise); options are offered after a "-".
+    argcomplete.autocomplete(parser, always_complete_options=False)
     args = parser.parse_args(argv)
     # Logs (e.g. of the core under `simulate --local`) go to stderr only: stdout is the result.
     configure_logging("console", os.environ.get("MUSTER_LOG_LEVEL", "warning"), cache=False)
-    _merge_common(args, argv)
     try:
         addresses = resolve_server(args)
     except ValueError as exc:
@@ -381,7 +503,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     fmt = args.output or (
         "json" if args.command == "simulate" and not sys.stdout.isatty() else "table"
     )
-    out = Output(fmt)
+    try:
+        out = Output(fmt, headers=not args.no_headers)
+    except FormatError as exc:
+        print(f"error: --output: {exc}", file=sys.stderr)
+        return 2
     try:
         return anyio.run(_run, args, out, backend="asyncio")
     except UsageError as exc:

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
+import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, cast
 
 import grpc
+from rich.text import Text
 
 from clients.client import MusterClient
 from clients.jobfile import JobFileError, load_job_file
@@ -31,6 +35,7 @@ from clients.render import (
     status_name,
     to_dict,
 )
+from muster.devices import chip_number
 from muster.gang import gang_minimum
 from muster.jsonmap import short_enum_name
 from muster.v1 import muster_pb2 as pb
@@ -76,18 +81,32 @@ def parse_resource_flag(text: str | None, flag: str) -> dict[str, str] | None:
 
 async def cmd_submit(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
     specs: list[pb.JobSpec] = []
+    origins: list[tuple[str, int]] = []  # per job: its file and its place there
     problems: list[str] = []
     for path in args.files:
         try:
-            specs.extend(load_job_file(path))
+            loaded = load_job_file(path)
         except JobFileError as exc:
-            problems.extend(f"{path}: {p}" for p in exc.problems)
+            problems.extend(exc.problems)  # each starts with the file's name
+            continue
+        specs.extend(loaded)
+        origins.extend((str(path), k) for k in range(len(loaded)))
     if problems:
         raise UsageError(problems)
     # Several jobs go in one all-or-nothing batch: a refused job leaves nothing half-submitted.
-    results = (
-        await client.submit_jobs(specs) if len(specs) > 1 else [await client.submit_job(specs[0])]
-    )
+    try:
+        results = (
+            await client.submit_jobs(specs)
+            if len(specs) > 1
+            else [await client.submit_job(specs[0])]
+        )
+    except grpc.aio.AioRpcError as exc:
+        details = _refusal_in_files(exc.details() or "", specs, origins)
+        if details is None:
+            raise
+        raise grpc.aio.AioRpcError(
+            exc.code(), exc.initial_metadata(), exc.trailing_metadata(), details
+        ) from None
     out.emit(
         [
             {"id": r.job.spec.id, "created": r.created, "phase": phase_name(r.job.status.phase)}
@@ -110,7 +129,109 @@ async def cmd_submit(client: MusterClient, args: argparse.Namespace, out: Output
     return 0
 
 
+_BATCH_PLACE = re.compile(r"jobs\[(\d+)\]\.(.*)", re.DOTALL)
+
+
+def _refusal_in_files(
+    details: str, specs: Sequence[pb.JobSpec], origins: Sequence[tuple[str, int]]
+) -> str | None:
+    """A batch's refusal naming a job by its place in the batch (``jobs[3].job.queue: ...``) told
+    as a job file's problems are: ``FILE: jobs[K].job.queue: ... (job 'ID')``, K its place in that
+    file. None: not such a refusal (a lone job's refusal names its field only: one file, one job)."""
+    batch = _BATCH_PLACE.fullmatch(details)
+    if batch is None or len(specs) < 2 or int(batch[1]) >= len(specs):
+        return None
+    index, rest = int(batch[1]), batch[2]
+    path, k = origins[index]
+    named = f" (job {specs[index].id!r})"
+    return f"{path}: jobs[{k}].{rest}" + ("" if rest.endswith(named) else named)
+
+
 JOB_SORT_KEYS = ("submit", "start", "id", "queue", "owner", "phase")
+
+_REQUIREMENT = re.compile(
+    r"""^\s*(?:
+        (?P<absent>!)\s*(?P<akey>[^\s=!(),]+)
+      | (?P<skey>[^\s=!(),]+)\s+(?P<setop>in|notin)\s*\((?P<values>[^()]*)\)
+      | (?P<key>[^\s=!(),]+)\s*(?:(?P<op>==|=|!=)\s*(?P<value>[^\s=!(),]*))?
+    )\s*$""",
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One term of a label selector: ``key=value`` (or ``==``), ``key!=value``, ``key``
+    (present), ``!key`` (absent), ``key in (a,b)``, ``key notin (a,b)``."""
+
+    key: str
+    op: str  # "=" | "!=" | "exists" | "!exists" | "in" | "notin"
+    values: frozenset[str] = frozenset()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        if self.op == "exists":
+            return value is not None
+        if self.op == "!exists":
+            return value is None
+        if self.op in ("=", "in"):
+            return value is not None and value in self.values
+        return value is None or value not in self.values  # != and notin, as in Kubernetes
+
+
+def parse_selector(text: str) -> list[Requirement]:
+    """A Kubernetes label selector (``-l``): terms separated by commas, all of which must hold."""
+    terms, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    requirements: list[Requirement] = []
+    for term in terms:
+        m = _REQUIREMENT.match(term)
+        if m is None or not term.strip():
+            raise UsageError(
+                [
+                    f"--selector: {term.strip()!r} is not a label requirement (key=value, key!=value, "
+                    "key, !key, 'key in (a,b)', 'key notin (a,b)')"
+                ]
+            )
+        if m.group("absent"):
+            requirements.append(Requirement(m.group("akey"), "!exists"))
+        elif m.group("setop"):
+            values = frozenset(v.strip() for v in m.group("values").split(",") if v.strip())
+            requirements.append(Requirement(m.group("skey"), m.group("setop"), values))
+        elif m.group("op"):
+            op = "!=" if m.group("op") == "!=" else "="
+            requirements.append(Requirement(m.group("key"), op, frozenset([m.group("value")])))
+        else:
+            requirements.append(Requirement(m.group("key"), "exists"))
+    return requirements
+
+
+def selector_matches(requirements: Sequence[Requirement], labels: Mapping[str, str]) -> bool:
+    return all(r.matches(labels) for r in requirements)
+
+
+def job_matches(requirements: Sequence[Requirement], job: pb.Job) -> bool:
+    """Jobs have no labels of their own: a job matches when one of its task groups' labels (the
+    labels its tasks carry) satisfies the whole selector."""
+    return not requirements or any(
+        selector_matches(requirements, group.labels) for group in job.spec.task_groups
+    )
+
+
+def _selectors(args: argparse.Namespace) -> list[Requirement]:
+    return [r for text in args.selector or [] for r in parse_selector(text)]
+
+
+def _limit(args: argparse.Namespace) -> int | None:
+    if args.limit is not None and args.limit < 1:
+        raise UsageError([f"--limit: {args.limit} must be at least 1"])
+    limit: int | None = args.limit
+    return limit
 
 
 async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
@@ -120,19 +241,31 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
             raise UsageError([f"--phase: {name!r} is not one of {', '.join(PHASES)}"])
         phases.append(PHASES[name.lower()])
     queues, owners = args.queue or [], [_owner(o) for o in args.owner or []]
-    # One value of a filter goes to the server; several are matched here.
-    jobs = [
-        job
-        async for job in client.list_jobs(
-            queue=queues[0] if len(queues) == 1 else "",
-            namespace=args.namespace or "",
-            phases=phases,
-            limit=args.limit,
-            owner=owners[0] if len(owners) == 1 else "",
-        )
-        if (not queues or job.spec.queue in queues) and (not owners or job.spec.owner in owners)
-    ]
-    jobs = sort_jobs(jobs, args.sort)
+    selector, limit = _selectors(args), _limit(args)
+    sort_jobs([], args.sort)  # a bad --sort is refused before any call
+    # The server lists in submission order. Without --sort the first `limit` matches are the
+    # answer (paging stops there); with it every match is read, sorted, then cut to `limit`.
+    stop_at = limit if not args.sort else None
+    jobs: list[pb.Job] = []
+    # One value of a filter goes to the server; several (and labels) are matched here.
+    listing = client.list_jobs(
+        queue=queues[0] if len(queues) == 1 else "",
+        namespace=args.namespace or "",
+        phases=phases,
+        owner=owners[0] if len(owners) == 1 else "",
+    )
+    # list_jobs is an async generator (typed as an iterator): closed here when --limit stops early.
+    async with aclosing(cast(AsyncGenerator[pb.Job, None], listing)):
+        async for job in listing:
+            if (
+                (not queues or job.spec.queue in queues)
+                and (not owners or job.spec.owner in owners)
+                and job_matches(selector, job)
+            ):
+                jobs.append(job)
+                if stop_at is not None and len(jobs) >= stop_at:
+                    break
+    jobs = sort_jobs(jobs, args.sort)[:limit]
     now = time.time()
 
     def row(j: pb.Job) -> list[Any]:
@@ -179,8 +312,10 @@ def sort_jobs(jobs: list[pb.Job], key: str | None) -> list[pb.Job]:
         raise UsageError(
             [f"--sort: {name!r} is not one of {', '.join(JOB_SORT_KEYS)} (prefix - to reverse)"]
         )
+    position = {id(j): i for i, j in enumerate(jobs)}
     keys: dict[str, Any] = {
-        "submit": lambda j: j.status.submit_time.ToNanoseconds(),
+        # Jobs submitted in the same instant: the server's order (submission order) decides.
+        "submit": lambda j: (j.status.submit_time.ToNanoseconds(), position[id(j)]),
         "start": lambda j: j.status.start_time.ToNanoseconds(),
         "id": lambda j: j.spec.id,
         "queue": lambda j: (j.spec.queue, j.spec.id),
@@ -245,8 +380,11 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
         c = out.console
         s, st = job.spec, job.status
         c.print(
-            f"[bold]Job[/bold] {s.id}  namespace={s.namespace} name={s.name} queue={s.queue} "
-            f"owner={s.owner or '-'}"
+            Text.assemble(
+                ("Job", "bold"),
+                f" {s.id}  namespace={s.namespace} name={s.name} queue={s.queue} "
+                f"owner={s.owner or '-'}",
+            )
         )
         c.print(
             f"Phase: {phase_name(st.phase)}   min_member={gang_minimum(s.min_member, len(job.tasks))}   "
@@ -284,7 +422,7 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
                     status_name(t.status),
                     t.node,
                     t.backend,
-                    ",".join(t.devices),
+                    ",".join([*t.devices, t.gpu_group] if t.gpu_group else t.devices),
                     t.message,
                 )
                 for t in job.tasks
@@ -303,6 +441,21 @@ async def cmd_logs(client: MusterClient, args: argparse.Namespace, out: Output) 
     if task and "/" not in task:
         task = f"{args.job}/{task}"  # `muster logs train w-0` for train/w-0
     logs = await client.task_logs(args.job, task)
+    waiting: dict[str, int] = {}  # task id -> status, for the tasks that have not started
+    if any(not entry.data for entry in logs):
+        job = await client.get_job(args.job)
+        waiting = {t.id: t.status for t in job.tasks if t.status in NOT_STARTED}
+        if not any(entry.data for entry in logs):
+            if logs and all(entry.task_id in waiting for entry in logs):
+                # Like `kubectl logs` of a pod still waiting: an error, not empty success.
+                what = (
+                    f"task {task} has not started ({status_name(waiting[task])})"
+                    if task
+                    else f"no task of job {args.job} has started ({phase_name(job.status.phase)})"
+                )
+                print(f"error: {what}: no output yet", file=sys.stderr)
+                return 1
+            print(f"{task or args.job}: no output yet", file=sys.stderr)
 
     def render() -> None:
         many = len(logs) > 1
@@ -311,6 +464,8 @@ async def cmd_logs(client: MusterClient, args: argparse.Namespace, out: Output) 
                 sys.stdout.write(f"==> {entry.task_id} <==\n")
             if entry.truncated:
                 sys.stdout.write("[earlier output dropped: the server keeps the last 64 KiB]\n")
+            if not entry.data and many and entry.task_id in waiting:
+                sys.stdout.write(f"[not started: {status_name(waiting[entry.task_id])}]\n")
             text = entry.data.decode("utf-8", errors="replace")
             sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
         sys.stdout.flush()
@@ -356,40 +511,51 @@ async def cmd_cancel(client: MusterClient, args: argparse.Namespace, out: Output
 
 async def cmd_queues(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
     queues = await client.list_queues()
+    columns = [
+        "QUEUE",
+        "PARENT",
+        "WEIGHT",
+        "STATE",
+        "RECLAIMABLE",
+        "CAPABILITY",
+        "DESERVED",
+        "ALLOCATED",
+        "PENDING",
+        "RUNNING",
+    ]
+    if out.wide:
+        columns[3:3] = ["PRIORITY"]
+        columns[8:8] = ["GUARANTEE"]
+        columns.append("ANNOTATIONS")
+
+    def row(q: pb.QueueView) -> list[Any]:
+        cells: list[Any] = [
+            q.queue.name,
+            q.queue.parent or ("" if q.queue.name == "root" else "root"),
+            q.queue.weight,
+            short_enum_name(pb.QueueState.DESCRIPTOR, q.queue.state or pb.QUEUE_STATE_OPEN),
+            q.queue.reclaimable if q.queue.HasField("reclaimable") else True,
+            quantities(q.queue.capability) or "-",
+            quantities(q.queue.deserved) or "-",
+            quantities(q.allocated) or "-",
+            q.pending_jobs,
+            q.running_jobs,
+        ]
+        if out.wide:
+            cells[3:3] = [q.queue.priority]
+            cells[8:8] = [quantities(q.queue.guarantee) or "-"]
+            cells.append(pairs(q.queue.annotations))
+        return cells
+
     out.emit(
-        [to_dict(q) for q in queues],
-        lambda: out.table(
-            None,
-            [
-                "QUEUE",
-                "PARENT",
-                "WEIGHT",
-                "STATE",
-                "RECLAIMABLE",
-                "CAPABILITY",
-                "DESERVED",
-                "ALLOCATED",
-                "PENDING",
-                "RUNNING",
-            ],
-            [
-                (
-                    q.queue.name,
-                    q.queue.parent or ("" if q.queue.name == "root" else "root"),
-                    q.queue.weight,
-                    short_enum_name(pb.QueueState.DESCRIPTOR, q.queue.state),
-                    q.queue.reclaimable if q.queue.HasField("reclaimable") else True,
-                    quantities(q.queue.capability) or "-",
-                    quantities(q.queue.deserved) or "-",
-                    quantities(q.allocated) or "-",
-                    q.pending_jobs,
-                    q.running_jobs,
-                )
-                for q in queues
-            ],
-        ),
+        [to_dict(q) for q in queues], lambda: out.table(None, columns, [row(q) for q in queues])
     )
     return 0
+
+
+def pairs(mapping: Mapping[str, str]) -> str:
+    """``a=1,b=2`` (sorted), as kubectl shows labels."""
+    return ",".join(f"{k}={v}" for k, v in sorted(mapping.items()))
 
 
 def queue_from_flags(args: argparse.Namespace, base: pb.Queue | None = None) -> pb.Queue:
@@ -443,59 +609,103 @@ async def cmd_queue(client: MusterClient, args: argparse.Namespace, out: Output)
 
 
 def device_cell(n: pb.NodeView) -> str:
-    """Devices as ``free/total`` per resource, broken ones counted apart: ``huawei.com/Ascend910 5/8 (1 unhealthy)``."""
+    """Devices as ``free/total`` per resource, shared and broken ones counted apart:
+    ``huawei.com/Ascend910 5/8 free (1 unhealthy)``, ``nvidia.com/gpu 2/4 free (1 shared)``."""
     parts = []
     by_type: dict[str, list[pb.Device]] = {}
     for d in n.node.devices:
         by_type.setdefault(d.type, []).append(d)
     for kind, devs in sorted(by_type.items()):
         broken = sum(1 for d in devs if not d.healthy)
+        shared = sum(1 for d in devs if d.id in n.shared_gpus)
         free = sum(1 for d in devs if d.healthy and d.id not in n.device_holders)
+        notes = [f"{shared} shared"] if shared else []
+        notes += [f"{broken} unhealthy"] if broken else []
         parts.append(
-            f"{kind} {free}/{len(devs)} free" + (f" ({broken} unhealthy)" if broken else "")
+            f"{kind} {free}/{len(devs)} free" + (f" ({', '.join(notes)})" if notes else "")
         )
     return ", ".join(parts)
 
 
+def idle_cell(n: pb.NodeView) -> str:
+    """What a new task could take: whole healthy devices nobody holds or shares, then the GPUs
+    that fractional tasks share with the part of each still free, in GPU order:
+    ``cpu=4, nvidia.com/gpu=2 +2 shared (0.5, 0.25 free)``."""
+    text = quantities(n.idle)
+    if n.shared_gpus:
+        free = ", ".join(f"{n.shared_gpus[g]:.4g}" for g in sorted(n.shared_gpus, key=_device_key))
+        text += f" +{len(n.shared_gpus)} shared ({free} free)"
+    return text
+
+
+def _device_key(device_id: str) -> tuple[int, str]:
+    """Device ids in their natural order: ``2`` before ``10``."""
+    number = chip_number(device_id)
+    return (-1 if number is None else number, device_id)
+
+
 async def cmd_nodes(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
-    nodes = await client.list_nodes(args.backend or "")
-    out.emit(
-        [to_dict(n) for n in nodes],
-        lambda: out.table(
-            None,
-            [
-                "NODE",
-                "BACKEND",
-                "STATE",
-                "ALLOCATABLE",
-                "USED",
-                "IDLE",
-                "TASKS",
-                "DEVICES",
-                "LABELS",
-            ],
-            [
-                (
-                    n.node.name,
-                    n.node.backend,
-                    "NotReady"
-                    if n.node.not_ready
-                    else ("Cordoned" if n.node.unschedulable else "Ready"),
-                    quantities(n.node.allocatable),
-                    quantities(n.used),
-                    quantities(n.idle),
-                    n.task_count,
-                    device_cell(n),
-                    ",".join(f"{k}={v}" for k, v in sorted(n.node.labels.items())),
-                )
-                for n in nodes
-            ],
-        ),
-    )
+    selector = _selectors(args)
+    nodes = [
+        n
+        for n in await client.list_nodes(args.backend or "")
+        if selector_matches(selector, n.node.labels)
+    ]
+    columns = [
+        "NODE",
+        "BACKEND",
+        "STATE",
+        "ALLOCATABLE",
+        "USED",
+        "IDLE",
+        "TASKS",
+        "DEVICES",
+        "LABELS",
+    ]
+    if out.wide:
+        columns[8:8] = ["TAINTS", "DEVICE HOLDERS"]
+
+    def row(n: pb.NodeView) -> list[Any]:
+        cells: list[Any] = [
+            n.node.name,
+            n.node.backend,
+            "NotReady" if n.node.not_ready else ("Cordoned" if n.node.unschedulable else "Ready"),
+            quantities(n.node.allocatable),
+            quantities(n.used),
+            idle_cell(n),
+            n.task_count,
+            device_cell(n),
+            pairs(n.node.labels),
+        ]
+        if out.wide:
+            cells[8:8] = [
+                ",".join(f"{t.key}={t.value}:{t.effect}" for t in n.node.taints),
+                pairs(n.device_holders),
+            ]
+        return cells
+
+    out.emit([to_dict(n) for n in nodes], lambda: out.table(None, columns, [row(n) for n in nodes]))
     return 0
 
 
+NOT_STARTED = frozenset(
+    {
+        pb.TASK_STATUS_UNSPECIFIED,
+        pb.TASK_STATUS_PENDING,
+        pb.TASK_STATUS_ALLOCATED,
+        pb.TASK_STATUS_PIPELINED,
+        pb.TASK_STATUS_BINDING,
+    }
+)
 TERMINAL_PHASES = frozenset({pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED})
+
+
+def watch_line(kind: str, job: pb.Job) -> str:
+    st = job.status
+    return (
+        f"{kind:<8} {job.spec.id:<24} {phase_name(st.phase):<10} pending={st.pending} "
+        f"running={st.running} succeeded={st.succeeded} failed={st.failed} {last_reason(job)}"
+    ).rstrip()
 
 
 async def cmd_watch(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
@@ -510,15 +720,7 @@ async def cmd_watch(client: MusterClient, args: argparse.Namespace, out: Output)
     ):
         job = event.job
         kind = pb.JobEvent.Type.Name(event.type).removeprefix("TYPE_")
-        if out.json:
-            sys.stdout.write(json.dumps(to_dict(event)) + "\n")
-        else:
-            st = job.status
-            out.console.print(
-                f"{kind:<8} {job.spec.id:<24} {phase_name(st.phase):<10} pending={st.pending} "
-                f"running={st.running} succeeded={st.succeeded} failed={st.failed} {last_reason(job)}"
-            )
-        sys.stdout.flush()
+        out.emit_event(to_dict(event), partial(watch_line, kind, job))
         count += 1
         if args.count and count >= args.count:
             break

@@ -54,11 +54,15 @@ class JobFileError(ValueError):
 
 
 def load_job_file(path: str | Path) -> list[pb.JobSpec]:
+    """The jobs of a YAML file; a JobFileError's problems each start with ``PATH: ``."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
         raise JobFileError([f"{path}: {exc.strerror or exc}"]) from None
-    return parse_jobs(text)
+    try:
+        return parse_jobs(text)
+    except JobFileError as exc:
+        raise JobFileError([f"{path}: {problem}" for problem in exc.problems]) from None
 
 
 def parse_jobs(text: str) -> list[pb.JobSpec]:

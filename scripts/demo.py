@@ -151,7 +151,10 @@ async def run_demo(args: argparse.Namespace, children: Children, console: Consol
     children.start(
         "server",
         SERVER,
-        ["--listen", address, "--state", str(state / "muster.db"), "--cycle-period", "0.5"],
+        # The built-in configuration plus the priority classes the examples name (high-priority),
+        # so every example in `muster submit --help` runs against the demo as shipped.
+        ["--listen", address, "--state", str(state / "muster.db"), "--cycle-period", "0.5"]
+        + ["--config", str(ROOT / "examples" / "config-volcano.yaml")],
     )
     for rack in ("a", "b"):
         children.start(

@@ -36,7 +36,7 @@ from server.service.errors import (
     unauthenticated,
     unavailable,
 )
-from server.service.loop import ConfigManager, CycleLoop
+from server.service.loop import ConfigManager, CycleLoop, priority_classes_of
 from server.service.replica import Replica
 from server.service.state import ClusterState
 from server.service.store import StoreWriter
@@ -614,6 +614,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     ) -> pb.SchedulerConfig:
         config = await anyio.to_thread.run_sync(self.configs.parse, request.yaml)
         self.configs.apply(config, request.yaml)
+        # Its priority classes count at once: `muster config set F && muster submit J` naming one.
+        self.state.set_priority_classes(priority_classes_of(config))
         self.state.set_meta("config_yaml", self.configs.yaml)
         self.state.set_meta("config_generation", str(self.configs.generation))
         await self._persist()
