@@ -6,7 +6,8 @@ preempt: candidate nodes (static predicates only) by node score; on a node, the 
 *other* jobs of the *same* queue that are preemptable (task flag, ``ssn.preemptable`` -- gang
 keeps victims' jobs at minAvailable, priority keeps higher-priority jobs, conformance keeps
 system pods) are evicted one by one in victim order until the queue may take the preemptor
-(``ssn.allocatable``), it fits the node's future idle and the predicates pass; the preemptor is
+(``ssn.allocatable``), it fits the node's future idle (a pod slot included: Volcano's ``pods: 1``
+request, whatever the plugins) and the predicates pass; the preemptor is
 then pipelined there. Each node attempt is its own statement (discarded when the node does not
 work out). The job's statement is committed if the job is pipelined (``ssn.job_pipelined``),
 else discarded.
@@ -176,10 +177,10 @@ class PreemptAction(Action):
                 continue
             node_stmt = ssn.statement()
             order = ssn.victims_queue(victims, preemptor)
-            fits = preemptor_fits(ssn, queue, preemptor, row)
+            fits = _fits_with_pod_slot(ssn, queue, preemptor, row)
             while not fits and not order.empty():
                 node_stmt.evict(order.pop(), REASON)
-                fits = preemptor_fits(ssn, queue, preemptor, row)
+                fits = _fits_with_pod_slot(ssn, queue, preemptor, row)
             if fits:
                 node_stmt.pipeline(preemptor, names[row])
                 stmt.merge(node_stmt)
@@ -252,7 +253,7 @@ class PreemptAction(Action):
                 task = order.pop()
                 potential.append(task)
                 trial.evict(task, REASON)
-                if preemptor_fits(ssn, queue, preemptor, row):
+                if _fits_with_pod_slot(ssn, queue, preemptor, row):
                     break
             # Volcano re-checks only the predicates here (resources were validated above).
             if not potential or not fits_on(ssn, preemptor, row):
@@ -266,12 +267,28 @@ class PreemptAction(Action):
                 for i, t in enumerate(potential):
                     if i < j or t.uid in chosen:
                         trial.evict(t, REASON)
-                if not preemptor_fits(ssn, queue, preemptor, row):
+                if not _fits_with_pod_slot(ssn, queue, preemptor, row):
                     chosen.add(potential[j].uid)
                     victims_out.append(potential[j])
             return victims_out
         finally:
             trial.discard()
+
+
+def _pod_slot_free(ssn: Session, row: int) -> bool:
+    """Volcano gives every pod a ``pods: 1`` request (``api.GetPodResourceRequest``) and nodes a
+    ``pods`` allocatable, so its future idle counts pod slots whatever the plugins: a slot is free
+    when the node's tasks that are not releasing (pipelined ones included) are fewer than its
+    ``pods``. Muster keeps pods out of the resource vector (the predicates plugin counts them),
+    hence this check (Volcano #3335: a victim's eviction frees its slot)."""
+    nodes = ssn.nodes
+    holding = sum(1 for t in nodes.tasks[row].values() if t.status != TaskStatus.RELEASING)
+    return bool(holding < nodes.max_tasks[row])
+
+
+def _fits_with_pod_slot(ssn: Session, queue: QueueInfo, preemptor: TaskInfo, row: int) -> bool:
+    """``preemptorFitsOnNode`` (both modes), the pod slot counted as Volcano's resources do."""
+    return _pod_slot_free(ssn, row) and preemptor_fits(ssn, queue, preemptor, row)
 
 
 def _basic_victim(preemptor: TaskInfo, task: TaskInfo) -> bool:

@@ -245,8 +245,8 @@ def test_chips_are_never_given_twice_in_a_cycle_or_across_cycles() -> None:
 
 
 def test_chips_being_released_are_not_handed_out() -> None:
-    # Ring 0 is held by a running pod, ring 1 by a releasing one: a 4-chip pod does not get ring 1
-    # now; allocate pipelines it there, waiting for the release.
+    # Ring 0 is held by a running pod, ring 1 by a releasing one: a 4-chip pod does not get ring 1,
+    # not even pipelined (seed 002, 并发处理原则: "判断资源是否处于待释放状态。若是，则本次不分配").
     out = run(
         [npu_node("n1")],
         [
@@ -256,5 +256,62 @@ def test_chips_being_released_are_not_handed_out() -> None:
         ],
     )
     assert out["binds"] == {}
-    assert out["pipelined"] == {"default/p-0": "n1"}
+    assert out["pipelined"] == {}
+    assert out["tasks"]["default/p-0"]["devices"] == []
+    (condition,) = out["jobs"]["default/p"]["conditions"]
+    assert "only with chips still being released" in condition["message"]
+
+
+def test_chips_being_released_leave_the_pod_to_a_node_with_free_chips() -> None:
+    # n1's ring 1 is being released (the better packing, were it free); n2 has a free ring: the pod
+    # is bound there now rather than pipelined onto n1.
+    out = run(
+        [npu_node("n1"), npu_node("n2")],
+        [
+            holder("r", "n1", [0, 1, 2, 3]),
+            holder("x", "n1", [4, 5, 6, 7], "Releasing"),
+            holder("y", "n2", [0, 1, 2, 3]),
+            npu_job("p", 4),
+        ],
+    )
+    assert out["binds"] == {"default/p-0": "n2"}
+    assert out["pipelined"] == {}
     assert out["tasks"]["default/p-0"]["devices"] == [f"Ascend910-{i}" for i in range(4, 8)]
+
+
+def test_preemptor_waits_for_the_chips_this_session_frees() -> None:
+    # The rule is about chips already being released when the session opens. Chips of a pod the
+    # session evicts itself take the preemptor pipelined (eviction and pipelining are one decision);
+    # without that no NPU job could ever preempt.
+    config = {
+        "actions": "allocate, preempt",
+        "tiers": [
+            {"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
+            {
+                "plugins": [
+                    {"name": "predicates"},
+                    {"name": "proportion"},
+                    {"name": "nodeorder"},
+                    {"name": "huaweiNPU"},
+                ]
+            },
+        ],
+    }
+    low = holder("low", "n1", list(range(8)))
+    low.update(priorityClass="low", minMember=-1)
+    low["tasks"][0]["preemptable"] = True
+    high = npu_job("high", 8)
+    high["priorityClass"] = "high"
+    out = simulate_text(
+        yaml.safe_dump(
+            {
+                "config": config,
+                "priorityClasses": [{"name": "low", "value": 1}, {"name": "high", "value": 1000}],
+                "nodes": [npu_node("n1")],
+                "jobs": [low, high],
+            }
+        )
+    )
+    assert out["evictions"] == ["default/low-0"]
+    assert out["pipelined"] == {"default/high-0": "n1"}
+    assert out["tasks"]["default/high-0"]["devices"] == [f"Ascend910-{i}" for i in range(8)]

@@ -110,6 +110,24 @@ def test_besteffort_preemptor_never_evicts_a_resource_pod() -> None:
     assert evicted(out) == set()
 
 
+@pytest.mark.parametrize("free_slots", [0, 1])
+def test_normal_preempt_counts_the_pod_slot(free_slots: int) -> None:
+    """Volcano #3335 without topology-aware preemption: every pod asks ``pods: 1``, so a node whose
+    pod slots are all taken needs a victim evicted (one is enough), while a free slot needs none."""
+    # Best-effort victims: only the pod slot each holds is in the way.
+    victims = [pod(f"preemptee{i}", None, "n1", priority=None) for i in range(1, 3)]
+    out = preempt(
+        [scenario_node("n1", res("12", "12G"), pods=len(victims) + free_slots)],
+        [scenario_queue("q1")],
+        [
+            pg("pg1", "q1", NO_GANG_MINIMUM, victims, priority_class="low-priority"),
+            pg("pg2", "q1", 1, [pod("preemptor1", res("3", "3G"))], priority_class="high-priority"),
+        ],
+    )
+    assert out["pipelined"] == {uid("preemptor1"): "n1"}
+    assert len(evicted(out)) == (0 if free_slots else 1)
+
+
 def test_never_preempts_across_queues() -> None:
     """Preempt stays inside the preemptor's queue (reclaim is the cross-queue action)."""
     out = preempt(

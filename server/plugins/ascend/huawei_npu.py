@@ -8,8 +8,11 @@ ring when the pod asks for 4 or fewer. The plugin follows the Ascend 910 affinit
   more asks 8 x N, 8 per pod; a pod asking virtual NPUs (``huawei.com/Ascend910-<N>c``) asks exactly
   one. A job breaking a rule stays unscheduled with an Unschedulable condition saying which.
 * ``predicate``: a pod asking 1, 2 or 4 chips needs one ring with that many free chips, a pod
-  asking 8 a node whose 8 chips are all free. Chips held by a Releasing pod are not free: they
-  count only for pipelining (``Predicate.now`` is the stricter check for placing now).
+  asking 8 a node whose 8 chips are all free. A chip still being released is not given out in
+  this session, not even to a pipelined pod (the design's concurrency rule: "判断资源是否处于待释放
+  状态。若是，则本次不分配"). Only the chips of a pod this session evicts itself (preempt, reclaim)
+  may take a pipelined pod: eviction and pipelining are one decision of the session, and the next
+  session sees those chips as being released like any other.
 * ``node_order``: the A-D priority table (which ring count the request leaves, then the other
   ring's count), on nodes with all 8 chips healthy first, then on nodes with 7 (a broken chip
   counts as used), then the rest; the rank dominates every other plugin's score.
@@ -56,6 +59,11 @@ _CLASS_STEP, _GROUP_STEP, _FALLBACK_GROUP = 100, 10, 5
 _FUTURE_OFFSET = 300  # ranks of nodes that fit only once releasing chips are free
 _WORST = 1000
 RANK_SCORE = 1e7  # one rank step outweighs any other plugin's node score
+RING_REASON = "node(s) didn't have the Ascend 910 chips in one HCCS ring"
+RELEASING_REASON = (
+    "node(s) had the Ascend 910 chips in one HCCS ring only with chips still being released "
+    "(not given out before they are free)"
+)
 
 
 def chips_asked(task: TaskInfo) -> int:
@@ -153,7 +161,17 @@ class HuaweiNPUPlugin(Plugin):
         def now_free(row: int) -> list[Device]:
             return ledger.available(row, ASCEND910, TaskStatus.ALLOCATED)
 
-        def future_free(row: int) -> list[Device]:  # chips being released count for pipelining
+        def future_free(row: int) -> list[Device]:
+            """Chips a pipelined pod may wait for: free ones, and those of pods this session
+            evicted; not those of pods that were already being released when it opened."""
+            held = ledger.held[row]
+            return [
+                d
+                for d in ledger.available(row, ASCEND910, TaskStatus.PIPELINED)
+                if _releasable_here(held.get(d.id))
+            ]
+
+        def all_releasing(row: int) -> list[Device]:  # every chip being released counted
             return ledger.available(row, ASCEND910, TaskStatus.PIPELINED)
 
         def check_with(
@@ -167,13 +185,20 @@ class HuaweiNPUPlugin(Plugin):
 
             return check
 
+        check_future, check_all = check_with(future_free), check_with(all_releasing)
+
+        def reasons(task: TaskInfo, rows: np.ndarray) -> list[str]:
+            waiting = check_all(task, rows)
+            return [RELEASING_REASON if w else RING_REASON for w in waiting]
+
         ssn.register(
             PREDICATE,
             self.name,
             Predicate(
                 "shape",
-                check_with(future_free),
-                reason="node(s) didn't have the Ascend 910 chips in one HCCS ring",
+                check_future,
+                reasons=reasons,
+                reason=RING_REASON,
                 now=check_with(now_free),
             ),
         )
@@ -206,6 +231,8 @@ class HuaweiNPUPlugin(Plugin):
         ) -> list[str] | None:
             if resource != ASCEND910:
                 return None
+            held = ledger.held[row]
+            candidates = [d for d in candidates if _releasable_here(held.get(d.id))]
             if count > RING_CHIPS:
                 return [d.id for d in candidates[:count]]
             ring = best_ring(ring_counts(candidates, ledger.of(row).get(ASCEND910, [])), count)[1]
@@ -217,6 +244,12 @@ class HuaweiNPUPlugin(Plugin):
             ]
 
         ssn.register(DEVICE_CHOICE, self.name, choose)
+
+
+def _releasable_here(holder: TaskInfo | None) -> bool:
+    """A chip no pod holds, or one held by a pod this session evicted (a chip whose pod was
+    already being released when the session opened is not given out in it)."""
+    return holder is None or holder.evicted_here
 
 
 def _chip_order(d: Device) -> tuple[int, str]:
