@@ -22,8 +22,18 @@ What the runtime does, per connection ("session"):
 3. Flushes the outbox (acks and deltas queued while disconnected, in their original order).
 4. Runs, in one anyio task group: the decision reader (``StreamDecisionBatches`` with
    ``after_decision_id`` = the highest decision id this runtime has applied and had acknowledged,
-   and ``max_batch``; ``StreamDecisions`` from a server that lacks it), the applier, and the
-   outbox sender.
+   and ``max_batch``; ``StreamDecisions`` from a server that lacks it), the applier, the
+   outbox sender, and the heartbeat.
+
+Heartbeat (docs/operations.md, dead backends)
+    The server declares a backend it has not heard from for its grace period silent: its nodes
+    NotReady, its tasks Unknown, lost after a longer timeout. So every ``heartbeat_seconds`` (what
+    the server asks for in its RegisterBackend / Heartbeat replies: a quarter of its grace;
+    ``heartbeat_interval`` from a server that does not say) the runtime calls ``Heartbeat``. A
+    reply with ``resync`` (the server had declared this backend silent) ends the session and a new
+    one starts at once: register and a full SyncSnapshot, so what the backend still runs is adopted
+    and what it no longer runs is lost. A server without Heartbeat (UNIMPLEMENTED) is not asked
+    again in that session.
 
 Any RPC failure ends the session; the runtime reconnects with exponential backoff and full
 jitter (``backoff_initial`` doubling up to ``backoff_max``; reset after a successful sync) and
@@ -156,6 +166,7 @@ class BackendRuntime:
         tls: ClientTls | None = None,
         token: str | None = None,
         tracer_provider: trace.TracerProvider | None = None,
+        heartbeat_interval: float = 5.0,
     ) -> None:
         self.backend = backend
         self.book = AddressBook(server)
@@ -171,6 +182,11 @@ class BackendRuntime:
         # answer (a stopped server's stream stays open and silent).
         self.liveness_interval = 1.0
         self.liveness_timeout = 2.0
+        # Heartbeats to the server: this often unless the server asks for another interval.
+        self.heartbeat_interval = heartbeat_interval
+        self._heartbeat_seconds = heartbeat_interval
+        self.heartbeats = 0  # answered heartbeats, for tests
+        self.resyncs = 0  # sessions ended because the server asked for a full snapshot
         self.max_attempts = max_attempts
         self.batch_linger = batch_linger
         self.max_batch = max_batch
@@ -289,6 +305,10 @@ class BackendRuntime:
                 hinted = False
                 try:
                     synced = await self._session(address)
+                except ResyncRequested:
+                    self.resyncs += 1
+                    log.info("resync requested by the server", backend=self.name, server=address)
+                    hinted = True  # a new session at once: register and a full snapshot
                 except LeaderMoved as moved:
                     log.info("leader moved", backend=self.name, server=address, leader=moved.leader)
                     self.book.follow(moved.leader)
@@ -348,6 +368,7 @@ class BackendRuntime:
                 timeout=self.liveness_timeout * 4,  # a stopped server must not hold us
             )
             self.server_id = reply.server_id
+            self._heartbeat_seconds = reply.heartbeat_seconds or self.heartbeat_interval
             if self.ledger.bind_server(reply.server_id):
                 log.warning(
                     "server identity changed: forgetting applied decisions", backend=self.name
@@ -379,6 +400,7 @@ class BackendRuntime:
                     tg.start_soon(self._apply_decisions, receive)
                     tg.start_soon(self._outbox.run, stub)
                     tg.start_soon(self._check_leader, stub, address)
+                    tg.start_soon(self._heartbeat, stub)
             except BaseExceptionGroup as group:
                 raise _first_error(group) from None
         finally:
@@ -404,6 +426,26 @@ class BackendRuntime:
                 raise
             if reply.leader and reply.leader != address:
                 raise LeaderMoved(reply.leader)
+
+    async def _heartbeat(self, stub: pb_grpc.SchedulerStub) -> None:
+        """Tell the server this backend is alive, every ``heartbeat_seconds`` (its module docstring).
+        Raises ``ResyncRequested`` when the server wants a full snapshot."""
+        while True:
+            await anyio.sleep(self._heartbeat_seconds)
+            try:
+                reply = await stub.Heartbeat(
+                    pb.HeartbeatRequest(backend=self.name), timeout=self.liveness_timeout
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    log.info("heartbeat unimplemented by the server", backend=self.name)
+                    return  # a server from before Heartbeat: its other RPCs are all it gets
+                raise
+            self.heartbeats += 1
+            if reply.heartbeat_seconds > 0:
+                self._heartbeat_seconds = reply.heartbeat_seconds
+            if reply.resync:
+                raise ResyncRequested
 
     # -- decisions ----------------------------------------------------------------------------
 
@@ -652,6 +694,10 @@ class BackendRuntime:
             log.exception("apply failed", backend=self.name, decision=decision.id)
             return Outcome.reject(f"backend error: {exc}")
         return result if isinstance(result, Outcome) else APPLIED
+
+
+class ResyncRequested(Exception):
+    """The server declared this backend silent and wants its whole state again: a new session."""
 
 
 class LeaderMoved(Exception):

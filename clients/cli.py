@@ -35,16 +35,21 @@ from clients.commands import (
     cmd_cancel,
     cmd_config,
     cmd_explain,
+    cmd_hold,
     cmd_job,
     cmd_jobs,
     cmd_logs,
     cmd_nodes,
     cmd_queue,
     cmd_queues,
+    cmd_release,
+    cmd_requeue,
     cmd_servers,
     cmd_submit,
     cmd_watch,
 )
+from clients.history import STATES as HISTORY_STATES
+from clients.history import cmd_history
 from clients.render import FormatError, Output, output_format_arg, render_simulation
 from muster.logs import configure_logging
 from muster.transport import (
@@ -134,9 +139,28 @@ def from_server(
 
 
 async def _job_ids(client: MusterClient, args: argparse.Namespace) -> list[str]:
-    active = (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE, pb.JOB_PHASE_RUNNING)
-    phases = active if args.command == "cancel" else ()  # ended jobs cannot be cancelled
-    return [job.spec.id async for job in client.list_jobs(phases=phases, limit=5000)]
+    waiting = (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE)
+    # Only the jobs the command applies to: ended jobs cannot be cancelled, only pending ones held
+    # or released, only running ones requeued. Job control and cancel take an array's id too.
+    phases: tuple[pb.JobPhase, ...] = {
+        "cancel": (*waiting, pb.JOB_PHASE_RUNNING),
+        "hold": waiting,
+        "release": waiting,
+        "requeue": (pb.JOB_PHASE_RUNNING,),
+    }.get(args.command, ())
+    ids: dict[str, None] = {}
+    async for job in client.list_jobs(phases=phases, limit=5000):
+        if args.command == "release" and not job.status.hold:
+            continue
+        if args.command != "jobs":  # `jobs --array`: array ids only
+            ids[job.spec.id] = None
+        if job.spec.array_job_id and args.command in ARRAY_COMMANDS:
+            ids.setdefault(job.spec.array_job_id, None)
+    return list(ids)
+
+
+# Commands that take an array's id (for all its elements).
+ARRAY_COMMANDS = frozenset({"cancel", "hold", "release", "requeue", "jobs"})
 
 
 async def _task_names(client: MusterClient, args: argparse.Namespace) -> list[str]:
@@ -241,9 +265,37 @@ def build_parser() -> argparse.ArgumentParser:
         "submit",
         cmd_submit,
         "submit the jobs of one or more YAML job files",
-        "  muster submit examples/job-volcano-gang.yaml\n  muster submit -o json jobs/*.yaml",
+        "  muster submit examples/job-volcano-gang.yaml\n  muster submit -o json jobs/*.yaml\n"
+        "  muster submit --array 0-99%10 sweep.yaml     # 100 elements, 10 running at once\n"
+        "  muster submit --dependency afterok:prep train.yaml\n"
+        "  muster submit --hold train.yaml              # then: muster release train\n"
+        "  muster submit --time 2:00:00 train.yaml      # each task ends (TimeLimit) after 2 h",
     )
     p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument(
+        "--hold", action="store_true", help="submit held: not scheduled until `muster release`"
+    )
+    p.add_argument(
+        "--array",
+        metavar="SPEC",
+        help="submit each job as an array: 0-99, 1,3,5-7, 0-15:4; %%N runs at most N elements "
+        "at once (0-99%%10); elements are ID_INDEX",
+    )
+    p.add_argument(
+        "--dependency",
+        "-d",
+        metavar="LIST",
+        help="wait for other jobs, Slurm's syntax: afterok:a:b,afterany:c (afterok, afternotok, "
+        "afterany, after = started)",
+    )
+    p.add_argument(
+        "--time",
+        "-t",
+        metavar="LIMIT",
+        help="time limit of every job (sbatch's --time): 2h, 90m, 1h30m, or Slurm's MM, MM:SS, "
+        "HH:MM:SS, D-HH, D-HH:MM:SS; each task is ended (Failed, TimeLimit) that long after it "
+        "started",
+    )
 
     p = add(
         "jobs",
@@ -277,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _selector_arg(p, "jobs whose task groups carry these labels (one group matching all)")
     _completes(
+        p.add_argument("--array", metavar="ID", help="only the elements of this job array"), JOB_IDS
+    )
+    _completes(
         p.add_argument(
             "--sort",
             help="submit (default), start, id, queue, owner or phase; --sort=-KEY reverses",
@@ -309,10 +364,57 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_logs,
         "print the output of a job's tasks (what their backend sent)",
         "  muster logs train            # every task, each under a ==> task <== header\n"
-        "  muster logs train w-0        # one task (or its full id train/w-0)",
+        "  muster logs train w-0        # one task (or its full id: muster logs train/w-0)\n"
+        "  muster logs -f train/w-0     # and what follows, until the task ends (Ctrl-C stops)",
     )
-    _completes(p.add_argument("job"), JOB_IDS)
+    _completes(p.add_argument("job", metavar="JOB[/TASK]"), JOB_IDS)
     _completes(p.add_argument("task", nargs="?"), TASKS)
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing output as it arrives, until the task (every task of the job) ends",
+    )
+
+    p = add(
+        "history",
+        cmd_history,
+        "finished jobs with their accounting (like sacct): times, CPU/GPU-seconds, exit codes",
+        "  muster history --since 2h                 # jobs that ended in the last two hours\n"
+        "  muster history --owner me --state failed --since 2024-05-01\n"
+        "  muster history --queue ml -o wide\n"
+        "  muster history --since 1d -o json | jq '.[].used'",
+    )
+    p.add_argument(
+        "--since", metavar="TIME", help="ended at or after TIME: ISO 8601, or how long ago (2h, 1d)"
+    )
+    p.add_argument(
+        "--until", metavar="TIME", help="ended before TIME: ISO 8601, or how long ago (30m)"
+    )
+    _completes(
+        p.add_argument("--queue", action="append", help="only jobs of this queue; repeatable"),
+        QUEUES,
+    )
+    p.add_argument("--namespace", "-n")
+    _completes(
+        p.add_argument(
+            "--owner",
+            action="append",
+            help="only jobs this user submitted ('me': your login name); repeatable",
+        ),
+        ChoicesCompleter({"me": "your login name"}),
+    )
+    _completes(
+        p.add_argument(
+            "--state",
+            action="append",
+            help=f"only jobs that ended so ({', '.join(HISTORY_STATES)}); repeatable",
+        ),
+        ChoicesCompleter(dict.fromkeys(HISTORY_STATES, "state")),
+    )
+    p.add_argument(
+        "--limit", type=int, default=None, metavar="N", help="at most N jobs (the earliest ended)"
+    )
 
     p = add("explain", cmd_explain, "why a job is (not) placed, from the last cycle")
     _completes(p.add_argument("id"), JOB_IDS)
@@ -323,6 +425,31 @@ def build_parser() -> argparse.ArgumentParser:
         "cancel jobs (their running tasks are evicted)",
         "  muster cancel train-7\n  muster cancel a b c        # each is reported; exit 1 if any failed",
     )
+    _completes(p.add_argument("ids", nargs="+", metavar="ID"), JOB_IDS)
+
+    p = add(
+        "hold",
+        cmd_hold,
+        "hold pending jobs: not scheduled until released (an array's id: its pending elements)",
+        "  muster hold train-7\n  muster hold sweep          # every pending element sweep_N",
+    )
+    _completes(p.add_argument("ids", nargs="+", metavar="ID"), JOB_IDS)
+
+    p = add(
+        "release",
+        cmd_release,
+        "release held jobs (an array's id: its held elements)",
+        "  muster release train-7",
+    )
+    _completes(p.add_argument("ids", nargs="+", metavar="ID"), JOB_IDS)
+
+    p = add(
+        "requeue",
+        cmd_requeue,
+        "stop started jobs and send them back to pending (their tasks are evicted)",
+        "  muster requeue train-7\n  muster requeue --hold train-7   # and hold it (scontrol requeuehold)",
+    )
+    p.add_argument("--hold", action="store_true", help="hold the job once it is back to pending")
     _completes(p.add_argument("ids", nargs="+", metavar="ID"), JOB_IDS)
 
     add(
@@ -338,7 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_queue,
         "create, update or delete a queue",
         "  muster queue create ml --weight 3 --capability cpu=64,nvidia.com/gpu=8\n"
-        "  muster queue update ml --state closing\n  muster queue delete ml",
+        "  muster queue update ml --state closing\n  muster queue delete ml\n"
+        "  muster queue create short --default-time 30m --max-time 4h",
     )
     qsub = p.add_subparsers(dest="queue_command", required=True, metavar="ACTION")
     for action in ("create", "update"):
@@ -354,6 +482,18 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--guarantee", help="NAME=QTY,... reserved for this queue")
         q.add_argument("--reclaimable", choices=["true", "false"])
         q.add_argument("--state", choices=list(QUEUE_STATES))
+        q.add_argument(
+            "--default-time",
+            metavar="LIMIT",
+            help="time limit of a job submitted without one (Slurm's DefaultTime): 2h, 30m, "
+            "HH:MM:SS ...; 'none' for none",
+        )
+        q.add_argument(
+            "--max-time",
+            metavar="LIMIT",
+            help="largest time limit a job may ask (Slurm's MaxTime; also the default when "
+            "--default-time is not set); 'none' for none",
+        )
     q = qsub.add_parser("delete", help="delete a queue", parents=[common])
     _completes(q.add_argument("name"), QUEUES)
 

@@ -27,6 +27,9 @@ retries anyway, and makes the retry's answer mean the same as the first try's:
   a different stored spec raises the ALREADY_EXISTS error.
 * ``cancel_job``: the server answers a cancel of an already cancelled job with the job, so the
   retry returns it; nothing to add.
+* ``hold_job`` holds a held job again without change; ``release_job`` / ``requeue_job``
+  answered FAILED_PRECONDITION ("not held", "has not started") on a retry after an ambiguous
+  failure read the job and count the call a success if it is released / requeued.
 * ``delete_queue``: NOT_FOUND on a retry after an ambiguous failure means the first try deleted
   it: success. ``update_queue`` and ``update_config`` replace the whole object (idempotent);
   ``create_queue`` answered ALREADY_EXISTS after a drop raises it (the queue exists either way).
@@ -44,7 +47,7 @@ import json
 import os
 import random
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -72,16 +75,19 @@ def _login_name() -> str:
 
 def same_job_spec(sent: pb.JobSpec, stored: pb.JobSpec) -> bool:
     """Whether ``stored`` is what the server keeps for a submission of ``sent``: equal once the
-    defaults the server writes in (namespace and queue ``default``, name = id) are filled in, the
-    owner (the server sets it from the caller) aside. Any other difference counts, so a spec the
-    server normalized further (a TYJob's defaults) is reported as different: the cautious side,
-    since the job id is then taken by a job this call cannot vouch for."""
+    defaults the server writes in (namespace and queue ``default``, name = id, the queue's time
+    limit) are filled in, the owner (the server sets it from the caller) aside. Any other
+    difference counts, so a spec the server normalized further (a TYJob's defaults) is reported as
+    different: the cautious side, since the job id is then taken by a job this call cannot vouch
+    for."""
     mine = pb.JobSpec()
     mine.CopyFrom(sent)
     mine.namespace = mine.namespace or "default"
     mine.name = mine.name or mine.id
     mine.queue = mine.queue or "default"
     mine.owner = stored.owner
+    # The server writes the queue's default time limit into a job that has none.
+    mine.time_limit_seconds = mine.time_limit_seconds or stored.time_limit_seconds
     equal: bool = mine == stored
     return equal
 
@@ -220,6 +226,92 @@ class MusterClient:
         )
         return list(reply.logs)
 
+    async def follow_task_logs(
+        self, job_id: str, task_id: str = "", *, offsets: Mapping[str, int] | None = None
+    ) -> AsyncIterator[pb.TaskLogEvent]:
+        """A task's output (``task_id`` empty: every task's of the job) until it ends
+        (WatchTaskLogs): what the server keeps, then new output as it arrives; each task's last
+        event has ``eof``. ``offsets``: per task, the bytes already had (a resumed follow).
+
+        Any replica serves it. A stream lost with UNAVAILABLE (a server gone or stopping) is
+        opened again on the next server or the named leader from the offsets received, so no
+        byte comes twice and none is skipped but what the server dropped (``dropped_bytes``). It
+        gives up (raising the last error) after ``failover_timeout`` seconds without a server."""
+        have = {task: int(offset) for task, offset in (offsets or {}).items()}
+        done: set[str] = set()
+        outage_since: float | None = None
+        tried: set[str] = set()
+        delay = transport.FAILOVER_BACKOFF_INITIAL
+        while True:
+            call: transport.FailoverStreamCall = self.stub.WatchTaskLogs(
+                pb.WatchTaskLogsRequest(job_id=job_id, task_id=task_id, offsets=have)
+            )
+            opened = time.monotonic()
+            try:
+                async for event in call:
+                    outage_since, delay = None, transport.FAILOVER_BACKOFF_INITIAL
+                    if event.task_id in done:
+                        continue  # its end, sent again by a resumed stream
+                    if event.eof:
+                        done.add(event.task_id)
+                    else:
+                        have[event.task_id] = event.offset + len(event.data)
+                    yield event
+                return
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                now = time.monotonic()
+                if outage_since is None or now - opened >= _WATCH_STABLE_SECONDS:
+                    outage_since, tried = now, set()
+                tried.add(call.address)
+                pause = random.uniform(delay / 2, delay)
+                if self._channel.current in tried:
+                    remaining = self.failover_timeout - (now - outage_since)
+                    if remaining <= 0:
+                        raise
+                    pause = min(pause, remaining)
+            finally:
+                call.cancel()
+            await anyio.sleep(pause)
+            delay = min(delay * 2, transport.FAILOVER_BACKOFF_MAX)
+
+    async def list_job_history(
+        self,
+        *,
+        queue: str = "",
+        namespace: str = "",
+        owner: str = "",
+        phases: Iterable[pb.JobPhase] = (),
+        since: float | None = None,
+        until: float | None = None,
+        page_size: int = 0,
+        limit: int | None = None,
+    ) -> AsyncIterator[pb.JobAccounting]:
+        """Finished jobs with their accounting (ListJobHistory), by finish time, following page
+        tokens (at most ``limit``). ``since`` / ``until``: unix seconds, finish time >= since and
+        < until; ``phases``: some of Completed, Failed, Cancelled (empty: all)."""
+        request = pb.ListJobHistoryRequest(
+            queue=queue, namespace=namespace, owner=owner, phases=list(phases), page_size=page_size
+        )
+        if since is not None:
+            request.finished_after.FromNanoseconds(int(since * 1e9))
+        if until is not None:
+            request.finished_before.FromNanoseconds(int(until * 1e9))
+        count = 0
+        while True:
+            reply: pb.ListJobHistoryResponse = await self.stub.ListJobHistory(
+                request, timeout=self.timeout
+            )
+            for entry in reply.jobs:
+                yield entry
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+            if not reply.next_page_token:
+                return
+            request.page_token = reply.next_page_token
+
     async def cancel_job(self, job_id: str) -> pb.Job:
         # A retry after a dropped connection needs nothing more: the server answers a cancel of a
         # job already cancelled with the job (FAILED_PRECONDITION only when it ended otherwise).
@@ -227,6 +319,66 @@ class MusterClient:
             pb.CancelJobRequest(id=job_id), timeout=self.timeout
         )
         return reply.job
+
+    async def cancel(self, job_id: str) -> pb.CancelJobResponse:
+        """``cancel_job``, the whole answer: cancelling an array's id cancels every element
+        (``element_ids``; ``job`` is the first of them)."""
+        reply: pb.CancelJobResponse = await self.stub.CancelJob(
+            pb.CancelJobRequest(id=job_id), timeout=self.timeout
+        )
+        return reply
+
+    async def hold_job(self, job_id: str) -> list[pb.Job]:
+        """Hold a pending job, or every pending element of an array (``scontrol hold``): it is not
+        scheduled until released. Holding a held job again changes nothing, so a retry is safe."""
+        reply: pb.JobControlResponse = await self.stub.HoldJob(
+            pb.HoldJobRequest(id=job_id), timeout=self.timeout
+        )
+        return list(reply.jobs)
+
+    async def release_job(self, job_id: str) -> list[pb.Job]:
+        """Release a held job, or every held element of an array (``scontrol release``). A retry
+        after a dropped connection answered "not held" finds the job released: a success."""
+        call: transport.FailoverUnaryCall = self.stub.ReleaseJob(
+            pb.ReleaseJobRequest(id=job_id), timeout=self.timeout
+        )
+        try:
+            reply: pb.JobControlResponse = await call
+        except grpc.aio.AioRpcError as exc:
+            job = await self._after_retry(exc, call, job_id)
+            if job is None or job.status.hold:
+                raise
+            return [job]
+        return list(reply.jobs)
+
+    async def requeue_job(self, job_id: str, *, hold: bool = False) -> list[pb.Job]:
+        """Send a started job (every started element of an array) back to pending: its running
+        tasks are evicted, ``status.requeue_count`` goes up (``scontrol requeue``; ``hold``: held
+        as well, ``scontrol requeuehold``). A retry after a dropped connection answered "has not
+        started" finds the job requeued (pending, counted): a success."""
+        call: transport.FailoverUnaryCall = self.stub.RequeueJob(
+            pb.RequeueJobRequest(id=job_id, hold=hold), timeout=self.timeout
+        )
+        try:
+            reply: pb.JobControlResponse = await call
+        except grpc.aio.AioRpcError as exc:
+            job = await self._after_retry(exc, call, job_id)
+            if job is None or not job.status.requeue_count:
+                raise
+            return [job]
+        return list(reply.jobs)
+
+    async def _after_retry(
+        self, error: grpc.aio.AioRpcError, call: transport.FailoverUnaryCall, job_id: str
+    ) -> pb.Job | None:
+        """The job, when FAILED_PRECONDITION answered a retry whose first try may have been done
+        (the caller checks that it was); None: the error stands."""
+        if error.code() != grpc.StatusCode.FAILED_PRECONDITION or not call.ambiguous:
+            return None
+        try:
+            return await self.get_job(job_id)
+        except grpc.aio.AioRpcError:
+            return None
 
     async def get_job(self, job_id: str) -> pb.Job:
         reply: pb.Job = await self.stub.GetJob(pb.GetJobRequest(id=job_id), timeout=self.timeout)

@@ -8,11 +8,12 @@ a gRPC error propagates (exit 1, see :func:`clients.cli.main`).
 from __future__ import annotations
 
 import argparse
+import codecs
 import getpass
 import re
 import sys
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,9 +38,17 @@ from clients.render import (
 )
 from muster.devices import chip_number
 from muster.gang import gang_minimum
+from muster.jobcontrol import (
+    ArraySpecError,
+    format_dependencies,
+    parse_array,
+    parse_dependencies,
+)
 from muster.jsonmap import short_enum_name
+from muster.timelimit import TimeLimitError, format_time_limit, parse_time_limit
 from muster.v1 import muster_pb2 as pb
 
+UTF8 = codecs.getincrementaldecoder("utf-8")  # output split mid-character decodes whole
 # types-protobuf's EnumTypeWrapper.items() gives plain ints; protoc's .pyi names them pb.JobPhase.
 PHASES = {
     name.removeprefix("JOB_PHASE_").lower(): cast(pb.JobPhase, value)
@@ -93,6 +102,8 @@ async def cmd_submit(client: MusterClient, args: argparse.Namespace, out: Output
         origins.extend((str(path), k) for k in range(len(loaded)))
     if problems:
         raise UsageError(problems)
+    _submit_flags(specs, args)
+    _submit_time(specs, args)
     # Several jobs go in one all-or-nothing batch: a refused job leaves nothing half-submitted.
     try:
         results = (
@@ -110,6 +121,11 @@ async def cmd_submit(client: MusterClient, args: argparse.Namespace, out: Output
     out.emit(
         [
             {"id": r.job.spec.id, "created": r.created, "phase": phase_name(r.job.status.phase)}
+            | (
+                {"array": r.job.spec.array_job_id, "elements": list(r.element_ids)}
+                if r.element_ids
+                else {}
+            )
             for r in results
         ],
         lambda: out.table(
@@ -117,16 +133,68 @@ async def cmd_submit(client: MusterClient, args: argparse.Namespace, out: Output
             ["JOB", "QUEUE", "TASKS", "RESULT"],
             [
                 (
-                    r.job.spec.id,
+                    r.job.spec.array_job_id if r.element_ids else r.job.spec.id,
                     r.job.spec.queue,
                     sum(g.replicas for g in r.job.spec.task_groups),
-                    "submitted" if r.created else "unchanged (already submitted)",
+                    ("submitted" if r.created else "unchanged (already submitted)")
+                    + _array_note(r),
                 )
                 for r in results
             ],
         ),
     )
     return 0
+
+
+def _submit_flags(specs: Sequence[pb.JobSpec], args: argparse.Namespace) -> None:
+    """``submit --hold / --array / --dependency``: set on every job of the files (a flag wins over
+    the file, as sbatch's options over #SBATCH lines)."""
+    problems: list[str] = []
+    deps: list[tuple[str, str]] = []
+    if getattr(args, "array", None):
+        try:
+            parse_array(args.array)
+        except ArraySpecError as exc:
+            problems.append(f"--array: {args.array!r}: {exc}")
+    if getattr(args, "dependency", None):
+        try:
+            deps = parse_dependencies(args.dependency)
+        except ArraySpecError as exc:
+            problems.append(f"--dependency: {args.dependency!r}: {exc}")
+    if problems:
+        raise UsageError(problems)
+    for spec in specs:
+        if getattr(args, "hold", False):
+            spec.hold = True
+        if getattr(args, "array", None):
+            spec.array = args.array
+        if deps:
+            del spec.depends_on[:]
+            spec.depends_on.extend(pb.JobDependency(job=job, type=kind) for kind, job in deps)
+
+
+def _submit_time(specs: Sequence[pb.JobSpec], args: argparse.Namespace) -> None:
+    """``submit --time LIMIT`` (sbatch's): every job of the files gets that time limit."""
+    text = getattr(args, "time", None)
+    if not text:
+        return
+    try:
+        seconds = parse_time_limit(text)
+    except TimeLimitError as exc:
+        raise UsageError([f"--time: {exc}"]) from None
+    for spec in specs:
+        spec.time_limit_seconds = seconds
+
+
+def _array_note(result: pb.SubmitJobResponse) -> str:
+    ids = result.element_ids
+    if not ids:
+        return ""
+    return (
+        f": array of {len(ids)} ({ids[0]} .. {ids[-1]})"
+        if len(ids) > 1
+        else f": array of 1 ({ids[0]})"
+    )
 
 
 _BATCH_PLACE = re.compile(r"jobs\[(\d+)\]\.(.*)", re.DOTALL)
@@ -261,6 +329,7 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
                 (not queues or job.spec.queue in queues)
                 and (not owners or job.spec.owner in owners)
                 and job_matches(selector, job)
+                and (not getattr(args, "array", None) or job.spec.array_job_id == args.array)
             ):
                 jobs.append(job)
                 if stop_at is not None and len(jobs) >= stop_at:
@@ -289,6 +358,8 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
                 j.status.succeeded,
                 j.status.failed,
                 clock(j.status.start_time),
+                time_limit_cell(j.spec.time_limit_seconds),
+                elapsed(j, now),
             ]
             cells.append(message)
         return cells
@@ -296,7 +367,7 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
     columns = ["JOB", "QUEUE", "OWNER", "PHASE", "RUNNING", "SUBMIT", "AGE", "REASON"]
     if out.wide:
         columns[1:1] = ["NAMESPACE"]
-        columns[6:6] = ["PENDING", "SUCCEEDED", "FAILED", "START"]
+        columns[6:6] = ["PENDING", "SUCCEEDED", "FAILED", "START", "TIME LIMIT", "ELAPSED"]
         columns.append("MESSAGE")
     out.emit([to_dict(j) for j in jobs], lambda: out.table(None, columns, [row(j) for j in jobs]))
     return 0
@@ -355,6 +426,21 @@ def age(job: pb.Job, now: float) -> str:
     return duration(now - st.submit_time.seconds) if st.submit_time.seconds else "-"
 
 
+def time_limit_cell(seconds: int) -> str:
+    """A job's time limit (``2h``, ``1h30m``), ``-`` for none."""
+    return format_time_limit(seconds) if seconds else "-"
+
+
+def elapsed(job: pb.Job, now: float) -> str:
+    """How long the job has run (Slurm's TIME): from its start to its end, or to now while it runs;
+    ``-`` before it started."""
+    st = job.status
+    if not st.start_time.seconds:
+        return "-"
+    end = st.finish_time.seconds or now
+    return format_time_limit(max(0, end - st.start_time.seconds))
+
+
 def _owner(value: str | None) -> str:
     if value == "me":
         try:
@@ -399,6 +485,12 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
             f"Submitted: {clock(st.submit_time)}   Started: {clock(st.start_time)}   "
             f"Finished: {clock(st.finish_time)}{ran}"
         )
+        c.print(
+            f"Time limit: {time_limit_cell(s.time_limit_seconds)}   "
+            f"Elapsed: {elapsed(job, time.time())}"
+        )
+        for text in control_lines(job):
+            c.print(text)
         if s.HasField("tyjob"):
             ty = s.tyjob
             c.print(
@@ -435,11 +527,34 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
     return 0
 
 
+def control_lines(job: pb.Job) -> list[str]:
+    """``muster job``'s lines on job control: the hold, requeues, the array, the dependencies."""
+    s, st = job.spec, job.status
+    lines = []
+    if st.hold:
+        lines.append(f"Held: {st.hold} hold by {st.held_by or 'its owner'} (muster release {s.id})")
+    if st.requeue_count:
+        lines.append(f"Requeued: {st.requeue_count} times")
+    if s.array_job_id:
+        lines.append(f"Array: {s.array_job_id} index {s.array_index} of {s.array}")
+    if s.depends_on:
+        deps = format_dependencies((d.type, d.job) for d in s.depends_on)
+        lines.append(f"Depends on: {deps}")
+    return lines
+
+
 async def cmd_logs(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
-    """A job's task output as its backend sent it (the last 64 KiB per task), like `kubectl logs`."""
-    task = args.task or ""
+    """A job's task output as its backend sent it (what the server keeps of it, 1 MiB per task
+    by default), like `kubectl logs`; with --follow, then what comes until the task ends."""
+    job_id, _, task = args.job.partition("/")  # `muster logs train/w-0`
+    task = task or args.task or ""
     if task and "/" not in task:
-        task = f"{args.job}/{task}"  # `muster logs train w-0` for train/w-0
+        task = f"{job_id}/{task}"  # `muster logs train w-0` for train/w-0
+    if job_id != args.job and args.task:
+        raise UsageError([f"give the task once: {args.job} names it already"])
+    args.job = job_id
+    if getattr(args, "follow", False):
+        return await follow_logs(client, job_id, task, out)
     logs = await client.task_logs(args.job, task)
     waiting: dict[str, int] = {}  # task id -> status, for the tasks that have not started
     if any(not entry.data for entry in logs):
@@ -462,7 +577,9 @@ async def cmd_logs(client: MusterClient, args: argparse.Namespace, out: Output) 
         for entry in logs:
             if many:
                 sys.stdout.write(f"==> {entry.task_id} <==\n")
-            if entry.truncated:
+            if entry.dropped_bytes:
+                sys.stdout.write(dropped_marker(entry.dropped_bytes))
+            elif entry.truncated:  # a server from before dropped_bytes
                 sys.stdout.write("[earlier output dropped: the server keeps the last 64 KiB]\n")
             if not entry.data and many and entry.task_id in waiting:
                 sys.stdout.write(f"[not started: {status_name(waiting[entry.task_id])}]\n")
@@ -471,6 +588,40 @@ async def cmd_logs(client: MusterClient, args: argparse.Namespace, out: Output) 
         sys.stdout.flush()
 
     out.emit([to_dict(entry) for entry in logs], render)
+    return 0
+
+
+def dropped_marker(count: int) -> str:
+    return f"[... {count} bytes dropped]\n"
+
+
+async def follow_logs(client: MusterClient, job_id: str, task: str, out: Output) -> int:
+    """`muster logs -f`: output as it arrives until the task (every task of the job) ends; with
+    several tasks a `==> task <==` header whenever the output switches task (like `tail -f`)."""
+    decoders: dict[str, codecs.IncrementalDecoder] = {}
+    current = ""
+    at_line_start = True
+    async for event in client.follow_task_logs(job_id, task):
+        if out.scripted:
+            out.emit_event(to_dict(event), lambda: "")
+            continue
+        decoder = decoders.setdefault(event.task_id, UTF8(errors="replace"))
+        text = decoder.decode(event.data, final=event.eof)
+        if not text and not event.dropped_bytes:
+            continue
+        if not task and event.task_id != current:
+            sys.stdout.write(("" if at_line_start else "\n") + f"==> {event.task_id} <==\n")
+            current, at_line_start = event.task_id, True
+        if event.dropped_bytes:
+            sys.stdout.write(("" if at_line_start else "\n") + dropped_marker(event.dropped_bytes))
+            at_line_start = True
+        if text:
+            sys.stdout.write(text)
+            at_line_start = text.endswith("\n")
+        sys.stdout.flush()
+    if not at_line_start and not out.scripted:
+        sys.stdout.write("\n")
+        sys.stdout.flush()
     return 0
 
 
@@ -486,24 +637,90 @@ async def cmd_explain(client: MusterClient, args: argparse.Namespace, out: Outpu
 
 
 async def cmd_cancel(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
-    """Cancel each id in turn; report every one (a refusal does not stop the others)."""
+    """Cancel each id in turn; report every one (a refusal does not stop the others). An array's
+    id cancels every element."""
     results: list[dict[str, Any]] = []
     failed = 0
     for job_id in args.ids:
         try:
-            job = await client.cancel_job(job_id)
+            reply = await client.cancel(job_id)
         except grpc.aio.AioRpcError as exc:
             failed += 1
             results.append({"id": job_id, "error": f"{exc.code().name}: {exc.details()}"})
             continue
-        results.append({"id": job_id, "job": to_dict(job)})
+        result = {"id": job_id, "job": to_dict(reply.job)}
+        if reply.element_ids:
+            result["elements"] = list(reply.element_ids)
+        results.append(result)
 
     def render() -> None:
         for r in results:
             if "error" in r:
                 out.console.print(f"{r['id']}: error: {r['error']}")
+            elif "elements" in r:
+                out.console.print(
+                    f"{r['id']}: {r['job']['status']['phase']} ({len(r['elements'])} array elements)"
+                )
             else:
                 out.console.print(f"{r['id']}: {r['job']['status']['phase']}")
+
+    out.emit(results, render)
+    return 1 if failed else 0
+
+
+async def cmd_hold(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    """``muster hold ID...``: hold pending jobs (an array's id: its pending elements)."""
+    return await _control(out, args.ids, client.hold_job, "held")
+
+
+async def cmd_release(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    """``muster release ID...``: release held jobs (an array's id: its held elements)."""
+    return await _control(out, args.ids, client.release_job, "released")
+
+
+async def cmd_requeue(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
+    """``muster requeue [--hold] ID...``: stop started jobs and send them back to pending."""
+    return await _control(
+        out,
+        args.ids,
+        partial(client.requeue_job, hold=args.hold),
+        "requeued and held" if args.hold else "requeued",
+    )
+
+
+async def _control(
+    out: Output,
+    ids: Sequence[str],
+    act: Callable[[str], Awaitable[list[pb.Job]]],
+    done: str,
+) -> int:
+    """Each id in turn, one line each (``a: held (user hold by ann)``, or its error); exit 1 if
+    any failed, as ``cancel``."""
+    results: list[dict[str, Any]] = []
+    failed = 0
+    for job_id in ids:
+        try:
+            jobs = await act(job_id)
+        except grpc.aio.AioRpcError as exc:
+            failed += 1
+            results.append({"id": job_id, "error": f"{exc.code().name}: {exc.details()}"})
+            continue
+        results.append({"id": job_id, "jobs": [to_dict(j) for j in jobs]})
+
+    def line(r: dict[str, Any]) -> str:
+        if "error" in r:
+            return f"{r['id']}: error: {r['error']}"
+        jobs = r["jobs"]
+        if len(jobs) != 1 or jobs[0]["spec"]["id"] != r["id"]:
+            return f"{r['id']}: {done} ({len(jobs)} array elements)"
+        st = jobs[0]["status"]
+        note = f" ({st['hold']} hold by {st['held_by'] or 'its owner'})" if st["hold"] else ""
+        count = f", requeued {st['requeue_count']}x" if done.startswith("requeued") else ""
+        return f"{r['id']}: {done}, {st['phase']}{note}{count}"
+
+    def render() -> None:
+        for r in results:
+            out.console.print(line(r))
 
     out.emit(results, render)
     return 1 if failed else 0
@@ -584,7 +801,25 @@ def queue_from_flags(args: argparse.Namespace, base: pb.Queue | None = None) -> 
         queue.reclaimable = args.reclaimable == "true"
     if args.state is not None:
         queue.state = QUEUE_STATES[args.state]
+    for flag, field in (
+        ("default_time", "default_time_limit_seconds"),
+        ("max_time", "max_time_limit_seconds"),
+    ):
+        text = getattr(args, flag, None)
+        if text is not None:
+            setattr(queue, field, queue_time_flag(text, f"--{flag.replace('_', '-')}"))
     return queue
+
+
+def queue_time_flag(text: str, flag: str) -> int:
+    """A queue's ``--default-time`` / ``--max-time`` in seconds; ``none`` (Slurm's ``UNLIMITED``,
+    ``INFINITE``, ``0``) is 0: no limit."""
+    if text.strip().lower() in ("none", "unlimited", "infinite", "0"):
+        return 0
+    try:
+        return parse_time_limit(text)
+    except TimeLimitError as exc:
+        raise UsageError([f"{flag}: {exc}"]) from None
 
 
 async def cmd_queue(client: MusterClient, args: argparse.Namespace, out: Output) -> int:

@@ -7,8 +7,13 @@ friendly forms are reshaped before ``json_format.ParseDict``:
 * ResourceLists are plain mappings: ``request: {cpu: 2, memory: 4Gi}`` (numbers allowed);
 * ``tasks`` is an alias of ``task_groups``; ``duration`` of ``duration_seconds``;
 * ``command`` may be a string (run through ``sh -c``) or a list;
+* ``time_limit`` (``timeLimit``) is a time limit as ``muster.timelimit`` reads it (``2h``, ``90m``,
+  Slurm's ``HH:MM:SS`` ...; a bare number is minutes, as Slurm's ``--time``): it becomes
+  ``time_limit_seconds``. ``1:30`` is read as that text, not as YAML 1.1's base-60 number 90;
 * a TYJob's fields may sit on the job itself, as in scenarios (``leaderRole``, ``minWorkersNum``,
-  ``restartLimit``, ``cleanPodPolicy``, ``schedulerPolicy``): they move into ``tyjob``.
+  ``restartLimit``, ``cleanPodPolicy``, ``schedulerPolicy``): they move into ``tyjob``;
+* ``depends_on`` may be Slurm's spelling, ``afterok:a:b,afterany:c`` (or a list of such strings),
+  and ``array`` a number (one index).
 
 Every quantity is checked with ``muster.quantity`` so a typo fails here, naming the field:
 ``jobs[0].tasks[1].request.cpu: '2x' is not a quantity``.
@@ -22,7 +27,14 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from muster.jobcontrol import (
+    DEPENDENCY_TYPES,
+    ArraySpecError,
+    parse_array,
+    parse_dependencies,
+)
 from muster.quantity import QuantityError, parse_resources
+from muster.timelimit import TimeLimitError, parse_time_limit
 from muster.v1 import muster_pb2 as pb
 from muster.yamldoc import DocumentError, load_all
 
@@ -30,6 +42,7 @@ from muster.yamldoc import DocumentError, load_all
 _JOB_ALIASES = {"tasks": "task_groups", "taskGroups": "task_groups"}
 _GROUP_ALIASES = {"duration": "duration_seconds", "durationSeconds": "duration_seconds"}
 _JOB_RESOURCES = ("min_resources", "minResources")
+_TIME_LIMIT = ("time_limit", "timeLimit")  # friendly form of time_limit_seconds
 _TY_FIELDS = {
     "leaderRole": "leader_role",
     "leader_role": "leader_role",
@@ -68,7 +81,8 @@ def load_job_file(path: str | Path) -> list[pb.JobSpec]:
 def parse_jobs(text: str) -> list[pb.JobSpec]:
     """Parse every job of a YAML text; raises JobFileError listing all problems found."""
     try:
-        documents = [d for d in load_all(text) if d is not None]
+        # Base 60 off: a Slurm-style ``time_limit: 1:30:00`` stays text.
+        documents = [d for d in load_all(text, base60=False) if d is not None]
     except DocumentError as exc:
         raise JobFileError([str(exc)]) from None
     entries: list[Any] = []
@@ -114,12 +128,14 @@ def job_from_dict(entry: Any, where: str = "job") -> pb.JobSpec:
             )
         else:
             data["tyjob"] = ty_fields
+    _time_limit(data, where, problems)
     _check_fields(data, pb.JobSpec.DESCRIPTOR, where, problems)
     if not data.get("id"):
         problems.append(f"{where}.id: required (a client-chosen unique id)")
     for key in _JOB_RESOURCES:
         if key in data:
             data[key] = _resource_list(data[key], f"{where}.{key}", problems)
+    _job_control(data, where, problems)
     groups = data.get("task_groups")
     if not isinstance(groups, list) or not groups:
         problems.append(f"{where}.tasks: required, a non-empty list of task groups")
@@ -137,12 +153,71 @@ def job_from_dict(entry: Any, where: str = "job") -> pb.JobSpec:
     return spec
 
 
+def _time_limit(data: dict[str, Any], where: str, problems: list[str]) -> None:
+    """``time_limit: 2h`` (or ``timeLimit``) -> ``time_limit_seconds: 7200``."""
+    given = [k for k in _TIME_LIMIT if k in data]
+    if not given:
+        return
+    key = given[0]
+    value = data.pop(key)
+    for other in given[1:]:
+        data.pop(other)
+    if len(given) > 1 or "time_limit_seconds" in data or "timeLimitSeconds" in data:
+        problems.append(
+            f"{where}.{key}: give the time limit once (time_limit or time_limit_seconds)"
+        )
+        return
+    try:
+        data["time_limit_seconds"] = parse_time_limit(value)
+    except TimeLimitError as exc:
+        problems.append(f"{where}.{key}: {exc}")
+
+
+def _job_control(data: dict[str, Any], where: str, problems: list[str]) -> None:
+    """``array`` (a spec, or one index as a number) and ``depends_on`` in Slurm's spelling
+    (``afterok:a:b,afterany:c``, or a list of such strings or of ``{job, type}`` mappings)."""
+    if isinstance(data.get("array"), int) and not isinstance(data["array"], bool):
+        data["array"] = str(data["array"])
+    if isinstance(data.get("array"), str):
+        try:
+            parse_array(data["array"])
+        except ArraySpecError as exc:
+            problems.append(f"{where}.array: {data['array']!r}: {exc}")
+    for key in ("depends_on", "dependsOn"):
+        if key in data:
+            data[key] = _dependencies(data[key], f"{where}.{key}", problems)
+
+
+def _dependencies(value: Any, where: str, problems: list[str]) -> Any:
+    items = value if isinstance(value, list) else [value]
+    out: list[Any] = []
+    for k, item in enumerate(items):
+        at = f"{where}[{k}]" if isinstance(value, list) else where
+        if isinstance(item, str):
+            try:
+                out.extend({"job": job, "type": kind} for kind, job in parse_dependencies(item))
+            except ArraySpecError as exc:
+                problems.append(f"{at}: {item!r}: {exc}")
+        elif isinstance(item, dict):
+            kind = item.get("type", "")
+            if kind and kind not in DEPENDENCY_TYPES:
+                problems.append(f"{at}.type: {kind!r} is not one of {', '.join(DEPENDENCY_TYPES)}")
+            out.append(item)
+        else:
+            problems.append(
+                f"{at}: expected 'afterok:JOB', or a mapping {{job: JOB, type: afterok}}"
+            )
+    return out
+
+
 def _task_group(group: Any, where: str, problems: list[str]) -> Any:
     if not isinstance(group, dict):
         problems.append(f"{where}: expected a mapping")
         return group
     data = _rename(dict(group), _GROUP_ALIASES)
     _check_fields(data, pb.TaskGroup.DESCRIPTOR, where, problems)
+    if "affinity" in data:
+        _check_message(data["affinity"], pb.Affinity.DESCRIPTOR, f"{where}.affinity", problems)
     for key in _GROUP_RESOURCES:
         if key in data:
             data[key] = _resource_list(data[key], f"{where}.{key}", problems)
@@ -190,6 +265,39 @@ def _check_fields(data: dict[str, Any], descriptor: Any, where: str, problems: l
     for key in data:
         if key not in known:
             problems.append(f"{where}.{key}: unknown field")
+
+
+# Kubernetes' names of the affinity fields a job file writes shorter (the proto's names).
+_KUBERNETES_NAMES = {
+    "requiredDuringSchedulingIgnoredDuringExecution": "required",
+    "preferredDuringSchedulingIgnoredDuringExecution": "preferred",
+    "nodeSelectorTerms": "required (a list of terms)",
+    "podAffinityTerm": "term",
+}
+
+
+def _check_message(value: Any, descriptor: Any, where: str, problems: list[str]) -> None:
+    """Every key of a nested message (an affinity) is one of its fields, at any depth: a typo
+    such as ``node_affinity.requird`` is named with its path and the fields that exist, instead
+    of ParseDict's one-line summary (or, for a key ParseDict would skip, of nothing)."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_message(item, descriptor, f"{where}[{i}]", problems)
+        return
+    if not isinstance(value, dict):
+        return  # a wrong type: ParseDict names it
+    fields = {f.name: f for f in descriptor.fields} | {f.json_name: f for f in descriptor.fields}
+    for key, item in value.items():
+        field = fields.get(key)
+        if field is None:
+            hint = _KUBERNETES_NAMES.get(str(key))
+            known = ", ".join(f.name for f in descriptor.fields)
+            problems.append(
+                f"{where}.{key}: unknown field (known: {known})"
+                + (f"; Kubernetes' {key} is written {hint} here" if hint else "")
+            )
+        elif field.message_type is not None and not field.message_type.GetOptions().map_entry:
+            _check_message(item, field.message_type, f"{where}.{key}", problems)
 
 
 def _clean_parse_error(exc: Exception) -> str:

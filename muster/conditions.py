@@ -8,8 +8,17 @@ from collections.abc import Iterable
 from muster.v1 import muster_pb2 as pb
 
 # Conditions that say where a job stands, most telling first: how it ended, that it is left out of
-# scheduling (a cycle failed with it), that it can never fit, why it waits.
-REASON_CONDITIONS = ("Ended", "Quarantined", "Unsatisfiable", "Unschedulable")
+# scheduling (a cycle failed with it; held; waiting for a dependency or for its array's running
+# limit: docs/jobs.md), that it can never fit, why it waits.
+REASON_CONDITIONS = (
+    "Ended",
+    "Quarantined",
+    "Held",
+    "Dependency",
+    "ArrayTaskLimit",
+    "Unsatisfiable",
+    "Unschedulable",
+)
 
 
 def job_reason(conditions: Iterable[pb.Condition]) -> tuple[str, str]:

@@ -45,17 +45,20 @@ LEADER_ONLY = frozenset(
         "StreamDecisions",
         "StreamDecisionBatches",
         "AckDecisions",
+        "Heartbeat",
         "SubmitJob",
         "SubmitJobs",
         "CancelJob",
+        "HoldJob",
+        "ReleaseJob",
+        "RequeueJob",
         "CreateQueue",
         "UpdateQueue",
         "DeleteQueue",
         "UpdateConfig",
         # Reads of what only the leader's memory holds: nodes (backends send them to the
-        # leader), task output (not stored).
+        # leader). Task output is stored (GetTaskLogs, WatchTaskLogs): any replica reads it.
         "ListNodes",
-        "GetTaskLogs",
     }
 )
 

@@ -120,6 +120,21 @@ class _BoundedLoader(yaml.SafeLoader):
         return node
 
 
+class _NoBase60Loader(_BoundedLoader):
+    """Reads ``1:30`` and ``2:00:00`` as text (YAML 1.2, and Kubernetes' YAML), not as YAML 1.1's
+    base-60 numbers (90, 7200): for documents where such a value is a time (job files' Slurm-style
+    ``time_limit: 1:30:00``)."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+        if kind is ScalarNode and tag in _NUMBER_TAGS and ":" in value:
+            return "tag:yaml.org,2002:str"  # only a base-60 number holds a colon
+        return tag
+
+
+_NUMBER_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
+
+
 def _check_size(text: str) -> None:
     if len(text) > MAX_BYTES:
         raise DocumentError(f"{len(text):,} characters is more than the {MAX_BYTES:,} allowed")
@@ -141,12 +156,12 @@ def load(text: str) -> Any:
         raise DocumentError(f"not valid YAML: {exc}") from None
 
 
-def load_all(text: str) -> Iterator[Any]:
+def load_all(text: str, *, base60: bool = True) -> Iterator[Any]:
     """Every document of a YAML stream (``---`` separated), with the bounds of ``load`` over the
-    whole stream."""
+    whole stream. ``base60=False``: ``1:30`` is the text ``"1:30"``, not the number 90."""
     _check_size(text)
     try:
-        loader = _BoundedLoader(text)
+        loader = _BoundedLoader(text) if base60 else _NoBase60Loader(text)
         try:
             while loader.check_data():
                 yield loader.get_data()

@@ -30,6 +30,10 @@ class TaskStatus(enum.IntEnum):
     # Its job was cancelled, or (a TYJob) ended before it ran or stopped it. Server only: backends
     # report Succeeded / Failed.
     CANCELLED = 10
+    # On a node whose backend went silent (server only: the core never sees it; a cycle's snapshot
+    # shows it Running, holding its node): Lost after the task eviction timeout, or Running again
+    # when the backend answers.
+    UNKNOWN = 11
 
     @property
     def title(self) -> str:
@@ -40,7 +44,8 @@ class TaskStatus(enum.IntEnum):
         return cls[text.upper()]
 
 
-# Statuses whose resources are held on a node (Volcano's AllocatedStatus + Releasing).
+# Statuses whose resources are held on a node (Volcano's AllocatedStatus + Releasing; Unknown, on the
+# server).
 OCCUPYING = frozenset(
     {
         TaskStatus.ALLOCATED,
@@ -48,6 +53,7 @@ OCCUPYING = frozenset(
         TaskStatus.BOUND,
         TaskStatus.RUNNING,
         TaskStatus.RELEASING,
+        TaskStatus.UNKNOWN,
     }
 )
 # Volcano's AllocatedStatus: counted as allocated to the job / queue.

@@ -48,14 +48,16 @@ SERVICE_WIRE = tuple(
     f"server.service.{m}" for m in ("errors", "convert", "validate", "records", "views")
 )
 # Under ClusterState (server.service.state), which builds on them: its tables and rows in and out,
-# and the per-kind lifecycle rules it asks. They never import the state or what uses it.
-SERVICE_UNDER_STATE = tuple(f"server.service.{m}" for m in ("tables", "lifecycle"))
+# the per-kind lifecycle rules it asks, and the backends' liveness books. They never import the
+# state or what uses it.
+SERVICE_UNDER_STATE = tuple(f"server.service.{m}" for m in ("tables", "lifecycle", "liveness"))
 SERVICE_ON_STATE = tuple(
     f"server.service.{m}"
     for m in (
         "state",
         "ingest",
         "commands",
+        "control",
         "snapshot",
         "apply",
         "loop",

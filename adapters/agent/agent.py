@@ -27,7 +27,9 @@ Restarts:
   runtime's ledger holds in doubt, so a resent bind is re-acked, never re-applied.
 
 Each task gets MUSTER_TASK_ID, MUSTER_JOB_ID, MUSTER_NODE, MUSTER_AGENT, MUSTER_DECISION_ID,
-MUSTER_CYCLE_ID and, when it holds GPUs, CUDA_VISIBLE_DEVICES / MUSTER_DEVICES in its environment.
+MUSTER_CYCLE_ID, what its bind decision's ``env`` holds (an array element's MUSTER_ARRAY_JOB_ID and
+MUSTER_ARRAY_INDEX) and, when it holds GPUs, CUDA_VISIBLE_DEVICES / MUSTER_DEVICES in its
+environment.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from adapters.ledger import private_dir, write_private
 from adapters.runtime import BackendRuntime, Outcome, Rejected, group_by_job
 from muster.devices import NVIDIA_GPU, Device, device_needs, shared_gpu, visible_devices_env
 from muster.quantity import MIN_RESOURCE, QuantityError, format_resources, parse_resources
+from muster.timelimit import format_time_limit, time_limit_message
 from muster.v1 import muster_pb2 as pb
 
 log = structlog.get_logger("muster.agent")
@@ -102,6 +105,13 @@ class LiveTask:
     log_file: str = ""  # "": an agent before log_file was recorded (its name is legacy_file_stem's)
     # The GPU a fractional task shares ("": none; an agent before it was recorded kept it in devices).
     gpu_group: str = ""
+    # What the bind adds to the task's environment (an array element's MUSTER_ARRAY_INDEX ...).
+    env: dict[str, str] = field(default_factory=dict)
+    # Its job's time limit (seconds, 0: none), counted from ``started_at`` (wall clock, when its
+    # process was started); ``timed_out``: the agent ended it there (reported Failed, TimeLimit).
+    time_limit: float = 0.0
+    started_at: float = 0.0
+    timed_out: bool = False
 
 
 @dataclass(slots=True)
@@ -445,6 +455,8 @@ class FakeAgent:
             gpu_group=gpu_group,
             cycle_id=decision.cycle_id,
             argv=list(bind.command) or ["sleep", seconds_arg(bind.duration_seconds)],
+            env=dict(bind.env),
+            time_limit=bind.time_limit_seconds,
         )
         self._starting[task.task_id] = task
         self._hold(task)
@@ -469,6 +481,7 @@ class FakeAgent:
         """Start a reserved task's process (its pid and start time go into ``task``)."""
         argv = list(task.argv)
         env = dict(os.environ)
+        env.update(task.env)  # the bind's (an array element's index); Muster's own below win
         env.update(
             MUSTER_TASK_ID=task.task_id,
             MUSTER_JOB_ID=task.job_id,
@@ -505,6 +518,7 @@ class FakeAgent:
             if stdout is not sys.stderr:
                 stdout.close()
         task.pid, task.start_ticks = process.pid, start_ticks(process.pid)
+        task.started_at = time.time()
         log.info("task started", task=task.task_id, node=task.node, pid=process.pid, argv=argv[-3:])
         return process
 
@@ -521,6 +535,8 @@ class FakeAgent:
         self._report(task.task_id, pb.TASK_STATUS_RUNNING, task.node, f"pid {task.pid}")
         assert self._tg is not None, "FakeAgent.run() must be running"
         self._tg.start_soon(self._watch_child, task, process)
+        if task.time_limit:
+            self._tg.start_soon(self._enforce_time_limit, task)
 
     async def _roll_back(self, tasks: list[LiveTask], started: dict[str, ChildProcess]) -> None:
         """Undo a gang that could not be started whole: kill the members that did start (nothing
@@ -590,6 +606,27 @@ class FakeAgent:
             return True
         return False
 
+    async def _enforce_time_limit(self, task: LiveTask) -> None:
+        """End a task at its time limit, counted from its start (Slurm's ``--time``): its process
+        group gets SIGTERM, SIGKILL after ``kill_grace``, and its watcher reports it Failed with
+        ``TimeLimit: time limit 2m reached``."""
+        if not task.started_at:  # adopted after a crash before its start was recorded
+            task.started_at = time.time()
+        await anyio.sleep(max(0.0, task.started_at + task.time_limit - time.time()))
+        if task.evicted or self.live.get(task.task_id) is not task:
+            return  # ended or evicted meanwhile
+        if not alive(task.pid, task.start_ticks):
+            return  # it ended just now: its watcher reports how
+        task.timed_out = True
+        self._save()
+        log.info(
+            "task reached its time limit",
+            task=task.task_id,
+            node=task.node,
+            limit=format_time_limit(task.time_limit),
+        )
+        await self._kill(task)
+
     async def _watch_child(self, task: LiveTask, process: ChildProcess) -> None:
         code = await process.wait()
         self._finish(task, code)
@@ -604,7 +641,9 @@ class FakeAgent:
         """A task ended: live -> ended in one state write."""
         if task.evicted or self.live.get(task.task_id) is not task:
             return  # the evict path reports (through its ack) and frees
-        if lost:
+        if task.timed_out:  # whatever its exit status: the kill's
+            status, message = pb.TASK_STATUS_FAILED, time_limit_message(task.time_limit)
+        elif lost:
             status, message = pb.TASK_STATUS_FAILED, "process lost while the agent was down"
         elif code == 0:
             status, message = pb.TASK_STATUS_SUCCEEDED, "exit code 0"
@@ -877,6 +916,8 @@ class FakeAgent:
                 await self._complete_gangs()  # before the first sync: the snapshot shows them
                 for task in running:
                     tg.start_soon(self._watch_adopted, task)
+                    if task.time_limit:  # its deadline still counts from its first start
+                        tg.start_soon(self._enforce_time_limit, task)
                     # Follow an adopted task's output from here on (what came before was sent).
                     log_path = Path(task.log_file)
                     self._log_files[task.task_id] = log_path

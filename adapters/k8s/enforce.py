@@ -1,9 +1,11 @@
 """Enforcement: Muster's bind and evict decisions applied to pods.
 
 A bind goes through ``pods/binding`` (a fractional GPU bind first labels the pod with its shared
-GPU, ``runai-gpu-group``, as KAI's binder does) after checking what the API server would refuse anyway (the
-pod and node exist, the node is Ready and not cordoned) and what would bind twice (the pod is
-already assigned: fine when it is where the decision says, a rejection otherwise). An evict goes
+GPU, ``runai-gpu-group``, as KAI's binder does; a bind with a time limit first sets the pod's
+``activeDeadlineSeconds`` to it, unless the pod's own is already lower) after checking what the
+API server would refuse anyway (the pod and node exist, the node is Ready and not cordoned) and
+what would bind twice (the pod is already assigned: fine when it is where the decision says, a
+rejection otherwise). An evict goes
 through the Eviction API (a disruption budget's 429 is retried with backoff in
 :meth:`KubeWriter.evict <adapters.k8s.kube.KubeWriter.evict>`); a pod already gone is evicted.
 A burst's decisions are applied concurrently (a gang's binds are independent API calls).
@@ -123,6 +125,14 @@ class Enforcer:
             labelled = await self.writer.label_pod(ns, name, {tr.GPU_GROUP_LABEL: gpu_group})
             if not labelled.ok:
                 return self._reject_bind(f"labelling {key} with its shared GPU: {labelled.message}")
+        deadline = tr.pod_active_deadline(pod)
+        if b.time_limit_seconds and not 0 < deadline <= b.time_limit_seconds:
+            # The job's time limit (e.g. its queue's default): the kubelet enforces it.
+            limited = await self.writer.set_active_deadline(ns, name, b.time_limit_seconds)
+            if not limited.ok:
+                return self._reject_bind(
+                    f"setting {key}'s activeDeadlineSeconds: {limited.message}"
+                )
         result = await self.writer.bind(ns, name, b.node, uid=tr.meta(pod).get("uid", ""))
         if result.ok:
             self.stats.binds += 1

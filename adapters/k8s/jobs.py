@@ -346,6 +346,7 @@ class JobController:
             task_groups=groups,
             min_member=total,
             annotations={"muster.dev/backend": self.backend_name},
+            time_limit_seconds=tr.pods_time_limit(pods),  # their activeDeadlineSeconds
         )
         if gang is not None:
             spec.min_member = api_min_member(gang.minimum(total), total)

@@ -123,10 +123,18 @@ class KubeWriter:
         """Merge ``labels`` into the pod's (e.g. the shared GPU a fractional pod is bound to)."""
         return await self.patch_pod_metadata(namespace, name, {"labels": labels})
 
+    async def set_active_deadline(self, namespace: str, name: str, seconds: int) -> WriteResult:
+        """Set the pod's ``spec.activeDeadlineSeconds`` (a job's time limit: the kubelet ends the
+        pod that long after it started, reason DeadlineExceeded). The API server lets it be set
+        on a pod that has none, or lowered."""
+        return await self._patch_pod(namespace, name, {"spec": {"activeDeadlineSeconds": seconds}})
+
     async def patch_pod_metadata(
         self, namespace: str, name: str, metadata: dict[str, Any]
     ) -> WriteResult:
-        body = {"metadata": metadata}
+        return await self._patch_pod(namespace, name, {"metadata": metadata})
+
+    async def _patch_pod(self, namespace: str, name: str, body: dict[str, Any]) -> WriteResult:
         self._fence(f"patching {namespace}/{name}")
         try:
             await self.core.patch_namespaced_pod(  # type: ignore[call-arg]  # _content_type: see patch_podgroup_status

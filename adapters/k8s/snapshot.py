@@ -108,7 +108,7 @@ class ClusterReporter:
         if not self.streaming:
             return
         status = tr.pod_task_status(pod)
-        message = ""
+        message = tr.pod_failure_message(pod)  # DeadlineExceeded: the TimeLimit reason
         if deleted and status not in (pb.TASK_STATUS_SUCCEEDED, pb.TASK_STATUS_FAILED):
             if not tr.pod_node(pod):
                 return  # a pending pod went away: the job controller cancels or shrinks the job

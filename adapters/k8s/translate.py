@@ -15,6 +15,7 @@ from typing import Any
 from muster.devices import NVIDIA_GPU, chip_number, is_device_resource
 from muster.gang import podgroup_minimum
 from muster.quantity import QuantityError, format_resources, parse_resources
+from muster.timelimit import MAX_TIME_LIMIT, TIME_LIMIT_REASON, time_limit_message
 from muster.v1 import muster_pb2 as pb
 
 Obj = dict[str, Any]
@@ -46,6 +47,8 @@ GPU_GROUP_LABEL = "runai-gpu-group"  # the shared GPU a fractional pod was bound
 PODS_ANNOTATION = "muster.dev/pods"
 DEFAULT_ROLE = "task"
 TERMINAL_PHASES = ("Succeeded", "Failed")
+# A pod's status.reason once the kubelet ended it at its spec.activeDeadlineSeconds.
+DEADLINE_EXCEEDED = "DeadlineExceeded"
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -364,6 +367,33 @@ def pod_phase(pod: Obj) -> str:
 
 def pod_terminal(pod: Obj) -> bool:
     return pod_phase(pod) in TERMINAL_PHASES
+
+
+def pod_active_deadline(pod: Obj) -> int:
+    """The pod's ``spec.activeDeadlineSeconds`` (0: none, or not a positive integer)."""
+    value = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return 0
+    return value
+
+
+def pods_time_limit(pods: list[Obj]) -> int:
+    """A job's time limit from its pods: the smallest ``activeDeadlineSeconds`` among them (0:
+    none), within what the API accepts."""
+    deadlines = [d for d in (pod_active_deadline(p) for p in pods) if d]
+    return min(min(deadlines), MAX_TIME_LIMIT) if deadlines else 0
+
+
+def pod_failure_message(pod: Obj) -> str:
+    """What a failed pod is reported with: ``TimeLimit: time limit 2m reached`` when the kubelet
+    ended it at its active deadline (reason DeadlineExceeded), else ""."""
+    status = pod.get("status") or {}
+    if pod_phase(pod) != "Failed" or status.get("reason") != DEADLINE_EXCEEDED:
+        return ""
+    deadline = pod_active_deadline(pod)
+    if not deadline:
+        return f"{TIME_LIMIT_REASON}: active deadline exceeded"
+    return time_limit_message(deadline)
 
 
 def pod_active_on_node(pod: Obj) -> bool:

@@ -45,6 +45,7 @@ from adapters.slurm.jobs import (
     HELD_REASONS,
     MARKER,
     REFUSED,
+    WAITING_REASONS,
     JobTable,
     Settings,
     TrackedJob,
@@ -58,6 +59,7 @@ from adapters.slurm.translate import (
     queue_of,
     untranslatable,
 )
+from muster.timelimit import TIME_LIMIT_REASON, time_limit_message
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
 
@@ -327,11 +329,14 @@ class SlurmBackend:
         self, job: TrackedJob, sj: SlurmJob, to_submit: list[tuple[TrackedJob, SlurmJob]]
     ) -> None:
         staging, run = self.settings.staging_partition, self.settings.run_partition
+        job.time_limit = sj.time_limit  # a bind's time limit may only lower it
         if sj.partition == staging and sj.state == "PENDING" and job.placed is None:
-            if not job.submitted and not job.submitting and sj.reason not in HELD_REASONS:
+            if not job.submitted and not job.submitting and sj.reason not in WAITING_REASONS:
                 if await self._refuse(job, sj):
                     return
                 to_submit.append((job, sj))
+            elif job.submitted and (sj.reason in HELD_REASONS) != job.held:
+                await self._mirror_hold(job, sj)
             return
         if job.placed is None:
             return
@@ -360,6 +365,29 @@ class SlurmBackend:
                 else f"Slurm cannot start it there: {sj.reason}"
             )
             await self._placement_failed(job, sj, why)
+
+    async def _mirror_hold(self, job: TrackedJob, sj: SlurmJob) -> None:
+        """``scontrol hold`` / ``release`` of a job Muster has not placed yet: the Muster job is
+        held / released alike (HoldJob, ReleaseJob), so Muster does not place a job Slurm would
+        not start. Tried once per change (a job Muster placed meanwhile is not held there)."""
+        job.held = sj.reason in HELD_REASONS
+        if self.client is None:
+            return
+        try:
+            if job.held:
+                await self.client.HoldJob(pb.HoldJobRequest(id=job.muster_id))
+            else:
+                await self.client.ReleaseJob(pb.ReleaseJobRequest(id=job.muster_id))
+        except grpc.aio.AioRpcError as exc:
+            log.info(
+                "hold not mirrored in Muster",
+                job=job.muster_id,
+                held=job.held,
+                code=exc.code().name,
+                error=exc.details(),
+            )
+            return
+        log.info("hold mirrored in Muster", slurm_job=sj.job_id, job=job.muster_id, held=job.held)
 
     async def _placement_failed(self, job: TrackedJob, sj: SlurmJob, why: str) -> None:
         """This attempt failed (reported so); the job goes back to staging, and through Muster again
@@ -425,6 +453,9 @@ class SlurmBackend:
                 message = f"{record.state} {record.reason}".strip()
             except SlurmError:
                 exit_code = 1
+        if sj.state == "TIMEOUT":  # Slurm ended it at its --time: the TimeLimit reason
+            limit = sj.time_limit or job.time_limit
+            message = time_limit_message(limit) if limit else f"{TIME_LIMIT_REASON}: {message}"
         status = pb.TASK_STATUS_SUCCEEDED if sj.state == "COMPLETED" else pb.TASK_STATUS_FAILED
         for task_id, node in zip(job.tasks, job.placed, strict=True):
             self._report(job, task_id, status, node, message=message, exit_code=exit_code)

@@ -25,6 +25,7 @@ from adapters.slurm.parse import (
     parse_squeue_format,
     parse_squeue_json,
 )
+from muster.timelimit import slurm_time
 
 log = structlog.get_logger("muster.slurm")
 
@@ -35,6 +36,27 @@ LIVE_STATES = (
     "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,RESIZING,RESV_DEL_HOLD,REQUEUED,"
     "REQUEUE_FED,REQUEUE_HOLD,SIGNALING,STAGE_OUT,STOPPED"
 )
+
+
+def placement_words(
+    job_id: int, partition: str, nodes: Sequence[str], marker: str = "", time_limit: int = 0
+) -> list[str]:
+    """``update JobId=N Partition=<run> NodeList=<nodes> StartTime=now [AdminComment=<marker>]
+    [TimeLimit=D-HH:MM:SS]``: the scontrol command that places a staged job. ``StartTime=now``
+    undoes the ~2 min EligibleTime a requeue leaves behind; ``TimeLimit`` is Muster's time limit
+    for the job (0: the job keeps its own)."""
+    words = [
+        "update",
+        f"JobId={job_id}",
+        f"Partition={partition}",
+        f"NodeList={','.join(nodes)}",
+        "StartTime=now",
+    ]
+    if marker:
+        words.append(f"AdminComment={marker}")
+    if time_limit:
+        words.append(f"TimeLimit={slurm_time(time_limit)}")
+    return words
 
 
 class SlurmError(Exception):
@@ -147,42 +169,26 @@ class SlurmCLI:
     # -- acting -------------------------------------------------------------------------------
 
     async def place(
-        self, job_id: int, partition: str, nodes: Sequence[str], marker: str = ""
+        self,
+        job_id: int,
+        partition: str,
+        nodes: Sequence[str],
+        marker: str = "",
+        time_limit: int = 0,
     ) -> None:
-        """The one enforcement RPC: move a staged job to ``partition`` on exactly ``nodes``.
-
-        ``StartTime=now`` undoes the ~2 min EligibleTime a requeue leaves behind.
-        """
-        argv = [
-            "scontrol",
-            "update",
-            f"JobId={job_id}",
-            f"Partition={partition}",
-            f"NodeList={','.join(nodes)}",
-            "StartTime=now",
-        ]
-        if marker:
-            argv.append(f"AdminComment={marker}")
-        await self.run(*argv)
+        """The one enforcement RPC: move a staged job to ``partition`` on exactly ``nodes``
+        (``placement_words``)."""
+        await self.run("scontrol", *placement_words(job_id, partition, nodes, marker, time_limit))
 
     async def place_many(
-        self, placements: Sequence[tuple[int, Sequence[str], str]], partition: str
+        self, placements: Sequence[tuple[int, Sequence[str], str, int]], partition: str
     ) -> Result:
         """Many ``place`` updates in ONE ``scontrol`` process (commands on stdin; it runs them all,
         carrying on past a failed one). Returns the result unchecked: a nonzero status means at
         least one update failed, and the caller finds which by verifying."""
         lines = [
-            " ".join(
-                [
-                    "update",
-                    f"JobId={job_id}",
-                    f"Partition={partition}",
-                    f"NodeList={','.join(nodes)}",
-                    "StartTime=now",
-                    *([f"AdminComment={marker}"] if marker else []),
-                ]
-            )
-            for job_id, nodes, marker in placements
+            " ".join(placement_words(job_id, partition, nodes, marker, time_limit))
+            for job_id, nodes, marker, time_limit in placements
         ]
         return await self.run("scontrol", check=False, stdin=("\n".join(lines) + "\n").encode())
 

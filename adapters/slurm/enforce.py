@@ -54,6 +54,7 @@ class _Placement:
     nodes: list[str]
     binds: list[pb.Decision]
     started: float  # perf_counter when the binds were checked
+    time_limit: int = 0  # TimeLimit to set (Muster's, lower than Slurm's own); 0: leave it
 
 
 @dataclass(slots=True)
@@ -64,6 +65,13 @@ class _NativePlacement:
     binds: list[pb.Decision]
     received: float  # wall clock: the binds reached the adapter
     started: float  # perf_counter when the binds were checked
+
+
+def staged_time_limit(muster: int, own: int) -> int:
+    """The TimeLimit a staged job is placed with: Muster's time limit (the bind's: the job's, or
+    its queue's default) when it is lower than the job's own ``--time`` (``own``, 0: UNLIMITED);
+    0, leave the job's own, otherwise. A user's shorter ``--time`` is never raised."""
+    return muster if muster and (not own or muster < own) else 0
 
 
 class Enforcer:
@@ -130,7 +138,7 @@ class Enforcer:
 
         async def place_chunk(chunk: list[_Placement]) -> None:
             result = await self.cli.place_many(
-                [(p.job.slurm_id, p.nodes, MARKER + p.job.muster_id) for p in chunk],
+                [(p.job.slurm_id, p.nodes, MARKER + p.job.muster_id, p.time_limit) for p in chunk],
                 self.settings.run_partition,
             )
             now = time.time()
@@ -179,7 +187,11 @@ class Enforcer:
         job, nodes = placement.job, placement.nodes
         try:
             await self.cli.place(
-                job.slurm_id, self.settings.run_partition, nodes, marker=MARKER + job.muster_id
+                job.slurm_id,
+                self.settings.run_partition,
+                nodes,
+                marker=MARKER + job.muster_id,
+                time_limit=placement.time_limit,
             )
         except SlurmError as exc:
             return Outcome.reject(f"scontrol update refused: {exc.message}")
@@ -257,7 +269,8 @@ class Enforcer:
                 f"Slurm needs {job.size} distinct nodes for job {job.slurm_id}, got {','.join(nodes)}"
             )
         job.version += 1  # a poll read from now on must not act on this job
-        return _Placement(job, nodes, binds, time.perf_counter())
+        limit = staged_time_limit(binds[0].bind.time_limit_seconds, job.time_limit)
+        return _Placement(job, nodes, binds, time.perf_counter(), limit)
 
     async def _submit_native(
         self, placement: _NativePlacement, outcomes: dict[int, Outcome]

@@ -21,6 +21,11 @@ MARKER = "muster:"
 REFUSED = "muster-refused: "
 # Slurm reasons meaning the job is waiting for its own hold, not for nodes.
 HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin", "job_requeued_in_held_state"})
+# Slurm reasons meaning the job waits for its --dependency (Slurm evaluates it, also in staging).
+DEPENDENCY_REASONS = frozenset({"Dependency", "DependencyNeverSatisfied"})
+# A staged job waiting for one of these is not submitted to Muster until Slurm clears it: Muster
+# would otherwise place it on nodes Slurm does not start it on.
+WAITING_REASONS = HELD_REASONS | DEPENDENCY_REASONS
 # Reasons a placed job can never start where Muster put it (Slurm evaluates the node list only
 # at its next scheduling pass, after the update was accepted and verified).
 BAD_PLACEMENT_REASONS = ("BadConstraints", "ReqNodeNotAvail", "PartitionConfig", "NodeDown")
@@ -59,6 +64,8 @@ class TrackedJob:
     version: int = 0  # bumped by every action, so a poll read before it is not applied after it
     done: bool = False
     refused: str = ""  # why it is not submitted (untranslatable; '' when it is fine)
+    time_limit: int = 0  # Slurm's own (``--time``), seconds, as last polled; 0: UNLIMITED
+    held: bool = False  # held in Slurm after its submission to Muster: held in Muster too
     checked: tuple[str, int] | None = None  # (constraint, nodes) that `refused` was worked out for
     # A native job (submitted to Muster directly; the adapter made the Slurm job at bind time):
     # its Muster task ids, in node order. None: the derived ``<muster id>/node-<i>``.

@@ -14,12 +14,14 @@ node, so a restarted adapter recognises what it submitted (jobs of the native us
 from __future__ import annotations
 
 import math
+import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adapters.slurm.translate import ANNOTATION, GPU_RESOURCE, Untranslatable
 from muster.quantity import MEMORY, QuantityError, parse_resources
+from muster.timelimit import slurm_time
 from muster.v1 import muster_pb2 as pb
 
 NATIVE_MARKER = "muster-native:"
@@ -44,6 +46,7 @@ class NativeJob:
     wrap: str  # the shell line ``--wrap`` runs
     output: str = ""  # '' -> Slurm's default (slurm-%j.out in the working directory)
     workdir: str = ""  # '' -> the adapter's default (``sbatch_argv``'s ``workdir``)
+    time_limit: int = 0  # seconds (``--time``; Slurm rounds up to whole minutes); 0: none
 
     @property
     def comment(self) -> str:
@@ -74,6 +77,8 @@ class NativeJob:
             argv.append(f"--output={self.output}")
         if self.workdir or workdir:
             argv.append(f"--chdir={self.workdir or workdir}")
+        if self.time_limit:
+            argv.append(f"--time={slurm_time(self.time_limit)}")
         argv.append(f"--wrap={self.wrap}")
         return argv
 
@@ -134,6 +139,7 @@ def native_job(job_id: str, binds: Sequence[pb.BindDecision]) -> NativeJob:
         wrap = f"sleep {first.duration_seconds:g}"
     else:
         wrap = "true"
+    wrap = _with_env(wrap, first.env)
     return NativeJob(
         job_id=job_id,
         tasks=tuple(b.task_id for b in ordered),
@@ -144,7 +150,20 @@ def native_job(job_id: str, binds: Sequence[pb.BindDecision]) -> NativeJob:
         wrap=wrap,
         output=first.annotations.get(OUTPUT_ANNOTATION, ""),
         workdir=first.annotations.get(WORKDIR_ANNOTATION, ""),
+        time_limit=first.time_limit_seconds,
     )
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _with_env(wrap: str, env: Mapping[str, str]) -> str:
+    """The bind's environment (an array element's MUSTER_ARRAY_JOB_ID / MUSTER_ARRAY_INDEX)
+    exported before the command: ``--wrap`` runs one shell line."""
+    names = sorted(k for k in env if _ENV_NAME.match(k))
+    if not names:
+        return wrap
+    return "export " + " ".join(f"{k}={shlex.quote(env[k])}" for k in names) + "; " + wrap
 
 
 def parse_comment(comment: str) -> tuple[str, list[str], list[str]] | None:

@@ -2,7 +2,7 @@
 
 Covers what the adapter reads: ``sinfo --json`` and ``scontrol show node -o`` (nodes),
 ``squeue -O ...`` with ``|`` separators (the cheap poll; it honours filters, unlike
-``squeue --json`` in 22.05; it also carries ``--constraint`` and ``--exclusive``),
+``squeue --json`` in 22.05; it also carries ``--constraint``, ``--exclusive`` and ``--time``),
 ``squeue --json`` (full re-sync: it also carries AdminComment),
 ``scontrol show job -o`` (placement verification), plus Slurm host lists, TRES/GRES strings and
 memory sizes. Units: Slurm memory sizes are MiB-based (``1G`` = 1024 MiB).
@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+
+from muster.timelimit import TimeLimitError, parse_time_limit
 
 MIB = 1024 * 1024
 _MEM_UNITS = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "P": 1024**3}
@@ -313,6 +315,7 @@ SQUEUE_FIELDS = (
     "Reason",
     "UserName",
     "OverSubscribe",
+    "TimeLimit",
     "Feature",
     "Comment",
 )
@@ -374,6 +377,8 @@ class SlurmJob:
     # squeue's OverSubscribe: NO (``--exclusive``), USER (``--exclusive=user``), MCS
     # (``--exclusive=mcs``), YES (``--oversubscribe``), OK (the default: dedicated CPUs only).
     oversubscribe: str = ""
+    # Its time limit in seconds (``--time``; Slurm keeps whole minutes), 0: none (UNLIMITED).
+    time_limit: int = 0
 
     @property
     def exclusive(self) -> str:
@@ -398,6 +403,23 @@ class SlurmJob:
         for name, count in self.gres_per_task.items():
             out[name] = max(out.get(name, 0), count * max(1, self.tasks_per_node))
         return out
+
+
+def slurm_time_limit(text: str) -> int:
+    """squeue's TimeLimit (``10:00``, ``1:00:00``, ``1-02:04:00``) in seconds; ``UNLIMITED``,
+    ``INFINITE``, ``NOT_SET`` and the like: 0."""
+    text = null(text)
+    if not text or not text[0].isdigit():
+        return 0
+    try:
+        return parse_time_limit(text)
+    except TimeLimitError:
+        return 0
+
+
+def _json_minutes(value: object) -> int:
+    """``squeue --json``'s time_limit (minutes; null when unset) in seconds."""
+    return value * 60 if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _int(text: str, default: int = 0) -> int:
@@ -467,6 +489,7 @@ def parse_squeue_format(text: str, known: dict[str, SlurmJob] | None = None) -> 
             comment=null(comment),
             features=null(features),
             oversubscribe=null(row["OverSubscribe"]).upper(),
+            time_limit=slurm_time_limit(row["TimeLimit"]),
         )
         _job_from_tres(job, row["tres-alloc"])
         jobs.append(job)
@@ -511,6 +534,7 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
             name=str(e.get("name") or ""),
             features=null(str(e.get("features") or "")),
             oversubscribe=_JSON_SHARED.get(str(e.get("shared") or "").lower(), "OK"),
+            time_limit=_json_minutes(e.get("time_limit")),
         )
         _job_from_tres(job, tres)
         if job.nice > 2**31:  # 22.05 reports the unset nice as NICE_OFFSET-relative garbage

@@ -30,6 +30,7 @@ class TaskStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATUS_SUCCEEDED: _ClassVar[TaskStatus]
     TASK_STATUS_FAILED: _ClassVar[TaskStatus]
     TASK_STATUS_CANCELLED: _ClassVar[TaskStatus]
+    TASK_STATUS_UNKNOWN: _ClassVar[TaskStatus]
 
 class JobPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -55,6 +56,7 @@ TASK_STATUS_RELEASING: TaskStatus
 TASK_STATUS_SUCCEEDED: TaskStatus
 TASK_STATUS_FAILED: TaskStatus
 TASK_STATUS_CANCELLED: TaskStatus
+TASK_STATUS_UNKNOWN: TaskStatus
 JOB_PHASE_UNSPECIFIED: JobPhase
 JOB_PHASE_PENDING: JobPhase
 JOB_PHASE_INQUEUE: JobPhase
@@ -250,7 +252,7 @@ class Node(_message.Message):
     def __init__(self, name: _Optional[str] = ..., backend: _Optional[str] = ..., allocatable: _Optional[_Union[ResourceList, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., taints: _Optional[_Iterable[_Union[Taint, _Mapping]]] = ..., unschedulable: _Optional[bool] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., not_ready: _Optional[bool] = ...) -> None: ...
 
 class NodeView(_message.Message):
-    __slots__ = ("node", "used", "idle", "task_count", "device_holders")
+    __slots__ = ("node", "used", "idle", "task_count", "device_holders", "shared_gpus", "not_ready_reason", "backend_last_contact")
     class DeviceHoldersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -258,20 +260,33 @@ class NodeView(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class SharedGpusEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     NODE_FIELD_NUMBER: _ClassVar[int]
     USED_FIELD_NUMBER: _ClassVar[int]
     IDLE_FIELD_NUMBER: _ClassVar[int]
     TASK_COUNT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_GPUS_FIELD_NUMBER: _ClassVar[int]
+    NOT_READY_REASON_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_LAST_CONTACT_FIELD_NUMBER: _ClassVar[int]
     node: Node
     used: ResourceList
     idle: ResourceList
     task_count: int
     device_holders: _containers.ScalarMap[str, str]
-    def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., used: _Optional[_Union[ResourceList, _Mapping]] = ..., idle: _Optional[_Union[ResourceList, _Mapping]] = ..., task_count: _Optional[int] = ..., device_holders: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    shared_gpus: _containers.ScalarMap[str, float]
+    not_ready_reason: str
+    backend_last_contact: _timestamp_pb2.Timestamp
+    def __init__(self, node: _Optional[_Union[Node, _Mapping]] = ..., used: _Optional[_Union[ResourceList, _Mapping]] = ..., idle: _Optional[_Union[ResourceList, _Mapping]] = ..., task_count: _Optional[int] = ..., device_holders: _Optional[_Mapping[str, str]] = ..., shared_gpus: _Optional[_Mapping[str, float]] = ..., not_ready_reason: _Optional[str] = ..., backend_last_contact: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "parent", "weight", "guarantee", "deserved", "capability", "priority", "reclaimable", "state", "annotations")
+    __slots__ = ("name", "parent", "weight", "guarantee", "deserved", "capability", "priority", "reclaimable", "state", "annotations", "default_time_limit_seconds", "max_time_limit_seconds")
     class AnnotationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -289,6 +304,8 @@ class Queue(_message.Message):
     RECLAIMABLE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_TIME_LIMIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TIME_LIMIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     parent: str
     weight: int
@@ -299,7 +316,9 @@ class Queue(_message.Message):
     reclaimable: bool
     state: QueueState
     annotations: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., parent: _Optional[str] = ..., weight: _Optional[int] = ..., guarantee: _Optional[_Union[ResourceList, _Mapping]] = ..., deserved: _Optional[_Union[ResourceList, _Mapping]] = ..., capability: _Optional[_Union[ResourceList, _Mapping]] = ..., priority: _Optional[int] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    default_time_limit_seconds: int
+    max_time_limit_seconds: int
+    def __init__(self, name: _Optional[str] = ..., parent: _Optional[str] = ..., weight: _Optional[int] = ..., guarantee: _Optional[_Union[ResourceList, _Mapping]] = ..., deserved: _Optional[_Union[ResourceList, _Mapping]] = ..., capability: _Optional[_Union[ResourceList, _Mapping]] = ..., priority: _Optional[int] = ..., reclaimable: _Optional[bool] = ..., state: _Optional[_Union[QueueState, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., default_time_limit_seconds: _Optional[int] = ..., max_time_limit_seconds: _Optional[int] = ...) -> None: ...
 
 class QueueView(_message.Message):
     __slots__ = ("queue", "allocated", "pending_jobs", "running_jobs")
@@ -405,7 +424,7 @@ class TYSchedulerPolicy(_message.Message):
     def __init__(self, job_queue_policy: _Optional[str] = ..., basic_policy: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("id", "namespace", "name", "queue", "priority", "priority_class", "min_member", "min_task_member", "min_resources", "task_groups", "preemptible", "sub_groups", "network_topology", "annotations", "tyjob", "owner")
+    __slots__ = ("id", "namespace", "name", "queue", "priority", "priority_class", "min_member", "min_task_member", "min_resources", "task_groups", "preemptible", "sub_groups", "network_topology", "annotations", "tyjob", "owner", "hold", "array", "depends_on", "array_job_id", "array_index", "time_limit_seconds")
     class MinTaskMemberEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -436,6 +455,12 @@ class JobSpec(_message.Message):
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
     TYJOB_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ARRAY_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TIME_LIMIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     id: str
     namespace: str
     name: str
@@ -452,7 +477,21 @@ class JobSpec(_message.Message):
     annotations: _containers.ScalarMap[str, str]
     tyjob: TYJob
     owner: str
-    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., priority_class: _Optional[str] = ..., min_member: _Optional[int] = ..., min_task_member: _Optional[_Mapping[str, int]] = ..., min_resources: _Optional[_Union[ResourceList, _Mapping]] = ..., task_groups: _Optional[_Iterable[_Union[TaskGroup, _Mapping]]] = ..., preemptible: _Optional[bool] = ..., sub_groups: _Optional[_Iterable[_Union[SubGroup, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., tyjob: _Optional[_Union[TYJob, _Mapping]] = ..., owner: _Optional[str] = ...) -> None: ...
+    hold: bool
+    array: str
+    depends_on: _containers.RepeatedCompositeFieldContainer[JobDependency]
+    array_job_id: str
+    array_index: int
+    time_limit_seconds: int
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., priority_class: _Optional[str] = ..., min_member: _Optional[int] = ..., min_task_member: _Optional[_Mapping[str, int]] = ..., min_resources: _Optional[_Union[ResourceList, _Mapping]] = ..., task_groups: _Optional[_Iterable[_Union[TaskGroup, _Mapping]]] = ..., preemptible: _Optional[bool] = ..., sub_groups: _Optional[_Iterable[_Union[SubGroup, _Mapping]]] = ..., network_topology: _Optional[_Union[NetworkTopology, _Mapping]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., tyjob: _Optional[_Union[TYJob, _Mapping]] = ..., owner: _Optional[str] = ..., hold: _Optional[bool] = ..., array: _Optional[str] = ..., depends_on: _Optional[_Iterable[_Union[JobDependency, _Mapping]]] = ..., array_job_id: _Optional[str] = ..., array_index: _Optional[int] = ..., time_limit_seconds: _Optional[int] = ...) -> None: ...
+
+class JobDependency(_message.Message):
+    __slots__ = ("job", "type")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    type: str
+    def __init__(self, job: _Optional[str] = ..., type: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("id", "job_id", "role", "index", "status", "node", "devices", "backend", "message", "exit_code", "gpu_group")
@@ -481,7 +520,7 @@ class Task(_message.Message):
     def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., backend: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., gpu_group: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("phase", "conditions", "pending", "running", "succeeded", "failed", "submit_time", "start_time", "finish_time", "stage", "schedule_state", "leader_restarts", "cancelled")
+    __slots__ = ("phase", "conditions", "pending", "running", "succeeded", "failed", "submit_time", "start_time", "finish_time", "stage", "schedule_state", "leader_restarts", "cancelled", "hold", "held_by", "requeue_count", "unknown")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
@@ -495,6 +534,10 @@ class JobStatus(_message.Message):
     SCHEDULE_STATE_FIELD_NUMBER: _ClassVar[int]
     LEADER_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
+    REQUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     phase: JobPhase
     conditions: _containers.RepeatedCompositeFieldContainer[Condition]
     pending: int
@@ -508,7 +551,11 @@ class JobStatus(_message.Message):
     schedule_state: str
     leader_restarts: int
     cancelled: int
-    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stage: _Optional[str] = ..., schedule_state: _Optional[str] = ..., leader_restarts: _Optional[int] = ..., cancelled: _Optional[int] = ...) -> None: ...
+    hold: str
+    held_by: str
+    requeue_count: int
+    unknown: int
+    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stage: _Optional[str] = ..., schedule_state: _Optional[str] = ..., leader_restarts: _Optional[int] = ..., cancelled: _Optional[int] = ..., hold: _Optional[str] = ..., held_by: _Optional[str] = ..., requeue_count: _Optional[int] = ..., unknown: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("spec", "status", "tasks")
@@ -538,14 +585,16 @@ class RegisterBackendRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RegisterBackendResponse(_message.Message):
-    __slots__ = ("name", "server_id", "last_decision_id")
+    __slots__ = ("name", "server_id", "last_decision_id", "heartbeat_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     server_id: str
     last_decision_id: int
-    def __init__(self, name: _Optional[str] = ..., server_id: _Optional[str] = ..., last_decision_id: _Optional[int] = ...) -> None: ...
+    heartbeat_seconds: float
+    def __init__(self, name: _Optional[str] = ..., server_id: _Optional[str] = ..., last_decision_id: _Optional[int] = ..., heartbeat_seconds: _Optional[float] = ...) -> None: ...
 
 class BackendTask(_message.Message):
     __slots__ = ("task_id", "node", "request", "status", "foreign_task", "devices", "gpu_fraction", "gpu_group")
@@ -650,8 +699,15 @@ class StreamDecisionsRequest(_message.Message):
     def __init__(self, backend: _Optional[str] = ..., after_decision_id: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class BindDecision(_message.Message):
-    __slots__ = ("task_id", "job_id", "node", "devices", "request", "command", "duration_seconds", "pipelined", "annotations", "gpu_fraction", "min_member", "gpu_group")
+    __slots__ = ("task_id", "job_id", "node", "devices", "request", "command", "duration_seconds", "pipelined", "annotations", "gpu_fraction", "min_member", "gpu_group", "env", "time_limit_seconds")
     class AnnotationsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -670,6 +726,8 @@ class BindDecision(_message.Message):
     GPU_FRACTION_FIELD_NUMBER: _ClassVar[int]
     MIN_MEMBER_FIELD_NUMBER: _ClassVar[int]
     GPU_GROUP_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    TIME_LIMIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     job_id: str
     node: str
@@ -682,7 +740,9 @@ class BindDecision(_message.Message):
     gpu_fraction: float
     min_member: int
     gpu_group: str
-    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., duration_seconds: _Optional[float] = ..., pipelined: _Optional[bool] = ..., annotations: _Optional[_Mapping[str, str]] = ..., gpu_fraction: _Optional[float] = ..., min_member: _Optional[int] = ..., gpu_group: _Optional[str] = ...) -> None: ...
+    env: _containers.ScalarMap[str, str]
+    time_limit_seconds: int
+    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., request: _Optional[_Union[ResourceList, _Mapping]] = ..., command: _Optional[_Iterable[str]] = ..., duration_seconds: _Optional[float] = ..., pipelined: _Optional[bool] = ..., annotations: _Optional[_Mapping[str, str]] = ..., gpu_fraction: _Optional[float] = ..., min_member: _Optional[int] = ..., gpu_group: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., time_limit_seconds: _Optional[int] = ...) -> None: ...
 
 class EvictDecision(_message.Message):
     __slots__ = ("task_id", "job_id", "node", "reason")
@@ -755,6 +815,20 @@ class AckDecisionsResponse(_message.Message):
     accepted: int
     def __init__(self, accepted: _Optional[int] = ...) -> None: ...
 
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("backend",)
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    backend: str
+    def __init__(self, backend: _Optional[str] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("resync", "heartbeat_seconds")
+    RESYNC_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    resync: bool
+    heartbeat_seconds: float
+    def __init__(self, resync: _Optional[bool] = ..., heartbeat_seconds: _Optional[float] = ...) -> None: ...
+
 class SubmitJobRequest(_message.Message):
     __slots__ = ("job",)
     JOB_FIELD_NUMBER: _ClassVar[int]
@@ -762,12 +836,14 @@ class SubmitJobRequest(_message.Message):
     def __init__(self, job: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
-    __slots__ = ("job", "created")
+    __slots__ = ("job", "created", "element_ids")
     JOB_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
+    ELEMENT_IDS_FIELD_NUMBER: _ClassVar[int]
     job: Job
     created: bool
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+    element_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ..., element_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetTaskLogsRequest(_message.Message):
     __slots__ = ("job_id", "task_id")
@@ -778,22 +854,148 @@ class GetTaskLogsRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
 
 class TaskLog(_message.Message):
-    __slots__ = ("task_id", "data", "truncated", "eof")
+    __slots__ = ("task_id", "data", "truncated", "eof", "dropped_bytes", "size")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     EOF_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     data: bytes
     truncated: bool
     eof: bool
-    def __init__(self, task_id: _Optional[str] = ..., data: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., eof: _Optional[bool] = ...) -> None: ...
+    dropped_bytes: int
+    size: int
+    def __init__(self, task_id: _Optional[str] = ..., data: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., eof: _Optional[bool] = ..., dropped_bytes: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
 
 class GetTaskLogsResponse(_message.Message):
     __slots__ = ("logs",)
     LOGS_FIELD_NUMBER: _ClassVar[int]
     logs: _containers.RepeatedCompositeFieldContainer[TaskLog]
     def __init__(self, logs: _Optional[_Iterable[_Union[TaskLog, _Mapping]]] = ...) -> None: ...
+
+class WatchTaskLogsRequest(_message.Message):
+    __slots__ = ("job_id", "task_id", "offsets")
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    offsets: _containers.ScalarMap[str, int]
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., offsets: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class TaskLogEvent(_message.Message):
+    __slots__ = ("task_id", "data", "offset", "dropped_bytes", "eof")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EOF_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    data: bytes
+    offset: int
+    dropped_bytes: int
+    eof: bool
+    def __init__(self, task_id: _Optional[str] = ..., data: _Optional[bytes] = ..., offset: _Optional[int] = ..., dropped_bytes: _Optional[int] = ..., eof: _Optional[bool] = ...) -> None: ...
+
+class ListJobHistoryRequest(_message.Message):
+    __slots__ = ("queue", "owner", "phases", "finished_after", "finished_before", "page_size", "page_token", "namespace")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    PHASES_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AFTER_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    owner: str
+    phases: _containers.RepeatedScalarFieldContainer[JobPhase]
+    finished_after: _timestamp_pb2.Timestamp
+    finished_before: _timestamp_pb2.Timestamp
+    page_size: int
+    page_token: str
+    namespace: str
+    def __init__(self, queue: _Optional[str] = ..., owner: _Optional[str] = ..., phases: _Optional[_Iterable[_Union[JobPhase, str]]] = ..., finished_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class JobAccounting(_message.Message):
+    __slots__ = ("job_id", "name", "namespace", "queue", "owner", "phase", "submit_time", "start_time", "finish_time", "elapsed_seconds", "tasks", "succeeded", "failed", "cancelled", "requested", "used", "exit_codes", "reason", "requeue_count")
+    class RequestedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class UsedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class ExitCodesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODES_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    namespace: str
+    queue: str
+    owner: str
+    phase: JobPhase
+    submit_time: _timestamp_pb2.Timestamp
+    start_time: _timestamp_pb2.Timestamp
+    finish_time: _timestamp_pb2.Timestamp
+    elapsed_seconds: float
+    tasks: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    requested: _containers.ScalarMap[str, float]
+    used: _containers.ScalarMap[str, float]
+    exit_codes: _containers.ScalarMap[int, int]
+    reason: str
+    requeue_count: int
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., namespace: _Optional[str] = ..., queue: _Optional[str] = ..., owner: _Optional[str] = ..., phase: _Optional[_Union[JobPhase, str]] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., elapsed_seconds: _Optional[float] = ..., tasks: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., cancelled: _Optional[int] = ..., requested: _Optional[_Mapping[str, float]] = ..., used: _Optional[_Mapping[str, float]] = ..., exit_codes: _Optional[_Mapping[int, int]] = ..., reason: _Optional[str] = ..., requeue_count: _Optional[int] = ...) -> None: ...
+
+class ListJobHistoryResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobAccounting]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[JobAccounting, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class SubmitJobsRequest(_message.Message):
     __slots__ = ("jobs",)
@@ -814,10 +1016,38 @@ class CancelJobRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class CancelJobResponse(_message.Message):
-    __slots__ = ("job",)
+    __slots__ = ("job", "element_ids")
     JOB_FIELD_NUMBER: _ClassVar[int]
+    ELEMENT_IDS_FIELD_NUMBER: _ClassVar[int]
     job: Job
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+    element_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., element_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class HoldJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ReleaseJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class RequeueJobRequest(_message.Message):
+    __slots__ = ("id", "hold")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    hold: bool
+    def __init__(self, id: _Optional[str] = ..., hold: _Optional[bool] = ...) -> None: ...
+
+class JobControlResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
     __slots__ = ("id",)

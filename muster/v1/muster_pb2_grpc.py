@@ -68,6 +68,11 @@ class SchedulerStub:
                 request_serializer=muster_dot_v1_dot_muster__pb2.AckDecisionsRequest.SerializeToString,
                 response_deserializer=muster_dot_v1_dot_muster__pb2.AckDecisionsResponse.FromString,
                 _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/muster.v1.Scheduler/Heartbeat',
+                request_serializer=muster_dot_v1_dot_muster__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=muster_dot_v1_dot_muster__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
         self.SubmitJob = channel.unary_unary(
                 '/muster.v1.Scheduler/SubmitJob',
                 request_serializer=muster_dot_v1_dot_muster__pb2.SubmitJobRequest.SerializeToString,
@@ -82,6 +87,16 @@ class SchedulerStub:
                 '/muster.v1.Scheduler/GetTaskLogs',
                 request_serializer=muster_dot_v1_dot_muster__pb2.GetTaskLogsRequest.SerializeToString,
                 response_deserializer=muster_dot_v1_dot_muster__pb2.GetTaskLogsResponse.FromString,
+                _registered_method=True)
+        self.WatchTaskLogs = channel.unary_stream(
+                '/muster.v1.Scheduler/WatchTaskLogs',
+                request_serializer=muster_dot_v1_dot_muster__pb2.WatchTaskLogsRequest.SerializeToString,
+                response_deserializer=muster_dot_v1_dot_muster__pb2.TaskLogEvent.FromString,
+                _registered_method=True)
+        self.ListJobHistory = channel.unary_unary(
+                '/muster.v1.Scheduler/ListJobHistory',
+                request_serializer=muster_dot_v1_dot_muster__pb2.ListJobHistoryRequest.SerializeToString,
+                response_deserializer=muster_dot_v1_dot_muster__pb2.ListJobHistoryResponse.FromString,
                 _registered_method=True)
         self.CancelJob = channel.unary_unary(
                 '/muster.v1.Scheduler/CancelJob',
@@ -107,6 +122,21 @@ class SchedulerStub:
                 '/muster.v1.Scheduler/Explain',
                 request_serializer=muster_dot_v1_dot_muster__pb2.ExplainRequest.SerializeToString,
                 response_deserializer=muster_dot_v1_dot_muster__pb2.ExplainResponse.FromString,
+                _registered_method=True)
+        self.HoldJob = channel.unary_unary(
+                '/muster.v1.Scheduler/HoldJob',
+                request_serializer=muster_dot_v1_dot_muster__pb2.HoldJobRequest.SerializeToString,
+                response_deserializer=muster_dot_v1_dot_muster__pb2.JobControlResponse.FromString,
+                _registered_method=True)
+        self.ReleaseJob = channel.unary_unary(
+                '/muster.v1.Scheduler/ReleaseJob',
+                request_serializer=muster_dot_v1_dot_muster__pb2.ReleaseJobRequest.SerializeToString,
+                response_deserializer=muster_dot_v1_dot_muster__pb2.JobControlResponse.FromString,
+                _registered_method=True)
+        self.RequeueJob = channel.unary_unary(
+                '/muster.v1.Scheduler/RequeueJob',
+                request_serializer=muster_dot_v1_dot_muster__pb2.RequeueJobRequest.SerializeToString,
+                response_deserializer=muster_dot_v1_dot_muster__pb2.JobControlResponse.FromString,
                 _registered_method=True)
         self.CreateQueue = channel.unary_unary(
                 '/muster.v1.Scheduler/CreateQueue',
@@ -200,6 +230,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Heartbeat(self, request, context):
+        """Liveness: the backend is alive (leader only, like every backend RPC).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SubmitJob(self, request, context):
         """Jobs.
         """
@@ -215,6 +252,20 @@ class SchedulerServicer:
 
     def GetTaskLogs(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchTaskLogs(self, request, context):
+        """Follow task output: what the server keeps, then new output as it arrives, until the task ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobHistory(self, request, context):
+        """Finished jobs (memory and the store's archive) with their accounting, paged.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -244,6 +295,25 @@ class SchedulerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Explain(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HoldJob(self, request, context):
+        """Job control: the job's owner, or a caller with the cancel right in its queue.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RequeueJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -340,6 +410,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     request_deserializer=muster_dot_v1_dot_muster__pb2.AckDecisionsRequest.FromString,
                     response_serializer=muster_dot_v1_dot_muster__pb2.AckDecisionsResponse.SerializeToString,
             ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=muster_dot_v1_dot_muster__pb2.HeartbeatRequest.FromString,
+                    response_serializer=muster_dot_v1_dot_muster__pb2.HeartbeatResponse.SerializeToString,
+            ),
             'SubmitJob': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitJob,
                     request_deserializer=muster_dot_v1_dot_muster__pb2.SubmitJobRequest.FromString,
@@ -354,6 +429,16 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.GetTaskLogs,
                     request_deserializer=muster_dot_v1_dot_muster__pb2.GetTaskLogsRequest.FromString,
                     response_serializer=muster_dot_v1_dot_muster__pb2.GetTaskLogsResponse.SerializeToString,
+            ),
+            'WatchTaskLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTaskLogs,
+                    request_deserializer=muster_dot_v1_dot_muster__pb2.WatchTaskLogsRequest.FromString,
+                    response_serializer=muster_dot_v1_dot_muster__pb2.TaskLogEvent.SerializeToString,
+            ),
+            'ListJobHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobHistory,
+                    request_deserializer=muster_dot_v1_dot_muster__pb2.ListJobHistoryRequest.FromString,
+                    response_serializer=muster_dot_v1_dot_muster__pb2.ListJobHistoryResponse.SerializeToString,
             ),
             'CancelJob': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelJob,
@@ -379,6 +464,21 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.Explain,
                     request_deserializer=muster_dot_v1_dot_muster__pb2.ExplainRequest.FromString,
                     response_serializer=muster_dot_v1_dot_muster__pb2.ExplainResponse.SerializeToString,
+            ),
+            'HoldJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldJob,
+                    request_deserializer=muster_dot_v1_dot_muster__pb2.HoldJobRequest.FromString,
+                    response_serializer=muster_dot_v1_dot_muster__pb2.JobControlResponse.SerializeToString,
+            ),
+            'ReleaseJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseJob,
+                    request_deserializer=muster_dot_v1_dot_muster__pb2.ReleaseJobRequest.FromString,
+                    response_serializer=muster_dot_v1_dot_muster__pb2.JobControlResponse.SerializeToString,
+            ),
+            'RequeueJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequeueJob,
+                    request_deserializer=muster_dot_v1_dot_muster__pb2.RequeueJobRequest.FromString,
+                    response_serializer=muster_dot_v1_dot_muster__pb2.JobControlResponse.SerializeToString,
             ),
             'CreateQueue': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateQueue,
@@ -603,6 +703,33 @@ class Scheduler:
             _registered_method=True)
 
     @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/muster.v1.Scheduler/Heartbeat',
+            muster_dot_v1_dot_muster__pb2.HeartbeatRequest.SerializeToString,
+            muster_dot_v1_dot_muster__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def SubmitJob(request,
             target,
             options=(),
@@ -673,6 +800,60 @@ class Scheduler:
             '/muster.v1.Scheduler/GetTaskLogs',
             muster_dot_v1_dot_muster__pb2.GetTaskLogsRequest.SerializeToString,
             muster_dot_v1_dot_muster__pb2.GetTaskLogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTaskLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/muster.v1.Scheduler/WatchTaskLogs',
+            muster_dot_v1_dot_muster__pb2.WatchTaskLogsRequest.SerializeToString,
+            muster_dot_v1_dot_muster__pb2.TaskLogEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/muster.v1.Scheduler/ListJobHistory',
+            muster_dot_v1_dot_muster__pb2.ListJobHistoryRequest.SerializeToString,
+            muster_dot_v1_dot_muster__pb2.ListJobHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -808,6 +989,87 @@ class Scheduler:
             '/muster.v1.Scheduler/Explain',
             muster_dot_v1_dot_muster__pb2.ExplainRequest.SerializeToString,
             muster_dot_v1_dot_muster__pb2.ExplainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/muster.v1.Scheduler/HoldJob',
+            muster_dot_v1_dot_muster__pb2.HoldJobRequest.SerializeToString,
+            muster_dot_v1_dot_muster__pb2.JobControlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/muster.v1.Scheduler/ReleaseJob',
+            muster_dot_v1_dot_muster__pb2.ReleaseJobRequest.SerializeToString,
+            muster_dot_v1_dot_muster__pb2.JobControlResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequeueJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/muster.v1.Scheduler/RequeueJob',
+            muster_dot_v1_dot_muster__pb2.RequeueJobRequest.SerializeToString,
+            muster_dot_v1_dot_muster__pb2.JobControlResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -37,6 +37,8 @@ from server.service.api.handlers import add_scheduler_service
 from server.service.auth import Policy
 from server.service.decisions import DecisionLog
 from server.service.errors import DomainError
+from server.service.liveness import DEFAULT_NODE_GRACE, DEFAULT_TASK_EVICTION, Liveness
+from server.service.logs import PER_TASK
 from server.service.loop import ConfigManager, CycleLoop
 from server.service.observability import Telemetry
 from server.service.observability.dashboard import DashboardServer
@@ -69,7 +71,12 @@ class ServerOptions:
         "process"  # where the core runs: "process" (API never waits on it) or "thread"
     )
     bind_timeout: float = 30.0  # seconds a backend has to ack a bind before it expires
+    # Dead backends (docs/operations.md): seconds without any RPC from a backend before its nodes
+    # are NotReady and its tasks Unknown, and seconds after that before those tasks are lost.
+    node_grace_period: float = DEFAULT_NODE_GRACE
+    task_eviction_timeout: float = DEFAULT_TASK_EVICTION
     job_retention: float = 600.0  # seconds a finished job stays in memory (then: from the store)
+    task_log_limit: int = PER_TASK  # bytes of task output kept per task (oldest dropped)
     expire_interval: float | None = None  # how often deadlines are checked; None: derived
     shutdown_grace: float = 2.0
     max_message_bytes: int = transport.MAX_MESSAGE_BYTES
@@ -142,14 +149,20 @@ class MusterServer:
                 DecisionLog(bind_timeout=opts.bind_timeout),
                 retention=opts.job_retention,
                 archive=store,
+                liveness=Liveness(opts.node_grace_period, opts.task_eviction_timeout),
             )
             cluster.restore(stored)
+            cluster.task_logs.per_task = opts.task_log_limit
+            if not isinstance(store, PostgresStore):  # a replica starts the clocks when it leads
+                cluster.start_liveness()
             configs = ConfigManager(
                 opts.config_path,
                 stored_yaml=stored.meta.get("config_yaml"),
                 generation=int(stored.meta.get("config_generation", 0)),
             )
-            expire_interval = opts.expire_interval or max(0.05, min(1.0, opts.bind_timeout / 4))
+            expire_interval = opts.expire_interval or max(
+                0.05, min(1.0, opts.bind_timeout / 4, opts.node_grace_period / 4)
+            )
             loop = CycleLoop(
                 cluster,
                 writer,

@@ -16,13 +16,16 @@ import anyio
 
 from server import model
 from server.model import OCCUPYING, CycleResult, PodGroupPhase, TaskStatus
-from server.service.records import ConditionRecord, JobRecord, TaskRecord
+from server.service.records import ConditionRecord, JobRecord, JobStatusRecord, TaskRecord
 from server.service.snapshot import Capture
 from server.service.state import PLACED, ClusterState
 
 # Decisions applied per event-loop turn. Each job's part of a result is applied whole (the gang
 # checks are per job), so splitting by job keeps apply's all-or-nothing guarantees.
 APPLY_CHUNK = 250
+
+# The conditions a cycle decides (the others: Ended, Quarantined, are set elsewhere).
+SCHEDULED, UNSCHEDULABLE, UNSATISFIABLE = "Scheduled", "Unschedulable", "Unsatisfiable"
 
 
 @dataclass
@@ -115,7 +118,8 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
     held = _held_devices(state) if result.bind_devices else {}
     for job_id, binds in binds_by_job.items():
         job = state.jobs[job_id]
-        ok = captured.get(job_id, (None,))[0] is job and job.active
+        # (held since the capture: a held job is placed by no cycle, server.service.control)
+        ok = captured.get(job_id, (None,))[0] is job and job.active and not job.status.hold
         for rec, node in binds if ok else ():
             entry = state.nodes.get(node)
             devices = result.bind_devices.get(rec.uid, ())
@@ -164,7 +168,12 @@ def apply(state: ClusterState, capture: Capture, result: CycleResult) -> ApplySt
         outcomes.setdefault(job_id, model.JobOutcome(PodGroupPhase.RUNNING))
     for job_id, outcome in outcomes.items():
         current = state.jobs.get(job_id)
-        if current is None or captured.get(job_id, (None,))[0] is not current or not current.active:
+        if (
+            current is None
+            or captured.get(job_id, (None,))[0] is not current
+            or not current.active
+            or current.status.hold  # its Held condition and explanation stand
+        ):
             continue
         _record_outcome(state, current, outcome, cycle_id, now, placed=job_id in bound_jobs)
         if job_id not in touched:  # (a touched job's phase is refreshed just below)
@@ -188,6 +197,48 @@ def _held_devices(state: ClusterState) -> dict[str, set[str]]:
     return held
 
 
+def _scheduling_conditions(
+    st: JobStatusRecord, outcome: model.JobOutcome, cycle_id: int, placed: bool
+) -> list[model.Condition]:
+    """The conditions to record from a cycle's outcome. A cycle reports only what holds; stored
+    conditions are kept Kubernetes-style: one that stopped holding turns False rather than
+    lingering, and Scheduled and Unschedulable are never True at once.
+
+    * Once the job's gang is placed (bound this cycle, reported Scheduled, or ready with nothing
+      holding it back): Scheduled holds, and Unschedulable turns False (reason Placed). One the
+      cycle reported is about tasks beyond the gang's minimum: False too, its message kept.
+    * A job reported Unschedulable whose gang is not placed: a Scheduled that held turns False
+      (its gang came apart).
+    * Unsatisfiable holds only while a cycle reports it."""
+    reported = {c.type: c for c in outcome.conditions if c.status == "True"}
+    stored = {c.type: c.status for c in st.conditions}
+    held = {kind for kind, status in stored.items() if status == "True"}
+    out = [c for c in outcome.conditions if c.type != UNSCHEDULABLE]
+    exp = outcome.explanation
+    gang_placed = placed or SCHEDULED in reported or (exp is not None and exp.gate == "none")
+    waits = reported.get(UNSCHEDULABLE)
+    if gang_placed:
+        if placed and SCHEDULED not in reported:
+            out.append(
+                model.Condition(SCHEDULED, "True", "Placed", f"tasks bound in cycle {cycle_id}")
+            )
+        elif SCHEDULED not in reported and SCHEDULED not in held:
+            out.append(model.Condition(SCHEDULED, "True", "Placed", "the gang is placed"))
+        if waits is not None:  # about the tasks beyond the gang's minimum
+            more = f"the gang is placed; tasks beyond its minimum wait: {waits.message}"
+            out.append(model.Condition(UNSCHEDULABLE, "False", "Placed", more))
+        elif UNSCHEDULABLE in held or (placed and UNSCHEDULABLE not in stored):
+            out.append(model.Condition(UNSCHEDULABLE, "False", "Placed", ""))
+    else:
+        if waits is not None:
+            out.append(waits)
+        if waits is not None and SCHEDULED in held:
+            out.append(model.Condition(SCHEDULED, "False", UNSCHEDULABLE, "the gang is not placed"))
+    if UNSATISFIABLE in held and UNSATISFIABLE not in reported:
+        out.append(model.Condition(UNSATISFIABLE, "False", "Fits", ""))
+    return out
+
+
 def _record_outcome(
     state: ClusterState,
     job: JobRecord,
@@ -207,21 +258,7 @@ def _record_outcome(
     st.sched_phase = outcome.phase
     if outcome.schedule_state:
         st.schedule_state = outcome.schedule_state
-    conditions = list(outcome.conditions)
-    # "Can never run on this cluster" is its own condition, apart from waiting for room or a queue.
-    exp = outcome.explanation
-    if exp is not None and exp.gate == "unsatisfiable":
-        conditions.append(
-            model.Condition("Unsatisfiable", "True", "RequestExceedsEveryNode", exp.summary)
-        )
-    elif any(c.type == "Unsatisfiable" and c.status == "True" for c in st.conditions):
-        conditions.append(model.Condition("Unsatisfiable", "False", "Fits", ""))
-    if placed and not any(c.type == "Scheduled" for c in conditions):
-        conditions.append(
-            model.Condition("Scheduled", "True", "Placed", f"tasks bound in cycle {cycle_id}")
-        )
-        if not any(c.type == "Unschedulable" for c in conditions):
-            conditions.append(model.Condition("Unschedulable", "False", "Placed", ""))
+    conditions = _scheduling_conditions(st, outcome, cycle_id, placed)
     for cond in conditions:
         old = next((c for c in st.conditions if c.type == cond.type), None)
         if old is not None and (old.status, old.reason, old.message) == (

@@ -278,13 +278,13 @@ def node_to_model(node: pb.Node, backend: str, allocatable: dict[str, float]) ->
 
 
 def queue_to_model(queue: pb.Queue) -> model.QueueSpec:
-    """A normalized pb.Queue read back from the store -> model.QueueSpec ("-1" capability =
-    unlimited, i.e. +inf). A queue stored by an earlier version with a quantity beyond today's
+    """A normalized pb.Queue read back from the store -> model.QueueSpec ("-1" guarantee, deserved
+    or capability = unlimited, i.e. +inf). A queue stored by an earlier version with a quantity beyond today's
     bound gets the bound instead."""
     ignored: list[str] = []
     return _queue_model(
         queue,
-        _resources("queue.guarantee", queue.guarantee, ignored),
+        _resources("queue.guarantee", queue.guarantee, ignored, unlimited=True),
         _resources("queue.deserved", queue.deserved, ignored, unlimited=True),
         _resources("queue.capability", queue.capability, ignored, unlimited=True),
     )

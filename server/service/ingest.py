@@ -1,9 +1,11 @@
-"""What backends tell the server: registration, snapshots, deltas, acknowledgements, and the expiry
-of binds nobody acknowledged.
+"""What backends tell the server: registration, snapshots, deltas, acknowledgements, heartbeats,
+the expiry of binds nobody acknowledged, and what a backend's silence changes.
 
 Each function validates its whole request first (``DomainError`` naming the field) and only then
 changes the ``ClusterState``, through its transitions; it calls ``state.on_change()`` when a cycle
-might now do something new.
+might now do something new. Every call of a registered backend is contact (``contact``): one
+declared silent is back (``server.service.liveness``) before its request is looked at, whether
+the request is then accepted or not.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from server.service import convert, validate
 from server.service.decisions import DECISION_BUFFER
 from server.service.errors import already_exists, invalid, not_found, precondition
 from server.service.logs import MAX_CHUNK
-from server.service.records import BackendRecord, ForeignTask, JobRecord, NodeEntry
-from server.service.state import ON_BACKEND, ClusterState
+from server.service.records import BackendRecord, ForeignTask, JobRecord, NodeEntry, TaskRecord
+from server.service.state import ON_BACKEND, PLACED, ClusterState
+
+# A task on its node (placed, or being released from it).
+HELD = frozenset({*PLACED, TaskStatus.RELEASING})
 
 log = structlog.get_logger("muster.ingest")
 
@@ -40,12 +45,88 @@ def register_backend(
     else:
         rec.kind, rec.labels = req.kind, dict(req.labels)
     state.changes.backends.add(req.name)
+    contact(state, req.name)
     return pb.RegisterBackendResponse(
-        name=req.name, server_id=state.server_id, last_decision_id=rec.last_decision_id
+        name=req.name,
+        server_id=state.server_id,
+        last_decision_id=rec.last_decision_id,
+        heartbeat_seconds=state.liveness.heartbeat_seconds,
     )
 
 
+def contact(state: ClusterState, backend: str) -> None:
+    """``backend`` (registered) was heard from: a backend declared silent is back."""
+    _contact, silent_for = state.liveness.heard(backend)
+    if silent_for is not None:
+        state.backend_back(backend, silent_for)
+
+
+def heartbeat(state: ClusterState, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
+    """The backend is alive; ``resync`` asks one that was declared silent for a SyncSnapshot."""
+    require_backend(state, req.backend)
+    lv = state.liveness
+    return pb.HeartbeatResponse(
+        resync=lv.contact_of(req.backend).resync, heartbeat_seconds=lv.heartbeat_seconds
+    )
+
+
+def check_liveness(state: ClusterState) -> int:
+    """Declare silent the backends not heard from for the grace period, and lost the tasks of
+    those silent for the eviction timeout since. Returns how many backends changed standing."""
+    lv = state.liveness
+    now = lv.clock()
+    changed = 0
+    for name in list(state.backends):
+        c = lv.contact_of(name)
+        if c.silent_since is None:
+            if now - c.last >= lv.grace:
+                c.silent_since = now
+                state.backend_silent(name, now - c.last)
+                changed += 1
+        elif not c.lost and now - c.silent_since >= lv.eviction:
+            c.lost = True
+            state.backend_lost(name, now - c.last)
+            changed += 1
+    return changed
+
+
+def _stale_copy(state: ClusterState, backend: str, rec: TaskRecord, node: str, status: int) -> bool:
+    """Whether a report of ``rec`` from ``backend`` is about a copy declared lost there (its
+    backend was silent past the eviction timeout) rather than about the task as it is now. Such a
+    report changes nothing; a copy still running is stopped (one eviction), a copy that ended is
+    forgotten."""
+    lv = state.liveness
+    lost = lv.lost.get(rec.uid)
+    if lost is None or lost[0] != backend or (node and node != lost[1]):
+        return False
+    where = lost[1]
+    if rec.backend == backend and rec.node == where and rec.status in HELD:
+        del lv.lost[rec.uid]  # placed on that very node again: its reports are the new copy's
+        return False
+    running = status in (pb.TASK_STATUS_BOUND, pb.TASK_STATUS_RUNNING)
+    if not running:
+        del lv.lost[rec.uid]  # the copy ended
+    elif not any(
+        p.row.kind == "evict" and p.row.backend == backend
+        for p in state.decisions.pending_for_task(rec.uid)
+    ):
+        state.issue(
+            backend,
+            0,
+            rec.uid,
+            evict=pb.EvictDecision(task_id=rec.uid, job_id=rec.job_id, node=where, reason="lost"),
+        )
+        log.info("task.stale_copy", backend=backend, task=rec.uid, node=where, stopping=True)
+    return True
+
+
+def _placed_elsewhere(rec: TaskRecord, backend: str) -> bool:
+    """``rec`` is on another backend's node: what ``backend`` says of it is not about it."""
+    return bool(rec.backend) and rec.backend != backend and rec.status in HELD
+
+
 def require_backend(state: ClusterState, name: str, path: str = "backend") -> BackendRecord:
+    """The registered backend ``name``, whose call this is: contact (``contact``)."""
     if not name:
         raise invalid(f"{path}: must not be empty")
     rec = state.backends.get(name)
@@ -53,6 +134,7 @@ def require_backend(state: ClusterState, name: str, path: str = "backend") -> Ba
         raise precondition(
             f"{path}: backend {name!r} is not registered; call RegisterBackend first"
         )
+    contact(state, name)
     return rec
 
 
@@ -107,6 +189,9 @@ def sync_snapshot(state: ClusterState, req: pb.SyncSnapshotRequest) -> pb.SyncSn
             if task.status not in (pb.TASK_STATUS_SUCCEEDED, pb.TASK_STATUS_FAILED):
                 _put_foreign(state, backend, task, request)
             continue
+        status = task.status or pb.TASK_STATUS_RUNNING
+        if _stale_copy(state, backend, rec, task.node, status) or _placed_elsewhere(rec, backend):
+            continue
         touched.add(rec.job_id)
         state.report_task(rec, task.status or pb.TASK_STATUS_RUNNING, task.node, backend, "", 0)
         gpu_group, devices = shared_gpu(task.gpu_group, task.devices, task.gpu_fraction)
@@ -118,6 +203,8 @@ def sync_snapshot(state: ClusterState, req: pb.SyncSnapshotRequest) -> pb.SyncSn
             continue
         touched.add(rec.job_id)
         state.task_gone(rec, f"lost: not reported by backend {backend} at sync")
+    state.liveness.forget_lost(backend, keep=reported)  # copies it did not report are gone
+    state.liveness.contact_of(backend).resync = False
     for job_id in touched:
         state.after_task_change(state.jobs[job_id])
     log.info("backend.synced", backend=backend, nodes=len(new_nodes), tasks=len(reported))
@@ -194,6 +281,7 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
                 raise invalid(
                     f"{path}.data: {len(chunk.data):,} bytes exceed the limit of {MAX_CHUNK:,} per chunk"
                 )
+            state.task_logs.prepare(chunk.task_id)  # its index read now: the apply cannot fail
             parsed.append(None)
         else:  # foreign_task_removed: idempotent
             if not delta.foreign_task_removed:
@@ -214,6 +302,10 @@ def send_deltas(state: ClusterState, req: pb.SendDeltasRequest) -> pb.SendDeltas
         elif kind == "task_status":
             upd = delta.task_status
             rec = state.tasks[upd.task_id]
+            if _stale_copy(state, backend, rec, upd.node, upd.status) or _placed_elsewhere(
+                rec, backend
+            ):
+                continue
             state.report_task(
                 rec, upd.status, upd.node or rec.node, backend, upd.message, upd.exit_code
             )
@@ -334,6 +426,8 @@ def ack(
                 )
         elif rec.status == TaskStatus.RELEASING and rec.node == node:
             state.released(rec)
+        elif state.liveness.lost.get(rec.uid) == (req.backend, node) and a.applied:
+            del state.liveness.lost[rec.uid]  # a stale copy (_stale_copy) is stopped
         job = state.task_job[rec.uid]
         touched[job.id] = job
     for job in touched.values():  # once per job, however many of its tasks were acked
@@ -367,11 +461,13 @@ def _late_bind(state: ClusterState, decision: pb.Decision) -> None:
         return  # already re-placed on that very node
     job = state.task_job[rec.uid]
     node = state.nodes.get(bind.node)
+    lost = state.liveness.lost.get(rec.uid)
     if (
         rec.status == TaskStatus.PENDING
         and job.active
         and node is not None
         and node.spec.backend == decision.backend
+        and (lost is None or lost[0] != decision.backend)  # a copy declared lost: stop it
     ):
         rec.status = TaskStatus.BOUND
         rec.node = bind.node
@@ -381,7 +477,9 @@ def _late_bind(state: ClusterState, decision: pb.Decision) -> None:
         rec.message = "bind acknowledged after its deadline; kept"
         state.changes.tasks.add(rec.uid)
         state.after_task_change(job)
-    else:  # placed elsewhere meanwhile (or the job is over): undo the late bind
+    else:  # placed elsewhere meanwhile (or the job is over, or it was lost): undo the late bind
+        if lost is not None and lost[0] == decision.backend:
+            del state.liveness.lost[rec.uid]  # this eviction stops that copy
         state.issue(
             decision.backend,
             decision.cycle_id,
@@ -402,9 +500,11 @@ def expire(state: ClusterState, now: float | None = None) -> int:
         rec = state.tasks.get(p.row.task_id)
         if (
             rec is not None
-            and rec.status == TaskStatus.BINDING
+            # (Unknown: bound to a backend gone silent before it acknowledged)
+            and rec.status in (TaskStatus.BINDING, TaskStatus.UNKNOWN)
             and rec.node == p.decision.bind.node
         ):
+            state.liveness.held.pop(rec.uid, None)
             state.to_pending(
                 rec, f"bind expired: {p.row.backend} did not ack decision {p.row.id} in time"
             )

@@ -2,11 +2,14 @@
 when a task fails, when the job's phase follows its tasks and when the job ends.
 
 A plain job is a gang (``GangLifecycle``): its phase is ``muster.gang.gang_phase`` of its gang
-minimum; when it fails its placed tasks are stopped. A TY-Arranger TYJob
+minimum; when it ends its placed tasks are stopped. A TY-Arranger TYJob
 (``TYArrangerLifecycle``) is a Leader and workers: a failed Leader starts again while its
-``restartLimit`` allows, the Leader's success or its last failure ends the job, ``cleanPodPolicy``
-decides whether the job's pods are stopped when it ends, and no task of an ended TYJob stays
-Pending. ``lifecycle_of`` picks the rules by the job's kind.
+``restartLimit`` allows, the Leader's success or its last failure ends the job, and
+``cleanPodPolicy`` decides whether the job's pods are stopped when it ends. Of either kind, no
+task of an ended job stays Pending (those that never ran are Cancelled, ``not run: the job
+failed``) and a task stopped by the job's end is Cancelled once its eviction is acknowledged
+(``stopped: the job failed``): only a task that failed itself is Failed. ``lifecycle_of`` picks
+the rules by the job's kind.
 
 The rules read and decide; the state applies what they decide (and notes the change for the
 store). Only ``restart`` changes anything itself: it counts the restart on the job's status.
@@ -20,6 +23,7 @@ from typing import Protocol
 import structlog
 
 from muster.gang import GangPhase, gang_phase
+from muster.timelimit import TIME_LIMIT_REASON, format_time_limit, is_time_limit
 from muster.v1 import muster_pb2 as pb
 from server.model import ALLOCATED, PodGroupPhase, TaskStatus
 from server.service.records import JobRecord, TaskRecord
@@ -74,7 +78,8 @@ class GangLifecycle:
         gang = gang_phase(
             job.min_member,
             tasks=len(job.tasks),
-            placed=sum(counts[s] for s in ALLOCATED),
+            # An Unknown task (its backend silent) still holds its place until it is lost.
+            placed=sum(counts[s] for s in ALLOCATED) + counts[TaskStatus.UNKNOWN],
             succeeded=counts[TaskStatus.SUCCEEDED],
             failed=counts[TaskStatus.FAILED],
         )
@@ -91,10 +96,14 @@ class GangLifecycle:
         return False
 
     def stopped(self, job: JobRecord, task: TaskRecord) -> tuple[TaskStatus, str]:
-        return TaskStatus.FAILED, task.message
+        # Stopped by the job's end, not by a failure of its own: not Failed.
+        return TaskStatus.CANCELLED, f"stopped: the job {_ended(job)}"
 
     def unrun(self, job: JobRecord, task: TaskRecord, why: str) -> tuple[TaskStatus, str] | None:
-        return None  # they stay Pending, as a plain job's always have
+        # No task stays Pending in an ended job: it never runs now.
+        if why:
+            return TaskStatus.CANCELLED, f"{why} (after the job {_ended(job)})"
+        return TaskStatus.CANCELLED, f"not run: the job {_ended(job)}"
 
     def summary(self, job: JobRecord, phase: int) -> str:
         return ended_summary(job, phase)
@@ -113,8 +122,8 @@ class TYArrangerLifecycle(GangLifecycle):
 
     def restart(self, job: JobRecord, task: TaskRecord, message: str, exit_code: int) -> str | None:
         ty = job.spec.tyjob
-        if task.role != ty.leader_role or not job.active:
-            return None
+        if task.role != ty.leader_role or not job.active or is_time_limit(message):
+            return None  # (a Leader that reached the job's time limit is not started again)
         if job.status.leader_restarts >= ty.restart_limit:
             return None
         job.status.leader_restarts += 1
@@ -129,15 +138,6 @@ class TYArrangerLifecycle(GangLifecycle):
 
     def keeps_pods(self, job: JobRecord) -> bool:
         return job.spec.tyjob.clean_pod_policy == "None"
-
-    def stopped(self, job: JobRecord, task: TaskRecord) -> tuple[TaskStatus, str]:
-        # Stopped by the job's end, not by a failure of its own: not Failed.
-        return TaskStatus.CANCELLED, f"stopped: the job {_ended(job)}"
-
-    def unrun(self, job: JobRecord, task: TaskRecord, why: str) -> tuple[TaskStatus, str] | None:
-        if why:
-            return TaskStatus.CANCELLED, f"{why} (after the job {_ended(job)})"
-        return TaskStatus.CANCELLED, f"not run: the job {_ended(job)}"
 
     def summary(self, job: JobRecord, phase: int) -> str:
         """Names what ended the job: "Leader j/leader-0 succeeded; 2 workers stopped", "Leader
@@ -207,6 +207,8 @@ def _ended(job: JobRecord) -> str:
 
 def _failure(t: TaskRecord) -> str:
     """How a failed task failed: its exit code and its backend's message, as far as known."""
+    if is_time_limit(t.message):  # "time limit 2m reached": the exit code is the kill's
+        return t.message.removeprefix(f"{TIME_LIMIT_REASON}:").strip()
     code = f"exit code {t.exit_code}" if t.exit_code else ""
     if code and t.message and code not in t.message:
         return f"{code}: {t.message}"
@@ -240,6 +242,10 @@ def ended_summary(job: JobRecord, phase: int) -> str:
         return f"{counts[TaskStatus.SUCCEEDED]}/{n} tasks succeeded"
     parts = []
     for t in failed[:3]:
+        if is_time_limit(t.message):
+            limit = format_time_limit(job.spec.time_limit_seconds)
+            parts.append(f"task {t.uid} reached its time limit ({limit})")
+            continue
         why = t.message or (f"exit code {t.exit_code}" if t.exit_code else "failed")
         parts.append(f"task {t.uid} failed ({why})")
     if len(failed) > 3:
@@ -248,3 +254,14 @@ def ended_summary(job: JobRecord, phase: int) -> str:
     if phase == pb.JOB_PHASE_FAILED:
         parts.append(f"the gang needs {job.min_member}")
     return "; ".join(parts)
+
+
+def ended_reason(job: JobRecord, reason: str) -> str:
+    """The reason of an ended job's ``Ended`` condition: ``TimeLimit`` when it failed and a task of
+    it reached its time limit (Slurm's TIMEOUT, Kubernetes' DeadlineExceeded), else ``reason`` (its
+    phase)."""
+    if job.status.phase == pb.JOB_PHASE_FAILED and any(
+        t.status == TaskStatus.FAILED and is_time_limit(t.message) for t in job.tasks
+    ):
+        return TIME_LIMIT_REASON
+    return reason

@@ -207,6 +207,10 @@ class CycleLoop:
             await anyio.sleep(self.expire_interval)
             self.configs.poll_file()
             ingest.expire(self.state)
+            # Silent backends: their nodes NotReady and tasks Unknown, then those tasks lost.
+            ingest.check_liveness(self.state)
+            # Tasks running past their time limit (and its grace): their backend did not end them.
+            self.state.enforce_time_limits()
             # Also where finished jobs past the retention leave memory: under the writer's lock,
             # once everything before is written (ClusterState.commit_and_drop_finished).
             await self.writer.flush(self.state.commit_and_drop_finished)

@@ -2,6 +2,7 @@
 
     muster-server --listen 127.0.0.1:50051 --state ./var/muster.db [--config FILE]
                   [--cycle-period 1.0] [--cycle-worker process|thread] [--bind-timeout 30] [--job-retention 600]
+                  [--node-grace-period 40] [--task-eviction-timeout 300] [--task-log-limit 1Mi]
                   [--log-format console|json]
                   [--log-level info] [--otlp-endpoint HOST:4317] [--metrics-listen HOST:PORT]
 
@@ -29,12 +30,15 @@ import anyio
 import structlog
 
 from muster.logs import LEVELS, configure_logging
+from muster.quantity import QuantityError, parse_quantity
 from muster.tracing import tracing_settings
 from server.config import ConfigError, load_config
 from server.service.app import MusterServer, ServerOptions
 from server.service.auth import Policy, PolicyError
 from server.service.core_runner import CoreWorkerError
 from server.service.gctune import tune_gc
+from server.service.liveness import DEFAULT_NODE_GRACE, DEFAULT_TASK_EVICTION
+from server.service.logs import MIN_PER_TASK, PER_TASK
 from server.service.observability.http import split_listen
 from server.service.store import StateFileError, StateFileInUse
 
@@ -44,6 +48,19 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} must be > 0")
     return value
+
+
+def byte_size(text: str) -> int:
+    """``--task-log-limit``: bytes, as a quantity (``1Mi``, ``512Ki``, ``65536``)."""
+    try:
+        value = parse_quantity(text)
+    except QuantityError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < MIN_PER_TASK or value != int(value):
+        raise argparse.ArgumentTypeError(
+            f"{text} must be a whole number of bytes, at least {MIN_PER_TASK} (4Ki)"
+        )
+    return int(value)
 
 
 def listen_address(text: str) -> str:
@@ -131,10 +148,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--bind-timeout", type=positive_float, default=30.0, help="seconds to ack a bind"
     )
     p.add_argument(
+        "--node-grace-period",
+        type=positive_float,
+        default=DEFAULT_NODE_GRACE,
+        help="seconds without any call from a backend before its nodes are NotReady and its tasks "
+        "Unknown (Kubernetes' node-monitor-grace-period)",
+    )
+    p.add_argument(
+        "--task-eviction-timeout",
+        type=positive_float,
+        default=DEFAULT_TASK_EVICTION,
+        help="seconds a silent backend's tasks stay Unknown before they are lost and placed again "
+        "(Kubernetes' pod-eviction-timeout)",
+    )
+    p.add_argument(
         "--job-retention",
         type=positive_float,
         default=600.0,
         help="seconds a finished job stays in memory; afterwards it is answered from the state file",
+    )
+    p.add_argument(
+        "--task-log-limit",
+        type=byte_size,
+        default=PER_TASK,
+        metavar="BYTES",
+        help="task output kept per task in the state store, oldest dropped first (default 1Mi)",
     )
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     p.add_argument("--log-level", choices=LEVELS, default="info")
@@ -195,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         min_cycle_interval=max(0.0, args.min_cycle_interval),
         cycle_worker=args.cycle_worker,
         bind_timeout=args.bind_timeout,
+        node_grace_period=args.node_grace_period,
+        task_eviction_timeout=args.task_eviction_timeout,
         job_retention=args.job_retention,
+        task_log_limit=args.task_log_limit,
         otlp_endpoint=args.otlp_endpoint,
         metrics_listen=args.metrics_listen,
         dashboard_listen=args.dashboard_listen,

@@ -34,7 +34,7 @@ import math
 import re
 import threading
 from collections.abc import Callable, Collection, Container, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
@@ -48,16 +48,27 @@ from server.service.records import BackendRecord, DecisionRow, JobStatusRecord, 
 from server.service.store import (
     HOLDING_SQL,
     JOB_SELECT,
+    LOG_BYTES,
+    LOG_INDEX,
+    LOG_SELECT,
     TASK_SELECT,
+    TASK_TALLY,
     TERMINAL_SQL,
+    FinishedJob,
+    HistoryQuery,
     JobPageQuery,
     NotLeader,
     StateFileError,
     StoredJob,
     StoredState,
+    StoredTaskLog,
     StoreUnavailable,
     WriteBatch,
+    _finished_jobs,
+    _log_bytes,
+    _log_index,
     _stored_job,
+    _stored_log,
     _task_record,
 )
 
@@ -94,6 +105,9 @@ def replica_application_prefix(replica_id: str) -> str:
 LOAD_CHUNK = 20_000
 
 STATE_TABLES = ("meta", "queues", "jobs", "tasks", "decisions", "backends")
+# The tables whose rows the change feed carries (STATE_TABLES as version 1 made them, and the task
+# output summaries of version 3).
+FEED_TABLES = (*STATE_TABLES, "task_logs")
 
 # Version 1: the SQLite tables (bytea blobs, bigint ids, double precision times), each row with
 # its change seq, plus the lease and the replica registry.
@@ -144,7 +158,23 @@ CREATE TABLE replicas (
 SCHEMA_V2 = "ALTER TABLE tasks ADD COLUMN gpu_group text NOT NULL DEFAULT '';"
 
 # In order; a version, once released, never changes (a later change is a new version).
-MIGRATIONS: list[tuple[int, str]] = [(1, SCHEMA_V1), (2, SCHEMA_V2)]
+# Version 3: task output (server.service.logs) -- a summary row per task, in the change feed so
+# followers wake the streams following it, and its kept bytes in segments (not in the feed: a
+# follower reads them when asked) -- and the history's order (finish time).
+SCHEMA_V3 = """
+CREATE TABLE task_logs (
+    task_id text PRIMARY KEY, job_id text NOT NULL, written bigint NOT NULL,
+    dropped bigint NOT NULL, eof boolean NOT NULL,
+    seq bigint NOT NULL DEFAULT nextval('muster_change_seq'));
+CREATE INDEX task_logs_by_job ON task_logs (job_id);
+CREATE INDEX task_logs_by_seq ON task_logs (seq);
+CREATE TABLE task_log_chunks (
+    task_id text NOT NULL, chunk bigint NOT NULL, start bigint NOT NULL, data bytea NOT NULL,
+    PRIMARY KEY (task_id, chunk));
+CREATE INDEX jobs_by_finish ON jobs (finish_time, creation_index);
+"""
+
+MIGRATIONS: list[tuple[int, str]] = [(1, SCHEMA_V1), (2, SCHEMA_V2), (3, SCHEMA_V3)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 # Upserts. What never changes after the first write (a job's spec and creation index, a task's
@@ -212,9 +242,22 @@ FEED_QUERIES = {
     ),
     "decisions": f"SELECT {DECISION_COLUMNS}, seq FROM decisions",
     "backends": "SELECT name, kind, labels, last_decision_id, seq FROM backends",
+    "task_logs": "SELECT task_id, seq FROM task_logs",
 }
+TASK_LOG_UPSERT = (
+    "INSERT INTO task_logs (task_id, job_id, written, dropped, eof) VALUES (%s, %s, %s, %s, %s) "
+    "ON CONFLICT (task_id) DO UPDATE SET written = excluded.written, dropped = excluded.dropped, "
+    "eof = excluded.eof, seq = excluded.seq WHERE (task_logs.written, task_logs.dropped, "
+    "task_logs.eof) IS DISTINCT FROM (excluded.written, excluded.dropped, excluded.eof)"
+)
+# Appended in SQL: a segment's earlier bytes are not sent again.
+LOG_CHUNK_APPEND = (
+    "INSERT INTO task_log_chunks (task_id, chunk, start, data) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (task_id, chunk) DO UPDATE SET data = task_log_chunks.data || excluded.data"
+)
+LOG_CHUNK_TRIM = "DELETE FROM task_log_chunks WHERE task_id = %s AND chunk < %s"
 MAX_SEQ = "SELECT GREATEST(0, {})".format(
-    ", ".join(f"(SELECT max(seq) FROM {t})" for t in STATE_TABLES)
+    ", ".join(f"(SELECT max(seq) FROM {t})" for t in FEED_TABLES)
 )
 LEASE_COLUMNS = (
     "holder, address, term, expires_at > clock_timestamp(), "
@@ -280,6 +323,7 @@ class StoredChanges:
     decisions: list[DecisionRow]
     backends: list[BackendRecord]
     more: bool  # not everything up to the current end was returned (call again)
+    task_logs: list[str] = field(default_factory=list)  # tasks whose output grew (or ended)
 
 
 # -- DSNs: shown without their password ---------------------------------------------------------
@@ -614,6 +658,12 @@ class PostgresStore:
             cur.executemany(DECISION_UPSERT, list(batch.decisions.values()))
         if batch.backends:
             cur.executemany(BACKEND_UPSERT, list(batch.backends.values()))
+        if batch.log_chunks:
+            cur.executemany(LOG_CHUNK_APPEND, batch.log_chunks)
+        if batch.log_trims:
+            cur.executemany(LOG_CHUNK_TRIM, list(batch.log_trims.items()))
+        if batch.task_logs:
+            cur.executemany(TASK_LOG_UPSERT, list(batch.task_logs.values()))
         # Delivered at commit (and not at all on rollback): followers wake and read the feed.
         cur.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
 
@@ -779,6 +829,53 @@ class PostgresStore:
 
         return self._call(self._reader, "jobs read", run)
 
+    # -- task output and the history ------------------------------------------------------------
+
+    def task_log(self, task_id: str) -> StoredTaskLog | None:
+        def run(conn: Conn) -> StoredTaskLog | None:
+            with conn.cursor(binary=True) as cur:
+                return _log_index(cur.execute(LOG_INDEX, (task_id,)).fetchall())
+
+        return self._call(self._reader, "task output read", run)
+
+    def task_logs_of_job(self, job_id: str) -> dict[str, StoredTaskLog]:
+        def run(conn: Conn) -> dict[str, StoredTaskLog]:
+            with conn.cursor(binary=True) as cur:
+                rows = cur.execute(f"{LOG_SELECT} WHERE job_id = %s", (job_id,)).fetchall()
+            return {row[0]: _stored_log(row, []) for row in rows}
+
+        return self._call(self._reader, "task output read", run)
+
+    def task_log_bytes(self, task_id: str, start: int, end: int) -> tuple[int, bytes]:
+        def run(conn: Conn) -> tuple[int, bytes]:
+            with conn.cursor(binary=True) as cur:
+                rows = cur.execute(LOG_BYTES, (task_id, end, start)).fetchall()
+            return _log_bytes(rows, start, end)
+
+        return self._call(self._reader, "task output read", run)
+
+    def finished_jobs(self, query: HistoryQuery) -> list[FinishedJob]:
+        sql, params = query.sql(
+            "%s",
+            lambda column, values: (
+                f"{column} = ANY(%s::{'integer' if column == 'phase' else 'text'}[])",
+                [values],
+            ),
+        )
+
+        def run(conn: Conn) -> list[FinishedJob]:
+            with conn.cursor(binary=True) as cur:
+                rows = cur.execute(sql, params).fetchall()
+                if not rows:
+                    return []
+                tallies = cur.execute(
+                    f"{TASK_TALLY} WHERE job_id = ANY(%s::text[]) GROUP BY job_id, status, exit_code",
+                    ([r[0] for r in rows],),
+                ).fetchall()
+            return _finished_jobs(rows, tallies)
+
+        return self._call(self._reader, "history read", run)
+
     # -- the change feed ---------------------------------------------------------------------
 
     def changes_since(self, seq: int, limit: int = 10_000) -> StoredChanges:
@@ -792,7 +889,7 @@ class PostgresStore:
             try:
                 # One snapshot: a row committed between two tables' reads cannot be half seen.
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                cursors = {t: conn.cursor(binary=True) for t in STATE_TABLES}
+                cursors = {t: conn.cursor(binary=True) for t in FEED_TABLES}
                 try:
                     with conn.pipeline():
                         for table, cur in cursors.items():
@@ -836,6 +933,7 @@ class PostgresStore:
                 for name, kind, labels, last, _s in upto("backends")
             ],
             more=more,
+            task_logs=[task_id for task_id, _s in upto("task_logs")],
         )
 
     def wait_for_change(self, timeout: float) -> bool:

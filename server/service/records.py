@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from muster.devices import shared_gpu
@@ -39,6 +40,9 @@ class TaskRecord:
     message: str = ""
     exit_code: int = 0
     gpu_group: str = ""  # KAI GPU sharing: the GPU a fractional task shares (devices then empty)
+    # When a backend reported it Running (the server's clock; memory only, not a column): its time
+    # limit's safety net counts from here (``ClusterState.enforce_time_limits``). 0: not known.
+    started: float = 0.0
 
     def row(self) -> tuple[Any, ...]:
         """The tasks table's columns in order (gpu_group, added later, last)."""
@@ -89,6 +93,18 @@ class JobStatusRecord:
     # Left out of scheduling: its Quarantined condition is true (kept with the condition, which is
     # what is stored; cycles skip the job without reading its conditions).
     quarantined: bool = False
+    # Job control (server.service.control): held ("user" | "admin"; "" not held) and by whom, how
+    # often it was requeued, where its dependencies stand ("" not yet decided, "met", "never").
+    hold: str = ""
+    held_by: str = ""
+    requeue_count: int = 0
+    dependency: str = ""
+    # Accounting (ListJobHistory's "used", server.service.state.account_usage): resource ->
+    # canonical quantity x seconds its tasks held their nodes up to ``used_at``, and what they
+    # hold since then (canonical quantities).
+    used: dict[str, float] = field(default_factory=dict)
+    holding: dict[str, float] = field(default_factory=dict)
+    used_at: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(
@@ -103,6 +119,8 @@ class JobStatusRecord:
                 "explanation": self.explanation,
                 "times": [self.submit_time, self.start_time, self.finish_time],
                 "ty": [self.schedule_state, self.leader_restarts],
+                "ctl": [self.hold, self.held_by, self.requeue_count, self.dependency],
+                "use": [self.used_at, self.used, self.holding],
             }
         )
 
@@ -110,6 +128,8 @@ class JobStatusRecord:
     def from_json(cls, text: str) -> JobStatusRecord:
         raw = json.loads(text)
         conditions = [ConditionRecord(*c) for c in raw["conditions"]]
+        ctl = raw.get("ctl", ["", "", 0, ""])  # stored before job control: none of it
+        used_at, used, holding = raw.get("use", [0.0, {}, {}])  # stored before accounting
         return cls(
             phase=raw["phase"],
             sched_phase=PodGroupPhase(raw["sched_phase"]),
@@ -122,6 +142,13 @@ class JobStatusRecord:
             finish_time=raw["times"][2],
             schedule_state=raw.get("ty", ["", 0])[0],
             leader_restarts=raw.get("ty", ["", 0])[1],
+            hold=ctl[0],
+            held_by=ctl[1],
+            requeue_count=ctl[2],
+            dependency=ctl[3],
+            used=used,
+            holding=holding,
+            used_at=used_at,
         )
 
 
@@ -219,6 +246,23 @@ class JobRecord:
     @property
     def id(self) -> str:
         return self.spec.id
+
+    @cached_property
+    def controlled(self) -> bool:
+        """Whether a cycle asks job control about it beyond its hold: it has dependencies or is an
+        array element (``server.service.control``)."""
+        return bool(self.spec.depends_on) or bool(self.spec.array_job_id)
+
+    @cached_property
+    def task_env(self) -> dict[str, str]:
+        """What its tasks get in their environment (bind decisions' ``env``): an array element's
+        array id and index, as Slurm's SLURM_ARRAY_JOB_ID / SLURM_ARRAY_TASK_ID."""
+        if not self.spec.array_job_id:
+            return {}
+        return {
+            "MUSTER_ARRAY_JOB_ID": self.spec.array_job_id,
+            "MUSTER_ARRAY_INDEX": str(self.spec.array_index),
+        }
 
     @property
     def min_member(self) -> int:

@@ -195,6 +195,8 @@ class Replica:
             self.term = lease.term
             self.state.decisions.adopt(lease.term, self.state.clock())
             self.state.ensure_default_queues()  # the first leader of a new store writes them
+            # Every backend's clock starts now: none is declared silent for the time before.
+            self.state.start_liveness()
             try:
                 await self.writer.flush(self.state.commit)  # the adopted decisions, at our term
             except DomainError as exc:
@@ -297,6 +299,9 @@ class Replica:
         )
         if changes.meta:
             self._on_meta(changes.meta)
+        # Streams following task output read it from the store: wake those whose tasks wrote or
+        # changed (a task's end ends its stream).
+        self.state.task_logs.notify([*changes.task_logs, *(t.uid for t in changes.tasks)])
         self.applied_seq = changes.seq
 
     async def _heartbeat(self) -> None:

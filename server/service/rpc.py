@@ -22,8 +22,10 @@ import structlog
 from muster.transport import LEADER_METADATA, LEADER_ONLY
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
-from server.service import commands, ingest, validate
+from server.service import commands, control, ingest, validate
 from server.service.api import queries
+from server.service.api.follow import prepare_follow
+from server.service.api.history import list_job_history
 from server.service.audit import audit
 from server.service.auth import Policy, Principal, bearer_token, certificate_names, peer_name
 from server.service.decisions import DECISION_BATCH, DECISION_BATCH_BYTES
@@ -52,8 +54,8 @@ STATUS_CODES: dict[ErrorCode, grpc.StatusCode] = {
 
 
 def _job_queue(state: ClusterState, job_id: str) -> str:
-    rec = state.jobs.get(job_id)
-    return rec.spec.queue if rec is not None else ""
+    """The queue of the job, or of the array's elements, ``job_id`` names ("" when none)."""
+    return control.queue_and_owners(state, job_id)[0]
 
 
 # What each RPC needs under an auth policy (server/service/auth.py): its verb, and for submit / cancel the
@@ -68,11 +70,17 @@ RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str | list[str]] |
             "StreamDecisions",
             "StreamDecisionBatches",
             "AckDecisions",
+            "Heartbeat",
         )
     },
     "SubmitJob": ("submit", lambda state, req: req.job.queue or "default"),
     "SubmitJobs": ("submit", lambda state, req: sorted({j.queue or "default" for j in req.jobs})),
     "CancelJob": ("cancel", lambda state, req: _job_queue(state, req.id)),
+    # Job control is authorized as cancel is: its owner (cancel-own) or the cancel right.
+    **{
+        name: ("cancel", lambda state, req: _job_queue(state, req.id))
+        for name in ("HoldJob", "ReleaseJob", "RequeueJob")
+    },
     **{
         name: ("read", None)
         for name in (
@@ -85,6 +93,8 @@ RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str | list[str]] |
             "GetConfig",
             "Simulate",
             "GetTaskLogs",
+            "WatchTaskLogs",
+            "ListJobHistory",
             "ListServers",
         )
     },
@@ -101,6 +111,9 @@ AUDITED = frozenset(
         "SubmitJob",
         "SubmitJobs",
         "CancelJob",
+        "HoldJob",
+        "ReleaseJob",
+        "RequeueJob",
         "CreateQueue",
         "UpdateQueue",
         "DeleteQueue",
@@ -120,7 +133,13 @@ REFUSALS = frozenset({ErrorCode.UNAUTHENTICATED, ErrorCode.PERMISSION_DENIED})
 # RPCs answered from jobs: under an auth policy a caller reads the jobs of the queues a rule lets
 # them read, and their own.
 # (the request field naming the job; empty: no job named, as a WatchJobs of every job).
-JOB_READS = {"GetJob": "id", "Explain": "job_id", "GetTaskLogs": "job_id", "WatchJobs": "job_id"}
+JOB_READS = {
+    "GetJob": "id",
+    "Explain": "job_id",
+    "GetTaskLogs": "job_id",
+    "WatchTaskLogs": "job_id",
+    "WatchJobs": "job_id",
+}
 
 # Who makes the current call (each RPC runs in its own task, so its own context).
 CALLER: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
@@ -240,8 +259,27 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         return who
 
     def _owner_of(self, job_id: str) -> str | None:
-        rec = self.state.jobs.get(job_id)
-        return rec.spec.owner if rec is not None and rec.spec.owner else None
+        """Who owns the job (or every element of the array) ``job_id`` names; None: nobody known."""
+        _, owners = control.queue_and_owners(self.state, job_id)
+        return next(iter(owners)) if len(owners) == 1 and "" not in owners else None
+
+    def _controller(
+        self, context: grpc.aio.ServicerContext[Any, Any], job_id: str
+    ) -> tuple[str, bool, bool]:
+        """Who acts on job ``job_id`` (HoldJob, ReleaseJob, RequeueJob): their name, whether their
+        hold is an admin hold (they are known and not the job's owner), and whether they may
+        release an admin hold (the cancel right in the job's queue under an auth policy; anyone
+        without one)."""
+        by = self.owner(context)
+        admin_hold = bool(by) and by != (self._owner_of(job_id) or "")
+        principal = CALLER.get()
+        if self.policy is None or principal is None:
+            return by, admin_hold, True
+        return (
+            by,
+            admin_hold,
+            self.policy.allows(principal, "cancel", _job_queue(self.state, job_id)),
+        )
 
     def owner(self, context: grpc.aio.ServicerContext[Any, Any]) -> str:
         """Who owns what this call submits: the authenticated user; without an auth policy, the
@@ -330,6 +368,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         self._closing.set()
         self.state.decisions.close_all()
         self.state.watch.close_all()
+        self.state.task_logs.close_all()
 
     # --- backends ----------------------------------------------------------------------------
 
@@ -463,15 +502,31 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         await self._persist()
         return resp
 
+    @unary
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: Any) -> pb.HeartbeatResponse:
+        # Not audited: every backend calls it every few seconds. Its one change (a backend declared
+        # silent is back: ingest.contact) is saved like any other.
+        self._as_backend(context, request.backend, "backend")
+        resp = ingest.heartbeat(self.state, request)
+        await self._persist()
+        return resp
+
     # --- jobs --------------------------------------------------------------------------------
 
     @unary
     async def SubmitJob(self, request: pb.SubmitJobRequest, context: Any) -> pb.SubmitJobResponse:
         if not request.HasField("job"):
             raise invalid("job: required")
-        job, created = commands.submit_job(self.state, request.job, owner=self.owner(context))
+        owner = self.owner(context)
+        if request.job.array:  # up to 10,000 elements: built away from the event loop
+            prepared = await anyio.to_thread.run_sync(commands.prepare_job, request.job, owner)
+            done = commands.commit_jobs(self.state, [prepared], batch=False)[0]
+        else:
+            done = commands.submit(self.state, request.job, owner=owner)
         await self._persist()
-        return pb.SubmitJobResponse(job=job, created=created)
+        return pb.SubmitJobResponse(
+            job=done.job, created=done.created, element_ids=done.element_ids
+        )
 
     @unary
     async def SubmitJobs(
@@ -485,7 +540,9 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         results = commands.commit_jobs(self.state, prepared)
         await self._persist()
         return pb.SubmitJobsResponse(
-            results=[pb.SubmitJobResponse(job=j, created=c) for j, c in results]
+            results=[
+                pb.SubmitJobResponse(job=j, created=c, element_ids=ids) for j, c, ids in results
+            ]
         )
 
     @unary
@@ -494,11 +551,71 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     ) -> pb.GetTaskLogsResponse:
         return queries.get_task_logs(self.state, request)
 
+    async def WatchTaskLogs(
+        self, request: pb.WatchTaskLogsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.TaskLogEvent]:
+        """A task's output until it ends (server/service/api/follow.py); any replica serves it."""
+        who = peer_name(context.auth_context())
+        try:
+            principal = self.identify("WatchTaskLogs", context)
+            who = principal.name if principal is not None else who
+            self.authorize("WatchTaskLogs", principal, request)
+            validate.check_bounds(request)
+            self.check_leader("WatchTaskLogs")
+            following = prepare_follow(self.state, request)
+        except DomainError as exc:
+            if exc.code in REFUSALS:
+                audit(who, "WatchTaskLogs", STATUS_CODES[exc.code].name, exc.message)
+            await context.abort(STATUS_CODES[exc.code], exc.message)
+        if self._closing.is_set() or self.state.task_logs.closed:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down")
+        try:
+            async for event in following.events():
+                yield event
+        except DomainError as exc:  # the store could not be read: follow again (offsets)
+            await context.abort(STATUS_CODES[exc.code], exc.message)
+        if following.closed:
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                "server is shutting down; follow again from the offsets received",
+            )
+
+    @unary
+    async def ListJobHistory(
+        self, request: pb.ListJobHistoryRequest, context: Any
+    ) -> pb.ListJobHistoryResponse:
+        return list_job_history(self.state, request, self.read_scope(CALLER.get()))
+
     @unary
     async def CancelJob(self, request: pb.CancelJobRequest, context: Any) -> pb.CancelJobResponse:
-        job = commands.cancel_job(self.state, request.id)
+        job, elements = commands.cancel(self.state, request.id)
         await self._persist()
-        return pb.CancelJobResponse(job=job)
+        return pb.CancelJobResponse(job=job, element_ids=elements)
+
+    @unary
+    async def HoldJob(self, request: pb.HoldJobRequest, context: Any) -> pb.JobControlResponse:
+        by, admin_hold, _ = self._controller(context, request.id)
+        jobs = control.hold(self.state, request.id, by, admin=admin_hold)
+        await self._persist()
+        return pb.JobControlResponse(jobs=jobs)
+
+    @unary
+    async def ReleaseJob(
+        self, request: pb.ReleaseJobRequest, context: Any
+    ) -> pb.JobControlResponse:
+        by, _, may_release_admin = self._controller(context, request.id)
+        jobs = control.release(self.state, request.id, by, admin=may_release_admin)
+        await self._persist()
+        return pb.JobControlResponse(jobs=jobs)
+
+    @unary
+    async def RequeueJob(
+        self, request: pb.RequeueJobRequest, context: Any
+    ) -> pb.JobControlResponse:
+        by, admin_hold, _ = self._controller(context, request.id)
+        jobs = control.requeue(self.state, request.id, by, admin=admin_hold, hold_it=request.hold)
+        await self._persist()
+        return pb.JobControlResponse(jobs=jobs)
 
     @unary
     async def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:

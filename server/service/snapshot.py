@@ -17,12 +17,15 @@ from typing import Any
 
 from server import model
 from server.model import OCCUPYING, PodGroupPhase, TaskStatus
+from server.service.control import CycleGates
 from server.service.records import JobRecord
 from server.service.state import ClusterState
 
 # A task as a cycle sees it: status, node, the device ids it holds whole, the GPU it shares ("":
-# none).
+# none). The core has no Unknown: a task Unknown (its backend silent) is Running on its node there,
+# holding it (the node itself is NotReady: nothing new goes there).
 TaskState = tuple[TaskStatus, str | None, tuple[str, ...], str]
+UNKNOWN, RUNNING = TaskStatus.UNKNOWN, TaskStatus.RUNNING
 
 
 @dataclass
@@ -203,14 +206,25 @@ def capture(state: ClusterState) -> Capture:
     # Tasks of jobs that are over but still hold a node (being released, or kept running by a
     # TYJob's cleanPodPolicy None), and of quarantined jobs, hold its capacity like foreign work.
     leftovers: list[model.TaskSpec] = []
+    # Held jobs, jobs waiting for a dependency and array elements beyond their array's limit are
+    # left out (their conditions say why); what they still hold is held like a quarantined job's.
+    gates = CycleGates(state, cycle_id)
     for rec in state.jobs.values():
-        if rec.active and not rec.status.quarantined:
+        if rec.active and not rec.status.quarantined and not gates.excludes(rec):
             if not rec.checked_template()[1]:
                 jobs.append(
                     (
                         rec,
                         rec.status.sched_phase,
-                        [(t.status, t.node, tuple(t.devices), t.gpu_group) for t in rec.tasks],
+                        [
+                            (
+                                t.status if t.status != UNKNOWN else RUNNING,
+                                t.node,
+                                tuple(t.devices),
+                                t.gpu_group,
+                            )
+                            for t in rec.tasks
+                        ],
                         rec.status.leader_restarts,
                     )
                 )
@@ -229,7 +243,7 @@ def capture(state: ClusterState) -> Capture:
                 replace(
                     spec,
                     job="",
-                    status=t.status,
+                    status=t.status if t.status != UNKNOWN else RUNNING,
                     node=t.node,
                     devices=list(t.devices),
                     gpu_groups=[t.gpu_group] if t.gpu_group else [],

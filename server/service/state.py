@@ -31,14 +31,18 @@ from typing import Any
 
 import structlog
 
+from muster.devices import NVIDIA_GPU, UNIT
 from muster.gang import gang_whole
+from muster.jsonmap import short_enum_name
+from muster.timelimit import TIME_LIMIT_REASON, time_limit_message
 from muster.v1 import muster_pb2 as pb
 from server import model
 from server.model import ALLOCATED, ENDED, OCCUPYING, PodGroupPhase, TaskStatus
 from server.service import convert, validate
 from server.service.decisions import DecisionLog
 from server.service.errors import invalid, not_found
-from server.service.lifecycle import JobLifecycle, lifecycle_of
+from server.service.lifecycle import JobLifecycle, ended_reason, lifecycle_of
+from server.service.liveness import Liveness, not_ready_entry
 from server.service.logs import TaskLogs
 from server.service.records import (
     ConditionRecord,
@@ -47,21 +51,30 @@ from server.service.records import (
     TaskRecord,
     is_terminal_phase,
 )
-from server.service.store import JobArchive, WriteBatch
+from server.service.store import JobArchive, TaskLogStore, WriteBatch
 from server.service.tables import StateTables
 
 log = structlog.get_logger("muster.state")
 
-# Placed on a node by Muster and not yet released.
-PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+# Placed on a node by Muster and not yet released (Unknown: its backend went silent).
+PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.UNKNOWN})
 # Statuses a backend may hold a task in (it knows about it).
-ON_BACKEND = frozenset({TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING})
+ON_BACKEND = frozenset(
+    {TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING, TaskStatus.UNKNOWN}
+)
+# What a silent backend's task becomes Unknown from (server.service.liveness).
+ALIVE_ON_NODE = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
+# Seconds a task may run past its time limit before the server stops it (its backend should).
+TIME_LIMIT_GRACE = 30.0
 # How long a finished job stays in memory by default (seconds); ``muster-server --job-retention``.
 DEFAULT_JOB_RETENTION = 600.0
 
 
 class ClusterState(StateTables):
     """The cluster state and its transitions (the module's docstring)."""
+
+    # Seconds a task may run past its time limit before ``enforce_time_limits`` evicts it.
+    time_limit_grace: float = TIME_LIMIT_GRACE
 
     def __init__(
         self,
@@ -70,10 +83,14 @@ class ClusterState(StateTables):
         clock: Callable[[], float] = time.time,
         retention: float = DEFAULT_JOB_RETENTION,
         archive: JobArchive | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         super().__init__(decisions, clock=clock, archive=archive)
         self.retention = retention  # seconds a finished job stays in memory
-        self.task_logs = TaskLogs()  # output the backends sent (memory only, bounded)
+        # When each backend was last heard from (memory only: derived, never stored).
+        self.liveness = liveness if liveness is not None else Liveness()
+        # Output the backends sent: bounded per task, in the store (``--task-log-limit``).
+        self.task_logs = TaskLogs(store=archive if isinstance(archive, TaskLogStore) else None)
         self.priority_classes: dict[str, model.PriorityClass] = {}
         # Called on every change that may let a cycle do something new (the loop's wake()).
         self.on_change: Callable[[], None] = lambda: None
@@ -87,7 +104,28 @@ class ClusterState(StateTables):
             if name not in self.queues:
                 self.put_queue(validate.normalize_queue(pb.Queue(name=name, parent=parent)))
 
+    def reset(self) -> None:
+        super().reset()
+        self.liveness.restart()
+        self.task_logs.clear()
+
     # -- flushing and retention (the rows in and out: server.service.tables) -----------------
+
+    def commit(self) -> WriteBatch:
+        """``StateTables.commit`` after bringing the usage of the jobs whose tasks changed up to
+        now (``account_usage``), with the task output received since the last one (``TaskLogs.
+        drain``). Who follows a changed task's output is woken (its end is in its status)."""
+        changes = self.changes
+        if changes.tasks:
+            now = self.clock()
+            jobs = {job.id: job for uid in changes.tasks if (job := self.task_job.get(uid))}
+            for job in jobs.values():
+                if account_usage(job, now):
+                    changes.jobs.add(job.id)
+            self.task_logs.notify(changes.tasks)
+        batch = super().commit()
+        self.task_logs.drain(batch)
+        return batch
 
     def commit_and_drop_finished(self) -> WriteBatch:
         """``commit()``, then ``drop_finished`` for the jobs this batch does not touch.
@@ -129,6 +167,7 @@ class ClusterState(StateTables):
         for rec in leaving:
             del self.finished[rec.id]
             del self.jobs[rec.id]
+            self.forget_array_element(rec)
             for t in rec.tasks:
                 self.tasks.pop(t.uid, None)
                 self.task_job.pop(t.uid, None)
@@ -149,6 +188,15 @@ class ClusterState(StateTables):
             ):
                 return False
         return True
+
+    def forget_array_element(self, rec: JobRecord) -> None:
+        """``rec`` left memory: its array's index no longer lists it."""
+        array = rec.spec.array_job_id
+        elements = self.arrays.get(array) if array else None
+        if elements is not None:
+            elements.pop(rec.id, None)
+            if not elements:
+                del self.arrays[array]
 
     def set_meta(self, key: str, value: str) -> None:
         self.changes.meta[key] = value
@@ -228,6 +276,8 @@ class ClusterState(StateTables):
                 self.changes.job_modified(job.id)
                 self.to_pending(rec, again)
                 return
+        if new == TaskStatus.RUNNING and rec.status not in (TaskStatus.RUNNING, TaskStatus.UNKNOWN):
+            rec.started = self.clock()  # its time limit's safety net counts from here
         rec.status = new
         if node:
             rec.node = node
@@ -288,6 +338,11 @@ class ClusterState(StateTables):
         if job.status.cancelled:
             rec.status = TaskStatus.CANCELLED
             rec.message = "cancelled: stopped"
+        elif rec.message == f"evicting: {TIME_LIMIT_REASON}":  # enforce_time_limits stopped it
+            rec.status = TaskStatus.FAILED
+            rec.message = (
+                time_limit_message(job.spec.time_limit_seconds) + " (stopped by the server)"
+            )
         elif not job.active:
             rec.status, rec.message = lifecycle_of(job).stopped(job, rec)
         else:
@@ -347,6 +402,8 @@ class ClusterState(StateTables):
                 gpu_fraction=group.gpu_fraction,
                 min_member=job.min_member,
                 gpu_group=gpu_group,
+                env=job.task_env,
+                time_limit_seconds=job.spec.time_limit_seconds,
             ),
         )
 
@@ -363,12 +420,181 @@ class ClusterState(StateTables):
             ),
         )
 
+    def enforce_time_limits(self, now: float | None = None) -> int:
+        """The safety net behind the backends (which end a task at its job's time limit): a task
+        still Running ``time_limit_grace`` seconds past its limit is evicted, reason TimeLimit, and
+        Failed once that is acknowledged (``released``). Counted from when a backend reported it
+        Running (after a server restart, from the first call). Returns how many were evicted."""
+        now = self.clock() if now is None else now
+        touched: dict[str, JobRecord] = {}
+        evicted = 0
+        for job in self.active_jobs.values():
+            limit = job.spec.time_limit_seconds
+            if not limit:
+                continue
+            for t in job.tasks:
+                if t.status != TaskStatus.RUNNING:
+                    continue
+                if not t.started:
+                    t.started = now
+                elif now - t.started > limit + self.time_limit_grace:
+                    log.warning("task.time_limit", task=t.uid, limit=limit, node=t.node)
+                    self.evict(t, TIME_LIMIT_REASON, 0)
+                    touched[job.id] = job
+                    evicted += 1
+        for job in touched.values():
+            self.after_task_change(job)
+        if touched:
+            self.on_change()
+        return evicted
+
     def issue(self, backend: str, cycle_id: int, task_id: str, **action: Any) -> pb.Decision:
         decision = self.decisions.issue(backend, cycle_id, task_id, now=self.clock(), **action)
         if backend in self.backends:
             self.backends[backend].last_decision_id = decision.id
             self.changes.backends.add(backend)
         return decision
+
+    # -- backend liveness (server.service.liveness; run from server.service.ingest) ----------------
+
+    def start_liveness(self) -> None:
+        """This server starts serving backends (it starts, or takes over the lead): every backend's
+        clock starts now, and a task a previous leader left Unknown is what it was placed as again
+        (Binding while its bind is pending, else Running) until its backend says otherwise, or
+        stays silent for the grace period again."""
+        self.liveness.restart()
+        touched: dict[str, JobRecord] = {}
+        for rec in self.tasks.values():
+            if rec.status == TaskStatus.UNKNOWN:
+                rec.status, rec.message = self._unknown_fallback(rec), ""
+                self.changes.tasks.add(rec.uid)
+                job = self.task_job[rec.uid]
+                touched[job.id] = job
+        for job in touched.values():
+            self.after_task_change(job)
+
+    def _unknown_fallback(self, rec: TaskRecord) -> TaskStatus:
+        for p in self.decisions.pending_for_task(rec.uid):
+            if p.row.kind == "bind" and p.decision.bind.node == rec.node:
+                return TaskStatus.BINDING
+        return TaskStatus.RUNNING
+
+    def _status(self, uid: str) -> TaskStatus | None:
+        rec = self.tasks.get(uid)
+        return rec.status if rec is not None else None
+
+    def backend_silent(self, backend: str, silent_for: float) -> None:
+        """Not heard from for the grace period: its nodes NotReady (no new binds), its placed tasks
+        Unknown (their binds still expire at their deadline, back to Pending)."""
+        lv = self.liveness
+        why = f"backend {backend} silent for {silent_for:.0f} s"
+        nodes = 0
+        for name, entry in list(self.nodes.items()):
+            if entry.spec.backend == backend and name not in lv.hidden:
+                shown = not_ready_entry(entry)
+                lv.hidden[name] = (entry, shown)
+                self.nodes[name] = shown
+                nodes += 1
+        touched: dict[str, JobRecord] = {}
+        unknown = 0
+        for rec in self.tasks.values():
+            if rec.backend != backend or not rec.node or rec.status not in ALIVE_ON_NODE:
+                continue
+            unknown += 1
+            lv.held[rec.uid] = rec.status
+            rec.status = TaskStatus.UNKNOWN
+            rec.message = f"{why}: status unknown"
+            self.changes.tasks.add(rec.uid)
+            job = self.task_job[rec.uid]
+            touched[job.id] = job
+        for job in touched.values():
+            self.after_task_change(job)
+        level = log.warning if nodes or touched else log.info
+        level(
+            "backend.silent",
+            backend=backend,
+            silent_seconds=round(silent_for, 1),
+            grace=lv.grace,
+            nodes_not_ready=nodes,
+            tasks_unknown=unknown,
+            jobs=sorted(touched)[:20],
+        )
+        self.on_change()
+
+    def backend_lost(self, backend: str, silent_for: float) -> None:
+        """Silent for the eviction timeout after its grace: the tasks on it are lost (back to
+        Pending, or released if they were being evicted; their job's rule applies: a broken gang
+        is evicted and placed again whole). Its nodes stay NotReady until it answers."""
+        lv = self.liveness
+        why = (
+            f"lost: backend {backend} silent for {silent_for:.0f} s "
+            f"(task eviction timeout {lv.eviction:g} s)"
+        )
+        binds: dict[str, list[int]] = {}
+        for p in self.decisions.pending.values():
+            if p.row.backend == backend and p.row.kind == "bind":
+                binds.setdefault(p.row.task_id, []).append(p.row.id)
+        touched: dict[str, JobRecord] = {}
+        lost = 0
+        # (a list: an earlier task's broken gang turns a later one Releasing, still on the backend)
+        for rec in list(self.tasks.values()):
+            if rec.backend != backend or not rec.node or rec.status not in OCCUPYING:
+                continue
+            lv.lost[rec.uid] = (backend, rec.node)
+            lv.held.pop(rec.uid, None)
+            for decision_id in binds.pop(rec.uid, ()):
+                self.decisions.settle(decision_id, "expired", why)
+            job = self.task_job[rec.uid]
+            touched[job.id] = job
+            self.task_gone(rec, why)
+            lost += 1
+        for job in touched.values():
+            self.after_task_change(job)
+        (log.warning if lost else log.info)(
+            "backend.tasks_lost",
+            backend=backend,
+            silent_seconds=round(silent_for, 1),
+            eviction_timeout=lv.eviction,
+            tasks=lost,
+            jobs=sorted(touched)[:20],
+        )
+        self.on_change()
+
+    def backend_back(self, backend: str, silent_for: float) -> None:
+        """Heard from again after it was declared silent: its nodes as it reported them, its Unknown
+        tasks what they were (the SyncSnapshot it is asked for adopts or loses them)."""
+        lv = self.liveness
+        nodes = 0
+        for name, (own, shown) in list(lv.hidden.items()):
+            if own.spec.backend != backend:
+                continue
+            del lv.hidden[name]
+            if self.nodes.get(name) is shown:
+                self.nodes[name] = own
+                nodes += 1
+        touched: dict[str, JobRecord] = {}
+        known = 0
+        for rec in self.tasks.values():
+            if rec.backend == backend and rec.status == TaskStatus.UNKNOWN:
+                known += 1
+                held = lv.held.pop(rec.uid, None)
+                rec.status = held if held is not None else self._unknown_fallback(rec)
+                rec.message = ""
+                self.changes.tasks.add(rec.uid)
+                job = self.task_job[rec.uid]
+                touched[job.id] = job
+        for uid in [u for u in lv.held if self._status(u) != TaskStatus.UNKNOWN]:
+            del lv.held[uid]  # left Unknown another way meanwhile (a bind expired, a job ended)
+        for job in touched.values():
+            self.after_task_change(job)
+        log.info(
+            "backend.back",
+            backend=backend,
+            silent_seconds=round(silent_for, 1),
+            nodes_ready=nodes,
+            tasks_known=known,
+        )
+        self.on_change()
 
     # -- job phase ------------------------------------------------------------------------------
 
@@ -433,12 +659,13 @@ class ClusterState(StateTables):
     def set_ended(self, job: JobRecord, message: str) -> None:
         """A job that ended says so: an ``Ended`` condition (reason: the phase, message: which tasks
         ended how), and its scheduling conditions turn False (their old "unschedulable" text would
-        mislead)."""
+        mislead), as do the conditions that said why it waited (held, a dependency, its array's
+        limit: they no longer hold once it ended)."""
         now = self.clock()
-        reason = pb.JobPhase.Name(job.status.phase).removeprefix("JOB_PHASE_").capitalize()
+        reason = ended_reason(job, short_enum_name(pb.JobPhase.DESCRIPTOR, job.status.phase))
         kept = []
         for c in job.status.conditions:
-            if c.type in ("Unschedulable", "Scheduled"):
+            if c.type in _ENDS_WITH_THE_JOB:
                 c = ConditionRecord(
                     c.type,
                     "False",
@@ -452,6 +679,36 @@ class ClusterState(StateTables):
         job.status.conditions = [*kept, ConditionRecord("Ended", "True", reason, message, 0, now)]
 
 
+# The conditions that stop holding when a job ends: scheduling and waiting ones.
+_ENDS_WITH_THE_JOB = frozenset(
+    {"Unschedulable", "Scheduled", "Unsatisfiable", "Held", "Dependency", "ArrayTaskLimit"}
+)
+
+
+def account_usage(job: JobRecord, now: float) -> bool:
+    """Bring the job's usage up to ``now``: what its tasks held since the last call counts for
+    the time between, and what they hold now is noted (a task holds its request from its bind
+    being acknowledged until it ended or its release was acknowledged: ``ON_BACKEND``; a GPU share,
+    ``gpu_fraction``, counts as that share of nvidia.com/gpu). False when nothing changed."""
+    st = job.status
+    holding: dict[str, float] = {}
+    for t, tmpl in zip(job.tasks, job.template.tasks, strict=True):
+        if t.status in ON_BACKEND:
+            for r, v in tmpl.request.items():
+                holding[r] = holding.get(r, 0.0) + v
+            if tmpl.gpu_fraction:
+                holding[NVIDIA_GPU] = holding.get(NVIDIA_GPU, 0.0) + tmpl.gpu_fraction * UNIT
+    if not holding and not st.holding:
+        return False
+    if st.used_at:
+        span = max(0.0, now - st.used_at)
+        for r, v in st.holding.items():
+            st.used[r] = st.used.get(r, 0.0) + v * span
+    st.holding = holding
+    st.used_at = now
+    return True
+
+
 def queue_allocated(state: ClusterState) -> dict[str, dict[str, float]]:
     """Per queue, the resources (canonical units) its active jobs' placed tasks hold now: ListQueues'
     allocation and the dashboard's history both read it."""
@@ -461,7 +718,7 @@ def queue_allocated(state: ClusterState) -> dict[str, dict[str, float]]:
         if not rec.active or alloc is None:
             continue
         for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
-            if t.status in ALLOCATED:
+            if t.status in ALLOCATED or t.status == TaskStatus.UNKNOWN:  # (as a cycle sees it)
                 for r, v in tmpl.request.items():
                     alloc[r] = alloc.get(r, 0.0) + v
     return allocated

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Collection, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import structlog
@@ -98,7 +98,13 @@ TERMINAL_SQL = ",".join(str(int(p)) for p in sorted(TERMINAL_PHASES))
 # A finished job whose tasks may still hold a node (an eviction not yet acknowledged) stays live.
 HOLDING_SQL = ",".join(
     str(int(s))
-    for s in (TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING)
+    for s in (
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+        TaskStatus.RELEASING,
+        TaskStatus.UNKNOWN,
+    )
 )
 JOB_SELECT = "SELECT id, creation_index, spec, status FROM jobs"
 # What a Muster state database may hold, and the columns each table has had from the start: a
@@ -120,7 +126,23 @@ MUSTER_TABLES = {
         "deadline",
     },
     "backends": {"name", "kind", "labels", "last_decision_id"},
+    "task_logs": {"task_id", "job_id", "written", "dropped", "eof"},
+    "task_log_chunks": {"task_id", "chunk", "start", "data"},
 }
+# Task output (server.service.logs) and the history's order (finish time): tables and an index a
+# store written before they existed gains at open (all ``IF NOT EXISTS``). A task's output is a
+# summary row (bytes written, bytes dropped from the front, eof) and its kept bytes in segments
+# (``chunk`` numbers grow; ``start`` is the offset of a segment's first byte in the whole output).
+LOG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS task_logs (
+    task_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, written INTEGER NOT NULL,
+    dropped INTEGER NOT NULL, eof INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS task_logs_by_job ON task_logs (job_id);
+CREATE TABLE IF NOT EXISTS task_log_chunks (
+    task_id TEXT NOT NULL, chunk INTEGER NOT NULL, start INTEGER NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (task_id, chunk));
+CREATE INDEX IF NOT EXISTS jobs_by_finish ON jobs (finish_time, creation_index);
+"""
 LOCK_SUFFIX = ".lock"
 
 log = structlog.get_logger("muster.store")
@@ -208,6 +230,12 @@ class WriteBatch:
     tasks: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     decisions: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     backends: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Task output (server.service.logs): per task its summary row (task id, job id, bytes
+    # written, bytes dropped, eof); bytes appended to its segments (task id, chunk, start, data),
+    # in order; per task the first segment it keeps (older ones are deleted).
+    task_logs: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    log_chunks: list[tuple[Any, ...]] = field(default_factory=list)
+    log_trims: dict[str, int] = field(default_factory=dict)
     # Run on the event loop once the batch is written (never if the write fails): decisions are
     # sent to backends only when durable.
     after_write: list[Callable[[], None]] = field(default_factory=list)
@@ -221,6 +249,9 @@ class WriteBatch:
             or self.tasks
             or self.decisions
             or self.backends
+            or self.task_logs
+            or self.log_chunks
+            or self.log_trims
         )
 
 
@@ -470,6 +501,7 @@ class SqliteStore:
             self._db.executescript(SCHEMA)
             self._migrate()
             self._db.executescript(INDEXES)
+            self._db.executescript(LOG_SCHEMA)
         except sqlite3.Error as exc:
             self._db.close()
             raise _sqlite_error(self.path, exc) from None
@@ -670,10 +702,32 @@ class SqliteStore:
                     "INSERT OR REPLACE INTO backends (name, kind, labels, last_decision_id) VALUES (?, ?, ?, ?)",
                     batch.backends.values(),
                 )
+            if batch.log_chunks or batch.log_trims or batch.task_logs:
+                self._write_logs(batch)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def _write_logs(self, batch: WriteBatch) -> None:
+        db = self._db
+        # Appended in SQL: a segment's earlier bytes are not sent again. (|| makes text of two
+        # blobs, byte for byte; the cast makes it a blob again, so length() counts bytes.)
+        db.executemany(
+            "INSERT INTO task_log_chunks (task_id, chunk, start, data) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(task_id, chunk) DO UPDATE SET "
+            "data = CAST(task_log_chunks.data || excluded.data AS BLOB)",
+            batch.log_chunks,
+        )
+        db.executemany(
+            "DELETE FROM task_log_chunks WHERE task_id = ? AND chunk < ?", batch.log_trims.items()
+        )
+        db.executemany(
+            "INSERT INTO task_logs (task_id, job_id, written, dropped, eof) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(task_id) DO UPDATE SET written = excluded.written, "
+            "dropped = excluded.dropped, eof = excluded.eof",
+            batch.task_logs.values(),
+        )
 
     def decision_states(self, ids: list[int]) -> dict[int, tuple[str, str, bytes]]:
         out: dict[int, tuple[str, str, bytes]] = {}
@@ -747,6 +801,44 @@ class SqliteStore:
                     tasks.setdefault(task.job_id, []).append(task)
         rows.sort(key=lambda r: r[1])
         return [_stored_job(r, tasks.get(r[0], [])) for r in rows]
+
+    # -- task output and the history --------------------------------------------------------------
+
+    def task_log(self, task_id: str) -> StoredTaskLog | None:
+        with self._read_lock:
+            rows = self._reader.execute(LOG_INDEX.replace("%s", "?"), (task_id,)).fetchall()
+        return _log_index(rows)
+
+    def task_logs_of_job(self, job_id: str) -> dict[str, StoredTaskLog]:
+        with self._read_lock:
+            rows = self._reader.execute(f"{LOG_SELECT} WHERE job_id = ?", (job_id,)).fetchall()
+        return {row[0]: _stored_log(row, []) for row in rows}
+
+    def task_log_bytes(self, task_id: str, start: int, end: int) -> tuple[int, bytes]:
+        with self._read_lock:
+            rows = self._reader.execute(
+                LOG_BYTES.replace("%s", "?"), (task_id, end, start)
+            ).fetchall()
+        return _log_bytes(rows, start, end)
+
+    def finished_jobs(self, query: HistoryQuery) -> list[FinishedJob]:
+        sql, params = query.sql(
+            "?",
+            lambda column, values: (
+                f"{column} IN ({','.join('?' * len(values))})",
+                list(values),
+            ),
+        )
+        with self._read_lock:
+            rows = self._reader.execute(sql, params).fetchall()
+            tallies: list[tuple[Any, ...]] = []
+            for part in _chunks([r[0] for r in rows], 500):
+                marks = ",".join("?" * len(part))
+                tallies += self._reader.execute(
+                    f"{TASK_TALLY} WHERE job_id IN ({marks}) GROUP BY job_id, status, exit_code",
+                    part,
+                ).fetchall()
+        return _finished_jobs(rows, tallies)
 
     def close(self) -> None:
         try:
@@ -844,6 +936,177 @@ def _stored_job(row: tuple[Any, ...], tasks: list[TaskRecord]) -> StoredJob:
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+# -- task output and the history: reads for both stores -----------------------------------------
+
+LOG_SELECT = "SELECT task_id, job_id, written, dropped, eof FROM task_logs"
+# A task's summary with its segments (chunk, start), in one statement: they match.
+LOG_INDEX = (
+    "SELECT l.task_id, l.job_id, l.written, l.dropped, l.eof, c.chunk, c.start FROM task_logs l "
+    "LEFT JOIN task_log_chunks c ON c.task_id = l.task_id WHERE l.task_id = %s ORDER BY c.chunk"
+)
+# The segments holding bytes of [start, end) (parameters: task, end, start), in order.
+LOG_BYTES = (
+    "SELECT start, data FROM task_log_chunks WHERE task_id = %s AND start < %s "
+    "AND start + length(data) > %s ORDER BY chunk"
+)
+TASK_TALLY = "SELECT job_id, status, exit_code, count(*) FROM tasks"
+
+
+@dataclass
+class StoredTaskLog:
+    """A task's output as the store has it: its summary and (``task_log`` only) its segments."""
+
+    task_id: str
+    job_id: str
+    written: int  # bytes the task wrote in all
+    dropped: int  # the oldest bytes no longer kept
+    eof: bool
+    segments: list[tuple[int, int]] = field(default_factory=list)  # (chunk, start), in order
+
+
+@runtime_checkable
+class TaskLogStore(Protocol):
+    """Reads of task output (server.service.logs), on the event loop: an indexed read of at most
+    the bound per task."""
+
+    def task_log(self, task_id: str) -> StoredTaskLog | None: ...
+
+    def task_logs_of_job(self, job_id: str) -> dict[str, StoredTaskLog]:
+        """The summaries (no segments) of the job's tasks that wrote output."""
+        ...
+
+    def task_log_bytes(self, task_id: str, start: int, end: int) -> tuple[int, bytes]:
+        """The stored bytes of ``[start, end)``: (where they start, the bytes). They start later
+        than ``start`` when the oldest were dropped meanwhile."""
+        ...
+
+
+def _stored_log(row: tuple[Any, ...], segments: list[tuple[Any, ...]]) -> StoredTaskLog:
+    task_id, job_id, written, dropped, eof = row
+    return StoredTaskLog(
+        task_id,
+        job_id,
+        int(written),
+        int(dropped),
+        bool(eof),
+        [(int(c), int(s)) for c, s in segments],
+    )
+
+
+def _log_index(rows: list[tuple[Any, ...]]) -> StoredTaskLog | None:
+    if not rows:
+        return None
+    segments = [(r[5], r[6]) for r in rows if r[5] is not None]
+    return _stored_log(rows[0][:5], segments)
+
+
+def _log_bytes(rows: list[tuple[Any, ...]], start: int, end: int) -> tuple[int, bytes]:
+    """The bytes of ``[start, end)`` in the segments ``rows`` (start, data), up to a gap; where
+    they start (``end`` when none is stored)."""
+    out = bytearray()
+    first: int | None = None
+    for seg_start, data in rows:
+        at = int(seg_start)
+        if first is None:
+            first = max(start, at)
+        elif at != first + len(out):
+            break  # not contiguous: segments trimmed meanwhile
+        wanted = first + len(out)
+        out += bytes(data)[wanted - at : end - at]
+    return (end, b"") if first is None else (first, bytes(out))
+
+
+@dataclass(frozen=True)
+class HistoryQuery:
+    """Finished jobs for ``ListJobHistory``, in (finish time, creation index) order, after a
+    position and within the filters; either store's SQL from it (``sql``)."""
+
+    phases: tuple[int, ...]  # terminal phases
+    finished_after: float | None = None
+    finished_before: float | None = None
+    queue: str = ""
+    namespace: str = ""
+    owner: str = ""
+    readable: tuple[tuple[str, ...], str] | None = None  # (queues, user) of a read scope
+    after: tuple[float, int] | None = None  # the last (finish time, creation index) of a page
+    limit: int = 100
+
+    def sql(
+        self, param: str, one_of: Callable[[str, list[Any]], tuple[str, list[Any]]]
+    ) -> tuple[str, list[Any]]:
+        among, params = one_of("phase", sorted(self.phases))
+        where = [among]
+        if self.finished_after is not None:
+            where.append(f"finish_time >= {param}")
+            params.append(self.finished_after)
+        if self.finished_before is not None:
+            where.append(f"finish_time < {param}")
+            params.append(self.finished_before)
+        for column, value in (("queue", self.queue), ("namespace", self.namespace)):
+            if value:
+                where.append(f"{column} = {param}")
+                params.append(value)
+        if self.owner:
+            where.append(f"owner = {param}")
+            params.append(self.owner)
+        if self.readable is not None:
+            queues, values = one_of("queue", sorted(self.readable[0]))
+            where.append(f"({queues} OR (owner <> '' AND owner = {param}))")
+            params.extend([*values, self.readable[1]])
+        if self.after is not None:
+            where.append(
+                f"(finish_time > {param} OR (finish_time = {param} AND creation_index > {param}))"
+            )
+            params.extend([self.after[0], self.after[0], self.after[1]])
+        params.append(self.limit)
+        return (
+            f"SELECT id, creation_index, spec, status, finish_time FROM jobs WHERE "
+            f"{' AND '.join(where)} ORDER BY finish_time, creation_index LIMIT {param}",
+            params,
+        )
+
+
+@dataclass
+class FinishedJob:
+    """A finished job as the history reads it: the job (no task rows) and its tasks counted."""
+
+    job: StoredJob
+    finish_time: float
+    statuses: dict[int, int]  # task status -> tasks
+    exit_codes: dict[int, int]  # exit code -> tasks that ended Succeeded or Failed with it
+
+
+@runtime_checkable
+class JobHistoryArchive(Protocol):
+    def finished_jobs(self, query: HistoryQuery) -> list[FinishedJob]:
+        """Up to ``query.limit`` finished jobs after ``query.after``, in (finish time, creation
+        index) order."""
+        ...
+
+
+def _finished_jobs(
+    rows: list[tuple[Any, ...]], tallies: list[tuple[Any, ...]]
+) -> list[FinishedJob]:
+    statuses: dict[str, dict[int, int]] = {}
+    codes: dict[str, dict[int, int]] = {}
+    ended = (int(TaskStatus.SUCCEEDED), int(TaskStatus.FAILED))
+    for job_id, status, exit_code, count in tallies:
+        by_status = statuses.setdefault(job_id, {})
+        by_status[int(status)] = by_status.get(int(status), 0) + int(count)
+        if int(status) in ended:
+            by_code = codes.setdefault(job_id, {})
+            by_code[int(exit_code)] = by_code.get(int(exit_code), 0) + int(count)
+    return [
+        FinishedJob(
+            _stored_job((job_id, idx, spec, status), []),
+            float(finish),
+            statuses.get(job_id, {}),
+            codes.get(job_id, {}),
+        )
+        for job_id, idx, spec, status, finish in rows
+    ]
 
 
 class StoreWriter:

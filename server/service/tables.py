@@ -107,6 +107,8 @@ class StateTables:
         self.finished: dict[str, None] = {}
         self.tasks: dict[str, TaskRecord] = {}
         self.task_job: dict[str, JobRecord] = {}
+        # Job arrays: array id -> its elements in memory, by id, in creation (= index) order.
+        self.arrays: dict[str, dict[str, JobRecord]] = {}
         self.foreign: dict[str, ForeignTask] = {}  # key "<backend>/<task id>"
         self.next_cycle_id = 1
         self.next_creation_index = 1
@@ -120,6 +122,8 @@ class StateTables:
         self.jobs[rec.id] = rec
         if rec.active:
             self.active_jobs[rec.id] = rec
+        if rec.spec.array_job_id:
+            self.arrays.setdefault(rec.spec.array_job_id, {})[rec.id] = rec
         for t in rec.tasks:
             self.tasks[t.uid] = t
             self.task_job[t.uid] = rec
@@ -159,7 +163,7 @@ class StateTables:
         for table in (self.backends, self.nodes, self.queues, self.active_jobs, self.finished):
             table.clear()
         dict.clear(self.jobs)
-        for index in (self.tasks, self.task_job, self.foreign):
+        for index in (self.tasks, self.task_job, self.foreign, self.arrays):
             index.clear()
         self.changes.clear()
         self.next_cycle_id = 1

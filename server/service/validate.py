@@ -15,9 +15,18 @@ from dataclasses import dataclass
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from muster.devices import NVIDIA_GPU, device_count_problem
+from muster.jobcontrol import (
+    DEFAULT_DEPENDENCY_TYPE,
+    DEPENDENCY_TYPES,
+    ArraySpecError,
+    element_id,
+    parse_array,
+)
 from muster.quantity import QuantityError, parse_resources
+from muster.timelimit import MAX_TIME_LIMIT, format_time_limit
 from muster.v1 import muster_pb2 as pb
 from server.model import TY_BASIC_POLICIES, TY_CLEAN_POD_POLICIES, TY_JOB_QUEUE_POLICIES
 from server.service.errors import invalid
@@ -241,7 +250,30 @@ def _check_pod_affinity_term(path: str, term: pb.PodAffinityTerm) -> None:
     )
 
 
+def check_known_fields(path: str, message: Message) -> None:
+    """INVALID_ARGUMENT when ``message`` (at any depth) carries a field this server's muster.proto
+    does not have: a client built from a newer proto, or a message built by hand. Ignored, such a
+    field would drop what it says (an affinity rule) without a word."""
+    fields = UnknownFieldSet(message)
+    unknown = sorted({fields[i].field_number for i in range(len(fields))})
+    if unknown:
+        numbers = ", ".join(str(n) for n in unknown)
+        raise invalid(
+            f"{path}: unknown field number {numbers} of {message.DESCRIPTOR.name} "
+            f"(known: {', '.join(f.name for f in message.DESCRIPTOR.fields)})"
+        )
+    for field, value in message.ListFields():
+        if field.message_type is None or field.message_type.GetOptions().map_entry:
+            continue
+        if field.is_repeated:
+            for i, item in enumerate(value):
+                check_known_fields(f"{path}.{field.name}[{i}]", item)
+        else:
+            check_known_fields(f"{path}.{field.name}", value)
+
+
 def check_affinity(path: str, aff: pb.Affinity) -> None:
+    check_known_fields(path, aff)
     na = aff.node_affinity
     for i, term in enumerate(na.required):
         if not term.match_expressions and not term.match_fields:
@@ -387,7 +419,45 @@ def normalize_job(spec: pb.JobSpec) -> ValidJob:
         )
     if job.network_topology.highest_tier_allowed < 0:
         raise invalid("job.network_topology.highest_tier_allowed: must be >= 0")
+    check_time_limit("job.time_limit_seconds", job.time_limit_seconds)
+    _check_job_control(job, total)
     return ValidJob(job, tuple(requests), min_resources)
+
+
+# An array's elements together have at most this many tasks (each element is a job of the
+# spec's tasks).
+MAX_ARRAY_TASKS = 1_000_000
+
+
+def _check_job_control(job: pb.JobSpec, tasks: int) -> None:
+    """An array spec and dependencies (their types defaulted in), and the fields only the server
+    sets (an array element's)."""
+    if job.array_job_id or job.array_index:
+        field = "array_job_id" if job.array_job_id else "array_index"
+        raise invalid(
+            f"job.{field}: set by the server on an array's elements; submit the array "
+            "(job.array) instead"
+        )
+    if job.array:
+        try:
+            array = parse_array(job.array)
+        except ArraySpecError as exc:
+            raise invalid(f"job.array: {job.array!r}: {exc}") from None
+        check_name("job.array", element_id(job.id, array.indexes[-1]), "element job id")
+        if len(array) * tasks > MAX_ARRAY_TASKS:
+            raise invalid(
+                f"job.array: {len(array)} elements of {tasks} tasks exceed the limit of "
+                f"{MAX_ARRAY_TASKS} tasks per array"
+            )
+    for i, dep in enumerate(job.depends_on):
+        where = f"job.depends_on[{i}]"
+        check_name(f"{where}.job", dep.job, "job id")
+        if dep.job == job.id:
+            raise invalid(f"{where}.job: a job cannot depend on itself")
+        if not dep.type:
+            dep.type = DEFAULT_DEPENDENCY_TYPE
+        if dep.type not in DEPENDENCY_TYPES:
+            raise invalid(f"{where}.type: {dep.type!r} is not one of {', '.join(DEPENDENCY_TYPES)}")
 
 
 def _normalize_tyjob(job: pb.JobSpec, replicas: Mapping[str, int]) -> None:
@@ -469,6 +539,14 @@ def check_node(path: str, node: pb.Node) -> dict[str, float]:
     return allocatable
 
 
+# KAI writes -1 for "unlimited" in a queue's quota and limit, not in its over-quota weight (KAI's
+# docs/queues: "Special Values"); a -1 weight is refused with this said.
+WEIGHT_NOT_UNLIMITED = (
+    " (KAI's -1, unlimited, is for a quota (guarantee) or a limit (capability), "
+    "not for the over-quota weight)"
+)
+
+
 def normalize_queue(queue: pb.Queue, path: str = "queue") -> ValidQueue:
     """Validate a Queue: a copy with defaults filled in (parent root, weight 1, reclaimable true)
     and its parsed quantities."""
@@ -484,7 +562,7 @@ def normalize_queue(queue: pb.Queue, path: str = "queue") -> ValidQueue:
         if q.parent == q.name:
             raise invalid(f"{path}.parent: a queue cannot be its own parent")
     if q.weight < 0:
-        raise invalid(f"{path}.weight: {q.weight} is negative")
+        raise invalid(f"{path}.weight: {q.weight} is negative{WEIGHT_NOT_UNLIMITED}")
     if q.weight == 0:
         q.weight = 1
     if not q.HasField("reclaimable"):
@@ -493,12 +571,31 @@ def normalize_queue(queue: pb.Queue, path: str = "queue") -> ValidQueue:
         q.state = pb.QUEUE_STATE_OPEN
     if q.state not in (pb.QUEUE_STATE_OPEN, pb.QUEUE_STATE_CLOSING, pb.QUEUE_STATE_CLOSED):
         raise invalid(f"{path}.state: {q.state} is not a known queue state")
+    check_time_limit(f"{path}.default_time_limit_seconds", q.default_time_limit_seconds)
+    check_time_limit(f"{path}.max_time_limit_seconds", q.max_time_limit_seconds)
+    if 0 < q.max_time_limit_seconds < q.default_time_limit_seconds:
+        raise invalid(
+            f"{path}.default_time_limit_seconds: {q.default_time_limit_seconds} "
+            f"({format_time_limit(q.default_time_limit_seconds)}) is more than the queue's maximum, "
+            f"max_time_limit_seconds {q.max_time_limit_seconds} "
+            f"({format_time_limit(q.max_time_limit_seconds)})"
+        )
     return ValidQueue(
         q,
-        guarantee=resources(f"{path}.guarantee", q.guarantee),
+        # "-1": unlimited (KAI's quota -1; docs/plugins/kai.md), as for deserved and capability.
+        guarantee=resources(f"{path}.guarantee", q.guarantee, allow_unlimited=True),
         deserved=resources(f"{path}.deserved", q.deserved, allow_unlimited=True),
         capability=resources(f"{path}.capability", q.capability, allow_unlimited=True),
     )
+
+
+def check_time_limit(path: str, seconds: int) -> None:
+    """A time limit in seconds (0: none) within ``muster.timelimit.MAX_TIME_LIMIT``."""
+    if seconds > MAX_TIME_LIMIT:
+        raise invalid(
+            f"{path}: {seconds} is more than the largest time limit, {MAX_TIME_LIMIT} "
+            f"({format_time_limit(MAX_TIME_LIMIT)})"
+        )
 
 
 def check_backend_task(path: str, task: pb.BackendTask) -> dict[str, float]:

@@ -6,8 +6,16 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 
+from muster.devices import (
+    MAX_DEVICES_PER_NODE,
+    NVIDIA_GPU,
+    UNIT,
+    Device,
+    default_devices,
+    is_device_resource,
+)
 from muster.v1 import muster_pb2 as pb
 from server.model import TaskStatus, ty_schedule_state, ty_stage
 from server.service.convert import resource_list, timestamp, tyjob_to_model
@@ -16,13 +24,26 @@ from server.service.records import JobRecord, is_terminal_phase
 
 PENDING_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.ALLOCATED, TaskStatus.PIPELINED})
 TY_PLACED = frozenset(
-    {TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.SUCCEEDED}
+    {
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+        TaskStatus.SUCCEEDED,
+        TaskStatus.UNKNOWN,
+    }
 )
 
 
 def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
     status = rec.status
-    counts = {"pending": 0, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
+    counts = {
+        "pending": 0,
+        "running": 0,
+        "succeeded": 0,
+        "failed": 0,
+        "cancelled": 0,
+        "unknown": 0,
+    }
     for t in rec.tasks:
         if t.status in PENDING_STATUSES:
             counts["pending"] += 1
@@ -32,9 +53,13 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
             counts["failed"] += 1
         elif t.status == TaskStatus.CANCELLED:
             counts["cancelled"] += 1
+        elif t.status == TaskStatus.UNKNOWN:  # its backend is silent: not known to run
+            counts["unknown"] += 1
         else:  # placed: binding, bound, running, releasing
             counts["running"] += 1
     js = pb.JobStatus(phase=status.phase, **counts)  # type: ignore[arg-type]  # proto enums are ints
+    if status.hold or status.requeue_count:  # job control (server.service.control)
+        js.hold, js.held_by, js.requeue_count = status.hold, status.held_by, status.requeue_count
     for cond in status.conditions:
         c = js.conditions.add(
             type=cond.type,
@@ -91,15 +116,61 @@ def _ty_status(rec: JobRecord, js: pb.JobStatus) -> None:
 
 
 def node_view(
-    node: pb.Node, used: dict[str, float], allocatable: dict[str, float], task_count: int
+    node: pb.Node,
+    used: dict[str, float],
+    allocatable: dict[str, float],
+    task_count: int,
+    held: Collection[str] = (),
+    shares: Mapping[str, float] | None = None,
 ) -> pb.NodeView:
-    idle = {r: max(0.0, allocatable.get(r, 0.0) - used.get(r, 0.0)) for r in allocatable}
+    """A node and what is in use on it. ``used``: what its tasks request (canonical units; whole
+    devices, not GPU shares); ``held``: the device ids tasks hold whole; ``shares``: per shared GPU
+    (KAI GPU sharing), the part of it its fractional tasks take (0 to 1).
+
+    ``idle`` is what a new task could take now, as the scheduler counts it: allocatable - used,
+    and of a device resource no more than its whole devices that are healthy and that no task
+    holds or shares (an unhealthy device nobody holds and a shared GPU count as used, as in the
+    core's ``NodeTable``). A shared GPU's free part is in ``shared_gpus``, its shares in ``used``."""
+    shares = shares or {}
+    devices = _node_devices(node, allocatable)
+    known = {d.id for devs in devices.values() for d in devs}
+    idle: dict[str, float] = {}
+    for r, total in allocatable.items():
+        free = total - used.get(r, 0.0)
+        devs = devices.get(r)
+        if devs is not None:
+            shared = sum(1 for d in devs if d.id in shares)
+            if r == NVIDIA_GPU:  # a share of a GPU the node does not list still takes a GPU
+                shared += sum(1 for g in shares if g not in known)
+            broken = sum(
+                1 for d in devs if not d.healthy and d.id not in held and d.id not in shares
+            )
+            whole = sum(1 for d in devs if d.healthy and d.id not in held and d.id not in shares)
+            free = min(free - (shared + broken) * UNIT, whole * UNIT)
+        idle[r] = max(0.0, free)
+    in_use = dict(used)
+    if shares:
+        in_use[NVIDIA_GPU] = in_use.get(NVIDIA_GPU, 0.0) + sum(shares.values()) * UNIT
     return pb.NodeView(
         node=node,
-        used=resource_list({r: v for r, v in used.items() if v > 0}),
+        used=resource_list({r: v for r, v in in_use.items() if v > 0}),
         idle=resource_list(idle),
         task_count=task_count,
+        shared_gpus={g: round(max(0.0, 1.0 - taken), 6) for g, taken in shares.items()},
     )
+
+
+def _node_devices(node: pb.Node, allocatable: Mapping[str, float]) -> dict[str, list[Device]]:
+    """Per device resource, the node's devices: those it lists, else ids made up as the scheduler
+    makes them (``muster.devices.default_devices``: all healthy)."""
+    out: dict[str, list[Device]] = {}
+    for d in node.devices:
+        if d.type:
+            out.setdefault(d.type, []).append(Device(d.id, d.type, d.group, d.healthy))
+    for name, value in allocatable.items():
+        if name not in out and is_device_resource(name) and value >= UNIT:
+            out[name] = default_devices(name, int(min(value, MAX_DEVICES_PER_NODE * UNIT) // UNIT))
+    return out
 
 
 # --- page tokens ---------------------------------------------------------------------------------

@@ -490,8 +490,17 @@ VICTIM_QUEUE_ORDER = Point[VictimQueueCompareFn, VictimQueueCompareFn](
 JOB_READY = Point[JobCheckFn, JobCheckFn](
     "job_ready", Switch("enableJobReady", "job_ready"), all_must_pass
 )
+_ALLOCATABLE_SWITCH = Switch("enabledAllocatable", "allocatable")
 ALLOCATABLE = Point[QueueTaskVerdictFn, QueueTaskVerdictFn](
-    "allocatable", Switch("enabledAllocatable", "allocatable"), first_refusal
+    "allocatable", _ALLOCATABLE_SWITCH, first_refusal
+)
+# Asked of a job that waits, to explain it: can its queues ever hold what it needs at once (a
+# limit that no allocation frees)? A refusal says why, and the job is Unsatisfiable.
+JOB_SATISFIABLE = Point[JobVerdictFn, JobVerdictFn](
+    "job_satisfiable",
+    _ALLOCATABLE_SWITCH,
+    first_refusal,
+    "Asked to explain a waiting job: a queue limit it can never fit (the job is Unsatisfiable).",
 )
 PREEMPTIVE = Point[QueueTaskCheckFn, QueueTaskCheckFn](
     "preemptive", Switch("enablePreemptive", "preemptive"), all_must_pass

@@ -9,7 +9,7 @@ allocation updates one row in place. Comparisons use Volcano's epsilon (``MIN_RE
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from muster.devices import NVIDIA_GPU, UNIT, device_needs
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE, PODS
 from server.model import (
     ALLOCATED,
+    ENDED,
     JobSpec,
     NodeSpec,
     PodGroupPhase,
@@ -460,6 +461,37 @@ class JobInfo:
             if minimum and allocated.get(role, 0) < minimum:
                 return False
         return True
+
+    def least_at_once(self, amount: Callable[[TaskInfo], Vec | Sequence[float]]) -> Vec | None:
+        """The least the job must hold at once to run, per resource (``amount``: what a task
+        holds, one value per resource), or None when it needs nothing more (no live task, or the
+        tasks that succeeded meet its minimums). A lower bound on every set of its live tasks (not
+        ended) that meets its gang minimum and its roles' minimums, less what succeeded, per
+        resource on its own: the smallest amounts the gang minimum takes, or those each role's
+        minimum takes plus the smallest of any tasks for the rest of the gang, whichever is more."""
+        succeeded = list(self.index[TaskStatus.SUCCEEDED].values())
+        live = [t for t in self.tasks.values() if t.status not in ENDED]
+        if not live:
+            return None
+        if len(live) == 1 and not self.task_min_available:  # most jobs: one task, no roles
+            one: Vec = np.array(amount(live[0]), dtype=float)
+            return one if self.min_available > len(succeeded) else None
+        smallest_first = np.sort(np.array([amount(t) for t in live], dtype=float), axis=0)
+        by_roles: Vec = np.zeros(smallest_first.shape[1])
+        taken = 0  # tasks the roles' minimums take
+        for role, minimum in self.task_min_available.items():
+            left = minimum - sum(1 for t in succeeded if t.role == role)
+            amounts = [amount(t) for t in live if t.role == role]
+            if left > 0 and amounts:
+                by_roles += np.sort(np.array(amounts, dtype=float), axis=0)[:left].sum(axis=0)
+                taken += left
+        needed = self.min_available - len(succeeded)
+        if needed <= 0 and not taken:
+            return None
+        least: Vec = smallest_first[: max(needed, 0)].sum(axis=0)
+        by_roles += smallest_first[: max(needed - taken, 0)].sum(axis=0)
+        bound: Vec = np.maximum(least, by_roles)
+        return bound
 
     def task_has_fit_errors(self, task: TaskInfo) -> bool:
         return bool(self.fit_errors) and bool(task.role) and task.role in self.fit_failed_roles()

@@ -6,6 +6,13 @@ job waits: the enqueue vote's answer, a refusal of the job's queues (``allocatab
 ``job_over_capacity``), fit errors found only to explain, and the conditions (Unschedulable,
 Scheduled ...) they set. ``report`` turns them, with the session's final state, into the cycle's job
 outcomes: the phase, the conditions, and the explanation ``muster explain`` shows (``explain``).
+
+A job that can never run as the cluster and its queues stand (a task no node could hold even
+empty, a node selector no node matches, more than its queue's capability at once: the
+``job_satisfiable`` verdict) is Unsatisfiable: its own condition, with a reason code naming the
+cause, beside Unschedulable. It is found again every cycle (a new node or a queue update ends it).
+A cycle reports only the conditions that hold; the server turns those that stopped holding False
+(``server.service.apply``).
 """
 
 from __future__ import annotations
@@ -42,9 +49,17 @@ class JobFindings:
     queue: Verdict = ALLOWED  # the last refusal of the job's queues
     # Per task: why it fits no node, found only to explain (the queue stopped it first).
     fit_errors: dict[str, FitErrors] = field(default_factory=dict)
+    # Why it can never run as things stand, found explaining it: the Unsatisfiable reason code.
+    unsatisfiable: str = ""
 
 
 _NONE_FOUND = JobFindings()  # what reading a job nothing was found about gives (never written)
+
+# The condition of a job that can never run as things stand, and its reason codes: the cause.
+UNSATISFIABLE = "Unsatisfiable"
+EXCEEDS_QUEUE = "ExceedsQueueCapability"  # more at once than a queue limit lets it hold
+NO_MATCHING_NODE = "NoMatchingNode"  # no node passes its selector, affinity and tolerations
+EXCEEDS_EVERY_NODE = "RequestExceedsEveryNode"  # no node it may use is big enough, even empty
 
 
 class Outcomes:
@@ -89,6 +104,10 @@ class Outcomes:
         else:
             found[task.uid] = errors
 
+    def unsatisfiable_found(self, job: JobInfo, reason: str) -> None:
+        """``job`` can never run as the cluster and its queues stand (``reason``: the cause's code)."""
+        self._of(job).unsatisfiable = reason
+
     def fit_error(self, job: JobInfo) -> str:
         """Volcano's ``JobInfo.FitError`` of ``job``, with the fit errors found only to explain."""
         return job.fit_error(self.found(job).fit_errors)
@@ -124,11 +143,14 @@ def report(ssn: Session) -> CycleResult:
         phase = job_phase_after(job, unschedulable)
         conditions = [Condition(t, "True", r, m) for t, (r, m) in found.items()]
         explanation = explain(ssn, job, phase)
+        never = ssn.outcomes.found(job).unsatisfiable
         if explanation.gate != "none":  # the verdict of `muster explain` is in the condition too
             for c in conditions:
                 if c.type == "Unschedulable" and explanation.summary not in c.message:
                     head = c.message.rstrip(". ")
                     c.message = f"{head}. {explanation.summary}" if head else explanation.summary
+        if never:  # it can never run as things stand: said apart from waiting
+            conditions.append(Condition(UNSATISFIABLE, "True", never, explanation.summary))
         result.jobs[job.uid] = JobOutcome(
             phase, conditions, explanation, job.schedule_state, job.stage
         )
@@ -168,14 +190,29 @@ def can_ever_fit(ssn: Session, task: TaskInfo) -> bool:
 def never_fits_reason(ssn: Session, task: TaskInfo) -> str:
     """Why a task fits no node even empty (like sbatch's "Requested node configuration is not
     available"): the resources no eligible node has enough of, with the largest there is."""
+    return _never_fits(ssn, task)[1]
+
+
+def _never_fits(ssn: Session, task: TaskInfo) -> tuple[str, str]:
+    """(reason code, message): why a task fits no node even empty."""
     nodes, space = ssn.nodes, ssn.space
     eligible = ssn.evaluator.static_mask(task) if len(nodes) else np.zeros(0, dtype=bool)
     if not eligible.any():
-        return (
+        if not len(nodes):
+            return NO_MATCHING_NODE, f"task {task.name}: the cluster has no nodes"
+        missing = [
+            f"{key}={value}"
+            for key, value in sorted(task.spec.node_selector.items())
+            if not any(spec.labels.get(key) == value for spec in nodes.specs)
+        ]
+        if missing:
+            return NO_MATCHING_NODE, (
+                f"task {task.name} can never run on this cluster: no node has label "
+                + ", ".join(missing)
+            )
+        return NO_MATCHING_NODE, (
             f"task {task.name} can never run on this cluster: no node passes its node selector, "
             "affinity and tolerations"
-            if len(nodes)
-            else f"task {task.name}: the cluster has no nodes"
         )
     largest = nodes.allocatable[eligible].max(axis=0)
     excluded = bool(
@@ -187,18 +224,22 @@ def never_fits_reason(ssn: Session, task: TaskInfo) -> str:
         for d in range(space.size)
         if task.resreq[d] > largest[d] + MIN_RESOURCE
     ]
+    head = f"task {task.name} can never run on this cluster"
     if not short:  # no single resource is short, but no node has them all at once
-        return f"task {task.name} can never run on this cluster: no node has all of its request at once"
+        return EXCEEDS_EVERY_NODE, f"{head}: no node has all of its request at once"
     tail = (
         "; the nodes big enough are excluded by its node selector, affinity or tolerations"
         if excluded
         else ""
     )
-    return f"task {task.name} can never run on this cluster: it asks " + ", ".join(short) + tail
+    return EXCEEDS_EVERY_NODE, f"{head}: it asks " + ", ".join(short) + tail
 
 
 def explain(ssn: Session, job: JobInfo, phase: PodGroupPhase) -> Explanation:
-    """Why the job is (not) placed: the first gate that holds it back."""
+    """Why the job is (not) placed: the first gate that holds it back. What can never change comes
+    before what may: a job its queues or the nodes can never hold is said to be so (and found
+    Unsatisfiable, with the cause's code) before the enqueue vote, the gang or the placement
+    holding it now."""
     queue = ssn.queues.get(job.queue)
     pending = job.index[TaskStatus.PENDING]
     if not pending or job.is_ready():
@@ -208,14 +249,31 @@ def explain(ssn: Session, job: JobInfo, phase: PodGroupPhase) -> Explanation:
     if not queue.is_open():
         return Explanation("queue", f"queue {queue.name} is {queue.state}")
     found = ssn.outcomes.found(job)
-    if phase == PodGroupPhase.PENDING and found.enqueue.reason:
-        return Explanation("enqueue", found.enqueue.reason)
+    beyond = ssn.job_satisfiable(job)
+    if not beyond:
+        ssn.outcomes.unsatisfiable_found(job, EXCEEDS_QUEUE)
+        return Explanation("unsatisfiable", beyond.reason)
     never = next((t for t in pending.values() if not can_ever_fit(ssn, t)), None)
     if never is not None:
         fe = job.fit_errors.get(never.uid) or found.fit_errors.get(never.uid)
         reasons = dict(fe.reasons) if fe is not None else {}
         detail = f" ({fe.describe().rstrip('.')})" if fe is not None and fe.reasons else ""
-        return Explanation("unsatisfiable", never_fits_reason(ssn, never) + detail, reasons)
+        code, why = _never_fits(ssn, never)
+        ssn.outcomes.unsatisfiable_found(job, code)
+        return Explanation("unsatisfiable", why + detail, reasons)
+    return _waits(ssn, job, phase, found, pending)
+
+
+def _waits(
+    ssn: Session,
+    job: JobInfo,
+    phase: PodGroupPhase,
+    found: JobFindings,
+    pending: dict[str, TaskInfo],
+) -> Explanation:
+    """Why a job that could run waits: the enqueue vote, the gang, the nodes or its queue."""
+    if phase == PodGroupPhase.PENDING and found.enqueue.reason:
+        return Explanation("enqueue", found.enqueue.reason)
     # Tasks that are placed, or were placed before the gang was discarded this cycle.
     fitting = job.ready_task_num() + sum(
         1 for t in pending.values() if t.last_tx_status in ALLOCATED

@@ -34,6 +34,7 @@ from server.session.extension_points import (
     JOB_OVER_CAPACITY,
     JOB_PIPELINED,
     JOB_READY,
+    JOB_SATISFIABLE,
     JOB_STARVING,
     JOB_VALID,
     NODE_SETS,
@@ -88,6 +89,7 @@ class Session:
     job_valid = JOB_VALID
     job_enqueued = JOB_ENQUEUED
     job_starving = JOB_STARVING
+    job_satisfiable = JOB_SATISFIABLE  # can its queues ever hold the job? (explanations)
     overused = OVERUSED
     preemptable = PREEMPTABLE
     reclaimable = RECLAIMABLE
@@ -428,15 +430,24 @@ class Session:
         return report(self)
 
     def release(self) -> None:
-        """Drop everything the session holds, once its result is taken. Plugins' functions hold
-        the session (closures, bound methods) and the session holds them (the plugins, the chains,
-        the points bound to those, the event handlers, the evaluator's predicates), so its ~10
-        objects per task form reference cycles: left alone they wait for the cycle collector, which
-        traverses all of them inside a later cycle (98,000 objects, 45-110 ms at 10,000 tasks).
-        Everything goes, not only those references: a plugin caught in a cycle of its own (a
-        recursive closure) still holds the session, which must then hold nothing. Cut loose,
-        reference counting frees them here, at once."""
-        self.__dict__.clear()
+        """Cut the session out of the reference cycles it is in, once its result is taken.
+        Plugins' functions hold the session (closures, bound methods) and the session holds them:
+        the plugins, their registrations and the chains of them, the points bound to those, the
+        event handlers, the evaluator with their predicates and scorers. Left alone, these cycles
+        and the ~10 objects per task they reach wait for the cycle collector, which traverses all
+        of them inside a later cycle (98,000 objects, 45-110 ms at 10,000 tasks). Cut here,
+        reference counting frees the session and everything it holds once the last reference from
+        outside goes; its data (jobs, nodes, result) stay readable until then, its points cannot
+        be asked. This needs plugins that form no cycle of their own (a recursive closure holds
+        itself, and with it the plugin and the session): tests/core/test_cycle_memory.py checks
+        that a cycle leaves no garbage for the collector."""
+        for attr, _ in _ASKED:  # the points asked as methods: the class's rows again
+            self.__dict__.pop(attr, None)
+        self.plugins = []
+        self._fns = {}
+        self._chains = {}
+        self.event_handlers = []
+        del self.evaluator
 
 
 # The rows named on the session, asked as its methods once bound (``Session._build_chains``).

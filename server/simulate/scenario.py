@@ -130,7 +130,7 @@ _PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
 
 # The nested Kubernetes-form fields a scenario passes through to the plugins, as shapes for
 # ``_Loader.shape``: a type (``str``, ``int``: not bool, ``_SCALAR``: any scalar), ``[shape]`` (a
-# list of), ``{key: shape}`` (a mapping; keys not named here are not read, and not checked) or
+# list of), ``{key: shape}`` (a mapping; a key not named here is a problem: unknown field) or
 # ``_MapOf(shape)`` (a mapping of string keys to values of shape).
 
 
@@ -276,7 +276,13 @@ class _Loader:
             if not isinstance(obj, dict):
                 self.problem(path, "must be a mapping")
                 return False
-            return all([self.shape(obj.get(k), sub, f"{path}.{k}") for k, sub in shape.items()])
+            # A key the shape does not name would be ignored (a typo of
+            # requiredDuringSchedulingIgnoredDuringExecution loses the rule): refused, by name.
+            unknown = [k for k in obj if k not in shape]
+            for k in unknown:
+                self.problem(f"{path}.{k}", f"unknown field (known: {', '.join(shape)})")
+            known = [self.shape(obj.get(k), sub, f"{path}.{k}") for k, sub in shape.items()]
+            return all(known) and not unknown
         if isinstance(shape, _MapOf):
             if not isinstance(obj, dict):
                 self.problem(path, "must be a mapping")
@@ -346,7 +352,12 @@ class _Loader:
             self.problem(path, f"{brief(obj)} is not a number")
             return default
         if obj < 0:
-            self.problem(path, f"{brief(obj)} must not be negative")
+            # KAI's -1 means unlimited in a quota (guarantee) or a limit (capability) only.
+            self.problem(
+                path,
+                f"{brief(obj)} must not be negative (KAI's -1, unlimited, is for a quota "
+                "(guarantee) or a limit (capability), not for the over-quota weight)",
+            )
             return default
         if not obj <= _MAX_WEIGHT:  # also NaN
             self.problem(path, f"{brief(obj)} is more than {_MAX_WEIGHT}")
@@ -665,6 +676,8 @@ def load_scenario(raw: Any) -> Scenario:
             status_raw = t.get("status", "Pending")
             try:
                 status = TaskStatus.from_title(str(status_raw))
+                if status == TaskStatus.UNKNOWN:  # the server's, for a silent backend's tasks
+                    raise KeyError(status_raw)
             except KeyError:
                 L.problem(f"{tp}.status", f"{brief(status_raw)} is not a task status")
                 status = TaskStatus.PENDING

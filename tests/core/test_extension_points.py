@@ -325,6 +325,24 @@ def test_allocatable_first_refusal_decides_and_says_why() -> None:
     assert ask(open_session()).reason == "only"
 
 
+@covers("job_satisfiable")
+def test_job_satisfiable_first_refusal_decides_under_the_allocatable_switch() -> None:
+    def ask(ssn: Session) -> Verdict:
+        return ssn.job_satisfiable(ssn.jobs["ns/j1"])
+
+    assert ask(open_session()) is ALLOWED  # no function: satisfiable
+    register(
+        a={"job_satisfiable": lambda j: ALLOWED},
+        b={"job_satisfiable": lambda j: refuse("b", "over q1's capability")},
+        c={"job_satisfiable": lambda j: refuse("c", "never asked")},
+    )
+    verdict = ask(open_session())
+    assert not verdict and (verdict.reason, verdict.plugin) == ("over q1's capability", "b")
+    # The limit it speaks for is allocatable's: with that switch off, b is not asked.
+    assert POINTS["job_satisfiable"].switch == POINTS["allocatable"].switch
+    assert ask(open_session(switched_off("job_satisfiable", "b"))).reason == "never asked"
+
+
 @covers("predicate")
 def test_predicates_all_must_pass() -> None:
     register(

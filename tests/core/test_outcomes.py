@@ -3,10 +3,11 @@ why it waits, fit errors found only to explain it, conditions -- and how the rep
 
 from __future__ import annotations
 
+import pytest
 from core_helpers import cycle, job, node, queue, session, snapshot
 
 from server.actions import ACTIONS
-from server.model import PodGroupPhase, TaskStatus
+from server.model import CycleResult, PodGroupPhase, TaskStatus
 from server.session.extension_points import ALLOWED, refuse
 from server.session.info import FitErrors
 from server.session.outcomes import Outcomes, explain
@@ -105,5 +106,133 @@ def test_release_leaves_the_result_whole() -> None:
     ssn = session(snapshot([node("n1")], [job("j")]), GANG)
     result = ssn.close()
     ssn.release()
-    assert not vars(ssn)  # everything goes (tests/core/test_cycle_memory.py: no garbage left)
+    # What holds the plugins goes (tests/core/test_cycle_memory.py: no garbage left); the
+    # session's data stays, its points can no longer be asked.
+    assert ssn.plugins == [] and ssn.event_handlers == [] and not hasattr(ssn, "evaluator")
+    with pytest.raises(AttributeError, match="outside its session's chains"):
+        ssn.job_ready(ssn.jobs["ns/j"])
     assert result.jobs["ns/j"].explanation is not None
+
+
+# -- Unsatisfiable: what a job can never have as the cluster and its queues stand -----------------
+CAPACITY = """
+actions: "enqueue, allocate"
+tiers:
+- plugins: [{name: gang}, {name: capacity, enableHierarchy: true}]
+"""
+PREDICATES = """
+actions: "enqueue, allocate"
+tiers:
+- plugins: [{name: gang}, {name: predicates}]
+"""
+KAI = """
+profile: kai
+actions: "allocate"
+tiers:
+- plugins: [{name: proportion}]
+"""
+
+
+def _never(result: CycleResult, uid: str) -> tuple[str, str]:
+    """(reason, message) of the job's true Unsatisfiable condition, ("", "") without one; its
+    message is the explanation's, whose gate says so."""
+    out = result.jobs[uid]
+    for c in out.conditions:
+        if c.type == "Unsatisfiable" and c.status == "True":
+            assert out.explanation is not None and out.explanation.gate == "unsatisfiable"
+            assert c.message == out.explanation.summary
+            return c.reason, c.message
+    return "", ""
+
+
+def test_the_least_a_gang_holds_at_once_counts_its_minimums_and_what_succeeded() -> None:
+    sizes = [
+        job("j", 4, cpu="4", min_member=2, roles=["ps", "w", "w", "w"]),
+        job(
+            "done",
+            3,
+            cpu="2",
+            min_member=2,
+            status=[TaskStatus.SUCCEEDED] + [TaskStatus.PENDING] * 2,
+        ),
+    ]
+    sizes[0].tasks[0].request["cpu"] = 8000.0  # the ps asks for more than a worker
+    ssn = session(snapshot([node("n1")], sizes), GANG)
+    j, done = ssn.jobs["ns/j"], ssn.jobs["ns/done"]
+    cpu = ssn.space.index["cpu"]
+    need = j.least_at_once(lambda t: t.resreq)
+    assert need is not None and need[cpu] == 8000.0  # the two smallest: two workers
+    j.task_min_available = {"ps": 1}
+    need = j.least_at_once(lambda t: t.resreq)
+    assert need is not None and need[cpu] == 12000.0  # the ps must be one of them
+    need = done.least_at_once(lambda t: t.resreq)
+    assert need is not None and need[cpu] == 2000.0  # one succeeded: one more is needed
+    done.min_available = 1
+    assert done.least_at_once(lambda t: t.resreq) is None  # the succeeded task is enough
+
+
+def test_a_gang_larger_than_its_queue_capability_is_unsatisfiable_an_elastic_one_is_not() -> None:
+    snap = snapshot(
+        [node("n1", cpu="8"), node("n2", cpu="8")],
+        [
+            job("gang", 2, cpu="3", queue="ml"),
+            job("elastic", 2, cpu="3", queue="ml", min_member=1, index=1),
+        ],
+        [queue("ml", capability={"cpu": "4"})],
+    )
+    result = cycle(snap, PROPORTION)
+    assert _never(result, "ns/gang") == (
+        "ExceedsQueueCapability",
+        "job gang requests cpu 6 for the 2 tasks it needs at once > queue ml capability cpu 4",
+    )
+    assert _never(result, "ns/elastic") == ("", "")  # one task fits: it runs, and waits for more
+    assert list(result.binds) == ["ns/elastic-0"]
+
+
+def test_capacity_finds_the_ancestor_whose_capability_is_too_small() -> None:
+    snap = snapshot(
+        [node("n1", cpu="16")],
+        [job("train", 1, cpu="6", queue="team")],
+        [
+            queue("dept", capability={"cpu": "4"}),
+            queue("team", {"cpu": "8"}, {"cpu": "8"}, parent="dept"),
+        ],
+    )
+    assert _never(cycle(snap, CAPACITY), "ns/train") == (
+        "ExceedsQueueCapability",
+        "job train requests cpu 6 > queue dept (above team) capability cpu 4",
+    )
+
+
+def test_kai_a_limit_and_a_non_preemptible_jobs_quota_are_unsatisfiable() -> None:
+    snap = snapshot(
+        [node("n1", cpu="16", **{"nvidia.com/gpu": "8"})],
+        [
+            job("big", 1, cpu="6", queue="q"),
+            job("pinned", 1, cpu="1", queue="q", index=1, preemptible=False),
+        ],
+        [queue("q", capability={"cpu": "4"}, guarantee={"nvidia.com/gpu": "1"})],
+    )
+    snap.jobs[1].tasks[0].request["nvidia.com/gpu"] = 2000.0  # 2 GPUs: over its 1 deserved
+    result = cycle(snap, KAI)
+    assert _never(result, "ns/big") == (
+        "ExceedsQueueCapability",
+        "job big requests cpu 6 > queue q limit cpu 4",
+    )
+    assert _never(result, "ns/pinned") == (
+        "ExceedsQueueCapability",
+        "job pinned requests nvidia.com/gpu 2 > queue q deserved quota (a non-preemptible job's "
+        "bound) nvidia.com/gpu 1",
+    )
+
+
+def test_a_node_selector_no_node_matches_names_the_label() -> None:
+    picky = job("picky", 1)
+    picky.tasks[0].node_selector["gpu"] = "a100"
+    result = cycle(snapshot([node("n1", labels={"gpu": "t4"})], [picky]), PREDICATES)
+    reason, message = _never(result, "ns/picky")
+    assert reason == "NoMatchingNode"
+    assert message == (
+        "task picky-0 can never run on this cluster: no node has label gpu=a100 "
+        "(0/1 nodes are unavailable: 1 node(s) didn't match Pod's node affinity/selector)"
+    )

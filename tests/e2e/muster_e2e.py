@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +117,9 @@ class Cluster:
         self.server: Proc | None = None
         self.agents: dict[str, Proc] = {}
 
-    def start_server(self, config: str | None = None) -> Proc:
-        """The server; ``config``: scheduler configuration YAML (default: the built-in one)."""
+    def start_server(self, config: str | None = None, extra: Sequence[str] = ()) -> Proc:
+        """The server; ``config``: scheduler configuration YAML (default: the built-in one);
+        ``extra``: more command-line arguments."""
         argv = [
             "-c",
             SERVER,
@@ -135,6 +136,7 @@ class Cluster:
             path = self.workdir / "scheduler.yaml"
             path.write_text(config)
             argv += ["--config", str(path)]
+        argv += list(extra)
         self.server = Proc("server", argv, self.workdir / "server.log").start()
         return self.server
 

@@ -133,14 +133,39 @@ def test_closed_queue_is_the_gate() -> None:
 
 
 def test_queue_capability_is_the_gate() -> None:
-    small = QueueSpec("small", capability=parse_resources({"cpu": "1"}))
+    small = QueueSpec("small", capability=parse_resources({"cpu": "2"}))
+    holder = job("hold", 1, {"cpu": "1"}, queue="small", phase=PodGroupPhase.RUNNING)
+    holder.tasks[0].status, holder.tasks[0].node = TaskStatus.RUNNING, "c0"
     out = outcome(
-        cpu_nodes(3), [QueueSpec("default"), small], [job("j", 1, {"cpu": "2"}, queue="small")], "j"
+        cpu_nodes(3),
+        [QueueSpec("default"), small],
+        [holder, job("j", 1, {"cpu": "2"}, queue="small")],
+        "j",
     )
+    # The queue could hold it once "hold" ends: it waits for its queue.
     assert out.explanation is not None and out.explanation.gate == "queue"
     assert "small" in out.explanation.summary and "capability" in out.explanation.summary
     assert out.explanation.node_reasons == {}
     assert out.explanation.summary in unschedulable_message(out)
+    assert not any(c.type == "Unsatisfiable" for c in out.conditions)
+
+
+def test_a_request_beyond_the_queue_capability_is_unsatisfiable() -> None:
+    # (This job was once explained as waiting for its queue: it never fits the queue at all.)
+    small = QueueSpec("small", capability=parse_resources({"cpu": "1"}))
+    out = outcome(
+        cpu_nodes(3), [QueueSpec("default"), small], [job("j", 1, {"cpu": "2"}, queue="small")], "j"
+    )
+    assert out.explanation is not None and out.explanation.gate == "unsatisfiable"
+    assert out.explanation.summary == "job j requests cpu 2 > queue small capability cpu 1"
+    assert out.explanation.node_reasons == {}
+    assert out.explanation.summary in unschedulable_message(out)
+    [never] = [c for c in out.conditions if c.type == "Unsatisfiable"]
+    assert (never.status, never.reason, never.message) == (
+        "True",
+        "ExceedsQueueCapability",
+        out.explanation.summary,
+    )
 
 
 def test_enqueue_denied_is_the_gate() -> None:

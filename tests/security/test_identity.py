@@ -135,6 +135,7 @@ def backend_calls(stub: pb_grpc.SchedulerStub, name: str) -> Iterator[object]:
     yield stub.SyncSnapshot(pb.SyncSnapshotRequest(backend=name, nodes=[node]), timeout=5)
     yield stub.SendDeltas(pb.SendDeltasRequest(backend=name), timeout=5)
     yield stub.AckDecisions(pb.AckDecisionsRequest(backend=name), timeout=5)
+    yield stub.Heartbeat(pb.HeartbeatRequest(backend=name), timeout=5)
 
 
 async def test_a_user_certificate_without_a_token_is_no_backend(

@@ -96,7 +96,9 @@ class FakeCLI:
         self.calls.append(("place_many", tuple(p[0] for p in placements)))
         return Result(self.place_rc, "", "", 0.0)
 
-    async def place(self, job_id: int, partition: str, nodes: Any, marker: str = "") -> None:
+    async def place(
+        self, job_id: int, partition: str, nodes: Any, marker: str = "", time_limit: int = 0
+    ) -> None:
         self.calls.append(("place", job_id))
         if self.place_error:
             raise SlurmError(["scontrol"], 1, self.place_error)

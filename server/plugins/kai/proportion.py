@@ -12,6 +12,8 @@ Registers: ``queue_jobs_order`` (under-used queues first, then queues whose next
 deserved quota, priority, no use of a resource the queue may not have, the smaller dominant share
 with the next job, without it, the smaller allocatable share, creation order), ``job_over_capacity``
 (a queue limit up the hierarchy; a non-preemptible job beyond deserved quota), ``non_preemptible_over_quota``,
+``job_satisfiable`` (what the job needs at once within each queue's limit up the hierarchy, and a
+non-preemptible job's within deserved quota: beyond it, the job can never run),
 ``can_reclaim`` (the reclaimer's queue stays within its fair share, a non-preemptible one within
 deserved quota), ``reclaim_scenario_valid`` (each victim queue keeps its fair share, or the reclaimer
 only takes back its deserved quota, and the reclaimer's queue does not become more saturated than a
@@ -27,13 +29,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from muster.devices import NVIDIA_GPU, UNIT
-from muster.quantity import CPU, MEMORY
+from muster.quantity import CPU, MEMORY, from_canonical
 from server.model import TaskStatus
 from server.plugins.base import Plugin
+from server.plugins.util import beyond_limit
 from server.session.extension_points import (
     ALLOWED,
     CAN_RECLAIM,
     JOB_OVER_CAPACITY,
+    JOB_SATISFIABLE,
     NON_PREEMPTIBLE_OVER_QUOTA,
     QUEUE_JOBS_ORDER,
     RECLAIM_SCENARIO_VALID,
@@ -249,6 +253,7 @@ class KaiProportionPlugin(Plugin):
         self._set_fair_shares()
         ssn.register(QUEUE_JOBS_ORDER, self.name, self.queue_order)
         ssn.register(JOB_OVER_CAPACITY, self.name, self.over_capacity)
+        ssn.register(JOB_SATISFIABLE, self.name, self.satisfiable)
         ssn.register(NON_PREEMPTIBLE_OVER_QUOTA, self.name, self.non_preemptible_over_quota)
         ssn.register(CAN_RECLAIM, self.name, self.can_reclaim)
         ssn.register(RECLAIM_SCENARIO_VALID, self.name, self.reclaimable)
@@ -288,7 +293,11 @@ class KaiProportionPlugin(Plugin):
                 has_quota = r in q.spec.guarantee
                 # Without a quota: cpu and memory unlimited, GPUs 0 -- but a parent queue (a
                 # department) without one does not limit its children (KAI's default department).
+                # KAI's quota -1 written as an unlimited deserved (the Kubernetes adapter's way,
+                # a guarantee of -1 being a scenario's) is an unlimited quota too.
                 unset = 0.0 if r == NVIDIA_GPU and q.name not in parents else INF
+                if q.spec.deserved.get(r) == INF:
+                    unset = INF
                 deserved = q.guarantee[d] if d is not None and has_quota else unset
                 limit = q.capability[d] if d is not None else INF
                 if r == NVIDIA_GPU:
@@ -330,15 +339,21 @@ class KaiProportionPlugin(Plugin):
         return out
 
     def _set_fair_shares(self) -> None:
-        def level(total: Vec3, members: list[QueueShares]) -> None:
+        """Divide the cluster top-down: the top queues share its total, then each queue's
+        children its fair share, depth first. (A loop: a recursive closure would be a reference
+        cycle holding the plugin, and so the session, after the cycle.)"""
+        levels: list[tuple[Vec3, list[QueueShares]]] = [
+            (self.total, [q for q in self.queues.values() if q.parent is None])
+        ]
+        while levels:
+            total, members = levels.pop()
             if not members:
-                return
+                continue
             for r, amount in zip(RESOURCES, total, strict=True):
                 divide(amount, members, r)
-            for q in members:
-                level(q.get("fair"), [self.queues[c] for c in q.children])
-
-        level(self.total, [q for q in self.queues.values() if q.parent is None])
+            # Children in the order the recursion took them: the first member's first.
+            for q in reversed(members):
+                levels.append((q.get("fair"), [self.queues[c] for c in q.children]))
 
     # -- events ----------------------------------------------------------------------------------
     def _on_event(self, task: TaskInfo, sign: float) -> None:
@@ -475,6 +490,32 @@ class KaiProportionPlugin(Plugin):
                         f"{_fmt(r, s.allocated)} allocated, {_fmt(r, v)} requested",
                     )
         return self.non_preemptible_over_quota(job, tasks)
+
+    def satisfiable(self, job: JobInfo) -> Verdict:
+        """Can the job's queues ever hold what it needs at once? Each queue's limit up the
+        hierarchy, and for a non-preemptible job each one's deserved quota, say."""
+        preemptible = is_preemptible(job)
+        bounded = any(  # a limit, or a quota that binds the job (most queues have neither)
+            s.limit != INF or (not preemptible and s.deserved != INF)
+            for qs in self._chain(self.queues, job.queue)
+            for s in qs.by_resource.values()
+        )
+        need = job.least_at_once(self._quantities) if bounded else None
+        if need is None:
+            return ALLOWED
+        amounts = need.tolist()
+        for qs in self._chain(self.queues, job.queue):
+            above = job.queue if qs.name != job.queue else ""
+            shares = [qs.by_resource[r] for r in RESOURCES]
+            limits = [s.limit for s in shares]
+            short = _short(amounts, limits)
+            if short:
+                return beyond_limit(self.name, job, qs.name, short, "limit", of=above)
+            short = [] if preemptible else _short(amounts, [s.deserved for s in shares])
+            if short:
+                quota = "deserved quota (a non-preemptible job's bound)"
+                return beyond_limit(self.name, job, qs.name, short, quota, of=above)
+        return ALLOWED
 
     def non_preemptible_over_quota(self, job: JobInfo, tasks: list[TaskInfo]) -> Verdict:
         if is_preemptible(job):
@@ -656,6 +697,23 @@ def _session_bool(ssn: Session, key: str, default: bool) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "1", "yes")
     return bool(value)
+
+
+_EPS = 1e-9  # sums of GPU fractions are not exact
+
+
+def _short(need: list[float], bounds: list[float]) -> list[tuple[str, str, str]]:
+    """(resource, needed, bound) of the quota resources where ``need`` is above ``bounds``."""
+    return [
+        (r, _quantity(r, v), _quantity(r, bound))
+        for r, v, bound in zip(RESOURCES, need, bounds, strict=True)
+        if v > 0 and bound + _EPS < v
+    ]
+
+
+def _quantity(resource: str, value: float) -> str:
+    """A quota amount as quantities are written (GPUs counted in units here)."""
+    return from_canonical(resource, value * UNIT if resource == NVIDIA_GPU else value)
 
 
 def _fmt(resource: str, value: float) -> str:

@@ -109,14 +109,14 @@ class TopologyPlugin(Plugin):
             return best
 
         deepest = preferred or required
-
-        def sort(d: Domain) -> None:
+        # Each domain's children, fullest first, down to the deepest level asked for. (A loop: a
+        # recursive closure would be a reference cycle holding the plugin, and so the session.)
+        below = [root]
+        while below:
+            d = below.pop()
             d.children.sort(key=lambda c: (-ratio(c), c.id))
             if d.level != deepest:
-                for c in d.children:
-                    sort(c)
-
-        sort(root)
+                below.extend(d.children)
         # Narrow to wide: from the preferred (or required) level up to the required one (or the root).
         narrow_to_wide = [*reversed(levels), ROOT]
         relevant: list[str] = []
@@ -181,29 +181,27 @@ class TopologyPlugin(Plugin):
         if not rows:
             return None
         allowed: set[tuple[str, ...]] = set()
-
-        def walk(d: Domain, inside: bool) -> None:
+        below = [(root, False)]  # (domain, inside such a domain); a loop, not a recursive closure
+        while below:
+            d, inside = below.pop()
             inside = inside or (d.level == required and bool(rows & set(d.rows)))
             if inside:
                 allowed.add(d.id)
-            for c in d.children:
-                walk(c, inside)
-
-        walk(root, False)
+            below.extend((c, inside) for c in d.children)
         return allowed
 
     @staticmethod
     def _preferred_scores(root: Domain, preferred: str, n: int) -> np.ndarray:
+        # The preferred level's domains, depth first in the children's order (a loop, not a
+        # recursive closure: that would be a reference cycle left for the collector).
         domains: list[Domain] = []
-
-        def collect(d: Domain) -> None:
+        below = [root]
+        while below:
+            d = below.pop()
             if d.level == preferred:
                 domains.append(d)
-                return
-            for c in d.children:
-                collect(c)
-
-        collect(root)
+            else:
+                below.extend(reversed(d.children))
         scores = np.zeros(n)
         for i, d in enumerate(domains):
             scores[d.rows] = math.floor((i + 1) / len(domains) * 10) * TOPOLOGY_SCORE

@@ -22,6 +22,8 @@ capability (flat mode: the cluster is the parent). Registers:
   ancestors up to that level (those not shared with the reclaimer) to be above deserved.
 * job_enqueueable / job_enqueued -- minResources + allocated + inqueue - elastic within the real
   capability of the queue and its ancestors; admitted jobs count as inqueue.
+* job_satisfiable -- what the job needs at once (its gang minimum's smallest requests) within the
+  capability of its queue and every ancestor: beyond it, the job can never run there.
 * allocate / deallocate events keep queue (and ancestor) allocations incremental.
 
 Hierarchy (``enableHierarchy: true``) follows ``QueueSpec.parent``; queues without a parent hang
@@ -40,13 +42,22 @@ import structlog
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE
 from server.model import PodGroupPhase, QueueSpec, TaskStatus
 from server.plugins.base import Plugin
-from server.plugins.util import elastic_resource, inqueue_resource, over_share
+from server.plugins.util import (
+    beyond_limit,
+    elastic_resource,
+    hard_limit,
+    inqueue_resource,
+    least_request,
+    over_limit,
+    over_share,
+)
 from server.session.extension_points import (
     ALLOCATABLE,
     ALLOWED,
     HIERARCHY_SWITCH,
     JOB_ENQUEUEABLE,
     JOB_ENQUEUED,
+    JOB_SATISFIABLE,
     PERMIT,
     PREEMPTIVE,
     QUEUE_ORDER,
@@ -295,6 +306,8 @@ class CapacityPlugin(Plugin):
         self.attrs: dict[str, QueueAttr] = attrs
         # False: an invalid hierarchy; the plugin then refuses everything, as Volcano does.
         self.ready = ready
+        # Per queue, the capabilities that limit it (its own, its ancestors'): job_satisfiable.
+        self._limits: dict[str, list[tuple[str, np.ndarray]]] = {}
 
         ssn.register(QUEUE_ORDER, self.name, self.queue_order)
         if self.hierarchical:
@@ -304,6 +317,7 @@ class CapacityPlugin(Plugin):
         ssn.register(RECLAIMABLE, self.name, self.reclaimable)
         ssn.register(JOB_ENQUEUEABLE, self.name, self.enqueueable)
         ssn.register(JOB_ENQUEUED, self.name, self.enqueued)
+        ssn.register(JOB_SATISFIABLE, self.name, self.satisfiable)
         ssn.add_event_handler(EventHandler(self.on_allocate, self.on_deallocate))
 
     def is_leaf(self, name: str) -> bool:
@@ -491,6 +505,25 @@ class CapacityPlugin(Plugin):
                 names = ", ".join(ssn.space.dims[i] for i in np.nonzero(short)[0])
                 return refuse(self.name, f"queue resource quota insufficient: insufficient {names}")
         return PERMIT
+
+    def satisfiable(self, job: JobInfo) -> Verdict:
+        """Can the queue and its ancestors ever hold what the job needs at once? Their capability
+        (cpu or memory of 0 or less: unlimited, as for the real capability) says."""
+        if not self.ready or job.queue not in self.attrs:
+            return ALLOWED
+        limits = self._limits.get(job.queue)
+        if limits is None:
+            found = ((a.name, hard_limit(a.capability)) for a in self.chain(job.queue))
+            limits = self._limits[job.queue] = [(q, cap) for q, cap in found if cap is not None]
+        need = least_request(job) if limits else None
+        if need is None:
+            return ALLOWED
+        for name, cap in limits:
+            short = over_limit(self.ssn.space, need, cap)
+            if short:
+                above = job.queue if name != job.queue else ""
+                return beyond_limit(self.name, job, name, short, of=above)
+        return ALLOWED
 
     def enqueued(self, job: JobInfo) -> None:
         if job.queue not in self.attrs or job.min_resources is None:

@@ -63,25 +63,34 @@ def hypernode_members(
     """Each hypernode's real nodes as a row mask over the ``n`` nodes: its own nodes and, through
     its child hypernodes, theirs (a child that leads back into the path is not followed again)."""
     members: dict[str, np.ndarray] = {}
-
-    def real_nodes(name: str, seen: frozenset[str] = frozenset()) -> np.ndarray:
-        if name in members:
-            return members[name]
-        mask = np.zeros(n, dtype=bool)
-        spec = specs[name]
-        for node in spec.nodes:
-            i = node_index.get(node)
-            if i is not None:
-                mask[i] = True
-        for child in spec.hypernodes:
-            if child in specs and child not in seen:
-                mask |= real_nodes(child, seen | {name})
-        members[name] = mask
-        return mask
-
     for name in specs:
-        real_nodes(name)
+        _real_nodes(name, frozenset(), specs, node_index, n, members)
     return members
+
+
+def _real_nodes(
+    name: str,
+    seen: frozenset[str],
+    specs: Mapping[str, HyperNodeSpec],
+    node_index: Mapping[str, int],
+    n: int,
+    members: dict[str, np.ndarray],
+) -> np.ndarray:
+    """``hypernode_members`` of one hypernode, found once (``members``). A function of the module,
+    not a closure: a recursive closure is a reference cycle, left for the collector."""
+    if name in members:
+        return members[name]
+    mask = np.zeros(n, dtype=bool)
+    spec = specs[name]
+    for node in spec.nodes:
+        i = node_index.get(node)
+        if i is not None:
+            mask[i] = True
+    for child in spec.hypernodes:
+        if child in specs and child not in seen:
+            mask |= _real_nodes(child, seen | {name}, specs, node_index, n, members)
+    members[name] = mask
+    return mask
 
 
 def mode_and_highest_tier(topology: Mapping[str, Any], max_tier: int) -> tuple[str, int]:

@@ -5,7 +5,8 @@ by the queue's request, its capability and (from below) its guarantee. Registers
 (queue priority, then lower share first) and the same as queue_order_key, overused (deserved <= allocated), allocatable
 (allocated + request <= deserved on the requested dimensions; queue must be Open), preemptive,
 reclaimable (victims from queues above their deserved share), job_enqueueable (minResources
-fit under the real capability, counting what is already allocated and inqueue) and job_enqueued.
+fit under the real capability, counting what is already allocated and inqueue), job_enqueued and
+job_satisfiable (what the job needs at once within the queue's capability: beyond it, never).
 """
 
 from __future__ import annotations
@@ -20,12 +21,22 @@ import numpy as np
 from muster.quantity import MIN_RESOURCE
 from server.model import PodGroupPhase, TaskStatus
 from server.plugins.base import Plugin
-from server.plugins.util import elastic_resource, exceeded, inqueue_resource, over_share
+from server.plugins.util import (
+    beyond_limit,
+    elastic_resource,
+    exceeded,
+    hard_limit,
+    inqueue_resource,
+    least_request,
+    over_limit,
+    over_share,
+)
 from server.session.extension_points import (
     ALLOCATABLE,
     ALLOWED,
     JOB_ENQUEUEABLE,
     JOB_ENQUEUED,
+    JOB_SATISFIABLE,
     OVERUSED,
     PERMIT,
     PREEMPTIVE,
@@ -81,6 +92,7 @@ class ProportionPlugin(Plugin):
     def on_session_open(self, ssn: Session) -> None:
         self.ssn = ssn
         self.attrs = self._build(ssn)
+        self._limits: dict[str, np.ndarray | None] = {}  # per queue: its capability as a limit
         water_fill(self.attrs.values(), ssn.total_resource)
         # Volcano reports each queue's deserved share as a metric here (UpdateQueueDeserved).
         ssn.result.queue_deserved.update(
@@ -94,6 +106,7 @@ class ProportionPlugin(Plugin):
         ssn.register(PREEMPTIVE, self.name, self.preemptive)
         ssn.register(JOB_ENQUEUEABLE, self.name, self.enqueueable)
         ssn.register(JOB_ENQUEUED, self.name, self.enqueued)
+        ssn.register(JOB_SATISFIABLE, self.name, self.satisfiable)
         ssn.add_event_handler(EventHandler(self.on_allocate, self.on_deallocate))
 
     # -- building -------------------------------------------------------------------------------
@@ -233,6 +246,19 @@ class ProportionPlugin(Plugin):
         return refuse(
             self.name, f"queue resource quota insufficient: insufficient {', '.join(short)}"
         )
+
+    def satisfiable(self, job: JobInfo) -> Verdict:
+        """Can the queue ever hold what the job needs at once? Its deserved share never goes
+        above its capability (cpu or memory of 0 or less: unlimited, as for the real capability)."""
+        queue = self.ssn.queues.get(job.queue)
+        if queue is not None and queue.name not in self._limits:
+            self._limits[queue.name] = hard_limit(queue.capability)
+        cap = self._limits[queue.name] if queue is not None else None
+        need = least_request(job) if cap is not None else None
+        if queue is None or cap is None or need is None:
+            return ALLOWED
+        short = over_limit(self.ssn.space, need, cap)
+        return beyond_limit(self.name, job, queue.name, short) if short else ALLOWED
 
     def enqueued(self, job: JobInfo) -> None:
         attr = self.attrs.get(job.queue)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from muster.jsonmap import short_enum_name
 from muster.v1 import muster_pb2 as pb
 from server.model import OCCUPYING
 from server.service import convert
@@ -153,14 +154,18 @@ def explain(state: ClusterState, job_id: str) -> pb.ExplainResponse:
     else:
         resp.gate = "none"
         resp.summary = (
-            f"job is {pb.JobPhase.Name(rec.status.phase).removeprefix('JOB_PHASE_').lower()}"
+            f"job is {short_enum_name(pb.JobPhase.DESCRIPTOR, rec.status.phase).lower()}"
             + ("; no cycle has considered it yet" if rec.active else "")
         )
     return resp
 
 
 def list_queues(state: ClusterState) -> pb.ListQueuesResponse:
-    allocated = queue_allocated(state)
+    """Every queue with the totals of its subtree: what the active jobs of the queue and of every
+    queue below it hold (``allocated``) and how many of them wait or run. A parent queue's
+    capability and deserved bound its subtree, so its numbers are its subtree's (``root``'s: the
+    whole cluster's); a leaf's are its own."""
+    own = queue_allocated(state)
     pending = Counter[str]()
     running = Counter[str]()
     for rec in state.active_jobs.values():  # finished jobs count nowhere here
@@ -169,54 +174,110 @@ def list_queues(state: ClusterState) -> pb.ListQueuesResponse:
             pending[qname] += 1
         elif rec.status.phase == pb.JOB_PHASE_RUNNING:
             running[qname] += 1
+    allocated: dict[str, dict[str, float]] = {name: {} for name in state.queues}
+    pending_total = Counter[str]()
+    running_total = Counter[str]()
+    for name in state.queues:
+        for q in _self_and_ancestors(state, name):
+            total = allocated[q]
+            for r, v in own.get(name, {}).items():
+                total[r] = total.get(r, 0.0) + v
+            pending_total[q] += pending[name]
+            running_total[q] += running[name]
     out = pb.ListQueuesResponse()
     for name, entry in state.queues.items():
         out.queues.add(
             queue=entry.proto,
             allocated=convert.resource_list(allocated[name]),
-            pending_jobs=pending[name],
-            running_jobs=running[name],
+            pending_jobs=pending_total[name],
+            running_jobs=running_total[name],
         )
     return out
+
+
+def _self_and_ancestors(state: ClusterState, name: str) -> list[str]:
+    """``name`` and the queues above it up to ``root`` (a queue without a parent is under
+    ``root``), each once."""
+    chain = [name]
+    cur = name
+    while cur != "root":
+        entry = state.queues.get(cur)
+        parent = (entry.proto.parent if entry is not None else "") or "root"
+        if parent in chain or parent not in state.queues:
+            break
+        chain.append(parent)
+        cur = parent
+    return chain
 
 
 def list_nodes(state: ClusterState, backend: str) -> pb.ListNodesResponse:
     if backend and backend not in state.backends:
         raise not_found(f"backend: backend {backend!r} is not registered")
     used: dict[str, dict[str, float]] = {}
-    holders: dict[str, dict[str, str]] = {}
+    holders: dict[str, dict[str, str]] = {}  # whole devices and shared GPUs -> a task on them
+    whole: dict[str, set[str]] = {}  # devices held whole
+    shares: dict[str, dict[str, float]] = {}  # shared GPU -> the part of it its tasks take
     count = Counter[str]()
+
+    def occupy(
+        node: str,
+        task: str,
+        request: dict[str, float],
+        devices: list[str],
+        gpu_groups: list[str],
+        fraction: float,
+    ) -> None:
+        u = used.setdefault(node, {})
+        for r, v in request.items():
+            u[r] = u.get(r, 0.0) + v
+        count[node] += 1
+        for d in devices:
+            holders.setdefault(node, {})[d] = task
+            whole.setdefault(node, set()).add(d)
+        for g in gpu_groups:  # a shared GPU is held (by its group): named by one of its tasks
+            holders.setdefault(node, {})[g] = task
+            taken = shares.setdefault(node, {})
+            taken[g] = taken.get(g, 0.0) + fraction
+
     for rec in state.jobs.values():
         for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
             if t.status in OCCUPYING and t.node in state.nodes:
-                u = used.setdefault(t.node, {})
-                for r, v in tmpl.request.items():
-                    u[r] = u.get(r, 0.0) + v
-                count[t.node] += 1
-                for d in t.devices:
-                    holders.setdefault(t.node, {})[d] = t.uid
-                if t.gpu_group:  # a shared GPU is held (by its group): named by one of its tasks
-                    holders.setdefault(t.node, {})[t.gpu_group] = t.uid
+                groups = [t.gpu_group] if t.gpu_group else []
+                occupy(t.node, t.uid, tmpl.request, t.devices, groups, tmpl.gpu_fraction)
     for f in state.foreign.values():
-        if f.spec.node in state.nodes:
-            u = used.setdefault(f.spec.node, {})
-            for r, v in f.spec.request.items():
-                u[r] = u.get(r, 0.0) + v
-            count[f.spec.node] += 1
-            for d in f.spec.devices:
-                holders.setdefault(f.spec.node, {})[d] = f.spec.name
+        spec = f.spec
+        if spec.node is not None and spec.node in state.nodes:
+            occupy(
+                spec.node, spec.name, spec.request, spec.devices, spec.gpu_groups, spec.gpu_fraction
+            )
     out = pb.ListNodesResponse()
+    liveness = state.liveness
     for name, entry in state.nodes.items():
         if backend and entry.spec.backend != backend:
             continue
-        view = node_view(entry.proto, used.get(name, {}), entry.spec.allocatable, count[name])
+        view = node_view(
+            entry.proto,
+            used.get(name, {}),
+            entry.spec.allocatable,
+            count[name],
+            whole.get(name, set()),
+            shares.get(name, {}),
+        )
         view.device_holders.update(holders.get(name, {}))
+        view.not_ready_reason = liveness.reason(entry)
+        if contact := convert.timestamp(liveness.last_contact_wall(entry.spec.backend)):
+            view.backend_last_contact.CopyFrom(contact)
         out.nodes.append(view)
     return out
 
 
+# Task output in one GetTaskLogs answer, at most: a job with many tasks gets each one's tail.
+LOG_REPLY_BYTES = 16 * 1024 * 1024
+
+
 def get_task_logs(state: ClusterState, req: pb.GetTaskLogsRequest) -> pb.GetTaskLogsResponse:
-    """The output the backends sent of a job's tasks (or of one of them), in task order."""
+    """The output the backends sent of a job's tasks (or of one of them), in task order: what is
+    kept of each (``--task-log-limit`` per task), within ``LOG_REPLY_BYTES`` in all."""
     rec = state.job_or_error(req.job_id, "job_id")
     tasks = [t.uid for t in rec.tasks]
     if req.task_id:
@@ -226,10 +287,22 @@ def get_task_logs(state: ClusterState, req: pb.GetTaskLogsRequest) -> pb.GetTask
             )
         tasks = [req.task_id]
     out = pb.GetTaskLogsResponse()
+    logs = state.task_logs
+    states = logs.states(rec.id, tasks)
+    # Each task's tail, all of it kept when the answer stays within LOG_REPLY_BYTES.
+    share = max(1, LOG_REPLY_BYTES // max(1, len(states)))
     for uid in tasks:
-        log = state.task_logs.get(uid)
-        if log is not None:
-            out.logs.add(task_id=uid, data=bytes(log.data), truncated=log.truncated, eof=log.eof)
-        else:
+        st = states.get(uid)
+        if st is None:
             out.logs.add(task_id=uid)
+            continue
+        start, data = logs.read(uid, max(st.dropped, st.written - share), st.written)
+        out.logs.add(
+            task_id=uid,
+            data=data,
+            truncated=start > 0,
+            eof=st.eof,
+            dropped_bytes=start,
+            size=st.written,
+        )
     return out

@@ -130,6 +130,7 @@ def overview(
                 "name": view.node.name,
                 "backend": view.node.backend,
                 "ready": not view.node.not_ready,
+                "not_ready_reason": view.not_ready_reason,
                 "utilisation": {
                     r: round(used.get(r, 0.0) / total, 4)
                     for r, total in sorted(alloc.items())

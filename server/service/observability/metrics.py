@@ -346,10 +346,14 @@ class StateCollector(Collector):
         decisions = self.state.decisions
         registered = Counter[str]()
         connected = Counter[str]()
+        silent = Counter[str]()
+        contacts = self.state.liveness.contacts
         for name, rec in self.state.backends.items():
             registered[rec.kind] += 1
             if decisions.subscriber_count(name):
                 connected[rec.kind] += 1
+            if name in contacts and contacts[name].silent_since is not None:
+                silent[rec.kind] += 1
         yield _counted(
             "muster_backends_registered", "Registered backends, by kind", ["kind"], registered
         )
@@ -359,14 +363,27 @@ class StateCollector(Collector):
             ["kind"],
             connected,
         )
+        yield _counted(
+            "muster_backends_silent",
+            "Backends not heard from for the grace period (their nodes NotReady), by kind",
+            ["kind"],
+            silent,
+        )
         pending = Counter(p.row.kind for p in decisions.pending.values())
         yield _counted(
             "muster_decisions_pending", "Decisions not yet acknowledged, by type", ["type"], pending
         )
 
 
+# (Unknown: on a silent backend, still holding its node until it is lost)
 _ALLOCATED = frozenset(
-    {TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING}
+    {
+        TaskStatus.ALLOCATED,
+        TaskStatus.BINDING,
+        TaskStatus.BOUND,
+        TaskStatus.RUNNING,
+        TaskStatus.UNKNOWN,
+    }
 )
 
 

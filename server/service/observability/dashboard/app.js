@@ -77,6 +77,11 @@ function draw(data) {
     options: { animation: false, maintainAspectRatio: false, scales: { y: { min: 0, max: 1, title: { display: true, text: "used / allocatable" } } } },
   });
 
+  // Nodes that take no new work: their backend silent (docs/operations.md) or reporting them so.
+  fillTable("unready", data.nodes.filter((n) => !n.ready), (row, n) => {
+    cell(row, n.name); cell(row, n.backend); cell(row, n.not_ready_reason || "-", "message");
+  });
+
   // Seconds per action of each recent cycle, stacked.
   const actions = [...new Set(cycles.flatMap((c) => Object.keys(c.actions)))];
   chart("cycles", {
