@@ -1,13 +1,20 @@
 """Benchmark one scheduling cycle on a synthetic cluster.
 
     python bench/cycle.py --nodes 5000 --tasks 10000 [--seed S] [--repeat R] [--config FILE]
+    python bench/cycle.py --nodes 500 --tasks 2500 --profile both [--filters both] [--cprofile]
 
 Builds N nodes (3/4 CPU nodes of 32 cores / 128Gi, 1/4 GPU nodes of 64 cores / 512Gi / 8 GPUs,
 a few labels and taints) and M pending tasks in gangs of 1-8 tasks with mixed CPU / memory / GPU
-requests, all Inqueue in 4 queues, then runs one cycle of the default configuration (Volcano's
-default tiers) and prints one JSON line per run: nodes, tasks, placed, cycle_seconds (wall),
-cpu_seconds (this process; steadier when the machine is shared),
-placements_per_second, plus per-action seconds.
+requests, all Inqueue in 4 queues, then runs one cycle and prints one JSON line per run: profile,
+nodes, tasks, placed, cycle_seconds (wall), cpu_seconds (this process; steadier when the machine is
+shared), placements_per_second, plus per-action seconds.
+
+``--profile`` picks the configuration: ``volcano`` (the default: Volcano's default tiers),
+``kai`` (examples/config-kai.yaml) or ``both``, run alternately on the same cluster, with a closing
+line of medians side by side and KAI's ratio to Volcano. ``--filters on|off|both`` sets the KAI
+profile's ``scenarioFilters`` (server/actions/kai/scenario_filters.py; ``both`` alternates them,
+to measure them in one run). ``--config FILE`` runs that configuration instead. ``--cprofile``
+prints the top functions after each cycle.
 """
 
 from __future__ import annotations
@@ -17,14 +24,17 @@ import cProfile
 import json
 import pstats
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from muster.quantity import parse_resources  # noqa: E402
-from server.config import default_config, load_config  # noqa: E402
+from server.config import SchedulerConfig, default_config, load_config  # noqa: E402
 from server.model import (  # noqa: E402
     ClusterSnapshot,
     JobSpec,
@@ -104,6 +114,25 @@ def build(nodes: int, tasks: int, seed: int) -> ClusterSnapshot:
     return ClusterSnapshot(nodes=node_specs, queues=queues, jobs=jobs)
 
 
+KAI_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "config-kai.yaml"
+
+
+def variants(args: argparse.Namespace) -> list[tuple[str, SchedulerConfig]]:
+    """(name, configuration) of each configuration the run alternates."""
+    if args.config is not None:
+        return [(args.config.name, load_config(args.config.read_text()))]
+    out: list[tuple[str, SchedulerConfig]] = []
+    if args.profile in ("volcano", "both"):
+        out.append(("volcano", default_config()))
+    if args.profile in ("kai", "both"):
+        raw = yaml.safe_load(KAI_CONFIG.read_text())
+        for flag in {"on": [True], "off": [False], "both": [True, False]}[args.filters]:
+            raw.setdefault("session", {})["scenarioFilters"] = flag
+            name = "kai" if args.filters == "on" else f"kai(filters {'on' if flag else 'off'})"
+            out.append((name, load_config(yaml.safe_dump(raw))))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=1000)
@@ -111,43 +140,70 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--config", type=Path, default=None)
+    ap.add_argument("--profile", choices=("volcano", "kai", "both"), default="volcano")
+    ap.add_argument("--filters", choices=("on", "off", "both"), default="on")
     ap.add_argument(
-        "--profile", action="store_true", help="print the top functions (cProfile) after each cycle"
+        "--cprofile",
+        action="store_true",
+        help="print the top functions (cProfile) after each cycle",
     )
     args = ap.parse_args()
-    config = load_config(args.config.read_text()) if args.config else default_config()
+    configs = variants(args)
     tune_gc()  # as the server's core worker process does
+    seconds_of: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in configs}
     for _ in range(args.repeat):
-        snapshot = build(args.nodes, args.tasks, args.seed)
-        core = SchedulerCore(config)
-        profiler = cProfile.Profile() if args.profile else None
-        started, cpu_started = time.perf_counter(), time.process_time()
-        if profiler is not None:
-            profiler.enable()
-        result = core.run_cycle(snapshot, 1)
-        if profiler is not None:
-            profiler.disable()
-        seconds = time.perf_counter() - started
-        cpu_seconds = time.process_time() - cpu_started
-        placed = len(result.binds) + len(result.pipelined)
-        print(
-            json.dumps(
-                {
-                    "nodes": args.nodes,
-                    "tasks": args.tasks,
-                    "placed": placed,
-                    "cycle_seconds": round(seconds, 4),
-                    "cpu_seconds": round(cpu_seconds, 4),
-                    "placements_per_second": round(placed / seconds, 1) if seconds else None,
-                    "actions": {k: round(v, 4) for k, v in result.action_seconds.items()},
-                }
-            ),
-            flush=True,
-        )
-        if profiler is not None:  # the cycle under the profiler runs ~2x slower; shares hold
-            stats = pstats.Stats(profiler, stream=sys.stdout)
-            stats.sort_stats("tottime").print_stats(20)
-            stats.sort_stats("cumulative").print_stats(25)
+        for name, config in configs:  # alternately: a loaded machine weighs on each alike
+            seconds_of[name].append(run(args, name, config))
+    if len(configs) > 1:
+        medians = {
+            name: (statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs))
+            for name, runs in seconds_of.items()
+        }
+        summary: dict[str, object] = {
+            name: {"cycle_seconds": round(w, 4), "cpu_seconds": round(c, 4)}
+            for name, (w, c) in medians.items()
+        }
+        base = medians.get("volcano")
+        if base is not None:
+            summary["cpu_ratio_to_volcano"] = {
+                name: round(c / base[1], 1) for name, (_, c) in medians.items() if name != "volcano"
+            }
+        print(json.dumps({"medians": summary}), flush=True)
+
+
+def run(args: argparse.Namespace, name: str, config: SchedulerConfig) -> tuple[float, float]:
+    snapshot = build(args.nodes, args.tasks, args.seed)
+    core = SchedulerCore(config)
+    profiler = cProfile.Profile() if args.cprofile else None
+    started, cpu_started = time.perf_counter(), time.process_time()
+    if profiler is not None:
+        profiler.enable()
+    result = core.run_cycle(snapshot, 1)
+    if profiler is not None:
+        profiler.disable()
+    seconds = time.perf_counter() - started
+    cpu_seconds = time.process_time() - cpu_started
+    placed = len(result.binds) + len(result.pipelined)
+    print(
+        json.dumps(
+            {
+                "profile": name,
+                "nodes": args.nodes,
+                "tasks": args.tasks,
+                "placed": placed,
+                "cycle_seconds": round(seconds, 4),
+                "cpu_seconds": round(cpu_seconds, 4),
+                "placements_per_second": round(placed / seconds, 1) if seconds else None,
+                "actions": {k: round(v, 4) for k, v in result.action_seconds.items()},
+            }
+        ),
+        flush=True,
+    )
+    if profiler is not None:  # the cycle under the profiler runs ~2x slower; shares hold
+        stats = pstats.Stats(profiler, stream=sys.stdout)
+        stats.sort_stats("tottime").print_stats(20)
+        stats.sort_stats("cumulative").print_stats(25)
+    return seconds, cpu_seconds
 
 
 if __name__ == "__main__":

@@ -301,11 +301,15 @@ SESSION_PARAMETERS: dict[str, str] = {
     "allowConsolidatingReclaim": "bool",  # reclaim victims re-placed elsewhere are not counted as lost
     "globalDefaultStalenessGracePeriod": "duration",  # stalegangeviction's grace period
     "gangAcrossBackends": "bool",
+    "shapeClasses": "bool",  # allocate: skip a job whose shape found no room (server/session/shape_classes.py)
+    "maxQueueLookback": "int",  # allocate: the most jobs of a queue one cycle considers (0: no bound)
     "useSchedulingSignatures": "bool",  # KAI: skip a job no easier than one that found no victims  # Muster: may a gang span backends (server/scheduler.py)
+    "scenarioFilters": "bool",  # KAI victim searches: reject a scenario before simulating it (default true)
+    "queueDepthPerAction": "per-action",  # KAI: the most jobs of a queue each action tries
+    "simulationBudgetPerAction": "per-action",  # KAI victim searches: the most scenarios an action simulates
 }
 SESSION_COMPATIBILITY = frozenset(
     {
-        "queueDepthPerAction",
         "isInferencePreemptible",
         "restrictSchedulingNodes",
         "detailedFitErrors",
@@ -335,6 +339,16 @@ def _check_session(session: dict[str, Any], path: str) -> None:
             raise ConfigError(f"{path}.{key}: {brief(value)} is out of range")
         if kind == "bool":
             _bool(value, f"{path}.{key}")
+        if kind == "per-action" and (
+            not isinstance(value, dict)
+            or not all(
+                isinstance(a, str) and isinstance(n, int) and not isinstance(n, bool)
+                for a, n in value.items()
+            )
+        ):
+            raise ConfigError(
+                f"{path}.{key}: {brief(value)} is not a mapping of action names to integers"
+            )
         if kind == "duration":
             try:
                 if isinstance(value, bool) or not isinstance(value, str | int | float):

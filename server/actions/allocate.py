@@ -11,18 +11,32 @@ A job with a hard network topology is placed inside one hypernode: the hypernode
 the network-topology-aware plugin) are tried tier by tier, the whole gang is tried in every
 hypernode of a tier, and the best-scoring hypernode that satisfies the gang wins (Volcano's
 allocateForJob).
+
+Two bounds on what a deep queue costs (issue 29). Shape classes (``server/session/shape_classes.py``,
+session parameter ``shapeClasses``, on by default): a job of a shape that already found no room in
+the cycle is not tried again until resources come back; it gets the first failing job's finding,
+naming that job. The same placements, at a dictionary look-up per job. And ``maxQueueLookback``
+(session parameter, default 0: no bound; Armada's ``maxQueueLookback``): allocate considers at most
+that many jobs of a queue per cycle; the rest wait for the next cycle, their explanation saying so.
+A job's tasks are put in order only when the job comes up.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 from server.actions.base import Action
 from server.model import PodGroupPhase, TaskStatus
-from server.session.info import FitErrors, JobInfo, TaskInfo
+from server.session.extension_points import refuse
+from server.session.info import FitErrors, JobInfo, QueueInfo, TaskInfo
 from server.session.priority_queue import PriorityQueue
 from server.session.session import Session
+from server.session.shape_classes import Attempt
 from server.session.statement import Op, Statement
+
+LOOKBACK = "maxQueueLookback"  # session parameter: the most jobs of a queue a cycle considers
 
 
 class AllocateAction(Action):
@@ -34,11 +48,7 @@ class AllocateAction(Action):
         # A waiting queue's order does not change either: only the popped queue's job is placed,
         # and the queue is pushed again (its key computed again) after.
         queues = PriorityQueue(ssn.queue_order_fn, key=ssn.queue_order_key())
-        jobs_by_queue: dict[str, PriorityQueue] = {}
-        pending: dict[str, PriorityQueue] = {}
-        # A waiting job's or task's order does not change in allocate (only the popped job is
-        # placed): keys computed at push where every order plugin gives one.
-        job_key, task_key = ssn.job_order_key(), ssn.task_order_key()
+        waiting: dict[str, list[JobInfo]] = {}
         for job in ssn.jobs.values():
             if job.phase == PodGroupPhase.PENDING:
                 if enqueue_enabled:
@@ -49,33 +59,39 @@ class AllocateAction(Action):
                 continue
             if job.queue not in ssn.queues:
                 continue
-            tasks = PriorityQueue(
-                ssn.task_order_fn,
-                (t for t in job.index[TaskStatus.PENDING].values() if not t.best_effort),
-                task_key,
-            )
-            if tasks.empty():
-                continue
-            if job.queue not in jobs_by_queue:
-                jobs_by_queue[job.queue] = PriorityQueue(ssn.job_order_fn, key=job_key)
+            if len(job.index[TaskStatus.PENDING]) <= job.pending_best_effort:
+                continue  # no pending task with a request
+            if job.queue not in waiting:
+                waiting[job.queue] = []
                 queues.push(ssn.queues[job.queue])
-            jobs_by_queue[job.queue].push(job)
-            pending[job.uid] = tasks
+            waiting[job.queue].append(job)
+        # A waiting job's or task's order does not change in allocate (only the popped job is
+        # placed): keys computed once where every order plugin gives one, each queue's jobs put in
+        # order at once (the order of pushing them one by one).
+        job_key = ssn.job_order_key()
+        jobs_by_queue = {
+            name: PriorityQueue(ssn.job_order_fn, jobs, job_key) for name, jobs in waiting.items()
+        }
+        turns = _Turns(ssn, ssn.task_order_key())
 
         while not queues.empty():
             queue = queues.pop()
             if ssn.overused(queue):
                 continue
-            jobs = jobs_by_queue.get(queue.uid)
-            if jobs is None or jobs.empty():
+            jobs = jobs_by_queue[queue.uid]
+            turn = turns.next(queue, jobs)
+            if turn is None:  # no job left to try (skipped by shape, or past the lookback)
+                if not jobs.empty():
+                    queues.push(queue)
                 continue
-            job = jobs.pop()
-            tasks = pending[job.uid]
+            job, tasks, attempt = turn
             gradients = ssn.hypernode_gradients(job) if job.spec.network_topology else None
             if gradients is not None:
                 stmt = self.allocate_in_hypernodes(ssn, job, tasks, gradients)
             else:
                 stmt = self.allocate_tasks(ssn, job, tasks)
+            if stmt is None and attempt is not None:
+                ssn.shape_classes.failed(ssn, job, attempt)
             if stmt is not None and ssn.job_ready(job):
                 stmt.commit()
                 if not tasks.empty():
@@ -179,3 +195,70 @@ class AllocateAction(Action):
             return stmt
         stmt.discard()
         return None
+
+
+class _Turns:
+    """Which job of a queue is tried next, with its tasks in order and (when a shape class stands
+    for it) its state before the attempt. A job that comes up for the first time counts against
+    the queue's lookback, and one whose shape class failed is skipped: a skip changes nothing, so
+    the queue would come up again at once, and the next job is taken here instead."""
+
+    def __init__(self, ssn: Session, task_key: Any) -> None:
+        self.ssn = ssn
+        self.task_key = task_key
+        self.classes = ssn.shape_classes
+        lookback = ssn.config.session.get(LOOKBACK, 0)
+        self.lookback = (
+            lookback if isinstance(lookback, int) and not isinstance(lookback, bool) else 0
+        )
+        self.considered: dict[str, int] = {}  # per queue, the jobs that came up
+        # A job's pending tasks in task order, made when the job first comes up (most jobs of a
+        # deep queue never do, or are skipped by their shape class).
+        self.pending: dict[str, PriorityQueue] = {}
+
+    def next(
+        self, queue: QueueInfo, jobs: PriorityQueue
+    ) -> tuple[JobInfo, PriorityQueue, Attempt | None] | None:
+        ssn, classes = self.ssn, self.classes
+        while not jobs.empty():
+            job: JobInfo = jobs.pop()
+            tasks = self.pending.get(job.uid)
+            if tasks is not None:  # it came up before (ready, with tasks left)
+                return job, tasks, None
+            seen = self.considered.get(queue.uid, 0)
+            if 0 < self.lookback <= seen:
+                self.beyond_lookback(queue, job, jobs)
+                return None
+            self.considered[queue.uid] = seen + 1
+            key = classes.key(ssn, job)
+            failure = classes.failure(key)
+            if failure is not None:  # its shape found no room, and none came back since
+                classes.skip(ssn, job, failure)
+                continue
+            tasks = self.pending[job.uid] = PriorityQueue(
+                ssn.task_order_fn,
+                (t for t in job.index[TaskStatus.PENDING].values() if not t.best_effort),
+                self.task_key,
+            )
+            return job, tasks, None if key is None else classes.before(ssn, key, job)
+        return None
+
+    def beyond_lookback(self, queue: QueueInfo, job: JobInfo, jobs: PriorityQueue) -> None:
+        """``queue`` had its lookback of jobs considered: ``job`` and the others that have not come
+        up wait for the next cycle, saying so; those that came up (ready, with tasks left) stay."""
+        why = refuse(
+            "allocate",
+            f"queue {queue.name}: not considered this cycle, which considered the first "
+            f"{self.lookback} jobs of the queue (maxQueueLookback)",
+        )
+        stay: list[JobInfo] = []
+        while True:
+            if job.uid in self.pending:
+                stay.append(job)
+            else:
+                self.ssn.outcomes.queue_refused(job, why)
+            if jobs.empty():
+                break
+            job = jobs.pop()
+        for job in stay:
+            jobs.push(job)

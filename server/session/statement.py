@@ -47,6 +47,12 @@ class Statement:
     def __init__(self, ssn: Session) -> None:
         self.ssn = ssn
         self.operations: list[Operation] = []
+        # A KAI victim search's simulation: the placements it undoes were never tried for real, so
+        # they leave no ``last_tx_status`` (what a job's explanation counts as fitting).
+        self.simulation = False
+        # Per mark, the shape-class failures remembered when it was taken: a rollback to it frees
+        # resources only for failures remembered since (see server/session/shape_classes.py).
+        self._remembered: dict[int, int] = {0: ssn.shape_classes.remembered}
 
     def __len__(self) -> int:
         return len(self.operations)
@@ -82,6 +88,7 @@ class Statement:
             self._lift(task)
             self._place(task, node, TaskStatus.PIPELINED, gpu_groups)
             self.operations.append(origin)
+            self.ssn.shape_classes.freed()  # the node it left has room again
             return
         self._place(task, node, TaskStatus.PIPELINED, gpu_groups)
         self.operations.append(Operation(Op.PIPELINE, task, node, prev))
@@ -100,6 +107,7 @@ class Statement:
         )
         self._unplace(task, TaskStatus.PENDING)
         self.operations.append(origin)
+        self.ssn.shape_classes.freed()
 
     def _unevict(self, task: TaskInfo) -> None:
         before = next(
@@ -120,6 +128,7 @@ class Statement:
         this statement are pipelined too (none binds before the whole gang can)."""
         for o in self.operations:
             if o.op is Op.ALLOCATE and o.task.job == job:
+                self.ssn.shape_classes.freed()  # free resources it held now come back
                 self._change_status(o.task, TaskStatus.PIPELINED)
                 if (
                     o.task.devices or o.task.gpu_fraction
@@ -133,12 +142,21 @@ class Statement:
         self._change_status(task, TaskStatus.RELEASING)
         task.evicted_here = True
         self.operations.append(Operation(Op.EVICT, task, task.node, prev, reason))
+        self.ssn.shape_classes.freed()  # what it holds comes back once it is gone
 
     def checkpoint(self) -> int:
-        return len(self.operations)
+        mark = len(self.operations)
+        self._remembered[mark] = self.ssn.shape_classes.remembered
+        return mark
 
     def rollback(self, mark: int) -> None:
-        """Undo, newest first, every operation after ``mark``."""
+        """Undo, newest first, every operation after ``mark``. The state is the mark's again: no
+        easier than when a shape-class failure remembered before the mark was found, but easier
+        than for one remembered since."""
+        if len(self.operations) > mark:
+            classes = self.ssn.shape_classes
+            if self._remembered.get(mark) != classes.remembered:
+                classes.freed()
         while len(self.operations) > mark:
             self._undo(self.operations.pop())
 
@@ -181,6 +199,9 @@ class Statement:
         """Adopt ``other``'s operations (already applied to the same session)."""
         self.operations.extend(other.operations)
         other.operations = []
+        # A rollback now undoes ``other``'s operations too, back to before ``other`` began.
+        since = other._remembered.get(0, -1)
+        self._remembered = {m: min(n, since) for m, n in self._remembered.items()}
 
     # -- the state changes the operations make ---------------------------------------------------
     def _place(
@@ -221,7 +242,8 @@ class Statement:
         assert task.node is not None
         ssn = self.ssn
         ssn.nodes.remove_task(ssn.nodes.index[task.node], task)
-        task.last_tx_status = task.status
+        if not self.simulation:
+            task.last_tx_status = task.status
         ssn.jobs[task.job].update_task_status(task, previous)
         task.node = None
         task.devices = []

@@ -93,6 +93,7 @@ SESSION_VALUES: dict[str, list[Any]] = {
     "int": [-1, 0, 1, 16],
     "bool": [True, False],
     "duration": ["60s", "5m", 0, 30, "1h"],
+    "per-action": [{}, {"allocate": 2}, {"reclaim": -1, "preempt": 0}, {"consolidation": 8}],
 }
 # One defect at most per configuration (most have none): each must be refused with ConfigError.
 DEFECTS = [None] * 24 + [
@@ -161,9 +162,12 @@ def configurations(draw: st.DrawFn) -> tuple[dict[str, Any], str | None]:
             k: draw(st.sampled_from(SESSION_VALUES[SESSION_PARAMETERS[k]])) for k in keys
         }
         if defect == "session":
-            config["session"][keys[0]] = {"int": "x", "bool": "x", "duration": "soon"}[
-                SESSION_PARAMETERS[keys[0]]
-            ]
+            config["session"][keys[0]] = {
+                "int": "x",
+                "bool": "x",
+                "duration": "soon",
+                "per-action": {"allocate": "x"},
+            }[SESSION_PARAMETERS[keys[0]]]
     return config, defect
 
 

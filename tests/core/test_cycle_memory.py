@@ -59,7 +59,8 @@ def test_a_cycle_leaves_no_cyclic_garbage(collector_on: None) -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
-    assert result.binds and "ns/too-big" in result.jobs  # the cycle did its work
+    assert result.binds
+    assert "ns/too-big" in result.jobs
     assert gc.isenabled()
 
 
@@ -76,7 +77,8 @@ def test_a_kai_cycle_leaves_no_cyclic_garbage(collector_on: None) -> None:
         assert gc.collect() == 0
     finally:
         gc.enable()
-    assert result.binds and result.jobs["ns/too-big"].explanation is not None
+    assert result.binds
+    assert result.jobs["ns/too-big"].explanation is not None
     assert result.jobs["ns/too-big"].explanation.gate == "unsatisfiable"
 
 
@@ -140,15 +142,19 @@ def test_the_collector_is_paused_inside_a_cycle_and_restored_after(collector_on:
         config, action_classes={**config.action_classes, "allocate": Probe}
     )
     result = SchedulerCore(config).run_cycle(busy_cluster(), 1)
-    assert seen == [False] and result.binds
+    assert seen == [False]
+    assert result.binds
     assert gc.isenabled()
     assert ACTIONS["allocate"] is AllocateAction
 
 
 def test_collector_paused_restores_the_state_it_found(collector_on: None) -> None:
-    with pytest.raises(RuntimeError), collector_paused():
+    def failing_cycle() -> None:
         assert not gc.isenabled()
         raise RuntimeError("a failing cycle")
+
+    with pytest.raises(RuntimeError, match="a failing cycle"), collector_paused():
+        failing_cycle()
     assert gc.isenabled()
     gc.disable()
     with collector_paused():

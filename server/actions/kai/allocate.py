@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from server.actions.base import Action
 from server.actions.kai.common import allocate_job
-from server.actions.kai.job_queue import Filters, JobsByQueue
+from server.actions.kai.job_queue import Filters, JobsByQueue, queue_depth
 from server.session.kai import has_tasks_to_allocate, should_pipeline_job
 from server.session.session import Session
 
@@ -18,7 +18,9 @@ class KaiAllocateAction(Action):
     name: ClassVar[str] = "allocate"
 
     def execute(self, ssn: Session) -> None:
-        queue = JobsByQueue(ssn).fill(ssn.jobs.values(), Filters(unready=True, non_pending=True))
+        queue = JobsByQueue(ssn, depth=queue_depth(ssn, self.name)).fill(
+            ssn.jobs.values(), Filters(unready=True, non_pending=True)
+        )
         while not queue.empty():
             job = queue.pop()
             if job.uid in ssn.invalid_jobs:

@@ -43,6 +43,7 @@ class ConsolidationAction(Action):
             victim_jobs=candidates,
             victim_filters=Filters(non_active=True),
             validator=_all_placed_again,
+            moves_only=True,
         )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,9 +30,15 @@ class Filters:
 
 
 class JobsByQueue:
-    def __init__(self, ssn: Session, *, victims: bool = False) -> None:
+    def __init__(self, ssn: Session, *, victims: bool = False, depth: int | None = None) -> None:
         self.ssn = ssn
         self.victims = victims
+        # KAI's queueDepthPerAction: each leaf keeps at most this many jobs, the first in job order
+        # (None: no bound). Those pushed beyond it are dropped.
+        self.depth = depth
+        # pop_unchanged's answers, and the jobs they name (kept: their ids are in the keys).
+        self._answers: dict[tuple[object, ...], bool] | None = None
+        self._kept: list[object] = []
         self.jobs: dict[str, list[JobInfo]] = {}
         self.popped: dict[str, list[JobInfo]] = {}
         self.children: dict[str, list[str]] = {}
@@ -42,6 +48,11 @@ class JobsByQueue:
         self.roots = [
             q.name for q in ssn.queues.values() if not q.parent or q.parent not in ssn.queues
         ]
+        # The job order as a sort key when every job-order plugin gives one: one key per job
+        # rather than the plugins asked at every comparison of an insertion. (A victim queue
+        # keeps the comparator, reversed.)
+        self._order_key = None if victims else ssn.job_order_key()
+        self._keys: dict[str, Any] = {}  # job -> its key, computed when pushed
 
     def fill(self, jobs: Iterable[JobInfo], filters: Filters) -> JobsByQueue:
         for job in jobs:
@@ -68,7 +79,15 @@ class JobsByQueue:
         if queue.parent and queue.parent not in self.ssn.queues:
             return
         # Kept in order (a job's order does not change while it waits: only popped jobs are placed).
-        bisect.insort(self.jobs.setdefault(queue.name, []), job, key=self._key)
+        jobs = self.jobs.setdefault(queue.name, [])
+        if self._order_key is not None:
+            keys = self._keys
+            keys[job.uid] = self._order_key(job)
+            bisect.insort(jobs, job, key=lambda j: keys[j.uid])
+        else:
+            bisect.insort(jobs, job, key=self._key)
+        if self.depth is not None and len(jobs) > self.depth:
+            jobs.pop()
 
     def copy(self) -> JobsByQueue:
         """The same queue, to pop from without touching this one (the order of waiting jobs does
@@ -80,6 +99,9 @@ class JobsByQueue:
             self.children,
             self.roots,
         )
+        other.depth = self.depth
+        other._answers, other._kept = None, []
+        other._order_key, other._keys = self._order_key, dict(self._keys)
         other.jobs = {leaf: list(jobs) for leaf, jobs in self.jobs.items()}
         other.popped = {leaf: list(jobs) for leaf, jobs in self.popped.items()}
         return other
@@ -142,6 +164,78 @@ class JobsByQueue:
                 best, best_job, best_victims = n, job, given_up
         return best
 
+    def pop_until(self, wanted: Container[str]) -> JobInfo | None:
+        """Pop jobs until one whose uid is in ``wanted`` and return it (None: none is left); the
+        jobs popped before it are dropped. The same jobs in the same order as ``pop`` gives, for a
+        caller that changes nothing while this runs (a simulation between two placements): then a
+        comparison of two queues, each with the job it would run next, always gives the same answer,
+        so each is asked once per call however many jobs are popped past."""
+        known: dict[tuple[object, ...], bool] = {}
+        while not self.empty():
+            job = self._pop_remembering(known)
+            if job.uid in wanted:
+                return job
+        return None
+
+    def pop_unchanged(self) -> JobInfo:
+        """``pop``, for a caller that leaves the session as it was from one pop to the next (a
+        victim search undoes each attempt before it takes the next candidate): each comparison of
+        two queues with their jobs is asked once in the queue's life. (A victim queue's jobs given
+        up only grow, so a queue's representatives are its next job and how many it gave up.)"""
+        if self._answers is None:
+            self._answers = {}
+        return self._pop_remembering(self._answers)
+
+    def _pop_remembering(self, known: dict[tuple[object, ...], bool]) -> JobInfo:
+        """``pop`` with the answers of the queue comparisons kept in ``known``, keyed by the queues
+        and their representatives, for as long as the session does not change."""
+        queues, order, victims, popped = (
+            self.ssn.queues,
+            self.ssn.queue_jobs_order,
+            self.victims,
+            self.popped,
+        )
+
+        def side(name: str) -> tuple[JobInfo | None, list[JobInfo], tuple[object, ...]]:
+            below = leaf(name)  # noqa: F821 - a cell emptied only after the last call (below)
+            nxt = self.jobs[below][0]
+            if not victims:
+                return nxt, [], (name, id(nxt))
+            given_up = popped.get(below, [])
+            return None, [*given_up, nxt], (name, below, len(given_up), id(nxt))
+
+        def best(names: list[str]) -> str:
+            first = names[0]
+            first_job, first_given, first_key = side(first)  # noqa: F821 - as above
+            for n in names[1:]:
+                job, given, key = side(n)  # noqa: F821 - as above
+                answer_key = (*key, *first_key)
+                goes_first = known.get(answer_key)
+                if goes_first is None:
+                    goes_first = known[answer_key] = order(
+                        queues[n], queues[first], job, first_job, given, first_given
+                    )
+                    self._kept.append((job, given[-1:], first_job, first_given[-1:]))
+                if goes_first != victims:  # (as a victim queue the order is reversed)
+                    first, first_job, first_given, first_key = n, job, given, key
+            return first
+
+        def leaf(name: str) -> str:
+            while not self._is_leaf(name):
+                name = best([c for c in self.children[name] if self._has_jobs(c)])  # noqa: F821
+            return name
+
+        try:
+            chosen = leaf(best([name for name in self.roots if self._has_jobs(name)]))
+        finally:
+            # The three closures call each other through their cells: emptying the cells breaks
+            # that reference cycle, so nothing waits for the collector (tests/core/test_cycle_memory).
+            del side, best, leaf
+        job = self.jobs[chosen].pop(0)
+        if victims:
+            popped.setdefault(chosen, []).append(job)
+        return job
+
     def pop(self) -> JobInfo:
         roots = [name for name in self.roots if self._has_jobs(name)]
         leaf = self._leaf_of(self._best(roots))
@@ -151,3 +245,18 @@ class JobsByQueue:
         if self.victims:
             self.popped.setdefault(leaf, []).append(job)
         return job
+
+
+def per_action(ssn: Session, parameter: str, action: str) -> int | None:
+    """An action's entry of a per-action session parameter (``queueDepthPerAction``,
+    ``simulationBudgetPerAction``): None when the action has none or a negative one (no bound)."""
+    values = ssn.config.session.get(parameter)
+    value = values.get(action) if isinstance(values, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def queue_depth(ssn: Session, action: str) -> int | None:
+    """KAI's ``queueDepthPerAction``: the most jobs of each queue the action tries."""
+    return per_action(ssn, "queueDepthPerAction", action)

@@ -9,6 +9,11 @@ then the victims' jobs and the pending job are placed again in job-queue order, 
 may land elsewhere: consolidation). The first arrangement in which the pending job fits and the
 action's validator accepts is the step's solution. A solved job's statement holds the evictions and
 the pipelined placements; the action commits it.
+
+What cannot succeed is not simulated (``scenario_filters.py``, KAI's accumulated scenario filters):
+a search whose job cannot fit even with every candidate gone, a scenario or a node's attempt whose
+victims gone still leave no room, and the rest of a simulation once the victims placed back before
+the pending job's turn have taken the room it needed. The placements are the same without them.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from server.actions.kai.common import allocate_job
-from server.actions.kai.job_queue import Filters, JobsByQueue
+from server.actions.kai.job_queue import Filters, JobsByQueue, per_action, queue_depth
+from server.actions.kai.scenario_filters import ScenarioFilters, room_for_moves
 from server.model import TaskStatus
 from server.session.info import JobInfo, TaskInfo
 from server.session.kai import (
@@ -44,13 +50,38 @@ class Solution:
 
 
 @dataclass
+class Budget:
+    """Session parameter ``simulationBudgetPerAction``: how many more scenarios one job's victim
+    search may simulate (None: no bound, KAI's way). Once a simulation is refused the search gives
+    up, as if no victims could help the job; the action goes on with the next job."""
+
+    left: int | None = None
+    refused: bool = False
+
+    def spend(self) -> bool:
+        if self.left is None:
+            return True
+        if self.left <= 0:
+            self.refused = True
+            return False
+        self.left -= 1
+        return True
+
+
+@dataclass
 class JobSolver:
     ssn: Session
     validator: Validator
     victim_queue: VictimQueueFactory
     action: str
+    # KAI's accumulated scenario filters (scenario_filters.py): off, every scenario is simulated.
+    use_filters: bool = True
+    # Every victim must be placed again (consolidation): the cluster's room is only moved about.
+    moves_only: bool = False
+    budget: Budget = field(default_factory=Budget)
     _recorded: list[TaskInfo] = field(default_factory=list)
     _waiting: JobsByQueue | None = None
+    _filters: ScenarioFilters | None = None
 
     def solve(self, job: JobInfo) -> tuple[bool, Statement | None, list[TaskInfo]]:
         ssn = self.ssn
@@ -59,8 +90,13 @@ class JobSolver:
         statement: Statement | None = None
         self._recorded = []
         self._waiting = None
+        # Every step starts from the session as the search found it (a step's statement is
+        # discarded before the next), so every step's victim queue is this one, copied.
+        queue = self.victim_queue()
+        if self.use_filters and not self._may_solve(tasks, queue):
+            return False, None, []
         for k in range(1, len(tasks) + 1):
-            solution = self._solve_partial(job, tasks[:k])
+            solution = self._solve_partial(job, tasks[:k], queue.copy())
             if solution is None:
                 if statement is not None:
                     statement.discard()
@@ -78,19 +114,38 @@ class JobSolver:
             statement = None
         return solved, statement, list(self._recorded)
 
+    def _may_solve(self, tasks: list[TaskInfo], queue: JobsByQueue) -> bool:
+        """Whole-search filters: the last step places every task, so a search is given up before
+        it starts when not even every candidate victim gone would make room for them all -- or,
+        when victims may only move, when the cluster's room in all cannot hold them."""
+        if self.moves_only and not room_for_moves(self.ssn, tasks):
+            return False
+        everyone = [
+            t
+            for jobs in queue.jobs.values()
+            for j in jobs
+            for t in j.tasks.values()
+            if t.status in ACTIVE_ALLOCATED
+        ]
+        return ScenarioFilters(self.ssn, tasks).accepts_with(everyone)
+
     # -- one step --------------------------------------------------------------------------------
-    def _solve_partial(self, job: JobInfo, pending: list[TaskInfo]) -> Solution | None:
+    def _solve_partial(
+        self, job: JobInfo, pending: list[TaskInfo], queue: JobsByQueue
+    ) -> Solution | None:
         recorded_uids = {t.uid for t in self._recorded}
-        queue = self.victim_queue()
-        potential: list[TaskInfo] = []
+        potential = _Candidates()
         latest: JobInfo | None = None
+        filters = self._filters = (
+            ScenarioFilters(self.ssn, pending, self._recorded) if self.use_filters else None
+        )
         # The scenario with no new candidates: the recorded victims alone.
-        if self._recorded:
-            found = self._attempt(job, pending, [], latest=None)
-            if found is not None:
+        if self._recorded and (filters is None or filters.accepts()):
+            found = self._attempt(job, pending, _Candidates(), latest=None)
+            if found is not None or self.budget.refused:
                 return found
         while not queue.empty():
-            victim_job = queue.pop()
+            victim_job = queue.pop_unchanged()  # (every attempt is undone before the next pop)
             chosen, more = tasks_to_evict(victim_job, self.ssn.task_order_fn)
             if any(t.uid in recorded_uids for t in chosen):
                 rest = [t for t in victim_job.tasks.values() if t.uid not in recorded_uids]
@@ -104,10 +159,14 @@ class JobSolver:
                 )
             if not chosen:
                 continue
-            potential += chosen
+            potential.add(chosen)
             latest = self.ssn.jobs[victim_job.uid]
+            if filters is not None:  # what even all of these victims gone cannot hold: skipped
+                filters.add_victims(chosen)
+                if not filters.accepts():
+                    continue
             found = self._attempt(job, pending, potential, latest)
-            if found is not None:
+            if found is not None or self.budget.refused:
                 return found
         return None
 
@@ -115,39 +174,67 @@ class JobSolver:
         self,
         job: JobInfo,
         pending: list[TaskInfo],
-        potential: list[TaskInfo],
+        potential: _Candidates,
         latest: JobInfo | None,
     ) -> Solution | None:
         ssn = self.ssn
         stmt = ssn.statement()
-        for t in self._recorded:
-            if t.status != TaskStatus.RELEASING:
-                stmt.evict(t, self._reason(t, job))
+        stmt.simulation = True
         if latest is None:
+            self._wait_in_order()
+            self._evict_recorded(stmt, job)
             found = self._simulate(job, pending, stmt, list(self._recorded), list(self._recorded))
             if found is not None:
                 return found
             stmt.discard()
             return None
         nodes = sorted({t.node for t in latest.tasks.values() if t.node is not None})
-        by_node: dict[str, set[str]] = {}
-        for t in potential:
-            if t.node is not None:
-                by_node.setdefault(t.node, set()).add(t.job)
+        filters = self._filters
+        recorded_evicted = False
+        candidates: list[TaskInfo] | None = None
         for node in nodes:
+            evicted = potential.of_jobs_on(node)
+            if filters is not None and not filters.accepts_with(evicted):
+                continue  # not even these victims gone make room: nothing to evict or simulate
+            if not recorded_evicted:  # (first the recorded victims, for every node alike)
+                self._wait_in_order()
+                self._evict_recorded(stmt, job)
+                recorded_evicted = True
             mark = stmt.checkpoint()
-            jobs_here = by_node.get(node, set())
-            evicted = [t for t in potential if t.job in jobs_here]
             for t in evicted:
                 if t.status in ACTIVE_ALLOCATED:
                     stmt.evict(t, self._reason(t, job))
-            candidates = [*self._recorded, *potential]
+            if candidates is None:
+                candidates = [*self._recorded, *potential.tasks]
             found = self._simulate(job, pending, stmt, [*self._recorded, *evicted], candidates)
             if found is not None:
                 return found
             stmt.rollback(mark)
+            if self.budget.refused:
+                break
         stmt.discard()
         return None
+
+    def _wait_in_order(self) -> None:
+        """The pending jobs in job-queue order, taken once per search, before its first eviction:
+        a simulation places only the victims' jobs and the pending job (these join the order
+        afresh), so every other job is as the search found it."""
+        if self._waiting is None:
+            ssn = self.ssn
+            self._waiting = JobsByQueue(ssn).fill(
+                [j for j in ssn.jobs.values() if j.index[TaskStatus.PENDING]], Filters()
+            )
+
+    def _evict_recorded(self, stmt: Statement, job: JobInfo) -> None:
+        for t in self._recorded:
+            if t.status != TaskStatus.RELEASING:
+                stmt.evict(t, self._reason(t, job))
+
+    def _room_now(self) -> bool:
+        """Can the pending tasks still fit the session as it stands (the attempt's evictions
+        made, victims placed again so far)? What is left before the pending job's turn only places,
+        so a simulation where they cannot is given up."""
+        return self._filters is None or self._filters.accepts_now()
 
     def _simulate(
         self,
@@ -163,30 +250,35 @@ class JobSolver:
         victim_jobs = {t.job for t in victims}
         # KAI orders them with every pending job (a queue's next job decides its turn) and places only
         # them. The other jobs wait unchanged: their order is taken once per search, these join it.
-        if self._waiting is None:
-            self._waiting = JobsByQueue(ssn).fill(
-                [j for j in ssn.jobs.values() if j.index[TaskStatus.PENDING]], Filters()
-            )
+        if not self._room_now() or not self.budget.spend():
+            return None
+        assert self._waiting is not None
         order = self._waiting.copy()
         relevant = [ssn.jobs[uid] for uid in victim_jobs | {job.uid} if uid in ssn.jobs]
         for j in relevant:
             order.remove(j)
             order.push(j)
+        wanted = {j.uid for j in relevant}
         placed = False
-        left = len(relevant)
-        while left and not order.empty():
-            other = order.pop()
-            if other.uid in victim_jobs or other.uid == job.uid:
-                left -= 1
+        # Only the relevant jobs are placed, so nothing changes between two of them: the jobs
+        # before each are popped past without placing (``pop_until``), not one pop each.
+        while wanted:
+            other = order.pop_until(wanted)
+            if other is None:
+                break
+            wanted.discard(other.uid)
             if other.uid == job.uid:
                 if not allocate_job(ssn, stmt, job, pending, pipeline_only=True):
                     stmt.rollback(mark)
                     return None
                 placed = True
-            elif other.uid in victim_jobs:
+            else:
                 inner = stmt.checkpoint()
                 if not allocate_job(ssn, stmt, other, pipeline_only=True):
                     stmt.rollback(inner)
+                elif not placed and not self._room_now():
+                    stmt.rollback(mark)  # the victims placed again took the room it needed
+                    return None
         if not placed:
             stmt.rollback(mark)
             return None
@@ -199,6 +291,32 @@ class JobSolver:
 
     def _reason(self, victim: TaskInfo, job: JobInfo) -> str:
         return f"{self.action}: evicted to make room for {job.uid}"
+
+
+class _Candidates:
+    """A step's candidate victims in the order they came, indexed by node and by job: what an
+    attempt on one node evicts (every candidate of the jobs with candidates there) is gathered from
+    those jobs' positions rather than by going through every candidate again."""
+
+    def __init__(self) -> None:
+        self.tasks: list[TaskInfo] = []
+        self._jobs_on: dict[str, set[str]] = {}
+        self._positions: dict[str, list[int]] = {}
+
+    def add(self, tasks: list[TaskInfo]) -> None:
+        for t in tasks:
+            self._positions.setdefault(t.job, []).append(len(self.tasks))
+            self.tasks.append(t)
+            if t.node is not None:
+                self._jobs_on.setdefault(t.node, set()).add(t.job)
+
+    def of_jobs_on(self, node: str) -> list[TaskInfo]:
+        """The candidates of the jobs with a candidate on ``node``, in the order they came."""
+        jobs = self._jobs_on.get(node)
+        if not jobs:
+            return []
+        positions = sorted(i for uid in jobs for i in self._positions[uid])
+        return [self.tasks[i] for i in positions]
 
 
 class FailedJobs:
@@ -265,12 +383,16 @@ def solve_pending_jobs(
     victim_jobs: Callable[[JobInfo], list[JobInfo]],
     victim_filters: Filters,
     validator: Validator,
+    moves_only: bool = False,
 ) -> None:
     """The loop consolidation, reclaim and preempt share: pending jobs in job-queue order, each one
     the action may try gets a victim search (a fresh solution start) over the victim queue of
-    ``victim_jobs``; a solution is committed, a failure remembered (scheduling signatures)."""
-    queue = JobsByQueue(ssn).fill(ssn.jobs.values(), pending)
+    ``victim_jobs``; a solution is committed, a failure remembered (scheduling signatures).
+    ``moves_only``: the validator accepts only solutions that place every victim again."""
+    queue = JobsByQueue(ssn, depth=queue_depth(ssn, action)).fill(ssn.jobs.values(), pending)
     failed = FailedJobs(ssn)
+    use_filters = _session_flag(ssn, "scenarioFilters", True)
+    budget = per_action(ssn, "simulationBudgetPerAction", action)
     while not queue.empty():
         job = queue.pop()
         if not failed.worth_trying(job) or job.uid in ssn.invalid_jobs or not may_try(job):
@@ -280,15 +402,16 @@ def solve_pending_jobs(
         def victims(preemptor: JobInfo = job) -> JobsByQueue:
             return JobsByQueue(ssn, victims=True).fill(victim_jobs(preemptor), victim_filters)
 
-        solved, stmt, _ = JobSolver(ssn, validator, victims, action).solve(job)
+        solver = JobSolver(ssn, validator, victims, action, use_filters, moves_only, Budget(budget))
+        solved, stmt, _ = solver.solve(job)
         if solved and stmt is not None:
             stmt.commit()
         else:
             failed.failed(job)
 
 
-def _session_flag(ssn: Session, key: str) -> bool:
-    value = ssn.config.session.get(key, False)
+def _session_flag(ssn: Session, key: str, default: bool = False) -> bool:
+    value = ssn.config.session.get(key, default)
     if isinstance(value, str):
         return value.strip().lower() in ("true", "1", "yes")
     return bool(value)

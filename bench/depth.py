@@ -1,0 +1,202 @@
+"""Queue depth: one cycle on a fixed cluster with ever more waiting jobs (issue 29).
+
+    python bench/depth.py [--nodes 2000] [--depths 10000,100000] [--million] [--compare]
+                          [--repeat R] [--max-gang G] [--lookback N] [--seed S]
+
+The cluster is bench/cycle.py's (3/4 CPU nodes, 1/4 GPU nodes, labels, taints) and stays the same
+at every depth; ``depth`` jobs wait on it, all Inqueue in 4 queues, each a gang of 1 to
+``--max-gang`` tasks (default 4) of one of bench/cycle.py's seven shapes, so the cluster fills
+within the first few thousand jobs and the rest of the queue is what a cycle must not pay for.
+Each run is one cycle of the default configuration in a fresh child process (peak RSS per depth),
+printed as one JSON line: depth, tasks, placed, skipped (jobs given their shape class's finding
+instead of a try), cycle and CPU seconds, per-action seconds, the child's RSS once the snapshot
+is built and its peak (``ru_maxrss``) after the cycle.
+
+``--compare`` runs each depth with the shape-class cache off (``session: {shapeClasses: false}``)
+and on, alternating (``--repeat`` pairs), checks that both make the same placements, and ends
+with a summary line per depth: each side's fastest CPU time and their ratio. ``--million`` adds a
+depth of 1,000,000 jobs (minutes, and several GiB, on a 2-core machine). ``--lookback N`` sets
+``maxQueueLookback``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.cycle import SHAPES, build  # noqa: E402
+from muster.quantity import parse_resources  # noqa: E402
+from server.config import default_config  # noqa: E402
+from server.model import ClusterSnapshot, JobSpec, PodGroupPhase, TaskSpec  # noqa: E402
+from server.scheduler import SchedulerCore  # noqa: E402
+from server.service.gctune import tune_gc  # noqa: E402
+
+SAME_SHAPE = "same shape as job"
+
+
+def cluster(nodes: int, depth: int, max_gang: int, seed: int) -> ClusterSnapshot:
+    """bench/cycle.py's nodes and queues, and ``depth`` waiting jobs."""
+    base = build(nodes, 0, seed)
+    rng = random.Random(seed)
+    shapes = [parse_resources(s) for s in SHAPES]
+    jobs: list[JobSpec] = []
+    made = 0
+    for j in range(depth):
+        size = rng.randint(1, max_gang)
+        shape = rng.choice(shapes)
+        uid = f"bench/job-{j}"
+        jobs.append(
+            JobSpec(
+                uid=uid,
+                name=f"job-{j}",
+                namespace="bench",
+                queue=f"q{j % 4}",
+                tasks=[
+                    TaskSpec(
+                        uid=f"{uid}-{k}",
+                        name=f"job-{j}-{k}",
+                        namespace="bench",
+                        job=uid,
+                        request=dict(shape),
+                        role="worker",
+                        creation_index=made + k,
+                    )
+                    for k in range(size)
+                ],
+                min_member=size,
+                phase=PodGroupPhase.INQUEUE,
+                priority=rng.choice([0, 0, 10]),
+                creation_index=j,
+            )
+        )
+        made += size
+    return dataclasses.replace(base, jobs=jobs)
+
+
+def mib(kib: int) -> float:
+    return round(kib / 1024, 1)
+
+
+def run_one(args: argparse.Namespace) -> None:
+    """The child: one cycle at ``args.run_one`` jobs, one JSON line."""
+    tune_gc()  # as the server's core worker process does
+    snapshot = cluster(args.nodes, args.run_one, args.max_gang, args.seed)
+    config = default_config()
+    session = dict(config.session)
+    session["shapeClasses"] = args.shape_classes == "on"
+    if args.lookback:
+        session["maxQueueLookback"] = args.lookback
+    config = dataclasses.replace(config, session=session)
+    rss_input = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    core = SchedulerCore(config)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    result = core.run_cycle(snapshot, 1)
+    seconds = time.perf_counter() - started
+    cpu_seconds = time.process_time() - cpu_started
+    placements = sorted([*result.binds.items(), *result.pipelined.items()])
+    skipped = sum(
+        1
+        for outcome in result.jobs.values()
+        if outcome.explanation is not None and SAME_SHAPE in outcome.explanation.summary
+    )
+    print(
+        json.dumps(
+            {
+                "depth": args.run_one,
+                "tasks": sum(len(j.tasks) for j in snapshot.jobs),
+                "shape_classes": args.shape_classes,
+                "placed": len(placements),
+                "skipped": skipped,
+                "cycle_seconds": round(seconds, 3),
+                "cpu_seconds": round(cpu_seconds, 3),
+                "actions": {k: round(v, 3) for k, v in result.action_seconds.items()},
+                "rss_input_mib": mib(rss_input),
+                "peak_rss_mib": mib(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss),
+                "placements_sha": hashlib.sha256(repr(placements).encode()).hexdigest()[:16],
+            }
+        ),
+        flush=True,
+    )
+
+
+def child(args: argparse.Namespace, depth: int, mode: str) -> dict[str, Any]:
+    command = [
+        sys.executable,
+        __file__,
+        "--run-one",
+        str(depth),
+        "--shape-classes",
+        mode,
+        "--nodes",
+        str(args.nodes),
+        "--max-gang",
+        str(args.max_gang),
+        "--seed",
+        str(args.seed),
+        "--lookback",
+        str(args.lookback),
+    ]
+    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    line: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    print(json.dumps(line), flush=True)
+    return line
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=2000)
+    ap.add_argument("--depths", default="10000,100000", help="waiting jobs, comma-separated")
+    ap.add_argument("--million", action="store_true", help="also 1,000,000 waiting jobs")
+    ap.add_argument("--compare", action="store_true", help="shape classes off and on, alternating")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--max-gang", type=int, default=4)
+    ap.add_argument("--lookback", type=int, default=0, help="maxQueueLookback (0: no bound)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--run-one", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--shape-classes", choices=("on", "off"), default="on", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.run_one is not None:
+        run_one(args)
+        return
+    depths = [int(d) for d in args.depths.split(",") if d]
+    if args.million:
+        depths.append(1_000_000)
+    modes = ("off", "on") if args.compare else ("on",)
+    for depth in depths:
+        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+        for _ in range(args.repeat):
+            for mode in modes:
+                runs[mode].append(child(args, depth, mode))
+        if args.compare:
+            off = min(r["cpu_seconds"] for r in runs["off"])
+            on = min(r["cpu_seconds"] for r in runs["on"])
+            digests = {r["placements_sha"] for rs in runs.values() for r in rs}
+            print(
+                json.dumps(
+                    {
+                        "summary": depth,
+                        "cpu_seconds_off": off,
+                        "cpu_seconds_on": on,
+                        "ratio": round(off / on, 2) if on else None,
+                        "peak_rss_mib_off": max(r["peak_rss_mib"] for r in runs["off"]),
+                        "peak_rss_mib_on": max(r["peak_rss_mib"] for r in runs["on"]),
+                        "same_placements": len(digests) == 1,
+                    }
+                ),
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

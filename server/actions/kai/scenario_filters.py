@@ -1,0 +1,234 @@
+"""KAI's accumulated scenario filters: what a victim search cannot achieve is rejected before it is
+simulated.
+
+A victim search (``solver.py``) builds its scenarios by accumulation: the victims recorded by the
+previous step, then one more candidate victim job at a time. Before a scenario is simulated the
+filters look at the pending tasks and at the room on every node *if every victim of the scenario
+were gone and nothing were placed again* -- an upper bound on the room of every arrangement the
+simulation can reach, since it only evicts victims of the scenario and then only places (victims
+again, then the pending tasks, pipelined). A scenario whose pending tasks do not fit that room is
+dropped; since victims are only ever added, the room only grows while a step goes on, and it is
+kept up to date victim by victim (each victim counted once) rather than rebuilt.
+
+Two filters, as KAI's pod_scenario_builder builds them:
+
+* ``NodeAffinityFilter`` (KAI's AccumulatedNodeAffinities): every pending task needs a node its
+  static predicates allow -- schedulability, node selector and affinity, taints, none of which an
+  eviction changes -- with room for its whole request.
+* ``IdleResourcesFilter`` (KAI's AccumulatedIdleGpus, for every resource rather than GPUs alone):
+  for each resource and each request size ``t`` the pending tasks ask, the tasks asking ``t`` or
+  more ask together no more than the nodes those tasks may use that have ``t`` or more free. KAI
+  matches the sorted requests greedily instead, which can refuse a scenario that fits (3, 2, 2 GPUs
+  on nodes of 4 and 3 free); this bound never refuses one that fits.
+
+Both are necessary conditions only: an accepted scenario may still fail in the simulation. The
+same check runs once more on the session itself after an attempt's evictions (``accepts_now``),
+where the room is exact, before that attempt's simulation. Session parameter ``scenarioFilters``
+(default true) turns both off -- the placements are the same either way, only slower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar, Protocol
+
+import numpy as np
+
+from muster.devices import UNIT
+from muster.quantity import MIN_RESOURCE
+from server.model import TaskStatus
+from server.session.info import NodeTable, TaskInfo
+from server.session.session import Session
+
+
+class PendingNeed:
+    """What the scenario's pending tasks ask: their requests (one row per task, over the session's
+    resources; a GPU share asks no whole GPU here, since it may join a shared one) and the nodes
+    their static predicates allow (one mask per task; tasks of one static key share theirs)."""
+
+    def __init__(self, requests: np.ndarray, masks: list[np.ndarray]) -> None:
+        self.requests = requests
+        self.masks = masks
+        # Distinct (request, mask) pairs: tasks of one shape are checked once.
+        seen: dict[tuple[bytes, int], int] = {}
+        for i in range(len(masks)):
+            seen.setdefault((requests[i].tobytes(), id(masks[i])), i)
+        self.distinct = list(seen.values())
+        # The resources some task asks for (more than the epsilon every fit allows).
+        self.asked = [int(d) for d in np.nonzero((requests > MIN_RESOURCE).any(axis=0))[0]]
+
+    @classmethod
+    def of(cls, ssn: Session, tasks: list[TaskInfo]) -> PendingNeed:
+        requests = np.array([t.resreq for t in tasks], dtype=float).reshape(
+            len(tasks), ssn.space.size
+        )
+        return cls(requests, [ssn.evaluator.static_mask(t) for t in tasks])
+
+    def __len__(self) -> int:
+        return len(self.masks)
+
+
+class ScenarioFilter(Protocol):
+    name: ClassVar[str]
+
+    def accepts(self, need: PendingNeed, room: np.ndarray) -> bool:
+        """May the pending tasks fit ``room`` (nodes x resources, what each node could give them)?
+        False only when they cannot."""
+        ...
+
+
+class NodeAffinityFilter:
+    """Every pending task has a node its static predicates allow with room for its whole request."""
+
+    name: ClassVar[str] = "node-affinity"
+
+    def accepts(self, need: PendingNeed, room: np.ndarray) -> bool:
+        for i in need.distinct:
+            limit = need.requests[i] - MIN_RESOURCE
+            if not ((room >= limit).all(axis=1) & need.masks[i]).any():
+                return False
+        return True
+
+
+class IdleResourcesFilter:
+    """Per resource and request size ``t``: the pending tasks asking ``t`` or more of it ask no
+    more than the nodes they may use with ``t`` or more free hold together. (A task fits a node
+    with ``request - epsilon`` free, so a node takes at most its room plus one epsilon.)"""
+
+    name: ClassVar[str] = "idle-resources"
+
+    def accepts(self, need: PendingNeed, room: np.ndarray) -> bool:
+        for d in need.asked:
+            asks = need.requests[:, d]
+            column = room[:, d]
+            for t in sorted({float(a) for a in asks if a > MIN_RESOURCE}, reverse=True):
+                chosen = np.nonzero(asks >= t)[0]
+                allowed = need.masks[int(chosen[0])]
+                for k in chosen[1:]:
+                    if need.masks[int(k)] is not allowed:
+                        allowed = allowed | need.masks[int(k)]
+                holders = allowed & (column >= t - MIN_RESOURCE)
+                held = float(column[holders].sum()) + MIN_RESOURCE * len(chosen)
+                if float(asks[chosen].sum()) > held:
+                    return False
+        return True
+
+
+FILTERS: tuple[ScenarioFilter, ...] = (NodeAffinityFilter(), IdleResourcesFilter())
+
+
+class AccumulatedRoom:
+    """Per node, the room the pending tasks could have once the scenario's victims are gone: the
+    future idle resources (idle, plus what releasing tasks free, less what pipelined tasks take)
+    when the step started, plus each victim's request on its node -- and a whole GPU for each
+    shared GPU a victim holds a share of (the most that GPU gives back). Each victim counts once;
+    one already releasing is in the future idle resources already."""
+
+    def __init__(self, nodes: NodeTable) -> None:
+        self.nodes = nodes
+        self.room = nodes.future_idle()
+        self._seen: set[str] = set()
+        self._groups: set[tuple[int, str]] = set()
+
+    def copy(self) -> AccumulatedRoom:
+        other = AccumulatedRoom.__new__(AccumulatedRoom)
+        other.nodes, other.room = self.nodes, self.room.copy()
+        other._seen, other._groups = set(self._seen), set(self._groups)
+        return other
+
+    def add(self, victims: Iterable[TaskInfo]) -> None:
+        self._credit(self.room, victims, self._seen, self._groups)
+
+    def plus(self, victims: Iterable[TaskInfo]) -> np.ndarray:
+        """The room with these victims gone too (a new array; this room is left as it is)."""
+        room = self.room.copy()
+        self._credit(room, victims, set(self._seen), set(self._groups))
+        return room
+
+    def _credit(
+        self,
+        room: np.ndarray,
+        victims: Iterable[TaskInfo],
+        seen: set[str],
+        groups: set[tuple[int, str]],
+    ) -> None:
+        nodes, gpu = self.nodes, self.nodes.gpu_dim
+        for t in victims:
+            if t.uid in seen:
+                continue
+            seen.add(t.uid)
+            if t.node is None or t.status == TaskStatus.RELEASING:
+                continue
+            row = nodes.index.get(t.node)
+            if row is None:
+                continue
+            room[row] += t.resreq
+            if t.gpu_fraction and gpu is not None:
+                for group in t.gpu_groups:
+                    if (row, group) not in groups:
+                        groups.add((row, group))
+                        room[row, gpu] += UNIT
+
+
+class ScenarioFilters:
+    """The filters of one step of a victim search (one list of pending tasks, the victims the
+    previous step recorded)."""
+
+    def __init__(
+        self,
+        ssn: Session,
+        pending: list[TaskInfo],
+        recorded: Iterable[TaskInfo] = (),
+        filters: tuple[ScenarioFilter, ...] = FILTERS,
+    ) -> None:
+        self.ssn = ssn
+        self.need = PendingNeed.of(ssn, pending)
+        self.recorded = AccumulatedRoom(ssn.nodes)
+        self.recorded.add(recorded)
+        self.accumulated = self.recorded.copy()
+        self.filters = filters
+        # Scenarios and attempts rejected, per filter name (KAI counts them as a metric).
+        self.rejected: dict[str, int] = {}
+
+    def add_victims(self, victims: Iterable[TaskInfo]) -> None:
+        """Candidate victims join the accumulated scenario."""
+        self.accumulated.add(victims)
+
+    def accepts(self) -> bool:
+        """The accumulated scenario: the recorded victims and every candidate so far gone."""
+        return self._check(self.accumulated.room)
+
+    def accepts_with(self, victims: Iterable[TaskInfo]) -> bool:
+        """One attempt: the recorded victims and these gone (checked before they are evicted)."""
+        return self._check(self.recorded.plus(victims))
+
+    def accepts_now(self) -> bool:
+        """The session as it stands (an attempt's victims evicted, some placed again)."""
+        return self._check(self.ssn.nodes.future_idle())
+
+    def _check(self, room: np.ndarray) -> bool:
+        if not len(self.need):
+            return True
+        for f in self.filters:
+            if len(self.need) == 1 and isinstance(f, IdleResourcesFilter):
+                continue  # one task: a node with room for all of it (node-affinity) says more
+            if not f.accepts(self.need, room):
+                self.rejected[f.name] = self.rejected.get(f.name, 0) + 1
+                return False
+        return True
+
+
+def room_for_moves(ssn: Session, tasks: list[TaskInfo]) -> bool:
+    """Can moving running jobs about ever make room for ``tasks``? Consolidation places every victim
+    again, so the cluster's room is only moved between nodes: the tasks must fit in the room the
+    cluster has in all (KAI's IsEnoughGPUsAllocatableForJob, for every resource). A node may end
+    one epsilon short (a fit allows it), and a shared GPU all of whose tasks move away becomes a
+    whole free GPU, so each one counts as a GPU that may come back."""
+    if not tasks:
+        return True
+    nodes = ssn.nodes
+    room = np.maximum(nodes.future_idle() + MIN_RESOURCE, 0.0).sum(axis=0)
+    if nodes.gpu_dim is not None:
+        room[nodes.gpu_dim] += UNIT * sum(len(groups) for groups in nodes.shared)
+    asked = np.sum([t.resreq for t in tasks], axis=0)
+    return bool((asked <= room).all())
