@@ -15,6 +15,7 @@ import argparse
 import json
 import re
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -461,14 +462,69 @@ def reason(job: pb.Job) -> tuple[str, str]:
     return job_reason(job.status.conditions)
 
 
-def render_explanation(out: Output, exp: pb.ExplainResponse) -> None:
+def render_explanation(out: Output, exp: pb.ExplainResponse, *, estimate: bool = True) -> None:
+    """``muster explain``'s lines (``estimate``: with the start estimate's line)."""
+    line = estimate_line(exp) if estimate else ""
     if exp.gate in ("", "none"):  # placed, or nothing blocks it: no "why pending"
         where = f"cycle {exp.cycle_id}" if exp.cycle_id else "no cycle yet"
         out.console.print(f"Verdict ({where}): {exp.summary}")
+        if line:
+            out.console.print(f"Start: {line}")
         return
     out.console.print(f"Why pending (cycle {exp.cycle_id}, gate {exp.gate}): {exp.summary}")
     for reason, count in sorted(exp.node_reasons.items(), key=lambda kv: (-kv[1], kv[0])):
         out.console.print(f"  {count:>7,} node(s): {reason}")
+    if line:
+        out.console.print(f"Start: {line}")
+
+
+def start_time_text(ts: Any, now: float | None = None) -> str:
+    """An estimated start as local time: "14:32" within the next 20 hours, else "May 02 14:32";
+    "-" when unset."""
+    if not ts.seconds and not ts.nanos:
+        return EMPTY_CELL
+    at = ts.seconds + ts.nanos / 1e9
+    now = time.time() if now is None else now
+    local = time.localtime(at)
+    return time.strftime("%H:%M" if at - now < 20 * 3600 else "%b %d %H:%M", local)
+
+
+def node_list(names: Sequence[str], limit: int = 6) -> str:
+    """Node names, runs of numbered names folded ("n1..n8"); "-" for none."""
+    runs: list[list[Any]] = []  # [prefix, first, last, numbered]
+    for name in names:
+        head = name.rstrip("0123456789")
+        digits = name[len(head) :]
+        if digits and not (len(digits) > 1 and digits.startswith("0")):
+            n = int(digits)
+            if runs and runs[-1][0] == head and runs[-1][3] and runs[-1][2] == n - 1:
+                runs[-1][2] = n
+                continue
+            runs.append([head, n, n, True])
+        else:
+            runs.append([name, 0, 0, False])
+    parts = [
+        (f"{p}{a}" if a == b else f"{p}{a}..{p}{b}") if numbered else p
+        for p, a, b, numbered in runs
+    ]
+    if not parts:
+        return EMPTY_CELL
+    if len(parts) > limit:
+        return ",".join(parts[:limit]) + f" +{len(parts) - limit} more"
+    return ",".join(parts)
+
+
+def estimate_line(st: pb.JobStatus | pb.ExplainResponse, now: float | None = None) -> str:
+    """A waiting job's start estimate in words: "reserved: 8 nodes from 14:32 (n1..n8)",
+    "estimated: 14:32 on 2 nodes (n3,n4)", or why there is none; "" when the server gave none."""
+    nodes = list(st.estimated_nodes)
+    count = f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}"
+    if st.HasField("estimated_start"):
+        when = start_time_text(st.estimated_start, now)
+        if st.reserved:
+            return f"reserved: {count} from {when} ({node_list(nodes)})"
+        return f"estimated: {when} on {count} ({node_list(nodes)})"
+    return st.estimate_note
 
 
 def render_simulation(out: Output, result: dict[str, Any]) -> None:

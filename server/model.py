@@ -60,7 +60,12 @@ OCCUPYING = frozenset(
 ALLOCATED = frozenset(
     {TaskStatus.ALLOCATED, TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING}
 )
+# Allocated as the server counts it (a queue's allocation, a gang's placed tasks): Unknown too,
+# which a cycle sees Running, holding its node until it is lost.
+ALLOCATED_OR_UNKNOWN = ALLOCATED | {TaskStatus.UNKNOWN}
 ENDED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+# Ended by itself, with an exit code (a Cancelled task was stopped by the server).
+EXITED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED})
 
 
 class PodGroupPhase(enum.StrEnum):
@@ -253,6 +258,11 @@ class JobSpec:
         None  # submission time, epoch seconds (sla waiting time); None: unknown
     )
     tyjob: TYJobSpec | None = None  # a TY-Arranger TYJob
+    # Its time limit (JobSpec.time_limit_seconds): each task ends this long after it started; 0:
+    # none. When it started running (the server's persisted start time, epoch seconds): its tasks
+    # that hold nodes are expected to end at started_at + the limit (server/session/reservations.py).
+    time_limit_seconds: float = 0.0
+    started_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -273,10 +283,14 @@ class ClusterSnapshot:
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     hypernodes: list[HyperNodeSpec] = field(default_factory=list)
     topologies: list[dict[str, Any]] = field(default_factory=list)
+    # The time the cycle plans from (epoch seconds; reservations and start estimates). None: the
+    # clock when the cycle runs. Simulations set it to their simulated time.
+    now: float | None = None
 
 
 # A job's condition while it is left out of scheduling: a cycle failed on it (reason CycleFailed)
-# or its stored spec is refused by today's validation (InvalidSpec). ``server.scheduler``.
+# or its stored spec is refused by today's validation (InvalidSpec). ``server.scheduler``. The
+# same as ``muster.conditions.QUARANTINED``, which the core may not import (tests/test_layers.py).
 QUARANTINED = "Quarantined"
 
 
@@ -298,6 +312,16 @@ class Explanation:
 
 
 @dataclass(slots=True)
+class JobEstimate:
+    """When a pending job is expected to start (the reserve action, server/actions/reserve.py)."""
+
+    start: float | None  # epoch seconds; None: no estimate (``note`` says why)
+    nodes: list[str] = field(default_factory=list)  # where it is expected to start
+    reserved: bool = False  # those nodes are reserved for it from ``start``
+    note: str = ""  # "no estimate: running tasks have no time limit" ...
+
+
+@dataclass(slots=True)
 class JobOutcome:
     phase: PodGroupPhase
     conditions: list[Condition] = field(default_factory=list)
@@ -306,6 +330,7 @@ class JobOutcome:
         ""  # TYJobs: Unscheduled | ScheduledSucceed | ScheduledFailed | ScheduledPartly
     )
     stage: str = ""  # TYJobs: Pending | Starting | Running | Rescheduling | Succeeded | Failed
+    estimate: JobEstimate | None = None  # a pending job's start estimate (reserve action)
 
 
 @dataclass(slots=True)
@@ -335,3 +360,6 @@ class CycleResult:
     # Jobs this cycle left out because the cycle failed with them: job -> why (their outcome
     # carries the Quarantined condition).
     quarantined: dict[str, str] = field(default_factory=dict)
+    # Pending jobs' start estimates and reservations (the reserve action): job -> estimate; each
+    # is also its JobOutcome's ``estimate``.
+    estimates: dict[str, JobEstimate] = field(default_factory=dict)

@@ -93,7 +93,7 @@ class SchedulerCore:
         with collector_paused():
             try:
                 return self._run(config, snapshot, cycle_id)
-            except Exception as exc:  # a job may be what breaks it: the others still get a cycle
+            except Exception as exc:  # noqa: BLE001 - a job may break it: the others still get a cycle
                 return self._quarantining(config, snapshot, cycle_id, exc)
 
     def _run(
@@ -108,6 +108,7 @@ class SchedulerCore:
                     config.action_arguments.get(name)
                 )
                 t0 = time.perf_counter()
+                ssn.action = name
                 action.execute(ssn)
                 ssn.result.action_seconds[name] = time.perf_counter() - t0
             t0 = time.perf_counter()
@@ -135,7 +136,7 @@ class SchedulerCore:
                 result = self._run(
                     config, _some_jobs(snapshot, jobs, [j for j, _ in left_out]), cycle_id
                 )
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - bisecting for the job that breaks a cycle
                 why = describe_error(exc)
                 continue
             for job, reason in left_out:
@@ -172,7 +173,7 @@ class SchedulerCore:
                 self._run(
                     config, _some_jobs(snapshot, jobs[:count], [*left_out, *jobs[count:]]), cycle_id
                 )
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - bisecting for the job that breaks a cycle
                 return describe_error(exc)
             return None
 

@@ -520,7 +520,7 @@ class Task(_message.Message):
     def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., role: _Optional[str] = ..., index: _Optional[int] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., node: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., backend: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., gpu_group: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("phase", "conditions", "pending", "running", "succeeded", "failed", "submit_time", "start_time", "finish_time", "stage", "schedule_state", "leader_restarts", "cancelled", "hold", "held_by", "requeue_count", "unknown")
+    __slots__ = ("phase", "conditions", "pending", "running", "succeeded", "failed", "submit_time", "start_time", "finish_time", "stage", "schedule_state", "leader_restarts", "cancelled", "hold", "held_by", "requeue_count", "unknown", "estimated_start", "estimated_nodes", "reserved", "estimate_note")
     PHASE_FIELD_NUMBER: _ClassVar[int]
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
@@ -538,6 +538,10 @@ class JobStatus(_message.Message):
     HELD_BY_FIELD_NUMBER: _ClassVar[int]
     REQUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_START_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_NODES_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_NOTE_FIELD_NUMBER: _ClassVar[int]
     phase: JobPhase
     conditions: _containers.RepeatedCompositeFieldContainer[Condition]
     pending: int
@@ -555,7 +559,11 @@ class JobStatus(_message.Message):
     held_by: str
     requeue_count: int
     unknown: int
-    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stage: _Optional[str] = ..., schedule_state: _Optional[str] = ..., leader_restarts: _Optional[int] = ..., cancelled: _Optional[int] = ..., hold: _Optional[str] = ..., held_by: _Optional[str] = ..., requeue_count: _Optional[int] = ..., unknown: _Optional[int] = ...) -> None: ...
+    estimated_start: _timestamp_pb2.Timestamp
+    estimated_nodes: _containers.RepeatedScalarFieldContainer[str]
+    reserved: bool
+    estimate_note: str
+    def __init__(self, phase: _Optional[_Union[JobPhase, str]] = ..., conditions: _Optional[_Iterable[_Union[Condition, _Mapping]]] = ..., pending: _Optional[int] = ..., running: _Optional[int] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., submit_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stage: _Optional[str] = ..., schedule_state: _Optional[str] = ..., leader_restarts: _Optional[int] = ..., cancelled: _Optional[int] = ..., hold: _Optional[str] = ..., held_by: _Optional[str] = ..., requeue_count: _Optional[int] = ..., unknown: _Optional[int] = ..., estimated_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., estimated_nodes: _Optional[_Iterable[str]] = ..., reserved: _Optional[bool] = ..., estimate_note: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("spec", "status", "tasks")
@@ -1216,7 +1224,7 @@ class ExplainRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ExplainResponse(_message.Message):
-    __slots__ = ("job_id", "phase", "cycle_id", "gate", "summary", "node_reasons")
+    __slots__ = ("job_id", "phase", "cycle_id", "gate", "summary", "node_reasons", "estimated_start", "estimated_nodes", "reserved", "estimate_note")
     class NodeReasonsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1230,10 +1238,18 @@ class ExplainResponse(_message.Message):
     GATE_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     NODE_REASONS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_START_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_NODES_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_NOTE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     phase: JobPhase
     cycle_id: int
     gate: str
     summary: str
     node_reasons: _containers.ScalarMap[str, int]
-    def __init__(self, job_id: _Optional[str] = ..., phase: _Optional[_Union[JobPhase, str]] = ..., cycle_id: _Optional[int] = ..., gate: _Optional[str] = ..., summary: _Optional[str] = ..., node_reasons: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    estimated_start: _timestamp_pb2.Timestamp
+    estimated_nodes: _containers.RepeatedScalarFieldContainer[str]
+    reserved: bool
+    estimate_note: str
+    def __init__(self, job_id: _Optional[str] = ..., phase: _Optional[_Union[JobPhase, str]] = ..., cycle_id: _Optional[int] = ..., gate: _Optional[str] = ..., summary: _Optional[str] = ..., node_reasons: _Optional[_Mapping[str, int]] = ..., estimated_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., estimated_nodes: _Optional[_Iterable[str]] = ..., reserved: _Optional[bool] = ..., estimate_note: _Optional[str] = ...) -> None: ...

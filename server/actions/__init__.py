@@ -8,6 +8,7 @@ from server.actions.base import Action
 from server.actions.enqueue import EnqueueAction
 from server.actions.preempt import PreemptAction
 from server.actions.reclaim import ReclaimAction
+from server.actions.reserve import ReserveAction
 from server.actions.shuffle import ShuffleAction
 
 ACTIONS: dict[str, type[Action]] = {
@@ -18,6 +19,7 @@ ACTIONS: dict[str, type[Action]] = {
         EnqueueAction,
         PreemptAction,
         ReclaimAction,
+        ReserveAction,
         ShuffleAction,
     )
 }

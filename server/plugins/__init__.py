@@ -11,6 +11,7 @@ from __future__ import annotations
 from server.plugins.ascend.huawei_npu import HuaweiNPUPlugin
 from server.plugins.base import Plugin
 from server.plugins.muster.gang_backend import GangBackendPlugin
+from server.plugins.muster.reservation import ReservationPlugin
 from server.plugins.tyarranger.tyarranger import TYArrangerPlugin
 from server.plugins.volcano.binpack import BinpackPlugin
 from server.plugins.volcano.capacity import CapacityPlugin
@@ -45,6 +46,7 @@ PLUGINS: dict[str, type[Plugin]] = {
         PredicatesPlugin,
         PriorityPlugin,
         ProportionPlugin,
+        ReservationPlugin,
         SlaPlugin,
         TaskTopologyPlugin,
         TdmPlugin,

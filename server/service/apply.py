@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from muster.conditions import SCHEDULED, UNSATISFIABLE, UNSCHEDULABLE
 from server import model
 from server.model import OCCUPYING, CycleResult, PodGroupPhase, TaskStatus
 from server.service.records import ConditionRecord, JobRecord, JobStatusRecord, TaskRecord
@@ -23,9 +24,6 @@ from server.service.state import PLACED, ClusterState
 # Decisions applied per event-loop turn. Each job's part of a result is applied whole (the gang
 # checks are per job), so splitting by job keeps apply's all-or-nothing guarantees.
 APPLY_CHUNK = 250
-
-# The conditions a cycle decides (the others: Ended, Quarantined, are set elsewhere).
-SCHEDULED, UNSCHEDULABLE, UNSATISFIABLE = "Scheduled", "Unschedulable", "Unsatisfiable"
 
 
 @dataclass
@@ -256,6 +254,7 @@ def _record_outcome(
         [(c.type, c.status, c.reason, c.message) for c in st.conditions],
     )
     st.sched_phase = outcome.phase
+    st.estimate = outcome.estimate  # memory only: not a change to store or watch
     if outcome.schedule_state:
         st.schedule_state = outcome.schedule_state
     conditions = _scheduling_conditions(st, outcome, cycle_id, placed)

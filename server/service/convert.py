@@ -235,6 +235,7 @@ def _job_model(
         annotations=dict(spec.annotations),
         creation_index=creation_index,
         tyjob=tyjob_to_model(spec.tyjob) if spec.HasField("tyjob") else None,
+        time_limit_seconds=float(spec.time_limit_seconds),
     )
 
 

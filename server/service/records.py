@@ -15,12 +15,11 @@ from typing import Any
 
 from muster.devices import shared_gpu
 from muster.gang import gang_minimum
+from muster.phases import TERMINAL_PHASES
 from muster.v1 import muster_pb2 as pb
 from server import model
 from server.model import QUARANTINED, PodGroupPhase, TaskStatus
 from server.service.convert import checked_job_to_model
-
-TERMINAL_PHASES = frozenset({pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED})
 
 
 def is_terminal_phase(phase: int) -> bool:
@@ -105,6 +104,9 @@ class JobStatusRecord:
     used: dict[str, float] = field(default_factory=dict)
     holding: dict[str, float] = field(default_factory=dict)
     used_at: float = 0.0
+    # The last cycle's start estimate (the reserve action). Memory only, not stored: every cycle
+    # plans it again from what is (start times and time limits are), so a restart loses nothing.
+    estimate: model.JobEstimate | None = None
 
     def to_json(self) -> str:
         return json.dumps(

@@ -39,6 +39,7 @@ class Capture:
     jobs: list[tuple[JobRecord, PodGroupPhase, list[TaskState], int]]
     foreign: list[model.TaskSpec]
     priority_classes: dict[str, model.PriorityClass]
+    now: float | None = None  # the state's clock at capture: what the cycle plans from
 
     @cached_property
     def by_job(self) -> dict[str, tuple[JobRecord, list[TaskState]]]:
@@ -52,16 +53,19 @@ class Capture:
             (_job_state(entry) for entry in self.jobs),
             self.foreign,
             self.priority_classes,
+            self.now,
         )
 
 
-# A job as a cycle sees it: template, phase, per task state, Leader restarts, submit time.
-JobState = tuple[model.JobSpec, PodGroupPhase, list[TaskState], int, float | None]
+# A job as a cycle sees it: template, phase, per task state, Leader restarts, submit time, start
+# time (persisted: its running tasks' expected ends count from it).
+JobState = tuple[model.JobSpec, PodGroupPhase, list[TaskState], int, float | None, float | None]
 
 
 def _job_state(entry: tuple[JobRecord, PodGroupPhase, list[TaskState], int]) -> JobState:
     rec, phase, states, restarts = entry
-    return rec.template, phase, states, restarts, rec.status.submit_time or None
+    st = rec.status
+    return rec.template, phase, states, restarts, st.submit_time or None, st.start_time or None
 
 
 def materialize(
@@ -70,6 +74,7 @@ def materialize(
     jobs: Iterable[JobState],
     foreign: list[model.TaskSpec],
     priority_classes: dict[str, model.PriorityClass],
+    now: float | None = None,
 ) -> model.ClusterSnapshot:
     """Deep copies: the server's records go on changing while a cycle runs on them."""
     return _snapshot(
@@ -78,6 +83,7 @@ def materialize(
         [_copy_job(j) for j in jobs],
         foreign,
         priority_classes,
+        now,
     )
 
 
@@ -87,6 +93,7 @@ def _snapshot(
     jobs: list[model.JobSpec],
     foreign: list[model.TaskSpec],
     priority_classes: dict[str, model.PriorityClass],
+    now: float | None = None,
 ) -> model.ClusterSnapshot:
     return model.ClusterSnapshot(
         nodes=nodes,
@@ -97,11 +104,12 @@ def _snapshot(
             k: model.PriorityClass(v.name, v.value, v.preemption_policy, v.global_default)
             for k, v in priority_classes.items()
         },
+        now=now,
     )
 
 
 def _copy_job(job: JobState) -> model.JobSpec:
-    tmpl, phase, states, restarts, submit_time = job
+    tmpl, phase, states, restarts, submit_time, start_time = job
     tasks = [
         _copy_task(t, status, node, devices, [gpu_group] if gpu_group else [])
         for t, (status, node, devices, gpu_group) in zip(tmpl.tasks, states, strict=True)
@@ -125,6 +133,8 @@ def _copy_job(job: JobState) -> model.JobSpec:
         creation_index=tmpl.creation_index,
         created_at=submit_time,  # sla's waiting time
         tyjob=replace(tmpl.tyjob, leader_restarts=restarts) if tmpl.tyjob is not None else None,
+        time_limit_seconds=tmpl.time_limit_seconds,
+        started_at=start_time,
     )
 
 
@@ -258,6 +268,7 @@ def capture(state: ClusterState) -> Capture:
         jobs=jobs,
         foreign=[f.spec for f in state.foreign.values()] + leftovers,
         priority_classes=dict(state.priority_classes),
+        now=state.clock(),
     )
 
 
@@ -276,6 +287,7 @@ class CaptureDelta:
     job_order: list[str] | None
     foreign: list[model.TaskSpec] | None
     priority_classes: dict[str, model.PriorityClass] | None
+    now: float | None = None  # the capture's clock (always sent: not a change)
 
     def size(self) -> int:
         """How many nodes and jobs it carries (what a cycle's transfer costs)."""
@@ -341,6 +353,7 @@ class DeltaSender:
             priority_classes=cap.priority_classes
             if full or cap.priority_classes != self._priority_classes
             else None,
+            now=cap.now,
         )
         self._full = False
         self._nodes, self._jobs = now_nodes, now_jobs
@@ -367,6 +380,7 @@ class ResidentState:
         self.jobs: dict[str, JobState] = {}
         self.foreign: list[model.TaskSpec] = []
         self.priority_classes: dict[str, model.PriorityClass] = {}
+        self.now: float | None = None
         # The job specs the last snapshot was made of, with the state each was built from.
         self._job_copies: dict[str, tuple[JobState, model.JobSpec]] = {}
 
@@ -389,6 +403,7 @@ class ResidentState:
             self.foreign = delta.foreign
         if delta.priority_classes is not None:
             self.priority_classes = delta.priority_classes
+        self.now = delta.now
 
     def materialize(self) -> model.ClusterSnapshot:
         job_copies: dict[str, tuple[JobState, model.JobSpec]] = {}
@@ -406,6 +421,7 @@ class ResidentState:
             [c for _, c in job_copies.values()],
             self.foreign,
             self.priority_classes,
+            self.now,
         )
 
 

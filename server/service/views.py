@@ -6,17 +6,12 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any, TypeVar
 
-from muster.devices import (
-    MAX_DEVICES_PER_NODE,
-    NVIDIA_GPU,
-    UNIT,
-    Device,
-    default_devices,
-    is_device_resource,
-)
+from muster.devices import NVIDIA_GPU, UNIT, Device, devices_by_resource
 from muster.v1 import muster_pb2 as pb
+from server import model
 from server.model import TaskStatus, ty_schedule_state, ty_stage
 from server.service.convert import resource_list, timestamp, tyjob_to_model
 from server.service.errors import invalid
@@ -73,6 +68,8 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
     for name in ("submit_time", "start_time", "finish_time"):
         if ts := timestamp(getattr(status, name)):
             getattr(js, name).CopyFrom(ts)
+    if (estimate := current_estimate(rec)) is not None:
+        set_estimate(js, estimate)
     if rec.spec.HasField("tyjob"):
         _ty_status(rec, js)
     job = pb.Job(spec=rec.spec, status=js)
@@ -92,6 +89,25 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
                 gpu_group=t.gpu_group,
             )
     return job
+
+
+def current_estimate(rec: JobRecord) -> model.JobEstimate | None:
+    """The last cycle's start estimate of a job that still waits for it (not held, not placed)."""
+    st = rec.status
+    if st.estimate is None or st.hold or st.quarantined or is_terminal_phase(st.phase):
+        return None
+    if st.phase not in (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE):
+        return None
+    return st.estimate
+
+
+def set_estimate(message: pb.JobStatus | pb.ExplainResponse, estimate: model.JobEstimate) -> None:
+    """A start estimate into a JobStatus or ExplainResponse (the same four fields)."""
+    if estimate.start is not None and (ts := timestamp(estimate.start)):
+        message.estimated_start.CopyFrom(ts)
+    message.estimated_nodes.extend(estimate.nodes)
+    message.reserved = estimate.reserved
+    message.estimate_note = estimate.note
 
 
 def _ty_status(rec: JobRecord, js: pb.JobStatus) -> None:
@@ -132,7 +148,10 @@ def node_view(
     holds or shares (an unhealthy device nobody holds and a shared GPU count as used, as in the
     core's ``NodeTable``). A shared GPU's free part is in ``shared_gpus``, its shares in ``used``."""
     shares = shares or {}
-    devices = _node_devices(node, allocatable)
+    # The devices the scheduler's ledger has (server.session.devices), so both count the same.
+    devices = devices_by_resource(
+        (Device(d.id, d.type, d.group, d.healthy) for d in node.devices), allocatable
+    )
     known = {d.id for devs in devices.values() for d in devs}
     idle: dict[str, float] = {}
     for r, total in allocatable.items():
@@ -160,45 +179,72 @@ def node_view(
     )
 
 
-def _node_devices(node: pb.Node, allocatable: Mapping[str, float]) -> dict[str, list[Device]]:
-    """Per device resource, the node's devices: those it lists, else ids made up as the scheduler
-    makes them (``muster.devices.default_devices``: all healthy)."""
-    out: dict[str, list[Device]] = {}
-    for d in node.devices:
-        if d.type:
-            out.setdefault(d.type, []).append(Device(d.id, d.type, d.group, d.healthy))
-    for name, value in allocatable.items():
-        if name not in out and is_device_resource(name) and value >= UNIT:
-            out[name] = default_devices(name, int(min(value, MAX_DEVICES_PER_NODE * UNIT) // UNIT))
-    return out
+# --- pages (ListJobs, ListJobHistory) ------------------------------------------------------------
+
+# The jobs in a page when the request asks no size, and the most in one.
+DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE = 100, 1000
+
+Position = TypeVar("Position")
 
 
-# --- page tokens ---------------------------------------------------------------------------------
+def page_size(requested: int) -> int:
+    """A request's ``page_size`` (0: the default), at most MAX_PAGE_SIZE; INVALID_ARGUMENT when it
+    is negative."""
+    if requested < 0:
+        raise invalid(f"page_size: {requested} is negative")
+    return min(requested or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
 
 
 def _filter_digest(parts: Iterable[object]) -> str:
     return hashlib.sha256(json.dumps(list(parts), default=str).encode()).hexdigest()[:12]
 
 
-def encode_page_token(after_index: int, filters: Iterable[object]) -> str:
-    raw = json.dumps({"after": after_index, "f": _filter_digest(filters)}).encode()
+def encode_position(position: Mapping[str, object], filters: Iterable[object]) -> str:
+    """A page token: where the next page starts, and a digest of the filters it is for (a token
+    is good only for the request that asks the same)."""
+    raw = json.dumps({**position, "f": _filter_digest(filters)}).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_page_token(token: str, filters: Iterable[object]) -> int:
-    """Token -> the creation index to continue after; INVALID_ARGUMENT if forged or reused."""
-    if not token:
-        return -1
+def decode_position(
+    token: str, filters: Iterable[object], rpc: str, read: Callable[[Any], Position]
+) -> Position:
+    """The position in a page token ``rpc`` issued: ``read`` takes it out of the token's JSON
+    object, raising KeyError, TypeError or ValueError when it is not there. INVALID_ARGUMENT for
+    a token ``rpc`` did not issue (forged) or issued for other filters (reused)."""
     try:
         raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        after = raw["after"]
-        digest = raw["f"]
+        position, digest = read(raw), raw["f"]
     except (binascii.Error, ValueError, KeyError, TypeError):
-        raise invalid(f"page_token: {token!r} is not a token returned by ListJobs") from None
-    if not isinstance(after, int) or isinstance(after, bool):
-        raise invalid(f"page_token: {token!r} is not a token returned by ListJobs")
+        raise invalid(f"page_token: {token!r} is not a token returned by {rpc}") from None
     if digest != _filter_digest(filters):
         raise invalid(
             "page_token: was issued for different filters; repeat the request without a token"
         )
-    return after
+    return position
+
+
+def whole_number(value: object) -> int:
+    """A token's integer; TypeError for anything else (JSON's true and 1.0 too)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{value!r} is not a whole number")
+    return value
+
+
+def number(value: object) -> float:
+    """A token's number; TypeError for anything else (JSON's true too)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
+
+
+def encode_page_token(after_index: int, filters: Iterable[object]) -> str:
+    """ListJobs' token: the creation index to continue after."""
+    return encode_position({"after": after_index}, filters)
+
+
+def decode_page_token(token: str, filters: Iterable[object]) -> int:
+    """ListJobs' token -> the creation index to continue after (-1: no token, from the start)."""
+    if not token:
+        return -1
+    return decode_position(token, filters, "ListJobs", lambda raw: whole_number(raw["after"]))

@@ -610,7 +610,9 @@ COMPATIBILITY_SWITCHES: dict[Switch, str] = {
         "enableBestNode", "best_node"
     ): "the best-scoring node always wins, ties going to the first by name",
     Switch("enableTargetJob", "target_job"): "no action of Muster asks for a target job",
-    Switch("enableReservedNodes", "reserved_nodes"): "Muster has no node reservation",
+    Switch(
+        "enableReservedNodes", "reserved_nodes"
+    ): "Volcano's reserved nodes; Muster's reservations are the reservation plugin's",
     Switch("enabledSubJobReady", "subjob_ready"): "gang checks sub-group minimums inside job_ready",
     Switch(
         "enabledSubJobPipelined", "subjob_pipelined"

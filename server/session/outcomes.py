@@ -152,7 +152,12 @@ def report(ssn: Session) -> CycleResult:
         if never:  # it can never run as things stand: said apart from waiting
             conditions.append(Condition(UNSATISFIABLE, "True", never, explanation.summary))
         result.jobs[job.uid] = JobOutcome(
-            phase, conditions, explanation, job.schedule_state, job.stage
+            phase,
+            conditions,
+            explanation,
+            job.schedule_state,
+            job.stage,
+            result.estimates.get(job.uid),  # (the reserve action's, when configured)
         )
         for task in job.tasks.values():
             if task.status == TaskStatus.PIPELINED and task.node:

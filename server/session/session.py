@@ -71,6 +71,8 @@ from server.session.info import (
 from server.session.options import PluginOption, SchedulerConfig, SessionPlugin
 from server.session.outcomes import Outcomes, report
 from server.session.priority_queue import PriorityQueue
+from server.session.shape_classes import SESSION_PARAMETER as SHAPE_CLASSES
+from server.session.shape_classes import ShapeClasses, session_bool
 from server.session.statement import Statement
 
 # Re-exported: plugins and tests have always found these here.
@@ -124,6 +126,10 @@ class Session:
     ) -> None:
         self.cycle_id = cycle_id
         self.config = config
+        # The time the cycle plans from (reservations, start estimates): the snapshot's, else now.
+        self.now: float = snapshot.now if snapshot.now is not None else time.time()
+        # The action running now (set by ``SchedulerCore``; "" outside it).
+        self.action = ""
         self.priority_classes = {**config.priority_classes, **snapshot.priority_classes}
         self.snapshot = snapshot
         names: set[str] = set()
@@ -173,6 +179,9 @@ class Session:
         self.evaluator = NodeEvaluator(self.nodes, self.space)
         self.result = CycleResult(cycle_id=cycle_id)
         self.outcomes = Outcomes()  # what the cycle finds about each job, for its report
+        # Job shapes that found no room this cycle, until resources come back (allocate skips
+        # later jobs of the shape; statements say when resources come back).
+        self.shape_classes = ShapeClasses(session_bool(config.session, SHAPE_CLASSES, True))
         self.plugins: list[SessionPlugin] = []
         for tier in self.tiers:
             for option in tier:
@@ -194,6 +203,14 @@ class Session:
             vr = self.job_valid(job)
             if vr is not None and not vr.passed:
                 self.invalid_jobs[uid] = vr
+        # A plugin that plans over the complete session (chains built, invalid jobs known) before
+        # any action changes it has ``on_session_ready`` (the reservation plugin).
+        for plugin in self.plugins:
+            ready = getattr(plugin, "on_session_ready", None)
+            if ready is not None:
+                started = time.perf_counter()
+                ready(self)
+                self.result.plugin_seconds[f"{plugin.name}.ready"] = time.perf_counter() - started
 
     # -- building ---------------------------------------------------------------------------
     def _attach_existing(self, task: TaskInfo, unnamed: list[tuple[TaskInfo, int]]) -> None:

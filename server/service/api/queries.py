@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from muster.jsonmap import short_enum_name
+from muster.phases import WAITING_PHASES
 from muster.v1 import muster_pb2 as pb
 from server.model import OCCUPYING
 from server.service import convert
@@ -20,7 +21,15 @@ from server.service.errors import invalid, not_found
 from server.service.records import JobRecord
 from server.service.state import ClusterState, queue_allocated
 from server.service.tables import record_from_stored
-from server.service.views import decode_page_token, encode_page_token, job_proto, node_view
+from server.service.views import (
+    current_estimate,
+    decode_page_token,
+    encode_page_token,
+    job_proto,
+    node_view,
+    page_size,
+    set_estimate,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +50,10 @@ def get_job(state: ClusterState, job_id: str) -> pb.Job:
 def list_jobs(
     state: ClusterState, req: pb.ListJobsRequest, scope: ReadScope | None = None
 ) -> pb.ListJobsResponse:
-    if req.page_size < 0:
-        raise invalid(f"page_size: {req.page_size} is negative")
+    size = page_size(req.page_size)
     for i, phase in enumerate(req.phases):
         if phase not in pb.JobPhase.values() or phase == pb.JOB_PHASE_UNSPECIFIED:
             raise invalid(f"phases[{i}]: {phase} is not a job phase")
-    size = min(req.page_size or 100, 1000)
     filters = (req.queue, req.namespace, sorted(req.phases), req.owner)
     after = decode_page_token(req.page_token, filters)
     phases = set(req.phases)
@@ -157,6 +164,8 @@ def explain(state: ClusterState, job_id: str) -> pb.ExplainResponse:
             f"job is {short_enum_name(pb.JobPhase.DESCRIPTOR, rec.status.phase).lower()}"
             + ("; no cycle has considered it yet" if rec.active else "")
         )
+    if (estimate := current_estimate(rec)) is not None:
+        set_estimate(resp, estimate)
     return resp
 
 
@@ -170,7 +179,7 @@ def list_queues(state: ClusterState) -> pb.ListQueuesResponse:
     running = Counter[str]()
     for rec in state.active_jobs.values():  # finished jobs count nowhere here
         qname = rec.spec.queue
-        if rec.status.phase in (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE):
+        if rec.status.phase in WAITING_PHASES:
             pending[qname] += 1
         elif rec.status.phase == pb.JOB_PHASE_RUNNING:
             running[qname] += 1
@@ -271,6 +280,20 @@ def list_nodes(state: ClusterState, backend: str) -> pb.ListNodesResponse:
     return out
 
 
+def tasks_named(rec: JobRecord, task_id: str) -> list[str]:
+    """The ids of the job's tasks a logs request names: ``task_id`` (NOT_FOUND, listing some of
+    the job's tasks, when the job has none of that id), or every one when it is empty."""
+    tasks = [t.uid for t in rec.tasks]
+    if not task_id:
+        return tasks
+    if task_id not in tasks:
+        raise not_found(
+            f"task_id: job {rec.id!r} has no task {task_id!r} "
+            f"(tasks: {', '.join(tasks[:5])}{' ...' if len(tasks) > 5 else ''})"
+        )
+    return [task_id]
+
+
 # Task output in one GetTaskLogs answer, at most: a job with many tasks gets each one's tail.
 LOG_REPLY_BYTES = 16 * 1024 * 1024
 
@@ -279,13 +302,7 @@ def get_task_logs(state: ClusterState, req: pb.GetTaskLogsRequest) -> pb.GetTask
     """The output the backends sent of a job's tasks (or of one of them), in task order: what is
     kept of each (``--task-log-limit`` per task), within ``LOG_REPLY_BYTES`` in all."""
     rec = state.job_or_error(req.job_id, "job_id")
-    tasks = [t.uid for t in rec.tasks]
-    if req.task_id:
-        if req.task_id not in tasks:
-            raise not_found(
-                f"task_id: job {req.job_id!r} has no task {req.task_id!r} (tasks: {', '.join(tasks[:5])} ...)"
-            )
-        tasks = [req.task_id]
+    tasks = tasks_named(rec, req.task_id)
     out = pb.GetTaskLogsResponse()
     logs = state.task_logs
     states = logs.states(rec.id, tasks)

@@ -119,6 +119,14 @@ def overview(
                 "running": job.status.running,
                 "reason": code,
                 "message": message,
+                # A waiting job's start estimate (the reserve action): epoch seconds or None,
+                # whether its nodes are reserved, its node count, or why there is none.
+                "estimated_start": job.status.estimated_start.ToNanoseconds() / 1e9
+                if job.status.HasField("estimated_start")
+                else None,
+                "reserved": job.status.reserved,
+                "estimated_nodes": len(job.status.estimated_nodes),
+                "estimate_note": job.status.estimate_note,
             }
         )
     nodes = []

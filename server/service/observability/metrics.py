@@ -25,9 +25,11 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from muster.conditions import UNSCHEDULABLE
+from muster.jsonmap import short_enum_name
 from muster.quantity import CPU, MEMORY
 from muster.v1 import muster_pb2 as pb
-from server.model import CycleResult, TaskStatus
+from server.model import ALLOCATED_OR_UNKNOWN, CycleResult, TaskStatus
 from server.service.state import ClusterState
 
 
@@ -215,11 +217,6 @@ class ServerMetrics:
         self.registry.register(StateCollector(state, deserved))
 
 
-JOB_PHASES = {
-    v: pb.JobPhase.Name(v).removeprefix("JOB_PHASE_").capitalize() for v in pb.JobPhase.values()
-}
-
-
 def _resource_families(
     prefix: str, help_: str
 ) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
@@ -278,7 +275,7 @@ class StateCollector(Collector):
         allocated: dict[str, dict[str, float]] = defaultdict(dict)
         for rec in state.jobs.values():
             queue = rec.spec.queue
-            jobs[(queue, JOB_PHASES.get(rec.status.phase, str(rec.status.phase)))] += 1
+            jobs[(queue, short_enum_name(pb.JobPhase.DESCRIPTOR, rec.status.phase))] += 1
             active = rec.active
             pending = 0
             for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
@@ -287,7 +284,7 @@ class StateCollector(Collector):
                     continue
                 if t.status == TaskStatus.PENDING:
                     pending += 1
-                elif t.status in _ALLOCATED:
+                elif t.status in ALLOCATED_OR_UNKNOWN:
                     alloc = allocated[queue]
                     for name, value in tmpl.request.items():
                         alloc[name] = alloc.get(name, 0.0) + value
@@ -375,21 +372,9 @@ class StateCollector(Collector):
         )
 
 
-# (Unknown: on a silent backend, still holding its node until it is lost)
-_ALLOCATED = frozenset(
-    {
-        TaskStatus.ALLOCATED,
-        TaskStatus.BINDING,
-        TaskStatus.BOUND,
-        TaskStatus.RUNNING,
-        TaskStatus.UNKNOWN,
-    }
-)
-
-
 def _unschedulable_gate(status: Any) -> str | None:
     """The gate of a job whose last verdict was Unschedulable=True, else None."""
-    if not any(c.type == "Unschedulable" and c.status == "True" for c in status.conditions):
+    if not any(c.type == UNSCHEDULABLE and c.status == "True" for c in status.conditions):
         return None
     explanation = status.explanation or {}
     return str(explanation.get("gate") or "unknown")

@@ -44,6 +44,18 @@ function chart(id, config) {
   }
 }
 
+// A waiting job's start estimate: "reserved 14:32 (8 nodes)", "~14:32 (2 nodes)", or why none.
+function startText(j) {
+  if (j.estimated_start === null || j.estimated_start === undefined) {
+    return j.estimate_note ? j.estimate_note.replace(/^no estimate: /, "? ") : "-";
+  }
+  const at = new Date(j.estimated_start * 1000);
+  const soon = j.estimated_start * 1000 - Date.now() < 20 * 3600 * 1000;
+  const when = soon ? at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) : at.toLocaleString();
+  const nodes = `${j.estimated_nodes} node${j.estimated_nodes === 1 ? "" : "s"}`;
+  return j.reserved ? `reserved ${when} (${nodes})` : `~${when} (${nodes})`;
+}
+
 function draw(data) {
   fillTable("queues", data.queues, (row, v) => {
     cell(row, v.queue.name); cell(row, v.queue.weight); cell(row, quantities(v.queue.deserved));
@@ -53,6 +65,7 @@ function draw(data) {
   fillTable("jobs", data.jobs.slice().reverse(), (row, j) => {
     cell(row, j.id); cell(row, j.queue); cell(row, j.owner || "-");
     cell(row, j.stage ? `${j.phase} (${j.stage})` : j.phase); cell(row, j.pending); cell(row, j.running);
+    cell(row, startText(j));
     cell(row, j.reason || "-"); cell(row, j.message, "message");
   });
 
