@@ -331,7 +331,7 @@ class BackendRuntime:
                 except (OSError, anyio.EndOfStream) as exc:
                     log.info("disconnected", backend=self.name, server=address, error=repr(exc))
                     self.book.failed(address, exc)  # a dropped connection: the next server
-                except Exception:  # noqa: BLE001 - a bug in one session must not end the adapter
+                except Exception:  # a bug in one session must not end the adapter
                     log.exception("session failed", backend=self.name, server=address)
                 finally:
                     self.connected = False
@@ -609,7 +609,7 @@ class BackendRuntime:
             answers = list(await recall(decisions))
             if len(answers) != len(decisions):
                 raise RuntimeError("recall_outcomes must return one answer per decision")
-        except Exception:  # noqa: BLE001 - never guess "not applied": that could apply it twice
+        except Exception:  # never guess "not applied": that could apply it twice
             log.exception("recall_outcomes failed", backend=self.name)
             return {d.id: unknown for d in decisions}
         recalled: dict[int, Outcome] = {}
@@ -663,7 +663,7 @@ class BackendRuntime:
                 outcomes = list(await apply_batch(decisions))
             except Rejected as exc:
                 return [Outcome.reject(str(exc))] * len(decisions)
-            except Exception as exc:  # noqa: BLE001 - a backend bug rejects, never kills the runtime
+            except Exception as exc:  # a backend bug rejects, never kills the runtime
                 log.exception("apply_batch failed", backend=self.name)
                 return [Outcome.reject(f"backend error: {exc}")] * len(decisions)
             if len(outcomes) != len(decisions):
@@ -690,7 +690,7 @@ class BackendRuntime:
                 return Outcome.reject(f"unknown decision action {action!r}")
         except Rejected as exc:
             return Outcome.reject(str(exc))
-        except Exception as exc:  # noqa: BLE001 - see _call_backend
+        except Exception as exc:  # see _call_backend
             log.exception("apply failed", backend=self.name, decision=decision.id)
             return Outcome.reject(f"backend error: {exc}")
         return result if isinstance(result, Outcome) else APPLIED

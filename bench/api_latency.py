@@ -23,13 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc  # noqa: E402
+import grpc
 
-from muster.logs import configure_logging  # noqa: E402
-from muster.v1 import muster_pb2 as pb  # noqa: E402
-from muster.v1 import muster_pb2_grpc as pb_grpc  # noqa: E402
-from server.service.app import ServerOptions, ServerThread  # noqa: E402
-from server.service.gctune import tune_gc  # noqa: E402
+from muster.logs import configure_logging
+from muster.v1 import muster_pb2 as pb
+from muster.v1 import muster_pb2_grpc as pb_grpc
+from server.service.app import ServerOptions, ServerThread
+from server.service.gctune import tune_gc
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:

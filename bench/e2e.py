@@ -31,8 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import grpc  # noqa: E402
-from soak import (  # noqa: E402  (the soak bench's helpers)
+import grpc
+from soak import (  # the soak bench's helpers
     AGENT,
     SERVER,
     child_pids,
@@ -45,8 +45,8 @@ from soak import (  # noqa: E402  (the soak bench's helpers)
     wait_nodes,
 )
 
-from muster.v1 import muster_pb2 as pb  # noqa: E402
-from muster.v1 import muster_pb2_grpc as pb_grpc  # noqa: E402
+from muster.v1 import muster_pb2 as pb
+from muster.v1 import muster_pb2_grpc as pb_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 BACKEND = "null"
@@ -174,23 +174,25 @@ class AgentsWatch:
 async def run(args: argparse.Namespace) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="muster-e2e-"))
     port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            SERVER,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--state",
-            str(work / "m.db"),
-            "--log-level",
-            "warning",
-            *args.server_arg,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=open(work / "server.log", "wb"),
-    )
+    # The server gets its own copy of the log's descriptor, so this one can close at once.
+    with open(work / "server.log", "wb") as server_log:
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                SERVER,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--state",
+                str(work / "m.db"),
+                "--log-level",
+                "warning",
+                *args.server_arg,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=server_log,
+        )
     peak_rss = 0
     agents: list[subprocess.Popen[bytes]] = []
     try:

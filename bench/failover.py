@@ -302,7 +302,9 @@ async def cold_start(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _rss_kib(pid: int) -> int:
-    out = subprocess.run(["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True)
+    out = subprocess.run(
+        ["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True, check=False
+    )
     return int(out.stdout.strip() or 0)
 
 

@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "k8s" / f"{name}.py")
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

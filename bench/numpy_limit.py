@@ -33,13 +33,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cycle import build  # noqa: E402
-from muster.devices import NVIDIA_GPU  # noqa: E402
-from muster.quantity import CPU, MEMORY, MIN_RESOURCE  # noqa: E402
-from server.config import default_config  # noqa: E402
-from server.model import ClusterSnapshot, JobSpec  # noqa: E402
-from server.scheduler import SchedulerCore  # noqa: E402
-from server.service.gctune import tune_gc  # noqa: E402
+from bench.cycle import build
+from muster.devices import NVIDIA_GPU
+from muster.quantity import CPU, MEMORY, MIN_RESOURCE
+from server.config import default_config
+from server.model import ClusterSnapshot, JobSpec
+from server.scheduler import SchedulerCore
+from server.service.gctune import tune_gc
 
 DIMS = (CPU, MEMORY, NVIDIA_GPU)
 MAX_SCORE = 100.0

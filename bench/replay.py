@@ -53,15 +53,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from muster.devices import NVIDIA_GPU, UNIT  # noqa: E402
-from server.config import load_config  # noqa: E402
-from server.model import ClusterSnapshot, JobSpec, NodeSpec, PodGroupPhase, QueueSpec, TaskSpec  # noqa: E402
-from server.plugins.base import Plugin  # noqa: E402
-from server.scheduler import SchedulerCore  # noqa: E402
-from server.session.extension_points import Scorer  # noqa: E402
-from server.session.info import TaskInfo  # noqa: E402
-from server.session.options import PluginOption, SchedulerConfig  # noqa: E402
-from server.session.session import Session  # noqa: E402
+from muster.devices import NVIDIA_GPU, UNIT
+from server.config import load_config
+from server.model import ClusterSnapshot, JobSpec, NodeSpec, PodGroupPhase, QueueSpec, TaskSpec
+from server.plugins.base import Plugin
+from server.scheduler import SchedulerCore
+from server.session.extension_points import Scorer
+from server.session.info import TaskInfo
+from server.session.options import PluginOption, SchedulerConfig
+from server.session.session import Session
 
 NODE_FILE = "openb_node_list_gpu_node.csv"
 POD_FILE = "openb_pod_list_default.csv"

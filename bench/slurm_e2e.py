@@ -50,7 +50,7 @@ BIN = Path(sys.executable).parent
 
 
 def sh(*argv: str, check: bool = True) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()}")
     return proc.stdout
@@ -277,31 +277,30 @@ def run_muster(
     ]
     if args.min_cycle_interval is not None:
         server_argv += ["--min-cycle-interval", str(args.min_cycle_interval)]
-    server = subprocess.Popen(
-        server_argv,
-        stdout=open(workdir / "server.log", "wb"),  # noqa: SIM115
-        stderr=subprocess.STDOUT,
-    )
+    # Each child gets its own copy of its log's descriptor, so this process's copy can close at once.
+    with open(workdir / "server.log", "wb") as server_log:
+        server = subprocess.Popen(server_argv, stdout=server_log, stderr=subprocess.STDOUT)
     channel = grpc.insecure_channel(address)
     stub = pb_grpc.SchedulerStub(channel)
     adapter = None
     try:
         grpc.channel_ready_future(channel).result(timeout=30)
-        adapter = subprocess.Popen(
-            [
-                str(BIN / "muster-slurm-adapter"),
-                "--server",
-                address,
-                "--poll-interval",
-                args.poll_interval,
-                "--log-level",
-                "info",
-                *(["--native-jobs-user", "nobody"] if native else []),
-                *args.adapter_arg,
-            ],
-            stdout=open(workdir / "adapter.log", "wb"),
-            stderr=subprocess.STDOUT,
-        )  # noqa: SIM115
+        with open(workdir / "adapter.log", "wb") as adapter_log:
+            adapter = subprocess.Popen(
+                [
+                    str(BIN / "muster-slurm-adapter"),
+                    "--server",
+                    address,
+                    "--poll-interval",
+                    args.poll_interval,
+                    "--log-level",
+                    "info",
+                    *(["--native-jobs-user", "nobody"] if native else []),
+                    *args.adapter_arg,
+                ],
+                stdout=adapter_log,
+                stderr=subprocess.STDOUT,
+            )
         # Measure from a ready adapter (its first poll and snapshot reached the server), as Slurm's
         # own scheduler is ready before its run starts: a burst submitted while the adapter is
         # still starting would count its start-up as scheduling latency.

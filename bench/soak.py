@@ -32,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc  # noqa: E402
+import grpc
 
-from muster.v1 import muster_pb2 as pb  # noqa: E402
-from muster.v1 import muster_pb2_grpc as pb_grpc  # noqa: E402
+from muster.v1 import muster_pb2 as pb
+from muster.v1 import muster_pb2_grpc as pb_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER = "import sys; from server.service.main import main; sys.exit(main())"

@@ -36,15 +36,15 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tsp  # noqa: E402
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tsg  # noqa: E402
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tsp
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tsg
 
-from bench.cycle import build  # noqa: E402
-from muster.logs import configure_logging  # noqa: E402
-from muster.v1 import muster_pb2 as pb  # noqa: E402
-from server.config import default_config  # noqa: E402
-from server.scheduler import SchedulerCore  # noqa: E402
-from server.service.observability import Telemetry  # noqa: E402
+from bench.cycle import build
+from muster.logs import configure_logging
+from muster.v1 import muster_pb2 as pb
+from server.config import default_config
+from server.scheduler import SchedulerCore
+from server.service.observability import Telemetry
 
 
 class CountingReceiver(tsg.TraceServiceServicer):

@@ -52,6 +52,7 @@ from clients.history import STATES as HISTORY_STATES
 from clients.history import cmd_history
 from clients.render import FormatError, Output, output_format_arg, render_simulation
 from muster.logs import configure_logging
+from muster.phases import WAITING_PHASES
 from muster.transport import (
     add_tls_args,
     add_token_args,
@@ -132,22 +133,21 @@ def from_server(
 
         try:
             return anyio.run(ask, backend="asyncio")
-        except Exception:  # a completing shell shows nothing rather than a traceback
+        except Exception:  # noqa: BLE001 - a completing shell shows nothing, not a traceback
             return []
 
     return complete
 
 
 async def _job_ids(client: MusterClient, args: argparse.Namespace) -> list[str]:
-    waiting = (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE)
     # Only the jobs the command applies to: ended jobs cannot be cancelled, only pending ones held
     # or released, only running ones requeued. Job control and cancel take an array's id too.
-    phases: tuple[pb.JobPhase, ...] = {
-        "cancel": (*waiting, pb.JOB_PHASE_RUNNING),
-        "hold": waiting,
-        "release": waiting,
-        "requeue": (pb.JOB_PHASE_RUNNING,),
-    }.get(args.command, ())
+    phases: frozenset[pb.JobPhase] = {
+        "cancel": WAITING_PHASES | {pb.JOB_PHASE_RUNNING},
+        "hold": WAITING_PHASES,
+        "release": WAITING_PHASES,
+        "requeue": frozenset({pb.JOB_PHASE_RUNNING}),
+    }.get(args.command, frozenset())
     ids: dict[str, None] = {}
     async for job in client.list_jobs(phases=phases, limit=5000):
         if args.command == "release" and not job.status.hold:
@@ -308,19 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  muster jobs -o jsonpath='{range .items[*]}{.spec.id}{\"\\n\"}{end}'\n"
         "  muster jobs --queue ml --queue research -o json",
     )
-    _completes(
-        p.add_argument("--queue", action="append", help="only jobs of this queue; repeatable"),
-        QUEUES,
-    )
-    p.add_argument("--namespace", "-n")
-    _completes(
-        p.add_argument(
-            "--owner",
-            action="append",
-            help="only jobs this user submitted ('me': your login name); repeatable",
-        ),
-        ChoicesCompleter({"me": "your login name"}),
-    )
+    _job_filter_args(p)
     _completes(
         p.add_argument(
             "--phase", action="append", help=f"filter by phase ({', '.join(PHASES)}); repeatable"
@@ -330,6 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
     _selector_arg(p, "jobs whose task groups carry these labels (one group matching all)")
     _completes(
         p.add_argument("--array", metavar="ID", help="only the elements of this job array"), JOB_IDS
+    )
+    p.add_argument(
+        "--start",
+        action="store_true",
+        help="waiting jobs with their estimated start and nodes, soonest first (squeue --start; "
+        "needs the reserve action, docs/plugins/reservation.md)",
     )
     _completes(
         p.add_argument(
@@ -391,19 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--until", metavar="TIME", help="ended before TIME: ISO 8601, or how long ago (30m)"
     )
-    _completes(
-        p.add_argument("--queue", action="append", help="only jobs of this queue; repeatable"),
-        QUEUES,
-    )
-    p.add_argument("--namespace", "-n")
-    _completes(
-        p.add_argument(
-            "--owner",
-            action="append",
-            help="only jobs this user submitted ('me': your login name); repeatable",
-        ),
-        ChoicesCompleter({"me": "your login name"}),
-    )
+    _job_filter_args(p)
     _completes(
         p.add_argument(
             "--state",
@@ -419,29 +401,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("explain", cmd_explain, "why a job is (not) placed, from the last cycle")
     _completes(p.add_argument("id"), JOB_IDS)
 
-    p = add(
-        "cancel",
-        cmd_cancel,
-        "cancel jobs (their running tasks are evicted)",
-        "  muster cancel train-7\n  muster cancel a b c        # each is reported; exit 1 if any failed",
-    )
-    _completes(p.add_argument("ids", nargs="+", metavar="ID"), JOB_IDS)
-
-    p = add(
-        "hold",
-        cmd_hold,
-        "hold pending jobs: not scheduled until released (an array's id: its pending elements)",
-        "  muster hold train-7\n  muster hold sweep          # every pending element sweep_N",
-    )
-    _completes(p.add_argument("ids", nargs="+", metavar="ID"), JOB_IDS)
-
-    p = add(
-        "release",
-        cmd_release,
-        "release held jobs (an array's id: its held elements)",
-        "  muster release train-7",
-    )
-    _completes(p.add_argument("ids", nargs="+", metavar="ID"), JOB_IDS)
+    # Commands given job ids and nothing else (each id is acted on and reported in turn).
+    for command, func, help_text, examples in (
+        (
+            "cancel",
+            cmd_cancel,
+            "cancel jobs (their running tasks are evicted)",
+            "  muster cancel train-7\n  muster cancel a b c        # each is reported; exit 1 if any failed",
+        ),
+        (
+            "hold",
+            cmd_hold,
+            "hold pending jobs: not scheduled until released (an array's id: its pending elements)",
+            "  muster hold train-7\n  muster hold sweep          # every pending element sweep_N",
+        ),
+        (
+            "release",
+            cmd_release,
+            "release held jobs (an array's id: its held elements)",
+            "  muster release train-7",
+        ),
+    ):
+        p = add(command, func, help_text, examples)
+        _completes(p.add_argument("ids", nargs="+", metavar="ID"), JOB_IDS)
 
     p = add(
         "requeue",
@@ -563,6 +545,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local", action="store_true", help="run in this process (no server needed)")
     p.add_argument("--cycles", type=int, default=0)
     return parser
+
+
+def _job_filter_args(p: argparse.ArgumentParser) -> None:
+    """``--queue``, ``--namespace`` and ``--owner``: the job filters of ``jobs`` and ``history``."""
+    _completes(
+        p.add_argument("--queue", action="append", help="only jobs of this queue; repeatable"),
+        QUEUES,
+    )
+    p.add_argument("--namespace", "-n")
+    _completes(
+        p.add_argument(
+            "--owner",
+            action="append",
+            help="only jobs this user submitted ('me': your login name); repeatable",
+        ),
+        ChoicesCompleter({"me": "your login name"}),
+    )
 
 
 def _selector_arg(p: argparse.ArgumentParser, what: str) -> None:

@@ -66,11 +66,50 @@ __all__ = ["DEFAULT_SERVER", "MusterClient", "same_job_spec"]
 _WATCH_STABLE_SECONDS = 1.0
 
 
-def _login_name() -> str:
+def login_name() -> str:
+    """Who runs this process ("" when the system cannot say): the default ``user``, and the CLI's
+    ``--owner me``."""
     try:
         return getpass.getuser()
     except (KeyError, OSError):  # no passwd entry (containers)
         return ""
+
+
+class _StreamOutage:
+    """When a watch stream lost with UNAVAILABLE is opened again, and when to give up: as for
+    unary calls (``transport.FailoverChannel``), a backoff from ``FAILOVER_BACKOFF_INITIAL``
+    doubling up to ``FAILOVER_BACKOFF_MAX``, every address once, then until ``failover_timeout``
+    seconds have passed since the outage began. A stream that delivers an event ends it."""
+
+    def __init__(self, channel: transport.FailoverChannel, failover_timeout: float) -> None:
+        self._channel = channel
+        self._failover_timeout = failover_timeout
+        self._since: float | None = None  # when the outage began (None: there is none)
+        self._tried: set[str] = set()  # addresses that failed during this outage
+        self._delay = transport.FAILOVER_BACKOFF_INITIAL
+        self._opened = 0.0
+
+    def opened(self) -> None:
+        self._opened = time.monotonic()
+
+    def received(self) -> None:
+        self._since, self._delay = None, transport.FAILOVER_BACKOFF_INITIAL
+
+    def lost(self, address: str) -> float | None:
+        """The stream to ``address`` was lost: seconds to wait before opening it again, or None
+        when the outage has lasted ``failover_timeout`` (the caller raises the error)."""
+        now = time.monotonic()
+        if self._since is None or now - self._opened >= _WATCH_STABLE_SECONDS:
+            self._since, self._tried = now, set()
+        self._tried.add(address)
+        pause = random.uniform(self._delay / 2, self._delay)
+        if self._channel.current in self._tried:
+            remaining = self._failover_timeout - (now - self._since)
+            if remaining <= 0:
+                return None
+            pause = min(pause, remaining)
+        self._delay = min(self._delay * 2, transport.FAILOVER_BACKOFF_MAX)
+        return pause
 
 
 def same_job_spec(sent: pb.JobSpec, stored: pb.JobSpec) -> bool:
@@ -119,7 +158,7 @@ class MusterClient:
         self.failover_timeout = failover_timeout
         tls = tls if tls is not None else ClientTls.from_env()
         token = token if token is not None else os.environ.get("MUSTER_TOKEN")
-        user = user if user is not None else _login_name()
+        user = user if user is not None else login_name()
         self._channel = transport.FailoverChannel(
             self.addresses,
             lambda one: transport.channel(one, tls, token=token, user=user),
@@ -239,17 +278,15 @@ class MusterClient:
         gives up (raising the last error) after ``failover_timeout`` seconds without a server."""
         have = {task: int(offset) for task, offset in (offsets or {}).items()}
         done: set[str] = set()
-        outage_since: float | None = None
-        tried: set[str] = set()
-        delay = transport.FAILOVER_BACKOFF_INITIAL
+        outage = _StreamOutage(self._channel, self.failover_timeout)
         while True:
             call: transport.FailoverStreamCall = self.stub.WatchTaskLogs(
                 pb.WatchTaskLogsRequest(job_id=job_id, task_id=task_id, offsets=have)
             )
-            opened = time.monotonic()
+            outage.opened()
             try:
                 async for event in call:
-                    outage_since, delay = None, transport.FAILOVER_BACKOFF_INITIAL
+                    outage.received()
                     if event.task_id in done:
                         continue  # its end, sent again by a resumed stream
                     if event.eof:
@@ -261,20 +298,12 @@ class MusterClient:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
-                now = time.monotonic()
-                if outage_since is None or now - opened >= _WATCH_STABLE_SECONDS:
-                    outage_since, tried = now, set()
-                tried.add(call.address)
-                pause = random.uniform(delay / 2, delay)
-                if self._channel.current in tried:
-                    remaining = self.failover_timeout - (now - outage_since)
-                    if remaining <= 0:
-                        raise
-                    pause = min(pause, remaining)
+                pause = outage.lost(call.address)
+                if pause is None:
+                    raise
             finally:
                 call.cancel()
             await anyio.sleep(pause)
-            delay = min(delay * 2, transport.FAILOVER_BACKOFF_MAX)
 
     async def list_job_history(
         self,
@@ -434,15 +463,13 @@ class MusterClient:
         )
         seen: dict[str, bytes] = {}  # job id -> digest of the state last yielded
         resumed = False
-        outage_since: float | None = None
-        tried: set[str] = set()  # addresses that failed during this outage
-        delay = transport.FAILOVER_BACKOFF_INITIAL
+        outage = _StreamOutage(self._channel, self.failover_timeout)
         while True:
             call: transport.FailoverStreamCall = self.stub.WatchJobs(request)
-            opened = time.monotonic()
+            outage.opened()
             try:
                 async for event in call:
-                    outage_since, delay = None, transport.FAILOVER_BACKOFF_INITIAL
+                    outage.received()
                     key = event.job.spec.id
                     if event.type == pb.JobEvent.TYPE_DELETED:
                         seen.pop(key, None)
@@ -462,17 +489,9 @@ class MusterClient:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise
-                now = time.monotonic()
-                if outage_since is None or now - opened >= _WATCH_STABLE_SECONDS:
-                    outage_since, tried = now, set()
-                tried.add(call.address)
-                # As for unary calls: every address once, then until failover_timeout.
-                pause = random.uniform(delay / 2, delay)
-                if self._channel.current in tried:
-                    remaining = self.failover_timeout - (now - outage_since)
-                    if remaining <= 0:
-                        raise
-                    pause = min(pause, remaining)
+                pause = outage.lost(call.address)
+                if pause is None:
+                    raise
             finally:
                 call.cancel()
             resumed = True
@@ -480,7 +499,6 @@ class MusterClient:
                 queue=queue, namespace=namespace, job_id=job_id, send_initial=True
             )
             await anyio.sleep(pause)
-            delay = min(delay * 2, transport.FAILOVER_BACKOFF_MAX)
 
     async def explain(self, job_id: str) -> pb.ExplainResponse:
         reply: pb.ExplainResponse = await self.stub.Explain(

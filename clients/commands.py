@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import getpass
 import re
 import sys
 import time
@@ -18,21 +17,24 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import grpc
 from rich.text import Text
 
-from clients.client import MusterClient
+from clients.client import MusterClient, login_name
 from clients.jobfile import JobFileError, load_job_file
 from clients.render import (
     Output,
     condition_line,
+    estimate_line,
     last_reason,
+    node_list,
     phase_name,
     quantities,
     reason,
     render_explanation,
+    start_time_text,
     status_name,
     to_dict,
 )
@@ -45,14 +47,15 @@ from muster.jobcontrol import (
     parse_dependencies,
 )
 from muster.jsonmap import short_enum_name
+from muster.phases import TERMINAL_PHASES, WAITING_PHASES
 from muster.timelimit import TimeLimitError, format_time_limit, parse_time_limit
 from muster.v1 import muster_pb2 as pb
 
 UTF8 = codecs.getincrementaldecoder("utf-8")  # output split mid-character decodes whole
-# types-protobuf's EnumTypeWrapper.items() gives plain ints; protoc's .pyi names them pb.JobPhase.
+# types-protobuf's EnumTypeWrapper.values() gives plain ints; protoc's .pyi names them pb.JobPhase.
 PHASES = {
-    name.removeprefix("JOB_PHASE_").lower(): cast(pb.JobPhase, value)
-    for name, value in pb.JobPhase.items()
+    short_enum_name(pb.JobPhase.DESCRIPTOR, value).lower(): cast(pb.JobPhase, value)
+    for value in pb.JobPhase.values()
     if value
 }
 QUEUE_STATES = {
@@ -295,21 +298,37 @@ def _selectors(args: argparse.Namespace) -> list[Requirement]:
     return [r for text in args.selector or [] for r in parse_selector(text)]
 
 
-def _limit(args: argparse.Namespace) -> int | None:
+def limit_flag(args: argparse.Namespace) -> int | None:
+    """``--limit N`` (None: no limit); UsageError below 1."""
     if args.limit is not None and args.limit < 1:
         raise UsageError([f"--limit: {args.limit} must be at least 1"])
     limit: int | None = args.limit
     return limit
 
 
+Choice = TypeVar("Choice")
+
+
+def choice_flags(
+    names: Sequence[str] | None, choices: Mapping[str, Choice], flag: str
+) -> list[Choice]:
+    """The values of a repeated ``flag`` (``--phase``, ``--state``), by name in any case;
+    UsageError naming the flag for a name not in ``choices``."""
+    found = []
+    for name in names or []:
+        if name.lower() not in choices:
+            raise UsageError([f"{flag}: {name!r} is not one of {', '.join(choices)}"])
+        found.append(choices[name.lower()])
+    return found
+
+
 async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
-    phases = []
-    for name in args.phase or []:
-        if name.lower() not in PHASES:
-            raise UsageError([f"--phase: {name!r} is not one of {', '.join(PHASES)}"])
-        phases.append(PHASES[name.lower()])
-    queues, owners = args.queue or [], [_owner(o) for o in args.owner or []]
-    selector, limit = _selectors(args), _limit(args)
+    phases = choice_flags(args.phase, PHASES, "--phase")
+    start = bool(getattr(args, "start", False))
+    if start and not phases:  # squeue --start: the jobs that wait
+        phases = [pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE]
+    queues, owners = args.queue or [], [owner_flag(o) for o in args.owner or []]
+    selector, limit = _selectors(args), limit_flag(args)
     sort_jobs([], args.sort)  # a bad --sort is refused before any call
     # The server lists in submission order. Without --sort the first `limit` matches are the
     # answer (paging stops there); with it every match is read, sorted, then cut to `limit`.
@@ -336,6 +355,18 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
                     break
     jobs = sort_jobs(jobs, args.sort)[:limit]
     now = time.time()
+    if start:
+        if not args.sort:  # soonest first; jobs with no estimate last, in submission order
+            jobs.sort(
+                key=lambda j: (
+                    not j.status.HasField("estimated_start"),
+                    j.status.estimated_start.ToNanoseconds(),
+                )
+            )
+        start_rows = [start_row(j, now) for j in jobs]
+        start_columns = ["JOB", "QUEUE", "PHASE", "START", "NODES", "SCHEDNODES", "NOTE"]
+        out.emit([to_dict(j) for j in jobs], lambda: out.table(None, start_columns, start_rows))
+        return 0
 
     def row(j: pb.Job) -> list[Any]:
         code, message = reason(j)
@@ -371,6 +402,26 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
         columns.append("MESSAGE")
     out.emit([to_dict(j) for j in jobs], lambda: out.table(None, columns, [row(j) for j in jobs]))
     return 0
+
+
+def start_row(job: pb.Job, now: float) -> list[Any]:
+    """``muster jobs --start`` (squeue --start): when a waiting job is expected to start, on
+    which nodes, and whether they are reserved for it (else why there is no estimate)."""
+    st = job.status
+    nodes = list(st.estimated_nodes)
+    if st.HasField("estimated_start"):
+        note = "reserved" if st.reserved else "estimated"
+    else:
+        note = st.estimate_note or "no estimate yet"
+    return [
+        job.spec.id,
+        job.spec.queue,
+        phase_name(st.phase),
+        start_time_text(st.estimated_start, now) if st.HasField("estimated_start") else "-",
+        len(nodes) if nodes else "-",
+        node_list(nodes),
+        note,
+    ]
 
 
 def sort_jobs(jobs: list[pb.Job], key: str | None) -> list[pb.Job]:
@@ -441,19 +492,15 @@ def elapsed(job: pb.Job, now: float) -> str:
     return format_time_limit(max(0, end - st.start_time.seconds))
 
 
-def _owner(value: str | None) -> str:
-    if value == "me":
-        try:
-            return getpass.getuser()
-        except (KeyError, OSError):
-            return ""
-    return value or ""
+def owner_flag(value: str | None) -> str:
+    """An ``--owner`` value: ``me`` is the login name."""
+    return login_name() if value == "me" else value or ""
 
 
 async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
     job = await client.get_job(args.id)
     explanation: pb.ExplainResponse | None = None
-    if job.status.phase in (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE, pb.JOB_PHASE_UNSPECIFIED):
+    if job.status.phase in WAITING_PHASES or job.status.phase == pb.JOB_PHASE_UNSPECIFIED:
         try:
             explanation = await client.explain(args.id)
         except grpc.aio.AioRpcError:
@@ -491,6 +538,8 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
         )
         for text in control_lines(job):
             c.print(text)
+        if line := estimate_line(st):
+            c.print(f"Start: {line}")
         if s.HasField("tyjob"):
             ty = s.tyjob
             c.print(
@@ -521,7 +570,7 @@ async def cmd_job(client: MusterClient, args: argparse.Namespace, out: Output) -
             ],
         )
         if explanation is not None:
-            render_explanation(out, explanation)
+            render_explanation(out, explanation, estimate=False)  # (its line is above)
 
     out.emit(data, render)
     return 0
@@ -639,19 +688,15 @@ async def cmd_explain(client: MusterClient, args: argparse.Namespace, out: Outpu
 async def cmd_cancel(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
     """Cancel each id in turn; report every one (a refusal does not stop the others). An array's
     id cancels every element."""
-    results: list[dict[str, Any]] = []
-    failed = 0
-    for job_id in args.ids:
-        try:
-            reply = await client.cancel(job_id)
-        except grpc.aio.AioRpcError as exc:
-            failed += 1
-            results.append({"id": job_id, "error": f"{exc.code().name}: {exc.details()}"})
-            continue
-        result = {"id": job_id, "job": to_dict(reply.job)}
+
+    async def cancel(job_id: str) -> dict[str, Any]:
+        reply = await client.cancel(job_id)
+        result: dict[str, Any] = {"job": to_dict(reply.job)}
         if reply.element_ids:
             result["elements"] = list(reply.element_ids)
-        results.append(result)
+        return result
+
+    results = await _each_id(args.ids, cancel)
 
     def render() -> None:
         for r in results:
@@ -665,7 +710,23 @@ async def cmd_cancel(client: MusterClient, args: argparse.Namespace, out: Output
                 out.console.print(f"{r['id']}: {r['job']['status']['phase']}")
 
     out.emit(results, render)
-    return 1 if failed else 0
+    return 1 if any("error" in r for r in results) else 0
+
+
+async def _each_id(
+    ids: Sequence[str], act: Callable[[str], Awaitable[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """``act`` on each id in turn, a result each: ``{"id": ...}`` with what ``act`` returned, or
+    with the ``error`` that refused it (a refusal does not stop the others)."""
+    results: list[dict[str, Any]] = []
+    for job_id in ids:
+        try:
+            result = await act(job_id)
+        except grpc.aio.AioRpcError as exc:
+            results.append({"id": job_id, "error": f"{exc.code().name}: {exc.details()}"})
+            continue
+        results.append({"id": job_id, **result})
+    return results
 
 
 async def cmd_hold(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
@@ -696,16 +757,11 @@ async def _control(
 ) -> int:
     """Each id in turn, one line each (``a: held (user hold by ann)``, or its error); exit 1 if
     any failed, as ``cancel``."""
-    results: list[dict[str, Any]] = []
-    failed = 0
-    for job_id in ids:
-        try:
-            jobs = await act(job_id)
-        except grpc.aio.AioRpcError as exc:
-            failed += 1
-            results.append({"id": job_id, "error": f"{exc.code().name}: {exc.details()}"})
-            continue
-        results.append({"id": job_id, "jobs": [to_dict(j) for j in jobs]})
+
+    async def acted(job_id: str) -> dict[str, Any]:
+        return {"jobs": [to_dict(j) for j in await act(job_id)]}
+
+    results = await _each_id(ids, acted)
 
     def line(r: dict[str, Any]) -> str:
         if "error" in r:
@@ -723,7 +779,7 @@ async def _control(
             out.console.print(line(r))
 
     out.emit(results, render)
-    return 1 if failed else 0
+    return 1 if any("error" in r for r in results) else 0
 
 
 async def cmd_queues(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
@@ -932,7 +988,6 @@ NOT_STARTED = frozenset(
         pb.TASK_STATUS_BINDING,
     }
 )
-TERMINAL_PHASES = frozenset({pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED})
 
 
 def watch_line(kind: str, job: pb.Job) -> str:
@@ -954,7 +1009,7 @@ async def cmd_watch(client: MusterClient, args: argparse.Namespace, out: Output)
         send_initial=not args.no_initial,
     ):
         job = event.job
-        kind = pb.JobEvent.Type.Name(event.type).removeprefix("TYPE_")
+        kind = short_enum_name(pb.JobEvent.Type.DESCRIPTOR, event.type).upper()
         out.emit_event(to_dict(event), partial(watch_line, kind, job))
         count += 1
         if args.count and count >= args.count:

@@ -9,33 +9,36 @@ the CPU- and GPU-seconds it asked for (every task's request x the job's elapsed 
 from __future__ import annotations
 
 import argparse
-import re
 import time
 from datetime import datetime
 from typing import Any
 
 from clients.client import MusterClient
-from clients.commands import PHASES, UsageError, _limit, _owner, duration
+from clients.commands import PHASES, UsageError, choice_flags, duration, limit_flag, owner_flag
 from clients.render import Output, phase_name, to_dict
 from muster.devices import is_device_resource
+from muster.duration import DurationError, parse_duration
+from muster.phases import TERMINAL_PHASES
 from muster.v1 import muster_pb2 as pb
 
-STATES = {name: PHASES[name] for name in ("completed", "failed", "cancelled")}
-_RELATIVE = re.compile(r"^(?:(\d+(?:\.\d+)?)([smhdw]))+$")
-_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# --state: the phases a job ends in.
+STATES = {name: phase for name, phase in PHASES.items() if phase in TERMINAL_PHASES}
 
 
 def parse_time(text: str, flag: str, now: float | None = None) -> float:
-    """``2h`` / ``1d12h`` / ``30m`` (that long ago), ``now``, or an ISO 8601 date or time
-    (``2024-05-01``, ``2024-05-01T10:00``, with or without a zone; without one, local time)
-    -> unix seconds. ``UsageError`` naming ``flag`` otherwise."""
+    """``2h`` / ``1d12h`` / ``30m`` / ``1w`` (that long ago: :mod:`muster.duration`), ``now``, or
+    an ISO 8601 date or time (``2024-05-01``, ``2024-05-01T10:00``, with or without a zone;
+    without one, local time) -> unix seconds. ``UsageError`` naming ``flag`` otherwise."""
     now = time.time() if now is None else now
     value = text.strip()
     if value == "now":
         return now
-    if _RELATIVE.match(value):
-        return now - sum(float(n) * _UNIT[u] for n, u in _PART.findall(value))
+    try:
+        ago = parse_duration(value)
+    except DurationError as exc:
+        raise UsageError([f"{flag}: {exc}"]) from None
+    if ago is not None:
+        return now - ago
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
@@ -80,18 +83,14 @@ def exit_codes(entry: pb.JobAccounting) -> str:
 
 
 async def cmd_history(client: MusterClient, args: argparse.Namespace, out: Output) -> int:
-    phases = []
-    for name in args.state or []:
-        if name.lower() not in STATES:
-            raise UsageError([f"--state: {name!r} is not one of {', '.join(STATES)}"])
-        phases.append(STATES[name.lower()])
+    phases = choice_flags(args.state, STATES, "--state")
     now = time.time()
     since = parse_time(args.since, "--since", now) if args.since else None
     until = parse_time(args.until, "--until", now) if args.until else None
     if since is not None and until is not None and until <= since:
         raise UsageError(["--until: must be later than --since"])
-    queues, owners = args.queue or [], [_owner(o) for o in args.owner or []]
-    limit = _limit(args)
+    queues, owners = args.queue or [], [owner_flag(o) for o in args.owner or []]
+    limit = limit_flag(args)
     # One value of a filter goes to the server; several are matched here.
     entries: list[pb.JobAccounting] = []
     async for entry in client.list_job_history(

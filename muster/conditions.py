@@ -1,5 +1,6 @@
-"""Where a job stands, from its conditions, in one word and one line: shared by the CLI and the
-dashboard so both say the same."""
+"""A job's conditions: their types, the one spelling of them for the server that sets them and
+the clients that read them; and where a job stands, from its conditions, in one word and one line
+(shared by the CLI and the dashboard so both say the same)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,28 @@ from collections.abc import Iterable
 
 from muster.v1 import muster_pb2 as pb
 
+# Condition types (``JobStatus.conditions[].type``).
+ENDED = "Ended"  # how it ended (reason: its phase, or TimeLimit)
+QUARANTINED = "Quarantined"  # left out of scheduling: a cycle failed with it, a refused spec
+HELD = "Held"  # held: not scheduled until released
+DEPENDENCY = "Dependency"  # waits for the jobs it depends on (or never can run)
+ARRAY_TASK_LIMIT = "ArrayTaskLimit"  # an array element waiting for its array's %N
+UNSATISFIABLE = "Unsatisfiable"  # can never fit as things stand
+UNSCHEDULABLE = "Unschedulable"  # the last cycle did not place it
+SCHEDULED = "Scheduled"  # its gang is placed
+REQUEUED = "Requeued"  # sent back to pending (muster requeue)
+
 # Conditions that say where a job stands, most telling first: how it ended, that it is left out of
 # scheduling (a cycle failed with it; held; waiting for a dependency or for its array's running
 # limit: docs/jobs.md), that it can never fit, why it waits.
 REASON_CONDITIONS = (
-    "Ended",
-    "Quarantined",
-    "Held",
-    "Dependency",
-    "ArrayTaskLimit",
-    "Unsatisfiable",
-    "Unschedulable",
+    ENDED,
+    QUARANTINED,
+    HELD,
+    DEPENDENCY,
+    ARRAY_TASK_LIMIT,
+    UNSATISFIABLE,
+    UNSCHEDULABLE,
 )
 
 

@@ -85,6 +85,22 @@ def default_devices(resource: str, count: int) -> list[Device]:
     return list(_default_devices(resource, max(0, min(count, MAX_DEVICES_PER_NODE))))
 
 
+def devices_by_resource(
+    listed: Iterable[Device], allocatable: Mapping[str, float]
+) -> dict[str, list[Device]]:
+    """Per device resource, a node's devices: those it lists, in listing order, else (a device
+    resource it has but lists none of) :func:`default_devices`, as many as it has whole."""
+    out: dict[str, list[Device]] = {}
+    for d in listed:
+        if d.type:
+            out.setdefault(d.type, []).append(d)
+    for name, value in allocatable.items():
+        if name not in out and is_device_resource(name) and value >= UNIT:
+            # (min first: int() of an infinite count would raise)
+            out[name] = default_devices(name, int(min(value, MAX_DEVICES_PER_NODE * UNIT) // UNIT))
+    return out
+
+
 @functools.lru_cache(maxsize=256)
 def _default_devices(resource: str, count: int) -> tuple[Device, ...]:
     if resource.startswith("huawei.com/Ascend"):

@@ -2,8 +2,9 @@
 by job files, the CLI, the server and the backends.
 
 * :func:`parse_time_limit` reads a limit in seconds from what users write: a duration with units
-  (``2h``, ``90m``, ``45s``, ``1d12h``, ``1h30m``) or one of Slurm's forms -- ``MM``, ``MM:SS``,
-  ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` (a bare number is minutes, as in Slurm).
+  (:mod:`muster.duration` without weeks: ``2h``, ``90m``, ``45s``, ``1d12h``, ``1h30m``) or one of
+  Slurm's forms -- ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` (a bare
+  number is minutes, as in Slurm).
 * :func:`format_time_limit` writes seconds back compactly (7200 -> ``2h``, 5400 -> ``1h30m``,
   86405 -> ``1d5s``); :func:`slurm_time` in Slurm's ``D-HH:MM:SS``.
 * A task ended by its limit is reported Failed with :func:`time_limit_message` (``TimeLimit: time
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from muster.duration import MAX_DURATION_TEXT, UNIT_SECONDS, DurationError, parse_duration
+
 # The largest limit accepted (seconds): about 68 years; it fits every backend's field (Slurm's
 # minutes, Kubernetes' int64) and the API's uint32.
 MAX_TIME_LIMIT = 2**31 - 1
@@ -21,9 +24,8 @@ MAX_TIME_LIMIT = 2**31 - 1
 # condition reason.
 TIME_LIMIT_REASON = "TimeLimit"
 
-_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_WITH_UNITS = re.compile(r"^(?:\d+[dhms])+$")
-_UNIT_PART = re.compile(r"(\d+)([dhms])")
+# No weeks: Slurm has none, and a limit is written back in days (format_time_limit).
+_UNITS = "dhms"
 # Slurm: [D-]HH[:MM[:SS]] with a day, MM[:SS] or HH:MM:SS without.
 _SLURM_DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?$")
 _SLURM = re.compile(r"^(\d+)(?::(\d+)(?::(\d+))?)?$")
@@ -44,15 +46,16 @@ def parse_time_limit(value: object) -> int:
     if isinstance(value, int):
         return _checked(value * 60, value)
     text = value.strip().lower()
-    if len(text) > 32:  # no limit is spelled that long (and int() of 5,000 digits refuses)
-        raise TimeLimitError(f"{value[:32]!r}...: too long for a time limit ({_FORMS})")
-    if _WITH_UNITS.match(text):
-        units = [u for _, u in _UNIT_PART.findall(text)]
-        if len(set(units)) != len(units) or units != sorted(units, key=list(_UNITS).index):
-            raise TimeLimitError(
-                f"{value!r}: give each unit once, largest first (days, hours, minutes, seconds)"
-            )
-        return _checked(sum(int(n) * _UNITS[u] for n, u in _UNIT_PART.findall(text)), value)
+    if len(text) > MAX_DURATION_TEXT:  # (Slurm's forms too: int() refuses 5,000 digits)
+        raise TimeLimitError(
+            f"{value[:MAX_DURATION_TEXT]!r}...: too long for a time limit ({_FORMS})"
+        )
+    try:
+        seconds = parse_duration(value, _UNITS)
+    except DurationError as exc:
+        raise TimeLimitError(str(exc)) from None
+    if seconds is not None:
+        return _checked(seconds, value)
     days = _SLURM_DAYS.match(text)
     if days:
         d, h, m, s = (int(x) if x else 0 for x in days.groups())
@@ -96,8 +99,8 @@ def format_time_limit(seconds: int | float) -> str:
     if rest <= 0:
         return "0s"
     parts = []
-    for unit, size in _UNITS.items():
-        n, rest = divmod(rest, size)
+    for unit in _UNITS:
+        n, rest = divmod(rest, UNIT_SECONDS[unit])
         if n:
             parts.append(f"{n}{unit}")
     return "".join(parts)

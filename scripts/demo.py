@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
 
 import anyio
 import grpc
@@ -63,19 +62,18 @@ class Children:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._logs: list[IO[bytes]] = []
 
     def start(self, name: str, code: str, args: list[str]) -> None:
-        log = open(self.log_dir / f"{name}.log", "wb")
-        self._logs.append(log)
-        self.procs[name] = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # a terminal Ctrl-C reaches only the demo, which stops them in order
-        )
+        # The child gets its own copy of the log's descriptor: the demo's copy can close at once.
+        with open(self.log_dir / f"{name}.log", "wb") as log:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-c", code, *args],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a terminal Ctrl-C reaches only the demo, which stops them in order
+            )
 
     def dead(self) -> list[str]:
         return [name for name, p in self.procs.items() if p.poll() is not None]
@@ -97,8 +95,6 @@ class Children:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-        for log in self._logs:
-            log.close()
 
 
 def render(jobs: list[pb.Job]) -> Table:

@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import structlog
 from pgserver import PostgresNotFound, PostgresServer
 
 from server.model import ClusterSnapshot, CycleResult
@@ -25,7 +26,16 @@ def snapshot_left_unchanged(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         return result
 
     monkeypatch.setattr(SchedulerCore, "run_cycle", checked)
+    return
+
+
+@pytest.fixture(autouse=True)
+def structlog_config_restored() -> Iterator[None]:
+    """A test that runs the CLI in-process (``clients.cli.main``) configures structlog for the CLI
+    (warnings only): without this, later tests' ``capture_logs`` would miss info lines (audit)."""
+    saved = structlog.get_config()
     yield
+    structlog.configure(**saved)
 
 
 # -- a throwaway PostgreSQL for the store tests ----------------------------------------------------

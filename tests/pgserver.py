@@ -92,7 +92,9 @@ class PostgresServer:
         cmd = [str(self.bin_dir / tool), *args]
         if self._as_postgres:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=self.root)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=120, cwd=self.root, check=False
+        )
         if proc.returncode != 0:
             log = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
             raise RuntimeError(

@@ -20,7 +20,8 @@ def _body(path: Path) -> list[str]:
 
 def test_generated_code_is_fresh(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("gen_proto", ROOT / "scripts" / "gen_proto.py")
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules["gen_proto"] = module
     spec.loader.exec_module(module)

@@ -75,7 +75,7 @@ class Enforcer:
                         outcomes[i] = await self.evict(decision)
                     else:
                         outcomes[i] = Outcome.reject("unknown decision action")
-                except Exception as exc:  # noqa: BLE001 - one failure rejects one decision
+                except Exception as exc:  # one failure rejects one decision
                     log.exception("applying decision failed", decision=decision.id)
                     outcomes[i] = Outcome.reject(f"adapter error: {exc}")
 

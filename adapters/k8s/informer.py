@@ -182,5 +182,5 @@ class Informer:
         self.events += 1
         try:
             self._handler(kind, obj, before)
-        except Exception:  # noqa: BLE001 - a handler bug must not stop the informer
+        except Exception:  # a handler bug must not stop the informer
             log.exception("informer handler failed", informer=self.name, kind=kind, key=key_of(obj))

@@ -128,7 +128,7 @@ class JobController:
                     for key in sorted(keys):
                         await self._reconcile(key)
                 backoff.reset()
-            except Exception as exc:  # noqa: BLE001 - server away (or a bug): retry, never die
+            except Exception as exc:  # server away (or a bug): retry, never die
                 self._dirty.requeue(keys)  # a pass runs again once the delay is over
                 delay = backoff.next()
                 if isinstance(exc, grpc.aio.AioRpcError):

@@ -396,9 +396,12 @@ class LeaderElector:
             return Attempt.FAILED
         lease = got.body
         holder, duration = self._observe(lease)
-        if holder and holder != self.identity:
-            if self._leading or self._observed_at + duration > anyio.current_time():
-                return Attempt.TAKEN
+        if (
+            holder
+            and holder != self.identity
+            and (self._leading or self._observed_at + duration > anyio.current_time())
+        ):
+            return Attempt.TAKEN
         body = dict(lease)  # keeps metadata.resourceVersion: the write is refused if it is stale
         body["spec"] = self._spec(lease.get("spec") or {}, now=now)
         put = await self.leases.replace(ns, name, body)

@@ -12,6 +12,7 @@ one started by hand) would otherwise bind too. Only the holder of the Lease
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 from collections.abc import Callable
 
@@ -186,10 +187,8 @@ async def run(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_logging(args.log_format, args.log_level)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         anyio.run(run, args)
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

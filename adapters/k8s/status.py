@@ -33,6 +33,7 @@ from adapters.k8s.common import (
 )
 from adapters.k8s.informer import Informer
 from adapters.k8s.kube import KubeWriter
+from muster.conditions import UNSCHEDULABLE
 from muster.gang import GangPhase, gang_phase
 from muster.v1 import muster_pb2 as pb
 
@@ -147,7 +148,7 @@ class StatusController:
                     continue
                 try:
                     await self._write_status(submitted)
-                except Exception:  # noqa: BLE001 - status is best effort; the next change retries
+                except Exception:  # status is best effort; the next change retries
                     log.exception("status write failed", job=job_id)
 
     # -- one job ------------------------------------------------------------------------------
@@ -306,7 +307,7 @@ def _unschedulable(job: pb.Job | None) -> pb.Condition | None:
     if job is None:
         return None
     for cond in job.status.conditions:
-        if cond.type == "Unschedulable" and cond.status == "True":
+        if cond.type == UNSCHEDULABLE and cond.status == "True":
             return cond
     return None
 

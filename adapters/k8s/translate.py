@@ -381,7 +381,7 @@ def pods_time_limit(pods: list[Obj]) -> int:
     """A job's time limit from its pods: the smallest ``activeDeadlineSeconds`` among them (0:
     none), within what the API accepts."""
     deadlines = [d for d in (pod_active_deadline(p) for p in pods) if d]
-    return min(min(deadlines), MAX_TIME_LIMIT) if deadlines else 0
+    return min(*deadlines, MAX_TIME_LIMIT) if deadlines else 0
 
 
 def pod_failure_message(pod: Obj) -> str:

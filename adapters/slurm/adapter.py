@@ -10,6 +10,7 @@ through ``scontrol`` (see ``adapters/slurm/backend.py`` and docs/slurm.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import grp
 import os
 import pwd
@@ -223,10 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging("json", args.log_level)
     watch_children_with_pidfd()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         anyio.run(serve, args)
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

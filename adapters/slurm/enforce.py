@@ -107,7 +107,7 @@ class Enforcer:
         async def one_job(job_id: str, group: list[pb.Decision]) -> None:
             try:
                 outcomes.update(await self._apply_job(job_id, group, updated, native, received))
-            except Exception as exc:  # noqa: BLE001 - one job's failure must not sink the batch
+            except Exception as exc:  # one job's failure must not sink the batch
                 log.exception("apply failed", job=job_id)
                 outcomes.update({d.id: Outcome.reject(f"adapter error: {exc}") for d in group})
 

@@ -404,7 +404,7 @@ class ServerThread:
 
         try:
             asyncio.run(body())
-        except BaseException as exc:  # reported to the starting thread
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
             self._error = exc
         finally:
             self._started.set()

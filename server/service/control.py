@@ -27,6 +27,7 @@ from functools import lru_cache
 
 import structlog
 
+from muster.conditions import ARRAY_TASK_LIMIT, DEPENDENCY, HELD, REQUEUED, SCHEDULED
 from muster.jobcontrol import (
     DEFAULT_DEPENDENCY_TYPE,
     ArraySpecError,
@@ -36,8 +37,9 @@ from muster.jobcontrol import (
     parse_array,
 )
 from muster.jsonmap import short_enum_name
+from muster.phases import WAITING_PHASES
 from muster.v1 import muster_pb2 as pb
-from server.model import OCCUPYING, PodGroupPhase, TaskStatus
+from server.model import EXITED, OCCUPYING, PodGroupPhase, TaskStatus
 from server.service.errors import DomainError, denied, invalid, not_found, precondition
 from server.service.records import ConditionRecord, JobRecord
 from server.service.state import PLACED, ClusterState
@@ -46,18 +48,11 @@ from server.service.views import job_proto
 log = structlog.get_logger("muster.control")
 
 USER_HOLD, ADMIN_HOLD = "user", "admin"
-# Condition types (and reasons, Slurm's where it has one).
-HELD = "Held"
-DEPENDENCY = "Dependency"
+# Condition reasons other than the condition's type: Slurm's.
 NEVER_SATISFIED = "DependencyNeverSatisfied"
-ARRAY_LIMIT = "ArrayTaskLimit"
 ARRAY_LIMIT_REASON = "JobArrayTaskLimit"
-REQUEUED = "Requeued"
 # The explanation's gate for a job a cycle left out.
 GATE_HELD, GATE_DEPENDENCY, GATE_ARRAY = "held", "dependency", "array-limit"
-
-_WAITING = frozenset({pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE})
-_TASK_RAN = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED})
 
 
 # -- names -------------------------------------------------------------------------------------
@@ -177,7 +172,7 @@ def hold(state: ClusterState, job_id: str, by: str, *, admin: bool) -> list[pb.J
     """HoldJob: the job, or every pending element of the array, is held (``admin``: an admin hold,
     which replaces a user hold; a user hold leaves an admin hold as it is)."""
     recs, is_array = jobs_named(state, job_id)
-    targets = [r for r in recs if r.active and r.status.phase in _WAITING]
+    targets = [r for r in recs if r.active and r.status.phase in WAITING_PHASES]
     if not targets:
         raise precondition(_not_waiting(recs, job_id, is_array, "held"))
     kind = ADMIN_HOLD if admin else USER_HOLD
@@ -241,7 +236,7 @@ def release(state: ClusterState, job_id: str, by: str, *, admin: bool) -> list[p
 def _started(rec: JobRecord) -> bool:
     """Whether a task of the job holds a node or has run (what requeue undoes, what counts
     against an array's running limit)."""
-    return any(t.status in OCCUPYING or t.status in _TASK_RAN for t in rec.tasks)
+    return any(t.status in OCCUPYING or t.status in EXITED for t in rec.tasks)
 
 
 def requeue(
@@ -279,7 +274,7 @@ def _requeue(state: ClusterState, rec: JobRecord, by: str) -> None:
     for t in rec.tasks:
         if t.status in PLACED:
             state.evict(t, "requeue", 0)  # Pending again once its eviction is acknowledged
-        elif t.status in _TASK_RAN:
+        elif t.status in EXITED:
             t.status, t.message, t.exit_code = TaskStatus.PENDING, "requeued", 0
             t.node, t.devices, t.gpu_group = None, [], ""
             state.changes.tasks.add(t.uid)
@@ -297,7 +292,7 @@ def _requeue(state: ClusterState, rec: JobRecord, by: str) -> None:
         REQUEUED,
         f"requeued by {by or 'its owner'} ({times}): its tasks were stopped; it waits to be placed again",
     )
-    set_condition(state, rec, "Scheduled", "False", REQUEUED, "")
+    set_condition(state, rec, SCHEDULED, "False", REQUEUED, "")
     _explain(state, rec, "none", "requeued: the next cycle considers it", 0)
     state.changes.job_modified(rec.id)
     log.info("job.requeued", job=rec.id, by=by, count=st.requeue_count)
@@ -342,7 +337,11 @@ class CycleGates:
             return True
         if not rec.controlled:
             return False
-        if rec.spec.depends_on and rec.status.dependency != "met" and not self._dependencies(rec):
+        if (
+            rec.spec.depends_on
+            and rec.status.dependency != Verdict.MET
+            and not self._dependencies(rec)
+        ):
             return True
         if rec.spec.array_job_id and rec.spec.array:
             return self._array_full(rec)
@@ -365,7 +364,7 @@ class CycleGates:
         """Whether ``rec``'s dependencies are met now (recorded: never asked again); when not, its
         Dependency condition says which one it waits for, or which can never be met."""
         st = rec.status
-        if st.dependency == "never":
+        if st.dependency == Verdict.NEVER:
             return False
         waiting = ""
         for dep in rec.spec.depends_on:
@@ -373,7 +372,7 @@ class CycleGates:
             named = self._named(dep.job)
             verdict = dependency_verdict(kind, [o for _, o in named])
             if verdict == Verdict.NEVER:
-                st.dependency = "never"
+                st.dependency = Verdict.NEVER
                 culprits = ", ".join(f"{i} {o}" for i, o in named if o != Outcome.PENDING)
                 message = (
                     f"{kind}:{dep.job} can never be satisfied ({culprits}); the job stays "
@@ -391,7 +390,7 @@ class CycleGates:
         if waiting:
             self._gated(rec, DEPENDENCY, DEPENDENCY, waiting, GATE_DEPENDENCY)
             return False
-        st.dependency = "met"
+        st.dependency = Verdict.MET
         set_condition(self.state, rec, DEPENDENCY, "False", "Satisfied", "", self.cycle_id)
         self.state.changes.job_modified(rec.id)
         return True
@@ -408,21 +407,23 @@ class CycleGates:
             slots = limit - sum(1 for e in elements if e.active and _started(e))
         if slots > 0:
             self._slots[array] = slots - 1
-            set_condition(self.state, rec, ARRAY_LIMIT, "False", "Admitted", "", self.cycle_id)
+            set_condition(self.state, rec, ARRAY_TASK_LIMIT, "False", "Admitted", "", self.cycle_id)
             return False
         self._slots[array] = 0
         exp = rec.status.explanation
         if (
             exp is not None
             and exp.get("gate") == GATE_ARRAY
-            and any(c.type == ARRAY_LIMIT and c.status == "True" for c in rec.status.conditions)
+            and any(
+                c.type == ARRAY_TASK_LIMIT and c.status == "True" for c in rec.status.conditions
+            )
         ):
             return True  # said so already (the limit is the spec's: the message is the same)
         message = (
             f"array {array} runs at most {limit} elements at once (%{limit}); this element waits "
             "for a running one to end"
         )
-        self._gated(rec, ARRAY_LIMIT, ARRAY_LIMIT_REASON, message, GATE_ARRAY)
+        self._gated(rec, ARRAY_TASK_LIMIT, ARRAY_LIMIT_REASON, message, GATE_ARRAY)
         return True
 
     def _gated(self, rec: JobRecord, kind: str, reason: str, message: str, gate: str) -> None:

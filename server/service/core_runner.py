@@ -186,7 +186,8 @@ class CoreRunner:
 
     async def _exchange(self, payload: bytes) -> bytes:
         proc = await self._started()
-        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdin is not None
+        assert proc.stdout is not None
         await proc.stdin.send(_HEADER.pack(len(payload)) + payload)
         header = await _receive_exactly(proc, _HEADER.size)
         (size,) = _HEADER.unpack(header)
@@ -262,7 +263,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
                 raise CoreWorkerError("no configuration received")
             state.apply(delta)
             reply = _dumps(("ok", SchedulerCore(config).run_cycle(state.materialize(), cycle_id)))
-        except Exception:  # reported to the server, which logs it and sends everything next cycle
+        except Exception:  # noqa: BLE001 - reported to the server, which resends next cycle
             reply = _dumps(("error", traceback.format_exc()))
         stdout.write(_HEADER.pack(len(reply)) + reply)
         stdout.flush()

@@ -25,7 +25,7 @@ import structlog
 from muster.gang import GangPhase, gang_phase
 from muster.timelimit import TIME_LIMIT_REASON, format_time_limit, is_time_limit
 from muster.v1 import muster_pb2 as pb
-from server.model import ALLOCATED, PodGroupPhase, TaskStatus
+from server.model import ALLOCATED, ALLOCATED_OR_UNKNOWN, PodGroupPhase, TaskStatus
 from server.service.records import JobRecord, TaskRecord
 
 log = structlog.get_logger("muster.state")
@@ -79,7 +79,7 @@ class GangLifecycle:
             job.min_member,
             tasks=len(job.tasks),
             # An Unknown task (its backend silent) still holds its place until it is lost.
-            placed=sum(counts[s] for s in ALLOCATED) + counts[TaskStatus.UNKNOWN],
+            placed=sum(counts[s] for s in ALLOCATED_OR_UNKNOWN),
             succeeded=counts[TaskStatus.SUCCEEDED],
             failed=counts[TaskStatus.FAILED],
         )

@@ -97,7 +97,7 @@ class ConfigManager:
             self._mtime = mtime
             text = self.path.read_text()
             config = load_config(text)
-        except Exception as exc:  # anything: see above
+        except Exception as exc:  # noqa: BLE001 - anything: see above
             reason = (
                 str(exc)
                 if isinstance(exc, OSError | ConfigError)

@@ -278,9 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         anyio.run(serve, options, backend="asyncio")
     except KeyboardInterrupt:
         return 0
-    except (
-        BaseException
-    ) as exc:  # often wrapped in task groups' exception groups: report each cause
+    # Often wrapped in task groups' exception groups: report each cause.
+    except BaseException as exc:  # noqa: BLE001 - the process's last word
         return report_failure(exc)
     return 0
 

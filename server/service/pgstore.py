@@ -29,6 +29,7 @@ turns out to be dead is retried once on a new one); a call that cannot reach the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -388,10 +389,8 @@ class _Link:
     def drop(self) -> None:
         conn, self.conn = self.conn, None
         if conn is not None:
-            try:
+            with contextlib.suppress(psycopg.Error):
                 conn.close()
-            except psycopg.Error:
-                pass
 
     def settle(self) -> None:
         """After a failed call: roll back what is open, or drop a connection that is unusable."""
@@ -686,9 +685,7 @@ class PostgresStore:
             with conn.cursor(binary=True) as cur:
                 row = cur.execute(MAX_SEQ).fetchone()
                 seq = int(row[0]) if row else 0
-                meta: dict[str, str] = {
-                    key: value for key, value in cur.execute("SELECT key, value FROM meta")
-                }
+                meta: dict[str, str] = dict(cur.execute("SELECT key, value FROM meta"))
                 queues = {
                     name: bytes(spec)
                     for name, spec in cur.execute("SELECT name, spec FROM queues WHERE NOT deleted")

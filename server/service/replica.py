@@ -22,6 +22,7 @@ follows. SIGTERM hands the lease over at once (``handover``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -141,10 +142,8 @@ class Replica:
             await anyio.to_thread.run_sync(self.store.release_lease, self.id)
             self._became("follower", f"handed over (term {self.term})")
             self.role = Role.FOLLOWER
-        try:
+        with contextlib.suppress(DomainError):
             await anyio.to_thread.run_sync(self.store.forget_replica, self.id)
-        except DomainError:
-            pass
 
     async def _campaign(self, tg: anyio.abc.TaskGroup) -> None:
         opts = self.options

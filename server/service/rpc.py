@@ -61,9 +61,8 @@ def _job_queue(state: ClusterState, job_id: str) -> str:
 # What each RPC needs under an auth policy (server/service/auth.py): its verb, and for submit / cancel the
 # queue it acts on. One table, so a new RPC without an entry fails the test that checks them all.
 RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str | list[str]] | None]] = {
-    **{
-        name: ("backend", None)
-        for name in (
+    **dict.fromkeys(
+        (
             "RegisterBackend",
             "SyncSnapshot",
             "SendDeltas",
@@ -71,8 +70,9 @@ RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str | list[str]] |
             "StreamDecisionBatches",
             "AckDecisions",
             "Heartbeat",
-        )
-    },
+        ),
+        ("backend", None),
+    ),
     "SubmitJob": ("submit", lambda state, req: req.job.queue or "default"),
     "SubmitJobs": ("submit", lambda state, req: sorted({j.queue or "default" for j in req.jobs})),
     "CancelJob": ("cancel", lambda state, req: _job_queue(state, req.id)),
@@ -81,9 +81,8 @@ RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str | list[str]] |
         name: ("cancel", lambda state, req: _job_queue(state, req.id))
         for name in ("HoldJob", "ReleaseJob", "RequeueJob")
     },
-    **{
-        name: ("read", None)
-        for name in (
+    **dict.fromkeys(
+        (
             "GetJob",
             "ListJobs",
             "WatchJobs",
@@ -96,9 +95,10 @@ RPC_VERBS: dict[str, tuple[str, Callable[[ClusterState, Any], str | list[str]] |
             "WatchTaskLogs",
             "ListJobHistory",
             "ListServers",
-        )
-    },
-    **{name: ("manage-queues", None) for name in ("CreateQueue", "UpdateQueue", "DeleteQueue")},
+        ),
+        ("read", None),
+    ),
+    **dict.fromkeys(("CreateQueue", "UpdateQueue", "DeleteQueue"), ("manage-queues", None)),
     "UpdateConfig": ("configure", None),
 }
 # Calls that change state: each gets an audit line (who, what, result).
@@ -346,6 +346,38 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         readable = self.policy.readable_queues(who)
         return None if readable is None else queries.ReadScope(readable, who.user)
 
+    async def _admit_stream(
+        self,
+        rpc: str,
+        request: Any,
+        context: grpc.aio.ServicerContext[Any, Any],
+        prepare: Callable[[Principal | None], R],
+        *,
+        audit_every: bool = False,
+    ) -> R:
+        """A streaming call's checks, those ``unary`` makes for the others: who calls, whether
+        they may, the request's bounds, whether this replica serves it; then ``prepare`` (the
+        stream's own checks and setup, given the caller) and its answer. A ``DomainError`` aborts
+        the call with its status, audited when it is a refusal (``audit_every``: every outcome,
+        as for a backend's decision feed)."""
+        who = peer_name(context.auth_context())
+        try:
+            principal = self.identify(rpc, context)
+            who = principal.name if principal is not None else who
+            self.authorize(rpc, principal, request)
+            validate.check_bounds(request)
+            self.check_leader(rpc)
+            prepared = prepare(principal)
+        except DomainError as exc:
+            if audit_every or exc.code in REFUSALS:
+                audit(who, rpc, STATUS_CODES[exc.code].name, exc.message)
+            if exc.leader:
+                context.set_trailing_metadata(((LEADER_METADATA, exc.leader),))
+            await context.abort(STATUS_CODES[exc.code], exc.message)
+        if audit_every:
+            audit(who, rpc, "OK")
+        return prepared
+
     def _as_backend(
         self, context: grpc.aio.ServicerContext[Any, Any], backend: str, field: str
     ) -> None:
@@ -430,13 +462,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     ) -> AsyncIterator[list[pb.Decision]]:
         """A backend's decision feed: what is queued for it, up to ``max_batch`` decisions and about
         ``max_bytes`` serialized at a time (a decision that would pass ``max_bytes`` starts the next)."""
-        who = peer_name(context.auth_context())
-        try:
-            principal = self.identify(rpc, context)
-            who = principal.name if principal is not None else who
-            self.authorize(rpc, principal, request)
-            validate.check_bounds(request)
-            self.check_leader(rpc)
+
+        def check_feed(_: Principal | None) -> None:
             self._as_backend(context, request.backend, "backend")
             ingest.check_stream(self.state, request)
             # With identities (a policy, or mutual TLS) a backend has one feed: a second would
@@ -447,12 +474,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):
                 raise precondition(
                     f"backend: {request.backend!r} already has a live decision stream"
                 )
-        except DomainError as exc:
-            audit(who, rpc, STATUS_CODES[exc.code].name, exc.message)
-            if exc.leader:
-                context.set_trailing_metadata(((LEADER_METADATA, exc.leader),))
-            await context.abort(STATUS_CODES[exc.code], exc.message)
-        audit(who, rpc, "OK")
+
+        await self._admit_stream(rpc, request, context, check_feed, audit_every=True)
         if self._closing.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down")
         sub = self.state.decisions.subscribe(request.backend, request.after_decision_id)
@@ -555,18 +578,9 @@ class SchedulerService(pb_grpc.SchedulerServicer):
         self, request: pb.WatchTaskLogsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.TaskLogEvent]:
         """A task's output until it ends (server/service/api/follow.py); any replica serves it."""
-        who = peer_name(context.auth_context())
-        try:
-            principal = self.identify("WatchTaskLogs", context)
-            who = principal.name if principal is not None else who
-            self.authorize("WatchTaskLogs", principal, request)
-            validate.check_bounds(request)
-            self.check_leader("WatchTaskLogs")
-            following = prepare_follow(self.state, request)
-        except DomainError as exc:
-            if exc.code in REFUSALS:
-                audit(who, "WatchTaskLogs", STATUS_CODES[exc.code].name, exc.message)
-            await context.abort(STATUS_CODES[exc.code], exc.message)
+        following = await self._admit_stream(
+            "WatchTaskLogs", request, context, lambda _: prepare_follow(self.state, request)
+        )
         if self._closing.is_set() or self.state.task_logs.closed:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down")
         try:
@@ -628,17 +642,12 @@ class SchedulerService(pb_grpc.SchedulerServicer):
     async def WatchJobs(
         self, request: pb.WatchJobsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.JobEvent]:
-        who = peer_name(context.auth_context())
-        try:
-            principal = self.identify("WatchJobs", context)
-            who = principal.name if principal is not None else who
-            self.authorize("WatchJobs", principal, request)
-            validate.check_bounds(request)
-            sub, initial = queries.watch_jobs(self.state, request, self.read_scope(principal))
-        except DomainError as exc:
-            if exc.code in REFUSALS:
-                audit(who, "WatchJobs", STATUS_CODES[exc.code].name, exc.message)
-            await context.abort(STATUS_CODES[exc.code], exc.message)
+        sub, initial = await self._admit_stream(
+            "WatchJobs",
+            request,
+            context,
+            lambda principal: queries.watch_jobs(self.state, request, self.read_scope(principal)),
+        )
         if self._closing.is_set():
             self.state.watch.unsubscribe(sub)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down")

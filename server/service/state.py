@@ -31,13 +31,14 @@ from typing import Any
 
 import structlog
 
+from muster import conditions
 from muster.devices import NVIDIA_GPU, UNIT
 from muster.gang import gang_whole
 from muster.jsonmap import short_enum_name
 from muster.timelimit import TIME_LIMIT_REASON, time_limit_message
 from muster.v1 import muster_pb2 as pb
 from server import model
-from server.model import ALLOCATED, ENDED, OCCUPYING, PodGroupPhase, TaskStatus
+from server.model import ALLOCATED_OR_UNKNOWN, ENDED, OCCUPYING, PodGroupPhase, TaskStatus
 from server.service import convert, validate
 from server.service.decisions import DecisionLog
 from server.service.errors import invalid, not_found
@@ -674,14 +675,22 @@ class ClusterState(StateTables):
                     c.cycle_id,
                     now if c.status != "False" else c.transition_time,
                 )
-            if c.type != "Ended":
+            if c.type != conditions.ENDED:
                 kept.append(c)
-        job.status.conditions = [*kept, ConditionRecord("Ended", "True", reason, message, 0, now)]
+        ended = ConditionRecord(conditions.ENDED, "True", reason, message, 0, now)
+        job.status.conditions = [*kept, ended]
 
 
 # The conditions that stop holding when a job ends: scheduling and waiting ones.
 _ENDS_WITH_THE_JOB = frozenset(
-    {"Unschedulable", "Scheduled", "Unsatisfiable", "Held", "Dependency", "ArrayTaskLimit"}
+    {
+        conditions.UNSCHEDULABLE,
+        conditions.SCHEDULED,
+        conditions.UNSATISFIABLE,
+        conditions.HELD,
+        conditions.DEPENDENCY,
+        conditions.ARRAY_TASK_LIMIT,
+    }
 )
 
 
@@ -718,7 +727,7 @@ def queue_allocated(state: ClusterState) -> dict[str, dict[str, float]]:
         if not rec.active or alloc is None:
             continue
         for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
-            if t.status in ALLOCATED or t.status == TaskStatus.UNKNOWN:  # (as a cycle sees it)
+            if t.status in ALLOCATED_OR_UNKNOWN:
                 for r, v in tmpl.request.items():
                     alloc[r] = alloc.get(r, 0.0) + v
     return allocated

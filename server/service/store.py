@@ -47,11 +47,11 @@ import anyio
 import structlog
 from google.protobuf.message import DecodeError
 
+from muster.phases import TERMINAL_PHASES
 from muster.v1 import muster_pb2 as pb
 from server.model import TaskStatus
 from server.service.errors import DomainError, ErrorCode
 from server.service.records import (
-    TERMINAL_PHASES,
     BackendRecord,
     DecisionRow,
     JobStatusRecord,

@@ -299,7 +299,7 @@ class _Loader:
             if not isinstance(obj, list):
                 self.problem(path, "must be a list")
                 return False
-            return all([self.shape(v, shape[0], f"{path}[{i}]") for i, v in enumerate(obj)])
+            return all(self.shape(v, shape[0], f"{path}[{i}]") for i, v in enumerate(obj))
         if shape is int:
             if isinstance(obj, bool) or not isinstance(obj, int):
                 self.problem(path, f"{brief(obj)} is not an integer")
@@ -772,7 +772,7 @@ def load_scenario(raw: Any) -> Scenario:
                 min_task_member={
                     str(r): L.integer(v, f"{p}.minTaskMember.{r}")
                     for r, v in min_task_member.items()
-                },  # noqa: E501
+                },
                 min_resources=L.resources(min_resources, f"{p}.minResources")
                 if min_resources is not None
                 else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,7 +54,5 @@ def test_a_child_outlives_its_loop_and_object() -> None:
         time.sleep(0.2)
         os.kill(pid, 0)  # raises if the child is gone
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

@@ -54,10 +54,17 @@ def test_full_jitter_band_reaches_down_to_zero():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"initial": -1}, {"max": -1}, {"factor": 0.5}, {"jitter": 1.5}, {"jitter": -0.1}]
+    ("kwargs", "message"),
+    [
+        ({"initial": -1}, "backoff delays must be >= 0"),
+        ({"max": -1}, "backoff delays must be >= 0"),
+        ({"factor": 0.5}, "backoff factor must be >= 1"),
+        ({"jitter": 1.5}, r"backoff jitter must be in \[0, 1\]"),
+        ({"jitter": -0.1}, r"backoff jitter must be in \[0, 1\]"),
+    ],
 )
-def test_nonsense_settings_are_refused(kwargs):
-    with pytest.raises(ValueError):
+def test_nonsense_settings_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
         Backoff(**kwargs)
 
 
@@ -86,7 +93,8 @@ async def test_retry_until_the_result_is_good_sleeping_the_schedule():
         again=lambda status: status == 429,
         on_retry=lambda n, delay, failure: retries.append((n, delay, failure)),
     )
-    assert result == 200 and len(calls) == 4
+    assert result == 200
+    assert len(calls) == 4
     assert [(n, failure) for n, _, failure in retries] == [(1, 429), (2, 429), (3, 429)]
     assert [d for _, d, _ in retries] == pytest.approx([0.001, 0.002, 0.003])
 
@@ -101,7 +109,8 @@ async def test_retry_gives_up_after_attempts_with_the_last_result():
     result = await retry(
         call, Backoff(initial=0.001, jitter=0), attempts=3, again=lambda s: s == 429
     )
-    assert result == 429 and len(calls) == 3
+    assert result == 429
+    assert len(calls) == 3
 
 
 async def test_retry_on_listed_errors_then_reraises_the_last():

@@ -41,18 +41,18 @@ class FakeScheduler(pb_grpc.SchedulerServicer):
             self.decisions.append(decision)
             self._new.notify_all()
 
-    async def RegisterBackend(self, request, context):  # noqa: N802
+    async def RegisterBackend(self, request, context):
         self.rec.registers.append(request)
         last = max((d.id for d in self.decisions), default=0)
         return pb.RegisterBackendResponse(
             name=request.name, server_id=self.server_id, last_decision_id=last
         )
 
-    async def SyncSnapshot(self, request, context):  # noqa: N802
+    async def SyncSnapshot(self, request, context):
         self.rec.snapshots.append(request)
         return pb.SyncSnapshotResponse(nodes=len(request.nodes), tasks=len(request.tasks))
 
-    async def SendDeltas(self, request, context):  # noqa: N802
+    async def SendDeltas(self, request, context):
         for delta in request.deltas:
             if delta.WhichOneof("change") == "node_removed" and delta.node_removed == "refuse-me":
                 await context.abort(
@@ -65,19 +65,19 @@ class FakeScheduler(pb_grpc.SchedulerServicer):
                 self.rec.order.append(f"delta:{ts.task_id}:{ts.status}")
         return pb.SendDeltasResponse(applied=len(request.deltas))
 
-    async def AckDecisions(self, request, context):  # noqa: N802
+    async def AckDecisions(self, request, context):
         self.rec.acks.extend(request.acks)
         for ack in request.acks:
             self.acked.add(ack.decision_id)
             self.rec.order.append(f"ack:{ack.decision_id}")
         return pb.AckDecisionsResponse(accepted=len(request.acks))
 
-    async def StreamDecisions(self, request, context):  # noqa: N802
+    async def StreamDecisions(self, request, context):
         async for batch in self._feed("StreamDecisions", request):
             for decision in batch:
                 yield decision
 
-    async def StreamDecisionBatches(self, request, context):  # noqa: N802
+    async def StreamDecisionBatches(self, request, context):
         size = request.max_batch or 1000
         async for batch in self._feed("StreamDecisionBatches", request):
             for k in range(0, len(batch), size):

@@ -55,7 +55,8 @@ def test_inventory_parses_nodes_gpus_taints_and_count():
     assert set(nodes) == {"n1", "small-0", "small-1"}
     n1 = nodes["n1"].to_proto("rack")
     assert dict(n1.allocatable.quantities) == {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "2"}
-    assert [d.id for d in n1.devices] == ["0", "1"] and n1.taints[0].effect == "NoSchedule"
+    assert [d.id for d in n1.devices] == ["0", "1"]
+    assert n1.taints[0].effect == "NoSchedule"
     assert nodes["small-1"].allocatable == {"cpu": 500.0}
 
 
@@ -99,7 +100,8 @@ async def test_rejects_unknown_node_overcommit_and_duplicate():
         assert set(agent.live) == {"j/a-0", "j/a-1"}
         for task in ("j/a-0", "j/a-1"):
             await agent.apply_evict(evict(10, task, node="n1"))
-        assert agent.live == {} and agent.free("n1")["cpu"] == 4000
+        assert agent.live == {}
+        assert agent.free("n1")["cpu"] == 4000
         tg.cancel_scope.cancel()
 
 
@@ -150,7 +152,8 @@ async def test_evict_kills_process_group_with_sigkill_fallback(tmp_path):
         await eventually(lambda: pidfile.exists() and pidfile.read_text().strip() != "")
         pid = int(pidfile.read_text())
         outcome = await agent.apply_evict(evict(2, "j/stubborn-0", node="n1"))
-        assert outcome.applied and "SIGKILL" in outcome.reason
+        assert outcome.applied
+        assert "SIGKILL" in outcome.reason
         assert not _alive(pid, 0)
         tg.cancel_scope.cancel()
     # No Failed report after an eviction: the ack is the report.
@@ -161,7 +164,8 @@ async def test_evict_kills_process_group_with_sigkill_fallback(tmp_path):
 async def test_evict_of_unknown_task_is_applied_noop():
     agent, _ = make_agent()
     outcome = await agent.apply_evict(evict(1, "nope", node="n1"))
-    assert outcome.applied and "not running" in outcome.reason
+    assert outcome.applied
+    assert "not running" in outcome.reason
 
 
 async def test_state_dir_adopts_running_task_and_reports_ended_one(tmp_path):
@@ -302,10 +306,12 @@ async def test_a_burst_of_binds_starts_without_over_committing(tmp_path):
         outcomes = await agent.apply_batch(burst)
         assert [o.applied for o in outcomes] == [True, True, False, False, True, False]
         assert "nvidia.com/gpu" in outcomes[2].reason
-        assert "already" in outcomes[3].reason and "insufficient cpu" in outcomes[5].reason
+        assert "already" in outcomes[3].reason
+        assert "insufficient cpu" in outcomes[5].reason
         assert sorted(agent.live) == ["j/a-0", "j/a-1", "k/b-0"]
         assert sorted(agent.live["j/a-0"].devices + agent.live["j/a-1"].devices) == ["0", "1"]
-        assert agent.free("n1")["cpu"] == 1000 and not agent._starting
+        assert agent.free("n1")["cpu"] == 1000
+        assert not agent._starting
         assert saves == 2
         # An evict between binds frees its share for the binds after it.
         outcomes = await agent.apply_batch(

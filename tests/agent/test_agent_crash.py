@@ -12,6 +12,7 @@ never for a sleep.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -85,12 +86,12 @@ class Scheduler(FakeScheduler):
 
     deaf = False
 
-    async def AckDecisions(self, request, context):  # noqa: N802
+    async def AckDecisions(self, request, context):
         if self.deaf:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sender is dead")
         return await super().AckDecisions(request, context)
 
-    async def SendDeltas(self, request, context):  # noqa: N802
+    async def SendDeltas(self, request, context):
         if self.deaf:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the sender is dead")
         return await super().SendDeltas(request, context)
@@ -219,10 +220,8 @@ async def server(tmp_path: Path) -> AsyncIterator[FakeServerHandle]:
     for pgid in tagged_groups(
         "MUSTER_AGENT_INSTANCE", f"rack@{handle.address}"
     ):  # ...or is made to
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def tasks_alive(handle: FakeServerHandle) -> set[str]:
@@ -255,7 +254,8 @@ async def test_a_task_that_ends_just_before_a_kill_is_reported_ended_not_lost(
         await eventually(lambda: len(servicer.rec.snapshots) > snapshots)
         reported = {t.task_id: t.status for t in servicer.rec.snapshots[snapshots].tasks}
         assert reported.get("j/t-0") == pb.TASK_STATUS_SUCCEEDED, reported
-        assert lines(starts) == ["j/t-0"] and spawns.count == 1
+        assert lines(starts) == ["j/t-0"]
+        assert spawns.count == 1
         second.runtime.stop()
 
 
@@ -282,7 +282,8 @@ async def test_a_bind_applied_but_not_acked_is_reacked_after_a_restart_never_rer
         await servicer.push(gated("j/t-0", starts, gate, decision_id=1, job="j"))
         await first.died()
         spawns.after = spawns.crash = None
-        assert servicer.acks(1) == [] and spawns.count == 1
+        assert servicer.acks(1) == []
+        assert spawns.count == 1
         await eventually(lambda: lines(starts) == ["j/t-0"])
         gate.touch()
         await eventually(lambda: not tasks_alive(server))  # it ended while no agent ran
@@ -302,7 +303,8 @@ async def test_a_bind_applied_but_not_acked_is_reacked_after_a_restart_never_rer
             )
         )
         assert spawns.count == 1, "the resent bind was applied again"
-        assert "j/t-0" not in second.agent.live and lines(starts) == ["j/t-0"]
+        assert "j/t-0" not in second.agent.live
+        assert lines(starts) == ["j/t-0"]
         second.runtime.stop()
 
 
@@ -370,7 +372,8 @@ async def test_a_gang_that_cannot_be_completed_after_a_kill_is_rolled_back(
         assert not any(a.applied for i in (1, 2, 3) for a in servicer.acks(i))
         assert "could not be completed" in servicer.acks(2)[0].reason
         assert list(servicer.rec.snapshots[snapshots].tasks) == []
-        assert tasks_alive(server) == set() and second.agent.live == {}
+        assert tasks_alive(server) == set()
+        assert second.agent.live == {}
         assert spawns.count == 1
         second.runtime.stop()
 
@@ -395,11 +398,10 @@ async def test_a_jobs_binds_in_a_burst_start_all_or_none(tmp_path, server):
         await eventually(lambda: all(servicer.acks(i) for i in range(1, 6)))
         applied = {i: servicer.acks(i)[0].applied for i in range(1, 6)}
         assert applied == {1: False, 2: False, 3: False, 4: True, 5: True}
-        assert (
-            "gang a" in servicer.acks(1)[0].reason
-            and "insufficient cpu" in servicer.acks(1)[0].reason
-        )
-        assert sorted(run.agent.live) == ["b/w-0", "b/w-1"] and run.agent.free("n1")["cpu"] == 8000
+        assert "gang a" in servicer.acks(1)[0].reason
+        assert "insufficient cpu" in servicer.acks(1)[0].reason
+        assert sorted(run.agent.live) == ["b/w-0", "b/w-1"]
+        assert run.agent.free("n1")["cpu"] == 8000
         await eventually(lambda: len(lines(starts)) == 2)
         assert sorted(lines(starts)) == ["b/w-0", "b/w-1"]
         run.runtime.stop()
@@ -409,11 +411,11 @@ async def test_task_ids_that_used_to_share_files_get_their_own(tmp_path, server)
     """``x/y_z-0`` and ``x_y/z-0`` used to map to one log file and one exit file."""
     assert file_stem("x/y_z-0") != file_stem("x_y/z-0")
     for task_id in ("x/y_z-0", "x_y/z-0", "a b/%2F-0", "é/ü"):
-        assert unquote(file_stem(task_id)) == task_id and "/" not in file_stem(task_id)
+        assert unquote(file_stem(task_id)) == task_id
+        assert "/" not in file_stem(task_id)
     long_ids = ["j" * 300 + "/w-0", "j" * 300 + "/w-1"]
-    assert len({file_stem(t) for t in long_ids}) == 2 and all(
-        len(file_stem(t)) <= 200 for t in long_ids
-    )
+    assert len({file_stem(t) for t in long_ids}) == 2
+    assert all(len(file_stem(t)) <= 200 for t in long_ids)
 
     servicer: Scheduler = server.servicer  # type: ignore[assignment]
     state = tmp_path / "state"
@@ -515,7 +517,8 @@ async def test_state_written_by_the_previous_agent_is_still_adopted(tmp_path):
         )
         agent = FakeAgent("rack", parse_inventory(INVENTORY), state_dir=str(state))
         running, gone = agent._adopt()
-        assert [t.task_id for t in running] == ["j/long-0"] and gone == []
+        assert [t.task_id for t in running] == ["j/long-0"]
+        assert gone == []
         assert running[0].log_file == str(state / "tasks" / "j_long-0.log")
         assert agent.free("n1")["cpu"] == 7000
         assert {t.task_id: t.status for t in await agent.list_tasks()} == {

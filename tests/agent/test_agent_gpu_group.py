@@ -121,7 +121,8 @@ async def test_a_state_dir_written_before_gpu_group_is_adopted_sharing_its_gpu(
         (state / "tasks.json").write_text(json.dumps({"version": 2, "live": [old_task]}))
         agent = make_agent(state)
         running, gone = agent._adopt()
-        assert [t.task_id for t in running] == ["j/half-0"] and gone == []
+        assert [t.task_id for t in running] == ["j/half-0"]
+        assert gone == []
         assert (running[0].gpu_group, running[0].devices) == ("0", [])
         assert agent.gpu_shares("n1") == {"0": 0.5}
         assert [d.id for d in agent.free_devices("n1")] == ["1"]

@@ -69,12 +69,14 @@ async def test_sync_apply_ack_and_reject(handle):
         tg.start_soon(runtime.run)
         await runtime.wait_ready()
         snap = handle.servicer.rec.snapshots[0]
-        assert snap.backend == "rack" and [n.name for n in snap.nodes] == ["n1"]
+        assert snap.backend == "rack"
+        assert [n.name for n in snap.nodes] == ["n1"]
         await handle.servicer.push(bind(1, "a"))
         await handle.servicer.push(bind(2, "bad"))
         await eventually(lambda: len(handle.servicer.rec.acks) == 2)
         acks = {a.decision_id: a for a in handle.servicer.rec.acks}
-        assert acks[1].applied and not acks[2].applied
+        assert acks[1].applied
+        assert not acks[2].applied
         assert "no room" in acks[2].reason
         await eventually(lambda: "delta:a:6" in handle.servicer.rec.order)
         order = handle.servicer.rec.order
@@ -131,7 +133,7 @@ async def test_reconnect_resyncs_and_resumes_after_last_applied():
 
 
 @pytest.mark.parametrize(
-    "servicer_type, rpc",
+    ("servicer_type", "rpc"),
     [(FakeScheduler, "StreamDecisionBatches"), (SinglesOnlyScheduler, "StreamDecisions")],
 )
 async def test_decisions_read_in_batches_or_one_a_message_from_an_older_server(servicer_type, rpc):
@@ -164,7 +166,8 @@ async def test_a_decision_past_grpcs_default_receive_limit_is_read(handle):
         await runtime.wait_ready()
         await handle.servicer.push(big)
         await eventually(lambda: len(handle.servicer.rec.acks) == 1)
-        assert backend.applied == [1] and handle.servicer.rec.acks[0].applied
+        assert backend.applied == [1]
+        assert handle.servicer.rec.acks[0].applied
         runtime.stop()
 
 
@@ -172,9 +175,11 @@ async def test_new_server_identity_clears_ledger():
     ledger = DecisionLedger()
     ledger.bind_server("s1")
     ledger.record(5, Outcome(True))
-    assert not ledger.bind_server("s1") and ledger.get(5) is not None
+    assert not ledger.bind_server("s1")
+    assert ledger.get(5) is not None
     assert ledger.bind_server("s2")
-    assert ledger.get(5) is None and ledger.high_water == 0
+    assert ledger.get(5) is None
+    assert ledger.high_water == 0
 
 
 def test_file_ledger_survives_restart(tmp_path):
@@ -184,7 +189,8 @@ def test_file_ledger_survives_restart(tmp_path):
     ledger.record(3, Outcome(False, "no room"))
     ledger.flush()
     again = FileDecisionLedger(path)
-    assert again.server_id == "s1" and again.high_water == 3
+    assert again.server_id == "s1"
+    assert again.high_water == 3
     assert again.get(3) == Outcome(False, "no room")
 
 
@@ -217,7 +223,8 @@ async def test_refused_delta_is_dropped_others_delivered(handle):
         runtime.report_task_status("z", pb.TASK_STATUS_FAILED, node="n1", exit_code=3)
         await eventually(lambda: "delta:z:9" in handle.servicer.rec.order)
         await eventually(lambda: runtime.pending_outbox == 0)
-        assert runtime.connected and runtime.sessions == 1
+        assert runtime.connected
+        assert runtime.sessions == 1
         runtime.stop()
 
 
@@ -247,19 +254,20 @@ def test_file_ledger_keeps_begun_ids_in_doubt_across_a_restart(tmp_path):
     ledger.bind_server("s1")
     ledger.begin([4, 5])  # ... the process dies before recording (no flush at all)
     again = FileDecisionLedger(path)
-    assert (
-        again.server_id == "s1"
-        and again.in_doubt(4)
-        and again.in_doubt(5)
-        and again.high_water == 0
-    )
+    assert again.server_id == "s1"
+    assert again.in_doubt(4)
+    assert again.in_doubt(5)
+    assert again.high_water == 0
     again.begin([6])
     again.record(4, Outcome(True))
     again.flush()
     third = FileDecisionLedger(path)
-    assert not third.in_doubt(4) and third.get(4) == Outcome(True)
-    assert third.in_doubt(6) and not third.in_doubt(5)  # only the last burst can be in doubt
-    assert third.bind_server("s2") and not third.in_doubt(6)
+    assert not third.in_doubt(4)
+    assert third.get(4) == Outcome(True)
+    assert third.in_doubt(6)
+    assert not third.in_doubt(5)
+    assert third.bind_server("s2")
+    assert not third.in_doubt(6)
 
 
 class RecallingBackend(RecordingBackend):
@@ -298,7 +306,8 @@ async def test_a_decision_in_doubt_is_recalled_never_applied_twice(
         ack = handle.servicer.rec.acks[0]
         assert backend.applied == applied
         if acked is None:
-            assert not ack.applied and "not applied again" in ack.reason
+            assert not ack.applied
+            assert "not applied again" in ack.reason
         else:
             assert (ack.applied, ack.reason) == (acked.applied, acked.reason)
             assert backend.recalled == [1]

@@ -65,7 +65,8 @@ async def test_heartbeats_at_the_servers_interval_and_resyncs_when_told(
             await runtime.wait_ready()
         assert runtime._heartbeat_seconds == GRACE / 4
         await eventually(lambda: runtime.heartbeats >= 3)
-        assert runtime.sessions == 1 and runtime.resyncs == 0
+        assert runtime.sessions == 1
+        assert runtime.resyncs == 0
         # The server stops hearing from it (as across a partition) and declares it silent.
         state = server.state
         state.liveness.contacts["rack"].last -= 10 * GRACE
@@ -92,7 +93,8 @@ async def test_a_server_without_heartbeat_is_not_asked_again() -> None:
             with anyio.fail_after(10):
                 await runtime.wait_ready()
             await anyio.sleep(0.5)
-            assert runtime.sessions == 1 and runtime.heartbeats == 0
+            assert runtime.sessions == 1
+            assert runtime.heartbeats == 0
             runtime.stop()
     finally:
         await handle.stop()

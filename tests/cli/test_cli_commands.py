@@ -28,13 +28,13 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
             for i in range(5)
         ]
 
-    def SubmitJob(self, request, context):  # noqa: N802
+    def SubmitJob(self, request, context):
         if request.job.queue == "nope":
             context.abort(grpc.StatusCode.NOT_FOUND, "job.queue: queue 'nope' does not exist")
         self.submitted.append(request.job)
         return pb.SubmitJobResponse(job=pb.Job(spec=request.job), created=True)
 
-    def SubmitJobs(self, request, context):  # noqa: N802
+    def SubmitJobs(self, request, context):
         self.batches.append(len(request.jobs))
         for i, job in enumerate(request.jobs):
             if job.queue == "nope":
@@ -46,14 +46,14 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
             results=[pb.SubmitJobResponse(job=pb.Job(spec=j), created=True) for j in request.jobs]
         )
 
-    def ListJobs(self, request, context):  # noqa: N802
+    def ListJobs(self, request, context):
         self.list_requests.append(request)
         start = int(request.page_token or 0)
         page = self.jobs[start : start + 2]
         token = str(start + 2) if start + 2 < len(self.jobs) else ""
         return pb.ListJobsResponse(jobs=page, next_page_token=token)
 
-    def GetJob(self, request, context):  # noqa: N802
+    def GetJob(self, request, context):
         if request.id != "pending-1":
             context.abort(grpc.StatusCode.NOT_FOUND, f"id: job {request.id!r} not found")
         return pb.Job(
@@ -76,7 +76,7 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
             ],
         )
 
-    def Explain(self, request, context):  # noqa: N802
+    def Explain(self, request, context):
         return pb.ExplainResponse(
             job_id=request.job_id,
             phase=pb.JOB_PHASE_INQUEUE,
@@ -86,7 +86,7 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
             node_reasons={"insufficient cpu": 3},
         )
 
-    def CancelJob(self, request, context):  # noqa: N802
+    def CancelJob(self, request, context):
         if request.id == "ghost":
             context.abort(grpc.StatusCode.NOT_FOUND, f"id: job {request.id!r} not found")
         return pb.CancelJobResponse(
@@ -95,7 +95,7 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
             )
         )
 
-    def GetTaskLogs(self, request, context):  # noqa: N802
+    def GetTaskLogs(self, request, context):
         self.log_requests.append(request)
         logs = [
             pb.TaskLog(task_id="train/w-0", data=b"hello\n", eof=True),
@@ -105,10 +105,10 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
             logs=[entry for entry in logs if request.task_id in ("", entry.task_id)]
         )
 
-    def ListQueues(self, request, context):  # noqa: N802
+    def ListQueues(self, request, context):
         return pb.ListQueuesResponse(queues=[pb.QueueView(queue=q) for q in self.queues.values()])
 
-    def UpdateQueue(self, request, context):  # noqa: N802
+    def UpdateQueue(self, request, context):
         if request.queue.name not in self.queues:
             context.abort(
                 grpc.StatusCode.NOT_FOUND, f"queue.name: queue {request.queue.name!r} not found"
@@ -116,11 +116,11 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
         self.queues[request.queue.name] = request.queue
         return request.queue
 
-    def CreateQueue(self, request, context):  # noqa: N802
+    def CreateQueue(self, request, context):
         self.queues[request.queue.name] = request.queue
         return request.queue
 
-    def Simulate(self, request, context):  # noqa: N802
+    def Simulate(self, request, context):
         if "bad" in request.scenario:
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -158,16 +158,16 @@ def test_submit_many_jobs_from_one_file(api, capsys, tmp_path):
     code, out, _ = run(api, capsys, "submit", str(path), "-o", "json")
     assert code == 0
     assert [j["id"] for j in json.loads(out)] == ["a", "b"]
-    assert [s.id for s in api.submitted] == ["a", "b"] and api.batches == [
-        2
-    ]  # one all-or-nothing batch
+    assert [s.id for s in api.submitted] == ["a", "b"]
+    assert api.batches == [2]
     # A refused job refuses the batch: nothing of it is submitted, the error names the job.
     path.write_text(
         "jobs:\n  - {id: c, tasks: [{role: w, replicas: 1, request: {cpu: 1}}]}\n"
         "  - {id: d, queue: nope, tasks: [{role: w, replicas: 1, request: {cpu: 1}}]}\n"
     )
     code, _, err = run(api, capsys, "submit", str(path))
-    assert code == 1 and "jobs[1].job.queue" in err
+    assert code == 1
+    assert "jobs[1].job.queue" in err
     assert [s.id for s in api.submitted] == ["a", "b"]
 
 
@@ -177,8 +177,10 @@ def test_submit_bad_file_exits_2_one_line_per_problem_and_sends_nothing(api, cap
     code, _, err = run(api, capsys, "submit", str(path))
     assert code == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 2 and all(line.startswith("error: ") for line in lines)
-    assert "jobs[0].tasks[0].request.cpu" in lines[0] and "jobs[1].id" in lines[1]
+    assert len(lines) == 2
+    assert all(line.startswith("error: ") for line in lines)
+    assert "jobs[0].tasks[0].request.cpu" in lines[0]
+    assert "jobs[1].id" in lines[1]
     assert api.submitted == []
 
 
@@ -189,7 +191,9 @@ def test_grpc_error_is_one_line_with_code(api, capsys, tmp_path):
     assert code == 1
     assert err.strip() == "error: NOT_FOUND: job.queue: queue 'nope' does not exist"
     code, _, err = run(api, capsys, "job", "missing")
-    assert code == 1 and err.startswith("error: NOT_FOUND: id:") and "Traceback" not in err
+    assert code == 1
+    assert err.startswith("error: NOT_FOUND: id:")
+    assert "Traceback" not in err
 
 
 def test_jobs_follows_pages_and_passes_filters(api, capsys):
@@ -199,21 +203,23 @@ def test_jobs_follows_pages_and_passes_filters(api, capsys):
     assert code == 0
     assert [j["spec"]["id"] for j in json.loads(out)] == [f"job-{i}" for i in range(5)]
     assert len(api.list_requests) == 3
-    assert api.list_requests[0].queue == "default" and list(api.list_requests[0].phases) == [
-        pb.JOB_PHASE_RUNNING
-    ]
+    assert api.list_requests[0].queue == "default"
+    assert list(api.list_requests[0].phases) == [pb.JOB_PHASE_RUNNING]
     code, _, err = run(api, capsys, "jobs", "--phase", "sleeping")
-    assert code == 2 and "--phase" in err
+    assert code == 2
+    assert "--phase" in err
 
 
 def test_job_shows_conditions_tasks_and_why_pending(api, capsys):
     code, out, _ = run(api, capsys, "job", "pending-1")
     assert code == 0
     assert "Unschedulable=True NotEnoughResources: 0/3 nodes available: 3 insufficient cpu" in out
-    assert "pending-1/w-3" in out and "Why pending (cycle 7, gate gang)" in out
+    assert "pending-1/w-3" in out
+    assert "Why pending (cycle 7, gate gang)" in out
     code, out, _ = run(api, capsys, "job", "pending-1", "-o", "json")
     data = json.loads(out)
-    assert data["explain"]["gate"] == "gang" and len(data["tasks"]) == 4
+    assert data["explain"]["gate"] == "gang"
+    assert len(data["tasks"]) == 4
 
 
 def test_queue_update_keeps_unspecified_fields(api, capsys):
@@ -235,12 +241,16 @@ def test_queue_update_keeps_unspecified_fields(api, capsys):
     )
     assert code == 0
     q = api.queues["research"]
-    assert q.weight == 3 and q.reclaimable is False and q.state == pb.QUEUE_STATE_CLOSING
+    assert q.weight == 3
+    assert q.reclaimable is False
+    assert q.state == pb.QUEUE_STATE_CLOSING
     assert dict(q.capability.quantities) == {"cpu": "64", "memory": "256Gi"}
     code, _, err = run(api, capsys, "queue", "update", "research", "--deserved", "cpu")
-    assert code == 2 and "--deserved" in err
+    assert code == 2
+    assert "--deserved" in err
     code, _, err = run(api, capsys, "queue", "update", "ghost", "--weight", "2")
-    assert code == 1 and "NOT_FOUND" in err
+    assert code == 1
+    assert "NOT_FOUND" in err
 
 
 def test_simulate_invalid_scenario_prints_each_problem(api, capsys, tmp_path):
@@ -254,7 +264,8 @@ def test_simulate_invalid_scenario_prints_each_problem(api, capsys, tmp_path):
     ]
     path.write_text("ok: true\n")
     code, out, _ = run(api, capsys, "simulate", str(path), "--output", "json")
-    assert code == 0 and json.loads(out)["binds"] == {"ns/p": "n1"}
+    assert code == 0
+    assert json.loads(out)["binds"] == {"ns/p": "n1"}
 
 
 def test_server_from_environment(api, capsys, monkeypatch):
@@ -269,8 +280,11 @@ def test_json_is_the_documented_mapping_short_enums_and_every_field(api, capsys)
     code, out, _ = run(api, capsys, "jobs", "-o", "json")
     job = json.loads(out)[0]
     assert job["status"]["phase"] == "Running"
-    assert job["status"]["pending"] == 0 and job["status"]["failed"] == 0 and job["tasks"] == []
-    assert job["spec"]["owner"] == "" and "tyjob" not in job["spec"]  # unset messages stay absent
+    assert job["status"]["pending"] == 0
+    assert job["status"]["failed"] == 0
+    assert job["tasks"] == []
+    assert job["spec"]["owner"] == ""
+    assert "tyjob" not in job["spec"]
     code, out, _ = run(api, capsys, "job", "pending-1", "-o", "json")
     data = json.loads(out)
     assert {t["status"] for t in data["tasks"]} == {"Pending"}
@@ -288,12 +302,13 @@ def test_jobs_table_has_times_a_one_word_reason_and_wide_adds_the_message(api, c
     header = out.splitlines()[0].split()
     # Off a terminal (capsys): plain columns, no box characters.
     assert header == ["JOB", "QUEUE", "OWNER", "PHASE", "RUNNING", "SUBMIT", "AGE", "REASON"]
-    assert (
-        "NotEnoughResources" in out and "Insufficient cpu" not in out
-    )  # one word; the message is -o wide
+    assert "NotEnoughResources" in out
+    assert "Insufficient cpu" not in out
     assert "2023-11-14" in out  # the submit time (not today): date and time
     code, out, _ = run(api, capsys, "jobs", "-o", "wide")
-    assert "MESSAGE" in out and "3 Insufficient cpu" in out and "NAMESPACE" in out
+    assert "MESSAGE" in out
+    assert "3 Insufficient cpu" in out
+    assert "NAMESPACE" in out
 
 
 def test_jobs_filters_repeat_and_sort(api, capsys):
@@ -315,13 +330,13 @@ def test_jobs_filters_repeat_and_sort(api, capsys):
         "json",
     )
     assert [j["spec"]["id"] for j in json.loads(out)] == ["job-1", "job-0"]
-    assert (
-        api.list_requests[-1].queue == "" and api.list_requests[-1].owner == "ann"
-    )  # two queues: matched here
+    assert api.list_requests[-1].queue == ""
+    assert api.list_requests[-1].owner == "ann"
     run(api, capsys, "jobs", "--owner", "bob", "-o", "json")
     assert api.list_requests[-1].owner == "bob"  # one value: the server filters
     code, _, err = run(api, capsys, "jobs", "--sort", "size")
-    assert code == 2 and "--sort" in err
+    assert code == 2
+    assert "--sort" in err
 
 
 def test_cancel_takes_several_ids_and_reports_each(api, capsys):
@@ -336,10 +351,13 @@ def test_cancel_takes_several_ids_and_reports_each(api, capsys):
 
 def test_weight_zero_is_refused_version_and_completion(api, capsys):
     code, _, err = run(api, capsys, "queue", "create", "q0", "--weight", "0")
-    assert code == 2 and "--weight: 0 must be at least 1" in err and "q0" not in api.queues
+    assert code == 2
+    assert "--weight: 0 must be at least 1" in err
+    assert "q0" not in api.queues
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--version"])
-    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("muster ")
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("muster ")
     assert cli.main(["completion", "bash"]) == 0
     assert "complete" in capsys.readouterr().out  # a bash completion script
 
@@ -347,7 +365,10 @@ def test_weight_zero_is_refused_version_and_completion(api, capsys):
 def test_an_unreachable_server_gets_a_hint(capsys):
     code = cli.main(["--server", "127.0.0.1:9", "--timeout", "2", "jobs"])
     err = capsys.readouterr().err
-    assert code == 1 and "UNAVAILABLE" in err and "--server" in err and "MUSTER_SERVER" in err
+    assert code == 1
+    assert "UNAVAILABLE" in err
+    assert "--server" in err
+    assert "MUSTER_SERVER" in err
 
 
 def test_simulate_local_prints_only_json_on_stdout_even_with_logs(capsys, tmp_path, monkeypatch):
@@ -369,7 +390,8 @@ def test_logs_prints_each_tasks_output_under_a_header(api, capsys):
         == "==> train/w-0 <==\nhello\n==> train/w-1 <==\n[earlier output dropped: the server keeps the last 64 KiB]\ntail\n"
     )
     code, out, _ = run(api, capsys, "logs", "train", "w-1")
-    assert code == 0 and api.log_requests[-1].task_id == "train/w-1"
+    assert code == 0
+    assert api.log_requests[-1].task_id == "train/w-1"
 
 
 @pytest.fixture(autouse=True)

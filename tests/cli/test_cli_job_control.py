@@ -29,7 +29,8 @@ def test_job_files_take_hold_array_and_slurm_style_dependencies() -> None:
         "  dependsOn: [afternotok:a, {job: b, type: after}, {job: z}]\n"
         "  tasks: [{role: w, request: {cpu: 1}}]\n"
     )
-    assert a.hold and a.array == "0-9%2"
+    assert a.hold
+    assert a.array == "0-9%2"
     assert b.array == "7"
     assert [(d.type, d.job) for d in b.depends_on] == [
         ("afterok", "a"),
@@ -86,9 +87,11 @@ async def test_hold_release_requeue_arrays_and_dependencies_from_the_command_lin
     after.write_text(JOB % "post")
 
     code, _, err = await muster(live, capsys, "submit", "--array", "5-1", str(sweep))
-    assert code == 2 and err == "error: --array: '5-1': '5-1': the range ends before it starts\n"
+    assert code == 2
+    assert err == "error: --array: '5-1': '5-1': the range ends before it starts\n"
     code, _, err = await muster(live, capsys, "submit", "-d", "afterok:a?b", str(sweep))
-    assert code == 2 and err.startswith("error: --dependency: 'afterok:a?b': '?'")
+    assert code == 2
+    assert err.startswith("error: --dependency: 'afterok:a?b': '?'")
 
     code, out, _ = await muster(live, capsys, "submit", "--hold", "--array", "0-3%2", str(sweep))
     assert code == 0
@@ -101,7 +104,8 @@ async def test_hold_release_requeue_arrays_and_dependencies_from_the_command_lin
     code, out, _ = await muster(
         live, capsys, "submit", "-d", "afterok:sweep", str(after), "-o", "json"
     )
-    assert code == 0 and json.loads(out) == [{"id": "post", "created": True, "phase": "Pending"}]
+    assert code == 0
+    assert json.loads(out) == [{"id": "post", "created": True, "phase": "Pending"}]
 
     code, out, _ = await muster(live, capsys, "jobs", "--array", "sweep", "-o", "json")
     assert [j["spec"]["id"] for j in json.loads(out)] == [f"sweep_{i}" for i in range(4)]
@@ -109,7 +113,8 @@ async def test_hold_release_requeue_arrays_and_dependencies_from_the_command_lin
     reasons = {line.split()[0]: line.split()[-1] for line in out.splitlines()}
     assert reasons == {**{f"sweep_{i}": "Held" for i in range(4)}, "post": "Dependency"}
     code, out, _ = await muster(live, capsys, "job", "sweep_1")
-    assert "Held: user hold by " in out and "Array: sweep index 1 of 0-3%2" in out
+    assert "Held: user hold by " in out
+    assert "Array: sweep index 1 of 0-3%2" in out
     code, out, _ = await muster(live, capsys, "job", "post")
     assert "Depends on: afterok:sweep" in out
     assert "Condition: Dependency=True Dependency: waits for afterok:sweep" in out
@@ -128,7 +133,8 @@ async def test_hold_release_requeue_arrays_and_dependencies_from_the_command_lin
         "nope: error: NOT_FOUND: id: job 'nope' does not exist",
     ]
     code, out, _ = await muster(live, capsys, "hold", "sweep_3")
-    assert code == 0 and out.startswith("sweep_3: held, Pending (user hold by ")
+    assert code == 0
+    assert out.startswith("sweep_3: held, Pending (user hold by ")
     code, out, _ = await muster(live, capsys, "requeue", "post")
     assert code == 1
     assert out == (
@@ -136,13 +142,16 @@ async def test_hold_release_requeue_arrays_and_dependencies_from_the_command_lin
         "nothing to requeue\n"
     )
     code, out, _ = await muster(live, capsys, "cancel", "sweep")
-    assert code == 0 and out == "sweep: Cancelled (4 array elements)\n"
+    assert code == 0
+    assert out == "sweep: Cancelled (4 array elements)\n"
 
 
 def test_the_new_commands_parse_with_their_flags() -> None:
     parser = cli.build_parser()
     args = parser.parse_args(["requeue", "--hold", "a", "b"])
-    assert args.func is cli.cmd_requeue and args.hold and args.ids == ["a", "b"]
+    assert args.func is cli.cmd_requeue
+    assert args.hold
+    assert args.ids == ["a", "b"]
     args = parser.parse_args(["submit", "--hold", "--array", "0-9%3", "-d", "afterok:x", "f.yaml"])
     assert (args.hold, args.array, args.dependency) == (True, "0-9%3", "afterok:x")
     for command in ("hold", "release", "requeue", "cancel"):

@@ -54,7 +54,7 @@ class FakeApi(pb_grpc.SchedulerServicer):
         self.hang = threading.Event()  # set: the stream stays open after its events
         self.address = ""
 
-    def WatchTaskLogs(self, request, context):  # noqa: N802
+    def WatchTaskLogs(self, request, context):
         self.follows.append(request)
         for event in self.events:
             if not request.task_id or event.task_id == request.task_id:
@@ -62,7 +62,7 @@ class FakeApi(pb_grpc.SchedulerServicer):
         while self.hang.is_set() and context.is_active():
             time.sleep(0.05)
 
-    def GetTaskLogs(self, request, context):  # noqa: N802
+    def GetTaskLogs(self, request, context):
         return pb.GetTaskLogsResponse(
             logs=[
                 pb.TaskLog(
@@ -75,7 +75,7 @@ class FakeApi(pb_grpc.SchedulerServicer):
             ]
         )
 
-    def ListJobHistory(self, request, context):  # noqa: N802
+    def ListJobHistory(self, request, context):
         self.history.append(request)
         pages = {
             "": ([accounting("a"), accounting("b", owner="bob", queue="default")], "2"),
@@ -127,9 +127,11 @@ def test_follow_one_task_prints_its_output_as_it_is_and_the_dropped_marker(
     code, out, _ = run(api, capsys, "logs", "-f", "train/w-0")
     assert code == 0
     assert out == "[... 100 bytes dropped]\nstep 1\nstep 2 \u00e9\n"
-    assert api.follows[-1].job_id == "train" and api.follows[-1].task_id == "train/w-0"
+    assert api.follows[-1].job_id == "train"
+    assert api.follows[-1].task_id == "train/w-0"
     code, out, _ = run(api, capsys, "logs", "train", "w-0", "--follow")  # the other spelling
-    assert code == 0 and api.follows[-1].task_id == "train/w-0"
+    assert code == 0
+    assert api.follows[-1].task_id == "train/w-0"
 
 
 def test_follow_a_job_heads_each_switch_of_task(
@@ -159,9 +161,11 @@ def test_logs_without_follow_print_the_dropped_marker(
     api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = run(api, capsys, "logs", "train/w-0")
-    assert code == 0 and out == "[... 4000 bytes dropped]\ntail\n"
+    assert code == 0
+    assert out == "[... 4000 bytes dropped]\ntail\n"
     code, _, err = run(api, capsys, "logs", "train/w-0", "w-1")
-    assert code == 2 and "give the task once" in err
+    assert code == 2
+    assert "give the task once" in err
 
 
 def test_ctrl_c_ends_a_follow_cleanly(api: FakeApi) -> None:
@@ -183,7 +187,8 @@ def test_ctrl_c_ends_a_follow_cleanly(api: FakeApi) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130
-    assert b"Traceback" not in err and out == b""
+    assert b"Traceback" not in err
+    assert out == b""
 
 
 def test_history_table_and_filters(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
@@ -192,7 +197,8 @@ def test_history_table_and_filters(api: FakeApi, capsys: pytest.CaptureFixture[s
     )
     assert code == 0
     request = api.history[0]
-    assert request.owner == "ann" and list(request.phases) == [pb.JOB_PHASE_FAILED]
+    assert request.owner == "ann"
+    assert list(request.phases) == [pb.JOB_PHASE_FAILED]
     assert abs(request.finished_after.seconds - (time.time() - 7200)) < 60
     assert not request.HasField("finished_before")
     lines = out.splitlines()
@@ -230,7 +236,8 @@ def test_history_several_values_are_matched_here_and_json_is_the_api_objects(
     code, out, _ = run(
         api, capsys, "history", "--queue", "ml", "--queue", "other", "--limit", "1", "-o", "json"
     )
-    assert code == 0 and api.history[0].queue == ""
+    assert code == 0
+    assert api.history[0].queue == ""
     assert [e["job_id"] for e in json.loads(out)] == ["a"]
     code, out, _ = run(
         api, capsys, "history", "--no-headers", "-o", "custom-columns=ID:.job_id,CPU:.used.cpu"
@@ -251,7 +258,9 @@ def test_history_bad_flags_exit_2(
     api: FakeApi, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     code, _, err = run(api, capsys, "history", *argv)
-    assert code == 2 and message in err and not api.history
+    assert code == 2
+    assert message in err
+    assert not api.history
 
 
 def test_parse_time() -> None:

@@ -59,14 +59,14 @@ class Fake(pb_grpc.SchedulerServicer):
             message="0/3 nodes are unavailable:\n3 Insufficient cpu.",  # two lines
         )
 
-    def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:  # noqa: N802
+    def ListJobs(self, request: pb.ListJobsRequest, context: Any) -> pb.ListJobsResponse:
         self.list_requests.append(request)
         start = int(request.page_token or 0)
         page = self.jobs[start : start + 2]
         token = str(start + 2) if start + 2 < len(self.jobs) else ""
         return pb.ListJobsResponse(jobs=page, next_page_token=token)
 
-    def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:  # noqa: N802
+    def GetJob(self, request: pb.GetJobRequest, context: Any) -> pb.Job:
         return pb.Job(
             spec=pb.JobSpec(id=request.id, queue="default"),
             status=pb.JobStatus(phase=pb.JOB_PHASE_INQUEUE, pending=2),
@@ -76,18 +76,16 @@ class Fake(pb_grpc.SchedulerServicer):
             ],
         )
 
-    def Explain(self, request: pb.ExplainRequest, context: Any) -> pb.ExplainResponse:  # noqa: N802
+    def Explain(self, request: pb.ExplainRequest, context: Any) -> pb.ExplainResponse:
         return pb.ExplainResponse(job_id=request.job_id, gate="gang", summary="waiting")
 
-    def GetTaskLogs(  # noqa: N802
-        self, request: pb.GetTaskLogsRequest, context: Any
-    ) -> pb.GetTaskLogsResponse:
+    def GetTaskLogs(self, request: pb.GetTaskLogsRequest, context: Any) -> pb.GetTaskLogsResponse:
         tasks = [f"{request.job_id}/w-0", f"{request.job_id}/w-1"]
         return pb.GetTaskLogsResponse(
             logs=[pb.TaskLog(task_id=t) for t in tasks if request.task_id in ("", t)]
         )
 
-    def ListQueues(self, request: pb.ListQueuesRequest, context: Any) -> pb.ListQueuesResponse:  # noqa: N802
+    def ListQueues(self, request: pb.ListQueuesRequest, context: Any) -> pb.ListQueuesResponse:
         return pb.ListQueuesResponse(
             queues=[
                 pb.QueueView(
@@ -104,7 +102,7 @@ class Fake(pb_grpc.SchedulerServicer):
             ]
         )
 
-    def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesResponse:  # noqa: N802
+    def ListNodes(self, request: pb.ListNodesRequest, context: Any) -> pb.ListNodesResponse:
         gpu = pb.Node(
             name="gpu-1",
             backend="rack-a",
@@ -163,7 +161,8 @@ def test_tables_off_a_terminal_are_plain_columns(
     api: Fake, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
     code, out, _ = run(api, capsys, *argv)
-    assert code == 0 and out
+    assert code == 0
+    assert out
     assert not BOX & set(out), out
     lines = out.splitlines()
     assert all(line == line.rstrip() for line in lines)  # no padding after the last column
@@ -194,7 +193,8 @@ def test_options_before_the_command_are_not_reset_by_it(
     args = cli.build_parser().parse_args(["--server", "a:1", "--token", "t", "-o", "json", "jobs"])
     assert (args.server, args.token, args.output) == ("a:1", "t", "json")
     args = cli.build_parser().parse_args(["jobs", "--server", "b:1"])
-    assert args.server == "b:1" and args.no_headers is False
+    assert args.server == "b:1"
+    assert args.no_headers is False
 
 
 # -- custom-columns and jsonpath ---------------------------------------------------------------
@@ -234,7 +234,8 @@ def test_custom_columns_are_paths_into_the_json_form(
 
 def test_jsonpath_templates(api: Fake, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(api, capsys, "jobs", "-o", "jsonpath={.items[*].spec.id}")
-    assert code == 0 and out == "job-0 job-1 job-2 job-3 job-4"  # nothing added, like kubectl
+    assert code == 0
+    assert out == "job-0 job-1 job-2 job-3 job-4"
     template = '{range .items[*]}{.spec.id}{"\\t"}{.status.running}{"\\n"}{end}'
     code, out, _ = run(api, capsys, "jobs", "--limit", "2", "-o", f"jsonpath={template}")
     assert out == "job-0\t1\njob-1\t1\n"
@@ -251,7 +252,8 @@ def test_a_bad_output_format_is_a_usage_error(
 ) -> None:
     with pytest.raises(SystemExit) as info:
         cli.main(["--server", api.address, "jobs", "-o", value])  # type: ignore[attr-defined]
-    assert info.value.code == 2 and "--output" in capsys.readouterr().err
+    assert info.value.code == 2
+    assert "--output" in capsys.readouterr().err
 
 
 def test_paths_and_templates() -> None:
@@ -295,12 +297,15 @@ def test_wide_adds_columns_and_keeps_each_row_on_one_line(
         "RUNNING",
         "ANNOTATIONS",
     ]
-    assert columns_of(wide.splitlines()[1])[3:5] == ["7", "Closed"] and "owner=ann" in wide
+    assert columns_of(wide.splitlines()[1])[3:5] == ["7", "Closed"]
+    assert "owner=ann" in wide
     assert "PRIORITY" not in narrow
     _, wide, _ = run(api, capsys, "nodes", "-o", "wide")
     header = columns_of(wide.splitlines()[0])
-    assert "TAINTS" in header and "DEVICE HOLDERS" in header
-    assert "gpu=yes:NoSchedule" in wide and "0=train/w-0" in wide
+    assert "TAINTS" in header
+    assert "DEVICE HOLDERS" in header
+    assert "gpu=yes:NoSchedule" in wide
+    assert "0=train/w-0" in wide
     _, out, _ = run(api, capsys, "jobs", "-o", "wide")
     lines = out.splitlines()
     assert len(lines) == 6  # a header and five jobs: the two-line message stays on its row
@@ -322,7 +327,8 @@ def test_limit_comes_after_sort(api: Fake, capsys: pytest.CaptureFixture[str]) -
     code, out, _ = run(api, capsys, "jobs", "-l", "team=vision", "--limit", "2", "-o", "json")
     assert [j["spec"]["id"] for j in json.loads(out)] == ["job-1", "job-3"]
     code, _, err = run(api, capsys, "jobs", "--limit", "0")
-    assert code == 2 and "--limit" in err
+    assert code == 2
+    assert "--limit" in err
 
 
 def test_label_selectors_on_jobs_and_nodes(api: Fake, capsys: pytest.CaptureFixture[str]) -> None:
@@ -339,7 +345,8 @@ def test_label_selectors_on_jobs_and_nodes(api: Fake, capsys: pytest.CaptureFixt
     assert ids("nodes", "-l", "zone,kind notin (gpu)") == ["cpu-1"]  # no kind: not in (gpu)
     assert ids("nodes", "-l", "zone", "-l", "!kind") == ["cpu-1"]  # repeated -l: all hold
     code, _, err = run(api, capsys, "nodes", "-l", "zone=a=b")
-    assert code == 2 and "--selector" in err
+    assert code == 2
+    assert "--selector" in err
 
 
 def test_selector_parsing() -> None:
@@ -411,19 +418,24 @@ def test_submit_of_a_missing_file_names_it_once(
     api: Fake, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     code, _, err = run(api, capsys, "submit", str(tmp_path / "nope.yaml"))
-    assert code == 2 and err == f"error: {tmp_path / 'nope.yaml'}: No such file or directory\n"
+    assert code == 2
+    assert err == f"error: {tmp_path / 'nope.yaml'}: No such file or directory\n"
     bad = tmp_path / "bad.yaml"
     bad.write_text("{id: a, tasks: [{role: w, request: {cpu: 2x}}]}")
     code, _, err = run(api, capsys, "submit", str(bad))
-    assert code == 2 and err.count(str(bad)) == 1 and "jobs[0].tasks[0].request.cpu" in err
+    assert code == 2
+    assert err.count(str(bad)) == 1
+    assert "jobs[0].tasks[0].request.cpu" in err
 
 
 def test_logs_of_a_job_that_has_not_started(api: Fake, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(api, capsys, "logs", "train")
-    assert code == 1 and out == ""
+    assert code == 1
+    assert out == ""
     assert err == "error: no task of job train has started (Inqueue): no output yet\n"
     code, out, err = run(api, capsys, "logs", "train", "w-1")
-    assert code == 1 and err == "error: task train/w-1 has not started (Pending): no output yet\n"
+    assert code == 1
+    assert err == "error: task train/w-1 has not started (Pending): no output yet\n"
 
 
 # -- the real command, piped, against a real server --------------------------------------------
@@ -460,7 +472,8 @@ async def test_the_piped_command_against_a_server(server: ServerHandle, tmp_path
     code, _, err = await muster("submit", str(jobs))
     assert code == 0, err
     code, out, _ = await muster("jobs", "--sort=-submit", "--limit", "3")
-    assert code == 0 and not BOX & set(out)
+    assert code == 0
+    assert not BOX & set(out)
     lines = out.splitlines()
     assert lines[0].split() == [
         "JOB",
@@ -479,11 +492,15 @@ async def test_the_piped_command_against_a_server(server: ServerHandle, tmp_path
     )
     assert out == "j1   default\nj3   default\n"
     code, out, err = await muster("logs", "j0")
-    assert code == 1 and out == "" and err.startswith("error: no task of job j0 has started (")
+    assert code == 1
+    assert out == ""
+    assert err.startswith("error: no task of job j0 has started (")
     # Errors carry short enum names: 'Closed', not QUEUE_STATE_CLOSED.
     assert (await muster("queue", "create", "ml", "--state", "closed"))[0] == 0
     one = tmp_path / "one.yaml"
     one.write_text("{id: m1, queue: ml, tasks: [{role: w, replicas: 1, request: {cpu: 1}}]}")
     code, _, err = await muster("submit", str(one))
-    assert code == 1 and err.startswith("error: FAILED_PRECONDITION: ")
-    assert "queue 'ml' is Closed" in err and "QUEUE_STATE" not in err
+    assert code == 1
+    assert err.startswith("error: FAILED_PRECONDITION: ")
+    assert "queue 'ml' is Closed" in err
+    assert "QUEUE_STATE" not in err

@@ -74,7 +74,8 @@ def test_submit_time_sets_every_job_and_wins_over_the_file(api, capsys, tmp_path
     assert code == 0, err
     assert [(s.id, s.time_limit_seconds) for s in api.submitted] == [("a", 5400), ("b", 5400)]
     code, _, err = run(api, capsys, "submit", "-t", "2x", str(path))
-    assert code == 2 and err.strip().startswith("error: --time: '2x' is not a time limit")
+    assert code == 2
+    assert err.strip().startswith("error: --time: '2x' is not a time limit")
     assert len(api.submitted) == 2  # nothing more was sent
 
 
@@ -90,7 +91,8 @@ def test_queue_time_flags(api, capsys):  # noqa: F811
     q = api.queues["short"]
     assert (q.default_time_limit_seconds, q.max_time_limit_seconds) == (1800, 0)
     code, _, err = run(api, capsys, "queue", "update", "short", "--default-time", "soon")
-    assert code == 2 and "--default-time: 'soon' is not a time limit" in err
+    assert code == 2
+    assert "--default-time: 'soon' is not a time limit" in err
 
 
 def test_jobs_wide_and_job_show_time_limit_and_elapsed(api, capsys):  # noqa: F811
@@ -101,9 +103,11 @@ def test_jobs_wide_and_job_show_time_limit_and_elapsed(api, capsys):  # noqa: F8
     code, out, _ = run(api, capsys, "jobs", "-o", "wide")
     assert code == 0
     lines = out.splitlines()
-    assert "TIME LIMIT" in lines[0] and "ELAPSED" in lines[0]
+    assert "TIME LIMIT" in lines[0]
+    assert "ELAPSED" in lines[0]
     first = next(line for line in lines if line.startswith("job-0"))
-    assert " 2h " in first and (" 10m" in first or " 10m1s" in first)
+    assert " 2h " in first
+    assert " 10m" in first or " 10m1s" in first
     second = next(line for line in lines if line.startswith("job-1"))
     assert " 1m30s " in second  # finished: start to finish
     code, out, _ = run(api, capsys, "jobs")

@@ -90,7 +90,8 @@ async def test_nodes_idle_is_net_of_unhealthy_and_shared_gpus(
     assert cell["DEVICES"] == "nvidia.com/gpu 1/4 free (1 shared, 1 unhealthy)"
     code, out = await muster(server, capsys, "nodes", "-o", "json")
     (view,) = json.loads(out)
-    assert view["idle"]["quantities"][NVIDIA_GPU] == "1" and view["shared_gpus"] == {"1": 0.5}
+    assert view["idle"]["quantities"][NVIDIA_GPU] == "1"
+    assert view["shared_gpus"] == {"1": 0.5}
 
 
 async def test_queues_show_subtree_totals(

@@ -38,14 +38,18 @@ tasks:
         required: [{match_expressions: [{key: rack, operator: In, values: [a, b]}]}]
 """
     )
-    assert job.id == "train" and job.namespace == "ml" and job.queue == "gpu"
-    assert job.priority_class == "high" and job.min_member == 3
+    assert job.id == "train"
+    assert job.namespace == "ml"
+    assert job.queue == "gpu"
+    assert job.priority_class == "high"
+    assert job.min_member == 3
     assert dict(job.min_task_member) == {"leader": 1}
     assert dict(job.min_resources.quantities) == {"cpu": "8"}
     leader, worker = job.task_groups
     assert dict(leader.request.quantities) == {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}
     assert list(leader.command) == ["sh", "-c", "echo hi"]
-    assert worker.request.quantities["cpu"] == "0.5" and worker.duration_seconds == 2.5
+    assert worker.request.quantities["cpu"] == "0.5"
+    assert worker.duration_seconds == 2.5
     assert worker.tolerations[0].operator == "Exists"
     term = worker.affinity.node_affinity.required[0].match_expressions[0]
     assert (term.key, term.operator, list(term.values)) == ("rack", "In", ["a", "b"])
@@ -99,9 +103,8 @@ def test_all_problems_are_reported_not_just_the_first():
     with pytest.raises(JobFileError) as err:
         parse_jobs("- {tasks: [{role: w}]}\n- {id: b, tasks: [{role: w, request: {cpu: x}}]}")
     assert len(err.value.problems) == 2
-    assert err.value.problems[0].startswith("jobs[0].id") and err.value.problems[1].startswith(
-        "jobs[1].tasks[0]"
-    )
+    assert err.value.problems[0].startswith("jobs[0].id")
+    assert err.value.problems[1].startswith("jobs[1].tasks[0]")
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("job*.yaml")), ids=lambda p: p.name)
@@ -113,7 +116,8 @@ def test_examples_parse_and_respect_gang_bounds(path):
         assert all(g.replicas > 0 for g in job.task_groups)
         assert job.min_member <= sum(replicas.values())
         for role, minimum in job.min_task_member.items():
-            assert role in replicas and minimum <= replicas[role], (job.id, role)
+            assert role in replicas, (job.id, role)
+            assert minimum <= replicas[role], (job.id, role)
 
 
 def test_round_trip_through_friendly_dict():

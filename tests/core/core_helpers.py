@@ -323,7 +323,7 @@ def plugin(
     name: str, *switches: str, arguments: dict[str, Any] | None = None, **switch_values: bool
 ) -> dict[str, Any]:
     """A tier entry: the named switches on, ``switch_values`` as given."""
-    p: dict[str, Any] = {"name": name, **{s: True for s in switches}, **switch_values}
+    p: dict[str, Any] = {"name": name, **dict.fromkeys(switches, True), **switch_values}
     if arguments:
         p["arguments"] = arguments
     return p

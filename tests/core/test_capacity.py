@@ -112,7 +112,7 @@ def test_preemptive_needs_room_under_deserved_on_some_requested_dimension() -> N
     assert ssn.preemptive(ssn.queues["qa"], ssn.tasks["ns1/a1"]) is False
 
 
-def reclaim_fn(ssn: Session):  # noqa: ANN201
+def reclaim_fn(ssn: Session):
     return dict(ssn.chain("reclaimable")[0])["capacity"]
 
 
@@ -137,7 +137,8 @@ def test_reclaimable_stops_at_deserved_and_respects_guarantee() -> None:
     chosen, verdict = reclaim_fn(ssn)(
         ssn.tasks["ns1/r0"], [ssn.tasks[f"ns1/v{i}"] for i in range(4)]
     )
-    assert verdict == 1 and len(chosen) == 2  # 4 -> 3 -> 2 == deserved: stop
+    assert verdict == 1
+    assert len(chosen) == 2
     ssn = session(
         snapshot(
             TWO_NODES,

@@ -168,7 +168,8 @@ def test_flat_reclaimable_keeps_the_guarantee_and_leaves_live_allocations() -> N
     p = plugin_of(ssn)
     victims = [ssn.tasks[f"ns/v{i}"] for i in range(4)]
     chosen, verdict = p.reclaimable(ssn.tasks["ns/r0"], victims)
-    assert verdict == PERMIT and len(chosen) == 1
+    assert verdict == PERMIT
+    assert len(chosen) == 1
     assert list(p.attrs["qv"].allocated) == [4 * CPU, 4 * GI]
 
 

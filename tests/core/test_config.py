@@ -46,7 +46,9 @@ def test_default_configuration_is_volcanos() -> None:
 def test_volcano_file_loads_with_switches_arguments_and_configurations() -> None:
     cfg = load_config(VOLCANO_STYLE)
     gang = cfg.plugin("gang")
-    assert gang is not None and not gang.enabled("preemptable") and gang.enabled("job_order")
+    assert gang is not None
+    assert not gang.enabled("preemptable")
+    assert gang.enabled("job_order")
     assert cfg.plugin("binpack").arguments["binpack.resources.nvidia.com/gpu"] == 5  # type: ignore[union-attr]
     assert cfg.action_arguments["allocate"] == {"predicateErrorCacheEnable": False}
     # Volcano leaves hierarchy off unless asked.
@@ -95,7 +97,9 @@ def test_disabled_mode_only_written_switches_are_on() -> None:
         "extension_points_not_listed: disabled\ntiers:\n- plugins:\n  - {name: gang, enableJobReady: true}"
     )
     gang = cfg.plugin("gang")
-    assert gang is not None and gang.enabled("job_ready") and not gang.enabled("job_order")
+    assert gang is not None
+    assert gang.enabled("job_ready")
+    assert not gang.enabled("job_order")
 
 
 def test_x_prefixed_keys_are_ignored() -> None:
@@ -135,7 +139,8 @@ VOLCANO_SWITCHES = [
 @pytest.mark.parametrize("key", VOLCANO_SWITCHES)
 def test_every_volcano_switch_is_accepted(key: str) -> None:
     gang = load_config(f"tiers:\n- plugins:\n  - {{name: gang, {key}: false}}").plugin("gang")
-    assert gang is not None and not gang.enabled(SWITCHES[key])
+    assert gang is not None
+    assert not gang.enabled(SWITCHES[key])
     assert set(SWITCHES) == set(VOLCANO_SWITCHES)
 
 

@@ -141,7 +141,7 @@ ORDERS: dict[
 }
 
 
-class prefers:  # noqa: N801 - reads as a function in the tests
+class prefers:  # lower case: reads as a function in the tests
     """A compare fn preferring the left (0) or the right (1) object of ``ORDERS``' pair."""
 
     def __init__(self, which: int) -> None:
@@ -172,7 +172,8 @@ def test_order_first_non_zero_answer_in_tier_order_wins(point: str) -> None:
     zero = lambda *_: 0  # noqa: E731
     # a abstains (0), b prefers the right one, c (tier 2) would prefer the left one: never asked.
     ssn, left, right = _order_session(point, a=zero, b=prefers(1), c=prefers(0))
-    assert ask(ssn, right, left) is True and ask(ssn, left, right) is False
+    assert ask(ssn, right, left) is True
+    assert ask(ssn, left, right) is False
     # Within a tier the first plugin decides.
     REGISTRATIONS.clear()
     ssn, left, right = _order_session(point, a=prefers(0), b=prefers(1))
@@ -188,7 +189,8 @@ def test_order_first_non_zero_answer_in_tier_order_wins(point: str) -> None:
 def test_order_ties_fall_back_to_the_default_order(point: str) -> None:
     pair, ask, left_first = ORDERS[point]
     ssn, left, right = _order_session(point, a=lambda *_: 0)
-    assert ask(ssn, left, right) is left_first and ask(ssn, right, left) is not left_first
+    assert ask(ssn, left, right) is left_first
+    assert ask(ssn, right, left) is not left_first
     REGISTRATIONS.clear()
     ssn = open_session()  # nobody registered
     left, right = pair(ssn)
@@ -203,11 +205,13 @@ def test_order_switch(point: str) -> None:
         # Always on (as in Volcano): even with every switch off, a's answer counts.
         cfg = TWO_TIERS + "extension_points_not_listed: disabled\n"
         ssn, left, right = _order_session(point, cfg, a=prefers(1))
-        assert ask(ssn, right, left) is True and ask(ssn, left, right) is False
+        assert ask(ssn, right, left) is True
+        assert ask(ssn, left, right) is False
         return
     # b's switch is off: c decides.
     ssn, left, right = _order_session(point, switched_off(point, "b"), b=prefers(1), c=prefers(0))
-    assert ask(ssn, left, right) is True and ask(ssn, right, left) is False
+    assert ask(ssn, left, right) is True
+    assert ask(ssn, right, left) is False
     assert [name for row in ssn.chain(point) for name, _ in row] == ["c"]
 
 
@@ -260,7 +264,8 @@ def test_order_keys_in_tier_order_give_the_comparators_order(point: str) -> None
     ssn = open_session()
     key, less = getattr(ssn, key_of)(), getattr(ssn, less_of)
     left, right = pair(ssn)
-    assert key is not None and (key(left) < key(right)) is less(left, right)
+    assert key is not None
+    assert (key(left) < key(right)) is less(left, right)
     # A plugin of the order without a key: no key (the comparators are used), whatever the others give.
     REGISTRATIONS.clear()
     register(a={order: lambda *_: 0, point: lambda _: 0}, c={order: lambda *_: 0})
@@ -271,9 +276,8 @@ def test_order_keys_in_tier_order_give_the_comparators_order(point: str) -> None
         a={order: lambda *_: 0, point: lambda _: 0}, b={order: lambda *_: 0, point: lambda _: 0}
     )
     ssn = open_session(switched_off(point, "b"))
-    assert [n for row in ssn.chain(point) for n, _ in row] == ["a"] and getattr(
-        ssn, key_of
-    )() is not None
+    assert [n for row in ssn.chain(point) for n, _ in row] == ["a"]
+    assert getattr(ssn, key_of)() is not None
 
 
 # -- every enabled plugin must pass -----------------------------------------------------------------
@@ -307,11 +311,9 @@ def test_allocatable_first_refusal_decides_and_says_why() -> None:
     assert ask(open_session()) is ALLOWED  # no function: allowed
     register(a={"allocatable": yes}, d={"allocatable": lambda *_: refuse("d", "q1 is full")})
     verdict = ask(open_session())  # a refusal in a later tier still refuses
-    assert (
-        not verdict
-        and verdict == REJECT
-        and (verdict.reason, verdict.plugin) == ("q1 is full", "d")
-    )
+    assert not verdict
+    assert verdict == REJECT
+    assert (verdict.reason, verdict.plugin) == ("q1 is full", "d")
     register(d={"allocatable": yes}, b={"allocatable": yes})
     assert ask(open_session()).ok
     register(
@@ -337,7 +339,8 @@ def test_job_satisfiable_first_refusal_decides_under_the_allocatable_switch() ->
         c={"job_satisfiable": lambda j: refuse("c", "never asked")},
     )
     verdict = ask(open_session())
-    assert not verdict and (verdict.reason, verdict.plugin) == ("over q1's capability", "b")
+    assert not verdict
+    assert (verdict.reason, verdict.plugin) == ("over q1's capability", "b")
     # The limit it speaks for is allocatable's: with that switch off, b is not asked.
     assert POINTS["job_satisfiable"].switch == POINTS["allocatable"].switch
     assert ask(open_session(switched_off("job_satisfiable", "b"))).reason == "never asked"
@@ -403,7 +406,8 @@ def test_job_valid_first_failure_decides() -> None:
     )
     ssn = open_session()
     vr = ssn.job_valid(ssn.jobs["ns/j1"])
-    assert vr is not None and vr.reason == "second"
+    assert vr is not None
+    assert vr.reason == "second"
     register(b={"job_valid": lambda j: ValidateResult(False, "first", "")})
     ssn = open_session()
     # Both jobs are invalid: recorded at session open with the first tier's reason.
@@ -415,11 +419,13 @@ def test_job_valid_first_failure_decides() -> None:
 def test_job_valid_has_no_switch_and_no_failure_is_valid() -> None:
     assert POINTS["job_valid"].switch is None
     ssn = open_session()
-    assert ssn.job_valid(ssn.jobs["ns/j1"]) is None and not ssn.invalid_jobs
+    assert ssn.job_valid(ssn.jobs["ns/j1"]) is None
+    assert not ssn.invalid_jobs
     register(c={"job_valid": lambda j: ValidateResult(False, "c", "")})
     ssn = open_session(TWO_TIERS + "extension_points_not_listed: disabled\n")
     vr = ssn.job_valid(ssn.jobs["ns/j1"])
-    assert vr is not None and vr.reason == "c"
+    assert vr is not None
+    assert vr.reason == "c"
 
 
 # -- votes ----------------------------------------------------------------------------------------------
@@ -491,10 +497,8 @@ def test_job_enqueued_calls_every_enabled_plugin_in_tier_order() -> None:
 
 def test_enqueueable_and_enqueued_share_volcanos_switch() -> None:
     assert POINTS["job_enqueueable"].switch == POINTS["job_enqueued"].switch
-    assert (
-        POINTS["job_enqueued"].switch is not None
-        and POINTS["job_enqueued"].switch.key == "enableJobEnqueued"
-    )
+    assert POINTS["job_enqueued"].switch is not None
+    assert POINTS["job_enqueued"].switch.key == "enableJobEnqueued"
 
 
 # -- starving: the first tier with a function decides ----------------------------------------------------
@@ -533,7 +537,8 @@ def test_overused_any_true_wins() -> None:
     assert ssn.overused(ssn.queues["q1"]) is False  # no function: false
     register(a={"overused": lambda q: False}, d={"overused": lambda q: q.name == "q1"})
     ssn = open_session()
-    assert ssn.overused(ssn.queues["q1"]) is True and ssn.overused(ssn.queues["q2"]) is False
+    assert ssn.overused(ssn.queues["q1"]) is True
+    assert ssn.overused(ssn.queues["q2"]) is False
     ssn = open_session(switched_off("overused", "d"))
     assert ssn.overused(ssn.queues["q1"]) is False
 
@@ -696,13 +701,16 @@ def test_register_refuses_an_unknown_point() -> None:
 def test_register_is_typed_per_point_as_the_table_declares() -> None:
     hints = get_type_hints(Session.register)
     row = hints["point"]
-    assert get_origin(row) is Point and get_args(row)[0] == hints["fn"]  # the row's first type
+    assert get_origin(row) is Point
+    assert get_args(row)[0] == hints["fn"]
     for name, p in POINTS.items():  # every row says both of its types
-        assert p.name == name and p.signature is not None
+        assert p.name == name
+        assert p.signature is not None
         assert len(get_args(vars(p)["__orig_class__"])) == 2
     # The points asked as methods are rows of the table, bound per session; the row on the class.
     asked = {attr: p for attr, p in vars(Session).items() if isinstance(p, Point)}
-    assert asked["job_ready"] is JOB_READY and all(POINTS[p.name] is p for p in asked.values())
+    assert asked["job_ready"] is JOB_READY
+    assert all(POINTS[p.name] is p for p in asked.values())
     ssn = open_session()
     assert all(callable(getattr(ssn, attr)) for attr in asked)
     assert Session.job_ready is JOB_READY
@@ -710,11 +718,17 @@ def test_register_is_typed_per_point_as_the_table_declares() -> None:
 
 def test_a_verdict_is_its_vote() -> None:
     no = refuse("p", "why")
-    assert (
-        no == REJECT and no < 0 and not no and not no.ok and (no.reason, no.plugin) == ("why", "p")
-    )
-    assert ALLOWED == PERMIT and ALLOWED and ALLOWED.ok and ALLOWED.reason == ""
-    assert Verdict(ABSTAIN) and Verdict(ABSTAIN).ok  # an abstention refuses nothing
+    assert no == REJECT
+    assert no < 0
+    assert not no
+    assert not no.ok
+    assert (no.reason, no.plugin) == ("why", "p")
+    assert ALLOWED == PERMIT
+    assert ALLOWED
+    assert ALLOWED.ok
+    assert ALLOWED.reason == ""
+    assert Verdict(ABSTAIN)
+    assert Verdict(ABSTAIN).ok
 
 
 def test_a_disabled_switch_removes_the_plugin_from_the_chain() -> None:
@@ -738,11 +752,12 @@ def test_disabled_mode_turns_on_only_switches_written_true() -> None:
 
 
 def test_the_config_accepts_exactly_the_declared_switches() -> None:
-    assert SWITCHES == {s.key: s.name for s in ALL_SWITCHES}
+    assert {s.key: s.name for s in ALL_SWITCHES} == SWITCHES
     assert len({s.name for s in ALL_SWITCHES}) == len(ALL_SWITCHES)
     point_keys = {p.switch.key for p in POINTS.values() if p.switch is not None}
     others = {s.key for s in (*PLUGIN_SWITCHES, *COMPATIBILITY_SWITCHES)}
-    assert point_keys.isdisjoint(others) and point_keys | others == set(SWITCHES)
+    assert point_keys.isdisjoint(others)
+    assert point_keys | others == set(SWITCHES)
     assert [s.key for s in ALL_SWITCHES if not s.default] == ["enableHierarchy"]
 
 
@@ -789,7 +804,9 @@ def test_queue_jobs_order_first_non_zero_then_creation_order() -> None:
     ssn = open_session()
     q1, q2, j1 = ssn.queues["q1"], ssn.queues["q2"], ssn.jobs[f"{NS}/j1"]
     assert ssn.queue_jobs_order(q1, q2, j1, None, [], []) is False  # a ties, b decides (q2 first)
-    assert seen and seen[0][2] is j1 and seen[0][3] is None  # the jobs reach every plugin
+    assert seen
+    assert seen[0][2] is j1
+    assert seen[0][3] is None
     register(a={}, b={}, c={})
     ssn = open_session()
     assert (
@@ -838,10 +855,10 @@ def test_reclaim_checks_all_must_pass() -> None:
     )
     ssn = open_session()
     j1, j2 = ssn.jobs[f"{NS}/j1"], ssn.jobs[f"{NS}/j2"]
-    assert ssn.can_reclaim(j1) and not ssn.can_reclaim(j2)
-    assert ssn.reclaim_scenario_valid(j1, [], []) and not ssn.reclaim_scenario_valid(
-        j1, [], list(ssn.tasks.values()) * 2
-    )
+    assert ssn.can_reclaim(j1)
+    assert not ssn.can_reclaim(j2)
+    assert ssn.reclaim_scenario_valid(j1, [], [])
+    assert not ssn.reclaim_scenario_valid(j1, [], list(ssn.tasks.values()) * 2)
 
 
 @covers("solution_start")
@@ -862,7 +879,8 @@ def test_gpu_order_scores_add_up() -> None:
     )
     ssn = open_session()
     t = next(iter(ssn.tasks.values()))
-    assert ssn.gpu_order(t, 0, "g1") == 3.5 and ssn.gpu_order(t, 0, "") == 1.5
+    assert ssn.gpu_order(t, 0, "g1") == 3.5
+    assert ssn.gpu_order(t, 0, "") == 1.5
 
 
 @covers("node_sets")

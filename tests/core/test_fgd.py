@@ -103,9 +103,11 @@ def test_typical_types_are_the_most_popular_until_the_threshold() -> None:
 
 def test_score_is_the_integer_sigmoid_of_the_fragmentation_shrinking() -> None:
     assert fgd_score(0.0) == 50  # no change
-    assert fgd_score(-1.0) == 73 and fgd_score(1.0) == 26  # int(100 x sigmoid(+-1))
+    assert fgd_score(-1.0) == 73
+    assert fgd_score(1.0) == 26
     assert fgd_score(0.03) == fgd_score(0.01) == 49  # within a score step: a tie
-    assert fgd_score(1e9) == 0 and fgd_score(-1e9) == 100
+    assert fgd_score(1e9) == 0
+    assert fgd_score(-1e9) == 100
 
 
 # -- the plugin in a cycle ----------------------------------------------------------------------------
@@ -177,7 +179,8 @@ def test_fgd_fills_the_half_free_gpu_where_binpack_splits_a_whole_one() -> None:
     assert fgd.binds["ns/half-0"] == "b"
     assert fgd.bind_gpu_groups["ns/half-0"] == ["g0"]
     # Nothing was split: both whole-GPU tasks find a whole GPU on a.
-    assert fgd.binds["ns/whole-0"] == "a" and fgd.binds["ns/whole-2-0"] == "a"
+    assert fgd.binds["ns/whole-0"] == "a"
+    assert fgd.binds["ns/whole-2-0"] == "a"
 
     nodes, jobs = half_gpu_cluster()
     binpack = cycle(config("binpack"), nodes, jobs)

@@ -203,7 +203,8 @@ def test_conditions_written_on_close() -> None:
         {"type": "Scheduled", "reason": "tasks in gang are ready to be scheduled", "message": ""}
     ]
     big = out["jobs"]["ns/big"]["conditions"][0]
-    assert big["type"] == "Unschedulable" and big["reason"] == "NotEnoughResources"
+    assert big["type"] == "Unschedulable"
+    assert big["reason"] == "NotEnoughResources"
     assert big["message"].startswith(
         "2/2 tasks in gang unschedulable: pod group is not ready, 2 Pending, 2 minAvailable"
     )

@@ -58,7 +58,8 @@ def test_a_gang_bigger_than_every_backend_waits_unless_spanning_is_allowed() -> 
     snap = snapshot([*nodes("a", 2), *nodes("b", 3)], [job("g", 5, "4")])
     assert cycle(snap, DEFAULT_CONFIG_YAML).binds == {}
     spanning = cycle(snapshot([*nodes("a", 2), *nodes("b", 3)], [job("g", 5, "4")]), SPANNING)
-    assert backends_of(spanning.binds) == {"a", "b"} and len(spanning.binds) == 5
+    assert backends_of(spanning.binds) == {"a", "b"}
+    assert len(spanning.binds) == 5
 
 
 def test_one_backend_is_left_alone() -> None:

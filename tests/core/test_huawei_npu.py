@@ -81,7 +81,7 @@ def run(
 
 def layout_node(name: str, free0: int, free1: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A node whose ring 0 has ``free0`` free chips and ring 1 ``free1`` (the rest held)."""
-    held = [i for i in range(4 - free0)] + [4 + i for i in range(4 - free1)]
+    held = list(range(4 - free0)) + [4 + i for i in range(4 - free1)]
     return npu_node(name), ([holder(f"h-{name}", name, held)] if held else [])
 
 
@@ -125,7 +125,8 @@ ORDER = {
 def test_the_table_ranks_every_layout_in_its_order() -> None:
     for chips, layouts in ORDER.items():
         ranks = [best_ring({"0": a, "1": b}, chips)[0] for a, b in layouts]
-        assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks), (chips, ranks)
+        assert ranks == sorted(ranks), (chips, ranks)
+        assert len(set(ranks)) == len(ranks), (chips, ranks)
         # Mirrored rings rank the same, taking the mirrored ring.
         for a, b in layouts:
             assert best_ring({"0": b, "1": a}, chips)[0] == best_ring({"0": a, "1": b}, chips)[0]
@@ -151,7 +152,8 @@ def test_the_scheduler_picks_nodes_in_table_order(chips: int) -> None:
         assert out["binds"] == {"default/p-0": names[expected]}, (chips, expected)
         task = out["tasks"]["default/p-0"]
         ring = {int(d.split("-")[1]) // 4 for d in task["devices"]}
-        assert len(task["devices"]) == chips and len(ring) == 1
+        assert len(task["devices"]) == chips
+        assert len(ring) == 1
         del names[expected]
 
 
@@ -214,7 +216,8 @@ def test_requests_the_rules_forbid_leave_the_job_unscheduled_with_a_reason(
     out = run([node, npu_node("n2")], [npu_job("p", *chips, resource=resource)])
     assert out["binds"] == {}
     cond = out["jobs"]["default/p"]["conditions"][0]
-    assert cond["type"] == "Unschedulable" and cond["reason"] == "InvalidNPURequest"
+    assert cond["type"] == "Unschedulable"
+    assert cond["reason"] == "InvalidNPURequest"
     assert needle in cond["message"]
 
 

@@ -50,21 +50,31 @@ def test_a_partial_view_counts_only_its_own_tasks() -> None:
     assert list(view.tasks) == ["ns/w-1", "ns/w-2", "ns/w-4"]
     # Pod sets built from its tasks, not the job's (nor the job's cached ones).
     assert _counts(view) == {"a": (2, 2, 2, 2), "b": (1, 0, 0, 1)}
-    assert not gang_satisfied(view) and min_available_state(view) == 0
+    assert not gang_satisfied(view)
+    assert min_available_state(view) == 0
     # The task index and the figures kept with it.
-    assert set(view.index[R]) == {"ns/w-1", "ns/w-2"} and set(view.index[P]) == {"ns/w-4"}
-    assert view.count(R) == 2 and view.ready_task_num() == 2
-    assert view.allocated[0] == 2000.0 and w.allocated[0] == 4000.0
+    assert set(view.index[R]) == {"ns/w-1", "ns/w-2"}
+    assert set(view.index[P]) == {"ns/w-4"}
+    assert view.count(R) == 2
+    assert view.ready_task_num() == 2
+    assert view.allocated[0] == 2000.0
+    assert w.allocated[0] == 4000.0
     # The job itself is untouched.
     assert _counts(w) == {"a": (3, 3, 3, 3), "b": (2, 1, 1, 2)}
-    assert len(w.tasks) == 5 and w.count(R) == 4 and w.ready_task_num() == 4
-    assert gang_satisfied(w) and min_available_state(w) == 2
+    assert len(w.tasks) == 5
+    assert w.count(R) == 4
+    assert w.ready_task_num() == 4
+    assert gang_satisfied(w)
+    assert min_available_state(w) == 2
     # A victim given up in pieces: the job's sub-group a is above its minimum and gives one task;
     # in the view it is at its minimum and gives both, which is all the view holds.
     chosen, more = tasks_to_evict(w, ssn.task_order_fn)
-    assert len(chosen) == 1 and chosen[0].sub_group == "a" and more
+    assert len(chosen) == 1
+    assert chosen[0].sub_group == "a"
+    assert more
     chosen, more = tasks_to_evict(view, ssn.task_order_fn)
-    assert {t.uid for t in chosen} == {"ns/w-1", "ns/w-2"} and not more
+    assert {t.uid for t in chosen} == {"ns/w-1", "ns/w-2"}
+    assert not more
 
 
 def test_pod_sets_are_kept_until_a_task_is_placed_or_evicted() -> None:

@@ -60,7 +60,8 @@ def test_leftover_fractions_go_one_unit_at_a_time_to_the_largest_remainder() -> 
     ]
     divide(4, qs, "nvidia.com/gpu")
     shares = fair(qs)
-    assert sum(shares.values()) == 4 and sorted(shares.values()) == [1, 1, 2]
+    assert sum(shares.values()) == 4
+    assert sorted(shares.values()) == [1, 1, 2]
     assert all(math.isclose(v, round(v)) for v in shares.values())  # whole GPUs only
 
 

@@ -42,23 +42,27 @@ def gang(n: int, gpus: int, topology: str) -> str:
 def test_required_rack_keeps_the_gang_in_one_rack_the_fullest_that_fits() -> None:
     # 3 x 2 GPUs: rack r2 (6 free, fuller) holds them; r1 (8 free) would too but is emptier.
     placed = run(gang(3, 2, "{topology: dc, requiredLevel: rack}"))
-    assert len(placed) == 3 and set(placed.values()) <= {"b1", "b2"}
+    assert len(placed) == 3
+    assert set(placed.values()) <= {"b1", "b2"}
     # 4 x 2 GPUs no longer fit r2 (6 free): r1 takes them.
     placed = run(gang(4, 2, "{topology: dc, requiredLevel: rack}"))
-    assert len(placed) == 4 and set(placed.values()) <= {"a1", "a2"}
+    assert len(placed) == 4
+    assert set(placed.values()) <= {"a1", "a2"}
 
 
 def test_a_gang_no_domain_can_hold_stays_pending() -> None:
     assert run(gang(5, 2, "{topology: dc, requiredLevel: rack}")) == {}  # 10 GPUs: no rack has them
     placed = run(gang(5, 2, "{topology: dc, requiredLevel: zone}"))  # zone z1 has 14 free
-    assert len(placed) == 5 and all(n[0] in "ab" for n in placed.values())
+    assert len(placed) == 5
+    assert all(n[0] in "ab" for n in placed.values())
 
 
 def test_preferred_rack_then_required_zone() -> None:
     placed = run(gang(4, 2, "{topology: dc, preferredLevel: rack, requiredLevel: zone}"))
     assert set(placed.values()) <= {"a1", "a2"}  # one rack can hold it: that rack
     placed = run(gang(6, 2, "{topology: dc, preferredLevel: rack, requiredLevel: zone}"))
-    assert len(placed) == 6 and all(n[0] in "ab" for n in placed.values())  # only the zone can
+    assert len(placed) == 6
+    assert all(n[0] in "ab" for n in placed.values())
 
 
 def test_unknown_topology_is_not_scheduled_and_says_so() -> None:

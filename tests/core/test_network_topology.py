@@ -69,7 +69,8 @@ def test_hard_mode_tier2_allows_crossing_tier1() -> None:
     """highestTierAllowed 2: the tier-2 hypernode s2 holds n1..n4, so the second task may go to
     another tier-1 hypernode (node order decides), but never to n5."""
     placed = binds(cluster({"mode": "hard", "highestTierAllowed": 2}))
-    assert len(placed) == 2 and "n5" not in placed.values()
+    assert len(placed) == 2
+    assert "n5" not in placed.values()
 
 
 def test_hard_mode_gang_that_cannot_fit_is_not_placed() -> None:

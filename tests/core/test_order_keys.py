@@ -56,7 +56,8 @@ def test_job_and_task_keys_sort_as_the_comparators(
 ) -> None:
     ssn = _session(specs, WITH_SLA if sla else DEFAULT_CONFIG_YAML)
     job_key, task_key = ssn.job_order_key(), ssn.task_order_key()
-    assert job_key is not None and task_key is not None
+    assert job_key is not None
+    assert task_key is not None
     jobs = list(ssn.jobs.values())
     by_cmp = sorted(
         jobs,

@@ -43,7 +43,8 @@ def test_an_admission_forgets_the_enqueue_refusal_and_records_nothing_new() -> N
     outcomes.enqueue_answered(j, refuse("p", "queue full"))
     assert outcomes.found(j).enqueue.reason == "queue full"
     outcomes.enqueue_answered(j, ALLOWED)
-    assert outcomes.found(j).enqueue.ok and not outcomes.found(j).enqueue.reason
+    assert outcomes.found(j).enqueue.ok
+    assert not outcomes.found(j).enqueue.reason
     outcomes.enqueue_answered(k, ALLOWED)  # nothing was found about k: nothing to keep
     assert outcomes.found(k) is Outcomes().found(k)
 
@@ -76,7 +77,8 @@ def test_the_enqueue_refusal_explains_a_pending_job() -> None:
     )
     result = cycle(snap, PROPORTION)
     explanation = result.jobs["ns/big"].explanation
-    assert explanation is not None and explanation.gate == "enqueue"
+    assert explanation is not None
+    assert explanation.gate == "enqueue"
     assert explanation.summary == "queue resource quota insufficient: insufficient cpu"
 
 
@@ -96,7 +98,8 @@ def test_the_queue_refusal_explains_a_job_that_would_fit_a_node() -> None:
         ACTIONS[action](None).execute(ssn)
     more = ssn.jobs["ns/more"]
     verdict = ssn.outcomes.found(more).queue
-    assert not verdict and verdict.plugin == "proportion"
+    assert not verdict
+    assert verdict.plugin == "proportion"
     assert explain(ssn, more, more.phase).summary == (
         "queue q1: placing more-0 would exceed the queue's deserved or capability share"
     )
@@ -108,7 +111,9 @@ def test_release_leaves_the_result_whole() -> None:
     ssn.release()
     # What holds the plugins goes (tests/core/test_cycle_memory.py: no garbage left); the
     # session's data stays, its points can no longer be asked.
-    assert ssn.plugins == [] and ssn.event_handlers == [] and not hasattr(ssn, "evaluator")
+    assert ssn.plugins == []
+    assert ssn.event_handlers == []
+    assert not hasattr(ssn, "evaluator")
     with pytest.raises(AttributeError, match="outside its session's chains"):
         ssn.job_ready(ssn.jobs["ns/j"])
     assert result.jobs["ns/j"].explanation is not None
@@ -139,7 +144,8 @@ def _never(result: CycleResult, uid: str) -> tuple[str, str]:
     out = result.jobs[uid]
     for c in out.conditions:
         if c.type == "Unsatisfiable" and c.status == "True":
-            assert out.explanation is not None and out.explanation.gate == "unsatisfiable"
+            assert out.explanation is not None
+            assert out.explanation.gate == "unsatisfiable"
             assert c.message == out.explanation.summary
             return c.reason, c.message
     return "", ""
@@ -161,12 +167,15 @@ def test_the_least_a_gang_holds_at_once_counts_its_minimums_and_what_succeeded()
     j, done = ssn.jobs["ns/j"], ssn.jobs["ns/done"]
     cpu = ssn.space.index["cpu"]
     need = j.least_at_once(lambda t: t.resreq)
-    assert need is not None and need[cpu] == 8000.0  # the two smallest: two workers
+    assert need is not None
+    assert need[cpu] == 8000.0
     j.task_min_available = {"ps": 1}
     need = j.least_at_once(lambda t: t.resreq)
-    assert need is not None and need[cpu] == 12000.0  # the ps must be one of them
+    assert need is not None
+    assert need[cpu] == 12000.0
     need = done.least_at_once(lambda t: t.resreq)
-    assert need is not None and need[cpu] == 2000.0  # one succeeded: one more is needed
+    assert need is not None
+    assert need[cpu] == 2000.0
     done.min_available = 1
     assert done.least_at_once(lambda t: t.resreq) is None  # the succeeded task is enough
 

@@ -66,7 +66,7 @@ TOPOLOGY_TIERS = [
 # minMember 0 therefore run with gang's preemptable off, which gives the same victims.
 
 
-def _without_gang_victims(tiers):  # noqa: ANN001, ANN202
+def _without_gang_victims(tiers):
     return [
         [
             plugin("gang", "enableJobPipelined", "enableJobStarving") if p["name"] == "gang" else p
@@ -76,7 +76,7 @@ def _without_gang_victims(tiers):  # noqa: ANN001, ANN202
     ]
 
 
-def preempt(nodes, queues, jobs, *, topology_aware: bool = False, tiers=None, **arguments):  # noqa: ANN001, ANN003, ANN202
+def preempt(nodes, queues, jobs, *, topology_aware: bool = False, tiers=None, **arguments):
     tiers = tiers or (TOPOLOGY_TIERS if topology_aware else TIERS)
     if any(j["minMember"] == 0 for j in jobs):
         tiers = _without_gang_victims(tiers)
@@ -259,7 +259,7 @@ def test_within_job_higher_priority_task_evicts_lower_one() -> None:
     assert out["pipelined"] == {uid("master"): "n1"}
 
 
-@pytest.mark.parametrize("candidates, chosen", [(1, "n1"), (2, "n2")])
+@pytest.mark.parametrize(("candidates", "chosen"), [(1, "n1"), (2, "n2")])
 def test_topology_aware_prefers_node_with_lowest_priority_victims(
     candidates: int, chosen: str
 ) -> None:

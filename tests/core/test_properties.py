@@ -895,9 +895,10 @@ def check_cycle(
                 ):
                     continue
                 o, on_ = case.tasks[other], case.nodes[str(other_node)]
-                assert not _anti_excludes(t, o, node, on_) and not _anti_excludes(
-                    o, t, on_, node
-                ), (
+                assert not _anti_excludes(t, o, node, on_), (
+                    f"{where}: {uid} on {node.name} and {other} on {other_node} break pod anti-affinity"
+                )
+                assert not _anti_excludes(o, t, on_, node), (
                     f"{where}: {uid} on {node.name} and {other} on {other_node} break pod anti-affinity"
                 )
 

@@ -72,8 +72,10 @@ def test_a_job_that_makes_a_plugin_raise_is_quarantined_and_the_others_are_place
     outcome = result.jobs[f"{NS}/j5"]
     (cond,) = [c for c in outcome.conditions if c.type == QUARANTINED]
     assert (cond.status, cond.reason) == ("True", "CycleFailed")
-    assert "plugin bug on ns/j5" in cond.message and "test_quarantine.py" in cond.message
-    assert outcome.explanation is not None and outcome.explanation.gate == "quarantined"
+    assert "plugin bug on ns/j5" in cond.message
+    assert "test_quarantine.py" in cond.message
+    assert outcome.explanation is not None
+    assert outcome.explanation.gate == "quarantined"
     assert result.task_status[f"{NS}/j5-0"] == (TaskStatus.PENDING, None)
     # The others' outcomes are the ordinary ones.
     assert not any(c.type == QUARANTINED for c in result.jobs[f"{NS}/j4"].conditions)
@@ -146,6 +148,5 @@ def test_a_request_at_the_bound_is_explained_without_overflow() -> None:
     assert result.jobs[f"{NS}/big"].explanation.gate == "unsatisfiable"
     assert "9007199254740992m" in result.jobs[f"{NS}/big"].explanation.summary
     assert _placed(result) == {f"{NS}/ok"}
-    assert (
-        from_canonical("cpu", float("inf")) == "-1" and from_canonical("cpu", float("nan")) == "nan"
-    )
+    assert from_canonical("cpu", float("inf")) == "-1"
+    assert from_canonical("cpu", float("nan")) == "nan"

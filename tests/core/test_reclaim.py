@@ -42,7 +42,7 @@ CLASSES = [
 ]
 
 
-def reclaim(nodes, queues, jobs, *, tiers=None, priority_classes=None):  # noqa: ANN001, ANN202
+def reclaim(nodes, queues, jobs, *, tiers=None, priority_classes=None):
     tiers = tiers or TIERS
     # Muster reads minMember 0 as "every task"; Volcano's gang lets every task of a minMember-0
     # victim job go, which is what gang's reclaimable switched off gives here.
@@ -119,7 +119,7 @@ def test_only_running_tasks_are_reclaimees() -> None:
     assert evicted(out) == set()
 
 
-def test_overused_queue_does_not_reclaim(monkeypatch) -> None:  # noqa: ANN001
+def test_overused_queue_does_not_reclaim(monkeypatch) -> None:
     """A queue the overused functions call overused is skipped: same case as the baseline, with a
     plugin that calls q2 overused."""
     from server.plugins import PLUGINS
@@ -128,7 +128,7 @@ def test_overused_queue_does_not_reclaim(monkeypatch) -> None:  # noqa: ANN001
     class Overuse(Plugin):
         name = "test-overuse"
 
-        def on_session_open(self, ssn) -> None:  # noqa: ANN001
+        def on_session_open(self, ssn) -> None:
             ssn.register("overused", self.name, lambda q: q.name == "q2")
 
     monkeypatch.setitem(PLUGINS, Overuse.name, Overuse)

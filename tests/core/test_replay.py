@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _load() -> ModuleType:
     spec = importlib.util.spec_from_file_location("bench_replay", ROOT / "bench" / "replay.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
@@ -65,12 +66,16 @@ def test_reads_nodes_pods_and_the_published_results(trace: Path) -> None:
     assert [(n.name, n.gpus, n.model) for n in nodes][:1] == [("node-0", 4, "G2")]
     assert replay.capacity_milli(nodes) == 12000
     pods = {p.name: p for p in replay.load_pods(trace / "synthetic_pods.csv")}
-    assert pods["pod-1"].fraction == 0.5 and pods["pod-1"].gpu_request_milli == 500
-    assert pods["pod-3"].fraction == 0.0 and pods["pod-3"].gpu_request_milli == 2000
-    assert pods["pod-3"].gpu_spec == ("G2",) and pods["pod-5"].gpu_spec == ("T4", "G2")
+    assert pods["pod-1"].fraction == 0.5
+    assert pods["pod-1"].gpu_request_milli == 500
+    assert pods["pod-3"].fraction == 0.0
+    assert pods["pod-3"].gpu_request_milli == 2000
+    assert pods["pod-3"].gpu_spec == ("G2",)
+    assert pods["pod-5"].gpu_spec == ("T4", "G2")
     assert pods["pod-4"].gpu_request_milli == 0
     (five,) = replay.load_pods(trace / "five_columns.csv")
-    assert five.gpu_request_milli == 8000 and five.gpu_spec == ()
+    assert five.gpu_request_milli == 8000
+    assert five.gpu_spec == ()
 
     published = replay.load_expected(trace / replay.EXPECTED_FILE, "synthetic_pods", 1.3)
     assert set(published) == {"06-FGD", "01-Random"}
@@ -96,10 +101,11 @@ def test_sampling_is_the_simulators_workload_tuning_and_is_seeded(trace: Path) -
     assert len({p.name for p in drawn}) == len(drawn)
     # A list asking more than the target loses pods drawn at random until it no longer does.
     down = replay.sample_pods(pods, 4000, 0.5, 42)
-    assert sum(p.gpu_request_milli for p in down) <= 2000 and len(down) < len(pods)
+    assert sum(p.gpu_request_milli for p in down) <= 2000
+    assert len(down) < len(pods)
     assert [p.name for p in replay.sample_pods(pods, 12000, 1.3, 42)] == [p.name for p in drawn]
     assert [p.name for p in replay.sample_pods(pods, 12000, 1.3, 43)] != [p.name for p in drawn]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the pod list asks for no GPU"):
         replay.sample_pods([p for p in pods if not p.num_gpu], 12000, 1.3, 42)
 
 

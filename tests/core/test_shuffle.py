@@ -26,9 +26,9 @@ from server.plugins.base import Plugin
 LOW, HIGH = 10, 100
 
 
-def _victim_plugin(name: str, pick):  # noqa: ANN001, ANN202
+def _victim_plugin(name: str, pick):
     class VictimPlugin(Plugin):
-        def on_session_open(self, ssn) -> None:  # noqa: ANN001
+        def on_session_open(self, ssn) -> None:
             ssn.register("victim", self.name, [lambda tasks: [t for t in tasks if pick(t)]])
 
     VictimPlugin.name = name
@@ -36,7 +36,7 @@ def _victim_plugin(name: str, pick):  # noqa: ANN001, ANN202
 
 
 @pytest.fixture
-def victim_plugins(monkeypatch):  # noqa: ANN001, ANN201
+def victim_plugins(monkeypatch):
     plugins = {
         "fake": _victim_plugin("fake", lambda t: t.priority == LOW),
         "fake-node2": _victim_plugin("fake-node2", lambda t: t.node == "node2"),
@@ -47,7 +47,7 @@ def victim_plugins(monkeypatch):  # noqa: ANN001, ANN201
     return plugins
 
 
-def shuffle(tiers, nodes, queues, jobs, *, actions=("shuffle",), listed_only=True):  # noqa: ANN001, ANN201
+def shuffle(tiers, nodes, queues, jobs, *, actions=("shuffle",), listed_only=True):
     """One cycle of ``actions`` under ``tiers``, with Volcano's test priority classes."""
     return simulate(
         config(list(actions), tiers, listed_only=listed_only),
@@ -96,23 +96,24 @@ def _cluster() -> tuple[list, list, list]:
     return nodes, [scenario_queue("default")], jobs
 
 
-def test_evicts_the_victims_plugins_select(victim_plugins) -> None:  # noqa: ANN001
+def test_evicts_the_victims_plugins_select(victim_plugins) -> None:
     """'select pods with low priority and evict them': the three low-priority pods go, each with
     reason shuffle, and nothing else changes."""
     out = shuffle([[plugin("fake", "enabledVictim")]], *_cluster())
     assert evicted(out) == {uid("pod1-1"), uid("pod2-1"), uid("pod3-1")}
     assert out["tasks"][uid("pod1-1")]["status"] == "Releasing"
     assert out["tasks"][uid("pod1-2")]["status"] == "Running"
-    assert out["binds"] == {} and out["pipelined"] == {}
+    assert out["binds"] == {}
+    assert out["pipelined"] == {}
 
 
-def test_victim_switch_off_evicts_nothing(victim_plugins) -> None:  # noqa: ANN001
+def test_victim_switch_off_evicts_nothing(victim_plugins) -> None:
     """enabledVictim is the plugin's switch for the point: off, its functions are not asked."""
     out = shuffle([[plugin("fake")]], *_cluster())
     assert evicted(out) == set()
 
 
-def test_union_within_a_tier(victim_plugins) -> None:  # noqa: ANN001
+def test_union_within_a_tier(victim_plugins) -> None:
     out = shuffle(
         [[plugin("fake", "enabledVictim"), plugin("fake-node2", "enabledVictim")]], *_cluster()
     )
@@ -125,7 +126,7 @@ def test_union_within_a_tier(victim_plugins) -> None:  # noqa: ANN001
     }
 
 
-def test_first_tier_with_victims_decides(victim_plugins) -> None:  # noqa: ANN001
+def test_first_tier_with_victims_decides(victim_plugins) -> None:
     out = shuffle(
         [
             [plugin("fake-none", "enabledVictim")],
@@ -137,14 +138,14 @@ def test_first_tier_with_victims_decides(victim_plugins) -> None:  # noqa: ANN00
     assert evicted(out) == {uid("pod2-2"), uid("pod3-1"), uid("pod3-2")}
 
 
-def test_only_running_tasks_are_offered(victim_plugins) -> None:  # noqa: ANN001
+def test_only_running_tasks_are_offered(victim_plugins) -> None:
     nodes, queues, jobs = _cluster()
     jobs[0]["tasks"][0]["status"] = "Bound"
     out = shuffle([[plugin("fake", "enabledVictim")]], nodes, queues, jobs)
     assert evicted(out) == {uid("pod2-1"), uid("pod3-1")}
 
 
-def test_evicted_resources_are_released_for_later_actions(victim_plugins) -> None:  # noqa: ANN001
+def test_evicted_resources_are_released_for_later_actions(victim_plugins) -> None:
     """Shuffle's evictions are committed at once, so a later allocate in the same cycle sees the
     released resources as future idle and pipelines onto them."""
     nodes = [scenario_node("node1", res("1", "2Gi"))]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from core_helpers import config, cycle, job, node, plugin, queue, session, snapshot
 
@@ -73,7 +75,7 @@ def test_go_durations_parse_like_time_ParseDuration(text: str, seconds: float) -
 
 @pytest.mark.parametrize("text", ["", "3", "1x", "h", "1h 2m", "."])
 def test_malformed_durations_are_rejected(text: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"^invalid duration {re.escape(repr(text))}$"):
         sla.parse_go_duration(text)
 
 

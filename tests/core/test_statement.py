@@ -63,7 +63,8 @@ def test_allocate_changes_the_session_immediately() -> None:
     t = ssn.tasks["ns/a-0"]
     stmt = ssn.statement()
     stmt.allocate(t, "n1")
-    assert t.status == TaskStatus.ALLOCATED and t.node == "n1"
+    assert t.status == TaskStatus.ALLOCATED
+    assert t.node == "n1"
     assert ssn.nodes.idle[0][0] == 2000.0
     assert ssn.jobs["ns/a"].allocated[0] == 2000.0
     assert ssn.result.binds == {}  # no decision before commit
@@ -103,9 +104,11 @@ def test_evict_moves_resources_to_releasing_and_back() -> None:
     stmt.evict(ssn.tasks["ns/run-0"], "reclaim")
     assert ssn.nodes.releasing[1][0] == 2000.0
     # Releasing resources count for future idle, not idle: a pipelined placement can use them.
-    assert ssn.nodes.future_idle(1)[0] == 4000.0 and ssn.nodes.idle[1][0] == 2000.0
+    assert ssn.nodes.future_idle(1)[0] == 4000.0
+    assert ssn.nodes.idle[1][0] == 2000.0
     stmt.discard()
-    assert ssn.nodes.releasing[1][0] == 0.0 and ssn.tasks["ns/run-0"].status == TaskStatus.RUNNING
+    assert ssn.nodes.releasing[1][0] == 0.0
+    assert ssn.tasks["ns/run-0"].status == TaskStatus.RUNNING
 
 
 def test_checkpoint_rollback_undoes_only_later_operations() -> None:
@@ -116,7 +119,8 @@ def test_checkpoint_rollback_undoes_only_later_operations() -> None:
     stmt.allocate(ssn.tasks["ns/a-1"], "n1")
     stmt.rollback(mark)
     assert ssn.tasks["ns/a-0"].status == TaskStatus.ALLOCATED
-    assert ssn.tasks["ns/a-1"].status == TaskStatus.PENDING and ssn.tasks["ns/a-1"].node is None
+    assert ssn.tasks["ns/a-1"].status == TaskStatus.PENDING
+    assert ssn.tasks["ns/a-1"].node is None
     assert ssn.nodes.idle[0][0] == 2000.0
 
 
@@ -137,11 +141,14 @@ def test_unpipeline_makes_a_pipelined_task_pending_and_discard_pipelines_it_agai
     before = _state(ssn)
     stmt = ssn.statement()
     stmt.unpipeline(t)
-    assert t.status == TaskStatus.PENDING and t.node is None
+    assert t.status == TaskStatus.PENDING
+    assert t.node is None
     assert t.last_tx_status == TaskStatus.PIPELINED
     stmt.discard()
     assert _equal(_state(ssn), before)
     stmt = ssn.statement()
     stmt.unpipeline(t)
     stmt.commit()  # nothing to decide: the task is pending again
-    assert t.status == TaskStatus.PENDING and not ssn.result.binds and not ssn.result.evictions
+    assert t.status == TaskStatus.PENDING
+    assert not ssn.result.binds
+    assert not ssn.result.evictions

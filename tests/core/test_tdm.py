@@ -72,21 +72,21 @@ def tdm_session(
 @pytest.mark.parametrize(
     ("raw", "delta", "error"),
     [
-        ("00:00_01:00", 0, True),
-        ("00:00-01:00", 3600, False),
-        ("0:00-23:59", 23 * 3600 + 59 * 60, False),
-        ("0:00", 0, True),
-        ("1:00-0:00", 23 * 3600, False),
-        ("1:0-0:0", 0, True),
-        ("   1:00-0:00    ", 23 * 3600, False),
-        ("23:59-23:59", 24 * 3600, False),
-        ("63:59-23:59", 0, True),
+        ("00:00_01:00", 0, "revocable zone 00:00_01:00 format error"),
+        ("00:00-01:00", 3600, None),
+        ("0:00-23:59", 23 * 3600 + 59 * 60, None),
+        ("0:00", 0, "revocable zone 0:00 format error"),
+        ("1:00-0:00", 23 * 3600, None),
+        ("1:0-0:0", 0, "cannot parse '1:0' as 15:04"),
+        ("   1:00-0:00    ", 23 * 3600, None),
+        ("23:59-23:59", 24 * 3600, None),
+        ("63:59-23:59", 0, "cannot parse '63:59' as 15:04"),
     ],
 )
-def test_parse_revocable_zone_window(raw: str, delta: int, error: bool) -> None:
+def test_parse_revocable_zone_window(raw: str, delta: int, error: str | None) -> None:
     """tdm_test.go Test_parseRevocableZone: the same table of windows and format errors."""
-    if error:
-        with pytest.raises(ValueError):
+    if error is not None:
+        with pytest.raises(ValueError, match=error):
             tdm.parse_revocable_zone(raw, NOON)
         return
     start, end = tdm.parse_revocable_zone(raw, NOON)
@@ -242,9 +242,11 @@ def test_preemptable_fn() -> None:
     fn = dict(ssn.chain("preemptable")[0])["tdm"]
     candidates = [t for j in (victims_job, on_revocable) for t in ssn.jobs[j.uid].tasks.values()]
     chosen, verdict = fn(ssn.tasks["c1/pre"], candidates)
-    assert verdict == 1 and sorted(t.name for t in chosen) == ["v-p0", "v-p1"]
+    assert verdict == 1
+    assert sorted(t.name for t in chosen) == ["v-p0", "v-p1"]
     chosen, verdict = fn(ssn.tasks["c1/bad"], candidates)
-    assert verdict == -1 and chosen == []
+    assert verdict == -1
+    assert chosen == []
 
 
 def test_job_order_pipelined_and_starving() -> None:
@@ -260,6 +262,8 @@ def test_job_order_pipelined_and_starving() -> None:
         "enableJobPipelined",
     )
     p, e = ssn.jobs["c1/plain"], ssn.jobs["c1/elastic"]
-    assert ssn.job_order_fn(p, e) is True and ssn.job_order_fn(e, p) is False
-    assert ssn.job_starving(p) is True and ssn.job_starving(e) is False
+    assert ssn.job_order_fn(p, e) is True
+    assert ssn.job_order_fn(e, p) is False
+    assert ssn.job_starving(p) is True
+    assert ssn.job_starving(e) is False
     assert ssn.job_pipelined(p) is False  # nothing placed: reject

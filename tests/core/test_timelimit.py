@@ -102,7 +102,8 @@ def test_formats_round_trip(seconds, text, slurm):
 def test_time_limit_message_is_recognised():
     message = time_limit_message(120)
     assert message == "TimeLimit: time limit 2m reached"
-    assert is_time_limit(message) and not is_time_limit("exit code 1")
+    assert is_time_limit(message)
+    assert not is_time_limit("exit code 1")
 
 
 def test_yaml_without_base_60_keeps_slurm_times_as_text():

@@ -150,7 +150,8 @@ def test_priority_policy_orders_by_ty_priority() -> None:
         tyjob("high", min_workers=0, priority=9, leader={"cpu": "8"}),
     ]
     out = run([node("n1")], jobs)
-    assert placed(out, "high-leader") == "n1" and placed(out, "low-leader") is None
+    assert placed(out, "high-leader") == "n1"
+    assert placed(out, "low-leader") is None
 
 
 def test_drf_policy_orders_by_dominant_share() -> None:
@@ -168,7 +169,8 @@ def test_drf_policy_orders_by_dominant_share() -> None:
     assert placed(out, "second-leader") is not None
     assert placed(out, "first-leader") is not None  # n1 still has room for it
     out = run([node("n1", cpu="6")], [first, second])
-    assert placed(out, "second-leader") == "n1" and placed(out, "first-leader") is None
+    assert placed(out, "second-leader") == "n1"
+    assert placed(out, "first-leader") is None
 
 
 def test_ty_priorities_default_to_five_and_stay_within_one_to_ten() -> None:

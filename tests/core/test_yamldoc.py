@@ -90,7 +90,7 @@ def test_size_bound_and_syntax_errors() -> None:
     with pytest.raises(DocumentError, match="not valid YAML"):
         yamldoc.load("a: [")
     # Both kinds of caller: those catching ValueError and those catching yaml.YAMLError.
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not valid YAML"):
         yamldoc.load("a: [")
     with pytest.raises(yaml.YAMLError):
         yamldoc.load("a: [")
@@ -109,7 +109,8 @@ def test_load_all_bounds_the_whole_stream() -> None:
 def test_brief_keeps_error_messages_short() -> None:
     shared = ["x" * 1000] * 1000
     assert len(yamldoc.brief({"a": shared, "b": shared})) < 400
-    assert yamldoc.brief([]) == "[]" and yamldoc.brief("volcano") == "'volcano'"
+    assert yamldoc.brief([]) == "[]"
+    assert yamldoc.brief("volcano") == "'volcano'"
 
 
 @pytest.mark.parametrize("text", ["\x1b", "a: \x01", "\x9d"])

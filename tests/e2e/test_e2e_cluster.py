@@ -142,7 +142,8 @@ async def test_server_restart_loses_no_job_and_starts_nothing_twice(cluster, tmp
 
         await until(resynced_running, "the agent to re-sync and runner to be Running")
         # Still the one process: the bind was not applied again after the restart.
-        assert len(lines(starts)) == 1 and pids_alive([int(lines(starts)[0])])
+        assert len(lines(starts)) == 1
+        assert pids_alive([int(lines(starts)[0])])
         too_big = await client.get_job("too-big")
         assert too_big.status.phase in (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE)
         await client.cancel_job("runner")
@@ -179,7 +180,8 @@ async def test_bad_input_gets_status_and_field_not_a_crash(cluster):
         bad.task_groups[0].request.quantities["cpu"] = "2x"
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await client.submit_job(bad)
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "cpu" in err.value.details()
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "cpu" in err.value.details()
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await client.get_job("nope")
         assert err.value.code() == grpc.StatusCode.NOT_FOUND

@@ -8,6 +8,7 @@ the same task still held it: a second concurrent copy cannot go unnoticed, howev
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -61,10 +62,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     finally:
         await c.stop_all()
         for pid in pids_alive(pids(tmp_path / "runs")):  # a failed test must not leave sleepers
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         print(c.logs())  # shown by pytest only when the test failed
 
 

@@ -11,6 +11,7 @@ started again where it still ran, cannot go unnoticed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -67,10 +68,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         await c.stop_all()
         for _task, _node, pid in started(tmp_path / "runs"):  # no sleeper outlives the test
             if pids_alive([pid]):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         print(c.logs())  # shown by pytest only when the test failed
 
 

@@ -52,17 +52,20 @@ async def test_fractional_tasks_share_gpus_and_see_theirs(cluster: Cluster, tmp_
             for task in view.tasks:
                 seen = (out / task.id.replace("/", "_")).read_text().split()
                 if fraction[job.id]:  # a shared GPU is gpu_group, never a device held whole
-                    assert not task.devices and task.gpu_group, task.id
+                    assert not task.devices, task.id
+                    assert task.gpu_group, task.id
                     gpu = task.gpu_group
                     share[gpu] = share.get(gpu, 0.0) + fraction[job.id]
                 else:
-                    assert len(task.devices) == 1 and not task.gpu_group, task.id
+                    assert len(task.devices) == 1, task.id
+                    assert not task.gpu_group, task.id
                     gpu = task.devices[0]
                     whole.add(gpu)
                 assert seen == [gpu], task.id  # the env names the server's GPU
         # Every task ran concurrently-capable: the shares were packed (1.5 GPUs of shares over at most
         # two GPUs), and the agent never accepted more than one GPU's worth at once (it refuses that).
-        assert set(share) <= {"0", "1"} and sum(share.values()) == 1.5
+        assert set(share) <= {"0", "1"}
+        assert sum(share.values()) == 1.5
 
 
 async def _nodes(client: MusterClient, count: int) -> bool:

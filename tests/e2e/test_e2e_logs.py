@@ -73,12 +73,15 @@ async def test_logs_follow_streams_a_running_task_until_it_ends(cluster: Cluster
     async with MusterClient(cluster.address, timeout=10) as client:
         await client.wait_until_serving(timeout=30)
         [entry] = await client.task_logs("talk")
-        assert entry.data == b"first\nsecond\nerr\n" and entry.eof
+        assert entry.data == b"first\nsecond\nerr\n"
+        assert entry.eof
     code, out, err = await muster(cluster, "history", "-o", "json")
     assert code == 0, err
     [row] = json.loads(out)
-    assert row["job_id"] == "talk" and row["phase"] == "Completed"
-    assert row["exit_codes"] == {"0": 1} and row["used"]["cpu"] > 0
+    assert row["job_id"] == "talk"
+    assert row["phase"] == "Completed"
+    assert row["exit_codes"] == {"0": 1}
+    assert row["used"]["cpu"] > 0
     assert row["requested"]["cpu"] >= row["used"]["cpu"] * 0.5
 
 

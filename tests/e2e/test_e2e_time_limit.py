@@ -27,6 +27,7 @@ async def cli(address: str, *argv: str) -> subprocess.CompletedProcess[str]:
             capture_output=True,
             text=True,
             timeout=60,
+            check=False,
         )
     )
 
@@ -72,11 +73,14 @@ async def test_agent_ends_tasks_at_their_time_limit(cluster: Cluster, tmp_path: 
         assert ended.reason == "TimeLimit"
         assert ended.message.startswith(f"task {task.id} reached its time limit ({text})")
     shown = await cli(cluster.address, "job", "by-file")
-    assert "Time limit: 2s" in shown.stdout and "Elapsed: " in shown.stdout, shown.stdout
+    assert "Time limit: 2s" in shown.stdout, shown.stdout
+    assert "Elapsed: " in shown.stdout, shown.stdout
     wide = await cli(cluster.address, "jobs", "-o", "wide")
     header = wide.stdout.splitlines()[0]
-    assert "TIME LIMIT" in header and "ELAPSED" in header, wide.stdout
+    assert "TIME LIMIT" in header, wide.stdout
+    assert "ELAPSED" in header, wide.stdout
     row = next(line for line in wide.stdout.splitlines() if line.startswith("by-flag"))
-    assert " 3s " in row and "TimeLimit" in row, wide.stdout
+    assert " 3s " in row, wide.stdout
+    assert "TimeLimit" in row, wide.stdout
     as_json = json.loads((await cli(cluster.address, "job", "by-flag", "-o", "json")).stdout)
     assert as_json["spec"]["time_limit_seconds"] == 3

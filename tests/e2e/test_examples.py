@@ -169,6 +169,7 @@ async def cli(address: str, *argv: str) -> subprocess.CompletedProcess[str]:
             capture_output=True,
             text=True,
             timeout=60,
+            check=False,
         )
     )
 
@@ -211,7 +212,8 @@ async def run_step(client: MusterClient, cluster: Cluster, step: Step, workdir: 
         copies.append(copy)
     if step.refused:
         done = await cli(cluster.address, "submit", *map(str, copies))
-        assert done.returncode == 1 and step.refused in done.stderr, done.stderr
+        assert done.returncode == 1, done.stderr
+        assert step.refused in done.stderr, done.stderr
         assert done.stderr.strip().endswith("(job 'resnet-ddp')"), done.stderr
         with pytest.raises(grpc.aio.AioRpcError) as refused:  # nothing of the batch went in
             await client.get_job(load_job_file(copies[0])[0].id)
@@ -278,7 +280,8 @@ def _scenario_checker() -> Callable[[dict[str, Any], dict[str, Any]], list[str]]
     """tests/core/test_scenarios.py's comparison of an x-expect block with simulate's output."""
     path = ROOT / "tests" / "core" / "test_scenarios.py"
     spec = importlib.util.spec_from_file_location("example_scenario_checks", path)
-    assert spec and spec.loader
+    assert spec
+    assert spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.check  # type: ignore[no-any-return]
@@ -296,6 +299,7 @@ async def test_every_example_scenario_gives_its_documented_result_through_the_cl
                 capture_output=True,
                 text=True,
                 timeout=60,
+                check=False,
             )
         )
 

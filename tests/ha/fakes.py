@@ -149,7 +149,7 @@ class Replica(pb_grpc.SchedulerServicer):
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    async def SubmitJob(self, request, context):  # noqa: N802
+    async def SubmitJob(self, request, context):
         self.calls.append("SubmitJob")
         await self._refuse_unless_leader(context)
         spec = stored_spec(request.job)
@@ -165,7 +165,7 @@ class Replica(pb_grpc.SchedulerServicer):
         await self._maybe_drop(context)
         return pb.SubmitJobResponse(job=job, created=True)
 
-    async def SubmitJobs(self, request, context):  # noqa: N802
+    async def SubmitJobs(self, request, context):
         self.calls.append("SubmitJobs")
         await self._refuse_unless_leader(context)
         specs = [stored_spec(s) for s in request.jobs]
@@ -183,7 +183,7 @@ class Replica(pb_grpc.SchedulerServicer):
             results=[pb.SubmitJobResponse(job=j, created=True) for j in jobs]
         )
 
-    async def CancelJob(self, request, context):  # noqa: N802
+    async def CancelJob(self, request, context):
         self.calls.append("CancelJob")
         await self._refuse_unless_leader(context)
         job = self.store.jobs.get(request.id)
@@ -198,25 +198,25 @@ class Replica(pb_grpc.SchedulerServicer):
             await self._maybe_drop(context)
         return pb.CancelJobResponse(job=job)
 
-    async def GetJob(self, request, context):  # noqa: N802
+    async def GetJob(self, request, context):
         self.calls.append("GetJob")
         job = self.store.jobs.get(request.id)
         if job is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"id: job {request.id!r} not found")
         return job
 
-    async def ListQueues(self, request, context):  # noqa: N802
+    async def ListQueues(self, request, context):
         self.calls.append("ListQueues")
         return pb.ListQueuesResponse(queues=[pb.QueueView(queue=pb.Queue(name=self.name))])
 
-    async def ListServers(self, request, context):  # noqa: N802
+    async def ListServers(self, request, context):
         await self._hang_if_paused()
         self.calls.append("ListServers")
         return pb.ListServersResponse(
             servers=self.store.servers, leader=self.store.leader, term=self.store.term
         )
 
-    async def WatchJobs(self, request, context):  # noqa: N802
+    async def WatchJobs(self, request, context):
         self.calls.append("WatchJobs")
         self.watch_requests.append(request)
         queue: asyncio.Queue[pb.JobEvent | None] = asyncio.Queue()
@@ -235,24 +235,24 @@ class Replica(pb_grpc.SchedulerServicer):
 
     # -- backends -----------------------------------------------------------------------------
 
-    async def RegisterBackend(self, request, context):  # noqa: N802
+    async def RegisterBackend(self, request, context):
         await self._hang_if_paused()
         self.calls.append("RegisterBackend")
         await self._refuse_unless_leader(context)
         self.registers.append(request)
         return pb.RegisterBackendResponse(name=request.name, server_id=self.store.server_id)
 
-    async def SyncSnapshot(self, request, context):  # noqa: N802
+    async def SyncSnapshot(self, request, context):
         self.calls.append("SyncSnapshot")
         await self._refuse_unless_leader(context)
         self.snapshots.append(request)
         return pb.SyncSnapshotResponse(nodes=len(request.nodes), tasks=len(request.tasks))
 
-    async def SendDeltas(self, request, context):  # noqa: N802
+    async def SendDeltas(self, request, context):
         await self._refuse_unless_leader(context)
         return pb.SendDeltasResponse(applied=len(request.deltas))
 
-    async def AckDecisions(self, request, context):  # noqa: N802
+    async def AckDecisions(self, request, context):
         await self._hang_if_paused()
         await self._refuse_unless_leader(context)
         self.acks.extend(request.acks)
@@ -260,7 +260,7 @@ class Replica(pb_grpc.SchedulerServicer):
             self.store.acked.add(ack.decision_id)
         return pb.AckDecisionsResponse(accepted=len(request.acks))
 
-    async def StreamDecisionBatches(self, request, context):  # noqa: N802
+    async def StreamDecisionBatches(self, request, context):
         self.calls.append("StreamDecisionBatches")
         await self._refuse_unless_leader(context)
         self.stream_requests.append(request)

@@ -31,7 +31,7 @@ class Replicated(pb_grpc.SchedulerServicer):
         self.leader = leader  # "" for the leader itself
         self.cancels: list[str] = []
 
-    def ListServers(self, request, context):  # noqa: N802
+    def ListServers(self, request, context):
         return pb.ListServersResponse(
             servers=[
                 server_info("10.0.0.1:50051", "leader", age=2),
@@ -41,7 +41,7 @@ class Replicated(pb_grpc.SchedulerServicer):
             term=7,
         )
 
-    def CancelJob(self, request, context):  # noqa: N802
+    def CancelJob(self, request, context):
         self.cancels.append(request.id)
         if self.leader:
             context.set_trailing_metadata(((LEADER_METADATA, self.leader),))
@@ -56,7 +56,7 @@ class Replicated(pb_grpc.SchedulerServicer):
 class Alone(pb_grpc.SchedulerServicer):
     """A server from before replication: no ListServers (UNIMPLEMENTED)."""
 
-    def ListServers(self, request, context):  # noqa: N802
+    def ListServers(self, request, context):
         # What grpc answers for a method the server does not have, without its error log.
         context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
 
@@ -90,19 +90,24 @@ def test_servers_json_lists_every_server_in_the_api_mapping(replicated, capsys):
         ("10.0.0.1:50051", "leader", "7"),  # uint64 as a string: protobuf's JSON mapping
         ("10.0.0.2:50051", "follower", "7"),
     ]
-    assert servers[1]["lag_seconds"] == 1.5 and servers[0]["id"] == "id-10.0.0.1:50051"
+    assert servers[1]["lag_seconds"] == 1.5
+    assert servers[0]["id"] == "id-10.0.0.1:50051"
 
 
 def test_servers_table_has_role_term_renewal_age_and_lag(replicated, capsys):
     code, out, _ = run(capsys, "servers", "--server", replicated)
     assert code == 0
     lines = out.splitlines()
-    assert "leader: 10.0.0.1:50051" in lines[0] and "term: 7" in lines[0]
+    assert "leader: 10.0.0.1:50051" in lines[0]
+    assert "term: 7" in lines[0]
     rows = [cells(line) for line in lines[1:] if cells(line)]
     assert rows[0] == ["ADDRESS", "ROLE", "TERM", "LAST RENEWAL", "LAG"]
-    assert rows[1][:3] == ["10.0.0.1:50051", "leader", "7"] and rows[1][4] == "-"
-    assert rows[2][:3] == ["10.0.0.2:50051", "follower", "7"] and rows[2][4] == "1.5s"
-    assert rows[1][3] in ("2s ago", "3s ago") and rows[2][3] in ("4s ago", "5s ago")
+    assert rows[1][:3] == ["10.0.0.1:50051", "leader", "7"]
+    assert rows[1][4] == "-"
+    assert rows[2][:3] == ["10.0.0.2:50051", "follower", "7"]
+    assert rows[2][4] == "1.5s"
+    assert rows[1][3] in ("2s ago", "3s ago")
+    assert rows[2][3] in ("4s ago", "5s ago")
 
 
 def cells(line: str) -> list[str]:
@@ -118,15 +123,18 @@ def test_servers_from_a_server_without_replication_is_one_clear_line(capsys):
         code, out, err = run(capsys, "--server", address, "servers")
     finally:
         server.stop(grace=None)
-    assert code == 1 and out == ""
-    assert len(err.strip().splitlines()) == 1 and "does not list servers" in err
+    assert code == 1
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "does not list servers" in err
 
 
 def test_a_dead_address_in_the_list_is_passed_over(replicated, capsys):
     sock, dead = closed_port_address()
     with sock:
         code, out, _ = run(capsys, "--server", f"{dead},{replicated}", "servers", "-o", "json")
-    assert code == 0 and len(json.loads(out)) == 2
+    assert code == 0
+    assert len(json.loads(out)) == 2
 
 
 def test_a_write_sent_to_a_follower_lands_on_the_leader(capsys):
@@ -141,16 +149,20 @@ def test_a_write_sent_to_a_follower_lands_on_the_leader(capsys):
         leader_server.stop(grace=None)
     assert code == 0, err
     assert out.strip() == "a: Cancelled"
-    assert follower.cancels == ["a"] and leader.cancels == ["a"]
+    assert follower.cancels == ["a"]
+    assert leader.cancels == ["a"]
 
 
 def test_an_empty_address_list_is_refused_naming_its_source(capsys, monkeypatch):
     with pytest.raises(SystemExit) as info:
         cli.main(["--server", " , ", "jobs"])
-    assert info.value.code == 2 and "--server" in capsys.readouterr().err
+    assert info.value.code == 2
+    assert "--server" in capsys.readouterr().err
     monkeypatch.setenv("MUSTER_SERVER", ",")
     code, _, err = run(capsys, "jobs")
-    assert code == 2 and "MUSTER_SERVER" in err and "no server address" in err
+    assert code == 2
+    assert "MUSTER_SERVER" in err
+    assert "no server address" in err
 
 
 def test_servers_is_a_command_completion_knows():

@@ -55,12 +55,15 @@ async def test_a_followers_hint_leads_to_the_leader_even_outside_the_list(cluste
     store, follower, leader = cluster
     async with client(follower.address) as muster:  # the leader is not in the list
         reply = await muster.submit_job(spec("a"))
-        assert reply.created and "a" in store.jobs
-        assert follower.calls == ["SubmitJob"] and leader.calls == ["SubmitJob"]
+        assert reply.created
+        assert "a" in store.jobs
+        assert follower.calls == ["SubmitJob"]
+        assert leader.calls == ["SubmitJob"]
         assert muster.address == leader.address
         # The leader is known now: the next write goes straight there.
         await muster.submit_job(spec("b"))
-        assert follower.calls == ["SubmitJob"] and leader.calls.count("SubmitJob") == 2
+        assert follower.calls == ["SubmitJob"]
+        assert leader.calls.count("SubmitJob") == 2
 
 
 async def test_a_dead_first_address_moves_to_the_next(cluster):
@@ -79,7 +82,8 @@ async def test_reads_stay_on_the_replica_that_answers(cluster):
     async with client(follower.address, leader.address) as muster:
         for _ in range(3):
             await muster.list_queues()
-        assert follower.calls == ["ListQueues"] * 3 and leader.calls == []
+        assert follower.calls == ["ListQueues"] * 3
+        assert leader.calls == []
 
 
 async def test_without_a_leader_a_write_is_retried_until_the_failover_timeout(cluster):
@@ -111,7 +115,8 @@ async def test_a_leader_elected_during_the_retries_gets_the_write(cluster):
         task = asyncio.ensure_future(elect())
         reply = await muster.submit_job(spec("a"))
         await task
-    assert reply.created and leader.calls == ["SubmitJob"]
+    assert reply.created
+    assert leader.calls == ["SubmitJob"]
 
 
 async def test_submit_retried_after_a_drop_is_a_success_when_the_stored_spec_matches(cluster):
@@ -119,7 +124,8 @@ async def test_submit_retried_after_a_drop_is_a_success_when_the_stored_spec_mat
     leader.drop_after_processing = 1  # processed, then the connection "drops"
     async with client(leader.address) as muster:
         reply = await muster.submit_job(spec("a"))
-    assert not reply.created and reply.job.spec.id == "a"
+    assert not reply.created
+    assert reply.job.spec.id == "a"
     # The retry was answered ALREADY_EXISTS and the client read the job to compare.
     assert leader.calls == ["SubmitJob", "SubmitJob", "GetJob"]
     assert store.jobs["a"].spec == stored_spec(spec("a"))
@@ -150,7 +156,8 @@ async def test_submit_jobs_retried_after_a_drop_compares_every_job(cluster):
     leader.drop_after_processing = 1
     async with client(leader.address) as muster:
         results = await muster.submit_jobs([spec("a"), spec("b")])
-    assert [r.job.spec.id for r in results] == ["a", "b"] and not any(r.created for r in results)
+    assert [r.job.spec.id for r in results] == ["a", "b"]
+    assert not any(r.created for r in results)
     assert set(store.jobs) == {"a", "b"}
 
 
@@ -216,6 +223,7 @@ def test_same_job_spec_fills_server_defaults_and_ignores_the_owner():
 
 def test_addresses_parse_as_one_list():
     muster = MusterClient([" a:1 , b:2", "", "a:1,c:3"])
-    assert muster.addresses == ["a:1", "b:2", "c:3"] and muster.address == "a:1"
+    assert muster.addresses == ["a:1", "b:2", "c:3"]
+    assert muster.address == "a:1"
     with pytest.raises(ValueError, match="address: no server address"):
         MusterClient(" , ")

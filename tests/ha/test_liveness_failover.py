@@ -139,7 +139,8 @@ async def test_a_new_leader_does_not_declare_a_live_backend_dead(
             await anyio.sleep(0.05)
         assert seen == {pb.TASK_STATUS_RUNNING}
         (view,) = await client.list_nodes()
-        assert not view.node.not_ready and view.not_ready_reason == ""
+        assert not view.node.not_ready
+        assert view.not_ready_reason == ""
         assert runtime.heartbeats > beats
         assert second.state.liveness.contacts["rack"].silent_since is None
         runtime.stop()

@@ -61,6 +61,7 @@ async def test_node_client_follows_the_leader_hint_past_a_dead_address(
                     capture_output=True,
                     text=True,
                     timeout=60,
+                    check=False,
                 )
 
             done = await anyio.to_thread.run_sync(run_node)

@@ -72,8 +72,10 @@ async def test_the_hint_leads_to_the_leader_and_a_new_leader_gets_the_whole_sess
         tg.start_soon(runtime.run)
         with anyio.fail_after(10):
             await runtime.wait_ready()
-        assert a.calls == ["RegisterBackend"] and not a.registers  # refused, with the hint
-        assert len(b.registers) == 1 and len(b.snapshots) == 1
+        assert a.calls == ["RegisterBackend"]
+        assert not a.registers
+        assert len(b.registers) == 1
+        assert len(b.snapshots) == 1
         assert runtime.address == b.address
         store.push(bind(1, "t1", term=1))
         await eventually(lambda: 1 in acks_of(b))
@@ -88,11 +90,14 @@ async def test_the_hint_leads_to_the_leader_and_a_new_leader_gets_the_whole_sess
         b.end_streams()
         await eventually(lambda: 2 in acks_of(a))
         await eventually(lambda: 1 in acks_of(a))
-        assert len(a.registers) == 1 and len(a.snapshots) == 1  # the whole session again
+        assert len(a.registers) == 1
+        assert len(a.snapshots) == 1
         assert a.stream_requests[0].after_decision_id == 1  # resumes after the last acked id
         assert backend.applied == [1, 2]  # decision 1 re-acked, never applied twice
-        assert acks_of(a)[1].applied and acks_of(a)[2].applied
-        assert runtime.address == a.address and runtime.sessions == 2
+        assert acks_of(a)[1].applied
+        assert acks_of(a)[2].applied
+        assert runtime.address == a.address
+        assert runtime.sessions == 2
         runtime.stop()
 
 
@@ -107,7 +112,8 @@ async def test_a_dead_address_is_passed_over(replicas):
             tg.start_soon(runtime.run)
             with anyio.fail_after(10):
                 await runtime.wait_ready()
-            assert len(a.registers) == 1 and runtime.address == a.address
+            assert len(a.registers) == 1
+            assert runtime.address == a.address
             runtime.stop()
 
 
@@ -133,35 +139,45 @@ async def test_a_decision_of_an_older_term_is_refused_a_newer_one_applied(replic
             runtime.stop()
     assert backend.applied == [1, 2, 5]
     acks = acks_of(a)
-    assert acks[1].applied and acks[2].applied and acks[5].applied
-    assert not acks[3].applied and "term 4" in acks[3].reason and "term 5" in acks[3].reason
-    assert not acks[4].applied and "term 0" in acks[4].reason
+    assert acks[1].applied
+    assert acks[2].applied
+    assert acks[5].applied
+    assert not acks[3].applied
+    assert "term 4" in acks[3].reason
+    assert "term 5" in acks[3].reason
+    assert not acks[4].applied
+    assert "term 0" in acks[4].reason
     stale = [e for e in logs if e["event"] == "decision.stale_term"]
     assert [(e["id"], e["term"], e["highest_term"]) for e in stale] == [(3, 4, 5), (4, 0, 5)]
     assert runtime.highest_term == 6
 
     # The highest term is durable: a restarted adapter still refuses term 5.
     restored = FileDecisionLedger(path)
-    assert restored.term == 6 and restored.get(3) == Outcome(False, acks[3].reason)
+    assert restored.term == 6
+    assert restored.get(3) == Outcome(False, acks[3].reason)
     store.push(bind(6, "t6", term=5))
     again = runtime_for(backend, a.address, ledger=restored)
     async with anyio.create_task_group() as tg:
         tg.start_soon(again.run)
         await eventually(lambda: 6 in acks_of(a))
         again.stop()
-    assert not acks_of(a)[6].applied and backend.applied == [1, 2, 5]
+    assert not acks_of(a)[6].applied
+    assert backend.applied == [1, 2, 5]
 
 
 def test_the_term_is_kept_until_the_server_identity_changes(tmp_path):
     ledger = FileDecisionLedger(tmp_path / "l.json")
     ledger.bind_server("s1")
-    assert ledger.observe_term(3) and not ledger.observe_term(2) and ledger.term == 3
+    assert ledger.observe_term(3)
+    assert not ledger.observe_term(2)
+    assert ledger.term == 3
     ledger.begin([7])  # the term of a burst begun is durable before its first side effect
     assert FileDecisionLedger(tmp_path / "l.json").term == 3
     ledger.flush()
     (tmp_path / "l.json.applying").unlink()  # the ledger file alone keeps it too
     assert FileDecisionLedger(tmp_path / "l.json").term == 3
-    assert ledger.bind_server("s2") and ledger.term == 0  # another store counts afresh
+    assert ledger.bind_server("s2")
+    assert ledger.term == 0
 
 
 async def test_a_paused_leader_is_left_for_the_one_that_replaced_it(replicas):

@@ -22,7 +22,7 @@ def test_parse_addresses_trims_drops_empties_and_repeats():
     assert parse_addresses(["a:1", "b:2,c:3"]) == ["a:1", "b:2", "c:3"]
     with pytest.raises(ValueError, match=r"^--agent-server: no server address"):
         parse_addresses(" , ", "--agent-server")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^--server: no server address in \[\]"):
         parse_addresses([])
 
 
@@ -44,13 +44,16 @@ def test_the_address_book_follows_hints_then_the_list():
         grpc.aio.Metadata((transport.LEADER_METADATA, "z:9")),
     )
     assert transport.leader_hint(error) == "z:9"
-    assert book.failed("a:1", error) == "z:9" and book.leader == "z:9"
+    assert book.failed("a:1", error) == "z:9"
+    assert book.leader == "z:9"
     assert book.addresses == ["a:1", "b:2", "c:3", "z:9"]  # a leader outside the list joins it
     book.answered("b:2")  # a read served by a replica: reads stay there, writes still lead
-    assert book.start(leader_only=False) == "b:2" and book.start(leader_only=True) == "z:9"
+    assert book.start(leader_only=False) == "b:2"
+    assert book.start(leader_only=True) == "z:9"
     down = grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), None)
     assert transport.leader_hint(down) is None
-    assert book.failed("z:9", down) == "a:1" and book.leader is None  # wraps around
+    assert book.failed("z:9", down) == "a:1"
+    assert book.leader is None
     refused = grpc.aio.AioRpcError(
         grpc.StatusCode.PERMISSION_DENIED,
         grpc.aio.Metadata(),
@@ -72,7 +75,8 @@ async def test_a_plain_stub_over_an_address_list_follows_the_leader():
             stub = pb_grpc.SchedulerStub(channel)
             job = pb.JobSpec(id="a", task_groups=[pb.TaskGroup(role="w", replicas=1)])
             reply = await stub.SubmitJob(pb.SubmitJobRequest(job=job))
-            assert reply.created and channel.current == leader.address
+            assert reply.created
+            assert channel.current == leader.address
             # A stream opens where the channel is; its failure moves the channel on.
             channel.book.answered(follower.address)
             call = stub.WatchJobs(pb.WatchJobsRequest(send_initial=False))

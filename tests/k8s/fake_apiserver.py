@@ -21,6 +21,7 @@ pagination (limit/continue are ignored), watch-list streaming, PDB arithmetic, p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import itertools
 import json
@@ -1013,10 +1014,8 @@ class FakeApiServer:
             return resp  # the client went away
         finally:
             self.watchers.discard(w)
-        try:
+        with contextlib.suppress(ConnectionResetError):
             await resp.write_eof()
-        except ConnectionResetError:
-            pass
         return resp
 
 

@@ -451,7 +451,7 @@ class Files:
     def __init__(self, chart: Path) -> None:
         self.chart = chart
 
-    def Get(self, path: str) -> str:  # noqa: N802 - helm's name
+    def Get(self, path: str) -> str:  # helm's name
         return (self.chart / path).read_text()
 
 
@@ -564,10 +564,7 @@ class Renderer:
         for step in steps:
             if value is None:
                 raise TemplateError(f"nil pointer evaluating {path}")
-            if isinstance(value, dict):
-                value = value.get(step)
-            else:
-                value = getattr(value, step)
+            value = value.get(step) if isinstance(value, dict) else getattr(value, step)
         return value
 
 

@@ -186,13 +186,13 @@ class MiniMuster(pb_grpc.SchedulerServicer):
 
     # ------------------------------------------------------------------ backend RPCs
 
-    async def RegisterBackend(self, request, context):  # noqa: N802
+    async def RegisterBackend(self, request, context):
         self.backend = request.name
         return pb.RegisterBackendResponse(
             name=request.name, server_id=self.server_id, last_decision_id=len(self.decisions)
         )
 
-    async def SyncSnapshot(self, request, context):  # noqa: N802
+    async def SyncSnapshot(self, request, context):
         self.snapshots += 1
         self.nodes = {n.name: n for n in request.nodes}
         self.foreign = {t.task_id: t for t in request.tasks if t.foreign_task}
@@ -207,7 +207,7 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         self.poke()
         return pb.SyncSnapshotResponse(nodes=len(request.nodes), tasks=len(request.tasks))
 
-    async def SendDeltas(self, request, context):  # noqa: N802
+    async def SendDeltas(self, request, context):
         for d in request.deltas:
             self.deltas.append(d)
             change = d.WhichOneof("change")
@@ -228,12 +228,12 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         self.poke()
         return pb.SendDeltasResponse(applied=len(request.deltas))
 
-    async def StreamDecisions(self, request, context):  # noqa: N802
+    async def StreamDecisions(self, request, context):
         async for batch in self._feed(request):
             for decision in batch:
                 yield decision
 
-    async def StreamDecisionBatches(self, request, context):  # noqa: N802
+    async def StreamDecisionBatches(self, request, context):
         async for batch in self._feed(request):
             yield pb.DecisionBatch(decisions=batch)
 
@@ -251,7 +251,7 @@ class MiniMuster(pb_grpc.SchedulerServicer):
             if batch:
                 yield batch
 
-    async def AckDecisions(self, request, context):  # noqa: N802
+    async def AckDecisions(self, request, context):
         for ack in request.acks:
             if ack.decision_id in self.acked:
                 continue
@@ -281,7 +281,7 @@ class MiniMuster(pb_grpc.SchedulerServicer):
 
     # ------------------------------------------------------------------ client RPCs
 
-    async def SubmitJob(self, request, context):  # noqa: N802
+    async def SubmitJob(self, request, context):
         spec = request.job
         if not _NAME.match(spec.id):
             await context.abort(
@@ -326,13 +326,13 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         self.poke()
         return pb.SubmitJobResponse(job=job.view(), created=True)
 
-    async def GetJob(self, request, context):  # noqa: N802
+    async def GetJob(self, request, context):
         job = self.jobs.get(request.id)
         if job is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"id: no job {request.id!r}")
         return job.view()
 
-    async def CancelJob(self, request, context):  # noqa: N802
+    async def CancelJob(self, request, context):
         job = self.jobs.get(request.id)
         if job is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"id: no job {request.id!r}")
@@ -352,7 +352,7 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         self.poke()
         return pb.CancelJobResponse(job=job.view())
 
-    async def WatchJobs(self, request, context):  # noqa: N802
+    async def WatchJobs(self, request, context):
         q: asyncio.Queue[pb.JobEvent] = asyncio.Queue()
         self._watchers.append(q)
         try:
@@ -364,7 +364,7 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         finally:
             self._watchers.remove(q)
 
-    async def Explain(self, request, context):  # noqa: N802
+    async def Explain(self, request, context):
         job = self.jobs.get(request.job_id)
         if job is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {request.job_id!r}")
@@ -373,7 +373,7 @@ class MiniMuster(pb_grpc.SchedulerServicer):
             job_id=request.job_id, phase=job.phase, gate="placement", summary=summary
         )
 
-    async def CreateQueue(self, request, context):  # noqa: N802
+    async def CreateQueue(self, request, context):
         if request.queue.name in self.queues:
             await context.abort(
                 grpc.StatusCode.ALREADY_EXISTS, f"queue.name: {request.queue.name} exists"
@@ -381,7 +381,7 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         self.queues[request.queue.name] = request.queue
         return request.queue
 
-    async def UpdateQueue(self, request, context):  # noqa: N802
+    async def UpdateQueue(self, request, context):
         if request.queue.name not in self.queues:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"queue.name: no queue {request.queue.name}"
@@ -389,7 +389,7 @@ class MiniMuster(pb_grpc.SchedulerServicer):
         self.queues[request.queue.name] = request.queue
         return request.queue
 
-    async def DeleteQueue(self, request, context):  # noqa: N802
+    async def DeleteQueue(self, request, context):
         if request.name not in self.queues:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"name: no queue {request.name}")
         del self.queues[request.name]

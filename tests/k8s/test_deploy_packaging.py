@@ -32,7 +32,8 @@ def test_dockerfile_copies_every_package_and_runs_as_the_manifests_user() -> Non
     text = (ROOT / "Dockerfile").read_text()
     for package in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]:
         assert f"COPY {package.rstrip('*')} " in text, package
-    assert "USER 65532" in text and "--uid 65532" in text
+    assert "USER 65532" in text
+    assert "--uid 65532" in text
     for script in PYPROJECT["project"][
         "scripts"
     ]:  # every entry point is in the image (pip install .)
@@ -53,10 +54,8 @@ def test_manifests_run_the_image_over_tls() -> None:
 def test_helm_chart_matches_the_manifests() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert (
-        chart["appVersion"] == VERSION
-        and f"{values['image']['repository']}:{values['image']['tag']}" == IMAGE
-    )
+    assert chart["appVersion"] == VERSION
+    assert f"{values['image']['repository']}:{values['image']['tag']}" == IMAGE
     # The adapter's RBAC rules are the manifests' (one list, kept equal).
     role = next(d for d in manifests() if d["kind"] == "ClusterRole")
     assert yaml.safe_load((CHART / "files" / "adapter-rules.yaml").read_text()) == role["rules"]
@@ -65,9 +64,10 @@ def test_helm_chart_matches_the_manifests() -> None:
         for path in re.findall(r"\.Values\.([A-Za-z0-9_.]+)", template.read_text()):
             node = values
             for key in path.split("."):
-                assert isinstance(node, dict) and key in node, (
+                assert isinstance(node, dict), (
                     f"{template.name}: .Values.{path} is not in values.yaml"
                 )
+                assert key in node, f"{template.name}: .Values.{path} is not in values.yaml"
                 node = node[key]
     # The chart's scheduler configuration is a valid one.
     from server.config import load_config
@@ -84,7 +84,9 @@ def test_helm_template_renders_the_objects() -> None:
         text=True,
     ).stdout
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(out) if d)
-    assert kinds.count("Deployment") == 2 and "ClusterRole" in kinds and "ConfigMap" in kinds
+    assert kinds.count("Deployment") == 2
+    assert "ClusterRole" in kinds
+    assert "ConfigMap" in kinds
 
 
 def test_make_install_links_the_commands(tmp_path: Path) -> None:

@@ -72,10 +72,12 @@ def test_default_is_one_server_on_the_sqlite_file() -> None:
     objs = render()
     server = get(objs, "Deployment", "muster-server")
     assert server is not None
-    assert server["spec"]["replicas"] == 1 and server["spec"]["strategy"] == {"type": "Recreate"}
+    assert server["spec"]["replicas"] == 1
+    assert server["spec"]["strategy"] == {"type": "Recreate"}
     assert get(objs, "PersistentVolumeClaim", "muster-state") is not None
     args = container(objs, "muster-server")["args"]
-    assert flag(args, "--state") == "/var/lib/muster/muster.db" and "--advertise" not in args
+    assert flag(args, "--state") == "/var/lib/muster/muster.db"
+    assert "--advertise" not in args
     volumes = server["spec"]["template"]["spec"]["volumes"]
     assert {"name": "state", "persistentVolumeClaim": {"claimName": "muster-state"}} in volumes
     for kind, name in (
@@ -97,7 +99,8 @@ def test_several_servers_on_one_sqlite_file_are_refused(replicas: int) -> None:
 def test_postgres_runs_three_replicas_with_the_dsn_from_a_secret() -> None:
     objs = render(POSTGRES)
     server = get(objs, "Deployment", "muster-server")
-    assert server is not None and server["spec"]["replicas"] == 3
+    assert server is not None
+    assert server["spec"]["replicas"] == 3
     assert server["spec"]["strategy"]["type"] == "RollingUpdate"
     assert get(objs, "PersistentVolumeClaim", "muster-state") is None
     pod = server["spec"]["template"]["spec"]
@@ -105,7 +108,9 @@ def test_postgres_runs_three_replicas_with_the_dsn_from_a_secret() -> None:
     env = {e["name"]: e for e in c["env"]}
     # The DSN reaches --state through an env var from the Secret; it is in no value or object.
     state = flag(c["args"], "--state")
-    assert state is not None and state.startswith("$(") and state.endswith(")")
+    assert state is not None
+    assert state.startswith("$(")
+    assert state.endswith(")")
     assert env[state[2:-1]]["valueFrom"] == {
         "secretKeyRef": {"name": "muster-postgres", "key": "dsn"}
     }
@@ -122,24 +127,29 @@ def test_postgres_runs_three_replicas_with_the_dsn_from_a_secret() -> None:
     selector = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
     assert selector.items() <= labels.items()
     pdb = get(objs, "PodDisruptionBudget", "muster-server")
-    assert pdb is not None and pdb["spec"]["maxUnavailable"] == 1
+    assert pdb is not None
+    assert pdb["spec"]["maxUnavailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
     # Clients' Service covers every replica; the headless one gives the pod addresses.
     for name in ("muster-server", "muster-server-peers"):
         svc = get(objs, "Service", name)
-        assert svc is not None and svc["spec"]["selector"].items() <= labels.items()
+        assert svc is not None
+        assert svc["spec"]["selector"].items() <= labels.items()
         assert svc["spec"]["ports"][0]["port"] == 50051
     peers = get(objs, "Service", "muster-server-peers")
-    assert peers is not None and peers["spec"]["clusterIP"] == "None"
+    assert peers is not None
+    assert peers["spec"]["clusterIP"] == "None"
 
 
 def test_postgres_replica_count_can_be_set() -> None:
     objs = render(POSTGRES, {"server": {"replicaCount": 5}})
     server = get(objs, "Deployment", "muster-server")
-    assert server is not None and server["spec"]["replicas"] == 5
+    assert server is not None
+    assert server["spec"]["replicas"] == 5
     objs = render(POSTGRES, {"server": {"replicaCount": 1}})
     server = get(objs, "Deployment", "muster-server")
-    assert server is not None and server["spec"]["replicas"] == 1
+    assert server is not None
+    assert server["spec"]["replicas"] == 1
     assert get(objs, "PodDisruptionBudget", "muster-server") is None  # 1 of 1 could never go
 
 
@@ -156,7 +166,8 @@ def test_readiness_is_grpc_health_over_mutual_tls_unless_replaced() -> None:
         mounted = {m["mountPath"] for m in c["volumeMounts"]}
         for name in ("--tls-ca", "--tls-cert", "--tls-key"):
             path = flag(command, name)
-            assert path is not None and str(Path(path).parent) in mounted
+            assert path is not None
+            assert str(Path(path).parent) in mounted
         # The server's own certificate and key: the ones it serves.
         assert flag(command, "--tls-cert") == flag(c["args"], "--tls-cert")
         assert flag(command, "--tls-key") == flag(c["args"], "--tls-key")
@@ -205,7 +216,8 @@ async def test_the_charts_probe_command_checks_a_real_server(tmp_path: Path) -> 
     finally:
         await handle.stop()
     code, err = await probe()
-    assert code == 1 and "is not serving: UNAVAILABLE" in err
+    assert code == 1
+    assert "is not serving: UNAVAILABLE" in err
 
 
 # ------------------------------------------------------------------------------------------ adapter
@@ -214,7 +226,8 @@ async def test_the_charts_probe_command_checks_a_real_server(tmp_path: Path) -> 
 def test_adapter_runs_two_replicas_under_leader_election() -> None:
     objs = render()
     adapter = get(objs, "Deployment", "muster-k8s-adapter")
-    assert adapter is not None and adapter["spec"]["replicas"] == 2
+    assert adapter is not None
+    assert adapter["spec"]["replicas"] == 2
     assert adapter["spec"]["strategy"]["type"] == "RollingUpdate"
     c = container(objs, "muster-k8s-adapter")
     args = c["args"]
@@ -232,7 +245,8 @@ def test_adapter_runs_two_replicas_under_leader_election() -> None:
     # The Role lets it get, create and update its Lease, in its namespace only.
     role = get(objs, "Role", "muster-k8s-adapter-leader-election")
     binding = get(objs, "RoleBinding", "muster-k8s-adapter-leader-election")
-    assert role is not None and binding is not None
+    assert role is not None
+    assert binding is not None
     assert role["metadata"]["namespace"] == "muster-system"
     verbs = {
         v for r in role["rules"] if r["apiGroups"] == ["coordination.k8s.io"] for v in r["verbs"]
@@ -246,7 +260,8 @@ def test_adapter_runs_two_replicas_under_leader_election() -> None:
     ]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     pdb = get(objs, "PodDisruptionBudget", "muster-k8s-adapter")
-    assert pdb is not None and pdb["spec"]["maxUnavailable"] == 1
+    assert pdb is not None
+    assert pdb["spec"]["maxUnavailable"] == 1
 
 
 def test_lease_name_follows_the_backend_name_or_the_value() -> None:
@@ -266,7 +281,8 @@ def test_adapter_without_leader_election_is_one_replica_or_refused() -> None:
         render({"adapter": {"leaderElection": {"enabled": False}}})  # 2 replicas by default
     objs = render({"adapter": {"replicaCount": 1, "leaderElection": {"enabled": False}}})
     adapter = get(objs, "Deployment", "muster-k8s-adapter")
-    assert adapter is not None and adapter["spec"]["strategy"] == {"type": "Recreate"}
+    assert adapter is not None
+    assert adapter["spec"]["strategy"] == {"type": "Recreate"}
     assert "--no-leader-elect" in container(objs, "muster-k8s-adapter")["args"]
     assert get(objs, "Role", "muster-k8s-adapter-leader-election") is None
 
@@ -279,7 +295,8 @@ def test_chart_defaults_are_the_manifests() -> None:
     objs, plain = render(), manifests()
     for name in ("muster-server", "muster-k8s-adapter"):
         rendered, written = get(objs, "Deployment", name), get(plain, "Deployment", name)
-        assert rendered is not None and written is not None
+        assert rendered is not None
+        assert written is not None
         assert rendered["spec"]["replicas"] == written["spec"]["replicas"], name
         assert rendered["spec"]["strategy"] == written["spec"]["strategy"], name
         pod, pod_written = rendered["spec"]["template"]["spec"], written["spec"]["template"]["spec"]
@@ -293,7 +310,8 @@ def test_chart_defaults_are_the_manifests() -> None:
         ("PodDisruptionBudget", "muster-k8s-adapter"),
     ):
         rendered, written = get(objs, kind, name), get(plain, kind, name)
-        assert rendered is not None and written is not None, (kind, name)
+        assert rendered is not None, (kind, name)
+        assert written is not None, (kind, name)
         for key in ("rules", "roleRef", "subjects", "spec"):
             assert rendered.get(key) == written.get(key), (kind, name, key)
 
@@ -353,8 +371,10 @@ def test_helm_refuses_replicas_on_sqlite() -> None:
         ["helm", "template", "muster", str(CHART), "--set", "server.replicaCount=2"],
         capture_output=True,
         text=True,
+        check=False,
     )
-    assert run.returncode != 0 and "SQLite" in run.stderr
+    assert run.returncode != 0
+    assert "SQLite" in run.stderr
 
 
 def test_two_releases_in_one_namespace_share_no_object_and_select_only_their_own_pods() -> None:

@@ -37,7 +37,8 @@ async def test_binding_409_when_another_scheduler_bound_the_pod_first(env: Env) 
     env.kube.put_object(pod)
     outcome = await backend.apply_bind(_bind(task_id, "n1"))
     assert not outcome.applied
-    assert "409" in outcome.reason and "already assigned" in outcome.reason
+    assert "409" in outcome.reason
+    assert "already assigned" in outcome.reason
     assert env.pod("p")["spec"]["nodeName"] == "n0"
 
 
@@ -45,17 +46,19 @@ async def test_binding_404_when_the_pod_is_gone(env: Env) -> None:
     backend, task_id = await _one_pending_pod(env)
     env.kube.delete_object("v1", "Pod", "p", "default")  # not yet seen by the informer
     outcome = await backend.apply_bind(_bind(task_id, "n1"))
-    assert not outcome.applied and "404" in outcome.reason
+    assert not outcome.applied
+    assert "404" in outcome.reason
 
 
 async def test_bind_to_not_ready_node_is_rejected_without_calling_the_api(env: Env) -> None:
     backend, task_id = await _one_pending_pod(env)
     env.kube.put_object(make_node("n1", cpu="1", ready=False))
     await eventually(
-        lambda: not backend.nodes.cache["n1"]["status"]["conditions"][0]["status"] == "True"
+        lambda: backend.nodes.cache["n1"]["status"]["conditions"][0]["status"] != "True"
     )
     outcome = await backend.apply_bind(_bind(task_id, "n1"))
-    assert not outcome.applied and "NotReady" in outcome.reason
+    assert not outcome.applied
+    assert "NotReady" in outcome.reason
     assert env.bind_posts("p") == 0
 
 
@@ -98,7 +101,8 @@ async def test_eviction_refused_by_budget_every_time_is_rejected(env: Env) -> No
     acks = env.muster.servicer.acked
     await eventually(lambda: any(not a.applied for a in acks.values()))
     reason = next(a.reason for a in acks.values() if not a.applied)
-    assert "429" in reason and "disruption budget" in reason
+    assert "429" in reason
+    assert "disruption budget" in reason
     assert env.kube.get_object("v1", "Pod", "solo", "default") is not None
 
 
@@ -172,7 +176,9 @@ async def test_volcano_queue_becomes_a_muster_queue(env: Env) -> None:
     await env.start_adapter()
     await eventually(lambda: env.pod("w")["spec"].get("nodeName") == "n0")
     queue = env.muster.servicer.queues["research"]
-    assert queue.weight == 3 and queue.capability.quantities["cpu"] == "4" and not queue.reclaimable
+    assert queue.weight == 3
+    assert queue.capability.quantities["cpu"] == "4"
+    assert not queue.reclaimable
     assert env.muster.servicer.jobs["k8s:default:pg"].spec.queue == "research"
 
 
@@ -212,7 +218,8 @@ async def _expired_bind_then_rebind_elsewhere(env: Env) -> None:
             and len(servicer.acked) == len(servicer.decisions)
         )
     )
-    assert env.pod("p")["spec"]["nodeName"] == "n0" and env.bind_posts("p") == 1
+    assert env.pod("p")["spec"]["nodeName"] == "n0"
+    assert env.bind_posts("p") == 1
 
 
 async def test_expired_bind_then_rebind_elsewhere_reports_where_the_pod_really_is(env: Env) -> None:
@@ -239,7 +246,7 @@ class _ReportLandsAfterTheExpiry(MiniMuster):
         super().__init__()
         self.holding = 0
 
-    async def SendDeltas(self, request, context):  # noqa: N802
+    async def SendDeltas(self, request, context):
         if _reports_status(request):
             self.holding += 1
             try:
@@ -271,11 +278,11 @@ class _CycleRunsBeforeTheReport(MiniMuster):
         super().__init__()
         self.cycles_at_ack = 0
 
-    async def AckDecisions(self, request, context):  # noqa: N802
+    async def AckDecisions(self, request, context):
         self.cycles_at_ack = self.cycles
         return await super().AckDecisions(request, context)
 
-    async def SendDeltas(self, request, context):  # noqa: N802
+    async def SendDeltas(self, request, context):
         if _reports_status(request):
             await _until(lambda: self.cycles > self.cycles_at_ack, 1.0)
         return await super().SendDeltas(request, context)

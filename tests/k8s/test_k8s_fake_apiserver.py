@@ -31,8 +31,11 @@ async def _req(kube: FakeApiServer, method: str, path: str, body=None, ctype="ap
 
 async def test_status_bodies_and_content_type(kube: FakeApiServer) -> None:
     status, ctype, body = await _req(kube, "GET", "/api/v1/namespaces/default/pods/nope")
-    assert status == 404 and ctype == "application/json"
-    assert body["kind"] == "Status" and body["reason"] == "NotFound" and body["code"] == 404
+    assert status == 404
+    assert ctype == "application/json"
+    assert body["kind"] == "Status"
+    assert body["reason"] == "NotFound"
+    assert body["code"] == 404
 
 
 async def test_patch_content_types(kube: FakeApiServer) -> None:
@@ -50,7 +53,8 @@ async def test_patch_content_types(kube: FakeApiServer) -> None:
         [{"op": "replace", "path": "/spec/minMember", "value": 2}],
         "application/json-patch+json",
     )
-    assert ok[0] == 200 and ok[2]["spec"]["minMember"] == 2
+    assert ok[0] == 200
+    assert ok[2]["spec"]["minMember"] == 2
 
 
 async def test_status_subresource_isolation(kube: FakeApiServer) -> None:
@@ -62,7 +66,8 @@ async def test_status_subresource_isolation(kube: FakeApiServer) -> None:
         {"status": {"phase": "Running"}, "spec": {"queue": "q"}},
         "application/merge-patch+json",
     )
-    assert main[2]["status"]["phase"] == "Pending" and main[2]["spec"]["queue"] == "q"
+    assert main[2]["status"]["phase"] == "Pending"
+    assert main[2]["spec"]["queue"] == "q"
     sub = await _req(
         kube,
         "PATCH",
@@ -70,14 +75,16 @@ async def test_status_subresource_isolation(kube: FakeApiServer) -> None:
         {"status": {"phase": "Running"}, "spec": {"queue": "z"}},
         "application/merge-patch+json",
     )
-    assert sub[2]["status"]["phase"] == "Running" and sub[2]["spec"]["queue"] == "q"
+    assert sub[2]["status"]["phase"] == "Running"
+    assert sub[2]["spec"]["queue"] == "q"
 
 
 async def test_stale_resource_version_update_conflicts(kube: FakeApiServer) -> None:
     pod = kube.put_object(make_pod("p"))
     kube.put_object(make_pod("p", labels={"x": "y"}))  # moves the RV on
     status, _, body = await _req(kube, "PUT", "/api/v1/namespaces/default/pods/p", pod)
-    assert status == 409 and body["reason"] == "Conflict"
+    assert status == 409
+    assert body["reason"] == "Conflict"
 
 
 async def test_binding_twice_conflicts_and_reply_is_a_status(kube: FakeApiServer) -> None:
@@ -89,9 +96,12 @@ async def test_binding_twice_conflicts_and_reply_is_a_status(kube: FakeApiServer
         "target": {"kind": "Node", "name": "n"},
     }
     first = await _req(kube, "POST", "/api/v1/namespaces/default/pods/p/binding", binding)
-    assert first[0] == 201 and first[2]["kind"] == "Status" and first[2]["status"] == "Success"
+    assert first[0] == 201
+    assert first[2]["kind"] == "Status"
+    assert first[2]["status"] == "Success"
     second = await _req(kube, "POST", "/api/v1/namespaces/default/pods/p/binding", binding)
-    assert second[0] == 409 and 'already assigned to node "n"' in second[2]["message"]
+    assert second[0] == 409
+    assert 'already assigned to node "n"' in second[2]["message"]
     no_target = await _req(
         kube, "POST", "/api/v1/namespaces/default/pods/p/binding", {"metadata": {"name": "p"}}
     )
@@ -102,15 +112,15 @@ async def test_watch_from_compacted_rv_answers_410_in_the_stream(kube: FakeApiSe
     kube.put_object(make_pod("p"))
     kube.put_object(make_pod("q"))
     kube.compact()
-    async with aiohttp.ClientSession() as s:
-        async with s.get(kube.url + "/api/v1/pods?watch=true&resourceVersion=1") as r:
-            assert r.status == 200
-            line = json.loads(await r.content.readline())
-    assert (
-        line["type"] == "ERROR"
-        and line["object"]["code"] == 410
-        and line["object"]["reason"] == "Expired"
-    )
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(kube.url + "/api/v1/pods?watch=true&resourceVersion=1") as r,
+    ):
+        assert r.status == 200
+        line = json.loads(await r.content.readline())
+    assert line["type"] == "ERROR"
+    assert line["object"]["code"] == 410
+    assert line["object"]["reason"] == "Expired"
 
 
 async def test_field_selector_transition_sends_deleted_on_bind(kube: FakeApiServer) -> None:
@@ -123,4 +133,5 @@ async def test_field_selector_transition_sends_deleted_on_bind(kube: FakeApiServ
             pod["spec"]["nodeName"] = "n"
             kube.put_object(pod)
             left = json.loads(await r.content.readline())
-    assert added["type"] == "ADDED" and left["type"] == "DELETED"
+    assert added["type"] == "ADDED"
+    assert left["type"] == "DELETED"

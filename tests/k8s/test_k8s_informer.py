@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from kubernetes_asyncio import client
 
@@ -24,16 +25,14 @@ async def _informer(kube: FakeApiServer):
         backoff_max=0.05,
     )
     task = asyncio.create_task(inf.run())
-    await eventually(lambda: inf.synced.is_set())
+    await eventually(inf.synced.is_set)
     return api, inf, task, seen
 
 
 async def _close(api, task) -> None:
     task.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await task
-    except asyncio.CancelledError:
-        pass
     await api.close()
 
 
@@ -47,7 +46,9 @@ async def test_dropped_watch_resumes_from_last_rv_without_relist() -> None:
         kube.drop_watches()
         kube.put_object(make_pod("b"))  # happens while no watch is open
         await eventually(lambda: ("ADDED", "b") in seen)
-        assert inf.lists == 1 and inf.relists == 0 and inf.resumes >= 1
+        assert inf.lists == 1
+        assert inf.relists == 0
+        assert inf.resumes >= 1
         # Resumed from an RV: the replay does not repeat "a".
         assert seen.count(("ADDED", "a")) == 1
     finally:
@@ -72,7 +73,8 @@ async def test_410_relist_reports_a_deletion_hidden_in_the_gap() -> None:
         kube.run_on_server(gap)
         await eventually(lambda: ("DELETED", "doomed") in seen)
         assert inf.relists == 1
-        assert "default/doomed" not in inf.cache and "default/keep" in inf.cache
+        assert "default/doomed" not in inf.cache
+        assert "default/keep" in inf.cache
         # The re-list did not report the unchanged pod again.
         assert seen.count(("ADDED", "keep")) == 1
     finally:
@@ -110,7 +112,7 @@ async def test_missing_crd_does_not_block_sync() -> None:
     )
     task = asyncio.create_task(inf.run())
     try:
-        await eventually(lambda: inf.synced.is_set())
+        await eventually(inf.synced.is_set)
         assert not inf.served
         kube.register_crd("example.com", "v1", "things", "Thing", namespaced=False)
         await eventually(lambda: inf.served)

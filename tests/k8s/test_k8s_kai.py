@@ -41,7 +41,8 @@ def test_pod_names_its_kai_podgroup_and_queue() -> None:
     assert tr.pod_group_ref(pod) == (tr.KAI_PODGROUP, "ml/pg")
     assert tr.pod_queue_label(pod) == "team"
     legacy = make_pod("old", labels={"runai/queue": "legacy"})
-    assert tr.pod_queue_label(legacy) == "legacy" and tr.pod_group_ref(legacy) is None
+    assert tr.pod_queue_label(legacy) == "legacy"
+    assert tr.pod_group_ref(legacy) is None
     # Volcano's annotation and KAI's can coexist on different pods; each names its own kind.
     assert tr.pod_group_ref(make_pod("v", group="pg")) == (tr.VOLCANO_PODGROUP, "default/pg")
 
@@ -70,13 +71,16 @@ def test_kai_queue_quota_limit_weight_and_unlimited() -> None:
         "cpu": "8000m",
         "memory": "2048M",
     }
-    assert q.state == pb.QUEUE_STATE_OPEN and not q.HasField("reclaimable")
+    assert q.state == pb.QUEUE_STATE_OPEN
+    assert not q.HasField("reclaimable")
 
 
 def test_kai_queue_defaults_and_odd_values() -> None:
     q = tr.kai_queue_to_pb({"metadata": {"name": "bare"}, "spec": {}})
     assert (q.parent, q.priority, q.weight) == ("", 100, 1)  # KAI's default queue priority is 100
-    assert not q.guarantee.quantities and not q.deserved.quantities and not q.capability.quantities
+    assert not q.guarantee.quantities
+    assert not q.deserved.quantities
+    assert not q.capability.quantities
     q = tr.kai_queue_to_pb(
         make_kai_queue(
             "z",
@@ -100,7 +104,8 @@ def test_kai_queue_defaults_and_odd_values() -> None:
 def test_fractional_pod_becomes_a_gpu_fraction_task_group() -> None:
     pods = [make_kai_pod(f"f{i}", annotations={"gpu-fraction": "0.25"}) for i in range(2)]
     group = tr.task_group("task", pods)
-    assert group.gpu_fraction == pytest.approx(0.25) and group.replicas == 2
+    assert group.gpu_fraction == pytest.approx(0.25)
+    assert group.replicas == 2
     assert "nvidia.com/gpu" not in group.request.quantities
     assert tr.task_group("task", [make_kai_pod("whole")]).gpu_fraction == 0
     assert tr.pod_gpu_problem(pods[0]) == ""
@@ -190,7 +195,8 @@ def test_kai_status_shape() -> None:
     pg = make_kai_podgroup("pg", min_member=2)
     pending = [make_kai_pod(f"p{i}", group="pg") for i in range(2)]
     status = kai_podgroup_status(pg, pending, "0/1 nodes are available")
-    assert status["pending"] == 2 and status["running"] == 0
+    assert status["pending"] == 2
+    assert status["running"] == 0
     [cond] = status["schedulingConditions"]
     assert (
         cond["type"],
@@ -218,9 +224,9 @@ def test_queue_controller_creates_parents_first_and_prefers_volcano() -> None:
     qc = QueueController(None, queues=volcano, kai_queues=kai)  # type: ignore[arg-type]
     assert sorted(["a-team", "z-dept"], key=lambda n: (qc._depth(n), n)) == ["z-dept", "a-team"]
     shared = qc.desired("shared")
-    assert (
-        shared is not None and shared.weight == 4 and shared.priority == 0
-    )  # Volcano's Queue wins
+    assert shared is not None
+    assert shared.weight == 4
+    assert shared.priority == 0
     assert qc.desired("gone") is None
 
 
@@ -322,7 +328,8 @@ async def test_kai_sub_group_short_of_its_minimum_is_not_submitted(env: Env) -> 
         lambda: env.muster.servicer.snapshots >= 1
     )  # every pod was considered before it
     # minMember (2) is met, but the prefill sub-group has none of its one pod: no partial gang.
-    assert "k8s:default:llm" not in env.muster.servicer.jobs and env.bind_posts() == 0
+    assert "k8s:default:llm" not in env.muster.servicer.jobs
+    assert env.bind_posts() == 0
     env.kube.put_object(make_kai_pod("llm-p0", group="llm", sub_group="prefill"))
     await eventually(lambda: all(env.pod(n)["spec"].get("nodeName") for n in LLM_PODS))
 
@@ -344,7 +351,8 @@ async def test_fractional_pod_is_bound_and_gpu_memory_is_refused(env: Env) -> No
     await env.start_adapter(kai=True)
     await eventually(lambda: env.pod("half")["spec"].get("nodeName") == "n0")
     job = env.muster.servicer.jobs["k8s:default:pod:half"]
-    assert job.spec.queue == "infer" and job.spec.task_groups[0].gpu_fraction == pytest.approx(0.5)
+    assert job.spec.queue == "infer"
+    assert job.spec.task_groups[0].gpu_fraction == pytest.approx(0.5)
 
     # GPU memory is not something Muster schedules: refused with a reason, never bound.
     await eventually(lambda: bool(env.events("FailedScheduling", "by-memory")))
@@ -353,9 +361,8 @@ async def test_fractional_pod_is_bound_and_gpu_memory_is_refused(env: Env) -> No
     assert "topology" in env.events("FailedScheduling", "pinned")[0]["message"]
     assert "k8s:default:pod:by-memory" not in env.muster.servicer.jobs
     assert "k8s:default:pod:pinned" not in env.muster.servicer.jobs
-    assert not env.pod("by-memory")["spec"].get("nodeName") and not env.pod("pinned")["spec"].get(
-        "nodeName"
-    )
+    assert not env.pod("by-memory")["spec"].get("nodeName")
+    assert not env.pod("pinned")["spec"].get("nodeName")
     assert len(env.events("FailedScheduling", "by-memory")) == 1  # once per distinct message
 
     # The user switches to a fraction: the pod is scheduled.
@@ -370,7 +377,8 @@ async def test_kai_pods_wait_with_a_reason_when_kai_is_not_enabled(env: Env) -> 
     env.kube.put_object(make_kai_podgroup("pg", min_member=1))
     env.kube.put_object(make_kai_pod("k0", group="pg"))
     backend = await env.start_adapter()
-    assert tr.KAI_PODGROUP not in backend.podgroups and backend.kai_queues is None
+    assert tr.KAI_PODGROUP not in backend.podgroups
+    assert backend.kai_queues is None
     await eventually(lambda: bool(env.events("FailedScheduling", "k0")))
     assert "--kai" in env.events("FailedScheduling", "k0")[0]["message"]
     assert not any(p.startswith("/apis/scheduling.run.ai/") for _, p in env.kube.requests)
@@ -391,7 +399,9 @@ async def test_fractional_pods_share_one_gpu_with_the_real_server(tmp_path: Path
         groups = {
             env.pod(f"half{i}")["metadata"]["labels"].get("runai-gpu-group") for i in range(2)
         }
-        assert len(groups) == 1 and None not in groups and "" not in groups
+        assert len(groups) == 1
+        assert None not in groups
+        assert "" not in groups
         # The GPU is now full: a third share waits.
         env.kube.put_object(make_kai_pod("third", annotations={"gpu-fraction": "0.3"}))
         await eventually(lambda: bool(env.events("FailedScheduling", "third")))

@@ -138,12 +138,14 @@ async def test_two_electors_exactly_one_leads(cluster: Cluster) -> None:
     b.start()
     await eventually(lambda: len(cluster.leaders()) == 1, timeout=5)
     counts = await watch_leaders(cluster, 3.0)  # 1.5 lease durations of renewing
-    assert max(counts) == 1 and min(counts) == 1, counts
+    assert max(counts) == 1, counts
+    assert min(counts) == 1, counts
     [leader] = cluster.leaders()
     assert len(leader.starts) == 1  # one term, no flapping
     assert cluster.holder() == leader.elector.identity
     other = b if leader is a else a
-    assert other.starts == [] and other.elector.holder == leader.elector.identity
+    assert other.starts == []
+    assert other.elector.holder == leader.elector.identity
     assert cluster.lease()["spec"]["leaseDurationSeconds"] == 2
 
 
@@ -153,7 +155,8 @@ async def test_killed_leader_is_replaced_only_after_the_lease_duration(cluster: 
     await eventually(lambda: a.leading, timeout=5)
     b = await cluster.candidate("b")
     b.start()
-    assert max(await watch_leaders(cluster, 1.5)) == 1 and not b.leading  # renewed: b waits
+    assert max(await watch_leaders(cluster, 1.5)) == 1
+    assert not b.leading
     await a.kill()
     killed = now()
     assert cluster.holder() == "a"  # cancelled, not released
@@ -180,7 +183,8 @@ async def test_graceful_release_hands_over_well_under_the_lease_duration(
     stopped = now()
     assert a.task is not None
     await asyncio.wait_for(a.task, 5)  # run() returns after a stop
-    assert a.ends and a.ends[0] - stopped < 0.2  # the work was cancelled at once
+    assert a.ends
+    assert a.ends[0] - stopped < 0.2
     await eventually(lambda: b.leading, timeout=5)
     assert b.starts[0] - stopped < 1.0  # a 5 s lease, taken over at the next 0.1 s retry
     assert a.ends[0] <= b.starts[0]
@@ -283,7 +287,8 @@ async def test_a_stopped_leader_releases_the_lease(cluster: Cluster) -> None:
     assert a.task is not None
     await asyncio.wait_for(a.task, 5)
     spec = cluster.lease()["spec"]
-    assert "holderIdentity" not in spec and spec["leaseDurationSeconds"] == 1
+    assert "holderIdentity" not in spec
+    assert spec["leaseDurationSeconds"] == 1
     # A stopped elector never campaigns again.
     puts = len([r for r in cluster.kube.requests if r[1] == LEASE_PATH])
     await asyncio.sleep(0.3)
@@ -300,7 +305,8 @@ async def test_work_that_returns_ends_the_election_and_releases(cluster: Cluster
     a.start()
     assert a.task is not None
     await asyncio.wait_for(a.task, 5)
-    assert len(a.starts) == 1 and "holderIdentity" not in cluster.lease()["spec"]
+    assert len(a.starts) == 1
+    assert "holderIdentity" not in cluster.lease()["spec"]
 
 
 async def test_the_writer_refuses_a_bind_once_the_fence_is_down() -> None:
@@ -359,11 +365,13 @@ async def test_the_adapter_stops_binding_while_another_holder_has_the_lease(env:
         env.kube.put_object(make_pod("p2", cpu="1"))
         binds = env.bind_posts()
         while now() - taken < 2.0:  # the intruder's 3 s lease has not expired on our clock
-            assert env.bind_posts() == binds and not env.pod("p2")["spec"].get("nodeName")
+            assert env.bind_posts() == binds
+            assert not env.pod("p2")["spec"].get("nodeName")
             await asyncio.sleep(0.05)
         # The lease expires; the adapter takes it back and a new term binds the waiting pod.
         await eventually(lambda: env.pod("p2")["spec"].get("nodeName") == "n0", timeout=15)
-        assert len(backends) == 2 and elector.terms == 2
+        assert len(backends) == 2
+        assert elector.terms == 2
     finally:
         elector.stop()
         await asyncio.wait_for(task, 10)

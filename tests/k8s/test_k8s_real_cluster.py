@@ -8,6 +8,7 @@ binds it through the adapter's writer, checks the 409 on a second bind, and dele
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 
@@ -37,7 +38,7 @@ async def test_real_cluster_list_watch_bind_and_conflict() -> None:
     nodes = Informer("nodes", core.list_node, handler=lambda *a: None)
     task = asyncio.create_task(nodes.run())
     try:
-        await eventually(lambda: nodes.synced.is_set(), timeout=30)
+        await eventually(nodes.synced.is_set, timeout=30)
         ready = [n for n in nodes.cache.values() if tr.node_ready(n)]
         assert ready, "the cluster has no Ready node"
         pod = make_pod(
@@ -49,11 +50,10 @@ async def test_real_cluster_list_watch_bind_and_conflict() -> None:
         node = tr.meta(ready[0])["name"]
         assert (await writer.bind(namespace, name, node)).ok
         again = await writer.bind(namespace, name, node)
-        assert again.status == 409 and "already assigned" in again.message
+        assert again.status == 409
+        assert "already assigned" in again.message
     finally:
         task.cancel()
-        try:
+        with contextlib.suppress(client.ApiException):
             await core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        except client.ApiException:
-            pass
         await api.close()

@@ -41,7 +41,8 @@ def test_node_translation_ready_taints_and_cordon() -> None:
         ],
     )
     out = tr.node_to_pb(node)
-    assert out.not_ready and out.unschedulable
+    assert out.not_ready
+    assert out.unschedulable
     assert out.allocatable.quantities["nvidia.com/gpu"] == "4"
     assert [(t.key, t.value, t.effect) for t in out.taints] == [("gpu", "a100", "NoSchedule")]
     node["status"]["conditions"] = []
@@ -63,7 +64,8 @@ def test_task_group_records_pods_in_index_order_and_role() -> None:
     pods[1]["spec"]["nodeSelector"] = {"zone": "a"}
     assert tr.pod_role(pods[0]) == "worker"
     group = tr.task_group("worker", pods)
-    assert group.replicas == 2 and group.annotations[tr.PODS_ANNOTATION] == "w-a,w-b"
+    assert group.replicas == 2
+    assert group.annotations[tr.PODS_ANNOTATION] == "w-a,w-b"
     assert group.node_selector == {"zone": "a"}  # the template is the first pod by name
     assert group.request.quantities["cpu"] == "2"
 
@@ -81,7 +83,9 @@ def test_volcano_queue_translation() -> None:
             "status": {"state": "Closed"},
         }
     )
-    assert q.weight == 2 and q.parent == "org" and q.state == pb.QUEUE_STATE_CLOSED
+    assert q.weight == 2
+    assert q.parent == "org"
+    assert q.state == pb.QUEUE_STATE_CLOSED
     assert dict(q.capability.quantities) == {"cpu": "10", "memory": "-1"}
     assert dict(q.guarantee.quantities) == {"cpu": "1"}
     assert not q.HasField("reclaimable")
@@ -105,5 +109,6 @@ def test_gang_spec_and_job_ids_avoid_slashes() -> None:
         gang.queue,
         gang.priority_class,
     ) == (3, {"worker": 2}, {"cpu": "6"}, "q", "high")
-    assert "/" not in tr.job_id_for_group("ns", "pg") and "/" not in tr.job_id_for_pod("ns", "p")
+    assert "/" not in tr.job_id_for_group("ns", "pg")
+    assert "/" not in tr.job_id_for_pod("ns", "p")
     assert tr.job_id_for_group("ns", "pod") != tr.job_id_for_pod("ns", "pod")

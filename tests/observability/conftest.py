@@ -72,7 +72,8 @@ async def stub(traced: ServerHandle) -> AsyncIterator[pb_grpc.SchedulerStub]:
 async def flush(handle: ServerHandle) -> None:
     """Export every finished span now (the batch processor would wait seconds)."""
     telemetry = handle.server.telemetry
-    assert telemetry is not None and telemetry.provider is not None
+    assert telemetry is not None
+    assert telemetry.provider is not None
     ok = await anyio.to_thread.run_sync(telemetry.provider.force_flush, 10_000)
     assert ok, "span export did not finish"
 

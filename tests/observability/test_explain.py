@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 
 from muster.quantity import parse_resources
 from muster.v1 import muster_pb2 as pb
@@ -77,12 +78,12 @@ def gpu_holders(n: int) -> list[JobSpec]:
     return out
 
 
-def outcome(nodes: list[NodeSpec], queues: list[QueueSpec], jobs: list[JobSpec], uid: str):  # noqa: ANN201
+def outcome(nodes: list[NodeSpec], queues: list[QueueSpec], jobs: list[JobSpec], uid: str):
     result = SchedulerCore().run_cycle(ClusterSnapshot(nodes=nodes, queues=queues, jobs=jobs), 1)
     return result.jobs[uid]
 
 
-def unschedulable_message(out) -> str:  # noqa: ANN001
+def unschedulable_message(out) -> str:
     [cond] = [c for c in out.conditions if c.type == "Unschedulable"]
     assert cond.status == "True"
     return cond.message
@@ -98,7 +99,8 @@ def test_placement_counts_nodes_per_reason_most_common_first() -> None:
     exp = out.explanation
     # The GPU nodes are reserved by a taint the job does not tolerate: it can never run here, which
     # is said apart from "waiting for room", with the per-reason node counts kept.
-    assert exp is not None and exp.gate == "unsatisfiable"
+    assert exp is not None
+    assert exp.gate == "unsatisfiable"
     assert exp.node_reasons == {
         "Insufficient nvidia.com/gpu": 1200,
         "node(s) had untolerated taint {gpu: reserved}": 800,
@@ -117,7 +119,8 @@ def test_placement_counts_nodes_per_reason_most_common_first() -> None:
         [job("train", 1, {"cpu": "1", "nvidia.com/gpu": "1"}), *gpu_holders(2)],
         "train",
     )
-    assert busy.explanation is not None and busy.explanation.gate == "placement"
+    assert busy.explanation is not None
+    assert busy.explanation.gate == "placement"
 
 
 def test_closed_queue_is_the_gate() -> None:
@@ -127,8 +130,10 @@ def test_closed_queue_is_the_gate() -> None:
         [job("j", 1, {"cpu": "1"}, queue="frozen")],
         "j",
     )
-    assert out.explanation is not None and out.explanation.gate == "queue"
-    assert "frozen" in out.explanation.summary and "Closed" in out.explanation.summary
+    assert out.explanation is not None
+    assert out.explanation.gate == "queue"
+    assert "frozen" in out.explanation.summary
+    assert "Closed" in out.explanation.summary
     assert out.explanation.summary in unschedulable_message(out)
 
 
@@ -143,8 +148,10 @@ def test_queue_capability_is_the_gate() -> None:
         "j",
     )
     # The queue could hold it once "hold" ends: it waits for its queue.
-    assert out.explanation is not None and out.explanation.gate == "queue"
-    assert "small" in out.explanation.summary and "capability" in out.explanation.summary
+    assert out.explanation is not None
+    assert out.explanation.gate == "queue"
+    assert "small" in out.explanation.summary
+    assert "capability" in out.explanation.summary
     assert out.explanation.node_reasons == {}
     assert out.explanation.summary in unschedulable_message(out)
     assert not any(c.type == "Unsatisfiable" for c in out.conditions)
@@ -156,7 +163,8 @@ def test_a_request_beyond_the_queue_capability_is_unsatisfiable() -> None:
     out = outcome(
         cpu_nodes(3), [QueueSpec("default"), small], [job("j", 1, {"cpu": "2"}, queue="small")], "j"
     )
-    assert out.explanation is not None and out.explanation.gate == "unsatisfiable"
+    assert out.explanation is not None
+    assert out.explanation.gate == "unsatisfiable"
     assert out.explanation.summary == "job j requests cpu 2 > queue small capability cpu 1"
     assert out.explanation.node_reasons == {}
     assert out.explanation.summary in unschedulable_message(out)
@@ -178,14 +186,16 @@ def test_enqueue_denied_is_the_gate() -> None:
     )
     out = outcome(cpu_nodes(3), [QueueSpec("default")], [pending], "big")
     assert out.phase == PodGroupPhase.PENDING
-    assert out.explanation is not None and out.explanation.gate == "enqueue"
+    assert out.explanation is not None
+    assert out.explanation.gate == "enqueue"
     assert "cpu" in out.explanation.summary
     assert out.explanation.summary in unschedulable_message(out)
 
 
 def test_a_placed_job_has_no_gate() -> None:
     out = outcome(cpu_nodes(3), [QueueSpec("default")], [job("ok", 2, {"cpu": "1"})], "ok")
-    assert out.explanation is not None and out.explanation.gate == "none"
+    assert out.explanation is not None
+    assert out.explanation.gate == "none"
     assert not any(c.type == "Unschedulable" and c.status == "True" for c in out.conditions)
 
 
@@ -219,9 +229,8 @@ async def test_explain_rpc_and_condition_agree(
     await stub.SubmitJob(pb.SubmitJobRequest(job=spec))
     await next_cycle(traced)
     exp = await stub.Explain(pb.ExplainRequest(job_id="wants-gpu"))
-    assert (
-        exp.gate == "unsatisfiable" and exp.cycle_id > 0
-    )  # the only GPU node is reserved by a taint
+    assert exp.gate == "unsatisfiable"
+    assert exp.cycle_id > 0
     assert dict(exp.node_reasons) == {
         "Insufficient nvidia.com/gpu": 3,
         "node(s) had untolerated taint {gpu: reserved}": 1,
@@ -234,17 +243,16 @@ async def test_explain_rpc_and_condition_agree(
     [cond] = [c for c in job.status.conditions if c.type == "Unschedulable"]
     assert exp.summary in cond.message
     [never] = [c for c in job.status.conditions if c.type == "Unsatisfiable"]
-    assert never.status == "True" and never.message == exp.summary
+    assert never.status == "True"
+    assert never.message == exp.summary
 
-    try:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Explain(pb.ExplainRequest(job_id="nope"))
-    except grpc.aio.AioRpcError as err:
-        assert err.code() == grpc.StatusCode.NOT_FOUND and "job_id" in (err.details() or "")
-    else:
-        raise AssertionError("Explain of an unknown job succeeded")
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "job_id" in (err.value.details() or "")
 
 
-def test_cli_renders_the_verdict(capsys) -> None:  # noqa: ANN001
+def test_cli_renders_the_verdict(capsys) -> None:
     from clients.render import Output, render_explanation
 
     out = Output("text")

@@ -48,13 +48,16 @@ def test_cycle_lines_carry_cycle_and_trace_ids(
     lines = {line["event"]: line for line in json_lines(capsys.readouterr().err)}
     root_ctx = obs.root.get_span_context()
     inside = lines["inside.cycle"]
-    assert inside["cycle_id"] == 41 and inside["level"] == "info" and inside["binds"] == 3
+    assert inside["cycle_id"] == 41
+    assert inside["level"] == "info"
+    assert inside["binds"] == 3
     assert inside["trace_id"] == format(root_ctx.trace_id, "032x")
     assert inside["span_id"] == format(root_ctx.span_id, "016x")
     applying = lines["inside.apply"]
     assert applying["trace_id"] == inside["trace_id"]
     assert applying["span_id"] == format(obs.apply_span.get_span_context().span_id, "016x")
-    assert "cycle_id" not in lines["after.cycle"] and "trace_id" not in lines["after.cycle"]
+    assert "cycle_id" not in lines["after.cycle"]
+    assert "trace_id" not in lines["after.cycle"]
 
 
 def test_without_tracing_lines_have_cycle_id_only(
@@ -64,7 +67,8 @@ def test_without_tracing_lines_have_cycle_id_only(
     with CycleObservation(5, tracer=None, metrics=None, attributes={}):
         structlog.get_logger("t").info("quiet")
     [line] = json_lines(capsys.readouterr().err)
-    assert line["cycle_id"] == 5 and "trace_id" not in line
+    assert line["cycle_id"] == 5
+    assert "trace_id" not in line
 
 
 def test_stdlib_loggers_render_as_json_and_debug_is_filtered(
@@ -76,6 +80,7 @@ def test_stdlib_loggers_render_as_json_and_debug_is_filtered(
     structlog.get_logger("t").debug("hidden")
     lines = json_lines(capsys.readouterr().err)
     assert [line["event"] for line in lines] == ["library says hi"]
-    assert lines[0]["logger"] == "grpc.something" and lines[0]["level"] == "warning"
+    assert lines[0]["logger"] == "grpc.something"
+    assert lines[0]["level"] == "warning"
     with pytest.raises(ValueError, match="log format"):
         configure_logging("xml", "info")

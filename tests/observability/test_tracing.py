@@ -50,7 +50,9 @@ def cycle_placing(receiver: Receiver, tasks: int) -> ReceivedSpan:
 
 def parse_traceparent(value: str) -> tuple[str, str]:
     version, trace_id, span_id, flags = value.split("-")
-    assert version == "00" and len(trace_id) == 32 and len(span_id) == 16
+    assert version == "00"
+    assert len(trace_id) == 32
+    assert len(span_id) == 16
     return trace_id, span_id
 
 
@@ -62,7 +64,9 @@ def test_tracing_is_off_by_default_and_follows_otel_env() -> None:
     on = tracing_settings(
         None, "muster-server", env={"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317"}
     )
-    assert on is not None and on.endpoint == "http://collector:4317" and on.insecure
+    assert on is not None
+    assert on.endpoint == "http://collector:4317"
+    assert on.insecure
     traces_only = tracing_settings(
         None,
         "m",
@@ -71,13 +75,12 @@ def test_tracing_is_off_by_default_and_follows_otel_env() -> None:
             "OTEL_SERVICE_NAME": "sched-a",
         },
     )
-    assert (
-        traces_only is not None
-        and not traces_only.insecure
-        and traces_only.service_name == "sched-a"
-    )
+    assert traces_only is not None
+    assert not traces_only.insecure
+    assert traces_only.service_name == "sched-a"
     flag = tracing_settings("127.0.0.1:4317", "m", env={})
-    assert flag is not None and flag.endpoint == "http://127.0.0.1:4317"
+    assert flag is not None
+    assert flag.endpoint == "http://127.0.0.1:4317"
     assert tracing_settings("127.0.0.1:4317", "m", env={"OTEL_SDK_DISABLED": "true"}) is None
     assert tracing_settings("127.0.0.1:4317", "m", env={"OTEL_TRACES_EXPORTER": "none"}) is None
     with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL"):
@@ -89,7 +92,9 @@ async def test_tracing_off_installs_nothing(tmp_path: Path) -> None:
     handle = await start_server(options(tmp_path))
     try:
         telemetry = handle.server.telemetry
-        assert telemetry is not None and telemetry.tracer is None and telemetry.metrics is None
+        assert telemetry is not None
+        assert telemetry.tracer is None
+        assert telemetry.metrics is None
         assert telemetry.interceptors() == []
         async with grpc.aio.insecure_channel(handle.address) as channel:
             stub = pb_grpc.SchedulerStub(channel)
@@ -118,7 +123,7 @@ async def test_cycle_trace_structure_link_and_decision_context(
     await next_cycle(traced)
     await flush(traced)
 
-    submit = [s for s in receiver.named("muster.v1.Scheduler/SubmitJob")]
+    submit = list(receiver.named("muster.v1.Scheduler/SubmitJob"))
     assert len(submit) == 2
     assert all(s.kind == SERVER_KIND and s.attributes["rpc.method"] == "SubmitJob" for s in submit)
     assert all(s.attributes["rpc.grpc.status_code"] == "OK" for s in submit)
@@ -130,8 +135,10 @@ async def test_cycle_trace_structure_link_and_decision_context(
     assert root.attributes["muster.cycle.id"] >= 1
     assert root.attributes["muster.cycle.evictions"] == 0
     names = [c.name for c in receiver.children(root)]
-    assert names[0] == "snapshot" and names[1] == "session.open"
-    assert "action.allocate" in names and "action.enqueue" in names
+    assert names[0] == "snapshot"
+    assert names[1] == "session.open"
+    assert "action.allocate" in names
+    assert "action.enqueue" in names
     assert (
         names.index("action.enqueue")
         < names.index("action.allocate")
@@ -146,7 +153,8 @@ async def test_cycle_trace_structure_link_and_decision_context(
     # The cycle links to the submission of the job it placed.
     train_submit = next(s for s in submit if s.span_id in {lk[1] for lk in root.links})
     link = next(lk for lk in root.links if lk[1] == train_submit.span_id)
-    assert link[0] == train_submit.trace_id and link[2]["muster.job.id"] == "train"
+    assert link[0] == train_submit.trace_id
+    assert link[2]["muster.job.id"] == "train"
     assert ("job.placed", {"muster.job.id": "train"}) in root.events
     pending = [attrs for name, attrs in root.events if name == "job.pending"]
     assert any(a["muster.job.id"] == "too-big" and a["muster.job.gate"] for a in pending)
@@ -227,7 +235,8 @@ async def test_adapter_apply_span_is_a_child_of_the_cycle_apply_span(
     assert len(spans) == 2
     for span in spans:
         assert format(span.context.trace_id, "032x") == root.trace_id
-        assert span.parent is not None and format(span.parent.span_id, "016x") == apply.span_id
+        assert span.parent is not None
+        assert format(span.parent.span_id, "016x") == apply.span_id
         assert span.attributes["muster.backend"] == "rack-a"
         assert span.attributes["muster.decisions.rejected"] == 0
 
@@ -268,7 +277,8 @@ def test_job_events_and_links_are_bounded_on_a_big_cycle() -> None:
     [root] = [s for s in exporter.get_finished_spans() if s.name == "cycle"]
     assert len(root.events) == 50
     assert root.attributes["muster.events.omitted"] == 10_200 - 50
-    assert len(root.links) == 20 and root.attributes["muster.links.omitted"] == 180
+    assert len(root.links) == 20
+    assert root.attributes["muster.links.omitted"] == 180
     assert root.attributes["muster.cycle.pending.placement"] == 10_000
     assert root.attributes["muster.cycle.jobs_pending"] == 10_000
 
@@ -281,5 +291,6 @@ def test_a_failed_cycle_ends_its_span_with_an_error() -> None:
     with pytest.raises(RuntimeError), obs:
         raise RuntimeError("core bug")
     [root] = exporter.get_finished_spans()
-    assert root.name == "cycle" and not root.status.is_ok
+    assert root.name == "cycle"
+    assert not root.status.is_ok
     assert any(e.name == "exception" for e in root.events)

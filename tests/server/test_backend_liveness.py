@@ -413,7 +413,8 @@ def test_the_backends_own_not_ready_is_kept(state: ClusterState, clock: Clock) -
     assert views(state)["a0"].not_ready_reason.startswith("backend a silent")
     beat(state, "a")
     shown = views(state)
-    assert shown["a0"].node.not_ready and shown["a0"].not_ready_reason == "reported by backend a"
+    assert shown["a0"].node.not_ready
+    assert shown["a0"].not_ready_reason == "reported by backend a"
     assert not shown["a1"].node.not_ready
 
 

@@ -27,7 +27,7 @@ from muster.v1 import muster_pb2_grpc as pb_grpc
 from server.service.app import ServerThread
 
 SERVICE = pb.DESCRIPTOR.services_by_name["Scheduler"]
-METHODS = [m for m in SERVICE.methods]
+METHODS = list(SERVICE.methods)
 FORBIDDEN = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 EXAMPLES = 30
 MAX_DEPTH = 3

@@ -42,7 +42,7 @@ def test_gang_minimum_function() -> None:
     assert gang_minimum(None, 4) == gang_minimum(0, 4) == 4
     assert gang_minimum(2, 4) == 2
     assert gang_minimum(NO_GANG_MINIMUM, 4) == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="min_member -2 is negative"):
         gang_minimum(-2, 4)
 
 
@@ -72,7 +72,8 @@ def test_no_gang_minimum_is_scenario_only() -> None:
 def test_a_podgroups_min_member_is_the_same_rule_in_volcanos_spelling() -> None:
     # Volcano's minMember 0 is no minimum; the API, which cannot say none, gets one task.
     assert podgroup_minimum(0, 4) == gang_minimum(NO_GANG_MINIMUM, 4) == 0
-    assert podgroup_minimum(3, 4) == 3 and podgroup_minimum(6, 4) == 6
+    assert podgroup_minimum(3, 4) == 3
+    assert podgroup_minimum(6, 4) == 6
     assert [api_min_member(m, 4) for m in (0, 1, 3, 4, 6)] == [1, 1, 3, 4, 4]
 
 

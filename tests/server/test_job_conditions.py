@@ -122,7 +122,8 @@ def test_a_running_job_whose_extra_tasks_wait_is_scheduled_not_unschedulable(pro
     assert queries.get_job(state, "elastic").status.phase == pb.JOB_PHASE_RUNNING
     waits = conditions(state, "elastic").get("Unschedulable")
     if profile == "kai":  # KAI says why its other tasks wait: kept, on a False condition
-        assert waits is not None and (waits.status, waits.reason) == ("False", "Placed")
+        assert waits is not None
+        assert (waits.status, waits.reason) == ("False", "Placed")
         assert waits.message.startswith("the gang is placed; tasks beyond its minimum wait: ")
 
 
@@ -174,7 +175,8 @@ def test_more_than_the_queue_capability_is_unsatisfiable_until_the_queue_grows(
         "ExceedsQueueCapability"
     )
     exp = queries.explain(state, "train")
-    assert exp.gate == "unsatisfiable" and exp.summary == never.message
+    assert exp.gate == "unsatisfiable"
+    assert exp.summary == never.message
     assert queries.get_job(state, "train").status.phase in (
         pb.JOB_PHASE_PENDING,
         pb.JOB_PHASE_INQUEUE,

@@ -125,20 +125,24 @@ async def test_a_held_job_is_never_scheduled_until_released(server, stub) -> Non
     assert (job.status.hold, job.status.held_by) == ("user", "ann")
     assert job.status.phase == pb.JOB_PHASE_PENDING
     held = condition(job, "Held")
-    assert held is not None and (held.status, held.reason) == ("True", "Held")
+    assert held is not None
+    assert (held.status, held.reason) == ("True", "Held")
     assert "held by ann (user hold)" in held.message
     assert job_reason(job.status.conditions)[0] == "Held"
     explain = await stub.Explain(pb.ExplainRequest(job_id="h"))
     assert explain.gate == "held"
 
     reply = await stub.ReleaseJob(pb.ReleaseJobRequest(id="h"), metadata=ANN)
-    assert [j.spec.id for j in reply.jobs] == ["h"] and not reply.jobs[0].status.hold
+    assert [j.spec.id for j in reply.jobs] == ["h"]
+    assert not reply.jobs[0].status.hold
     [bind] = await feed.take(1)
     assert bind.bind.job_id == "h"
     released = condition(await get(stub, "h"), "Held")
-    assert released is not None and (released.status, released.reason) == ("False", "Released")
+    assert released is not None
+    assert (released.status, released.reason) == ("False", "Released")
     err = await rpc_error(stub.ReleaseJob(pb.ReleaseJobRequest(id="h")))
-    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "is held" in err.details()
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "is held" in err.details()
 
 
 async def test_hold_applies_to_pending_jobs_and_names_who_held_it(server, stub) -> None:
@@ -152,7 +156,8 @@ async def test_hold_applies_to_pending_jobs_and_names_who_held_it(server, stub) 
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert err.details().startswith("id: job 'run' is Running: only a pending job can be held")
     err = await rpc_error(stub.HoldJob(pb.HoldJobRequest(id="nope")))
-    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith("id: job 'nope'")
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    assert err.details().startswith("id: job 'nope'")
     # Someone else than the owner holds it: an admin hold; the owner's own hold leaves it so.
     reply = await stub.HoldJob(pb.HoldJobRequest(id="big"), metadata=OPS)
     assert (reply.jobs[0].status.hold, reply.jobs[0].status.held_by) == ("admin", "ops")
@@ -169,11 +174,13 @@ async def test_a_held_job_that_is_cancelled_is_no_longer_held(server, stub) -> N
     await stub.SubmitJob(pb.SubmitJobRequest(job=gang("big", replicas=2, cpu="4")), metadata=ANN)
     await stub.HoldJob(pb.HoldJobRequest(id="big"), metadata=ANN)
     held = condition(await get(stub, "big"), "Held")
-    assert held is not None and held.status == "True"
+    assert held is not None
+    assert held.status == "True"
     await stub.CancelJob(pb.CancelJobRequest(id="big"), metadata=ANN)
     job = await get(stub, "big")
     held = condition(job, "Held")
-    assert held is not None and held.status == "False"
+    assert held is not None
+    assert held.status == "False"
     assert job_reason(job.status.conditions)[0] == "Cancelled"
 
 
@@ -190,23 +197,28 @@ async def test_requeue_evicts_the_running_tasks_and_counts(server, stub) -> None
 
     reply = await stub.RequeueJob(pb.RequeueJobRequest(id="r"))
     [job] = reply.jobs
-    assert job.status.phase == pb.JOB_PHASE_PENDING and job.status.requeue_count == 1
+    assert job.status.phase == pb.JOB_PHASE_PENDING
+    assert job.status.requeue_count == 1
     assert not job.status.HasField("start_time")
     evictions = await feed.take(2)
     assert [(d.evict.job_id, d.evict.reason) for d in evictions] == [("r", "requeue")] * 2
     assert {t.status for t in (await get(stub, "r")).tasks} == {pb.TASK_STATUS_RELEASING}
     requeued = condition(await get(stub, "r"), "Requeued")
-    assert requeued is not None and requeued.status == "True" and "once" in requeued.message
+    assert requeued is not None
+    assert requeued.status == "True"
+    assert "once" in requeued.message
 
     await feed.ack(evictions)  # the tasks are Pending again, and placed again
     binds = await feed.run(2)
     assert {d.bind.job_id for d in binds} == {"r"}
     job = await get(stub, "r")
-    assert job.status.phase == pb.JOB_PHASE_RUNNING and job.status.requeue_count == 1
+    assert job.status.phase == pb.JOB_PHASE_RUNNING
+    assert job.status.requeue_count == 1
 
     # requeue --hold: stopped, and held once back to pending
     reply = await stub.RequeueJob(pb.RequeueJobRequest(id="r", hold=True))
-    assert reply.jobs[0].status.hold == "user" and reply.jobs[0].status.requeue_count == 2
+    assert reply.jobs[0].status.hold == "user"
+    assert reply.jobs[0].status.requeue_count == 2
     await feed.ack(await feed.take(2))
     await next_cycle(server)
     assert await feed.none_new()
@@ -240,12 +252,16 @@ async def test_an_array_runs_at_most_n_elements_and_cancels_as_one(server, stub)
     await register(stub, "a", [node(f"n{i}") for i in range(6)])
     feed = Backend(stub)
     reply = await stub.SubmitJob(pb.SubmitJobRequest(job=one("arr", array="0-5%2")))
-    assert reply.created and list(reply.element_ids) == [f"arr_{i}" for i in range(6)]
-    assert reply.job.spec.id == "arr_0" and reply.job.spec.array_job_id == "arr"
+    assert reply.created
+    assert list(reply.element_ids) == [f"arr_{i}" for i in range(6)]
+    assert reply.job.spec.id == "arr_0"
+    assert reply.job.spec.array_job_id == "arr"
     again = await stub.SubmitJob(pb.SubmitJobRequest(job=one("arr", array="0-5%2")))
-    assert not again.created and list(again.element_ids) == list(reply.element_ids)
+    assert not again.created
+    assert list(again.element_ids) == list(reply.element_ids)
     err = await rpc_error(stub.SubmitJob(pb.SubmitJobRequest(job=one("arr"))))
-    assert err.code() == grpc.StatusCode.ALREADY_EXISTS and "array" in err.details()
+    assert err.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert "array" in err.details()
 
     await next_cycle(server)
     binds = await feed.run(2)
@@ -257,7 +273,8 @@ async def test_an_array_runs_at_most_n_elements_and_cancels_as_one(server, stub)
     assert await feed.none_new()  # room for all six: the limit keeps four waiting
     waiting = await get(stub, "arr_4")
     limit = condition(waiting, "ArrayTaskLimit")
-    assert limit is not None and (limit.status, limit.reason) == ("True", "JobArrayTaskLimit")
+    assert limit is not None
+    assert (limit.status, limit.reason) == ("True", "JobArrayTaskLimit")
     assert "at most 2 elements at once" in limit.message
     assert job_reason(waiting.status.conditions)[0] == "JobArrayTaskLimit"
     assert (await stub.Explain(pb.ExplainRequest(job_id="arr_4"))).gate == "array-limit"
@@ -266,7 +283,8 @@ async def test_an_array_runs_at_most_n_elements_and_cancels_as_one(server, stub)
     [bind] = await feed.run(1)
     assert bind.bind.job_id == "arr_2"
     started = condition(await get(stub, "arr_2"), "ArrayTaskLimit")
-    assert started is not None and started.status == "False"
+    assert started is not None
+    assert started.status == "False"
 
     held = await stub.HoldJob(pb.HoldJobRequest(id="arr"))  # the pending elements only
     assert [j.spec.id for j in held.jobs] == ["arr_3", "arr_4", "arr_5"]
@@ -325,8 +343,10 @@ async def test_dependency_chain_afterok_afternotok_afterany_after(server, stub) 
     for waiting in ("ok", "notok", "any", "started"):
         job = await get(stub, waiting)
         dep = condition(job, "Dependency")
-        assert dep is not None and (dep.status, dep.reason) == ("True", "Dependency"), waiting
-        assert dep.message.startswith("waits for ") and "a pending" in dep.message
+        assert dep is not None, waiting
+        assert (dep.status, dep.reason) == ("True", "Dependency"), waiting
+        assert dep.message.startswith("waits for ")
+        assert "a pending" in dep.message
         assert job_reason(job.status.conditions)[0] == "Dependency"
     assert (await stub.Explain(pb.ExplainRequest(job_id="ok"))).gate == "dependency"
 
@@ -335,14 +355,16 @@ async def test_dependency_chain_afterok_afternotok_afterany_after(server, stub) 
     [bind] = await feed.run(1)
     assert bind.bind.job_id == "started"
     satisfied = condition(await get(stub, "started"), "Dependency")
-    assert satisfied is not None and (satisfied.status, satisfied.reason) == ("False", "Satisfied")
+    assert satisfied is not None
+    assert (satisfied.status, satisfied.reason) == ("False", "Satisfied")
 
     await feed.report(["a/worker-0", "started/worker-0"], pb.TASK_STATUS_SUCCEEDED)
     binds = await feed.run(2)
     assert sorted(d.bind.job_id for d in binds) == ["any", "ok"]
     never = await get(stub, "notok")
     dep = condition(never, "Dependency")
-    assert dep is not None and (dep.status, dep.reason) == ("True", "DependencyNeverSatisfied")
+    assert dep is not None
+    assert (dep.status, dep.reason) == ("True", "DependencyNeverSatisfied")
     assert dep.message == (
         "afternotok:a can never be satisfied (a completed); the job stays pending until it is "
         "cancelled"
@@ -377,11 +399,12 @@ async def test_afterok_on_a_failed_job_and_on_an_array(server, stub) -> None:
     await feed.report(["arr_0/worker-0"], pb.TASK_STATUS_SUCCEEDED)
     await next_cycle(server)
     dep = condition(await get(stub, "on-f"), "Dependency")
-    assert (
-        dep is not None and dep.reason == "DependencyNeverSatisfied" and "f failed" in dep.message
-    )
+    assert dep is not None
+    assert dep.reason == "DependencyNeverSatisfied"
+    assert "f failed" in dep.message
     dep = condition(await get(stub, "on-arr"), "Dependency")
-    assert dep is not None and dep.reason == "Dependency"  # one element still runs
+    assert dep is not None
+    assert dep.reason == "Dependency"
     assert "arr_1 started" in dep.message
     await feed.report(["arr_1/worker-0"], pb.TASK_STATUS_SUCCEEDED)
     [bind] = await feed.run(1)

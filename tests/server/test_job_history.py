@@ -156,7 +156,9 @@ def test_accounting_of_a_finished_job(
     commands.submit_job(state, gang("waiting", replicas=1, cpu="1"))  # never ends: not listed
     flush(state, store)
     [entry] = history(state)
-    assert entry.job_id == "train" and entry.owner == "ann" and entry.queue == "default"
+    assert entry.job_id == "train"
+    assert entry.owner == "ann"
+    assert entry.queue == "default"
     assert entry.phase == pb.JOB_PHASE_FAILED
     assert (entry.tasks, entry.succeeded, entry.failed, entry.cancelled) == (2, 1, 1, 0)
     assert dict(entry.exit_codes) == {0: 1, 3: 1}
@@ -265,8 +267,10 @@ def test_without_a_store_the_finished_jobs_in_memory_are_listed(clock: Clock) ->
         commands.cancel_job(state, job_id)
     state.commit()
     reply = list_job_history(state, pb.ListJobHistoryRequest(page_size=1))
-    assert [e.job_id for e in reply.jobs] == ["b"] and reply.next_page_token
+    assert [e.job_id for e in reply.jobs] == ["b"]
+    assert reply.next_page_token
     rest = list_job_history(
         state, pb.ListJobHistoryRequest(page_size=1, page_token=reply.next_page_token)
     )
-    assert [e.job_id for e in rest.jobs] == ["a"] and not rest.next_page_token
+    assert [e.job_id for e in rest.jobs] == ["a"]
+    assert not rest.next_page_token

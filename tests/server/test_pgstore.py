@@ -94,7 +94,7 @@ class Thread(threading.Thread):
     def run(self) -> None:
         try:
             self.result = self._fn()
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - kept for the test to assert on
             self.error = exc
 
 
@@ -102,8 +102,10 @@ class Thread(threading.Thread):
 
 
 def test_open_store_picks_the_backend_by_uri(pg_dsn: str, tmp_path: Any) -> None:
-    assert is_postgres_uri("postgresql://u@h/db") and is_postgres_uri("POSTGRES://h/db")
-    assert not is_postgres_uri(str(tmp_path / "state.db")) and not is_postgres_uri(":memory:")
+    assert is_postgres_uri("postgresql://u@h/db")
+    assert is_postgres_uri("POSTGRES://h/db")
+    assert not is_postgres_uri(str(tmp_path / "state.db"))
+    assert not is_postgres_uri(":memory:")
     store = open_store(pg_dsn, application_name="muster-test-open")
     try:
         assert isinstance(store, PostgresStore)
@@ -140,7 +142,8 @@ def test_a_database_migrated_by_a_newer_server_is_refused(
     with pytest.raises(StateFileError) as info:
         stores()
     message = str(info.value)
-    assert str(SCHEMA_VERSION + 1) in message and f"version {SCHEMA_VERSION}" in message
+    assert str(SCHEMA_VERSION + 1) in message
+    assert f"version {SCHEMA_VERSION}" in message
     assert "\n" not in message
 
 
@@ -204,8 +207,10 @@ def test_an_unreachable_database_is_named_in_one_line_without_its_password() -> 
     with pytest.raises(StateFileError) as info:
         PostgresStore(f"postgresql://muster:s3cr%21t@127.0.0.1:{port}/state", connect_timeout=2)
     message = str(info.value)
-    assert f"127.0.0.1:{port}/state" in message and "muster@" in message
-    assert "s3cr" not in message and "\n" not in message
+    assert f"127.0.0.1:{port}/state" in message
+    assert "muster@" in message
+    assert "s3cr" not in message
+    assert "\n" not in message
 
 
 def test_mask_password_hides_every_spelling() -> None:
@@ -234,7 +239,8 @@ def test_taking_an_expired_lease_bumps_the_term_and_renewal_keeps_it(
     time.sleep(0.05)
     renewed = store.try_lease("A", "a:2", 60.0)
     assert (renewed.holder, renewed.address, renewed.term) == ("A", "a:2", 1)
-    assert renewed.renewed_at > lease.renewed_at and renewed.expires_in > 59.0
+    assert renewed.renewed_at > lease.renewed_at
+    assert renewed.expires_in > 59.0
     assert store.read_lease().term == 1
 
 
@@ -273,7 +279,7 @@ def test_release_hands_the_lease_over_at_once(stores: Callable[..., PostgresStor
 
 
 def test_a_lease_holder_needs_an_id(stores: Callable[..., PostgresStore]) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a lease holder needs a non-empty replica id"):
         stores().try_lease("", "a:1", 10.0)
 
 
@@ -300,7 +306,8 @@ def test_a_fenced_write_after_a_takeover_raises_not_leader_and_writes_nothing(
         )
     assert info.value.code is ErrorCode.UNAVAILABLE
     loaded = b.load()
-    assert loaded.meta == {"k": "1"} and loaded.queues == {}
+    assert loaded.meta == {"k": "1"}
+    assert loaded.queues == {}
     assert [j.status.phase for j in loaded.jobs] == [pb.JOB_PHASE_PENDING]
     assert loaded.jobs[0].tasks == []
     # The store still works for the new leader, and for the old one once it holds a fence again.
@@ -352,7 +359,8 @@ def test_a_takeover_waits_for_the_fenced_write_in_progress(
         taking.start()
         # The takeover waits on the lease row A's write holds FOR SHARE ...
         wait_until(lambda: waiting_on_a_lock(pg_dsn, "muster-test-follower"), "B to wait")
-        assert taking.is_alive() and writing.is_alive()
+        assert taking.is_alive()
+        assert writing.is_alive()
         blocker.rollback()
     # ... and goes through once that write committed, with the next term.
     writing.join(WAIT)
@@ -360,7 +368,8 @@ def test_a_takeover_waits_for_the_fenced_write_in_progress(
     assert writing.error is None, writing.error
     assert taking.error is None, taking.error
     assert (taking.result.holder, taking.result.term) == ("B", 2)
-    assert job_status(b, "j") == pb.JOB_PHASE_RUNNING and b.load().meta == {"by": "A"}
+    assert job_status(b, "j") == pb.JOB_PHASE_RUNNING
+    assert b.load().meta == {"by": "A"}
     with pytest.raises(NotLeader):
         a.write(WriteBatch(meta={"by": "A again"}))
 
@@ -386,7 +395,8 @@ def test_changes_since_returns_exactly_the_changed_rows_in_order(
     assert follower.changes_since(0) == StoredChanges(0, {}, {}, [], [], [], [], False)
     leader.write(full_batch())
     first = follower.changes_since(0)
-    assert first.seq > 0 and not first.more
+    assert first.seq > 0
+    assert not first.more
     assert first.meta == {"server_id": "s", "next_cycle_id": "2"}
     assert first.queues == {"q1": b"Q1", "q2": b"Q2"}
     assert [(j.id, j.creation_index, j.tasks) for j in first.jobs] == [("j1", 1, []), ("j2", 2, [])]
@@ -413,8 +423,10 @@ def test_changes_since_returns_exactly_the_changed_rows_in_order(
         )
     )
     second = follower.changes_since(first.seq)
-    assert second.seq > first.seq and not second.more
-    assert second.meta == {"next_cycle_id": "3"} and second.queues == {}
+    assert second.seq > first.seq
+    assert not second.more
+    assert second.meta == {"next_cycle_id": "3"}
+    assert second.queues == {}
     assert [(j.id, j.status.phase) for j in second.jobs] == [("j2", pb.JOB_PHASE_RUNNING)]
     assert second.tasks == [running]
     assert [(d.id, d.state) for d in second.decisions] == [(1, "applied")]
@@ -476,14 +488,16 @@ def test_paging_the_feed_never_skips_a_row(
         page = store.changes_since(seq, limit)
         pages += 1
         rows = all_rows(page)
-        assert len(rows) <= limit and (rows or not page.more)
+        assert len(rows) <= limit
+        assert rows or not page.more
         assert page.seq >= seq
         seen += rows
         seq = page.seq
         if not page.more:
             break
         assert pages < 100
-    assert sorted(seen) == expected and len(seen) == len(expected)
+    assert sorted(seen) == expected
+    assert len(seen) == len(expected)
     assert seq == everything.seq
     assert pages >= len(expected) // limit
 
@@ -496,7 +510,8 @@ def test_the_feed_continues_from_a_load(stores: Callable[..., PostgresStore]) ->
     assert follower.changes_since(loaded.seq).seq == loaded.seq
     leader.write(WriteBatch(jobs={"j3": job_row("j3", 3)}))
     changes = follower.changes_since(loaded.seq)
-    assert [j.id for j in changes.jobs] == ["j3"] and all_rows(changes) == [("job", "j3")]
+    assert [j.id for j in changes.jobs] == ["j3"]
+    assert all_rows(changes) == [("job", "j3")]
 
 
 def test_wait_for_change_wakes_on_a_write_from_another_store(
@@ -513,7 +528,8 @@ def test_wait_for_change_wakes_on_a_write_from_another_store(
     assert waiter.is_alive()
     leader.write(WriteBatch(meta={"k": "1"}))
     waiter.join(WAIT)
-    assert waiter.error is None and waiter.result is True
+    assert waiter.error is None
+    assert waiter.result is True
     assert time.monotonic() - started < WAIT / 2
     # Writes while nobody waits are noticed by the next wait, which takes all of them.
     leader.write(WriteBatch(meta={"k": "2"}))
@@ -538,7 +554,8 @@ def test_a_cut_connection_is_replaced_and_the_store_works_on(
     store = stores("muster-test-cut")
     other = stores("muster-test-other")
     store.write(WriteBatch(meta={"k": "1"}, jobs={"j1": job_row("j1", 1)}))
-    assert store.job("j1") is not None and store.try_lease("A", "a:1", 30).holder == "A"
+    assert store.job("j1") is not None
+    assert store.try_lease("A", "a:1", 30).holder == "A"
     store.heartbeat(ReplicaRow("A", "a:1", "leader", 1, 0.0, 0.0))
     assert store.wait_for_change(0.01) is True  # opens the listening connection
     assert postgres_server.terminate("muster-test-cut") == 4
@@ -552,14 +569,17 @@ def test_a_cut_connection_is_replaced_and_the_store_works_on(
         written = False
     loaded = other.load()
     if written:
-        assert loaded.meta == {"k": "2"} and [j.id for j in loaded.jobs] == ["j1", "j2"]
+        assert loaded.meta == {"k": "2"}
+        assert [j.id for j in loaded.jobs] == ["j1", "j2"]
         assert len(loaded.jobs[1].tasks) == 1
     else:
-        assert loaded.meta == {"k": "1"} and [j.id for j in loaded.jobs] == ["j1"]
+        assert loaded.meta == {"k": "1"}
+        assert [j.id for j in loaded.jobs] == ["j1"]
     # Every connection works again.
     store.write(WriteBatch(meta={"k": "3"}))
     assert other.load().meta == {"k": "3"}
-    assert store.job("j1") is not None and store.load().meta == {"k": "3"}
+    assert store.job("j1") is not None
+    assert store.load().meta == {"k": "3"}
     assert store.try_lease("A", "a:1", 30).term == 1
     assert [r.id for r in store.replicas()] == ["A"]
     # The listening connection is replaced; what it missed meanwhile is unknown: True.
@@ -594,9 +614,8 @@ def test_a_write_cut_mid_transaction_is_not_half_applied(
     assert isinstance(writing.error, StoreUnavailable), writing.error
     assert writing.error.code is ErrorCode.UNAVAILABLE
     loaded = stores("muster-test-reader").load()
-    assert loaded.meta == {} and [(j.id, j.status.phase) for j in loaded.jobs] == [
-        ("held", pb.JOB_PHASE_PENDING)
-    ]
+    assert loaded.meta == {}
+    assert [(j.id, j.status.phase) for j in loaded.jobs] == [("held", pb.JOB_PHASE_PENDING)]
     store.write(batch)
     assert {j.id for j in store.load().jobs} == {"held", "fresh"}
 
@@ -627,7 +646,8 @@ def test_a_database_that_is_down_makes_calls_unavailable_until_it_is_back(
                 assert "127.0.0.1" in info.value.message
             pg.start()
             store.write(WriteBatch(meta={"k": "3"}))
-            assert store.load().meta == {"k": "3"} and store.job("j") is not None
+            assert store.load().meta == {"k": "3"}
+            assert store.job("j") is not None
             assert store.try_lease("A", "a:1", 10).holder == "A"
         finally:
             store.close()
@@ -666,7 +686,8 @@ def test_load_reports_the_feed_seq_and_sqlite_reports_zero(
     assert store.load().seq == 0
     store.write(WriteBatch(meta={"a": "1"}, jobs={"j": job_row("j", 1, st=status(1))}))
     seq = store.load().seq
-    assert seq == store.changes_since(0).seq and seq >= 2
+    assert seq == store.changes_since(0).seq
+    assert seq >= 2
     from server.service.store import SqliteStore
 
     sqlite = SqliteStore(tmp_path / "s.db")

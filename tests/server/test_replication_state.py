@@ -111,7 +111,8 @@ def test_a_follower_absorbs_rows_and_tells_its_watchers() -> None:
         decisions=[],
         backends=[],
     )
-    assert "j" in follower.jobs and "j" in follower.active_jobs
+    assert "j" in follower.jobs
+    assert "j" in follower.active_jobs
     assert "gpu" in follower.queues
     assert follower.decisions.next_id == 7
     assert watched.receive.receive_nowait().type == pb.JobEvent.TYPE_ADDED
@@ -130,7 +131,8 @@ def test_a_follower_absorbs_rows_and_tells_its_watchers() -> None:
     assert follower.jobs["j"].status.phase == pb.JOB_PHASE_RUNNING
     event = watched.receive.receive_nowait()
     assert event.type == pb.JobEvent.TYPE_MODIFIED
-    assert not follower.changes.jobs and not follower.changes.tasks  # a follower writes nothing
+    assert not follower.changes.jobs
+    assert not follower.changes.tasks
     assert leader.jobs == {}  # (the leader's state is its own)
 
 

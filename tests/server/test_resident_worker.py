@@ -39,14 +39,23 @@ def test_resident_copy_equals_a_fresh_snapshot_through_changes(state: ClusterSta
 
     commands.submit_job(state, gang("g1", replicas=2))
     first = step()
-    assert first.full and set(first.nodes) == {"n0", "n1", "n2", "n3"} and set(first.jobs) == {"g1"}
+    assert first.full
+    assert set(first.nodes) == {"n0", "n1", "n2", "n3"}
+    assert set(first.jobs) == {"g1"}
     idle = step()  # nothing changed: nothing but the (empty) difference is sent
-    assert not idle.full and idle.size() == 0 and idle.node_order is None and idle.job_order is None
-    assert idle.queues is None and idle.foreign is None and idle.priority_classes is None
+    assert not idle.full
+    assert idle.size() == 0
+    assert idle.node_order is None
+    assert idle.job_order is None
+    assert idle.queues is None
+    assert idle.foreign is None
+    assert idle.priority_classes is None
 
     commands.submit_job(state, gang("g2", replicas=1))
     added = step()
-    assert set(added.jobs) == {"g2"} and added.job_order is not None and added.nodes == {}
+    assert set(added.jobs) == {"g2"}
+    assert added.job_order is not None
+    assert added.nodes == {}
 
     # A cycle binds g1: only g1's state travels.
     cap = snapshot.capture(state)
@@ -56,7 +65,8 @@ def test_resident_copy_equals_a_fresh_snapshot_through_changes(state: ClusterSta
     apply(state, cap, result)
     assert result.binds
     bound = step()
-    assert set(bound.jobs) <= {"g1", "g2"} and bound.jobs
+    assert set(bound.jobs) <= {"g1", "g2"}
+    assert bound.jobs
 
     # A node joins, one is cordoned: those nodes travel, in the new order.
     ingest.sync_snapshot(
@@ -67,13 +77,15 @@ def test_resident_copy_equals_a_fresh_snapshot_through_changes(state: ClusterSta
         ),
     )
     changed = step()
-    assert set(changed.nodes) == {"n3", "n4"} and changed.node_order is not None
+    assert set(changed.nodes) == {"n3", "n4"}
+    assert changed.node_order is not None
 
     commands.cancel_job(state, "g2")
     step()
     ingest.sync_snapshot(state, pb.SyncSnapshotRequest(backend="a", nodes=[node("n0")]))
     gone = step()
-    assert gone.node_order == ["n0"] and resident.node_order == ["n0"]
+    assert gone.node_order == ["n0"]
+    assert resident.node_order == ["n0"]
 
 
 def test_resident_copies_only_what_a_delta_replaced(state: ClusterState) -> None:
@@ -90,12 +102,12 @@ def test_resident_copies_only_what_a_delta_replaced(state: ClusterState) -> None
     commands.submit_job(state, gang("g2", replicas=1))
     jobs, nodes = step()
     again_jobs, again_nodes = step()  # nothing changed: the same copies again
-    assert all(again_jobs[k] is jobs[k] for k in jobs) and all(
-        again_nodes[k] is nodes[k] for k in nodes
-    )
+    assert all(again_jobs[k] is jobs[k] for k in jobs)
+    assert all(again_nodes[k] is nodes[k] for k in nodes)
     commands.submit_job(state, gang("g3", replicas=1))
     more_jobs, _ = step()  # a new job: copied; the others are not
-    assert all(more_jobs[k] is jobs[k] for k in jobs) and "g3" in more_jobs
+    assert all(more_jobs[k] is jobs[k] for k in jobs)
+    assert "g3" in more_jobs
 
     # Jobs are bound and n3 cordoned: the bound jobs' copies and n3's are new, the other nodes' not.
     cap = snapshot.capture(state)
@@ -111,7 +123,8 @@ def test_resident_copies_only_what_a_delta_replaced(state: ClusterState) -> None
         ),
     )
     later_jobs, later_nodes = step()
-    assert bound and all(later_jobs[k] is not more_jobs[k] for k in bound)
+    assert bound
+    assert all(later_jobs[k] is not more_jobs[k] for k in bound)
     assert [k for k in nodes if later_nodes[k] is not nodes[k]] == ["n3"]
 
 
@@ -135,7 +148,8 @@ async def test_worker_process_schedules_on_deltas_and_recovers_from_a_restart(
         expected = SchedulerCore(load_config(DEFAULT_CONFIG_YAML)).run_cycle(
             cap.materialize(), cap.cycle_id
         )
-        assert result.binds == expected.binds and result.binds
+        assert result.binds == expected.binds
+        assert result.binds
         apply(state, cap, result)
 
         # The worker dies between cycles: the next one starts a new worker and sends everything.
@@ -166,16 +180,20 @@ async def test_an_unchanged_cluster_gets_the_last_quiet_answer_without_the_worke
     try:
         commands.submit_job(state, gang("huge", replicas=2, cpu="1000"))  # fits no node
         first = await runner.run(core, snapshot.capture(state))
-        assert not first.binds and runner.reused == 0
+        assert not first.binds
+        assert runner.reused == 0
         cap = snapshot.capture(state)
         again = await runner.run(core, cap)
-        assert runner.reused == 1 and again.cycle_id == cap.cycle_id and not again.binds
+        assert runner.reused == 1
+        assert again.cycle_id == cap.cycle_id
+        assert not again.binds
         assert again.jobs == first.jobs  # the same verdict (why "huge" waits)
 
         commands.submit_job(state, gang("small", replicas=1))  # a change: the worker decides
         cap = snapshot.capture(state)
         placed = await runner.run(core, cap)
-        assert runner.reused == 1 and list(placed.binds) == ["small/worker-0"]
+        assert runner.reused == 1
+        assert list(placed.binds) == ["small/worker-0"]
         apply(state, cap, placed)
         await runner.run(core, snapshot.capture(state))  # the bind changed "small": the worker runs
         assert runner.reused == 1

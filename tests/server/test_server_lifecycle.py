@@ -6,6 +6,7 @@ from pathlib import Path
 
 import anyio
 import grpc
+import pytest
 from conftest import server_options
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -54,7 +55,8 @@ async def test_gang_waits_for_capacity_then_binds_in_one_cycle(server, stub) -> 
         )
     )
     job = await stub.GetJob(pb.GetJobRequest(id="g"))
-    assert job.status.phase == pb.JOB_PHASE_COMPLETED and job.status.succeeded == 4
+    assert job.status.phase == pb.JOB_PHASE_COMPLETED
+    assert job.status.succeeded == 4
 
 
 async def five_queued_binds(server, stub) -> list[pb.Decision]:
@@ -93,7 +95,8 @@ async def test_decision_batches_carry_the_same_feed_in_order_up_to_max_batch(ser
     err = await rpc_error(
         stub.StreamDecisionBatches(pb.StreamDecisionsRequest(backend="a", max_batch=10_001)).read()
     )
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith("max_batch")
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details().startswith("max_batch")
 
 
 async def test_decision_batches_stay_within_their_byte_limit(server, stub, monkeypatch) -> None:
@@ -175,7 +178,8 @@ async def test_restart_keeps_jobs_and_resends_only_unacked(tmp_path: Path) -> No
             await stub.SubmitJob(pb.SubmitJobRequest(job=gang("h", replicas=1, cpu="1")))
             [fresh] = await read_decisions(stream, 1)
             stream.cancel()
-            assert fresh.id > decisions[1].id and fresh.bind.task_id == "h/worker-0"
+            assert fresh.id > decisions[1].id
+            assert fresh.bind.task_id == "h/worker-0"
             assert fresh.cycle_id >= cycles_before
     finally:
         await second.stop()
@@ -185,7 +189,8 @@ async def test_watch_jobs_events(server, stub) -> None:
     await stub.SubmitJob(pb.SubmitJobRequest(job=gang("before", replicas=1)))
     watch = stub.WatchJobs(pb.WatchJobsRequest(send_initial=True, queue="default"))
     first = await watch.read()
-    assert first.type == pb.JobEvent.TYPE_ADDED and first.job.spec.id == "before"
+    assert first.type == pb.JobEvent.TYPE_ADDED
+    assert first.job.spec.id == "before"
     await stub.SubmitJob(pb.SubmitJobRequest(job=gang("after", replicas=1)))
     await stub.CancelJob(pb.CancelJobRequest(id="after"))
     seen = []
@@ -205,7 +210,7 @@ async def test_watch_jobs_events(server, stub) -> None:
 async def test_slow_watcher_is_dropped_cleanly(server, stub, monkeypatch) -> None:
     from server.service import decisions
 
-    WATCH_BUFFER = 200  # noqa: N806  (the shipped buffer is 10,000: a smaller one overflows sooner)
+    WATCH_BUFFER = 200  # the shipped buffer is 10,000: a smaller one overflows sooner
     monkeypatch.setattr(decisions, "WATCH_BUFFER", WATCH_BUFFER)
     watch = stub.WatchJobs(pb.WatchJobsRequest())
     await anyio.sleep(0)  # let the subscription start
@@ -216,12 +221,14 @@ async def test_slow_watcher_is_dropped_cleanly(server, stub, monkeypatch) -> Non
         commands.submit_job(server.state, gang(f"j{i}", replicas=1))
         server.state.commit()
     assert not server.state.watch  # dropped, not blocking the server
-    with anyio.fail_after(WAIT):
-        try:
-            while True:
-                await watch.read()
-        except grpc.aio.AioRpcError as exc:
-            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    async def read_until_the_error() -> None:
+        while True:
+            await watch.read()
+
+    with anyio.fail_after(WAIT), pytest.raises(grpc.aio.AioRpcError) as err:
+        await read_until_the_error()
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert (await stub.GetJob(pb.GetJobRequest(id="j0"))).spec.id == "j0"
 
 
@@ -237,7 +244,8 @@ async def test_health_and_reflection(server) -> None:
         resp = await call.read()
         await call.done_writing()
         names = {s.name for s in resp.list_services_response.service}
-        assert "muster.v1.Scheduler" in names and "grpc.health.v1.Health" in names
+        assert "muster.v1.Scheduler" in names
+        assert "grpc.health.v1.Health" in names
 
 
 async def test_config_update_and_persistence(tmp_path: Path) -> None:
@@ -250,7 +258,8 @@ async def test_config_update_and_persistence(tmp_path: Path) -> None:
         stub = pb_grpc.SchedulerStub(ch)
         before = await stub.GetConfig(pb.GetConfigRequest())
         updated = await stub.UpdateConfig(pb.UpdateConfigRequest(yaml=text))
-        assert updated.generation == before.generation + 1 and updated.yaml == text
+        assert updated.generation == before.generation + 1
+        assert updated.yaml == text
         await next_cycle(handle)
         assert handle.loop.core.config.actions == ["enqueue", "allocate"]
     await handle.stop()
@@ -258,7 +267,8 @@ async def test_config_update_and_persistence(tmp_path: Path) -> None:
     try:
         async with grpc.aio.insecure_channel(handle.address) as ch:
             got = await pb_grpc.SchedulerStub(ch).GetConfig(pb.GetConfigRequest())
-            assert got.yaml == text and got.generation == updated.generation
+            assert got.yaml == text
+            assert got.generation == updated.generation
     finally:
         await handle.stop()
 
@@ -293,7 +303,9 @@ async def test_explain_and_list_nodes(server, stub) -> None:
     await stub.SubmitJob(pb.SubmitJobRequest(job=gang("big", replicas=1, cpu="8")))
     await next_cycle(server)
     exp = await stub.Explain(pb.ExplainRequest(job_id="big"))
-    assert exp.job_id == "big" and exp.cycle_id > 0 and exp.summary
+    assert exp.job_id == "big"
+    assert exp.cycle_id > 0
+    assert exp.summary
     views = (await stub.ListNodes(pb.ListNodesRequest(backend="a"))).nodes
     assert [(v.node.name, v.idle.quantities["cpu"], v.task_count) for v in views] == [
         ("n0", "2", 0)

@@ -125,7 +125,8 @@ async def test_a_failing_core_does_not_stop_the_loop(tmp_path: Path) -> None:
             await loop.next_cycle()
             await loop.next_cycle()
         tg.cancel_scope.cancel()
-    assert loop.failures == 2 and core.calls == 2
+    assert loop.failures == 2
+    assert core.calls == 2
     store.close()
 
 
@@ -160,7 +161,8 @@ def test_store_round_trip(tmp_path: Path) -> None:
     assert again.backends["a"].labels == {"site": "x"}
     assert not again.nodes  # nodes come back with the adapters' re-sync
     states = store.decision_states([1, 99])
-    assert states[1][:2] == ("a", "pending") and 99 not in states
+    assert states[1][:2] == ("a", "pending")
+    assert 99 not in states
     store.close()
 
 
@@ -226,5 +228,7 @@ def test_bad_config_file_exits_nonzero(tmp_path: Path) -> None:
         text=True,
         timeout=WAIT,
         cwd=Path(__file__).parents[2],
+        check=False,
     )
-    assert proc.returncode == 2 and "--config" in proc.stderr
+    assert proc.returncode == 2
+    assert "--config" in proc.stderr

@@ -143,7 +143,8 @@ def test_finished_job_leaves_memory_after_retention_and_answers_the_same(
     assert flush(state, store) == []  # not yet: retention not over
     clock.now += 2
     assert flush(state, store) == ["done"]
-    assert "done" not in state.jobs and "active" in state.jobs
+    assert "done" not in state.jobs
+    assert "active" in state.jobs
     assert list(state.active_jobs) == ["active"]
     assert not [uid for uid in state.tasks if uid.startswith("done/")]
     assert not [uid for uid in state.task_job if uid.startswith("done/")]
@@ -152,7 +153,8 @@ def test_finished_job_leaves_memory_after_retention_and_answers_the_same(
     assert queries.get_job(state, "done") == before
     assert queries.explain(state, "done") == explain_before
     archived = state.jobs.get("done")
-    assert archived is not None and [t.uid for t in archived.template.tasks] == [
+    assert archived is not None
+    assert [t.uid for t in archived.template.tasks] == [
         "done/worker-0",
         "done/worker-1",
     ]
@@ -212,7 +214,8 @@ def test_list_jobs_merges_memory_and_store_with_filters_and_pages(
     commands.cancel_job(state, "j03")
     ids = [(j.spec.id, j.status.phase) for page in all_pages(state, page_size=5) for j in page]
     assert ids[-1] == ("later", pb.JOB_PHASE_PENDING)
-    assert ("j03", pb.JOB_PHASE_CANCELLED) in ids and len(ids) == 13
+    assert ("j03", pb.JOB_PHASE_CANCELLED) in ids
+    assert len(ids) == 13
 
 
 def test_a_job_id_that_left_memory_cannot_be_submitted_again(
@@ -272,7 +275,8 @@ def test_without_a_store_nothing_leaves_memory(clock: Clock) -> None:
     commands.cancel_job(state, "x")
     state.commit()
     clock.now += RETENTION * 10
-    assert state.drop_finished() == [] and "x" in state.jobs
+    assert state.drop_finished() == []
+    assert "x" in state.jobs
 
 
 def test_late_bind_ack_for_a_job_that_left_memory_is_undone(
@@ -353,7 +357,8 @@ def test_state_files_are_private(tmp_path: Path) -> None:
         assert mode(path) == 0o600
         for suffix in ("-wal", "-shm"):
             companion = Path(f"{path}{suffix}")
-            assert companion.exists() and mode(companion) == 0o600, suffix
+            assert companion.exists(), suffix
+            assert mode(companion) == 0o600, suffix
         s.close()
         # A state file from before (world-readable) is made private when opened.
         loose = tmp_path / "loose.db"
@@ -431,14 +436,14 @@ async def test_server_drops_finished_jobs_and_answers_them_over_grpc(tmp_path: P
             assert await stub.GetJob(pb.GetJobRequest(id="g")) == before
             assert await stub.ListJobs(pb.ListJobsRequest()) == listed
             again = await stub.SubmitJob(pb.SubmitJobRequest(job=spec))
-            assert again.job == before and not again.created
+            assert again.job == before
+            assert not again.created
             other = pb.JobSpec()
             other.CopyFrom(spec)
             other.task_groups[0].replicas = 2
             err = await rpc_error(stub.SubmitJob(pb.SubmitJobRequest(job=other)))
-            assert err.code() == grpc.StatusCode.ALREADY_EXISTS and "job.id" in (
-                err.details() or ""
-            )
+            assert err.code() == grpc.StatusCode.ALREADY_EXISTS
+            assert "job.id" in (err.details() or "")
             watch = stub.WatchJobs(pb.WatchJobsRequest(job_id="g", send_initial=True))
             first = await watch.read()
             watch.cancel()

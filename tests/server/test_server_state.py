@@ -73,7 +73,8 @@ def test_bind_issues_decisions_to_owning_backend(state: ClusterState) -> None:
     commands.submit_job(state, gang("g", replicas=4))
     capture, result = bind_all(state, "g")
     stats = apply(state, capture, result)
-    assert stats.binds == 4 and stats.dropped_binds == 0
+    assert stats.binds == 4
+    assert stats.dropped_binds == 0
     assert statuses(state, "g") == [TaskStatus.BINDING] * 4
     pending = sorted(state.decisions.pending.values(), key=lambda p: p.row.id)
     assert [p.decision.bind.task_id for p in pending] == [f"g/worker-{i}" for i in range(4)]
@@ -91,7 +92,8 @@ def test_apply_drops_binds_of_job_cancelled_meanwhile(state: ClusterState) -> No
     capture, result = bind_all(state, "g")
     commands.cancel_job(state, "g")
     stats = apply(state, capture, result)
-    assert stats.binds == 0 and stats.dropped_binds == 2
+    assert stats.binds == 0
+    assert stats.dropped_binds == 2
     assert not state.decisions.pending
     assert state.jobs["g"].status.phase == pb.JOB_PHASE_CANCELLED
 
@@ -103,7 +105,8 @@ def test_apply_drops_whole_gang_when_a_node_vanished(state: ClusterState) -> Non
         state, pb.SendDeltasRequest(backend="a", deltas=[pb.Delta(node_removed="n3")])
     )
     stats = apply(state, capture, result)
-    assert stats.binds == 0 and stats.dropped_binds == 4  # all or nothing per job
+    assert stats.binds == 0
+    assert stats.dropped_binds == 4
     assert statuses(state, "g") == [TaskStatus.PENDING] * 4
 
 
@@ -113,7 +116,8 @@ def test_apply_drops_bind_of_task_already_bound(state: ClusterState) -> None:
     second_capture, second = bind_all(state, "g")  # a stale result computed on the same state
     apply(state, first_capture, first)
     stats = apply(state, second_capture, second)
-    assert stats.dropped_binds == 1 and len(state.decisions.pending) == 1
+    assert stats.dropped_binds == 1
+    assert len(state.decisions.pending) == 1
 
 
 def test_pipelined_tasks_stay_pending(state: ClusterState) -> None:
@@ -146,11 +150,9 @@ def test_outcome_sets_conditions_and_explanation(state: ClusterState) -> None:
         capture.cycle_id,
     )
     exp = queries.explain(state, "g")
-    assert (
-        exp.gate == "gang"
-        and exp.node_reasons["insufficient cpu"] == 4
-        and exp.cycle_id == capture.cycle_id
-    )
+    assert exp.gate == "gang"
+    assert exp.node_reasons["insufficient cpu"] == 4
+    assert exp.cycle_id == capture.cycle_id
 
 
 def ack(state: ClusterState, *acks: pb.DecisionAck) -> pb.AckDecisionsResponse:
@@ -258,7 +260,8 @@ def test_cancel_evicts_placed_tasks(state: ClusterState) -> None:
     )
     commands.cancel_job(state, "g")
     evicts = [p.decision for p in state.decisions.pending.values() if p.row.kind == "evict"]
-    assert {d.evict.reason for d in evicts} == {"cancel"} and len(evicts) == 2
+    assert {d.evict.reason for d in evicts} == {"cancel"}
+    assert len(evicts) == 2
     ended = next(c for c in state.jobs["g"].status.conditions if c.type == "Ended")
     assert ended.message == "cancelled: 2 tasks stopped"
     ack(state, *(pb.DecisionAck(decision_id=d.id, applied=True) for d in evicts))
@@ -283,14 +286,14 @@ def test_ended_jobs_say_how_they_ended_not_why_they_waited(state: ClusterState) 
     )
     apply(state, capture, result)
     view = commands.cancel_job(state, "never")
-    assert view.status.pending == 0 and view.status.cancelled == 3
+    assert view.status.pending == 0
+    assert view.status.cancelled == 3
     assert {t.status for t in view.tasks} == {pb.TASK_STATUS_CANCELLED}
     conds = {c.type: c for c in view.status.conditions}
-    assert conds["Unschedulable"].status == "False" and conds["Unschedulable"].reason == "Cancelled"
-    assert (
-        conds["Ended"].reason == "Cancelled"
-        and conds["Ended"].message == "cancelled: 3 never placed"
-    )
+    assert conds["Unschedulable"].status == "False"
+    assert conds["Unschedulable"].reason == "Cancelled"
+    assert conds["Ended"].reason == "Cancelled"
+    assert conds["Ended"].message == "cancelled: 3 never placed"
 
     commands.submit_job(state, gang("crash", replicas=2))
     apply(state, *bind_all(state, "crash"))
@@ -376,12 +379,14 @@ def test_sync_reconciles_running_lost_and_foreign(state: ClusterState) -> None:
         ),
     )
     st = statuses(state, "g")
-    assert st[1] == TaskStatus.PENDING and "lost" in state.jobs["g"].tasks[1].message
+    assert st[1] == TaskStatus.PENDING
+    assert "lost" in state.jobs["g"].tasks[1].message
     assert st[0] == TaskStatus.RELEASING  # gang of 2 broken: the survivor is released too
     snap = snapshot.capture(state).materialize()
     assert [(t.node, t.request) for t in snap.foreign_tasks] == [("n2", {"cpu": 3000.0})]
     views = {v.node.name: v for v in queries.list_nodes(state, "").nodes}
-    assert views["n2"].used.quantities["cpu"] == "3" and views["n2"].idle.quantities["cpu"] == "1"
+    assert views["n2"].used.quantities["cpu"] == "3"
+    assert views["n2"].idle.quantities["cpu"] == "1"
 
 
 def test_sync_drops_nodes_not_reported(state: ClusterState) -> None:
@@ -394,7 +399,8 @@ def test_list_jobs_paging_and_filters(state: ClusterState) -> None:
     for i in range(5):
         commands.submit_job(state, gang(f"j{i}", replicas=1, queue="q2" if i % 2 else "default"))
     page = queries.list_jobs(state, pb.ListJobsRequest(page_size=2))
-    assert [j.spec.id for j in page.jobs] == ["j0", "j1"] and page.next_page_token
+    assert [j.spec.id for j in page.jobs] == ["j0", "j1"]
+    assert page.next_page_token
     page2 = queries.list_jobs(
         state, pb.ListJobsRequest(page_size=2, page_token=page.next_page_token)
     )
@@ -402,7 +408,8 @@ def test_list_jobs_paging_and_filters(state: ClusterState) -> None:
     page3 = queries.list_jobs(
         state, pb.ListJobsRequest(page_size=2, page_token=page2.next_page_token)
     )
-    assert [j.spec.id for j in page3.jobs] == ["j4"] and not page3.next_page_token
+    assert [j.spec.id for j in page3.jobs] == ["j4"]
+    assert not page3.next_page_token
     assert [j.spec.id for j in queries.list_jobs(state, pb.ListJobsRequest(queue="q2")).jobs] == [
         "j1",
         "j3",
@@ -421,14 +428,16 @@ def test_list_queues_allocated(state: ClusterState) -> None:
     assert views["default"].allocated.quantities["cpu"] == "6"
     assert views["default"].running_jobs == 1
     # root's numbers are its subtree's (issue 28): the cluster's whole allocation
-    assert views["root"].allocated.quantities == {"cpu": "6"} and views["root"].running_jobs == 1
+    assert views["root"].allocated.quantities == {"cpu": "6"}
+    assert views["root"].running_jobs == 1
 
 
 def test_commit_batches_only_what_changed(state: ClusterState) -> None:
     state.commit()
     commands.submit_job(state, gang("g", replicas=3))
     batch = state.commit()
-    assert set(batch.jobs) == {"g"} and len(batch.tasks) == 3
+    assert set(batch.jobs) == {"g"}
+    assert len(batch.tasks) == 3
     assert state.commit().empty()
 
 
@@ -472,9 +481,8 @@ def test_prepared_jobs_take_their_creation_order_when_created(state: ClusterStat
     assert early.creation_index < late.creation_index
     assert late.template.creation_index == late.creation_index
     assert {t.creation_index for t in late.template.tasks} == {late.creation_index}
-    assert (
-        late.status.submit_time is not None and late.status.submit_time >= early.status.submit_time
-    )
+    assert late.status.submit_time is not None
+    assert late.status.submit_time >= early.status.submit_time
 
 
 def test_task_output_from_its_backend_is_kept_bounded_and_served(state: ClusterState) -> None:
@@ -510,7 +518,10 @@ def test_task_output_from_its_backend_is_kept_bounded_and_served(state: ClusterS
     small = TaskLogs(per_task=8, tasks=2)
     small.append("t1", b"0123456789")
     out = small.get("t1")
-    assert out is not None and bytes(out.data) == b"23456789" and out.truncated
+    assert out is not None
+    assert bytes(out.data) == b"23456789"
+    assert out.truncated
     small.append("t2", b"x")
     small.append("t3", b"y")
-    assert small.get("t1") is None and small.get("t3") is not None
+    assert small.get("t1") is None
+    assert small.get("t3") is not None

@@ -182,7 +182,8 @@ async def test_bad_job_rejected_and_nothing_changes(stub, case, spec, code, fiel
 
 async def test_submit_without_job_field(stub) -> None:
     err = await rpc_error(stub.SubmitJob(pb.SubmitJobRequest()))
-    assert err.code() == INVALID and err.details().startswith("job")
+    assert err.code() == INVALID
+    assert err.details().startswith("job")
 
 
 async def test_duplicate_id_idempotent_or_already_exists(stub) -> None:
@@ -191,9 +192,11 @@ async def test_duplicate_id_idempotent_or_already_exists(stub) -> None:
     again = await stub.SubmitJob(
         pb.SubmitJobRequest(job=gang("dup", replicas=2, namespace="default", queue="default"))
     )
-    assert not again.created and again.job.spec.id == "dup"
+    assert not again.created
+    assert again.job.spec.id == "dup"
     err = await rpc_error(stub.SubmitJob(pb.SubmitJobRequest(job=gang("dup", replicas=3))))
-    assert err.code() == grpc.StatusCode.ALREADY_EXISTS and err.details().startswith("job.id")
+    assert err.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert err.details().startswith("job.id")
     job = await stub.GetJob(pb.GetJobRequest(id="dup"))
     assert len(job.tasks) == 2  # the original spec stands
 
@@ -208,7 +211,8 @@ async def test_unknown_backend_is_failed_precondition(stub) -> None:
     ):
         err = await rpc_error(call)
         assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert err.details().startswith("backend") and "RegisterBackend" in err.details()
+        assert err.details().startswith("backend")
+        assert "RegisterBackend" in err.details()
     stream = stub.StreamDecisions(pb.StreamDecisionsRequest(backend="ghost"))
     err = await rpc_error(stream.read())
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -229,9 +233,8 @@ async def test_bad_deltas_change_nothing(stub) -> None:
             )
         )
     )
-    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith(
-        "deltas[1].node_removed"
-    )
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    assert err.details().startswith("deltas[1].node_removed")
     names = [v.node.name for v in (await stub.ListNodes(pb.ListNodesRequest())).nodes]
     assert names == ["n0"]
     err = await rpc_error(
@@ -248,9 +251,8 @@ async def test_bad_deltas_change_nothing(stub) -> None:
             )
         )
     )
-    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith(
-        "deltas[0].task_status.task_id"
-    )
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    assert err.details().startswith("deltas[0].task_status.task_id")
     err = await rpc_error(
         stub.SendDeltas(
             pb.SendDeltasRequest(
@@ -259,11 +261,11 @@ async def test_bad_deltas_change_nothing(stub) -> None:
             )
         )
     )
-    assert err.code() == INVALID and err.details().startswith(
-        "deltas[0].node_upserted.allocatable.cpu"
-    )
+    assert err.code() == INVALID
+    assert err.details().startswith("deltas[0].node_upserted.allocatable.cpu")
     err = await rpc_error(stub.SendDeltas(pb.SendDeltasRequest(backend="a", deltas=[pb.Delta()])))
-    assert err.code() == INVALID and err.details().startswith("deltas[0]")
+    assert err.code() == INVALID
+    assert err.details().startswith("deltas[0]")
 
 
 async def test_node_owned_by_other_backend(stub) -> None:
@@ -272,9 +274,8 @@ async def test_node_owned_by_other_backend(stub) -> None:
     err = await rpc_error(
         stub.SyncSnapshot(pb.SyncSnapshotRequest(backend="b", nodes=[node("n0")]))
     )
-    assert err.code() == grpc.StatusCode.ALREADY_EXISTS and err.details().startswith(
-        "nodes[0].name"
-    )
+    assert err.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert err.details().startswith("nodes[0].name")
     views = (await stub.ListNodes(pb.ListNodesRequest())).nodes
     assert [(v.node.name, v.node.backend) for v in views] == [("n0", "a")]
 
@@ -290,7 +291,8 @@ async def test_sync_snapshot_bad_task(stub) -> None:
             )
         )
     )
-    assert err.code() == INVALID and err.details().startswith("tasks[0].node")
+    assert err.code() == INVALID
+    assert err.details().startswith("tasks[0].node")
     assert [v.node.name for v in (await stub.ListNodes(pb.ListNodesRequest())).nodes] == ["n0"]
 
 
@@ -301,71 +303,87 @@ async def test_ack_unknown_decision(stub) -> None:
             pb.AckDecisionsRequest(backend="a", acks=[pb.DecisionAck(decision_id=42)])
         )
     )
-    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith(
-        "acks[0].decision_id"
-    )
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    assert err.details().startswith("acks[0].decision_id")
 
 
 async def test_queue_errors(stub) -> None:
     err = await rpc_error(
         stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="q", parent="missing")))
     )
-    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith("queue.parent")
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    assert err.details().startswith("queue.parent")
     err = await rpc_error(stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name=""))))
-    assert err.code() == INVALID and err.details().startswith("queue.name")
+    assert err.code() == INVALID
+    assert err.details().startswith("queue.name")
     err = await rpc_error(
         stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="q", capability=rl(cpu="x"))))
     )
-    assert err.code() == INVALID and err.details().startswith("queue.capability.cpu")
+    assert err.code() == INVALID
+    assert err.details().startswith("queue.capability.cpu")
     err = await rpc_error(stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="default"))))
     assert err.code() == grpc.StatusCode.ALREADY_EXISTS
     err = await rpc_error(stub.UpdateQueue(pb.QueueRequest(queue=pb.Queue(name="ghost"))))
-    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith("queue.name")
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    assert err.details().startswith("queue.name")
     await stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="team")))
     await stub.CreateQueue(pb.QueueRequest(queue=pb.Queue(name="sub", parent="team")))
     err = await rpc_error(
         stub.UpdateQueue(pb.QueueRequest(queue=pb.Queue(name="team", parent="sub")))
     )
-    assert err.code() == INVALID and "cycle" in err.details()
+    assert err.code() == INVALID
+    assert "cycle" in err.details()
     err = await rpc_error(stub.DeleteQueue(pb.DeleteQueueRequest(name="team")))
-    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "child" in err.details()
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "child" in err.details()
     await stub.SubmitJob(pb.SubmitJobRequest(job=gang("in-sub", replicas=1, queue="sub")))
     err = await rpc_error(stub.DeleteQueue(pb.DeleteQueueRequest(name="sub")))
-    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "jobs" in err.details()
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "jobs" in err.details()
     err = await rpc_error(stub.DeleteQueue(pb.DeleteQueueRequest(name="default")))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
     err = await rpc_error(stub.DeleteQueue(pb.DeleteQueueRequest(name="")))
-    assert err.code() == INVALID and err.details().startswith("name")
+    assert err.code() == INVALID
+    assert err.details().startswith("name")
     names = {q.queue.name for q in (await stub.ListQueues(pb.ListQueuesRequest())).queues}
     assert names == {"root", "default", "team", "sub"}
 
 
 async def test_bad_page_token_and_ids(stub) -> None:
     err = await rpc_error(stub.ListJobs(pb.ListJobsRequest(page_token="garbage!")))
-    assert err.code() == INVALID and err.details().startswith("page_token")
+    assert err.code() == INVALID
+    assert err.details().startswith("page_token")
     err = await rpc_error(stub.ListJobs(pb.ListJobsRequest(page_size=-1)))
-    assert err.code() == INVALID and err.details().startswith("page_size")
+    assert err.code() == INVALID
+    assert err.details().startswith("page_size")
     err = await rpc_error(stub.GetJob(pb.GetJobRequest(id="")))
-    assert err.code() == INVALID and err.details().startswith("id")
+    assert err.code() == INVALID
+    assert err.details().startswith("id")
     err = await rpc_error(stub.GetJob(pb.GetJobRequest(id="missing")))
     assert err.code() == grpc.StatusCode.NOT_FOUND
     err = await rpc_error(stub.CancelJob(pb.CancelJobRequest(id="missing")))
     assert err.code() == grpc.StatusCode.NOT_FOUND
     err = await rpc_error(stub.Explain(pb.ExplainRequest(job_id="missing")))
-    assert err.code() == grpc.StatusCode.NOT_FOUND and err.details().startswith("job_id")
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    assert err.details().startswith("job_id")
     err = await rpc_error(stub.RegisterBackend(pb.RegisterBackendRequest(name="", kind="x")))
-    assert err.code() == INVALID and err.details().startswith("name")
+    assert err.code() == INVALID
+    assert err.details().startswith("name")
 
 
 async def test_bad_config_and_scenario(stub) -> None:
     before = await stub.GetConfig(pb.GetConfigRequest())
     err = await rpc_error(stub.UpdateConfig(pb.UpdateConfigRequest(yaml="actions: [unclosed")))
-    assert err.code() == INVALID and err.details().startswith("yaml")
+    assert err.code() == INVALID
+    assert err.details().startswith("yaml")
     assert (await stub.GetConfig(pb.GetConfigRequest())) == before
     err = await rpc_error(stub.Simulate(pb.SimulateRequest(scenario="")))
-    assert err.code() == INVALID and err.details().startswith("scenario")
+    assert err.code() == INVALID
+    assert err.details().startswith("scenario")
     err = await rpc_error(stub.Simulate(pb.SimulateRequest(scenario="foo: 1\nbar: 2", cycles=1)))
     assert err.code() == INVALID  # ScenarioError problems, one per line
-    assert "scenario.foo" in err.details() and "scenario.bar" in err.details()
+    assert "scenario.foo" in err.details()
+    assert "scenario.bar" in err.details()
     err = await rpc_error(stub.Simulate(pb.SimulateRequest(scenario="nodes: []", cycles=-1)))
-    assert err.code() == INVALID and err.details().startswith("cycles")
+    assert err.code() == INVALID
+    assert err.details().startswith("cycles")

@@ -42,6 +42,7 @@ def muster_server(*args: str, timeout: float = WAIT) -> subprocess.CompletedProc
         text=True,
         timeout=timeout,
         cwd=ROOT,
+        check=False,
     )
 
 
@@ -126,7 +127,8 @@ def test_a_lock_held_by_a_killed_process_is_free(tmp_path: Path) -> None:
         cwd=ROOT,
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(StateFileInUse, match=f"muster-server pid {holder.pid} on host"):
             SqliteStore(state)
         holder.send_signal(signal.SIGKILL)
@@ -148,7 +150,8 @@ def test_memory_stores_need_no_lock(tmp_path: Path) -> None:
     first, second = SqliteStore(":memory:"), SqliteStore(":memory:")
     first.close()
     second.close()
-    assert not list(tmp_path.iterdir()) and not Path(":memory:.lock").exists()
+    assert not list(tmp_path.iterdir())
+    assert not Path(":memory:.lock").exists()
 
 
 # -- a state file deleted or replaced under a running server --------------------------------------
@@ -294,7 +297,8 @@ def test_a_file_that_is_not_a_muster_state_database_is_refused_in_one_line(
     before = path.read_bytes()
     proc = muster_server("--state", str(path))
     assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr and "listening" not in proc.stdout
+    assert "Traceback" not in proc.stderr
+    assert "listening" not in proc.stdout
     assert proc.stderr.strip().splitlines() == [
         f"muster-server: state file {path} is not a Muster state database ({why})"
     ]
@@ -310,8 +314,8 @@ def test_a_store_written_by_muster_is_accepted_and_an_empty_file_is_a_new_store(
     empty = tmp_path / "empty.db"
     empty.touch()
     SqliteStore(empty).close()
+    _random(tmp_path / "r.db")
     with pytest.raises(StateFileError, match="not a Muster state database"):
-        _random(tmp_path / "r.db")
         SqliteStore(tmp_path / "r.db")
     assert not Path(f"{tmp_path / 'r.db'}.lock").exists()  # the refused open let go of its lock
     SqliteStore(empty).close()  # and the good one reopens
@@ -409,7 +413,5 @@ def test_failures_inside_exception_groups_are_reported_one_line_each(
         bug = exc
     assert server_main.report_failure(ExceptionGroup("g", [bug])) == 1
     err = capsys.readouterr().err
-    assert (
-        "Traceback" in err
-        and err.splitlines()[-1] == "muster-server: unexpected ZeroDivisionError: a bug"
-    )
+    assert "Traceback" in err
+    assert err.splitlines()[-1] == "muster-server: unexpected ZeroDivisionError: a bug"

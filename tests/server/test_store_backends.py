@@ -167,7 +167,8 @@ def test_every_row_kind_round_trips(store: Store, opener: Opener) -> None:
     }
     assert ids(loaded.jobs) == ["j1", "j2"]
     j1 = loaded.jobs[0]
-    assert type(j1.spec) is bytes and j1.spec == jobs["j1"][2]
+    assert type(j1.spec) is bytes
+    assert j1.spec == jobs["j1"][2]
     assert j1.creation_index == 1
     assert j1.status == cond_status
     assert sorted(j1.tasks, key=lambda t: t.uid) == tasks[:2]
@@ -233,7 +234,8 @@ def test_rows_are_updated_in_place_and_what_never_changes_is_not_rewritten(
     store = reopen(store, opener)
     loaded = store.load()
     (job,) = loaded.jobs
-    assert job.spec == first[2] and job.creation_index == 5
+    assert job.spec == first[2]
+    assert job.creation_index == 5
     assert job.status.phase == RUNNING
     assert sorted(job.tasks, key=lambda t: t.uid) == [moved, task("j", 1)]
     assert loaded.pending_decisions == []

@@ -116,12 +116,15 @@ def test_output_is_bounded_per_task_with_the_oldest_dropped_and_counted(
 
     logs = logs_of(state)
     kept = logs[t0]
-    assert kept.size == len(full) and not kept.eof
-    assert kept.dropped_bytes == len(full) - LIMIT and kept.truncated
+    assert kept.size == len(full)
+    assert not kept.eof
+    assert kept.dropped_bytes == len(full) - LIMIT
+    assert kept.truncated
     assert kept.data == full[-LIMIT:]
     assert (logs[t1].data, logs[t1].eof, logs[t1].dropped_bytes) == (b"short\n", True, 0)
     segments, held = stored_bytes(db_path, t0)
-    assert held <= LIMIT + SEG and segments <= LIMIT // SEG + 1  # the front is deleted
+    assert held <= LIMIT + SEG
+    assert segments <= LIMIT // SEG + 1
 
 
 def test_output_survives_a_restart_and_goes_on_where_it_was(
@@ -144,8 +147,10 @@ def test_output_survives_a_restart_and_goes_on_where_it_was(
         write(again, restarted.commit())
         kept = logs_of(restarted)[t0]
         whole = first + b"after the restart\n"
-        assert kept.data == whole[-LIMIT:] and kept.dropped_bytes == len(whole) - LIMIT
-        assert kept.eof and kept.size == len(whole)
+        assert kept.data == whole[-LIMIT:]
+        assert kept.dropped_bytes == len(whole) - LIMIT
+        assert kept.eof
+        assert kept.size == len(whole)
     finally:
         again.close()
 
@@ -206,9 +211,11 @@ def test_what_is_read_is_always_the_tail_of_what_was_written(tmp_path: Path, see
         write(store, batch)
         for name, whole in full.items():
             segments, held = stored_bytes(tmp_path / "state.db", name)
-            assert held <= LIMIT + SEG and segments <= LIMIT // SEG + 2
+            assert held <= LIMIT + SEG
+            assert segments <= LIMIT // SEG + 2
             out = TaskLogs(per_task=LIMIT, store=store).get(name)  # from the store alone
-            assert out is not None and bytes(out.data) == bytes(whole[out.start :])
+            assert out is not None
+            assert bytes(out.data) == bytes(whole[out.start :])
     finally:
         store.close()
 

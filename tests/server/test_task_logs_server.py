@@ -160,11 +160,13 @@ async def test_follow_sends_what_is_kept_then_what_comes_and_ends_with_the_task(
                 while not any(e.eof for e in events):
                     await anyio.sleep(0.02)
         assert text(events, task) == b"before\nduring\nlast\n"
-        assert events[-1].eof and events[-1].offset == len(b"before\nduring\nlast\n")
+        assert events[-1].eof
+        assert events[-1].offset == len(b"before\nduring\nlast\n")
         # Resumed from an offset: only what follows it.
         async with MusterClient(handle.address, timeout=5) as client:
             rest = [e async for e in client.follow_task_logs("f", task, offsets={task: 7})]
-        assert b"".join(e.data for e in rest) == b"during\nlast\n" and rest[-1].eof
+        assert b"".join(e.data for e in rest) == b"during\nlast\n"
+        assert rest[-1].eof
 
 
 async def _async(value: bool) -> bool:
@@ -192,7 +194,8 @@ async def test_follow_of_a_job_ends_when_its_tasks_ended_even_without_eof(tmp_pa
                 while {e.task_id for e in events if e.eof} != set(tasks):
                     await anyio.sleep(0.05)
         first = next(e for e in events if e.task_id == tasks[0])
-        assert first.dropped_bytes == 6000 - 4096 and first.offset == 6000 - 4096
+        assert first.dropped_bytes == 6000 - 4096
+        assert first.offset == 6000 - 4096
 
 
 async def test_follow_refuses_unknown_jobs_and_tasks(tmp_path: Path) -> None:

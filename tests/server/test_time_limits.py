@@ -53,7 +53,8 @@ async def test_queue_default_and_maximum_apply_at_submit(server, stub) -> None:
     # No limit of its own: the queue's default, written into the stored spec.
     sent = gang("a", replicas=1, queue="short")
     first = await stub.SubmitJob(pb.SubmitJobRequest(job=sent))
-    assert first.created and first.job.spec.time_limit_seconds == 1800
+    assert first.created
+    assert first.job.spec.time_limit_seconds == 1800
     again = await stub.SubmitJob(pb.SubmitJobRequest(job=sent))
     assert not again.created  # resubmitting the same file stays a no-op
     # A limit of its own within the maximum is kept.

@@ -62,7 +62,8 @@ def test_idle_gpus_leave_out_unhealthy_held_and_shared_ones() -> None:
     ingest.sync_snapshot(state, pb.SyncSnapshotRequest(backend="a", nodes=[node_spec]))
     view = view_of(state, "g0")
     assert view.idle.quantities[NVIDIA_GPU] == "3"  # 4 GPUs, one unhealthy
-    assert not view.shared_gpus and NVIDIA_GPU not in view.used.quantities
+    assert not view.shared_gpus
+    assert NVIDIA_GPU not in view.used.quantities
 
     whole = pb.TaskGroup(role="w", replicas=1, request=gpu_request("1"))
     half = pb.TaskGroup(role="w", replicas=1, request=rl(cpu="1"), gpu_fraction=0.5)
@@ -75,7 +76,10 @@ def test_idle_gpus_leave_out_unhealthy_held_and_shared_ones() -> None:
     apply(state, capture, result)
     held = state.tasks["whole/w-0"].devices
     shared = state.tasks["half/w-0"].gpu_group
-    assert len(held) == 1 and shared and shared not in held and "3" not in (*held, shared)
+    assert len(held) == 1
+    assert shared
+    assert shared not in held
+    assert "3" not in (*held, shared)
 
     view = view_of(state, "g0")
     # Of four GPUs: one broken, one held whole, one shared: one is idle as a whole GPU.
@@ -134,7 +138,8 @@ async def test_list_nodes_counts_foreign_shares_and_made_up_gpus(
     assert listed.idle.quantities[NVIDIA_GPU] == "1"  # GPU 2: 0 held, 1 shared, 3 unhealthy
     assert dict(listed.shared_gpus) == {"1": 0.25}
     assert listed.used.quantities[NVIDIA_GPU] == "1750m"
-    assert listed.device_holders["0"] == "pod-whole" and "1" in listed.device_holders
+    assert listed.device_holders["0"] == "pod-whole"
+    assert "1" in listed.device_holders
     assert counted.idle.quantities[NVIDIA_GPU] == "3"
     assert dict(counted.shared_gpus) == {"2": 0.5}
 
@@ -234,12 +239,14 @@ async def test_a_failed_gang_cancels_its_unrun_and_stopped_tasks(
     ended = next(c for c in job.status.conditions if c.type == "Ended")
     assert f"task {ran[0]} failed (exit code 2)" in ended.message
     assert f"task {ran[1]} failed (exit code 3)" in ended.message
-    assert never not in ended.message and ran[2] not in ended.message
+    assert never not in ended.message
+    assert ran[2] not in ended.message
     # Its eviction acknowledged, the stopped task is Cancelled, not Failed.
     with anyio.fail_after(WAIT):
         async for d in stream:
             if d.HasField("evict"):
-                assert d.evict.task_id == ran[2] and d.evict.reason == "job-failed"
+                assert d.evict.task_id == ran[2]
+                assert d.evict.reason == "job-failed"
                 break
     stream.cancel()
     await stub.AckDecisions(

@@ -119,11 +119,14 @@ def test_invalid_tyjobs_are_refused_naming_the_field(
 
 def test_tyjob_defaults_make_the_gang_the_leader_and_min_workers(state: ClusterState) -> None:
     job, _ = commands.submit_job(state, tyjob("j", workers=3))
-    assert job.spec.priority == 5 and job.spec.min_member == 2
+    assert job.spec.priority == 5
+    assert job.spec.min_member == 2
     assert dict(job.spec.min_task_member) == {"leader": 1}
-    assert job.spec.tyjob.restart_limit == 3 and job.spec.tyjob.clean_pod_policy == "All"
+    assert job.spec.tyjob.restart_limit == 3
+    assert job.spec.tyjob.clean_pod_policy == "All"
     assert job.spec.tyjob.scheduler_policy.basic_policy == "Gang"
-    assert job.status.stage == "Pending" and job.status.schedule_state == "Unscheduled"
+    assert job.status.stage == "Pending"
+    assert job.status.schedule_state == "Unscheduled"
 
 
 # -- Leader restarts, cleanPodPolicy, stage ----------------------------------------------------------
@@ -138,13 +141,16 @@ def test_a_failed_leader_restarts_up_to_its_limit_then_the_job_fails(state: Clus
     commands.submit_job(state, tyjob("j", restart_limit=2))
     bind_and_run(state, "j")
     view = queries.get_job(state, "j")
-    assert view.status.stage == "Running" and view.status.schedule_state == "ScheduledSucceed"
+    assert view.status.stage == "Running"
+    assert view.status.schedule_state == "ScheduledSucceed"
     for restart in (1, 2):
         report(state, "j/leader-0", pb.TASK_STATUS_FAILED, exit_code=3)
         leader = state.jobs["j"].tasks[0]
-        assert leader.status == TaskStatus.PENDING and f"restart {restart} of 2" in leader.message
+        assert leader.status == TaskStatus.PENDING
+        assert f"restart {restart} of 2" in leader.message
         view = queries.get_job(state, "j")
-        assert view.status.stage == "Rescheduling" and view.status.leader_restarts == restart
+        assert view.status.stage == "Rescheduling"
+        assert view.status.leader_restarts == restart
         assert view.status.phase != pb.JOB_PHASE_FAILED
         bind_and_run(state, "j")  # placed and running again
         assert state.jobs["j"].tasks[0].status == TaskStatus.RUNNING
@@ -152,7 +158,8 @@ def test_a_failed_leader_restarts_up_to_its_limit_then_the_job_fails(state: Clus
         state, "j/leader-0", pb.TASK_STATUS_FAILED, exit_code=3
     )  # the third failure: over the limit
     view = queries.get_job(state, "j")
-    assert view.status.phase == pb.JOB_PHASE_FAILED and view.status.stage == "Failed"
+    assert view.status.phase == pb.JOB_PHASE_FAILED
+    assert view.status.stage == "Failed"
     # cleanPodPolicy All: the workers are stopped.
     assert [t.status for t in state.jobs["j"].tasks[1:]] == [TaskStatus.RELEASING] * 2
 
@@ -167,7 +174,8 @@ def test_the_leaders_success_ends_the_job_and_clean_pod_policy_decides_the_worke
     bind_and_run(state, "j")
     report(state, "j/leader-0", pb.TASK_STATUS_SUCCEEDED)
     view = queries.get_job(state, "j")
-    assert view.status.phase == pb.JOB_PHASE_COMPLETED and view.status.stage == "Succeeded"
+    assert view.status.phase == pb.JOB_PHASE_COMPLETED
+    assert view.status.stage == "Succeeded"
     assert [t.status for t in state.jobs["j"].tasks[1:]] == [workers_after] * 2
     if policy == "None":  # kept pods still hold their node for the next cycles
         foreign = {t.uid for t in snapshot.capture(state).materialize().foreign_tasks}
@@ -219,9 +227,8 @@ def test_device_ids_go_from_the_cycle_to_the_bind_decision_and_survive_a_restart
     try:
         store.write(state.commit())
         stored = store.job("four")
-        assert stored is not None and stored.tasks[0].devices == [
-            f"Ascend910-{i}" for i in range(4, 8)
-        ]
+        assert stored is not None
+        assert stored.tasks[0].devices == [f"Ascend910-{i}" for i in range(4, 8)]
         again = ClusterState(DecisionLog(bind_timeout=30), clock=Clock())
         again.restore(store.load())
         held = {
@@ -279,7 +286,8 @@ def test_apply_drops_a_bind_whose_device_was_taken_meanwhile(state: ClusterState
         ),
     )
     stats = apply(state, capture, result)
-    assert stats.dropped_binds == 1 and state.jobs["late"].tasks[0].status == TaskStatus.PENDING
+    assert stats.dropped_binds == 1
+    assert state.jobs["late"].tasks[0].status == TaskStatus.PENDING
 
 
 # -- owners ----------------------------------------------------------------------------------------

@@ -95,8 +95,10 @@ def test_failed_workers_fail_the_job_naming_them_not_the_leader() -> None:
     assert job.status.phase == pb.JOB_PHASE_FAILED
     message = ended(state, "j")
     assert "worker j/actor-0 failed (exit code 2)" in message
-    assert "Leader j/leader-0 failed" not in message and "restarts" not in message
-    assert "Leader j/leader-0 stopped" in message and "the gang needs 3" in message
+    assert "Leader j/leader-0 failed" not in message
+    assert "restarts" not in message
+    assert "Leader j/leader-0 stopped" in message
+    assert "the gang needs 3" in message
     # The Leader and the other worker were stopped by the job's failure: not failed themselves.
     ack_evictions(state)
     assert statuses(state, "j") == {
@@ -118,7 +120,8 @@ def test_a_leader_waiting_for_its_restart_does_not_stay_pending_in_a_failed_job(
     job = state.jobs["j"]
     assert job.status.phase == pb.JOB_PHASE_FAILED
     leader = job.tasks[0]
-    assert leader.status == TaskStatus.CANCELLED and leader.message == "not run: the job failed"
+    assert leader.status == TaskStatus.CANCELLED
+    assert leader.message == "not run: the job failed"
     message = ended(state, "j")
     assert message == (
         "Leader j/leader-0 never ran; worker j/actor-0 failed (exit code 8); "
@@ -172,10 +175,10 @@ def test_a_kept_pod_that_loses_its_node_after_the_job_ended_does_not_go_back_to_
     )
     ingest.sync_snapshot(state, pb.SyncSnapshotRequest(backend="a", nodes=[]))
     worker = state.jobs["j"].tasks[1]
-    assert worker.status == TaskStatus.CANCELLED and worker.node is None
-    assert worker.message.startswith("lost: ") and worker.message.endswith(
-        "(after the job completed)"
-    )
+    assert worker.status == TaskStatus.CANCELLED
+    assert worker.node is None
+    assert worker.message.startswith("lost: ")
+    assert worker.message.endswith("(after the job completed)")
 
 
 @pytest.mark.parametrize(("ty", "rules"), [(True, TYARRANGER), (False, GANG)])

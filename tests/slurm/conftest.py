@@ -32,7 +32,7 @@ CLUSTER_ENV = {"SLURM_NODES": str(NODES), "SLURM_GPU_NODES": str(GPU_NODES), "SL
 
 
 def run(*argv: str, check: bool = True, timeout: float = 60, **kw: Any) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(argv)} -> {proc.returncode}: {proc.stderr or proc.stdout}")
     return proc.stdout
@@ -137,6 +137,7 @@ def start_cluster(
         capture_output=True,
         text=True,
         timeout=timeout,
+        check=False,
     )
     if proc.returncode != 0:
         message = proc.stderr[-6000:].rstrip()
@@ -156,6 +157,7 @@ def stop_cluster(cluster: SlurmCluster, *, purge: bool = True) -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
 
 
@@ -275,6 +277,7 @@ def _host_jobs() -> dict[str, str] | None:
             capture_output=True,
             text=True,
             timeout=30,
+            check=False,
         )
     except subprocess.TimeoutExpired:
         return None
@@ -376,7 +379,7 @@ def active_jobs() -> list[str]:
     return run("squeue", "-h", "-t", "PD,R,CG,S,CF", "-o", "%i").split()
 
 
-@pytest.fixture()
+@pytest.fixture
 def clean_slurm(slurm_instance: SlurmCluster) -> list[str]:
     """No job left from an earlier test, every node back up."""
     # Every job of the private cluster was submitted by these tests; never anyone else's.
@@ -434,15 +437,16 @@ class Muster:
         return f"127.0.0.1:{self.port}"
 
     def start_server(self) -> None:
-        log = open(self.workdir / "server.log", "ab")  # noqa: SIM115 - closed with the process
         # MUSTER_SERVER_CMD: another way to start a server (e.g. a development build).
         command = os.environ.get("MUSTER_SERVER_CMD", str(BIN / "muster-server")).split()
-        self.server = subprocess.Popen(
-            [*command, "--listen", self.address, "--state", str(self.workdir / "muster.db")],
-            stdout=log,
-            stderr=log,
-            cwd=REPO,
-        )
+        # The child gets its own copy of the log's descriptor: this one can close at once.
+        with open(self.workdir / "server.log", "ab") as log:
+            self.server = subprocess.Popen(
+                [*command, "--listen", self.address, "--state", str(self.workdir / "muster.db")],
+                stdout=log,
+                stderr=log,
+                cwd=REPO,
+            )
         wait_until("the Muster server to answer", self._server_up, timeout=30)
 
     def _server_up(self) -> bool:
@@ -452,32 +456,34 @@ class Muster:
                 f"muster-server exited: {(self.workdir / 'server.log').read_text()[-2000:]}"
             )
         proc = subprocess.run(
-            [str(BIN / "muster"), "--server", self.address, "queues"], capture_output=True
+            [str(BIN / "muster"), "--server", self.address, "queues"],
+            capture_output=True,
+            check=False,
         )
         return proc.returncode == 0
 
     def start_adapter(self, *extra: str) -> None:
         self.adapter_runs += 1
-        log = open(self.workdir / f"adapter-{self.adapter_runs}.log", "ab")  # noqa: SIM115
-        self.adapter = subprocess.Popen(
-            [
-                str(BIN / "muster-slurm-adapter"),
-                "--server",
-                self.address,
-                "--staging-partition",
-                "staging",
-                "--run-partition",
-                "batch",
-                "--poll-interval",
-                "0.3s",
-                "--state-dir",
-                str(self.workdir / "adapter"),
-                *extra,
-            ],
-            stdout=log,
-            stderr=log,
-            cwd=REPO,
-        )
+        with open(self.workdir / f"adapter-{self.adapter_runs}.log", "ab") as log:
+            self.adapter = subprocess.Popen(
+                [
+                    str(BIN / "muster-slurm-adapter"),
+                    "--server",
+                    self.address,
+                    "--staging-partition",
+                    "staging",
+                    "--run-partition",
+                    "batch",
+                    "--poll-interval",
+                    "0.3s",
+                    "--state-dir",
+                    str(self.workdir / "adapter"),
+                    *extra,
+                ],
+                stdout=log,
+                stderr=log,
+                cwd=REPO,
+            )
 
     def stop_adapter(self, sig: int = signal.SIGTERM) -> None:
         if self.adapter is not None and self.adapter.poll() is None:
@@ -510,10 +516,11 @@ class Muster:
             capture_output=True,
             text=True,
             timeout=30,
+            check=False,
         )
 
 
-@pytest.fixture()
+@pytest.fixture
 def muster(clean_slurm: list[str]) -> Iterator[Muster]:
     for tool in ("muster-server", "muster", "muster-slurm-adapter"):
         if not (BIN / tool).exists():
@@ -526,6 +533,6 @@ def muster(clean_slurm: list[str]) -> Iterator[Muster]:
     finally:
         m.stop()
         for user in ("root", "nobody"):
-            subprocess.run(["scancel", "-u", user], capture_output=True)
+            subprocess.run(["scancel", "-u", user], capture_output=True, check=False)
         if os.environ.get("MUSTER_KEEP_LOGS") != "1":
             shutil.rmtree(workdir, ignore_errors=True)

@@ -148,17 +148,17 @@ class FakeServer:
         self.batches: list[list[str]] = []
         self.singles: list[str] = []
 
-    async def CreateQueue(self, request: pb.QueueRequest) -> pb.Queue:  # noqa: N802 - gRPC name
+    async def CreateQueue(self, request: pb.QueueRequest) -> pb.Queue:  # the gRPC name
         return request.queue
 
-    async def SubmitJobs(self, request: pb.SubmitJobsRequest) -> pb.SubmitJobsResponse:  # noqa: N802
+    async def SubmitJobs(self, request: pb.SubmitJobsRequest) -> pb.SubmitJobsResponse:
         ids = [j.id for j in request.jobs]
         self.batches.append(ids)
         if self.refuse & set(ids):
             raise rpc_error(grpc.StatusCode.INVALID_ARGUMENT, "jobs[1].job: refused")
         return pb.SubmitJobsResponse()
 
-    async def SubmitJob(self, request: pb.SubmitJobRequest) -> pb.SubmitJobResponse:  # noqa: N802
+    async def SubmitJob(self, request: pb.SubmitJobRequest) -> pb.SubmitJobResponse:
         self.singles.append(request.job.id)
         if request.job.id in self.refuse:
             raise rpc_error(grpc.StatusCode.INVALID_ARGUMENT, "job: refused")
@@ -198,7 +198,8 @@ async def test_a_polls_new_jobs_go_in_one_submitjobs() -> None:
     backend.client = server  # type: ignore[assignment]
     cli.live = [staged(1), staged(2), staged(3, nodes=4)]
     await backend.poll_once()
-    assert server.batches == [["slurm-1", "slurm-2", "slurm-3"]] and server.singles == []
+    assert server.batches == [["slurm-1", "slurm-2", "slurm-3"]]
+    assert server.singles == []
     assert all(backend.jobs[i].submitted for i in (1, 2, 3))
     await backend.poll_once()  # nothing new: nothing submitted again
     assert len(server.batches) == 1
@@ -228,7 +229,8 @@ async def test_poll_reads_live_jobs_and_looks_up_ended_tracked_jobs_by_id() -> N
     cli.live = [in_run(7, "RUNNING", "n3", runs_on="n3")]
     cli.by_id = {5: in_run(5, "COMPLETED", "n1", runs_on="n1")}
     await backend.poll_once()
-    assert ("jobs", LIVE_STATES) in cli.calls and ("jobs", "all") not in cli.calls
+    assert ("jobs", LIVE_STATES) in cli.calls
+    assert ("jobs", "all") not in cli.calls
     assert ("jobs_by_id", (5, 6)) in cli.calls  # only the tracked jobs missing from the live list
     assert ("slurm-5/node-0", pb.TASK_STATUS_SUCCEEDED, "COMPLETED") in runtime.statuses
     assert ("slurm-6/node-0", pb.TASK_STATUS_FAILED, "job vanished from Slurm") in runtime.statuses
@@ -247,18 +249,24 @@ async def test_a_burst_scontrol_accepted_is_acked_without_reading_back_then_chec
     outcomes = await backend.apply_batch([bind("slurm-10", 0, "n1"), bind("slurm-11", 0, "n2")])
     assert all(o.applied for o in outcomes)
     assert not any(c[0] == "jobs_by_id" for c in cli.calls)  # no read-back on the enforcement path
-    assert backend.jobs[10].placed == ["n1"] and not backend.jobs[10].confirmed
+    assert backend.jobs[10].placed == ["n1"]
+    assert not backend.jobs[10].confirmed
     # The next poll: job 10 shows Muster's placement; job 11 does not (its update did not stick).
     cli.live = [
         in_run(10, "PENDING", "n1", reason="None"),
         in_run(11, "PENDING", "n7", reason="None"),
     ]
     await backend.poll_once()
-    assert backend.jobs[10].confirmed and backend.jobs[10].attempt == 0
+    assert backend.jobs[10].confirmed
+    assert backend.jobs[10].attempt == 0
     failed = [s for s in runtime.statuses if s[0] == "slurm-11/node-0"]
-    assert failed and failed[0][1] == pb.TASK_STATUS_FAILED and "ReqNodeList=n7" in failed[0][2]
-    assert ("unstage", 11) in cli.calls and ("requeuehold", 11) not in cli.calls
-    assert backend.jobs[11].attempt == 1 and backend.jobs[11].muster_id == "slurm-11.a1"
+    assert failed
+    assert failed[0][1] == pb.TASK_STATUS_FAILED
+    assert "ReqNodeList=n7" in failed[0][2]
+    assert ("unstage", 11) in cli.calls
+    assert ("requeuehold", 11) not in cli.calls
+    assert backend.jobs[11].attempt == 1
+    assert backend.jobs[11].muster_id == "slurm-11.a1"
     assert not any(s[0] == "slurm-10/node-0" for s in runtime.statuses)
 
 
@@ -283,9 +291,12 @@ async def test_a_chunk_with_a_failed_update_is_read_back_and_its_failures_retrie
     cli.place_error = "Invalid node name specified"
     cli.by_id = {20: in_run(20, "PENDING", "n1")}
     ok, bad = await backend.apply_batch([bind("slurm-20", 0, "n1"), bind("slurm-21", 0, "n999")])
-    assert ok.applied and backend.jobs[20].confirmed
-    assert not bad.applied and "Invalid node name specified" in bad.reason
-    assert ("place", 21) in cli.calls and ("place", 20) not in cli.calls
+    assert ok.applied
+    assert backend.jobs[20].confirmed
+    assert not bad.applied
+    assert "Invalid node name specified" in bad.reason
+    assert ("place", 21) in cli.calls
+    assert ("place", 20) not in cli.calls
 
 
 # -- runtime burst shaping ------------------------------------------------------------------------

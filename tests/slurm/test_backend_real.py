@@ -36,7 +36,7 @@ def evict(job: str, index: int, node: str, reason: str = "preempt") -> pb.Decisi
     )
 
 
-@pytest.fixture()
+@pytest.fixture
 async def backend(clean_slurm: list[str]) -> SlurmBackend:
     b = SlurmBackend(SlurmCLI(), Settings(poll_interval=0.2), name="slurm-test")
     await b.poll_once()
@@ -51,12 +51,14 @@ async def test_gang_bind_places_exactly_and_rejects_bad_decisions(backend: Slurm
 
     # A partial gang cannot be honoured by Slurm: rejected, nothing changes in Slurm.
     partial = await backend.apply_batch([bind(job, 0, "n5"), bind(job, 1, "n6")])
-    assert [o.applied for o in partial] == [False, False] and "gang incomplete" in partial[0].reason
+    assert [o.applied for o in partial] == [False, False]
+    assert "gang incomplete" in partial[0].reason
     assert job_info(slurm_id)["Partition"] == "staging"
 
     # An unknown node: Slurm's own message is the reason.
     bad = await backend.apply_batch([bind(job, 0, "n5"), bind(job, 1, "n6"), bind(job, 2, "n999")])
-    assert not bad[0].applied and "Invalid node name" in bad[0].reason
+    assert not bad[0].applied
+    assert "Invalid node name" in bad[0].reason
     assert job_info(slurm_id)["Partition"] == "staging"
 
     # The whole gang: one update, verified.
@@ -69,7 +71,8 @@ async def test_gang_bind_places_exactly_and_rejects_bad_decisions(backend: Slurm
     again = await backend.apply_batch([bind(job, 1, "n3")])
     assert again[0].applied
     moved = await backend.apply_batch([bind(job, 1, "n4")])
-    assert not moved[0].applied and "already placed" in moved[0].reason
+    assert not moved[0].applied
+    assert "already placed" in moved[0].reason
 
     # Binds for a job the adapter does not manage.
     stranger = await backend.apply_batch([bind("slurm-999999", 0, "n1")])
@@ -96,7 +99,8 @@ async def test_placement_slurm_cannot_start_becomes_a_new_attempt(backend: Slurm
     else:
         assert "BadConstraints" in outcome[0].reason
     info = job_info(slurm_id)
-    assert info["Partition"] == "staging" and info["_req"] == ""
+    assert info["Partition"] == "staging"
+    assert info["_req"] == ""
     if outcome[0].applied:
         assert backend.jobs[slurm_id].muster_id == f"slurm-{slurm_id}.a1"
 
@@ -121,7 +125,8 @@ async def test_evict_requeueholds_back_to_staging_then_replaces(backend: SlurmBa
     )
     wait_until("the old run to end", lambda: job_info(slurm_id)["JobState"] == "PENDING")
     info = job_info(slurm_id)
-    assert info["Restarts"] == "1" and info["Reason"] != "job_requeued_in_held_state"  # released
+    assert info["Restarts"] == "1"
+    assert info["Reason"] != "job_requeued_in_held_state"
     await backend.poll_once()
     assert backend.jobs[slurm_id].placed is None  # not mistaken for a Slurm-initiated requeue
 
@@ -150,7 +155,8 @@ async def test_poll_reports_nodes_and_foreign_jobs(backend: SlurmBackend) -> Non
     wait_until("Slurm to start it", lambda: job_info(own)["JobState"] == "RUNNING")
     await backend.poll_once()
     nodes = {n.name: n for n in await backend.list_nodes()}
-    assert len(nodes) == 16 and dict(nodes["n1"].allocatable.quantities)["nvidia.com/gpu"] == "4"
+    assert len(nodes) == 16
+    assert dict(nodes["n1"].allocatable.quantities)["nvidia.com/gpu"] == "4"
     tasks = await backend.list_tasks()
     foreign = [t for t in tasks if t.foreign_task]
     assert sorted(t.node for t in foreign) == job_info(own)["_nodes"].split(",")
@@ -189,7 +195,8 @@ async def test_native_job_is_submitted_pinned_at_bind_evicted_replaced_and_adopt
 
     # A partial gang is refused before anything reaches Slurm.
     partial = await backend.apply_batch([native_bind("mpi", 0, "n2", min_member=2)])
-    assert not partial[0].applied and "gang incomplete: 1 of 2" in partial[0].reason
+    assert not partial[0].applied
+    assert "gang incomplete: 1 of 2" in partial[0].reason
     assert slurm_ids_named("mpi") == []
 
     out = await backend.apply_batch(
@@ -199,19 +206,16 @@ async def test_native_job_is_submitted_pinned_at_bind_evicted_replaced_and_adopt
     [first] = slurm_ids_named("mpi")
     info = job_info(first)
     # One Slurm job, as the native user, on exactly the bound nodes, with the per-node request.
-    assert (
-        info["_req"] == "n2,n5"
-        and info["Partition"] == "batch"
-        and info["UserId"].startswith("nobody(")
-    )
-    assert (
-        info["NumNodes"] in ("2", "2-2")
-        and info["MinMemoryNode"] == "1G"
-        and info["NumCPUs"] == "4"
-    )
+    assert info["_req"] == "n2,n5"
+    assert info["Partition"] == "batch"
+    assert info["UserId"].startswith("nobody(")
+    assert info["NumNodes"] in ("2", "2-2")
+    assert info["MinMemoryNode"] == "1G"
+    assert info["NumCPUs"] == "4"
     wait_until("the job to run", lambda: job_info(first)["JobState"] == "RUNNING")
     await backend.poll_once()
-    assert backend.jobs[first].ran and backend.jobs[first].tasks == ["mpi/worker-0", "mpi/worker-1"]
+    assert backend.jobs[first].ran
+    assert backend.jobs[first].tasks == ["mpi/worker-0", "mpi/worker-1"]
     tasks = {
         t.task_id: (t.node, t.status) for t in await backend.list_tasks() if not t.foreign_task
     }
@@ -249,20 +253,23 @@ async def test_native_job_is_submitted_pinned_at_bind_evicted_replaced_and_adopt
     )
     assert all(o.applied for o in out), out
     [second] = slurm_ids_named("mpi")
-    assert second != first and job_info(second)["_req"] == "n9,n10"
+    assert second != first
+    assert job_info(second)["_req"] == "n9,n10"
     wait_until("the new job to run", lambda: job_info(second)["JobState"] == "RUNNING")
 
     # A restarted adapter recognises the job it submitted (not a foreign job).
     restarted = SlurmBackend(SlurmCLI(), settings, name="slurm-test")
     await restarted.poll_once()
-    assert restarted.jobs[second].native and restarted.jobs[second].placed == ["n9", "n10"]
+    assert restarted.jobs[second].native
+    assert restarted.jobs[second].placed == ["n9", "n10"]
     assert not [t for t in await restarted.list_tasks() if t.foreign_task]
 
     # Off by default: such binds are refused, nothing is submitted.
     plain = SlurmBackend(SlurmCLI(), Settings(poll_interval=0.2), name="slurm-test")
     await plain.poll_once()
     refused = await plain.apply_batch([native_bind("other", 0, "n3", min_member=1)])
-    assert not refused[0].applied and "not a Slurm job this adapter manages" in refused[0].reason
+    assert not refused[0].applied
+    assert "not a Slurm job this adapter manages" in refused[0].reason
     assert slurm_ids_named("other") == []
 
 
@@ -296,9 +303,11 @@ async def test_failed_native_sbatch_is_looked_for_before_the_binds_are_rejected(
     ids = slurm_ids_named(name)
     if accepted:
         assert all(o.applied for o in out), out
-        assert len(ids) == 1 and backend.jobs[ids[0]].placed == ["n3", "n4"]
+        assert len(ids) == 1
+        assert backend.jobs[ids[0]].placed == ["n3", "n4"]
         await backend.poll_once()
         assert not [t for t in await backend.list_tasks() if t.foreign_task]
     else:
-        assert not out[0].applied and "sbatch refused: sbatch timed out" in out[0].reason
+        assert not out[0].applied
+        assert "sbatch refused: sbatch timed out" in out[0].reason
         assert ids == []

@@ -141,6 +141,7 @@ def test_the_scripts_refuse_the_machines_own_paths() -> None:
             capture_output=True,
             text=True,
             timeout=30,
+            check=False,
         )
         assert proc.returncode != 0, f"{script} {env}: {proc.stderr}"
         assert "refusing" in proc.stderr or "set SLURM_DIR" in proc.stderr, proc.stderr
@@ -170,6 +171,7 @@ def test_another_cluster_keeps_its_daemons_jobs_and_files(slurm_instance: SlurmC
                 capture_output=True,
                 text=True,
                 timeout=30,
+                check=False,
             ).stdout.strip()
 
         wait_until("the stand-in's job to run", lambda: standin_state() == "RUNNING", timeout=60)
@@ -185,10 +187,12 @@ def test_another_cluster_keeps_its_daemons_jobs_and_files(slurm_instance: SlurmC
             timeout=30,
         )
         for user in ("root", "nobody"):  # what clean_slurm and the teardowns run
-            subprocess.run(["scancel", "-u", user], env=third.env, capture_output=True, timeout=30)
+            subprocess.run(
+                ["scancel", "-u", user], env=third.env, capture_output=True, timeout=30, check=False
+            )
         start_cluster(third.dir, nodes=2, gpu_nodes=0)  # the idempotent re-run of clean_slurm
         # And the session cluster's own per-test cleanup, through the environment it set.
-        subprocess.run(["scancel", "-u", "nobody"], capture_output=True, timeout=30)
+        subprocess.run(["scancel", "-u", "nobody"], capture_output=True, timeout=30, check=False)
         stop_cluster(third)
         assert not third.dir.exists()
 

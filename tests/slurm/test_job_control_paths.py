@@ -24,11 +24,11 @@ class ControlServer(FakeServer):
         """The job ids submitted (a batch's, or one SubmitJob's), in order."""
         return [i for b in self.batches for i in b] + self.singles
 
-    async def HoldJob(self, request: pb.HoldJobRequest) -> pb.JobControlResponse:  # noqa: N802
+    async def HoldJob(self, request: pb.HoldJobRequest) -> pb.JobControlResponse:
         self.control.append(("hold", request.id))
         return pb.JobControlResponse()
 
-    async def ReleaseJob(self, request: pb.ReleaseJobRequest) -> pb.JobControlResponse:  # noqa: N802
+    async def ReleaseJob(self, request: pb.ReleaseJobRequest) -> pb.JobControlResponse:
         self.control.append(("release", request.id))
         return pb.JobControlResponse()
 

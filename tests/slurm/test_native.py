@@ -48,7 +48,8 @@ def test_gang_binds_become_one_pinned_slurm_job() -> None:
     ]
     job = native_job("train", binds)
     # Task i on node i, in task order; every node asked for the largest request (Slurm asks per node).
-    assert job.tasks == ("train/worker-0", "train/worker-1") and job.nodes == ("n3", "n7")
+    assert job.tasks == ("train/worker-0", "train/worker-1")
+    assert job.nodes == ("n3", "n7")
     argv = job.sbatch_argv(partition="batch", user="nobody", group="nogroup", workdir="/tmp")
     assert argv[:2] == ["sbatch", "--parsable"]
     for expected in (
@@ -78,12 +79,11 @@ def test_defaults_duration_and_annotations() -> None:
     b.duration_seconds = 2.5
     b.annotations[OUTPUT_ANNOTATION] = "/var/log/sim-%j.out"
     argv = native_job("sim", [b]).sbatch_argv(partition="p", user="u", group="g", workdir="/home/u")
-    assert (
-        "--wrap=sleep 2.5" in argv
-        and "--output=/var/log/sim-%j.out" in argv
-        and "--chdir=/home/u" in argv
-    )
-    assert "--cpus-per-task=1" in argv and not any(a.startswith(("--mem", "--gres")) for a in argv)
+    assert "--wrap=sleep 2.5" in argv
+    assert "--output=/var/log/sim-%j.out" in argv
+    assert "--chdir=/home/u" in argv
+    assert "--cpus-per-task=1" in argv
+    assert not any(a.startswith(("--mem", "--gres")) for a in argv)
     assert "--wrap=true" in native_job("x", [bind("x/t-0", "n1", command=())]).sbatch_argv(
         partition="p", user="u", group="g", workdir=""
     )

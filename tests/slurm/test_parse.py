@@ -84,10 +84,14 @@ def test_sinfo_json_nodes_and_states() -> None:
     assert len(nodes) == 16  # one entry per node, although each is in two partitions
     n1 = nodes["n1"]
     assert (n1.cpus, n1.real_memory_mb, n1.gres, n1.features) == (32, 256000, {"gpu": 4}, ["gpu"])
-    assert n1.partitions == ["batch", "staging"] and n1.schedulable
-    assert nodes["n5"].gres == {} and nodes["n5"].features == ["cpu"]
-    assert nodes["n14"].state == "down" and not nodes["n14"].schedulable  # admin DOWN
-    assert nodes["n16"].flags == ["DRAIN"] and not nodes["n16"].schedulable  # idle+drain
+    assert n1.partitions == ["batch", "staging"]
+    assert n1.schedulable
+    assert nodes["n5"].gres == {}
+    assert nodes["n5"].features == ["cpu"]
+    assert nodes["n14"].state == "down"
+    assert not nodes["n14"].schedulable
+    assert nodes["n16"].flags == ["DRAIN"]
+    assert not nodes["n16"].schedulable
     assert not nodes["n14"].not_responding
 
 
@@ -122,7 +126,8 @@ def test_squeue_format_jobs() -> None:
     jobs = {j.job_id: j for j in parse_squeue_format(read("squeue_fmt.txt"))}
     gang = jobs[28]  # -N4 --ntasks-per-node=1 -c2 --mem=2G --gres=gpu:1 -A teama --nice=-20
     assert (gang.state, gang.partition, gang.num_nodes, gang.cpus) == ("PENDING", "staging", 4, 8)
-    assert gang.memory_bytes == 8 * 1024**3 and gang.per_node_gres() == {"gpu": 1}
+    assert gang.memory_bytes == 8 * 1024**3
+    assert gang.per_node_gres() == {"gpu": 1}
     assert (gang.account, gang.nice, gang.reason) == ("teama", -20, "PartitionDown")
     spread = jobs[29]  # -N2 --ntasks-per-node=2 -c3 --mem-per-cpu=512M --gpus=3 --comment='q|x y'
     assert spread.per_node_gres() == {"gpu": 2}  # 3 GPUs over 2 nodes: 2 per node at most
@@ -130,7 +135,9 @@ def test_squeue_format_jobs() -> None:
     per_task = jobs[30]  # --gpus-per-task=1 --ntasks=2 on one node
     assert per_task.per_node_gres() == {"gpu": 2}
     running = jobs[27]  # root, -p batch -N2: Slurm placed it itself
-    assert running.state == "RUNNING" and running.nodes == ["n1", "n2"] and running.active
+    assert running.state == "RUNNING"
+    assert running.nodes == ["n1", "n2"]
+    assert running.active
 
 
 def test_squeue_format_rejects_short_lines() -> None:
@@ -140,13 +147,15 @@ def test_squeue_format_rejects_short_lines() -> None:
 
 def test_squeue_json_jobs() -> None:
     jobs = {j.job_id: j for j in parse_squeue_json(read("squeue3.json"))}
-    assert jobs[1].nodes == ["n1", "n2", "n3", "n4"] and jobs[1].required_nodes == [
+    assert jobs[1].nodes == ["n1", "n2", "n3", "n4"]
+    assert jobs[1].required_nodes == [
         "n1",
         "n2",
         "n3",
         "n4",
     ]
-    assert jobs[2].user == "nobody" and jobs[2].partition == "staging"
+    assert jobs[2].user == "nobody"
+    assert jobs[2].partition == "staging"
     assert jobs[3].comment == "hello"
 
 
@@ -166,7 +175,8 @@ def test_scontrol_job_records() -> None:
         ["n7"],
     )
     requeued = parse_scontrol_job(read("job_requeued.txt"))
-    assert requeued.reason == "job_requeued_in_held_state" and requeued.restarts == 1
+    assert requeued.reason == "job_requeued_in_held_state"
+    assert requeued.restarts == 1
     failed = parse_scontrol_job(read("job_failed.txt"))
     assert (failed.state, failed.exit_code) == ("FAILED", 3)
     with pytest.raises(SlurmParseError):
@@ -182,7 +192,8 @@ def test_node_translation() -> None:
         "nvidia.com/gpu": 4000.0,
     }
     assert gpu.labels["feature.slurm.schedmd.com/gpu"] == "true"
-    assert not gpu.unschedulable and not gpu.not_ready
+    assert not gpu.unschedulable
+    assert not gpu.not_ready
     assert node_to_pb(nodes["n16"]).unschedulable  # drained
     assert node_to_pb(nodes["n14"]).unschedulable  # down
 
@@ -190,7 +201,9 @@ def test_node_translation() -> None:
 def test_job_translation_is_a_gang_with_per_node_request() -> None:
     jobs = {j.job_id: j for j in parse_squeue_format(read("squeue_fmt.txt"))}
     spec = job_to_spec(jobs[28], muster_id="slurm-28", queue=queue_of(jobs[28], "account"))
-    assert spec.min_member == 4 and spec.queue == "teama" and spec.priority == 20
+    assert spec.min_member == 4
+    assert spec.queue == "teama"
+    assert spec.priority == 20
     (group,) = spec.task_groups
     assert group.replicas == 4
     assert dict(group.request.quantities) == {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "1"}
@@ -204,7 +217,8 @@ def test_queue_names_are_sanitised() -> None:
     jobs = {j.job_id: j for j in parse_squeue_format(read("squeue_fmt.txt"))}
     assert queue_of(jobs[29], "comment") == "q-x-y"
     assert queue_of(jobs[30], "account") == "default"  # no account
-    assert sanitize_name("  ") == "default" and sanitize_name("root") == "root"
+    assert sanitize_name("  ") == "default"
+    assert sanitize_name("root") == "root"
 
 
 def test_task_ids_round_trip() -> None:
@@ -272,7 +286,8 @@ def test_oversubscribe_gives_the_exclusive_mode() -> None:
         "OK",
     ]
     assert [FMT_JOBS[i].exclusive for i in (31, 32, 33, 34, 28)] == ["node", "user", "mcs", "", ""]
-    assert FMT_JOBS[39].exclusive == "node" and FMT_JOBS[39].features == "gpu"
+    assert FMT_JOBS[39].exclusive == "node"
+    assert FMT_JOBS[39].features == "gpu"
 
 
 def test_exclusive_is_an_anti_affinity_to_every_task_on_the_node() -> None:
@@ -299,7 +314,8 @@ def test_exclusive_user_excludes_only_other_users_tasks() -> None:
         "NotIn",
         ["root"],
     )
-    assert list(term.namespaces) == ["default", ""] and not term.label_selector.match_labels
+    assert list(term.namespaces) == ["default", ""]
+    assert not term.label_selector.match_labels
 
 
 def test_exclusive_gang_with_constraint_and_whole_node_memory() -> None:
@@ -451,10 +467,8 @@ def test_squeue_lines_seen_before_are_not_parsed_again() -> None:
     changed = lines[1].replace("|PENDING|", "|RUNNING|", 1)
     assert changed != lines[1]
     later = parse_squeue_format("\n".join([changed, *lines[2:]]), known)
-    assert (
-        later[0] is not first[1]
-        and later[0].state == "RUNNING"
-        and later[0].job_id == first[1].job_id
-    )
+    assert later[0] is not first[1]
+    assert later[0].state == "RUNNING"
+    assert later[0].job_id == first[1].job_id
     assert all(a is b for a, b in zip(later[1:], first[2:], strict=True))
     assert set(known) == {changed, *lines[2:]}

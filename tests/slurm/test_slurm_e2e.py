@@ -35,7 +35,7 @@ from tests.slurm.conftest import (
 pytestmark = pytest.mark.slurm
 
 
-@pytest.fixture()
+@pytest.fixture
 def stub(muster: Muster) -> Iterator[pb_grpc.SchedulerStub]:
     channel = grpc.insecure_channel(muster.address)
     try:
@@ -108,12 +108,14 @@ def test_gang_runs_on_exactly_musters_nodes(muster: Muster, stub: pb_grpc.Schedu
         "Muster to bind the gang",
         lambda: (j := muster_job(stub, f"slurm-{slurm_id}")) and len(muster_nodes(j)) == 4 and j,
     )
-    assert job.spec.min_member == 4 and len(job.tasks) == 4
+    assert job.spec.min_member == 4
+    assert len(job.tasks) == 4
     wait_until("the gang to run", lambda: running(slurm_id))
     chosen = muster_nodes(job)
     info = job_info(slurm_id)
     assert info["Partition"] == "batch"
-    assert info["_nodes"].split(",") == chosen and info["_req"].split(",") == chosen
+    assert info["_nodes"].split(",") == chosen
+    assert info["_req"].split(",") == chosen
     # From inside the job: each srun task was started by the slurmd of a chosen node.
     output = out / f"out-{slurm_id}.txt"
     lines = wait_until(
@@ -147,7 +149,8 @@ def test_gang_that_does_not_fit_stays_staged_with_reason(
         ),
     )
     explain = stub.Explain(pb.ExplainRequest(job_id=f"slurm-{gang}"), timeout=10)
-    assert explain.gate not in ("", "none") and explain.summary
+    assert explain.gate not in ("", "none")
+    assert explain.summary
     info = job_info(gang)
     assert (info["JobState"], info["Partition"], info["Reason"]) == (
         "PENDING",
@@ -267,12 +270,15 @@ def test_killed_slurmd_makes_node_unschedulable(
     jobs = [sbatch("-N1", "-c", "32", "--mem=1G") for _ in range(NODES)]
     wait_until("15 jobs to run", lambda: sum(running(i) for i in jobs) == NODES - 1, timeout=90)
     used = {job_info(i)["_nodes"] for i in jobs if running(i)}
-    assert victim_node not in used and len(used) == NODES - 1
+    assert victim_node not in used
+    assert len(used) == NODES - 1
     for i in jobs:
         job = muster_job(stub, f"slurm-{i}")
-        assert job is not None and all(t.node != victim_node for t in job.tasks)
+        assert job is not None
+        assert all(t.node != victim_node for t in job.tasks)
     leftover = [i for i in jobs if not running(i)]
-    assert len(leftover) == 1 and job_info(leftover[0])["Partition"] == "staging"
+    assert len(leftover) == 1
+    assert job_info(leftover[0])["Partition"] == "staging"
 
 
 def test_adapter_restart_places_nothing_twice(muster: Muster, stub: pb_grpc.SchedulerStub) -> None:
@@ -292,7 +298,8 @@ def test_adapter_restart_places_nothing_twice(muster: Muster, stub: pb_grpc.Sche
         info = job_info(i)
         assert info["Restarts"] == "0", f"job {i} was started more than once"
         job = muster_job(stub, f"slurm-{i}")
-        assert job is not None and muster_nodes(job) == info["_nodes"].split(",")
+        assert job is not None
+        assert muster_nodes(job) == info["_nodes"].split(",")
     placed = re.findall(r'"event": "placed"[^\n]*?"slurm_job": (\d+)', muster.adapter_log())
     placed += re.findall(r'"slurm_job": (\d+)[^\n]*?"event": "placed"', muster.adapter_log())
     assert sorted(int(p) for p in placed) == sorted(jobs + more), "each job is placed exactly once"
@@ -361,16 +368,16 @@ def test_exclusive_jobs_get_nodes_of_their_own_and_constraints_are_honoured(
         lambda: "muster-refused:" in job_info(refused).get("AdminComment", ""),
     )
     assert "feature counts" in job_info(refused)["AdminComment"]
-    assert (
-        muster_job(stub, f"slurm-{refused}") is None and job_info(refused)["Partition"] == "staging"
-    )
+    assert muster_job(stub, f"slurm-{refused}") is None
+    assert job_info(refused)["Partition"] == "staging"
 
     # n4 frees up (no foreign job; the plain job may sit there: then n2 or n3 frees instead).
     free = next(node for node in ("n4", "n3", "n2") if job_info(plain)["_nodes"] != node)
     subprocess.run(["scancel", str(foreign[free])], check=True)
     wait_until("the second exclusive job to run", lambda: running(second), timeout=90)
     assert job_info(second)["_nodes"] == free
-    assert job_info(first)["_nodes"] == "n1" and running(first)
+    assert job_info(first)["_nodes"] == "n1"
+    assert running(first)
 
 
 def test_job_submitted_to_muster_runs_as_one_pinned_slurm_job(
@@ -417,4 +424,5 @@ def test_job_submitted_to_muster_runs_as_one_pinned_slurm_job(
     assert sorted(line.split()[0] for line in lines) == chosen
     assert {line.split()[1] for line in lines} == {"nobody"}
     info = job_info(slurm_id)
-    assert info["_req"].split(",") == chosen and info["Partition"] == "batch"
+    assert info["_req"].split(",") == chosen
+    assert info["Partition"] == "batch"

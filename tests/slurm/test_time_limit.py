@@ -54,7 +54,8 @@ def test_format_and_json_polls_agree_on_time_limits() -> None:
         for j in parse_squeue_json((DATA / "squeue_exclusive.json").read_text())
     }
     assert fmt == js
-    assert fmt[27] == 365 * 86400 and fmt[28] == 0  # running (INFINITE), pending (UNLIMITED)
+    assert fmt[27] == 365 * 86400
+    assert fmt[28] == 0
 
 
 def test_placement_words_carry_the_time_limit() -> None:
@@ -100,7 +101,8 @@ def test_native_sbatch_gets_time() -> None:
     ]
     spec = native_job("train", binds)
     argv = spec.sbatch_argv(partition="batch", user="nobody", group="nogroup", workdir="/tmp")
-    assert "--time=0-02:00:00" in argv and argv[-1].startswith("--wrap=")
+    assert "--time=0-02:00:00" in argv
+    assert argv[-1].startswith("--wrap=")
     for b in binds:
         b.ClearField("time_limit_seconds")
     untimed = native_job("train", binds)
@@ -135,10 +137,10 @@ def timed_bind(job: str, limit: int) -> pb.Decision:
 
 
 class FakeServer:
-    async def CreateQueue(self, request: pb.QueueRequest) -> pb.Queue:  # noqa: N802
+    async def CreateQueue(self, request: pb.QueueRequest) -> pb.Queue:
         return request.queue
 
-    async def SubmitJobs(self, request: pb.SubmitJobsRequest) -> pb.SubmitJobsResponse:  # noqa: N802
+    async def SubmitJobs(self, request: pb.SubmitJobsRequest) -> pb.SubmitJobsResponse:
         return pb.SubmitJobsResponse()
 
 

@@ -76,13 +76,12 @@ def validate_job(job: JobInfo) -> ValidateResult | None:
     for task in job.tasks.values():
         vnpus = {name: v for name, v in task.spec.request.items() if VNPU.match(name) and v > 0}
         chips = task.spec.request.get(ASCEND910, 0.0) / UNIT
-        if vnpus:
-            if len(vnpus) > 1 or chips or next(iter(vnpus.values())) != UNIT:
-                asked = ", ".join(f"{v / UNIT:g} {n}" for n, v in sorted(vnpus.items()))
-                return _invalid(
-                    f"task {task.name} asks {asked}{' and whole chips' if chips else ''}: "
-                    "a pod asks for exactly 1 virtual NPU of one kind"
-                )
+        if vnpus and (len(vnpus) > 1 or chips or next(iter(vnpus.values())) != UNIT):
+            asked = ", ".join(f"{v / UNIT:g} {n}" for n, v in sorted(vnpus.items()))
+            return _invalid(
+                f"task {task.name} asks {asked}{' and whole chips' if chips else ''}: "
+                "a pod asks for exactly 1 virtual NPU of one kind"
+            )
         if chips:
             asking.append((task, chips))
     if not asking:

@@ -1,12 +1,13 @@
 """elastic (KAI): jobs below their gang minimum go first, jobs exactly at it before jobs above it,
-so an elastic job grows only after the others have their minimum. Registers: job_order."""
+so an elastic job grows only after the others have their minimum. Registers: job_order (and its
+sort key, the state itself: 0 below, 1 at, 2 above)."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
 from server.plugins.base import Plugin
-from server.session.extension_points import JOB_ORDER
+from server.session.extension_points import JOB_ORDER, JOB_ORDER_KEY
 from server.session.info import JobInfo
 from server.session.kai import min_available_state
 from server.session.session import Session
@@ -25,3 +26,4 @@ class ElasticPlugin(Plugin):
             return 0
 
         ssn.register(JOB_ORDER, self.name, order)
+        ssn.register(JOB_ORDER_KEY, self.name, min_available_state)

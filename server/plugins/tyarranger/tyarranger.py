@@ -165,7 +165,7 @@ class TYArrangerPlugin(Plugin):
         def leader_first(
             task: TaskInfo, job: JobInfo, ty: TYJobSpec, rows: np.ndarray
         ) -> np.ndarray:
-            weights = {n: 1.0 for n in (CPU, MEMORY, *devices)}
+            weights = dict.fromkeys((CPU, MEMORY, *devices), 1.0)
             if is_leader(task, ty):
                 weights.update(dict.fromkeys(devices, raised))
                 return MAX_SCORE * (1.0 - util.weighted(rows, weights))

@@ -210,13 +210,12 @@ class JobManager:
             return score
         for other, count in counts.items():
             same = other == name
-            if not only_anti:
-                if (
-                    (name in self.self_affinity)
-                    if same
-                    else (other in self.inter_affinity.get(name, ()))
-                ):
-                    score += count
+            if not only_anti and (
+                (name in self.self_affinity)
+                if same
+                else (other in self.inter_affinity.get(name, ()))
+            ):
+                score += count
             if (name in self.self_anti) if same else (other in self.inter_anti.get(name, ())):
                 score -= count
         return score

@@ -22,6 +22,7 @@ annotation ``volcano.sh/revocable-zone`` is ``"*"`` (or, without it, when its an
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from datetime import datetime, timedelta
@@ -172,12 +173,10 @@ class TdmPlugin(Plugin):
             if k.startswith(ZONE_PREFIX)
         }
         self.evict_period = timedelta(minutes=1)
-        try:
+        with contextlib.suppress(ValueError):
             self.evict_period = timedelta(
                 seconds=parse_go_duration(str(self.arguments.get(EVICT_PERIOD)))
             )
-        except ValueError:
-            pass
 
     def zone_error(self, zone: str, at: datetime) -> str:
         """Volcano availableRevocableZone: "" when the zone is active at ``at``, else why not."""

@@ -21,7 +21,8 @@ from collections.abc import AsyncIterator, Iterator
 
 from muster.v1 import muster_pb2 as pb
 from server.model import ENDED, OCCUPYING
-from server.service.errors import invalid, not_found
+from server.service.api.queries import tasks_named
+from server.service.errors import invalid
 from server.service.state import ClusterState
 
 FOLLOW_TICK = 1.0  # seconds between looks when nothing wakes the stream
@@ -109,15 +110,8 @@ class Follow:
 def prepare_follow(state: ClusterState, req: pb.WatchTaskLogsRequest) -> Follow:
     """Check the request (``DomainError`` naming the field) and start following."""
     rec = state.job_or_error(req.job_id, "job_id")
-    tasks = [t.uid for t in rec.tasks]
-    if req.task_id:
-        if req.task_id not in tasks:
-            raise not_found(
-                f"task_id: job {req.job_id!r} has no task {req.task_id!r} "
-                f"(tasks: {', '.join(tasks[:5])}{' ...' if len(tasks) > 5 else ''})"
-            )
-        tasks = [req.task_id]
-    elif len(tasks) > MAX_FOLLOWED_TASKS:
+    tasks = tasks_named(rec, req.task_id)
+    if len(tasks) > MAX_FOLLOWED_TASKS:
         raise invalid(
             f"task_id: job {req.job_id!r} has {len(tasks):,} tasks; follow one of them (at most "
             f"{MAX_FOLLOWED_TASKS:,} are followed at once)"

@@ -75,10 +75,10 @@ class AuthGate(grpc.aio.ServerInterceptor):
 
     def _certificate_first(self, handler: Handler, method: str) -> Handler:
         admit = self._admit
-        kinds = dict(
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        kinds = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
         if handler.unary_unary is not None:
             unary_unary = cast(UnaryUnary, handler.unary_unary)
 
@@ -121,3 +121,4 @@ async def _single(requests: AsyncIterator[Any], context: Context) -> Any:
     async for request in requests:
         return request
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request: no message")
+    return None

@@ -20,36 +20,30 @@ A fractional GPU share (``gpu_fraction``) counts as that share of ``nvidia.com/g
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import json
 from collections import Counter
 from collections.abc import Mapping
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from muster.conditions import ENDED
 from muster.devices import NVIDIA_GPU
+from muster.phases import TERMINAL_PHASES
 from muster.quantity import PODS, QuantityError, is_bytes_resource, parse_resources
 from muster.v1 import muster_pb2 as pb
-from server.model import TaskStatus
+from server.model import EXITED, TaskStatus
 from server.service.api.queries import ReadScope
 from server.service.convert import timestamp
 from server.service.errors import invalid
-from server.service.records import TERMINAL_PHASES, JobRecord, JobStatusRecord
+from server.service.records import JobRecord, JobStatusRecord
 from server.service.state import ClusterState
 from server.service.store import FinishedJob, HistoryQuery, JobHistoryArchive, StoredJob
-
-PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1000
-ENDED_WITH_CODE = (TaskStatus.SUCCEEDED, TaskStatus.FAILED)
+from server.service.views import decode_position, encode_position, number, page_size, whole_number
 
 
 def list_job_history(
     state: ClusterState, req: pb.ListJobHistoryRequest, scope: ReadScope | None = None
 ) -> pb.ListJobHistoryResponse:
-    if req.page_size < 0:
-        raise invalid(f"page_size: {req.page_size} is negative")
+    size = page_size(req.page_size)
     for i, phase in enumerate(req.phases):
         if phase not in TERMINAL_PHASES:
             raise invalid(
@@ -59,7 +53,6 @@ def list_job_history(
     until = _seconds(req, "finished_before")
     if since is not None and until is not None and until <= since:
         raise invalid("finished_before: must be later than finished_after")
-    size = min(req.page_size or PAGE_SIZE, MAX_PAGE_SIZE)
     phases = tuple(sorted(set(req.phases) or TERMINAL_PHASES))
     filters = (req.queue, req.namespace, req.owner, phases, since, until)
     query = HistoryQuery(
@@ -88,7 +81,8 @@ def list_job_history(
         out.jobs.append(_from_record(rec, now) if rec is not None else _from_stored(found, now))
     if len(rows) > size:
         last = rows[size - 1]
-        out.next_page_token = _encode_token(last.finish_time, last.job.creation_index, filters)
+        position = {"t": last.finish_time, "i": last.job.creation_index}
+        out.next_page_token = encode_position(position, filters)
     return out
 
 
@@ -121,7 +115,7 @@ def _in_memory(
 
 def _from_record(rec: JobRecord, now: float) -> pb.JobAccounting:
     statuses = Counter(int(t.status) for t in rec.tasks)
-    codes = Counter(t.exit_code for t in rec.tasks if t.status in ENDED_WITH_CODE)
+    codes = Counter(t.exit_code for t in rec.tasks if t.status in EXITED)
     return _accounting(rec.spec, rec.status, statuses, codes, now)
 
 
@@ -170,7 +164,7 @@ def _accounting(
         requested={n: _base(n, v) for n, v in sorted(requested.items())},
         used={n: _base(n, v) for n, v in sorted(used.items()) if v},
         exit_codes=dict(codes),
-        reason=next((c.message for c in st.conditions if c.type == "Ended"), ""),
+        reason=next((c.message for c in st.conditions if c.type == ENDED), ""),
         requeue_count=st.requeue_count,
     )
     for name in ("submit_time", "start_time", "finish_time"):
@@ -191,32 +185,13 @@ def _seconds(req: pb.ListJobHistoryRequest, field: str) -> float | None:
     return ts.seconds + ts.nanos / 1e9
 
 
-def _digest(filters: tuple[object, ...]) -> str:
-    return hashlib.sha256(json.dumps(list(filters), default=str).encode()).hexdigest()[:12]
-
-
-def _encode_token(finish_time: float, index: int, filters: tuple[object, ...]) -> str:
-    raw = json.dumps({"t": finish_time, "i": index, "f": _digest(filters)}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
 def _decode_token(token: str, filters: tuple[object, ...]) -> tuple[float, int] | None:
+    """The (finish time, creation index) to continue after; None: no token, from the start."""
     if not token:
         return None
-    try:
-        raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        finish, index, digest = raw["t"], raw["i"], raw["f"]
-    except (binascii.Error, ValueError, KeyError, TypeError):
-        raise invalid(f"page_token: {token!r} is not a token returned by ListJobHistory") from None
-    if (
-        not isinstance(finish, int | float)
-        or isinstance(finish, bool)
-        or not isinstance(index, int)
-        or isinstance(index, bool)
-    ):
-        raise invalid(f"page_token: {token!r} is not a token returned by ListJobHistory")
-    if digest != _digest(filters):
-        raise invalid(
-            "page_token: was issued for different filters; repeat the request without a token"
-        )
-    return float(finish), index
+    return decode_position(
+        token,
+        filters,
+        "ListJobHistory",
+        lambda raw: (number(raw["t"]), whole_number(raw["i"])),
+    )
