@@ -193,7 +193,7 @@ def sync_snapshot(state: ClusterState, req: pb.SyncSnapshotRequest) -> pb.SyncSn
         if _stale_copy(state, backend, rec, task.node, status) or _placed_elsewhere(rec, backend):
             continue
         touched.add(rec.job_id)
-        state.report_task(rec, task.status or pb.TASK_STATUS_RUNNING, task.node, backend, "", 0)
+        state.report_task(rec, status, task.node, backend, "", 0)
         gpu_group, devices = shared_gpu(task.gpu_group, task.devices, task.gpu_fraction)
         if devices or gpu_group:  # what the backend says the task holds replaces what was known
             rec.devices, rec.gpu_group = devices, gpu_group

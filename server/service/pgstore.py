@@ -327,6 +327,11 @@ class StoredChanges:
     task_logs: list[str] = field(default_factory=list)  # tasks whose output grew (or ended)
 
 
+def _pg_one_of(column: str, values: list[Any]) -> tuple[str, list[Any]]:
+    """``column`` is one of ``values`` (one array parameter)."""
+    return (f"{column} = ANY(%s::{'integer' if column == 'phase' else 'text'}[])", [values])
+
+
 # -- DSNs: shown without their password ---------------------------------------------------------
 
 _KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
@@ -801,10 +806,7 @@ class PostgresStore:
             owner=owner,
             readable=readable,
             param="%s",
-            one_of=lambda column, values: (
-                f"{column} = ANY(%s::{'integer' if column == 'phase' else 'text'}[])",
-                [values],
-            ),
+            one_of=_pg_one_of,
         )
 
         def run(conn: Conn) -> list[StoredJob]:
@@ -852,13 +854,7 @@ class PostgresStore:
         return self._call(self._reader, "task output read", run)
 
     def finished_jobs(self, query: HistoryQuery) -> list[FinishedJob]:
-        sql, params = query.sql(
-            "%s",
-            lambda column, values: (
-                f"{column} = ANY(%s::{'integer' if column == 'phase' else 'text'}[])",
-                [values],
-            ),
-        )
+        sql, params = query.sql("%s", _pg_one_of)
 
         def run(conn: Conn) -> list[FinishedJob]:
             with conn.cursor(binary=True) as cur:

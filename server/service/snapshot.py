@@ -28,6 +28,11 @@ TaskState = tuple[TaskStatus, str | None, tuple[str, ...], str]
 UNKNOWN, RUNNING = TaskStatus.UNKNOWN, TaskStatus.RUNNING
 
 
+def core_status(status: TaskStatus) -> TaskStatus:
+    """A task's status as the core sees it (it has no Unknown: see ``TaskState``)."""
+    return RUNNING if status == UNKNOWN else status
+
+
 @dataclass
 class Capture:
     """What a cycle sees, captured on the event loop; ``materialize`` deep-copies it (in a thread)."""
@@ -228,7 +233,7 @@ def capture(state: ClusterState) -> Capture:
                         rec.status.sched_phase,
                         [
                             (
-                                t.status if t.status != UNKNOWN else RUNNING,
+                                core_status(t.status),
                                 t.node,
                                 tuple(t.devices),
                                 t.gpu_group,
@@ -253,7 +258,7 @@ def capture(state: ClusterState) -> Capture:
                 replace(
                     spec,
                     job="",
-                    status=t.status if t.status != UNKNOWN else RUNNING,
+                    status=core_status(t.status),
                     node=t.node,
                     devices=list(t.devices),
                     gpu_groups=[t.gpu_group] if t.gpu_group else [],

@@ -778,10 +778,7 @@ class SqliteStore:
             owner=owner,
             readable=readable,
             param="?",
-            one_of=lambda column, values: (
-                f"{column} IN ({','.join('?' * len(values))})",
-                list(values),
-            ),
+            one_of=_sqlite_one_of,
         )
         with self._read_lock:
             picked = page.pick(
@@ -822,13 +819,7 @@ class SqliteStore:
         return _log_bytes(rows, start, end)
 
     def finished_jobs(self, query: HistoryQuery) -> list[FinishedJob]:
-        sql, params = query.sql(
-            "?",
-            lambda column, values: (
-                f"{column} IN ({','.join('?' * len(values))})",
-                list(values),
-            ),
-        )
+        sql, params = query.sql("?", _sqlite_one_of)
         with self._read_lock:
             rows = self._reader.execute(sql, params).fetchall()
             tallies: list[tuple[Any, ...]] = []
@@ -926,6 +917,11 @@ class JobPageQuery:
                 break
             after_index = ids[-1][1]
         return picked
+
+
+def _sqlite_one_of(column: str, values: list[Any]) -> tuple[str, list[Any]]:
+    """``column`` is one of ``values``, in SQLite's parameter style."""
+    return (f"{column} IN ({','.join('?' * len(values))})", list(values))
 
 
 def _stored_job(row: tuple[Any, ...], tasks: list[TaskRecord]) -> StoredJob:
