@@ -15,12 +15,9 @@ from itertools import islice
 from typing import Any
 
 from muster.devices import (
-    MAX_DEVICES_PER_NODE,
     NVIDIA_GPU,
-    UNIT,
     Device,
-    default_devices,
-    is_device_resource,
+    devices_by_resource,
 )
 from server.model import NodeSpec, TaskStatus
 
@@ -28,15 +25,7 @@ from server.model import NodeSpec, TaskStatus
 def node_devices(spec: NodeSpec) -> dict[str, list[Device]]:
     """Per device resource, the node's devices in listing order (listed ones, else defaults: at
     most MAX_DEVICES_PER_NODE, the bound nodes are held to where they enter)."""
-    out: dict[str, list[Device]] = {}
-    for raw in spec.devices:
-        d = device_from_dict(raw)
-        if d.type:
-            out.setdefault(d.type, []).append(d)
-    for name, value in spec.allocatable.items():
-        if name not in out and is_device_resource(name) and value >= UNIT:
-            out[name] = default_devices(name, int(min(value, MAX_DEVICES_PER_NODE * UNIT) // UNIT))
-    return out
+    return devices_by_resource(map(device_from_dict, spec.devices), spec.allocatable)
 
 
 def device_from_dict(raw: Mapping[str, Any]) -> Device:

@@ -251,11 +251,13 @@ class ProportionPlugin(Plugin):
         """Can the queue ever hold what the job needs at once? Its deserved share never goes
         above its capability (cpu or memory of 0 or less: unlimited, as for the real capability)."""
         queue = self.ssn.queues.get(job.queue)
-        if queue is not None and queue.name not in self._limits:
+        if queue is None:
+            return ALLOWED
+        if queue.name not in self._limits:
             self._limits[queue.name] = hard_limit(queue.capability)
-        cap = self._limits[queue.name] if queue is not None else None
+        cap = self._limits[queue.name]
         need = least_request(job) if cap is not None else None
-        if queue is None or cap is None or need is None:
+        if cap is None or need is None:
             return ALLOWED
         short = over_limit(self.ssn.space, need, cap)
         return beyond_limit(self.name, job, queue.name, short) if short else ALLOWED
