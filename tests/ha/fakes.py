@@ -117,6 +117,10 @@ class Replica(pb_grpc.SchedulerServicer):
     def leads(self) -> bool:
         return self.store.leader == self.address or self.believes_it_leads
 
+    def watching(self) -> bool:
+        """A WatchJobs stream is open here (its handler has started)."""
+        return bool(self._watchers)
+
     def end_streams(self) -> None:
         """Every open stream of this replica ends with UNAVAILABLE (a leader losing its lease)."""
         self._streams_done.set()
