@@ -313,7 +313,7 @@ class Explanation:
 
 @dataclass(slots=True)
 class JobEstimate:
-    """When a pending job is expected to start (the reserve action, server/actions/reserve.py)."""
+    """When a pending job is expected to start (the reserve action, server/actions/muster/reserve.py)."""
 
     start: float | None  # epoch seconds; None: no estimate (``note`` says why)
     nodes: list[str] = field(default_factory=list)  # where it is expected to start

@@ -200,6 +200,10 @@ KAI_ACTION_MACHINERY = (
 )
 
 
+# Actions live in one sub-package per system they come from, as plugins do.
+ACTION_FAMILIES = tuple(f"server.actions.{family}" for family in ("volcano", "kai", "muster"))
+
+
 # Plugins live in one sub-package per system they come from; what they share is at the top.
 PLUGIN_FAMILIES = tuple(
     f"server.plugins.{family}" for family in ("volcano", "kai", "tyarranger", "ascend", "muster")
@@ -237,7 +241,7 @@ def core_internal_violations(imports: list[Import]) -> list[str]:
                 bad.append(where)
         elif (
             under(m, ("server.actions",))
-            and m not in ("server.actions", "server.actions.kai")
+            and m not in ("server.actions", *ACTION_FAMILIES)
             and (
                 under(t, ("server.plugins", "server.config", "server.scheduler", "server.simulate"))
                 or (
@@ -319,7 +323,7 @@ def test_importing_the_core_loads_no_network_api_or_server_io() -> None:
             core_internal_violations,
         ),
         ("server.session.session", "from server.plugins import PLUGINS", core_internal_violations),
-        ("server.actions.allocate", "from . import preempt", core_internal_violations),
+        ("server.actions.volcano.allocate", "from . import preempt", core_internal_violations),
         ("server.session.info", "import grpc", core_violations),
         (
             "server.plugins.volcano.gang",
@@ -384,7 +388,10 @@ def test_the_checks_allow_the_intended_imports() -> None:
         ),
         ("server.plugins.kai.gpupack", "from server.plugins.base import Plugin"),
         ("server.plugins.kai", "from server.plugins.kai.elastic import ElasticPlugin"),
-        ("server.actions.allocate", "from server.actions.base import Action\nimport numpy as np"),
+        (
+            "server.actions.volcano.allocate",
+            "from server.actions.base import Action\nimport numpy as np",
+        ),
         (
             "server.service.state",
             "from muster.v1 import muster_pb2 as pb\nfrom server.model import TaskStatus",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from core_helpers import job, node, queue, session, simulate_yaml, snapshot, task
 
-from server.actions.backfill import BackfillAction
+from server.actions.volcano.backfill import BackfillAction
 from server.model import ClusterSnapshot, TaskStatus
 
 PICK_UP_TIERS = """

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from server.actions import ACTIONS
-from server.actions.allocate import AllocateAction
+from server.actions.volcano.allocate import AllocateAction
 from server.config import default_config, load_config
 from server.model import ClusterSnapshot, TaskStatus
 from server.scheduler import SchedulerCore, collector_paused

@@ -104,7 +104,7 @@ def test_a_cycle_that_fails_without_any_job_still_raises(monkeypatch: pytest.Mon
     def broken(self: Any, ssn: Any) -> None:
         raise RuntimeError("action bug")
 
-    from server.actions.allocate import AllocateAction
+    from server.actions.volcano.allocate import AllocateAction
 
     monkeypatch.setattr(AllocateAction, "execute", broken)
     snap = snapshot([node("n0")], _jobs(3))

@@ -21,7 +21,7 @@ from core_helpers import job, node, queue, snapshot, task
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.actions.allocate import AllocateAction
+from server.actions.volcano.allocate import AllocateAction
 from server.config import DEFAULT_CONFIG_YAML, ConfigError, load_config
 from server.model import ClusterSnapshot, CycleResult, JobSpec, Taint, TaskStatus, Toleration
 from server.scheduler import SchedulerCore
