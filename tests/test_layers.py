@@ -56,6 +56,8 @@ SERVICE_ON_STATE = tuple(
     for m in (
         "state",
         "ingest",
+        "timelimits",
+        "retention",
         "commands",
         "control",
         "snapshot",

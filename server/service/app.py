@@ -37,7 +37,12 @@ from server.service.api.handlers import add_scheduler_service
 from server.service.auth import Policy
 from server.service.decisions import DecisionLog
 from server.service.errors import DomainError
-from server.service.liveness import DEFAULT_NODE_GRACE, DEFAULT_TASK_EVICTION, Liveness
+from server.service.liveness import (
+    DEFAULT_NODE_GRACE,
+    DEFAULT_TASK_EVICTION,
+    Liveness,
+    start_liveness,
+)
 from server.service.logs import PER_TASK
 from server.service.loop import ConfigManager, CycleLoop
 from server.service.observability import Telemetry
@@ -154,7 +159,7 @@ class MusterServer:
             cluster.restore(stored)
             cluster.task_logs.per_task = opts.task_log_limit
             if not isinstance(store, PostgresStore):  # a replica starts the clocks when it leads
-                cluster.start_liveness()
+                start_liveness(cluster)
             configs = ConfigManager(
                 opts.config_path,
                 stored_yaml=stored.meta.get("config_yaml"),

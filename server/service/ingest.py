@@ -21,6 +21,7 @@ from server.model import OCCUPYING, TaskStatus
 from server.service import convert, validate
 from server.service.decisions import DECISION_BUFFER
 from server.service.errors import already_exists, invalid, not_found, precondition
+from server.service.liveness import backend_back, backend_lost, backend_silent
 from server.service.logs import MAX_CHUNK
 from server.service.records import BackendRecord, ForeignTask, JobRecord, NodeEntry, TaskRecord
 from server.service.state import ON_BACKEND, PLACED, ClusterState
@@ -58,7 +59,7 @@ def contact(state: ClusterState, backend: str) -> None:
     """``backend`` (registered) was heard from: a backend declared silent is back."""
     _contact, silent_for = state.liveness.heard(backend)
     if silent_for is not None:
-        state.backend_back(backend, silent_for)
+        backend_back(state, backend, silent_for)
 
 
 def heartbeat(state: ClusterState, req: pb.HeartbeatRequest) -> pb.HeartbeatResponse:
@@ -81,11 +82,11 @@ def check_liveness(state: ClusterState) -> int:
         if c.silent_since is None:
             if now - c.last >= lv.grace:
                 c.silent_since = now
-                state.backend_silent(name, now - c.last)
+                backend_silent(state, name, now - c.last)
                 changed += 1
         elif not c.lost and now - c.silent_since >= lv.eviction:
             c.lost = True
-            state.backend_lost(name, now - c.last)
+            backend_lost(state, name, now - c.last)
             changed += 1
     return changed
 
@@ -441,7 +442,7 @@ def _late_bind(state: ClusterState, decision: pb.Decision) -> None:
     """A backend applied a bind after it expired: keep it if still possible, else undo it."""
     bind = decision.bind
     rec = state.tasks.get(bind.task_id)
-    if rec is None:  # its job ended and left memory (ClusterState.drop_finished): undo the bind
+    if rec is None:  # its job ended and left memory (server.service.retention): undo the bind
         state.issue(
             decision.backend,
             decision.cycle_id,

@@ -10,8 +10,10 @@ and it is asked (``HeartbeatResponse.resync``) for a full SyncSnapshot that adop
 runs and loses what it no longer does. A copy of a lost task it still runs is stopped.
 
 ``Liveness`` only keeps the books (in memory; a server that starts or takes over the lead starts
-every backend's clock then, ``restart``); the transitions are ``ClusterState``'s
-(``backend_silent``, ``backend_lost``, ``backend_back``), run from ``server.service.ingest``.
+every backend's clock then, ``restart``, through ``start_liveness``); the transitions on the state
+are this module's functions (``backend_silent``, ``backend_lost``, ``backend_back``), run from
+``server.service.ingest``. They take the ``ClusterState`` as a ``LivenessState``: the state builds
+on this module (it holds the books), so this module names the state by its shape, never imports it.
 Times are the ``clock``'s (monotonic by default): a wall clock step must not silence everyone.
 """
 
@@ -20,10 +22,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Container
 from dataclasses import dataclass, replace
+from typing import Protocol
+
+import structlog
 
 from muster.v1 import muster_pb2 as pb
-from server.model import TaskStatus
-from server.service.records import NodeEntry
+from server.model import OCCUPYING, TaskStatus
+from server.service.decisions import DecisionLog
+from server.service.records import JobRecord, NodeEntry, TaskRecord
+from server.service.tables import ChangeSet
+
+# The transitions log as the state's, as they did when they were ClusterState methods.
+log = structlog.get_logger("muster.state")
 
 # Kubernetes' defaults: node-monitor-grace-period 40 s, pod-eviction-timeout 5 min.
 DEFAULT_NODE_GRACE = 40.0
@@ -31,6 +41,8 @@ DEFAULT_TASK_EVICTION = 300.0
 # Heartbeats per grace period: a backend may miss three before it is declared silent.
 HEARTBEATS_PER_GRACE = 4
 MAX_HEARTBEAT_SECONDS = 10.0  # kubelet renews its lease every 10 s
+# What a silent backend's task becomes Unknown from.
+ALIVE_ON_NODE = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
 
 
 @dataclass(slots=True)
@@ -138,3 +150,173 @@ def not_ready_entry(entry: NodeEntry) -> NodeEntry:
     proto.CopyFrom(entry.proto)
     proto.not_ready = True
     return NodeEntry(proto, replace(entry.spec, ready=False))
+
+
+class LivenessState(Protocol):
+    """What the transitions below need of the state (``server.service.state.ClusterState``, which
+    builds on this module and so is named by its shape here, not imported)."""
+
+    @property
+    def liveness(self) -> Liveness: ...
+    @property
+    def nodes(self) -> dict[str, NodeEntry]: ...
+    @property
+    def tasks(self) -> dict[str, TaskRecord]: ...
+    @property
+    def task_job(self) -> dict[str, JobRecord]: ...
+    @property
+    def decisions(self) -> DecisionLog: ...
+    @property
+    def changes(self) -> ChangeSet: ...
+    @property
+    def on_change(self) -> Callable[[], None]: ...
+    def after_task_change(self, job: JobRecord) -> None: ...
+    def task_gone(self, rec: TaskRecord, why: str) -> None: ...
+
+
+# -- the transitions (run from server.service.ingest; start_liveness from app and replica) ---------
+
+
+def start_liveness(state: LivenessState) -> None:
+    """This server starts serving backends (it starts, or takes over the lead): every backend's
+    clock starts now, and a task a previous leader left Unknown is what it was placed as again
+    (Binding while its bind is pending, else Running) until its backend says otherwise, or
+    stays silent for the grace period again."""
+    state.liveness.restart()
+    touched: dict[str, JobRecord] = {}
+    for rec in state.tasks.values():
+        if rec.status == TaskStatus.UNKNOWN:
+            rec.status, rec.message = _unknown_fallback(state, rec), ""
+            state.changes.tasks.add(rec.uid)
+            job = state.task_job[rec.uid]
+            touched[job.id] = job
+    for job in touched.values():
+        state.after_task_change(job)
+
+
+def _unknown_fallback(state: LivenessState, rec: TaskRecord) -> TaskStatus:
+    for p in state.decisions.pending_for_task(rec.uid):
+        if p.row.kind == "bind" and p.decision.bind.node == rec.node:
+            return TaskStatus.BINDING
+    return TaskStatus.RUNNING
+
+
+def _status(state: LivenessState, uid: str) -> TaskStatus | None:
+    rec = state.tasks.get(uid)
+    return rec.status if rec is not None else None
+
+
+def backend_silent(state: LivenessState, backend: str, silent_for: float) -> None:
+    """Not heard from for the grace period: its nodes NotReady (no new binds), its placed tasks
+    Unknown (their binds still expire at their deadline, back to Pending)."""
+    lv = state.liveness
+    why = f"backend {backend} silent for {silent_for:.0f} s"
+    nodes = 0
+    for name, entry in list(state.nodes.items()):
+        if entry.spec.backend == backend and name not in lv.hidden:
+            shown = not_ready_entry(entry)
+            lv.hidden[name] = (entry, shown)
+            state.nodes[name] = shown
+            nodes += 1
+    touched: dict[str, JobRecord] = {}
+    unknown = 0
+    for rec in state.tasks.values():
+        if rec.backend != backend or not rec.node or rec.status not in ALIVE_ON_NODE:
+            continue
+        unknown += 1
+        lv.held[rec.uid] = rec.status
+        rec.status = TaskStatus.UNKNOWN
+        rec.message = f"{why}: status unknown"
+        state.changes.tasks.add(rec.uid)
+        job = state.task_job[rec.uid]
+        touched[job.id] = job
+    for job in touched.values():
+        state.after_task_change(job)
+    level = log.warning if nodes or touched else log.info
+    level(
+        "backend.silent",
+        backend=backend,
+        silent_seconds=round(silent_for, 1),
+        grace=lv.grace,
+        nodes_not_ready=nodes,
+        tasks_unknown=unknown,
+        jobs=sorted(touched)[:20],
+    )
+    state.on_change()
+
+
+def backend_lost(state: LivenessState, backend: str, silent_for: float) -> None:
+    """Silent for the eviction timeout after its grace: the tasks on it are lost (back to
+    Pending, or released if they were being evicted; their job's rule applies: a broken gang
+    is evicted and placed again whole). Its nodes stay NotReady until it answers."""
+    lv = state.liveness
+    why = (
+        f"lost: backend {backend} silent for {silent_for:.0f} s "
+        f"(task eviction timeout {lv.eviction:g} s)"
+    )
+    binds: dict[str, list[int]] = {}
+    for p in state.decisions.pending.values():
+        if p.row.backend == backend and p.row.kind == "bind":
+            binds.setdefault(p.row.task_id, []).append(p.row.id)
+    touched: dict[str, JobRecord] = {}
+    lost = 0
+    # (a list: an earlier task's broken gang turns a later one Releasing, still on the backend)
+    for rec in list(state.tasks.values()):
+        if rec.backend != backend or not rec.node or rec.status not in OCCUPYING:
+            continue
+        lv.lost[rec.uid] = (backend, rec.node)
+        lv.held.pop(rec.uid, None)
+        for decision_id in binds.pop(rec.uid, ()):
+            state.decisions.settle(decision_id, "expired", why)
+        job = state.task_job[rec.uid]
+        touched[job.id] = job
+        state.task_gone(rec, why)
+        lost += 1
+    for job in touched.values():
+        state.after_task_change(job)
+    (log.warning if lost else log.info)(
+        "backend.tasks_lost",
+        backend=backend,
+        silent_seconds=round(silent_for, 1),
+        eviction_timeout=lv.eviction,
+        tasks=lost,
+        jobs=sorted(touched)[:20],
+    )
+    state.on_change()
+
+
+def backend_back(state: LivenessState, backend: str, silent_for: float) -> None:
+    """Heard from again after it was declared silent: its nodes as it reported them, its Unknown
+    tasks what they were (the SyncSnapshot it is asked for adopts or loses them)."""
+    lv = state.liveness
+    nodes = 0
+    for name, (own, shown) in list(lv.hidden.items()):
+        if own.spec.backend != backend:
+            continue
+        del lv.hidden[name]
+        if state.nodes.get(name) is shown:
+            state.nodes[name] = own
+            nodes += 1
+    touched: dict[str, JobRecord] = {}
+    known = 0
+    for rec in state.tasks.values():
+        if rec.backend == backend and rec.status == TaskStatus.UNKNOWN:
+            known += 1
+            held = lv.held.pop(rec.uid, None)
+            rec.status = held if held is not None else _unknown_fallback(state, rec)
+            rec.message = ""
+            state.changes.tasks.add(rec.uid)
+            job = state.task_job[rec.uid]
+            touched[job.id] = job
+    for uid in [u for u in lv.held if _status(state, u) != TaskStatus.UNKNOWN]:
+        del lv.held[uid]  # left Unknown another way meanwhile (a bind expired, a job ended)
+    for job in touched.values():
+        state.after_task_change(job)
+    log.info(
+        "backend.back",
+        backend=backend,
+        silent_seconds=round(silent_for, 1),
+        nodes_ready=nodes,
+        tasks_known=known,
+    )
+    state.on_change()

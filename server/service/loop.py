@@ -9,6 +9,7 @@ stays responsive.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,9 +28,11 @@ from server.service.errors import DomainError, invalid
 from server.service.observability import Telemetry
 from server.service.observability.cycletrace import CycleObservation
 from server.service.observability.history import CycleHistory
+from server.service.retention import commit_and_drop_finished
 from server.service.snapshot import Capture, capture
 from server.service.state import ClusterState
 from server.service.store import StateFileLost, StoreWriter
+from server.service.timelimits import enforce_time_limits
 
 log = structlog.get_logger("muster.loop")
 
@@ -210,10 +213,10 @@ class CycleLoop:
             # Silent backends: their nodes NotReady and tasks Unknown, then those tasks lost.
             ingest.check_liveness(self.state)
             # Tasks running past their time limit (and its grace): their backend did not end them.
-            self.state.enforce_time_limits()
+            enforce_time_limits(self.state)
             # Also where finished jobs past the retention leave memory: under the writer's lock,
-            # once everything before is written (ClusterState.commit_and_drop_finished).
-            await self.writer.flush(self.state.commit_and_drop_finished)
+            # once everything before is written (server.service.retention).
+            await self.writer.flush(functools.partial(commit_and_drop_finished, self.state))
 
     async def run_once(self) -> None:
         """One cycle: capture, schedule in a worker, apply, persist."""

@@ -40,7 +40,7 @@ class TaskRecord:
     exit_code: int = 0
     gpu_group: str = ""  # KAI GPU sharing: the GPU a fractional task shares (devices then empty)
     # When a backend reported it Running (the server's clock; memory only, not a column): its time
-    # limit's safety net counts from here (``ClusterState.enforce_time_limits``). 0: not known.
+    # limit's safety net counts from here (``timelimits.enforce_time_limits``). 0: not known.
     started: float = 0.0
 
     def row(self) -> tuple[Any, ...]:

@@ -33,8 +33,10 @@ import structlog
 
 from server.service.audit import audit
 from server.service.errors import DomainError
+from server.service.liveness import start_liveness
 from server.service.observability import Telemetry
 from server.service.pgstore import Fence, Lease, PostgresStore, ReplicaRow, StoredChanges
+from server.service.retention import drop_finished
 from server.service.state import ClusterState
 from server.service.store import StoredState, StoreWriter
 
@@ -195,7 +197,7 @@ class Replica:
             self.state.decisions.adopt(lease.term, self.state.clock())
             self.state.ensure_default_queues()  # the first leader of a new store writes them
             # Every backend's clock starts now: none is declared silent for the time before.
-            self.state.start_liveness()
+            start_liveness(self.state)
             try:
                 await self.writer.flush(self.state.commit)  # the adopted decisions, at our term
             except DomainError as exc:
@@ -282,7 +284,7 @@ class Replica:
         self._apply(changes)
         if not changes.more:
             self.caught_up_at = asked
-            self.state.drop_finished()
+            drop_finished(self.state)
         return changes.more
 
     def _apply(self, changes: StoredChanges) -> None:

@@ -9,11 +9,11 @@ cleanPodPolicy, what ends it) is asked of the job's ``server.service.lifecycle.J
 transition notes what it changed in ``changes`` (a ``ChangeSet``); ``commit()`` turns the change
 set into one ``WriteBatch`` for the store and publishes the job events it collected.
 
-Finished jobs do not stay in memory for ever: ``drop_finished`` removes a job (with its tasks) once
-it has been Completed, Failed or Cancelled for ``retention`` seconds and nothing of it is still
-unwritten or on a node. It stays in the store, and ``jobs.get`` (a ``JobTable``) reads through to
-the store, so lookups by id -- GetJob, Explain, CancelJob, a resubmission of the same id -- answer
-as before; ``server.service.api.queries.list_jobs`` merges memory and store.
+Three groups of transitions are functions taking the state, in modules of their own: backends going
+silent, lost and back (``server.service.liveness``), the time-limit safety net
+(``server.service.timelimits``) and finished jobs leaving memory (``server.service.retention``; the
+store answers for them after). The state keeps their settings: ``liveness``, ``time_limit_grace``,
+``retention``.
 
 Who changes it: ``server.service.ingest`` (backend RPCs), ``server.service.commands`` (jobs and queues),
 ``server.service.apply`` (a cycle's result); ``server.service.snapshot`` reads it for a cycle and
@@ -26,7 +26,7 @@ changes nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -38,12 +38,12 @@ from muster.jsonmap import short_enum_name
 from muster.timelimit import TIME_LIMIT_REASON, time_limit_message
 from muster.v1 import muster_pb2 as pb
 from server import model
-from server.model import ALLOCATED_OR_UNKNOWN, ENDED, OCCUPYING, PodGroupPhase, TaskStatus
+from server.model import ALLOCATED_OR_UNKNOWN, OCCUPYING, PodGroupPhase, TaskStatus
 from server.service import convert, validate
 from server.service.decisions import DecisionLog
 from server.service.errors import invalid, not_found
 from server.service.lifecycle import JobLifecycle, ended_reason, lifecycle_of
-from server.service.liveness import Liveness, not_ready_entry
+from server.service.liveness import Liveness
 from server.service.logs import TaskLogs
 from server.service.records import (
     ConditionRecord,
@@ -63,9 +63,8 @@ PLACED = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING, Ta
 ON_BACKEND = frozenset(
     {TaskStatus.BOUND, TaskStatus.RUNNING, TaskStatus.RELEASING, TaskStatus.UNKNOWN}
 )
-# What a silent backend's task becomes Unknown from (server.service.liveness).
-ALIVE_ON_NODE = frozenset({TaskStatus.BINDING, TaskStatus.BOUND, TaskStatus.RUNNING})
 # Seconds a task may run past its time limit before the server stops it (its backend should).
+# This and the next are ClusterState's defaults: the modules that use them import this one.
 TIME_LIMIT_GRACE = 30.0
 # How long a finished job stays in memory by default (seconds); ``muster-server --job-retention``.
 DEFAULT_JOB_RETENTION = 600.0
@@ -74,7 +73,7 @@ DEFAULT_JOB_RETENTION = 600.0
 class ClusterState(StateTables):
     """The cluster state and its transitions (the module's docstring)."""
 
-    # Seconds a task may run past its time limit before ``enforce_time_limits`` evicts it.
+    # Seconds a task may run past its time limit before ``timelimits.enforce_time_limits`` stops it.
     time_limit_grace: float = TIME_LIMIT_GRACE
 
     def __init__(
@@ -87,7 +86,7 @@ class ClusterState(StateTables):
         liveness: Liveness | None = None,
     ) -> None:
         super().__init__(decisions, clock=clock, archive=archive)
-        self.retention = retention  # seconds a finished job stays in memory
+        self.retention = retention  # seconds a finished job stays in memory (service.retention)
         # When each backend was last heard from (memory only: derived, never stored).
         self.liveness = liveness if liveness is not None else Liveness()
         # Output the backends sent: bounded per task, in the store (``--task-log-limit``).
@@ -110,7 +109,7 @@ class ClusterState(StateTables):
         self.liveness.restart()
         self.task_logs.clear()
 
-    # -- flushing and retention (the rows in and out: server.service.tables) -----------------
+    # -- flushing (the rows in and out: server.service.tables; retention: server.service.retention)
 
     def commit(self) -> WriteBatch:
         """``StateTables.commit`` after bringing the usage of the jobs whose tasks changed up to
@@ -127,77 +126,6 @@ class ClusterState(StateTables):
         batch = super().commit()
         self.task_logs.drain(batch)
         return batch
-
-    def commit_and_drop_finished(self) -> WriteBatch:
-        """``commit()``, then ``drop_finished`` for the jobs this batch does not touch.
-
-        For ``StoreWriter.flush``: it drains under the writer's lock, when every earlier batch has
-        been written, so a job dropped here has its final rows in the store; the jobs in this very
-        batch wait for the next call (their rows are not written yet)."""
-        batch = self.commit()
-        pending = set(batch.jobs)
-        for uid in batch.tasks:
-            job = self.task_job.get(uid)
-            if job is not None:
-                pending.add(job.id)
-        self.drop_finished(keep=pending)
-        return batch
-
-    def drop_finished(self, now: float | None = None, keep: Set[str] = frozenset()) -> list[str]:
-        """Remove from memory (not from the store) the jobs finished ``retention`` seconds ago or
-        more whose tasks hold no node and have no decision pending, and that have no change still
-        to commit (nor are in ``keep``). Returns their ids."""
-        if self.archive is None:
-            return []  # without a store to answer from, forgetting a job would lose it
-        now = self.clock() if now is None else now
-        cutoff = now - self.retention
-        leaving: list[JobRecord] = []
-        busy: set[str] | None = None  # tasks with a decision pending; computed once, if needed
-        for job_id in self.finished:
-            rec = dict.get(self.jobs, job_id)  # memory only
-            if rec is None:
-                continue
-            if rec.status.finish_time > cutoff:
-                break  # the rest finished later
-            if busy is None:
-                busy = {p.row.task_id for p in self.decisions.pending.values()}
-            if job_id in keep or not self._droppable(rec, busy):
-                continue  # an unacknowledged eviction or an unwritten change: a later call
-            leaving.append(rec)
-        dropped: list[str] = []
-        for rec in leaving:
-            del self.finished[rec.id]
-            del self.jobs[rec.id]
-            self.forget_array_element(rec)
-            for t in rec.tasks:
-                self.tasks.pop(t.uid, None)
-                self.task_job.pop(t.uid, None)
-            dropped.append(rec.id)
-        if dropped:
-            log.debug("jobs.left_memory", count=len(dropped), retention=self.retention)
-        return dropped
-
-    def _droppable(self, rec: JobRecord, busy: Set[str]) -> bool:
-        changes = self.changes
-        if rec.id in changes.jobs or rec.id in changes.events:
-            return False
-        for t in rec.tasks:
-            if (
-                t.uid in changes.tasks
-                or t.uid in busy
-                or (t.status not in ENDED and t.status != TaskStatus.PENDING)
-            ):
-                return False
-        return True
-
-    def forget_array_element(self, rec: JobRecord) -> None:
-        """``rec`` left memory: its array's index no longer lists it."""
-        array = rec.spec.array_job_id
-        elements = self.arrays.get(array) if array else None
-        if elements is not None:
-            elements.pop(rec.id, None)
-            if not elements:
-                del self.arrays[array]
 
     def set_meta(self, key: str, value: str) -> None:
         self.changes.meta[key] = value
@@ -339,7 +267,7 @@ class ClusterState(StateTables):
         if job.status.cancelled:
             rec.status = TaskStatus.CANCELLED
             rec.message = "cancelled: stopped"
-        elif rec.message == f"evicting: {TIME_LIMIT_REASON}":  # enforce_time_limits stopped it
+        elif rec.message == f"evicting: {TIME_LIMIT_REASON}":  # stopped by service.timelimits
             rec.status = TaskStatus.FAILED
             rec.message = (
                 time_limit_message(job.spec.time_limit_seconds) + " (stopped by the server)"
@@ -421,181 +349,12 @@ class ClusterState(StateTables):
             ),
         )
 
-    def enforce_time_limits(self, now: float | None = None) -> int:
-        """The safety net behind the backends (which end a task at its job's time limit): a task
-        still Running ``time_limit_grace`` seconds past its limit is evicted, reason TimeLimit, and
-        Failed once that is acknowledged (``released``). Counted from when a backend reported it
-        Running (after a server restart, from the first call). Returns how many were evicted."""
-        now = self.clock() if now is None else now
-        touched: dict[str, JobRecord] = {}
-        evicted = 0
-        for job in self.active_jobs.values():
-            limit = job.spec.time_limit_seconds
-            if not limit:
-                continue
-            for t in job.tasks:
-                if t.status != TaskStatus.RUNNING:
-                    continue
-                if not t.started:
-                    t.started = now
-                elif now - t.started > limit + self.time_limit_grace:
-                    log.warning("task.time_limit", task=t.uid, limit=limit, node=t.node)
-                    self.evict(t, TIME_LIMIT_REASON, 0)
-                    touched[job.id] = job
-                    evicted += 1
-        for job in touched.values():
-            self.after_task_change(job)
-        if touched:
-            self.on_change()
-        return evicted
-
     def issue(self, backend: str, cycle_id: int, task_id: str, **action: Any) -> pb.Decision:
         decision = self.decisions.issue(backend, cycle_id, task_id, now=self.clock(), **action)
         if backend in self.backends:
             self.backends[backend].last_decision_id = decision.id
             self.changes.backends.add(backend)
         return decision
-
-    # -- backend liveness (server.service.liveness; run from server.service.ingest) ----------------
-
-    def start_liveness(self) -> None:
-        """This server starts serving backends (it starts, or takes over the lead): every backend's
-        clock starts now, and a task a previous leader left Unknown is what it was placed as again
-        (Binding while its bind is pending, else Running) until its backend says otherwise, or
-        stays silent for the grace period again."""
-        self.liveness.restart()
-        touched: dict[str, JobRecord] = {}
-        for rec in self.tasks.values():
-            if rec.status == TaskStatus.UNKNOWN:
-                rec.status, rec.message = self._unknown_fallback(rec), ""
-                self.changes.tasks.add(rec.uid)
-                job = self.task_job[rec.uid]
-                touched[job.id] = job
-        for job in touched.values():
-            self.after_task_change(job)
-
-    def _unknown_fallback(self, rec: TaskRecord) -> TaskStatus:
-        for p in self.decisions.pending_for_task(rec.uid):
-            if p.row.kind == "bind" and p.decision.bind.node == rec.node:
-                return TaskStatus.BINDING
-        return TaskStatus.RUNNING
-
-    def _status(self, uid: str) -> TaskStatus | None:
-        rec = self.tasks.get(uid)
-        return rec.status if rec is not None else None
-
-    def backend_silent(self, backend: str, silent_for: float) -> None:
-        """Not heard from for the grace period: its nodes NotReady (no new binds), its placed tasks
-        Unknown (their binds still expire at their deadline, back to Pending)."""
-        lv = self.liveness
-        why = f"backend {backend} silent for {silent_for:.0f} s"
-        nodes = 0
-        for name, entry in list(self.nodes.items()):
-            if entry.spec.backend == backend and name not in lv.hidden:
-                shown = not_ready_entry(entry)
-                lv.hidden[name] = (entry, shown)
-                self.nodes[name] = shown
-                nodes += 1
-        touched: dict[str, JobRecord] = {}
-        unknown = 0
-        for rec in self.tasks.values():
-            if rec.backend != backend or not rec.node or rec.status not in ALIVE_ON_NODE:
-                continue
-            unknown += 1
-            lv.held[rec.uid] = rec.status
-            rec.status = TaskStatus.UNKNOWN
-            rec.message = f"{why}: status unknown"
-            self.changes.tasks.add(rec.uid)
-            job = self.task_job[rec.uid]
-            touched[job.id] = job
-        for job in touched.values():
-            self.after_task_change(job)
-        level = log.warning if nodes or touched else log.info
-        level(
-            "backend.silent",
-            backend=backend,
-            silent_seconds=round(silent_for, 1),
-            grace=lv.grace,
-            nodes_not_ready=nodes,
-            tasks_unknown=unknown,
-            jobs=sorted(touched)[:20],
-        )
-        self.on_change()
-
-    def backend_lost(self, backend: str, silent_for: float) -> None:
-        """Silent for the eviction timeout after its grace: the tasks on it are lost (back to
-        Pending, or released if they were being evicted; their job's rule applies: a broken gang
-        is evicted and placed again whole). Its nodes stay NotReady until it answers."""
-        lv = self.liveness
-        why = (
-            f"lost: backend {backend} silent for {silent_for:.0f} s "
-            f"(task eviction timeout {lv.eviction:g} s)"
-        )
-        binds: dict[str, list[int]] = {}
-        for p in self.decisions.pending.values():
-            if p.row.backend == backend and p.row.kind == "bind":
-                binds.setdefault(p.row.task_id, []).append(p.row.id)
-        touched: dict[str, JobRecord] = {}
-        lost = 0
-        # (a list: an earlier task's broken gang turns a later one Releasing, still on the backend)
-        for rec in list(self.tasks.values()):
-            if rec.backend != backend or not rec.node or rec.status not in OCCUPYING:
-                continue
-            lv.lost[rec.uid] = (backend, rec.node)
-            lv.held.pop(rec.uid, None)
-            for decision_id in binds.pop(rec.uid, ()):
-                self.decisions.settle(decision_id, "expired", why)
-            job = self.task_job[rec.uid]
-            touched[job.id] = job
-            self.task_gone(rec, why)
-            lost += 1
-        for job in touched.values():
-            self.after_task_change(job)
-        (log.warning if lost else log.info)(
-            "backend.tasks_lost",
-            backend=backend,
-            silent_seconds=round(silent_for, 1),
-            eviction_timeout=lv.eviction,
-            tasks=lost,
-            jobs=sorted(touched)[:20],
-        )
-        self.on_change()
-
-    def backend_back(self, backend: str, silent_for: float) -> None:
-        """Heard from again after it was declared silent: its nodes as it reported them, its Unknown
-        tasks what they were (the SyncSnapshot it is asked for adopts or loses them)."""
-        lv = self.liveness
-        nodes = 0
-        for name, (own, shown) in list(lv.hidden.items()):
-            if own.spec.backend != backend:
-                continue
-            del lv.hidden[name]
-            if self.nodes.get(name) is shown:
-                self.nodes[name] = own
-                nodes += 1
-        touched: dict[str, JobRecord] = {}
-        known = 0
-        for rec in self.tasks.values():
-            if rec.backend == backend and rec.status == TaskStatus.UNKNOWN:
-                known += 1
-                held = lv.held.pop(rec.uid, None)
-                rec.status = held if held is not None else self._unknown_fallback(rec)
-                rec.message = ""
-                self.changes.tasks.add(rec.uid)
-                job = self.task_job[rec.uid]
-                touched[job.id] = job
-        for uid in [u for u in lv.held if self._status(u) != TaskStatus.UNKNOWN]:
-            del lv.held[uid]  # left Unknown another way meanwhile (a bind expired, a job ended)
-        for job in touched.values():
-            self.after_task_change(job)
-        log.info(
-            "backend.back",
-            backend=backend,
-            silent_seconds=round(silent_for, 1),
-            nodes_ready=nodes,
-            tasks_known=known,
-        )
-        self.on_change()
 
     # -- job phase ------------------------------------------------------------------------------
 

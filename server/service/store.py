@@ -9,7 +9,7 @@ The state hands the store ``WriteBatch``es (rows already serialized on the event
 writes each in one transaction. ``SqliteStore`` writes through one connection; the caller serializes
 writes (one at a time, from a worker thread), so it is opened with ``check_same_thread=False``.
 
-Finished jobs leave the server's memory after a retention period (``ClusterState.drop_finished``)
+Finished jobs leave the server's memory after a retention period (``retention.drop_finished``)
 and are then answered from here: ``job`` and ``jobs_page`` (the ``JobArchive`` protocol) read
 through a second connection, synchronously on the event loop. A primary-key or indexed-range read
 costs well under a millisecond, less than a hop to a worker thread, and WAL lets it run while a

@@ -103,7 +103,7 @@ class StateTables:
         # over, so readers still check ``rec.active``.
         self.active_jobs: dict[str, JobRecord] = {}
         # Finished jobs still in memory, in the order they were committed finished (about the
-        # order of their finish times): what drop_finished looks at, oldest first.
+        # order of their finish times): what retention.drop_finished looks at, oldest first.
         self.finished: dict[str, None] = {}
         self.tasks: dict[str, TaskRecord] = {}
         self.task_job: dict[str, JobRecord] = {}

@@ -16,7 +16,7 @@ from server.service import commands, ingest, snapshot
 from server.service.api import queries
 from server.service.apply import apply
 from server.service.decisions import DecisionLog
-from server.service.liveness import Liveness
+from server.service.liveness import Liveness, start_liveness
 from server.service.observability.metrics import StateCollector
 from server.service.state import ClusterState
 from server.service.views import job_proto
@@ -439,7 +439,7 @@ def test_a_new_leader_starts_every_clock_and_forgets_unknown(
     start_on_a(state)
     advance(state, clock, GRACE + 1, "b")
     assert {s for s, _n in tasks(state, "g")} == {TaskStatus.UNKNOWN}
-    state.start_liveness()
+    start_liveness(state)
     assert {s for s, _n in tasks(state, "g")} == {TaskStatus.RUNNING}
     assert state.liveness.contacts == {}
     advance(state, clock, GRACE - 1, "b")

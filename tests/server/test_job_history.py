@@ -19,6 +19,7 @@ from server.service.api.queries import ReadScope
 from server.service.apply import apply
 from server.service.decisions import DecisionLog
 from server.service.errors import DomainError, ErrorCode
+from server.service.retention import commit_and_drop_finished
 from server.service.state import ClusterState
 from server.service.store import SqliteStore
 
@@ -58,7 +59,7 @@ def state(clock: Clock, store: SqliteStore) -> ClusterState:
 
 
 def flush(state: ClusterState, store: SqliteStore) -> None:
-    batch = state.commit_and_drop_finished()
+    batch = commit_and_drop_finished(state)
     store.write(batch)
     for written in batch.after_write:
         written()

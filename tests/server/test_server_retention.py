@@ -24,6 +24,7 @@ from server.service.app import ServerOptions, start_server
 from server.service.apply import apply
 from server.service.decisions import DecisionLog
 from server.service.errors import DomainError, ErrorCode
+from server.service.retention import commit_and_drop_finished, drop_finished
 from server.service.state import ClusterState
 from server.service.store import SqliteStore
 
@@ -65,7 +66,7 @@ def flush(state: ClusterState, store: SqliteStore) -> list[str]:
     """What the loop's expiry tick does (under the writer's lock): commit, write, drop. Returns the
     ids of jobs no longer in memory afterwards that were before."""
     before = set(state.jobs)
-    store.write(state.commit_and_drop_finished())
+    store.write(commit_and_drop_finished(state))
     return sorted(before - set(state.jobs))
 
 
@@ -261,7 +262,7 @@ def test_a_finished_job_stays_while_its_tasks_hold_a_node_or_a_change_is_unwritt
         {},
     )
     # The acks changed the tasks: they must reach the store before the job may leave memory.
-    assert state.drop_finished() == []
+    assert drop_finished(state) == []
     assert flush(state, store) == []  # this batch carries the change; the next call drops it
     assert flush(state, store) == ["held"]
     assert [t.status for t in queries.get_job(state, "held").tasks] == [
@@ -275,7 +276,7 @@ def test_without_a_store_nothing_leaves_memory(clock: Clock) -> None:
     commands.cancel_job(state, "x")
     state.commit()
     clock.now += RETENTION * 10
-    assert state.drop_finished() == []
+    assert drop_finished(state) == []
     assert "x" in state.jobs
 
 

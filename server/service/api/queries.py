@@ -1,9 +1,9 @@
 """The read RPCs: jobs (get, list, watch, explain), queues and nodes, answered from the state.
 
-Jobs that finished more than the retention ago are no longer in memory (``ClusterState.
-drop_finished``): lookups by id read through to the store (``state.jobs.get``), and ListJobs
-merges the jobs in memory with those only the store has. Nothing here changes the state; bad
-arguments raise ``DomainError`` naming the field.
+Jobs that finished more than the retention ago are no longer in memory (``server.service.
+retention.drop_finished``): lookups by id read through to the store (``state.jobs.get``), and
+ListJobs merges the jobs in memory with those only the store has. Nothing here changes the state;
+bad arguments raise ``DomainError`` naming the field.
 """
 
 from __future__ import annotations
