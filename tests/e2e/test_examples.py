@@ -97,6 +97,12 @@ def check_help_example(jobs: dict[str, pb.Job]) -> None:
     assert {t.node.split("-")[0] for t in jobs["llama-lora"].tasks} == {"b"}
 
 
+def check_reservation(jobs: dict[str, pb.Job]) -> None:
+    """big-gang ran whole, on the four nodes."""
+    tasks = jobs["big-gang"].tasks
+    assert sorted(t.node for t in tasks) == ["r-0", "r-1", "r-2", "r-3"], tasks
+
+
 SETUPS = [
     # What `make demo` starts (scripts/demo.py): examples/config-volcano.yaml (the built-in
     # configuration plus high-priority), racks a and b.
@@ -152,6 +158,15 @@ SETUPS = [
         "config-kai.yaml",
         {"gpus": "inventory-gpu-sharing.yaml"},
         [Step(["jobs-gpu-sharing.yaml"])],
+    ),
+    # Backfill around a reservation. Scaled, long-train's work (sleep 60) ends well before its
+    # limit (12 s), so every job completes; the reservation itself, with the file as shipped, is
+    # tests/e2e/test_e2e_reservation.py's.
+    Setup(
+        "reservation",
+        "config-reservation.yaml",
+        {"rack-r": "inventory-reservation.yaml"},
+        [Step(["jobs-reservation.yaml"], check=check_reservation)],
     ),
 ]
 
@@ -251,6 +266,7 @@ NEEDS = {
     "job-leader-workerset.yaml": ["config-tyarranger.yaml", "inventory-tyarranger.yaml"],
     "jobs-ascend.yaml": ["config-ascend.yaml", "inventory-ascend.yaml"],
     "jobs-gpu-sharing.yaml": ["config-kai.yaml", "inventory-gpu-sharing.yaml"],
+    "jobs-reservation.yaml": ["config-reservation.yaml", "inventory-reservation.yaml"],
 }
 
 
