@@ -14,7 +14,9 @@ is built and its peak (``ru_maxrss``) after the cycle.
 
 ``--compare`` runs each depth with the shape-class cache off (``session: {shapeClasses: false}``)
 and on, alternating (``--repeat`` pairs), checks that both make the same placements, and ends
-with a summary line per depth: each side's fastest CPU time and their ratio. ``--million`` adds a
+with a summary line per depth: each side's fastest CPU time and their ratio. ``--compare window``
+does the same with the queue window (server/session/window.py) off and on, at ``--lookback N``
+(needed): "off" opens every job and allocate stops at the lookback, "on" opens only the window. ``--million`` adds a
 depth of 1,000,000 jobs (minutes, and several GiB, on a 2-core machine). ``--lookback N`` sets
 ``maxQueueLookback``.
 """
@@ -37,10 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cycle import SHAPES, build  # noqa: E402
 from muster.quantity import parse_resources  # noqa: E402
+from server import scheduler  # noqa: E402
 from server.config import default_config  # noqa: E402
 from server.model import ClusterSnapshot, JobSpec, PodGroupPhase, TaskSpec  # noqa: E402
 from server.scheduler import SchedulerCore  # noqa: E402
 from server.service.gctune import tune_gc  # noqa: E402
+from server.session.window import Window  # noqa: E402
 
 SAME_SHAPE = "same shape as job"
 
@@ -98,6 +102,8 @@ def run_one(args: argparse.Namespace) -> None:
     if args.lookback:
         session["maxQueueLookback"] = args.lookback
     config = dataclasses.replace(config, session=session)
+    if args.window == "off":  # every job opened; allocate stops at the lookback
+        vars(scheduler)["open_window"] = lambda snap, _config: (snap, Window())
     rss_input = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     core = SchedulerCore(config)
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -116,6 +122,7 @@ def run_one(args: argparse.Namespace) -> None:
                 "depth": args.run_one,
                 "tasks": sum(len(j.tasks) for j in snapshot.jobs),
                 "shape_classes": args.shape_classes,
+                "window": args.window if args.lookback else "-",
                 "placed": len(placements),
                 "skipped": skipped,
                 "cycle_seconds": round(seconds, 3),
@@ -136,7 +143,7 @@ def child(args: argparse.Namespace, depth: int, mode: str) -> dict[str, Any]:
         __file__,
         "--run-one",
         str(depth),
-        "--shape-classes",
+        "--window" if args.compare == "window" else "--shape-classes",
         mode,
         "--nodes",
         str(args.nodes),
@@ -158,14 +165,23 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--depths", default="10000,100000", help="waiting jobs, comma-separated")
     ap.add_argument("--million", action="store_true", help="also 1,000,000 waiting jobs")
-    ap.add_argument("--compare", action="store_true", help="shape classes off and on, alternating")
+    ap.add_argument(
+        "--compare",
+        nargs="?",
+        const="shape-classes",
+        choices=("shape-classes", "window"),
+        help="the shape-class cache (default) or the queue window off and on, alternating",
+    )
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--max-gang", type=int, default=4)
     ap.add_argument("--lookback", type=int, default=0, help="maxQueueLookback (0: no bound)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--run-one", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--shape-classes", choices=("on", "off"), default="on", help=argparse.SUPPRESS)
+    ap.add_argument("--window", choices=("on", "off"), default="on", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.compare == "window" and not args.lookback:
+        ap.error("--compare window needs --lookback N")
     if args.run_one is not None:
         run_one(args)
         return

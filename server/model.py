@@ -334,6 +334,15 @@ class JobOutcome:
 
 
 @dataclass(slots=True)
+class BeyondWindow:
+    """A queue's waiting jobs a cycle did not open, being past its first ``lookback``."""
+
+    lookback: int
+    jobs: int
+    first: str  # the first of them in the queue's order
+
+
+@dataclass(slots=True)
 class CycleResult:
     """What one cycle decided. Task and job keys are the snapshot's uids."""
 
@@ -360,6 +369,8 @@ class CycleResult:
     # Jobs this cycle left out because the cycle failed with them: job -> why (their outcome
     # carries the Quarantined condition).
     quarantined: dict[str, str] = field(default_factory=dict)
+    # Per queue, its waiting jobs the cycle did not open (``maxQueueLookback``, server.session.window).
+    beyond_window: dict[str, BeyondWindow] = field(default_factory=dict)
     # Pending jobs' start estimates and reservations (the reserve action): job -> estimate; each
     # is also its JobOutcome's ``estimate``.
     estimates: dict[str, JobEstimate] = field(default_factory=dict)

@@ -30,6 +30,7 @@ from server.config import SchedulerConfig, default_config
 from server.model import (
     OCCUPYING,
     QUARANTINED,
+    BeyondWindow,
     ClusterSnapshot,
     Condition,
     CycleResult,
@@ -42,6 +43,7 @@ from server.plugins.muster.gang_backend import NAME as GANG_BACKEND
 from server.plugins.muster.gang_backend import GangBackendPlugin
 from server.session.options import PluginOption
 from server.session.session import Session
+from server.session.window import lookback_of, open_window
 
 # ``session: {gangAcrossBackends: true}`` lets a gang's tasks go to nodes of several backends.
 GANG_ACROSS_BACKENDS = "gangAcrossBackends"
@@ -100,7 +102,8 @@ class SchedulerCore:
         self, config: SchedulerConfig, snapshot: ClusterSnapshot, cycle_id: int
     ) -> CycleResult:
         started = time.perf_counter()
-        ssn = Session(snapshot, config, cycle_id)
+        opened, window = open_window(snapshot, config)
+        ssn = Session(opened, config, cycle_id, window)
         try:  # released even when an action raises: a failed cycle leaves no reference cycles
             ssn.result.action_seconds["session.open"] = time.perf_counter() - started
             for name in config.actions:
@@ -113,6 +116,11 @@ class SchedulerCore:
                 ssn.result.action_seconds[name] = time.perf_counter() - t0
             t0 = time.perf_counter()
             result = ssn.close()
+            lookback = lookback_of(config)
+            result.beyond_window = {
+                queue: BeyondWindow(lookback, past.jobs, past.first)
+                for queue, past in window.beyond.items()
+            }
         finally:
             ssn.release()
         result.action_seconds["session.close"] = time.perf_counter() - t0

@@ -51,6 +51,8 @@ async def apply_result(
     ``after_part`` (the loop's store flush) runs after each part, so committing the changes (rows,
     watch events) is spread over the parts too rather than paid at once after the last."""
     stats = ApplyStats()
+    # The jobs past each queue's window get no outcome: explain says why from this.
+    state.last_window = (capture.cycle_id, dict(result.beyond_window))
     for part in split_result(result, state.job_of_task, chunk):
         stats.add(apply(state, capture, part))
         if after_part is not None:

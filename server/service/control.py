@@ -53,6 +53,7 @@ NEVER_SATISFIED = "DependencyNeverSatisfied"
 ARRAY_LIMIT_REASON = "JobArrayTaskLimit"
 # The explanation's gate for a job a cycle left out.
 GATE_HELD, GATE_DEPENDENCY, GATE_ARRAY = "held", "dependency", "array-limit"
+CONTROL_GATES = frozenset({GATE_HELD, GATE_DEPENDENCY, GATE_ARRAY})
 
 
 # -- names -------------------------------------------------------------------------------------

@@ -92,6 +92,9 @@ class ClusterState(StateTables):
         # Output the backends sent: bounded per task, in the store (``--task-log-limit``).
         self.task_logs = TaskLogs(store=archive if isinstance(archive, TaskLogStore) else None)
         self.priority_classes: dict[str, model.PriorityClass] = {}
+        # The last cycle, and per queue what waited past its window (``maxQueueLookback``): those
+        # jobs got no outcome in it (memory only: the next cycle says it again).
+        self.last_window: tuple[int, dict[str, model.BeyondWindow]] = (0, {})
         # Called on every change that may let a cycle do something new (the loop's wake()).
         self.on_change: Callable[[], None] = lambda: None
         self.ensure_default_queues()

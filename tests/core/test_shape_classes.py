@@ -6,7 +6,8 @@
 * A skipped job's explanation and Unschedulable condition name the job whose shape failed.
 * Resources coming back in the cycle (an eviction; a rollback past a remembered failure) make
   the class worth trying again, and the job then placed shows that skipping would have been wrong.
-* ``maxQueueLookback``: a queue's jobs beyond it are not tried, and say so.
+* ``maxQueueLookback``: a queue's jobs beyond it are not opened (the window) or, where the job
+  order needs every job, not tried, and say so.
 * KAI's job-order keys sort as its comparators (the job queue sorts by them).
 """
 
@@ -23,7 +24,15 @@ from hypothesis import strategies as st
 
 from server.actions.volcano.allocate import AllocateAction
 from server.config import DEFAULT_CONFIG_YAML, ConfigError, load_config
-from server.model import ClusterSnapshot, CycleResult, JobSpec, Taint, TaskStatus, Toleration
+from server.model import (
+    BeyondWindow,
+    ClusterSnapshot,
+    CycleResult,
+    JobSpec,
+    Taint,
+    TaskStatus,
+    Toleration,
+)
 from server.scheduler import SchedulerCore
 from server.session.info import JobInfo
 from server.session.priority_queue import PriorityQueue
@@ -345,9 +354,25 @@ def test_lookback_off_by_default_places_every_job() -> None:
 
 
 def test_lookback_bounds_the_jobs_considered_per_queue() -> None:
+    """The default order: the session opens the first two jobs of each queue (the window)."""
     result = run(lookback_cluster(), with_session(DEFAULT_CONFIG_YAML, maxQueueLookback=2))
     bound_jobs = {uid.rsplit("-", 1)[0] for uid in result.binds}
     assert bound_jobs == {"ns/a0", "ns/a1", "ns/b0", "ns/b1"}
+    assert set(result.jobs) == bound_jobs
+    assert result.beyond_window == {
+        "qa": BeyondWindow(2, 3, "ns/a2"),
+        "qb": BeyondWindow(2, 3, "ns/b2"),
+    }
+
+
+def test_lookback_in_allocate_says_why_in_each_job() -> None:
+    """An order the window cannot follow (sla's waiting time): every job is opened, and
+    allocate stops at the bound, saying so in each job past it."""
+    sla = DEFAULT_CONFIG_YAML + "- plugins:\n  - name: sla\n"
+    result = run(lookback_cluster(), with_session(sla, maxQueueLookback=2))
+    bound_jobs = {uid.rsplit("-", 1)[0] for uid in result.binds}
+    assert bound_jobs == {"ns/a0", "ns/a1", "ns/b0", "ns/b1"}
+    assert result.beyond_window == {}
     for uid in ("ns/a2", "ns/a4", "ns/b3"):
         outcome = result.jobs[uid]
         assert outcome.explanation is not None

@@ -16,9 +16,11 @@ Two bounds on what a deep queue costs (issue 29). Shape classes (``server/sessio
 session parameter ``shapeClasses``, on by default): a job of a shape that already found no room in
 the cycle is not tried again until resources come back; it gets the first failing job's finding,
 naming that job. The same placements, at a dictionary look-up per job. And ``maxQueueLookback``
-(session parameter, default 0: no bound; Armada's ``maxQueueLookback``): allocate considers at most
-that many jobs of a queue per cycle; the rest wait for the next cycle, their explanation saying so.
-A job's tasks are put in order only when the job comes up.
+(session parameter, default 0: no bound; Armada's ``maxQueueLookback``): a cycle considers at most
+that many waiting jobs of a queue (jobs that hold something do not count). Where the job order
+allows, the session opens only those (``server/session/window.py``); otherwise allocate stops at
+them here, and the rest wait for the next cycle, their explanation saying so. A job's tasks are
+put in order only when the job comes up.
 """
 
 from __future__ import annotations
@@ -29,14 +31,13 @@ import numpy as np
 
 from server.actions.base import Action
 from server.model import PodGroupPhase, TaskStatus
-from server.session.extension_points import refuse
+from server.session.extension_points import Verdict, refuse
 from server.session.info import FitErrors, JobInfo, QueueInfo, TaskInfo
 from server.session.priority_queue import PriorityQueue
 from server.session.session import Session
 from server.session.shape_classes import Attempt
 from server.session.statement import Op, Statement
-
-LOOKBACK = "maxQueueLookback"  # session parameter: the most jobs of a queue a cycle considers
+from server.session.window import lookback_of, waits_whole
 
 
 class AllocateAction(Action):
@@ -207,10 +208,7 @@ class _Turns:
         self.ssn = ssn
         self.task_key = task_key
         self.classes = ssn.shape_classes
-        lookback = ssn.config.session.get(LOOKBACK, 0)
-        self.lookback = (
-            lookback if isinstance(lookback, int) and not isinstance(lookback, bool) else 0
-        )
+        self.lookback = lookback_of(ssn.config)
         self.considered: dict[str, int] = {}  # per queue, the jobs that came up
         # A job's pending tasks in task order, made when the job first comes up (most jobs of a
         # deep queue never do, or are skipped by their shape class).
@@ -225,11 +223,12 @@ class _Turns:
             tasks = self.pending.get(job.uid)
             if tasks is not None:  # it came up before (ready, with tasks left)
                 return job, tasks, None
-            seen = self.considered.get(queue.uid, 0)
-            if 0 < self.lookback <= seen:
-                self.beyond_lookback(queue, job, jobs)
-                return None
-            self.considered[queue.uid] = seen + 1
+            if waits_whole(job.spec):  # a job holding something does not count (nor wait)
+                seen = self.considered.get(queue.uid, 0)
+                if 0 < self.lookback <= seen:
+                    self.ssn.outcomes.queue_refused(job, self.beyond_lookback(queue))
+                    continue
+                self.considered[queue.uid] = seen + 1
             key = classes.key(ssn, job)
             failure = classes.failure(key)
             if failure is not None:  # its shape found no room, and none came back since
@@ -243,22 +242,10 @@ class _Turns:
             return job, tasks, None if key is None else classes.before(ssn, key, job)
         return None
 
-    def beyond_lookback(self, queue: QueueInfo, job: JobInfo, jobs: PriorityQueue) -> None:
-        """``queue`` had its lookback of jobs considered: ``job`` and the others that have not come
-        up wait for the next cycle, saying so; those that came up (ready, with tasks left) stay."""
-        why = refuse(
+    def beyond_lookback(self, queue: QueueInfo) -> Verdict:
+        """Why a waiting job of ``queue`` past its lookback waits for the next cycle."""
+        return refuse(
             "allocate",
             f"queue {queue.name}: not considered this cycle, which considered the first "
             f"{self.lookback} jobs of the queue (maxQueueLookback)",
         )
-        stay: list[JobInfo] = []
-        while True:
-            if job.uid in self.pending:
-                stay.append(job)
-            else:
-                self.ssn.outcomes.queue_refused(job, why)
-            if jobs.empty():
-                break
-            job = jobs.pop()
-        for job in stay:
-            jobs.push(job)

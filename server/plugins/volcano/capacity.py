@@ -70,6 +70,7 @@ from server.session.extension_points import (
 )
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share
 from server.session.session import Session
+from server.session.window import Beyond
 
 ROOT = "root"
 ANCESTOR_RECLAIM_LEVEL = "ancestorReclaimLevel"
@@ -187,16 +188,26 @@ class CapacityPlugin(Plugin):
         attr.elastic += elastic
         return allocated, request, inqueue, elastic
 
+    @staticmethod
+    def _add_beyond(
+        ssn: Session, attr: QueueAttr, past: Beyond
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What a queue's waiting jobs past the session's window add: their requests, and the
+        minResources of the Inqueue ones (as ``_add_job`` of each, which allocates nothing)."""
+        zeros = ssn.space.zeros()
+        request, inqueue = ssn.space.vec(past.request), ssn.space.vec(past.inqueue)
+        attr.request += request
+        attr.inqueue += inqueue
+        return zeros, request, inqueue, zeros
+
     def _build_flat(self, ssn: Session) -> dict[str, QueueAttr]:
         total = ssn.total_resource
         total_guarantee = ssn.space.zeros()
         for q in ssn.snapshot.queues:
             total_guarantee += ssn.space.vec(q.guarantee)
         attrs: dict[str, QueueAttr] = {}
-        for job in ssn.jobs.values():
-            queue = ssn.queues.get(job.queue)
-            if queue is None:
-                continue
+
+        def attr_of(queue: QueueInfo) -> QueueAttr:
             attr = attrs.get(queue.name)
             if attr is None:
                 attr = self._new_attr(ssn, queue.spec)
@@ -208,13 +219,36 @@ class CapacityPlugin(Plugin):
                     np.maximum(total - total_guarantee, 0) + attr.guarantee, cap
                 )
                 attrs[queue.name] = attr
-            self._add_job(attr, job)
+            return attr
+
+        for job in ssn.jobs.values():
+            queue = ssn.queues.get(job.queue)
+            if queue is None:
+                continue
+            self._add_job(attr_of(queue), job)
+        for name, past in ssn.beyond.items():  # waiting jobs past the session's window
+            if name in ssn.queues:
+                self._add_beyond(ssn, attr_of(ssn.queues[name]), past)
         for attr in attrs.values():
             attr.deserved = np.maximum(
                 np.minimum(attr.deserved, attr.real_capability), attr.guarantee
             )
             attr.update_share()
         return attrs
+
+    @staticmethod
+    def _add_up(
+        attrs: dict[str, QueueAttr],
+        leaf: QueueAttr,
+        deltas: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
+        """A leaf queue's additions, added to each of its ancestors too."""
+        for a in leaf.ancestors:
+            up = attrs[a]
+            up.allocated += deltas[0]
+            up.request += deltas[1]
+            up.inqueue += deltas[2]
+            up.elastic += deltas[3]
 
     def _build_hierarchical(self, ssn: Session) -> tuple[dict[str, QueueAttr], bool]:
         attrs: dict[str, QueueAttr] = {
@@ -251,13 +285,15 @@ class CapacityPlugin(Plugin):
             if job_attr.children:
                 log.warning("capacity: job in a non-leaf queue", job=job.uid, queue=job.queue)
                 return attrs, False
-            deltas = self._add_job(job_attr, job)
-            for a in job_attr.ancestors:
-                up = attrs[a]
-                up.allocated += deltas[0]
-                up.request += deltas[1]
-                up.inqueue += deltas[2]
-                up.elastic += deltas[3]
+            self._add_up(attrs, job_attr, self._add_job(job_attr, job))
+        for name, past in ssn.beyond.items():  # waiting jobs past the session's window
+            job_attr = attrs.get(name)
+            if job_attr is None:
+                continue
+            if job_attr.children:
+                log.warning("capacity: job in a non-leaf queue", job=past.first, queue=name)
+                return attrs, False
+            self._add_up(attrs, job_attr, self._add_beyond(ssn, job_attr, past))
         root = attrs[ROOT]
         root.capability = np.where(np.isnan(root.capability), np.inf, root.capability)
         for dim in (ssn.space.index[CPU], ssn.space.index[MEMORY]):

@@ -120,10 +120,8 @@ class ProportionPlugin(Plugin):
         for q in ssn.queues.values():
             total_guarantee += q.guarantee
         attrs: dict[str, QueueAttr] = {}
-        for job in ssn.jobs.values():
-            queue = ssn.queues.get(job.queue)
-            if queue is None:
-                continue
+
+        def attr_of(queue: QueueInfo) -> QueueAttr:
             attr = attrs.get(queue.name)
             if attr is None:
                 cap = queue.capability.copy()
@@ -142,6 +140,15 @@ class ProportionPlugin(Plugin):
                     real,
                 )
                 attrs[queue.name] = attr
+            return attr
+
+        for name in ssn.window.queue_order:  # a window: the queues in the whole snapshot's order
+            attr_of(ssn.queues[name])
+        for job in ssn.jobs.values():
+            queue = ssn.queues.get(job.queue)
+            if queue is None:
+                continue
+            attr = attr_of(queue)
             # job.allocated sums the tasks in Volcano's AllocatedStatus; request adds the pending ones.
             attr.allocated += job.allocated
             attr.request += job.allocated
@@ -168,6 +175,13 @@ class ProportionPlugin(Plugin):
             if job.phase == PodGroupPhase.RUNNING and allocated_num >= job.min_available:
                 attr.inqueue += inqueue_resource(job)
             attr.elastic += elastic_resource(job)
+        # The queue's waiting jobs past the session's window ask as they would if opened.
+        for name, past in ssn.beyond.items():
+            queue = ssn.queues.get(name)
+            if queue is not None:
+                attr = attr_of(queue)
+                attr.request += ssn.space.vec(past.request)
+                attr.inqueue += ssn.space.vec(past.inqueue)
         return attrs
 
     # -- queue order ----------------------------------------------------------------------------

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from muster.jsonmap import short_enum_name
 from muster.phases import WAITING_PHASES
 from muster.v1 import muster_pb2 as pb
-from server.model import OCCUPYING
+from server.model import OCCUPYING, BeyondWindow
 from server.service import convert
+from server.service.control import CONTROL_GATES
 from server.service.decisions import Subscriber
 from server.service.errors import invalid, not_found
 from server.service.records import JobRecord
@@ -153,7 +154,19 @@ def explain(state: ClusterState, job_id: str) -> pb.ExplainResponse:
     rec = state.job_or_error(job_id, "job_id")
     exp = rec.status.explanation
     resp = pb.ExplainResponse(job_id=job_id, phase=rec.status.phase)  # type: ignore[arg-type]
-    if exp:
+    past = _past_window(state, rec)
+    if past is not None:
+        cycle_id, window = past
+        resp.cycle_id = cycle_id
+        resp.gate = "queue"
+        resp.summary = (
+            f"queue {rec.spec.queue}: not considered in cycle {cycle_id}, which opened the first "
+            f"{window.lookback} waiting jobs of the queue (maxQueueLookback); {window.jobs} "
+            "jobs wait past them"
+        )
+        if exp:
+            resp.summary += f"; cycle {exp.get('cycle_id', 0)} found: {exp.get('summary', '')}"
+    elif exp:
         resp.cycle_id = exp.get("cycle_id", 0)
         resp.gate = exp.get("gate", "")
         resp.summary = exp.get("summary", "")
@@ -167,6 +180,19 @@ def explain(state: ClusterState, job_id: str) -> pb.ExplainResponse:
     if (estimate := current_estimate(rec)) is not None:
         set_estimate(resp, estimate)
     return resp
+
+
+def _past_window(state: ClusterState, rec: JobRecord) -> tuple[int, BeyondWindow] | None:
+    """The last cycle and its window of the job's queue, when that cycle did not open the job
+    (it waited past the first ``maxQueueLookback`` jobs of its queue)."""
+    cycle_id, windows = state.last_window
+    window = windows.get(rec.spec.queue)
+    if window is None or rec.status.phase not in WAITING_PHASES or rec.status.hold:
+        return None
+    exp = rec.status.explanation or {}
+    if exp.get("gate") in CONTROL_GATES:  # job control keeps it out of cycles: that says why
+        return None
+    return (cycle_id, window) if exp.get("cycle_id", 0) < cycle_id else None
 
 
 def list_queues(state: ClusterState) -> pb.ListQueuesResponse:
