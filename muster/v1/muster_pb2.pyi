@@ -1100,7 +1100,7 @@ class WatchJobsRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., namespace: _Optional[str] = ..., job_id: _Optional[str] = ..., send_initial: _Optional[bool] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("type", "job")
+    __slots__ = ("type", "job", "revision")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         TYPE_UNSPECIFIED: _ClassVar[JobEvent.Type]
@@ -1113,9 +1113,11 @@ class JobEvent(_message.Message):
     TYPE_DELETED: JobEvent.Type
     TYPE_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
     type: JobEvent.Type
     job: Job
-    def __init__(self, type: _Optional[_Union[JobEvent.Type, str]] = ..., job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+    revision: int
+    def __init__(self, type: _Optional[_Union[JobEvent.Type, str]] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., revision: _Optional[int] = ...) -> None: ...
 
 class QueueRequest(_message.Message):
     __slots__ = ("queue",)

@@ -293,6 +293,8 @@ class JobWatchHub:
 
     def __init__(self) -> None:
         self._subscribers: set[Subscriber[pb.JobEvent]] = set()
+        # The last event's revision (JobEvent.revision): every published event takes the next.
+        self.revision = 0
 
     def __bool__(self) -> bool:
         return bool(self._subscribers)
@@ -307,6 +309,8 @@ class JobWatchHub:
         sub.close()
 
     def publish(self, event: pb.JobEvent) -> None:
+        self.revision += 1
+        event.revision = self.revision
         for sub in list(self._subscribers):
             if sub.accepts(event) and not sub.offer(event):
                 self._subscribers.discard(sub)

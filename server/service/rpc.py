@@ -652,9 +652,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             self.state.watch.unsubscribe(sub)
             await context.abort(grpc.StatusCode.UNAVAILABLE, "server is shutting down")
         try:
-            for event in initial:
-                yield event
-            async for event in sub.receive:
+            async for event in queries.watch_stream(initial, sub):
                 yield event
         finally:
             self.state.watch.unsubscribe(sub)

@@ -11,10 +11,11 @@ follower applying the rows its leader wrote (the store's change feed), ``reset``
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from muster.v1 import muster_pb2 as pb
@@ -41,11 +42,46 @@ class JobTable(dict[str, JobRecord]):
 
     A record read from the archive is a detached, read-only copy (its job is over): nothing
     indexes it, and changing it changes nothing.
+
+    ``created_after`` starts at a creation index in O(log n) (a page of ListJobs, a chunk of
+    WatchJobs' initial events), from a sorted index kept beside the dict: set an item, delete
+    one and ``clear`` keep it (the dict's other mutators are not used on the table).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.archive: JobArchive | None = None
+        self._order: list[tuple[int, str]] = []  # (creation index, id), ascending
+
+    def __setitem__(self, key: str, rec: JobRecord) -> None:
+        old = super().get(key)
+        if old is not None:
+            self._unindex(old.creation_index, key)
+        entry = (rec.creation_index, key)
+        if not self._order or self._order[-1] < entry:
+            self._order.append(entry)  # the usual case: a new job is the newest
+        else:
+            bisect.insort(self._order, entry)
+        super().__setitem__(key, rec)
+
+    def __delitem__(self, key: str) -> None:
+        self._unindex(self[key].creation_index, key)
+        super().__delitem__(key)
+
+    def clear(self) -> None:
+        self._order.clear()
+        super().clear()
+
+    def _unindex(self, creation_index: int, key: str) -> None:
+        i = bisect.bisect_left(self._order, (creation_index, key))
+        del self._order[i]
+
+    def created_after(self, creation_index: int) -> Iterator[JobRecord]:
+        """The jobs in memory created after ``creation_index``, in creation order (the table must
+        not change while this is iterated)."""
+        order = self._order
+        for i in range(bisect.bisect_right(order, (creation_index, "\U0010ffff")), len(order)):
+            yield self[order[i][1]]
 
     def get(self, key: str, default: None = None) -> JobRecord | None:  # type: ignore[override]
         rec = super().get(key)
@@ -162,7 +198,7 @@ class StateTables:
         self.decisions.clear()
         for table in (self.backends, self.nodes, self.queues, self.active_jobs, self.finished):
             table.clear()
-        dict.clear(self.jobs)
+        self.jobs.clear()
         for index in (self.tasks, self.task_job, self.foreign, self.arrays):
             index.clear()
         self.changes.clear()

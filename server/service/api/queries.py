@@ -8,7 +8,9 @@ bad arguments raise ``DomainError`` naming the field.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from muster.jsonmap import short_enum_name
@@ -59,9 +61,7 @@ def list_jobs(
     after = decode_page_token(req.page_token, filters)
     phases = set(req.phases)
     memory: list[JobRecord] = []
-    for rec in state.jobs.values():  # creation order; memory only
-        if rec.creation_index <= after:
-            continue
+    for rec in state.jobs.created_after(after):  # creation order; memory only
         if (
             (req.queue and rec.spec.queue != req.queue)
             or (req.namespace and rec.spec.namespace != req.namespace)
@@ -122,7 +122,7 @@ def _archived(
 
 def watch_jobs(
     state: ClusterState, req: pb.WatchJobsRequest, scope: ReadScope | None = None
-) -> tuple[Subscriber[pb.JobEvent], list[pb.JobEvent]]:
+) -> tuple[Subscriber[pb.JobEvent], Iterable[pb.JobEvent]]:
     """A subscription to job events matching the request, and the initial events to send first."""
     watched = state.jobs.get(req.job_id) if req.job_id else None
     if req.job_id and watched is None:
@@ -137,17 +137,64 @@ def watch_jobs(
             or (scope is not None and not scope.allows(spec.queue, spec.owner))
         )
 
-    initial = []
+    initial: Iterable[pb.JobEvent] = ()
     if req.send_initial and watched is not None:
-        initial.append(pb.JobEvent(type=pb.JobEvent.TYPE_ADDED, job=job_proto(watched)))
+        initial = [
+            pb.JobEvent(
+                type=pb.JobEvent.TYPE_ADDED, job=job_proto(watched), revision=state.watch.revision
+            )
+        ]
     elif req.send_initial:
-        # The jobs in memory: every active one and those finished within the retention (older
-        # finished jobs are in ListJobs).
-        for rec in state.jobs.values():
-            event = pb.JobEvent(type=pb.JobEvent.TYPE_ADDED, job=job_proto(rec))
-            if accepts(event):
-                initial.append(event)
+        initial = _initial_events(state, accepts)
     return state.watch.subscribe(accepts), initial
+
+
+async def watch_stream(
+    initial: Iterable[pb.JobEvent], sub: Subscriber[pb.JobEvent]
+) -> AsyncIterator[pb.JobEvent]:
+    """WatchJobs' events: the initial ones, then the subscription's, less those the initial
+    events made stale (an initial event is read as it is sent: the subscription's queued events of
+    its job up to its revision are older)."""
+    sent: dict[str, int] = {}
+    for event in initial:
+        sent[event.job.spec.id] = event.revision
+        yield event
+    last = max(sent.values(), default=0)
+    async for event in sub.receive:
+        if sent:
+            if event.revision <= sent.get(event.job.spec.id, 0):
+                continue
+            if event.revision > last:  # past every event queued before the initial ones
+                sent.clear()
+        yield event
+
+
+# Jobs read at a time for WatchJobs' initial events: the stream sends them between reads.
+INITIAL_CHUNK = 256
+
+
+def _initial_events(
+    state: ClusterState, accepts: Callable[[pb.JobEvent], bool]
+) -> Iterator[pb.JobEvent]:
+    """The jobs in memory (every active one and those finished within the retention; older
+    finished jobs are in ListJobs) as ADDED events, made a chunk at a time as the stream sends
+    them: memory stays bounded with a million jobs, and the table may change between chunks (each
+    chunk starts after the last job sent, by creation index). An event is read when it is sent, so
+    it may be newer than events of its job the subscription queued meanwhile: each carries the
+    revision it was read at, and the stream drops the queued ones up to it
+    (``server.service.rpc``)."""
+    after = 0
+    while True:
+        chunk = list(itertools.islice(state.jobs.created_after(after), INITIAL_CHUNK))
+        if not chunk:
+            return
+        for rec in chunk:
+            event = pb.JobEvent(
+                type=pb.JobEvent.TYPE_ADDED, job=job_proto(rec), revision=state.watch.revision
+            )
+            if accepts(event):
+                yield event
+        after = chunk[-1].creation_index
 
 
 def explain(state: ClusterState, job_id: str) -> pb.ExplainResponse:
