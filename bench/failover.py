@@ -7,6 +7,7 @@ fault, so three replicas run throughout.
 
     .venv/bin/python bench/failover.py --faults 100 --rate 2000
     .venv/bin/python bench/failover.py --cold-start 1000000     # restart with 1M waiting jobs
+    .venv/bin/python bench/failover.py --cold-start 1000000 --lookback 1000  # ... with a window
 
 Per fault it prints the time from the fault to the first decision the backend received from the
 new leader (a later term; for a connection cut, from any leader), and at the end the totals: jobs
@@ -262,7 +263,23 @@ async def cold_start(args: argparse.Namespace) -> dict[str, object]:
             store.write(batch)
         store.close()
         fill_seconds = time.monotonic() - filled
-        server = ServerProc(0, dsn, work, lease_duration=args.lease, lease_renew=args.renew)
+        # The server's default: the core in a worker process that keeps the cluster between cycles.
+        server = ServerProc(
+            0,
+            dsn,
+            work,
+            lease_duration=args.lease,
+            lease_renew=args.renew,
+            cycle_worker="process",
+        )
+        if args.lookback:  # the queue window: a cycle opens the first N waiting jobs of a queue
+            from server.config import DEFAULT_CONFIG_YAML
+
+            config = work / "config.yaml"
+            config.write_text(
+                DEFAULT_CONFIG_YAML + f"session: {{maxQueueLookback: {args.lookback}}}\n"
+            )
+            server.args += ["--config", str(config)]
         started = time.monotonic()
         server.start()
         peak = 0
@@ -293,6 +310,7 @@ async def cold_start(args: argparse.Namespace) -> dict[str, object]:
             dep.stop()
         return {
             "waiting_jobs": args.cold_start,
+            "max_queue_lookback": args.lookback,
             "fill_seconds": round(fill_seconds, 1),
             "start_to_leading_s": round(serving, 2) if serving is not None else None,
             "start_to_first_decision_s": round(first, 2) if first is not None else None,
@@ -321,6 +339,7 @@ def main() -> None:
     p.add_argument("--settle", type=float, default=2.0, help="seconds between faults")
     p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--cold-start", type=int, default=0, help="instead: restart with N waiting jobs")
+    p.add_argument("--lookback", type=int, default=0, help="cold start: maxQueueLookback")
     args = p.parse_args()
     result = asyncio.run(cold_start(args) if args.cold_start else run_faults(args))
     print(json.dumps(result, indent=2))

@@ -232,6 +232,18 @@ TY_BASIC_POLICIES = (
 TY_CLEAN_POD_POLICIES = ("Running", "All", "None")
 
 
+@dataclass(frozen=True, slots=True)
+class WaitingSummary:
+    """What a cycle's queue window (server.session.window) reads of a job: whether it waits whole
+    and, if so, how many of its tasks are best-effort, and its tasks' requests summed. Derived from
+    the tasks: whoever keeps a job between cycles (the server's resident state) computes it once
+    per change of the job (``server.session.window.summarize``), so a cycle does not walk a
+    waiting job's tasks; None: the cycle computes it."""
+
+    best_effort: int  # -1: it does not wait whole (a task holds something, or none asks)
+    request: Resources
+
+
 @dataclass(slots=True)
 class JobSpec:
     uid: str  # "ns/name" in scenarios, the client-supplied id on the server
@@ -263,6 +275,7 @@ class JobSpec:
     # that hold nodes are expected to end at started_at + the limit (server/session/reservations.py).
     time_limit_seconds: float = 0.0
     started_at: float | None = None
+    waiting: WaitingSummary | None = None  # None: computed by the cycle that needs it
 
 
 @dataclass(slots=True)

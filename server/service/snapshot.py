@@ -20,6 +20,7 @@ from server.model import OCCUPYING, PodGroupPhase, TaskStatus
 from server.service.control import CycleGates
 from server.service.records import JobRecord
 from server.service.state import ClusterState
+from server.session.window import summarize
 
 # A task as a cycle sees it: status, node, the device ids it holds whole, the GPU it shares ("":
 # none). The core has no Unknown: a task Unknown (its backend silent) is Running on its node there,
@@ -140,6 +141,8 @@ def _copy_job(job: JobState) -> model.JobSpec:
         tyjob=replace(tmpl.tyjob, leader_restarts=restarts) if tmpl.tyjob is not None else None,
         time_limit_seconds=tmpl.time_limit_seconds,
         started_at=start_time,
+        # Once per copy: the resident state makes one per change of the job, not per cycle.
+        waiting=summarize(tasks),
     )
 
 

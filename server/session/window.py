@@ -22,12 +22,20 @@ allocate still considers at most L jobs per queue.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from muster.quantity import MIN_RESOURCE
-from server.model import ClusterSnapshot, JobSpec, PodGroupPhase, Resources, TaskStatus
+from server.model import (
+    ClusterSnapshot,
+    JobSpec,
+    PodGroupPhase,
+    Resources,
+    TaskSpec,
+    TaskStatus,
+    WaitingSummary,
+)
 from server.session.extension_points import HIERARCHY_SWITCH, JOB_ORDER
 from server.session.options import SchedulerConfig
 
@@ -94,24 +102,31 @@ def _ready(job: JobSpec, best_effort: int) -> bool:
     return best_effort >= (job.min_member if job.min_member is not None else len(job.tasks))
 
 
-def _waiting(job: JobSpec) -> int:
-    """-1 unless the job waits whole: every task Pending and one of them asking for resources
-    (a job of best-effort tasks only is backfill's, which places them anywhere); else how many
-    of its tasks are best-effort."""
+def summarize(tasks: Iterable[TaskSpec]) -> WaitingSummary:
+    """A job's ``WaitingSummary``: it waits whole when every task is Pending and one of them asks
+    for resources (a job of best-effort tasks only is backfill's, which places them anywhere)."""
     pending = TaskStatus.PENDING
-    best_effort = 0
-    for task in job.tasks:
+    best_effort = count = 0
+    request: Resources = {}
+    for task in tasks:
+        count += 1
         if task.status is not pending:
-            return -1
-        if max(task.request.values(), default=0.0) < MIN_RESOURCE:
+            best_effort = -1
+        elif best_effort >= 0 and max(task.request.values(), default=0.0) < MIN_RESOURCE:
             best_effort += 1
-    return best_effort if best_effort < len(job.tasks) else -1
+        for name, value in task.request.items():
+            request[name] = request.get(name, 0.0) + value
+    return WaitingSummary(best_effort if 0 <= best_effort < count else -1, request)
+
+
+def _waiting(job: JobSpec) -> WaitingSummary:
+    return job.waiting if job.waiting is not None else summarize(job.tasks)
 
 
 def waits_whole(job: JobSpec) -> bool:
     """Does the job wait whole (every task Pending, one asking for resources)? The jobs a
     queue's lookback counts, in the window and in allocate alike."""
-    return _waiting(job) >= 0
+    return _waiting(job).best_effort >= 0
 
 
 @dataclass(slots=True)
@@ -139,13 +154,14 @@ def open_window(
     waiting: dict[str, list[tuple[tuple[Any, ...], int]]] = {}
     seen: dict[str, None] = {}
     jobs = snapshot.jobs
+    summaries: list[WaitingSummary | None] = [None] * len(jobs)
     for i, job in enumerate(jobs):
         if job.queue not in queues:
             continue
         seen[job.queue] = None
-        best_effort = _waiting(job)
-        if best_effort >= 0:
-            waiting.setdefault(job.queue, []).append((order(job, best_effort), i))
+        summary = summaries[i] = job.waiting if job.waiting is not None else summarize(job.tasks)
+        if summary.best_effort >= 0:
+            waiting.setdefault(job.queue, []).append((order(job, summary.best_effort), i))
     beyond: dict[str, Beyond] = {}
     hidden: set[int] = set()
     for queue, places in waiting.items():
@@ -161,9 +177,10 @@ def open_window(
             hidden.add(i)
             job = jobs[i]
             past.jobs += 1
-            for task in job.tasks:
-                for name, value in task.request.items():
-                    request[name] = request.get(name, 0.0) + value
+            asked = summaries[i]
+            assert asked is not None  # every whole-waiting job was summarised above
+            for name, value in asked.request.items():
+                request[name] = request.get(name, 0.0) + value
             if job.phase == PodGroupPhase.INQUEUE and job.min_resources:
                 for name, value in job.min_resources.items():
                     inqueue[name] = inqueue.get(name, 0.0) + value

@@ -22,8 +22,15 @@ from test_shape_classes import clusters, decisions, run, with_session
 
 import server.scheduler
 from server.config import DEFAULT_CONFIG_YAML, load_config
-from server.model import BeyondWindow, ClusterSnapshot, CycleResult, PodGroupPhase, TaskStatus
-from server.session.window import Window, open_window
+from server.model import (
+    BeyondWindow,
+    ClusterSnapshot,
+    CycleResult,
+    PodGroupPhase,
+    TaskStatus,
+    WaitingSummary,
+)
+from server.session.window import Window, open_window, summarize
 
 ALLOCATE_TIERS = {
     "default": """\
@@ -202,3 +209,29 @@ def test_the_window_knows_every_plugin_that_orders_jobs() -> None:
             ssn.release()
     # TY-Arranger registers its order only when a TYJob is in the session (none here).
     assert ordering == (SPEC_ORDERED | ORDERED_OTHERWISE) - {"tyarranger"}
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(clusters(), st.integers(1, 3))
+def test_a_summary_made_once_decides_as_one_made_by_the_cycle(
+    snap: ClusterSnapshot, lookback: int
+) -> None:
+    """The server's copies carry each job's WaitingSummary; scenarios do not: the same cycle."""
+    snap = admitted(snap)
+    summarised = dataclasses.replace(
+        snap, jobs=[dataclasses.replace(j, waiting=summarize(j.tasks)) for j in snap.jobs]
+    )
+    config = with_session(DEFAULT_CONFIG_YAML, maxQueueLookback=lookback)
+    plain, made = run(snap, config), run(summarised, config)
+    assert decisions(made) == decisions(plain)
+    assert made.beyond_window == plain.beyond_window
+    assert made.queue_deserved == plain.queue_deserved
+
+
+def test_summaries_say_who_waits_whole() -> None:
+    waiting = job("w", n=2, queue="q")
+    holding = job("h", n=2, queue="q", status=[TaskStatus.PENDING, TaskStatus.RUNNING], nodes="n0")
+    best_effort_only = job("b", n=2, cpu=None, memory=None, queue="q")
+    assert summarize(waiting.tasks) == WaitingSummary(0, {"cpu": 2000.0, "memory": 2 * 2.0**30})
+    assert summarize(holding.tasks).best_effort == -1
+    assert summarize(best_effort_only.tasks).best_effort == -1

@@ -8,13 +8,14 @@ from server_test_helpers import node, rl
 
 from muster.v1 import muster_pb2 as pb
 from server.config import DEFAULT_CONFIG_YAML, load_config
-from server.model import BeyondWindow
+from server.model import BeyondWindow, WaitingSummary
 from server.scheduler import SchedulerCore
 from server.service import commands, control, ingest, snapshot
 from server.service.api import queries
 from server.service.apply import apply_result
 from server.service.decisions import DecisionLog
 from server.service.state import ClusterState
+from server.session.window import summarize
 
 CONFIG = load_config(DEFAULT_CONFIG_YAML + "session: {maxQueueLookback: 2}\n")
 
@@ -61,3 +62,14 @@ async def test_explain_names_the_window_a_job_waited_past() -> None:
     control.hold(state, "j4", "alice", admin=False)
     await cycle(state)
     assert "maxQueueLookback" not in queries.explain(state, "j4").summary
+
+
+def test_the_snapshot_carries_each_jobs_waiting_summary() -> None:
+    state = ClusterState(DecisionLog(bind_timeout=30))
+    for i in range(3):
+        commands.submit_job(state, one_cpu(f"j{i}"))
+    resident = snapshot.ResidentState()
+    resident.apply(snapshot.DeltaSender().delta(snapshot.capture(state)))
+    jobs = resident.materialize().jobs
+    assert [j.waiting for j in jobs] == [summarize(j.tasks) for j in jobs]
+    assert jobs[0].waiting == WaitingSummary(0, {"cpu": 1000.0})
