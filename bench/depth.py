@@ -44,7 +44,7 @@ from server.config import default_config  # noqa: E402
 from server.model import ClusterSnapshot, JobSpec, PodGroupPhase, TaskSpec  # noqa: E402
 from server.scheduler import SchedulerCore  # noqa: E402
 from server.service.gctune import tune_gc  # noqa: E402
-from server.session.window import Window  # noqa: E402
+from server.session.window import Window, summarize  # noqa: E402
 
 SAME_SHAPE = "same shape as job"
 
@@ -85,6 +85,8 @@ def cluster(nodes: int, depth: int, max_gang: int, seed: int) -> ClusterSnapshot
             )
         )
         made += size
+    # Each job's WaitingSummary, as the server's resident state makes it once per job change.
+    jobs = [dataclasses.replace(job, waiting=summarize(job.tasks)) for job in jobs]
     return dataclasses.replace(base, jobs=jobs)
 
 
