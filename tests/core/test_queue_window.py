@@ -13,12 +13,13 @@ opens every job that holds something and the first L whole-waiting jobs of each 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from core_helpers import job, node, queue, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_shape_classes import clusters, decisions, run, with_session
+from test_shape_classes import CONFIGS, clusters, decisions, run, with_session
 
 import server.scheduler
 from server.config import DEFAULT_CONFIG_YAML, load_config
@@ -32,40 +33,22 @@ from server.model import (
 )
 from server.session.window import Window, open_window, summarize
 
-ALLOCATE_TIERS = {
-    "default": """\
-tiers:
-- plugins:
-  - name: priority
-  - name: gang
-  - name: conformance
-- plugins:
-  - name: overcommit
-  - name: drf
-  - name: predicates
-  - name: proportion
-  - name: nodeorder
-  - name: binpack
-""",
-    "capacity": """\
-tiers:
-- plugins:
-  - name: priority
-  - name: gang
-- plugins:
-  - name: predicates
-  - name: capacity
-  - name: nodeorder
-""",
-    "drf-first": """\
-tiers:
-- plugins:
-  - name: drf
-  - name: gang
-  - name: priority
-  - name: predicates
-  - name: proportion
-""",
+
+def allocate_only(config_yaml: str) -> str:
+    """The configuration with one action, allocate: the one a window may not change."""
+    return re.sub(r"(?m)^actions: .*$", 'actions: "allocate"', config_yaml)
+
+
+# Volcano's defaults, capacity's tiers, and the orders drf, gang, priority.
+ALLOCATE_CONFIGS = {
+    "default": allocate_only(DEFAULT_CONFIG_YAML),
+    "capacity": allocate_only(CONFIGS["capacity"]),
+    "drf-gang-priority": allocate_only(
+        DEFAULT_CONFIG_YAML.replace("  - name: drf\n", "").replace(
+            "  - name: priority\n  - name: gang\n",
+            "  - name: drf\n  - name: gang\n  - name: priority\n",
+        )
+    ),
 }
 
 
@@ -90,14 +73,12 @@ def admitted(snap: ClusterSnapshot) -> ClusterSnapshot:
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(clusters(), st.sampled_from(sorted(ALLOCATE_TIERS)), st.integers(1, 4))
+@given(clusters(), st.sampled_from(sorted(ALLOCATE_CONFIGS)), st.integers(1, 4))
 def test_a_window_decides_as_the_whole_queue_does(
     snap: ClusterSnapshot, tiers: str, lookback: int
 ) -> None:
     snap = admitted(snap)
-    config = with_session(
-        'actions: "allocate"\n' + ALLOCATE_TIERS[tiers], maxQueueLookback=lookback
-    )
+    config = with_session(ALLOCATE_CONFIGS[tiers], maxQueueLookback=lookback)
     with pytest.MonkeyPatch.context() as mp:
         full = full_run(snap, config, mp)
     windowed = run(snap, config)

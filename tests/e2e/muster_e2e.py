@@ -209,3 +209,21 @@ def pids_alive(pids: list[int]) -> list[int]:
         if stat.rsplit(")", 1)[1].split()[0] != "Z":
             alive.append(pid)
     return alive
+
+
+# The muster CLI as a user runs it, in a child process (its own argument parsing and exit code).
+CLI = "import sys; from clients.cli import main; sys.exit(main())"
+
+
+async def cli(address: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``muster --server address argv...``, bounded to a minute."""
+    return await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [sys.executable, "-c", CLI, "--server", address, *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    )

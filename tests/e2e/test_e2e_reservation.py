@@ -22,20 +22,16 @@ strictly keeps the fills off the reserved nodes until the gang has run.
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import anyio
-from muster_e2e import ROOT, Cluster, until
+from muster_e2e import ROOT, Cluster, cli, until
 
 from clients.client import MusterClient
 from muster.v1 import muster_pb2 as pb
 
 EXAMPLES = ROOT / "examples"
-CLI = "import sys; from clients.cli import main; sys.exit(main())"
 ENDED = {pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED}
 PLACED = {
     pb.TASK_STATUS_ALLOCATED,
@@ -65,19 +61,6 @@ class Seen:
     first_estimate: dict[str, pb.JobStatus] = field(default_factory=dict)
     gang_first_placed: list[pb.Task] | None = None
     late_reasons: set[str] = field(default_factory=set)
-
-
-async def cli(address: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    return await anyio.to_thread.run_sync(
-        lambda: subprocess.run(
-            [sys.executable, "-c", CLI, "--server", address, *argv],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    )
 
 
 def ts(stamp: object) -> float | None:

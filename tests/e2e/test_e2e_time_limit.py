@@ -5,31 +5,14 @@ limit and the elapsed time. Bounded polling only; no verdict on timing."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-import anyio
-from muster_e2e import ROOT, Cluster, until
+from muster_e2e import Cluster, cli, until
 
 from clients.client import MusterClient
 from muster.v1 import muster_pb2 as pb
 
-CLI = "import sys; from clients.cli import main; sys.exit(main())"
 ONE_NODE = "nodes:\n  - {name: t-0, cpu: 4, memory: 8Gi}\n"
-
-
-async def cli(address: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    return await anyio.to_thread.run_sync(
-        lambda: subprocess.run(
-            [sys.executable, "-c", CLI, "--server", address, *argv],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    )
 
 
 async def test_agent_ends_tasks_at_their_time_limit(cluster: Cluster, tmp_path: Path) -> None:

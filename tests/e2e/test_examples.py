@@ -26,14 +26,13 @@ import anyio
 import grpc
 import pytest
 import yaml
-from muster_e2e import ROOT, Cluster, until
+from muster_e2e import CLI, ROOT, Cluster, cli, until
 
 from clients.client import MusterClient
 from clients.jobfile import load_job_file
 from muster.v1 import muster_pb2 as pb
 
 EXAMPLES = ROOT / "examples"
-CLI = "import sys; from clients.cli import main; sys.exit(main())"
 ENDED = {pb.JOB_PHASE_COMPLETED, pb.JOB_PHASE_FAILED, pb.JOB_PHASE_CANCELLED}
 SCALE = 30  # example seconds per test second
 DONE_WITHIN = 60.0  # per batch of job files: a failure bound, not a speed verdict
@@ -174,19 +173,6 @@ SETUPS = [
 def node_count(inventory: str) -> int:
     doc = yaml.safe_load((EXAMPLES / inventory).read_text())
     return sum(int(n.get("count", 1)) for n in doc["nodes"])
-
-
-async def cli(address: str, *argv: str) -> subprocess.CompletedProcess[str]:
-    return await anyio.to_thread.run_sync(
-        lambda: subprocess.run(
-            [sys.executable, "-c", CLI, "--server", address, *argv],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    )
 
 
 async def run_setup(setup: Setup, workdir: Path, failures: dict[str, str]) -> None:
