@@ -91,6 +91,14 @@ def run_scenario(scenario: Scenario, cycles: int | None = None) -> dict[str, Any
                 for c in outcome.conditions
             ],
         }
+        if outcome.estimate is not None:  # the reserve action: seconds from the scenario's now
+            est = outcome.estimate
+            jobs[uid]["estimate"] = {
+                "start": None if est.start is None else est.start - (scenario.snapshot.now or 0.0),
+                "nodes": list(est.nodes),
+                "reserved": est.reserved,
+                "note": est.note,
+            }
         if outcome.schedule_state:  # TYJobs
             jobs[uid]["scheduleState"] = outcome.schedule_state
             jobs[uid]["stage"] = outcome.stage

@@ -66,7 +66,17 @@ class Scenario:
 # A scenario runs at most this many cycles.
 MAX_CYCLES = 1000
 
-_TOP = {"name", "config", "priorityClasses", "topologies", "hypernodes", "nodes", "queues", "jobs"}
+_TOP = {
+    "name",
+    "now",
+    "config",
+    "priorityClasses",
+    "topologies",
+    "hypernodes",
+    "nodes",
+    "queues",
+    "jobs",
+}
 _NODE = {"name", "allocatable", "labels", "taints", "unschedulable", "devices"}
 _QUEUE = {
     "name",
@@ -92,6 +102,8 @@ _JOB = {
     "preemptible",
     "phase",
     "staleFor",
+    "timeLimit",
+    "runningFor",
     "subGroups",
     "topology",
     "networkTopology",
@@ -621,6 +633,9 @@ def load_scenario(raw: Any) -> Scenario:
         if q.parent and q.parent not in queue_names and q.parent != "root":
             L.problem(f"queues[{i}].parent", f"unknown queue {brief(q.parent)}")
 
+    # The instant the scenario happens at (epoch seconds; default 0): jobs' running times count
+    # back from it and start estimates forward.
+    now = L.number(raw.get("now"), "now", 0.0)
     jobs: list[JobSpec] = []
     task_uids: set[str] = set()
     job_uids: set[str] = set()
@@ -761,6 +776,7 @@ def load_scenario(raw: Any) -> Scenario:
                 )
             )
         min_resources = j.get("minResources")
+        running_for = L.duration(j.get("runningFor"), f"{p}.runningFor")
         jobs.append(
             JobSpec(
                 uid=uid,
@@ -789,6 +805,8 @@ def load_scenario(raw: Any) -> Scenario:
                 ),
                 annotations=L.string_map(j.get("annotations"), f"{p}.annotations"),
                 stale_seconds=L.duration(j.get("staleFor"), f"{p}.staleFor"),
+                time_limit_seconds=L.duration(j.get("timeLimit"), f"{p}.timeLimit") or 0.0,
+                started_at=None if running_for is None else now - running_for,
                 creation_index=i,
                 tyjob=tyjob,
             )
@@ -852,6 +870,7 @@ def load_scenario(raw: Any) -> Scenario:
         priority_classes=priority_classes,
         hypernodes=hypernodes,
         topologies=topologies,
+        now=now,
     )
     return Scenario(scenario_name, config, snapshot, cycles)
 

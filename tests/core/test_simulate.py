@@ -261,3 +261,60 @@ def test_an_unknown_priority_class_is_priority_zero_in_volcano_and_an_error_in_k
         ScenarioError, match=r"jobs\[0\].priorityClass: unknown priority class 'no-such-class'"
     ):
         simulate_text(PRIORITY_CLASS_SCENARIO.replace("PROFILE", "kai"))
+
+
+RESERVING = """
+now: 1800000  # a whole minute: ends are rounded up to the minute
+config:
+  actions: "enqueue, allocate, backfill, reserve"
+  tiers:
+  - plugins: [{name: priority}, {name: gang}]
+  - plugins: [{name: predicates}, {name: proportion}, {name: nodeorder}, {name: reservation}]
+nodes:
+  - {name: n1, allocatable: {cpu: "4", memory: 8Gi}}
+  - {name: n2, allocatable: {cpu: "4", memory: 8Gi}}
+jobs:
+  - name: long
+    phase: Running
+    timeLimit: 2h
+    runningFor: 30m
+    tasks: [{name: l0, request: {cpu: "4"}, status: Running, node: n1}]
+  - name: big
+    phase: Inqueue
+    priority: 10
+    minMember: 2
+    tasks:
+      - {name: b0, request: {cpu: "4"}}
+      - {name: b1, request: {cpu: "4"}}
+  - name: short
+    phase: Inqueue
+    timeLimit: 1h
+    tasks: [{name: s0, request: {cpu: "4"}}]
+  - name: too-long
+    phase: Inqueue
+    timeLimit: 2h
+    tasks: [{name: t0, request: {cpu: "4"}}]
+"""
+
+
+def test_time_limits_and_running_times_give_reservations_and_estimates() -> None:
+    """``now``, ``timeLimit`` and ``runningFor``: long ends 90 minutes from now, so big is
+    reserved both nodes from then; short (1h) ends before and starts now on n2; too-long (2h)
+    would delay big and waits."""
+    out = simulate_text(RESERVING)
+    assert out["jobs"]["default/big"]["estimate"] == {
+        "start": 5400.0,
+        "nodes": ["n1", "n2"],
+        "reserved": True,
+        "note": "",
+    }
+    assert out["binds"] == {"default/s0": "n2"}
+    assert "default/t0" not in out["binds"]
+
+
+def test_running_for_and_time_limit_are_durations() -> None:
+    bad = RESERVING.replace("runningFor: 30m", "runningFor: soon").replace("now: 1800000", "now: x")
+    with pytest.raises(ScenarioError) as err:
+        simulate_text(bad)
+    assert any(p.startswith("jobs[0].runningFor:") for p in err.value.problems)
+    assert any(p.startswith("now:") for p in err.value.problems)
