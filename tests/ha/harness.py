@@ -174,12 +174,16 @@ class Deployment:
     def by_address(self, address: str) -> ServerProc | None:
         return next((s for s in self.servers if s.address == address), None)
 
-    async def leader(self, timeout: float = 30.0) -> ServerProc:
-        """The replica that says it leads (asked of every live one until one does)."""
+    async def leader(
+        self, timeout: float = 30.0, *, other_than: ServerProc | None = None
+    ) -> ServerProc:
+        """The replica that says it leads (asked of every live one until one does); with
+        ``other_than``, one other than that replica (which may still lead for a moment, e.g.
+        until it has handled the SIGTERM it was sent)."""
         deadline = time.monotonic() + timeout
         while True:
             for s in self.servers:
-                if not s.alive or s.stopped:
+                if not s.alive or s.stopped or s is other_than:
                     continue
                 try:
                     async with grpc.aio.insecure_channel(s.address) as ch:
