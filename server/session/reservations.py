@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from muster.devices import UNIT
+from muster.devices import UNIT, Device
 from muster.quantity import MIN_RESOURCE
 from server.model import ALLOCATED, JobEstimate, PodGroupPhase, TaskStatus
 from server.session.info import JobInfo, QueueInfo, TaskInfo
@@ -168,18 +168,22 @@ def nodes_text(names: Iterable[str], limit: int = 6) -> str:
 # -- the timeline -----------------------------------------------------------------------------------------
 @dataclass
 class Gang:
-    """The missing tasks of a job, by shape: (request with a pod slot, static mask, count)."""
+    """The missing tasks of a job, by shape: (request with a pod slot, static mask, count), and
+    one task of each shape (what a ``device_choice`` chooser is asked about)."""
 
     groups: list[tuple[np.ndarray, np.ndarray, int]]
+    tasks: list[TaskInfo] = field(default_factory=list)
 
 
 @dataclass
 class Slot:
-    """Where and when a gang fits: the start, and per row what it takes there."""
+    """Where and when a gang fits: the start, per row what it takes there, and the device ids it
+    takes on the nodes whose devices a chooser places (row -> ids)."""
 
     start: float
     rows: np.ndarray  # int rows
     need: np.ndarray  # len(rows) x width
+    devices: dict[int, list[str]] = field(default_factory=dict)
 
 
 class Timeline:
@@ -217,6 +221,7 @@ class Timeline:
             self.released[row] += vec
         self.free = base[None, :, :] + np.cumsum(deltas, axis=0)
         self._levels: list[np.ndarray] | None = None  # range minima of ``free`` (sparse table)
+        self.devices: DeviceTimes | None = None  # device ids over time, where a chooser places them
 
     @staticmethod
     def _round(t: float, step: float) -> float:
@@ -248,6 +253,9 @@ class Timeline:
             end = self.at(self._round(slot.start + runtime, self.resolution))
         self.free[start:end, slot.rows] -= slot.need
         self._levels = None
+        if self.devices is not None and slot.devices:
+            until = INF if runtime is None else self._round(slot.start + runtime, self.resolution)
+            self.devices.hold(slot.devices, slot.start, until)
 
     def window_mins(self, runtime: float | None) -> np.ndarray | None:
         """``window_min`` at every breakpoint at once (a sparse table of range minima), or None
@@ -323,11 +331,142 @@ class Timeline:
             ok &= capacity(over[:, allowed, :], vec).sum(axis=1) >= count
         for k in np.nonzero(ok)[0]:
             room = self.window_min(int(k), runtime) if mins is None else mins[k]
-            placed = place(gang, room, mask, prefer)
+            start = self.times[int(k)]
+            check = None
+            if self.devices is not None:
+                check = self.devices.check(gang, start, INF if runtime is None else start + runtime)
+            placed = place(gang, room, mask, prefer, check)
             if placed is not None:
                 rows, need = placed
-                return Slot(self.times[int(k)], rows, need)
+                return Slot(start, rows, need, {} if check is None else check.chosen())
         return None
+
+
+class DeviceTimes:
+    """Device ids over time on the nodes whose devices a ``device_choice`` chooser places (an
+    Ascend 910's HCCS rings): per row and id, the intervals it is busy, from the tasks holding it
+    now (until their expected ends, rounded as the timeline rounds them) and the jobs planned so
+    far. Built per row on first use; only asked for tasks that ask whole devices."""
+
+    def __init__(self, ssn: Session, settings: Settings, tl: Timeline) -> None:
+        self.ssn = ssn
+        self.ledger = ssn.nodes.devices
+        self.settings = settings
+        self.now = tl.now
+        self.step = tl.resolution
+        self.busy: dict[int, dict[str, list[tuple[float, float]]]] = {}
+        self.opinions: dict[tuple[int, str, int], bool] = {}
+
+    def _busy(self, row: int) -> dict[str, list[tuple[float, float]]]:
+        known = self.busy.get(row)
+        if known is not None:
+            return known
+        busy: dict[str, list[tuple[float, float]]] = {}
+        held = [*self.ledger.held[row].items(), *self.ledger.promised[row].items()]
+        for ident, task in held:
+            if task.status == TaskStatus.RELEASING:
+                continue  # free now, as the timeline counts it
+            end = expected_end(task, self.ssn.jobs.get(task.job), self.settings, self.now)
+            until = INF if end == INF else Timeline._round(end, self.step)
+            busy.setdefault(ident, []).append((-INF, until))
+        for ident in self.ledger.shared[row]:  # a shared GPU: not planned by id, held for good
+            busy.setdefault(ident, []).append((-INF, INF))
+        self.busy[row] = busy
+        return busy
+
+    def hold(self, devices: dict[int, list[str]], start: float, until: float) -> None:
+        for row, ids in devices.items():
+            busy = self._busy(row)
+            for ident in ids:
+                busy.setdefault(ident, []).append((start, until))
+
+    def free(self, row: int, resource: str, start: float, end: float) -> list[Device]:
+        """Healthy devices busy at no point of ``[start, end)``, in listing order."""
+        busy = self._busy(row)
+        return [
+            d
+            for d in self.ledger.of(row).get(resource, ())
+            if d.healthy and not any(a < end and b > start for a, b in busy.get(d.id, ()))
+        ]
+
+    def ask(
+        self, task: TaskInfo, row: int, resource: str, count: int, candidates: list[Device]
+    ) -> list[str] | None:
+        """The chooser's answer, with the node's ledger showing as held only what is not among
+        the candidates (the node as it will be then: a chooser may look at who holds a chip)."""
+        ledger, ids = self.ledger, {d.id for d in candidates}
+        saved = ledger.held[row]
+        ledger.held[row] = {k: t for k, t in saved.items() if k not in ids}
+        try:
+            return self.ssn.device_choice(task, row, resource, count, candidates)
+        finally:
+            ledger.held[row] = saved
+
+    def opinion(self, task: TaskInfo, row: int, resource: str, count: int) -> bool:
+        """Does a chooser place ``resource`` on ``row`` (it answers for the node's devices all
+        free)? None there: the devices are counted, as without a chooser."""
+        key = (row, resource, count)
+        known = self.opinions.get(key)
+        if known is None:
+            every = [d for d in self.ledger.of(row).get(resource, ()) if d.healthy]
+            known = len(every) >= count and self.ask(task, row, resource, count, every) is not None
+            self.opinions[key] = known
+        return known
+
+    def check(self, gang: Gang, start: float, end: float) -> DeviceCheck | None:
+        if not any(t.device_needs for t in gang.tasks):
+            return None
+        return DeviceCheck(self, gang, start, end)
+
+
+class DeviceCheck:
+    """One placement's device ids at one instant: how many tasks of a shape a node's free ids
+    take, each in turn from what the ones before left, and which ids the placement takes."""
+
+    def __init__(self, times: DeviceTimes, gang: Gang, start: float, end: float) -> None:
+        self.times, self.gang, self.start, self.end = times, gang, start, end
+        self.taken: dict[int, list[str]] = {}
+        self.pending: dict[int, list[list[str]]] = {}
+
+    def fit(self, group: int, row: int, most: int) -> int:
+        """How many of ``most`` tasks of the group the row's ids take (their choices kept until
+        ``commit``)."""
+        task = self.gang.tasks[group]
+        times = self.times
+        needs = [
+            (resource, count)
+            for resource, count in task.device_needs.items()
+            if times.ledger.of(row).get(resource) and times.opinion(task, row, resource, count)
+        ]
+        if not needs:
+            self.pending[row] = []
+            return most
+        taken = set(self.taken.get(row, ()))
+        free = {r: times.free(row, r, self.start, self.end) for r, _ in needs}
+        choices: list[list[str]] = []
+        while len(choices) < most:
+            ids: list[str] = []
+            for resource, count in needs:
+                candidates = [d for d in free[resource] if d.id not in taken]
+                answer = times.ask(task, row, resource, count, candidates) if candidates else None
+                known = {d.id for d in candidates}
+                if answer is None or len(set(answer)) != count or not set(answer) <= known:
+                    break
+                ids += answer
+                taken.update(answer)
+            else:
+                choices.append(ids)
+                continue
+            break
+        self.pending[row] = choices
+        return len(choices)
+
+    def commit(self, row: int, n: int) -> None:
+        for ids in self.pending.pop(row, [])[:n]:
+            self.taken.setdefault(row, []).extend(ids)
+
+    def chosen(self) -> dict[int, list[str]]:
+        return {row: ids for row, ids in self.taken.items() if ids}
 
 
 def capacity(free: np.ndarray, vec: np.ndarray) -> np.ndarray:
@@ -341,15 +480,21 @@ def capacity(free: np.ndarray, vec: np.ndarray) -> np.ndarray:
 
 
 def place(
-    gang: Gang, room: np.ndarray, mask: np.ndarray | None, prefer: np.ndarray
+    gang: Gang,
+    room: np.ndarray,
+    mask: np.ndarray | None,
+    prefer: np.ndarray,
+    devices: DeviceCheck | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The gang's tasks on ``room`` (free per node), most demanding shape first, each shape on
     the nodes ``prefer`` ranks first (the busiest now: what is idle now stays free for others);
-    per row what it takes, or None when it does not fit."""
+    per row what it takes, or None when it does not fit. With ``devices``, a node takes only as
+    many tasks as its free device ids do (asked in node order until the shape is placed)."""
     room = room.copy()
     need = np.zeros_like(room)
-    groups = gang.groups if len(gang.groups) == 1 else sorted(gang.groups, key=_demand)
-    for vec, static, count in groups:
+    order_of = sorted(range(len(gang.groups)), key=lambda g: _demand(gang.groups[g]))
+    for g in order_of:
+        vec, static, count = gang.groups[g]
         allowed = static if mask is None else static & mask
         rows = np.nonzero(allowed)[0]
         if not len(rows):
@@ -357,12 +502,24 @@ def place(
         cap = capacity(room[rows], vec)
         order = np.lexsort((prefer[rows], cap == 0))
         cap, rows = cap[order], rows[order]
+        checked = devices is not None and bool(gang.tasks[g].device_needs)
+        if devices is not None and checked:
+            found = 0
+            for i in range(len(rows)):
+                if found >= count:
+                    break
+                if cap[i] > 0:
+                    cap[i] = devices.fit(g, int(rows[i]), int(min(cap[i], count - found)))
+                    found += int(cap[i])
         total = np.cumsum(cap)
         if not len(total) or total[-1] < count:
             return None
         last = int(np.searchsorted(total, count))  # the row that completes the group
         take = cap[: last + 1].copy()
         take[last] -= int(total[last]) - count
+        if devices is not None and checked:
+            for i in range(last + 1):
+                devices.commit(int(rows[i]), int(take[i]))
         amounts = take[:, None] * vec[None, :]
         room[rows[: last + 1]] -= amounts
         need[rows[: last + 1]] += amounts
@@ -450,7 +607,10 @@ def timeline(ssn: Session, settings: Settings) -> Timeline:
                 vec = np.zeros(width)
                 vec[gpu] = UNIT
                 releases.append((end, row, vec))
-    return Timeline(now, base, releases, settings.resolution)
+    tl = Timeline(now, base, releases, settings.resolution)
+    if any(ssn.chain("device_choice")):  # device topology: ids planned where a chooser places them
+        tl.devices = DeviceTimes(ssn, settings, tl)
+    return tl
 
 
 def preference(ssn: Session, tl: Timeline) -> np.ndarray:
@@ -504,6 +664,7 @@ def missing_tasks(ssn: Session, job: JobInfo, count: int) -> list[TaskInfo]:
 def gang_of(ssn: Session, tasks: list[TaskInfo]) -> Gang:
     width = _width(ssn)
     groups: dict[Any, tuple[np.ndarray, np.ndarray, int]] = {}
+    first: dict[Any, TaskInfo] = {}
     schedulable = ssn.nodes.schedulable
     for t in tasks:
         key = t.shape_key
@@ -511,9 +672,10 @@ def gang_of(ssn: Session, tasks: list[TaskInfo]) -> Gang:
         if known is None:
             static = ssn.evaluator.static_mask(t) & schedulable
             groups[key] = (task_vec(t, width), static, 1)
+            first[key] = t
         else:
             groups[key] = (known[0], known[1], known[2] + 1)
-    return Gang(list(groups.values()))
+    return Gang(list(groups.values()), list(first.values()))
 
 
 def domains(ssn: Session, job: JobInfo) -> list[np.ndarray | None]:

@@ -120,7 +120,7 @@ class Session:
     _queue_order_keys = QUEUE_ORDER_KEY
     _job_pipelined = JOB_PIPELINED
     _job_enqueueable = JOB_ENQUEUEABLE
-    _device_choice = DEVICE_CHOICE
+    device_choice = DEVICE_CHOICE
 
     def __init__(
         self,
@@ -442,7 +442,7 @@ class Session:
                 chosen += [d.id for d in ledger.candidates(row, resource, status, count)]
                 continue
             candidates: list[Device] = ledger.candidates(row, resource, status)
-            ids = self._device_choice(task, row, resource, count, candidates)
+            ids = self.device_choice(task, row, resource, count, candidates)
             if ids is None:
                 ids = [d.id for d in candidates[:count]]
             chosen += ids
