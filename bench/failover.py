@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -300,7 +301,8 @@ async def cold_start(args: argparse.Namespace) -> dict[str, object]:
                 if backend.record.received:
                     first = backend.record.received[0][0] - started
                 await asyncio.sleep(0.2)
-            for _ in range(10):  # a few seconds more of the steady state
+            steady_until = time.monotonic() + max(3.0, args.steady)
+            while time.monotonic() < steady_until:  # the steady state after the first decision
                 peak = max(peak, _rss_kib(server.pid))
                 await asyncio.sleep(0.3)
         finally:
@@ -315,8 +317,24 @@ async def cold_start(args: argparse.Namespace) -> dict[str, object]:
             "start_to_leading_s": round(serving, 2) if serving is not None else None,
             "start_to_first_decision_s": round(first, 2) if first is not None else None,
             "peak_rss_mib": round(peak / 1024, 1),
+            # Each cycle's seconds (the server's cycle.done), the first one included.
+            "cycle_seconds": [
+                round(float(e["seconds"]), 2)
+                for e in _log_events(server.log_path)
+                if e.get("event") == "cycle.done"
+            ],
             "logs": str(work),
         }
+
+
+def _log_events(path: Path) -> list[dict[str, Any]]:
+    events = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events
 
 
 def _rss_kib(pid: int) -> int:
@@ -340,6 +358,12 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--cold-start", type=int, default=0, help="instead: restart with N waiting jobs")
     p.add_argument("--lookback", type=int, default=0, help="cold start: maxQueueLookback")
+    p.add_argument(
+        "--steady",
+        type=float,
+        default=3.0,
+        help="cold start: seconds to run after the first decision",
+    )
     args = p.parse_args()
     result = asyncio.run(cold_start(args) if args.cold_start else run_faults(args))
     print(json.dumps(result, indent=2))
