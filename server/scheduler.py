@@ -30,7 +30,6 @@ from server.config import SchedulerConfig, default_config
 from server.model import (
     OCCUPYING,
     QUARANTINED,
-    BeyondWindow,
     ClusterSnapshot,
     Condition,
     CycleResult,
@@ -43,7 +42,7 @@ from server.plugins.muster.gang_backend import NAME as GANG_BACKEND
 from server.plugins.muster.gang_backend import GangBackendPlugin
 from server.session.options import PluginOption
 from server.session.session import Session
-from server.session.window import lookback_of, open_window
+from server.session.window import open_window
 
 # ``session: {gangAcrossBackends: true}`` lets a gang's tasks go to nodes of several backends.
 GANG_ACROSS_BACKENDS = "gangAcrossBackends"
@@ -116,11 +115,7 @@ class SchedulerCore:
                 ssn.result.action_seconds[name] = time.perf_counter() - t0
             t0 = time.perf_counter()
             result = ssn.close()
-            lookback = lookback_of(config)
-            result.beyond_window = {
-                queue: BeyondWindow(lookback, past.jobs, past.first)
-                for queue, past in window.beyond.items()
-            }
+            result.beyond_window = window.report()
         finally:
             ssn.release()
         result.action_seconds["session.close"] = time.perf_counter() - t0

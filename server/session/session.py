@@ -14,7 +14,7 @@ the enqueue vote's verdict for the job's explanation.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from muster.devices import Device
@@ -74,7 +74,7 @@ from server.session.priority_queue import PriorityQueue
 from server.session.shape_classes import SESSION_PARAMETER as SHAPE_CLASSES
 from server.session.shape_classes import ShapeClasses, session_bool
 from server.session.statement import Statement
-from server.session.window import Beyond, Window
+from server.session.window import Window
 
 # Re-exported: plugins and tests have always found these here.
 __all__ = ["EventHandler", "PriorityQueue", "Session", "ValidateResult"]
@@ -133,7 +133,6 @@ class Session:
         # What the session opened of each queue (server.session.window): the waiting jobs past a
         # queue's window still count for its share (proportion, capacity, overcommit).
         self.window = window if window is not None else Window()
-        self.beyond: Mapping[str, Beyond] = self.window.beyond
         self.config = config
         # The time the cycle plans from (reservations, start estimates): the snapshot's, else now.
         self.now: float = snapshot.now if snapshot.now is not None else time.time()
@@ -150,7 +149,7 @@ class Session:
                 names.update(t.request)
             if j.min_resources:
                 names.update(j.min_resources)
-        for past in self.beyond.values():
+        for past in self.window.beyond.values():
             names.update(past.request)
             names.update(past.inqueue)
         self.space = ResourceSpace(names)

@@ -28,6 +28,7 @@ from typing import Any
 
 from muster.quantity import MIN_RESOURCE
 from server.model import (
+    BeyondWindow,
     ClusterSnapshot,
     JobSpec,
     PodGroupPhase,
@@ -138,6 +139,11 @@ class Window:
     # The queues that have jobs, in the order of their first job in the whole snapshot (the order
     # the share plugins meet queues in, which their float sums follow).
     queue_order: list[str] = field(default_factory=list)
+    lookback: int = 0  # maxQueueLookback (0: no window)
+
+    def report(self) -> dict[str, BeyondWindow]:
+        """Per queue, what the cycle's result says of the jobs past its window."""
+        return {q: BeyondWindow(self.lookback, b.jobs, b.first) for q, b in self.beyond.items()}
 
 
 def open_window(
@@ -159,7 +165,7 @@ def open_window(
         if job.queue not in queues:
             continue
         seen[job.queue] = None
-        summary = summaries[i] = job.waiting if job.waiting is not None else summarize(job.tasks)
+        summary = summaries[i] = _waiting(job)
         if summary.best_effort >= 0:
             waiting.setdefault(job.queue, []).append((order(job, summary.best_effort), i))
     beyond: dict[str, Beyond] = {}
@@ -189,4 +195,4 @@ def open_window(
         return snapshot, Window()
     # In the snapshot's order, which the session's ties and the result's order follow.
     trimmed = replace(snapshot, jobs=[j for i, j in enumerate(jobs) if i not in hidden])
-    return trimmed, Window(beyond, list(seen))
+    return trimmed, Window(beyond, list(seen), lookback)

@@ -226,7 +226,7 @@ class CapacityPlugin(Plugin):
             if queue is None:
                 continue
             self._add_job(attr_of(queue), job)
-        for name, past in ssn.beyond.items():  # waiting jobs past the session's window
+        for name, past in ssn.window.beyond.items():  # waiting jobs past the session's window
             if name in ssn.queues:
                 self._add_beyond(ssn, attr_of(ssn.queues[name]), past)
         for attr in attrs.values():
@@ -286,7 +286,7 @@ class CapacityPlugin(Plugin):
                 log.warning("capacity: job in a non-leaf queue", job=job.uid, queue=job.queue)
                 return attrs, False
             self._add_up(attrs, job_attr, self._add_job(job_attr, job))
-        for name, past in ssn.beyond.items():  # waiting jobs past the session's window
+        for name, past in ssn.window.beyond.items():  # waiting jobs past the session's window
             job_attr = attrs.get(name)
             if job_attr is None:
                 continue

@@ -43,7 +43,7 @@ class OvercommitPlugin(Plugin):
                 inqueue += job.min_resources
             elif job.phase == PodGroupPhase.RUNNING and job.count(*ALLOCATED) >= job.min_available:
                 inqueue += np.maximum(job.min_resources - job.allocated, 0.0)
-        for past in ssn.beyond.values():  # Inqueue jobs past the session's window
+        for past in ssn.window.beyond.values():  # Inqueue jobs past the session's window
             inqueue += ssn.space.vec(past.inqueue)
 
         def enqueueable(job: JobInfo) -> int:

@@ -176,7 +176,7 @@ class ProportionPlugin(Plugin):
                 attr.inqueue += inqueue_resource(job)
             attr.elastic += elastic_resource(job)
         # The queue's waiting jobs past the session's window ask as they would if opened.
-        for name, past in ssn.beyond.items():
+        for name, past in ssn.window.beyond.items():
             queue = ssn.queues.get(name)
             if queue is not None:
                 attr = attr_of(queue)
