@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from muster.conditions import job_reason
+from muster.display import clock_text, folded_names
 from muster.jsonmap import short_enum_name, to_json_dict
 from muster.v1 import muster_pb2 as pb
 
@@ -483,35 +484,12 @@ def start_time_text(ts: Any, now: float | None = None) -> str:
     "-" when unset."""
     if not ts.seconds and not ts.nanos:
         return EMPTY_CELL
-    at = ts.seconds + ts.nanos / 1e9
-    now = time.time() if now is None else now
-    local = time.localtime(at)
-    return time.strftime("%H:%M" if at - now < 20 * 3600 else "%b %d %H:%M", local)
+    return clock_text(ts.seconds + ts.nanos / 1e9, time.time() if now is None else now)
 
 
 def node_list(names: Sequence[str], limit: int = 6) -> str:
     """Node names, runs of numbered names folded ("n1..n8"); "-" for none."""
-    runs: list[list[Any]] = []  # [prefix, first, last, numbered]
-    for name in names:
-        head = name.rstrip("0123456789")
-        digits = name[len(head) :]
-        if digits and not (len(digits) > 1 and digits.startswith("0")):
-            n = int(digits)
-            if runs and runs[-1][0] == head and runs[-1][3] and runs[-1][2] == n - 1:
-                runs[-1][2] = n
-                continue
-            runs.append([head, n, n, True])
-        else:
-            runs.append([name, 0, 0, False])
-    parts = [
-        (f"{p}{a}" if a == b else f"{p}{a}..{p}{b}") if numbered else p
-        for p, a, b, numbered in runs
-    ]
-    if not parts:
-        return EMPTY_CELL
-    if len(parts) > limit:
-        return ",".join(parts[:limit]) + f" +{len(parts) - limit} more"
-    return ",".join(parts)
+    return folded_names(names, limit) or EMPTY_CELL
 
 
 def estimate_line(st: pb.JobStatus | pb.ExplainResponse, now: float | None = None) -> str:

@@ -77,6 +77,7 @@ CORE_THIRD_PARTY = (
     "muster.devices",
     "muster.yamldoc",
     "muster.gang",
+    "muster.display",
 )
 # Never in the core: the network, the API messages, the server's I/O, the edges.
 CORE_FORBIDDEN = ("grpc", "google", "muster.v1", "opentelemetry", "anyio", "adapters", "clients")

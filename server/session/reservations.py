@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import functools
 import math
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from muster.devices import UNIT, Device
+from muster.display import clock_text, folded_names
 from muster.quantity import MIN_RESOURCE
 from server.model import ALLOCATED, JobEstimate, PodGroupPhase, TaskStatus
 from server.session.info import JobInfo, QueueInfo, TaskInfo
@@ -131,38 +131,6 @@ def settings_from(arguments: Mapping[str, Any]) -> Settings:
 def session_settings(ssn: Session) -> Settings:
     option = ssn.option(PLUGIN)
     return settings_from(option.arguments if option is not None else {})
-
-
-# -- text -----------------------------------------------------------------------------------------------
-def clock_text(at: float, now: float) -> str:
-    """ "14:32" (local time) within the next 20 hours, else "May 02 14:32"."""
-    local = time.localtime(at)
-    if at - now < 20 * 3600:
-        return time.strftime("%H:%M", local)
-    return time.strftime("%b %d %H:%M", local)
-
-
-def nodes_text(names: Iterable[str], limit: int = 6) -> str:
-    """Node names, runs of numbered names folded: "n1..n8", "a-3,a-5,b1..b4 +2 more"."""
-    runs: list[tuple[str, int, int, int]] = []  # prefix, first, last, digits (0: not numbered)
-    for name in names:
-        head = name.rstrip("0123456789")
-        digits = name[len(head) :]
-        if digits and not (len(digits) > 1 and digits.startswith("0")):
-            n = int(digits)
-            if runs and runs[-1][0] == head and runs[-1][3] and runs[-1][2] == n - 1:
-                runs[-1] = (head, runs[-1][1], n, 1)
-                continue
-            runs.append((head, n, n, 1))
-        else:
-            runs.append((name, 0, 0, 0))
-    parts = [
-        p if not numbered else (f"{p}{a}" if a == b else f"{p}{a}..{p}{b}")
-        for p, a, b, numbered in runs
-    ]
-    if len(parts) > limit:
-        return ",".join(parts[:limit]) + f" +{len(parts) - limit} more"
-    return ",".join(parts)
 
 
 # -- the timeline -----------------------------------------------------------------------------------------
@@ -917,7 +885,7 @@ def _slack(ssn: Session, settings: Settings, out: Plan) -> None:
         runtime = None if r.end is None else r.end - r.start
         r.slack = tl.window_min(k, runtime)[r.rows].copy()
         r.reason = (
-            f"would delay reservation of job {r.job} on nodes {nodes_text(r.nodes)} "
+            f"would delay reservation of job {r.job} on nodes {folded_names(r.nodes)} "
             f"from {clock_text(r.start, out.now)}"
         )
 

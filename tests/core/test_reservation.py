@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from muster.devices import NVIDIA_GPU, UNIT
+from muster.display import clock_text, folded_names
 from server.config import ConfigError, load_config
 from server.model import (
     ClusterSnapshot,
@@ -30,8 +31,6 @@ from server.session.options import SchedulerConfig
 from server.session.reservations import (
     NO_LIMIT,
     NOT_ADMITTED,
-    clock_text,
-    nodes_text,
     settings_from,
 )
 
@@ -487,8 +486,8 @@ def test_unknown_argument_is_refused() -> None:
 
 
 def test_texts() -> None:
-    assert nodes_text(["n1", "n2", "n3", "n4", "n8", "gpu-a"]) == "n1..n4,n8,gpu-a"
-    assert nodes_text([f"n{i}" for i in range(0, 20, 2)], limit=3) == "n0,n2,n4 +7 more"
+    assert folded_names(["n1", "n2", "n3", "n4", "n8", "gpu-a"]) == "n1..n4,n8,gpu-a"
+    assert folded_names([f"n{i}" for i in range(0, 20, 2)], limit=3) == "n0,n2,n4 +7 more"
     assert re.fullmatch(r"\d\d:\d\d", clock_text(NOW + 60, NOW))
     assert re.fullmatch(r"\w{3} \d\d \d\d:\d\d", clock_text(NOW + 3 * 86400, NOW))
 
