@@ -58,6 +58,36 @@ SHAPES = [
 ]
 
 
+def bench_job(
+    j: int, size: int, shape: dict[str, float], first_task: int, priority: int
+) -> JobSpec:
+    """Job ``bench/job-<j>``: a gang of ``size`` tasks asking ``shape`` in queue ``q<j % 4>``,
+    Inqueue; its tasks' creation indexes count up from ``first_task``."""
+    uid = f"bench/job-{j}"
+    return JobSpec(
+        uid=uid,
+        name=f"job-{j}",
+        namespace="bench",
+        queue=f"q{j % 4}",
+        tasks=[
+            TaskSpec(
+                uid=f"{uid}-{k}",
+                name=f"job-{j}-{k}",
+                namespace="bench",
+                job=uid,
+                request=dict(shape),
+                role="worker",
+                creation_index=first_task + k,
+            )
+            for k in range(size)
+        ],
+        min_member=size,
+        phase=PodGroupPhase.INQUEUE,
+        priority=priority,
+        creation_index=j,
+    )
+
+
 def build(nodes: int, tasks: int, seed: int) -> ClusterSnapshot:
     rng = random.Random(seed)
     node_specs = []
@@ -83,32 +113,7 @@ def build(nodes: int, tasks: int, seed: int) -> ClusterSnapshot:
     while made < tasks:
         size = min(rng.randint(1, 8), tasks - made)
         shape = parse_resources(rng.choice(SHAPES))
-        uid = f"bench/job-{j}"
-        job_tasks = [
-            TaskSpec(
-                uid=f"{uid}-{k}",
-                name=f"job-{j}-{k}",
-                namespace="bench",
-                job=uid,
-                request=dict(shape),
-                role="worker",
-                creation_index=made + k,
-            )
-            for k in range(size)
-        ]
-        jobs.append(
-            JobSpec(
-                uid=uid,
-                name=f"job-{j}",
-                namespace="bench",
-                queue=f"q{j % 4}",
-                tasks=job_tasks,
-                min_member=size,
-                phase=PodGroupPhase.INQUEUE,
-                priority=rng.choice([0, 0, 10]),
-                creation_index=j,
-            )
-        )
+        jobs.append(bench_job(j, size, shape, made, rng.choice([0, 0, 10])))
         made += size
         j += 1
     return ClusterSnapshot(nodes=node_specs, queues=queues, jobs=jobs)

@@ -37,11 +37,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cycle import SHAPES, build  # noqa: E402
+from bench.cycle import SHAPES, bench_job, build  # noqa: E402
 from muster.quantity import parse_resources  # noqa: E402
 from server import scheduler  # noqa: E402
 from server.config import default_config  # noqa: E402
-from server.model import ClusterSnapshot, JobSpec, PodGroupPhase, TaskSpec  # noqa: E402
+from server.model import ClusterSnapshot, JobSpec  # noqa: E402
 from server.scheduler import SchedulerCore  # noqa: E402
 from server.service.gctune import tune_gc  # noqa: E402
 from server.session.window import Window, summarize  # noqa: E402
@@ -59,34 +59,10 @@ def cluster(nodes: int, depth: int, max_gang: int, seed: int) -> ClusterSnapshot
     for j in range(depth):
         size = rng.randint(1, max_gang)
         shape = rng.choice(shapes)
-        uid = f"bench/job-{j}"
-        jobs.append(
-            JobSpec(
-                uid=uid,
-                name=f"job-{j}",
-                namespace="bench",
-                queue=f"q{j % 4}",
-                tasks=[
-                    TaskSpec(
-                        uid=f"{uid}-{k}",
-                        name=f"job-{j}-{k}",
-                        namespace="bench",
-                        job=uid,
-                        request=dict(shape),
-                        role="worker",
-                        creation_index=made + k,
-                    )
-                    for k in range(size)
-                ],
-                min_member=size,
-                phase=PodGroupPhase.INQUEUE,
-                priority=rng.choice([0, 0, 10]),
-                creation_index=j,
-            )
-        )
+        job = bench_job(j, size, shape, made, rng.choice([0, 0, 10]))
+        # Its WaitingSummary, as the server's resident state makes it once per job change.
+        jobs.append(dataclasses.replace(job, waiting=summarize(job.tasks)))
         made += size
-    # Each job's WaitingSummary, as the server's resident state makes it once per job change.
-    jobs = [dataclasses.replace(job, waiting=summarize(job.tasks)) for job in jobs]
     return dataclasses.replace(base, jobs=jobs)
 
 
