@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import itertools
 import json
 import pstats
 import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -88,6 +90,23 @@ def bench_job(
     )
 
 
+def bench_jobs(rng: random.Random, max_gang: int, tasks: int | None = None) -> Iterator[JobSpec]:
+    """Jobs ``bench/job-0``, ``bench/job-1``, ...: each a gang of 1 to ``max_gang`` tasks of one of
+    ``SHAPES``, priority 0 or 10, drawn from ``rng``; until ``tasks`` tasks (the last gang cut to
+    fit), or without end when ``tasks`` is None."""
+    shapes = [parse_resources(s) for s in SHAPES]
+    made = 0
+    for j in itertools.count():
+        if tasks is not None and made >= tasks:
+            return
+        size = rng.randint(1, max_gang)
+        if tasks is not None:
+            size = min(size, tasks - made)
+        shape = rng.choice(shapes)
+        yield bench_job(j, size, shape, made, rng.choice([0, 0, 10]))
+        made += size
+
+
 def build(nodes: int, tasks: int, seed: int) -> ClusterSnapshot:
     rng = random.Random(seed)
     node_specs = []
@@ -107,15 +126,7 @@ def build(nodes: int, tasks: int, seed: int) -> ClusterSnapshot:
             )
         )
     queues = [QueueSpec(f"q{i}", weight=i + 1) for i in range(4)]
-    jobs = []
-    made = 0
-    j = 0
-    while made < tasks:
-        size = min(rng.randint(1, 8), tasks - made)
-        shape = parse_resources(rng.choice(SHAPES))
-        jobs.append(bench_job(j, size, shape, made, rng.choice([0, 0, 10])))
-        made += size
-        j += 1
+    jobs = list(bench_jobs(rng, 8, tasks))
     return ClusterSnapshot(nodes=node_specs, queues=queues, jobs=jobs)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import itertools
 import json
 import random
 import resource
@@ -37,11 +38,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cycle import SHAPES, bench_job, build  # noqa: E402
-from muster.quantity import parse_resources  # noqa: E402
+from bench.cycle import bench_jobs, build  # noqa: E402
 from server import scheduler  # noqa: E402
 from server.config import default_config  # noqa: E402
-from server.model import ClusterSnapshot, JobSpec  # noqa: E402
+from server.model import ClusterSnapshot  # noqa: E402
 from server.scheduler import SchedulerCore  # noqa: E402
 from server.service.gctune import tune_gc  # noqa: E402
 from server.session.window import Window, summarize  # noqa: E402
@@ -52,17 +52,11 @@ SAME_SHAPE = "same shape as job"
 def cluster(nodes: int, depth: int, max_gang: int, seed: int) -> ClusterSnapshot:
     """bench/cycle.py's nodes and queues, and ``depth`` waiting jobs."""
     base = build(nodes, 0, seed)
-    rng = random.Random(seed)
-    shapes = [parse_resources(s) for s in SHAPES]
-    jobs: list[JobSpec] = []
-    made = 0
-    for j in range(depth):
-        size = rng.randint(1, max_gang)
-        shape = rng.choice(shapes)
-        job = bench_job(j, size, shape, made, rng.choice([0, 0, 10]))
-        # Its WaitingSummary, as the server's resident state makes it once per job change.
-        jobs.append(dataclasses.replace(job, waiting=summarize(job.tasks)))
-        made += size
+    # Each job with its WaitingSummary, as the server's resident state makes it once per change.
+    jobs = [
+        dataclasses.replace(job, waiting=summarize(job.tasks))
+        for job in itertools.islice(bench_jobs(random.Random(seed), max_gang), depth)
+    ]
     return dataclasses.replace(base, jobs=jobs)
 
 

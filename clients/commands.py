@@ -326,7 +326,7 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
     phases = choice_flags(args.phase, PHASES, "--phase")
     start = bool(getattr(args, "start", False))
     if start and not phases:  # squeue --start: the jobs that wait
-        phases = [pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE]
+        phases = sorted(WAITING_PHASES)
     queues, owners = args.queue or [], [owner_flag(o) for o in args.owner or []]
     selector, limit = _selectors(args), limit_flag(args)
     sort_jobs([], args.sort)  # a bad --sort is refused before any call

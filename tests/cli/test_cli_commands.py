@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from concurrent import futures
 
 import grpc
 import pytest
+from cli_helpers import run, serving
 
 from clients import cli
 from muster.v1 import muster_pb2 as pb
@@ -133,20 +133,8 @@ class FakeClientApi(pb_grpc.SchedulerServicer):
 
 @pytest.fixture
 def api():
-    servicer = FakeClientApi()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_SchedulerServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    servicer.address = f"127.0.0.1:{port}"
-    yield servicer
-    server.stop(grace=None)
-
-
-def run(api, capsys, *argv):
-    code = cli.main(["--server", api.address, *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    with serving(FakeClientApi()) as servicer:
+        yield servicer
 
 
 def test_submit_many_jobs_from_one_file(api, capsys, tmp_path):

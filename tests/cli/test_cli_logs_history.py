@@ -11,13 +11,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
-import grpc
 import pytest
+from cli_helpers import run, serving
 
-from clients import cli
 from clients.history import parse_time
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
@@ -94,21 +92,9 @@ class FakeApi(pb_grpc.SchedulerServicer):
 
 @pytest.fixture
 def api() -> Iterator[FakeApi]:
-    servicer = FakeApi()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_SchedulerServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    servicer.address = f"127.0.0.1:{port}"
-    yield servicer
-    servicer.hang.clear()
-    server.stop(grace=None)
-
-
-def run(api: FakeApi, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(["--server", api.address, *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    with serving(FakeApi()) as servicer:
+        yield servicer
+        servicer.hang.clear()
 
 
 def event(task: str, data: bytes = b"", offset: int = 0, **kw: object) -> pb.TaskLogEvent:

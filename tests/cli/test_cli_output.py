@@ -15,14 +15,13 @@ import os
 import re
 import sys
 from collections.abc import AsyncIterator, Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
 import anyio
 import argcomplete
-import grpc
 import pytest
+from cli_helpers import run, serving
 
 from clients import cli
 from clients.commands import UsageError, parse_selector, selector_matches
@@ -121,20 +120,8 @@ class Fake(pb_grpc.SchedulerServicer):
 
 @pytest.fixture
 def api() -> Iterator[Fake]:
-    servicer = Fake()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_SchedulerServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    servicer.address = f"127.0.0.1:{port}"  # type: ignore[attr-defined]
-    yield servicer
-    server.stop(grace=None)
-
-
-def run(api: Fake, capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(["--server", api.address, *argv])  # type: ignore[attr-defined]
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    with serving(Fake()) as servicer:
+        yield servicer
 
 
 def columns_of(line: str) -> list[str]:

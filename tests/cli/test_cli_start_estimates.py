@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import pytest
-from test_cli_commands import FakeClientApi, api, run  # noqa: F401 - the fixture and the runner
+from cli_helpers import run, serving
+from test_cli_commands import FakeClientApi, api  # noqa: F401 - the fixture
 
 from clients.render import estimate_line, node_list, start_time_text
 from muster.v1 import muster_pb2 as pb
-from muster.v1 import muster_pb2_grpc as pb_grpc
 
 SOON = int(time.time()) + 2 * 3600
 
@@ -73,14 +72,8 @@ class Reserved(FakeClientApi):
 
 @pytest.fixture
 def reserved() -> Iterator[Reserved]:
-    servicer = Reserved()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_SchedulerServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    servicer.address = f"127.0.0.1:{port}"
-    yield servicer
-    server.stop(grace=None)
+    with serving(Reserved()) as servicer:
+        yield servicer
 
 
 def test_job_and_explain_show_the_reservation(reserved, capsys):  # noqa: F811

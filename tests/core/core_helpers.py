@@ -15,10 +15,13 @@ canonical units (millicores, bytes) with ``muster.quantity.parse_resources``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 import textwrap
 from collections.abc import Mapping, Sequence
-from types import EllipsisType
+from pathlib import Path
+from types import EllipsisType, ModuleType
 from typing import Any
 
 import yaml
@@ -40,10 +43,22 @@ from server.scheduler import SchedulerCore
 from server.session.session import Session
 from server.simulate import simulate_text
 
+ROOT = Path(__file__).resolve().parents[2]
 NS = "ns"  # namespace of the model builders
 SCENARIO_NS = "c1"  # namespace of the scenario builders (Volcano's test namespace)
 
 Quantities = Mapping[str, str | int | float]
+
+
+def load_bench(name: str) -> ModuleType:
+    """``bench/<name>.py`` (a script, not in a package) as the module ``bench_<name>``."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def res(

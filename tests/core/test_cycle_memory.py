@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,18 @@ def collector_on() -> Iterator[None]:
         gc.disable()
 
 
+@contextmanager
+def collector_off() -> Iterator[None]:
+    """Nothing left to collect, then the collector off until the block ends (whatever the block
+    leaves in cycles stays for its own ``gc.collect()`` to count)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def busy_cluster() -> ClusterSnapshot:
     """Placed gangs, a gang that fits nowhere (fit errors, explanations) and a running job."""
     nodes = [node(f"n{i}", cpu="8", memory="16Gi") for i in range(6)]
@@ -50,15 +63,11 @@ def test_a_cycle_leaves_no_cyclic_garbage(collector_on: None) -> None:
     core = SchedulerCore(default_config())
     core.run_cycle(busy_cluster(), 1)  # first use: lazy module state, caches
     snap = busy_cluster()
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         result = core.run_cycle(snap, 2)
         # Everything the cycle made and dropped went with reference counting: the session (its
         # plugins' closures hold it) did not wait for a collection.
         assert gc.collect() == 0
-    finally:
-        gc.enable()
     assert result.binds
     assert "ns/too-big" in result.jobs
     assert gc.isenabled()
@@ -68,15 +77,11 @@ def test_a_kai_cycle_leaves_no_cyclic_garbage(collector_on: None) -> None:
     core = SchedulerCore(load_config(KAI_CONFIG))
     core.run_cycle(busy_cluster(), 1)
     snap = busy_cluster()
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         result = core.run_cycle(snap, 2)
         # KAI's proportion divides the queues' fair shares level by level without a recursive
         # closure, which would hold the plugin and so the session.
         assert gc.collect() == 0
-    finally:
-        gc.enable()
     assert result.binds
     assert result.jobs["ns/too-big"].explanation is not None
     assert result.jobs["ns/too-big"].explanation.gate == "unsatisfiable"
@@ -117,14 +122,10 @@ def _topology_scenario(config: str) -> str:
 def test_a_kai_topology_cycle_leaves_no_cyclic_garbage(collector_on: None) -> None:
     text = _topology_scenario(KAI_CONFIG)
     simulate_text(text)  # first use: lazy module state, caches
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         out = simulate_text(text)
         # The domain tree is walked with loops: recursive closures would be cycles.
         assert gc.collect() == 0
-    finally:
-        gc.enable()
     assert out["tasks"]["ns/kept-1"]["node"] == "n1"  # kept to the rack of its running task
     assert {out["tasks"][f"ns/near-{i}"]["node"] for i in range(2)} <= {"n0", "n1"}  # one zone
 
