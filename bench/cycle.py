@@ -2,6 +2,7 @@
 
     python bench/cycle.py --nodes 5000 --tasks 10000 [--seed S] [--repeat R] [--config FILE]
     python bench/cycle.py --nodes 500 --tasks 2500 --profile both [--filters both] [--cprofile]
+    python bench/cycle.py --nodes 16000 --tasks 32000 --backends 16
 
 Builds N nodes (3/4 CPU nodes of 32 cores / 128Gi, 1/4 GPU nodes of 64 cores / 512Gi / 8 GPUs,
 a few labels and taints) and M pending tasks in gangs of 1-8 tasks with mixed CPU / memory / GPU
@@ -14,13 +15,16 @@ shared), placements_per_second, plus per-action seconds.
 line of medians side by side and KAI's ratio to Volcano. ``--filters on|off|both`` sets the KAI
 profile's ``scenarioFilters`` (server/actions/kai/scenario_filters.py; ``both`` alternates them,
 to measure them in one run). ``--config FILE`` runs that configuration instead. ``--cprofile``
-prints the top functions after each cycle.
+prints the top functions after each cycle. ``--backends N`` (default 1) splits the nodes into N
+backends of contiguous blocks of nodes, ``b00``, ``b01``, ... (``with_backends``): with more than
+one, the gang-backend plugin keeps each gang inside one backend; the JSON line says ``backends``.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import itertools
 import json
 import pstats
@@ -130,6 +134,19 @@ def build(nodes: int, tasks: int, seed: int) -> ClusterSnapshot:
     return ClusterSnapshot(nodes=node_specs, queues=queues, jobs=jobs)
 
 
+def with_backends(snapshot: ClusterSnapshot, backends: int) -> ClusterSnapshot:
+    """``snapshot`` with its nodes split into ``backends`` contiguous blocks of (nearly) equal
+    size, named ``b00``, ``b01``, ...; one backend leaves the nodes as they are."""
+    if backends <= 1:
+        return snapshot
+    n = len(snapshot.nodes)
+    nodes = [
+        dataclasses.replace(node, backend=f"b{i * backends // n:02d}")
+        for i, node in enumerate(snapshot.nodes)
+    ]
+    return dataclasses.replace(snapshot, nodes=nodes)
+
+
 KAI_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "config-kai.yaml"
 
 
@@ -156,6 +173,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--config", type=Path, default=None)
+    ap.add_argument(
+        "--backends", type=int, default=1, help="split the nodes into N backends (contiguous)"
+    )
     ap.add_argument("--profile", choices=("volcano", "kai", "both"), default="volcano")
     ap.add_argument("--filters", choices=("on", "off", "both"), default="on")
     ap.add_argument(
@@ -188,7 +208,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, name: str, config: SchedulerConfig) -> tuple[float, float]:
-    snapshot = build(args.nodes, args.tasks, args.seed)
+    snapshot = with_backends(build(args.nodes, args.tasks, args.seed), args.backends)
     core = SchedulerCore(config)
     profiler = cProfile.Profile() if args.cprofile else None
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -206,6 +226,7 @@ def run(args: argparse.Namespace, name: str, config: SchedulerConfig) -> tuple[f
                 "profile": name,
                 "nodes": args.nodes,
                 "tasks": args.tasks,
+                "backends": args.backends,
                 "placed": placed,
                 "cycle_seconds": round(seconds, 4),
                 "cpu_seconds": round(cpu_seconds, 4),

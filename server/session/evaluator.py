@@ -15,12 +15,20 @@ scores add up). Each declares its *scope*, which tells the evaluator what it may
 
 So tasks of identical shape are evaluated together and an allocation costs one row update, not a
 pass over the cluster.
+
+A ``task`` predicate that passes whole *domains* of nodes (a ``DomainPredicate``: gang-backend,
+whose domains are backends) says which domains a task may use rather than answering per node.
+``select`` then keeps the cached per-shape answers and looks only at the allowed domains: per shape
+and domain the best row is cached and recomputed only for the domains whose rows changed, so a task
+held to a few backends costs what a single-backend cluster costs, not a pass over every node.
+``NodeEvaluator.use_domains = False`` turns this off (the predicate is then asked per node like any
+other ``task`` predicate: the same placements, the reference in tests).
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +47,7 @@ from server.session.extension_points import (
 )
 from server.session.info import FitErrors, NodeTable, ResourceSpace, TaskInfo
 
-__all__ = ["NodeEvaluator", "Predicate", "Rows", "Scope", "Scorer"]
+__all__ = ["DomainPredicate", "NodeEvaluator", "Predicate", "Rows", "Scope", "Scorer"]
 
 # Up to this many changed rows are re-checked one by one in plain Python (when every shape
 # predicate and scorer can); more go through numpy at once.
@@ -47,6 +55,63 @@ SCALAR_ROWS = 14  # measured: one row 3.5 us in Python; 16 rows ~55 us either wa
 NEG_INF = float(
     "-inf"
 )  # what no node scores (a constant: ``-np.inf`` looks up and negates per use)
+
+
+@dataclass(kw_only=True)
+class DomainPredicate(Predicate):
+    """A ``task`` predicate that passes or fails whole domains of nodes (e.g. backends): node row
+    ``i`` belongs to domain ``domain_of[i]`` (0 .. D-1), and ``allowed(task)`` answers which domains
+    the task may use (their indexes, any order), or None: every one. ``check`` must pass exactly
+    the rows of those domains (it explains failures and serves the per-node path); ``select``
+    asks ``allowed`` instead and looks only at the allowed domains' rows. Honoured without a
+    ``now`` form."""
+
+    domain_of: np.ndarray  # int64 per node row
+    allowed: Callable[[TaskInfo], Collection[int] | None]
+
+
+# A domain's rows: a slice when they are contiguous (a view, no copy), else their indexes.
+DomainRows = slice | np.ndarray
+
+
+class _DomainBest:
+    """Per domain, the best row of one of a shape entry's score arrays (the first of the highest
+    score) and its score, recomputed for a domain only after one of its rows changed."""
+
+    __slots__ = ("at", "row", "value")
+
+    def __init__(self, domains: int) -> None:
+        self.at = [-1] * domains  # change-log length when computed (-1: never)
+        self.row = [0] * domains
+        self.value = [NEG_INF] * domains
+
+    def best(
+        self,
+        scores: np.ndarray,
+        parts: Sequence[DomainRows],
+        domains: Iterable[int],
+        changed: list[int],
+        now: int,
+    ) -> tuple[int, float]:
+        """The first row of the highest score over ``domains``' rows, and that score (-inf: none),
+        as ``argmax`` over exactly those rows would pick it (domains may interleave). ``changed``:
+        per domain, the change-log length when one of its rows last changed; ``now``: the log's
+        length (``scores`` is current up to it)."""
+        at, rows, values = self.at, self.row, self.value
+        best_row, best = -1, NEG_INF
+        for d in domains:
+            if changed[d] > at[d]:
+                part = parts[d]
+                sub = scores[part]
+                if len(sub):  # an empty domain keeps -inf
+                    i = int(sub.argmax())
+                    values[d] = sub.item(i)
+                    rows[d] = part.start + i if isinstance(part, slice) else int(part[i])
+                at[d] = now
+            value = values[d]
+            if value > best or (value == best and rows[d] < best_row):
+                best, best_row = value, rows[d]
+        return best_row, best
 
 
 @dataclass
@@ -67,6 +132,10 @@ class _ShapeEntry:
     # picks the node when no task-scope plugin is active.
     idle_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
     future_score: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # Per domain best of idle_score / future_score (when a DomainPredicate is active, made on
+    # first use).
+    idle_best: _DomainBest | None = None
+    future_best: _DomainBest | None = None
 
     def refresh(self) -> None:
         self.idle_score = np.where(self.idle_ok, self.score, NEG_INF)
@@ -84,6 +153,10 @@ class _ShapeEntry:
 
 
 class NodeEvaluator:
+    # Answer a DomainPredicate per domain in ``select`` (False: per node, like any ``task``
+    # predicate; the same placements, slower: kept as the reference for tests).
+    use_domains = True
+
     def __init__(self, nodes: NodeTable, space: ResourceSpace) -> None:
         self.nodes = nodes
         self.space = space
@@ -91,6 +164,8 @@ class NodeEvaluator:
         self._shape: dict[Any, _ShapeEntry] = {}
         self._fit_errors: dict[Any, tuple[int, FitErrors]] = {}
         self._static_fit: dict[Any, tuple[dict[str, int], np.ndarray]] = {}
+        # Per shape key: (change-log length, reasons, rows left) of ``_shape_failures``.
+        self._shape_fit: dict[Any, tuple[int, dict[str, int], np.ndarray]] = {}
         self.predicates: dict[Scope, list[Predicate]] = {"static": [], "shape": [], "task": []}
         self.scorers: dict[Scope, list[Scorer]] = {"static": [], "shape": [], "task": []}
         self._all_rows = np.arange(len(self.nodes))
@@ -101,6 +176,14 @@ class NodeEvaluator:
         # The table's combining functions of the two vectorised points, applied per scope.
         self._all_pass = POINTS["predicate"].combine
         self._add = POINTS["node_order"].combine
+        # The domain predicate select answers per domain, its domains' rows, each row's domain.
+        self._domain: DomainPredicate | None = None
+        self._domain_parts: list[DomainRows] = []
+        self._domain_of: list[int] = []
+        # Per domain, the change-log length when one of its rows last changed, as read up to
+        # ``_domain_seen``: the log is read once for every shape's per-domain bests.
+        self._domain_changed: list[int] = []
+        self._domain_seen = 0
 
     def configure(self, predicate_chain: Chain[Predicates], score_chain: Chain[Scorers]) -> None:
         """Flatten the enabled chains by cache scope (tiers do not matter for an AND or a sum)."""
@@ -119,10 +202,35 @@ class NodeEvaluator:
         ) and all(s.row is not None for s in self.scorers["shape"])
         self._shape_predicate_rows = [p.row for p in self.predicates["shape"] if p.row is not None]
         self._shape_scorer_rows = [s.row for s in self.scorers["shape"] if s.row is not None]
+        self._configure_domains()
         self._static.clear()
         self._shape.clear()
         self._fit_errors.clear()
         self._static_fit.clear()
+        self._shape_fit.clear()
+
+    def _configure_domains(self) -> None:
+        """The first DomainPredicate without a ``now`` form, and its domains' rows."""
+        self._domain, self._domain_parts, self._domain_of = None, [], []
+        self._domain_changed, self._domain_seen = [], 0
+        if not self.use_domains or not len(self.nodes):
+            return
+        for p in self.predicates["task"]:
+            if isinstance(p, DomainPredicate) and p.now is None:
+                domain_of = np.asarray(p.domain_of, dtype=np.int64)
+                if len(domain_of) != len(self.nodes):
+                    continue
+                order = np.argsort(domain_of, kind="stable")
+                bounds = np.searchsorted(domain_of[order], np.arange(int(domain_of.max()) + 2))
+                for d in range(len(bounds) - 1):
+                    rows = order[bounds[d] : bounds[d + 1]]
+                    contiguous = len(rows) > 0 and rows[-1] - rows[0] + 1 == len(rows)
+                    self._domain_parts.append(
+                        slice(int(rows[0]), int(rows[-1]) + 1) if contiguous else rows
+                    )
+                self._domain, self._domain_of = p, domain_of.tolist()
+                self._domain_changed = [0] * len(self._domain_parts)
+                return
 
     # -- caches -------------------------------------------------------------------------------
     def _static_entry(self, task: TaskInfo) -> _StaticEntry:
@@ -256,7 +364,12 @@ class NodeEvaluator:
         name (Volcano picks one of the tied nodes at random)."""
         if not len(self.nodes):  # e.g. a restarted server before any backend synced its nodes
             return None
-        if restrict is None and not self.predicates["task"] and not self.scorers["task"]:
+        if restrict is None and not self.scorers["task"]:
+            task_predicates = self.predicates["task"]
+            if task_predicates:
+                if len(task_predicates) == 1 and task_predicates[0] is self._domain:
+                    return self._select_in_domains(task, self._domain)
+                return self._select_by_rows(task, restrict)
             entry = self._shape_entry(task)
             # Written out, not a loop over the two arrays: asked once per placement.
             best = int(entry.idle_score.argmax())
@@ -266,6 +379,39 @@ class NodeEvaluator:
             if entry.future_score.item(best) > NEG_INF:
                 return best, False
             return None
+        return self._select_by_rows(task, restrict)
+
+    def _select_in_domains(
+        self, task: TaskInfo, domain: DomainPredicate
+    ) -> tuple[int, bool] | None:
+        """``select`` when the only ``task`` predicate is ``domain``: the cached shape answers over
+        the allowed domains' rows (the same row as asking the predicate per node)."""
+        allowed = domain.allowed(task)
+        entry = self._shape_entry(task)
+        parts = self._domain_parts
+        domains: Iterable[int] = range(len(parts)) if allowed is None else allowed
+        log = self.nodes.change_log
+        now = len(log)
+        changed = self._domain_changed
+        if self._domain_seen < now:
+            domain_of = self._domain_of
+            for row in log[self._domain_seen :]:
+                changed[domain_of[row]] = now
+            self._domain_seen = now
+        if entry.idle_best is None or entry.future_best is None:
+            entry.idle_best, entry.future_best = _DomainBest(len(parts)), _DomainBest(len(parts))
+        row, best = entry.idle_best.best(entry.idle_score, parts, domains, changed, now)
+        if best > NEG_INF:
+            return row, True
+        row, best = entry.future_best.best(entry.future_score, parts, domains, changed, now)
+        if best > NEG_INF:
+            return row, False
+        return None
+
+    def _select_by_rows(
+        self, task: TaskInfo, restrict: np.ndarray | None
+    ) -> tuple[int, bool] | None:
+        """``select`` through ``feasible``: every ``task`` predicate and scorer asked per row."""
         future_ok, idle_ok = self.feasible(task, restrict)
         for mask, on_idle in ((idle_ok, True), (future_ok & ~idle_ok, False)):
             rows = np.nonzero(mask)[0]
@@ -314,30 +460,52 @@ class NodeEvaluator:
         return reasons, remaining
 
     def _compute_fit_errors(self, task: TaskInfo, restrict: np.ndarray | None) -> FitErrors:
+        reasons, remaining = self._shape_failures(task, restrict)
+        fe = FitErrors(total_nodes=len(self.nodes), reasons=dict(reasons))
+        self._count_failures(task, self.predicates["task"], remaining, fe.reasons)
+        return fe
+
+    def _shape_failures(
+        self, task: TaskInfo, restrict: np.ndarray | None
+    ) -> tuple[dict[str, int], np.ndarray]:
+        """Per reason, the rows the static predicates, resources and shape predicates fail (first
+        failing check per row), and the rows they pass. Over every row, cached per shape until a
+        node changes: with ``task`` predicates active, only those are asked per failing task."""
+        log_position = len(self.nodes.change_log)
+        if restrict is None:
+            known = self._shape_fit.get(task.shape_key)
+            if known is not None and known[0] == log_position:
+                return known[1], known[2]
         n = self.nodes
         rows = self._all_rows if restrict is None else np.nonzero(restrict)[0]
-        fe = FitErrors(total_nodes=len(n))
-
-        def count(reasons: list[str]) -> None:
-            for r in reasons:
-                fe.reasons[r] = fe.reasons.get(r, 0) + 1
-
         static_reasons, remaining = self._static_failures(task, rows)
-        fe.reasons.update(static_reasons)
+        reasons = dict(static_reasons)
         if len(remaining):
             future = n.future_idle(remaining)
             short = task.resreq > future + MIN_RESOURCE
             for d, nodes_short in enumerate(short.sum(axis=0)):
                 if nodes_short:
                     reason = f"Insufficient {self.space.dims[d]}"
-                    fe.reasons[reason] = fe.reasons.get(reason, 0) + int(nodes_short)
+                    reasons[reason] = reasons.get(reason, 0) + int(nodes_short)
             remaining = remaining[~short.any(axis=1)]
-        for p in (*self.predicates["shape"], *self.predicates["task"]):
+        remaining = self._count_failures(task, self.predicates["shape"], remaining, reasons)
+        if restrict is None:
+            self._shape_fit[task.shape_key] = (log_position, reasons, remaining)
+        return reasons, remaining
+
+    @staticmethod
+    def _count_failures(
+        task: TaskInfo, predicates: list[Predicate], remaining: np.ndarray, reasons: dict[str, int]
+    ) -> np.ndarray:
+        """Count into ``reasons`` the rows of ``remaining`` each predicate in turn fails; the rows
+        that pass them all."""
+        for p in predicates:
             if not len(remaining):
                 break
             ok = p.check(task, remaining)
             failed = remaining[~ok]
             if len(failed):
-                count(p.reasons(task, failed) if p.reasons else [p.reason] * len(failed))
+                for r in p.reasons(task, failed) if p.reasons else [p.reason] * len(failed):
+                    reasons[r] = reasons.get(r, 0) + 1
             remaining = remaining[ok]
-        return fe
+        return remaining

@@ -15,14 +15,21 @@ fenced across backends, a job with more than one task is kept inside one backend
 Not in the tiers of a configuration: ``SchedulerCore`` adds it as a last tier unless the
 configuration says ``session: {gangAcrossBackends: true}``. A no-op while every node belongs to
 one backend (simulate, a single adapter).
+
+The predicate is a ``DomainPredicate`` whose domains are the backends: it tells the evaluator which
+backends a task may use, and placing a task looks only at those backends' nodes (a task held to
+one backend costs what a single-backend cluster costs).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 
 from server.plugins.base import Plugin
-from server.session.extension_points import PREDICATE, EventHandler, Predicate
+from server.session.evaluator import DomainPredicate
+from server.session.extension_points import PREDICATE, EventHandler
 from server.session.info import JobInfo, TaskInfo
 from server.session.session import Session
 
@@ -81,24 +88,25 @@ class GangBackendPlugin(Plugin):
             missing = max(job.min_available - sum(holding.get(job.uid, {}).values()), 1)
             return task.resreq * missing
 
-        def allowed(task: TaskInfo) -> np.ndarray | None:
-            """Backends this task may use (a bool per backend), None: any."""
+        def allowed(task: TaskInfo) -> Collection[int] | None:
+            """Backends this task may use (their codes), None: any."""
             job = ssn.jobs.get(task.job)
             if job is None or len(job.tasks) <= 1:
                 return None
             held = holding.get(job.uid)
             if held:
-                mask = np.zeros(len(names), dtype=bool)
-                mask[list(held)] = True
-                return mask
-            need = needed(job, task)
-            fits: np.ndarray = np.all(free >= need - 1e-9, axis=1)
+                return held.keys()
+            fits: list[int] = np.flatnonzero(
+                np.all(free >= needed(job, task) - 1e-9, axis=1)
+            ).tolist()
             return fits
 
         def check(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
-            mask = allowed(task)
-            if mask is None:
+            backends = allowed(task)
+            if backends is None:
                 return np.ones(len(rows), dtype=bool)
+            mask = np.zeros(len(names), dtype=bool)
+            mask[list(backends)] = True
             on_rows: np.ndarray = mask[node_backend[rows]]
             return on_rows
 
@@ -107,5 +115,8 @@ class GangBackendPlugin(Plugin):
             reason = REASON if job is not None and holding.get(job.uid) else NO_ROOM
             return [reason] * len(rows)
 
-        ssn.register(PREDICATE, self.name, Predicate("task", check, reasons=reasons))
+        predicate = DomainPredicate(
+            "task", check, reasons=reasons, domain_of=node_backend, allowed=allowed
+        )
+        ssn.register(PREDICATE, self.name, predicate)
         ssn.add_event_handler(EventHandler(on_allocate, on_deallocate))
