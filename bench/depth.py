@@ -36,15 +36,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cycle import bench_jobs, build  # noqa: E402
 from server import scheduler  # noqa: E402
 from server.config import default_config  # noqa: E402
-from server.model import ClusterSnapshot  # noqa: E402
+from server.model import (
+    ClusterSnapshot,  # noqa: E402
+    Window,  # noqa: E402
+)
 from server.scheduler import SchedulerCore  # noqa: E402
+from server.service import commands, snapshot  # noqa: E402
 from server.service.gctune import tune_gc  # noqa: E402
-from server.session.window import Window, summarize  # noqa: E402
+from server.service.state import ClusterState  # noqa: E402
+from server.session.window import summarize  # noqa: E402
 
 SAME_SHAPE = "same shape as job"
 
@@ -109,6 +116,92 @@ def run_one(args: argparse.Namespace) -> None:
     )
 
 
+def server_state(nodes: int, depth: int, max_gang: int, seed: int) -> ClusterState:
+    """A server's state holding bench/cycle.py's nodes and queues and ``depth`` waiting jobs, as a
+    restart leaves it (records from specs, no templates built)."""
+    from muster.quantity import format_resources
+    from muster.v1 import muster_pb2 as pb
+    from server.service.decisions import DecisionLog
+    from server.service.records import JobStatusRecord, NodeEntry
+    from server.service.tables import new_job_record
+
+    base = build(nodes, 0, seed)
+    state = ClusterState(DecisionLog(bind_timeout=30))
+    for spec in base.nodes:
+        state.nodes[spec.name] = NodeEntry(pb.Node(name=spec.name), spec)
+    for queue in base.queues:
+        commands.create_queue(state, pb.Queue(name=queue.name, parent="root", weight=queue.weight))
+    for job in itertools.islice(bench_jobs(random.Random(seed), max_gang), depth):
+        request = pb.ResourceList(quantities=format_resources(job.tasks[0].request))
+        spec = pb.JobSpec(
+            id=job.uid.replace("/", "-"),
+            name=job.name,
+            namespace="bench",
+            queue=job.queue,
+            priority=job.priority,
+            min_member=len(job.tasks),
+            task_groups=[pb.TaskGroup(role="worker", replicas=len(job.tasks), request=request)],
+        )
+        status = JobStatusRecord(phase=pb.JOB_PHASE_PENDING)
+        state.index_job(new_job_record(spec, job.creation_index + 1, status, template=False))
+    state.forget_changes()
+    return state
+
+
+def run_server(args: argparse.Namespace) -> None:
+    """The child of ``--server``: ``args.run_one`` waiting jobs in a server's state; the first
+    cycle files every job (as after a restart), then one cycle through the server's path:
+    capture (the resident window), the delta to the worker, its snapshot, the core. One JSON
+    line: seconds of each part of each cycle and the peak RSS of the process."""
+    tune_gc()
+    state = server_state(args.nodes, args.run_one, args.max_gang, args.seed)
+    rss_state = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    config = default_config()
+    session = dict(config.session)
+    if args.lookback:
+        session["maxQueueLookback"] = args.lookback
+    config = dataclasses.replace(config, session=session)
+    core = SchedulerCore(config)
+    sender, resident = snapshot.DeltaSender(), snapshot.ResidentState()
+    cycles = []
+    for _ in range(2):
+        parts: dict[str, float] = {}
+        cpu_started = t0 = time.process_time()
+        anyio.run(snapshot.prepare_capture, state, config)
+        t1 = time.process_time()
+        captured = snapshot.capture(state, config)
+        t2 = time.process_time()
+        resident.apply(sender.delta(captured))
+        snap = resident.materialize()
+        t3 = time.process_time()
+        result = core.run_cycle(snap, captured.cycle_id)
+        t4 = time.process_time()
+        parts = {
+            "filing": round(t1 - t0, 3),
+            "capture": round(t2 - t1, 3),
+            "delta_and_snapshot": round(t3 - t2, 3),
+            "core": round(t4 - t3, 3),
+            "cpu_seconds": round(t4 - cpu_started, 3),
+            "jobs_opened": len(snap.jobs),
+            "placed": len(result.binds) + len(result.pipelined),
+        }
+        cycles.append(parts)
+    print(
+        json.dumps(
+            {
+                "depth": args.run_one,
+                "server": True,
+                "lookback": args.lookback,
+                "first_cycle": cycles[0],
+                "cycle": cycles[1],
+                "rss_state_mib": mib(rss_state),
+                "peak_rss_mib": mib(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss),
+            }
+        ),
+        flush=True,
+    )
+
+
 def child(args: argparse.Namespace, depth: int, mode: str) -> dict[str, Any]:
     command = [
         sys.executable,
@@ -125,6 +218,7 @@ def child(args: argparse.Namespace, depth: int, mode: str) -> dict[str, Any]:
         str(args.seed),
         "--lookback",
         str(args.lookback),
+        *(["--server"] if args.server else []),
     ]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     line: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
@@ -148,14 +242,21 @@ def main() -> None:
     ap.add_argument("--max-gang", type=int, default=4)
     ap.add_argument("--lookback", type=int, default=0, help="maxQueueLookback (0: no bound)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--server",
+        action="store_true",
+        help="through the server's state: capture, delta, worker snapshot, core (needs --lookback)",
+    )
     ap.add_argument("--run-one", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--shape-classes", choices=("on", "off"), default="on", help=argparse.SUPPRESS)
     ap.add_argument("--window", choices=("on", "off"), default="on", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.compare == "window" and not args.lookback:
         ap.error("--compare window needs --lookback N")
+    if args.server and (args.compare or not args.lookback):
+        ap.error("--server needs --lookback N and no --compare")
     if args.run_one is not None:
-        run_one(args)
+        (run_server if args.server else run_one)(args)
         return
     depths = [int(d) for d in args.depths.split(",") if d]
     if args.million:

@@ -287,6 +287,33 @@ class HyperNodeSpec:
 
 
 @dataclass(slots=True)
+class Beyond:
+    """A queue's waiting jobs past a cycle's queue window (server.session.window)."""
+
+    jobs: int = 0
+    first: str = ""  # the first of them in the queue's order
+    request: Resources = field(default_factory=dict)  # what their tasks ask, in all
+    # The minResources of those that are Inqueue (admitted: they count as inqueue resources).
+    inqueue: Resources = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Window:
+    """What a session opened of its queues (server.session.window)."""
+
+    # Per queue with jobs past its window, those jobs.
+    beyond: dict[str, Beyond] = field(default_factory=dict)
+    # The queues that have jobs, in the order of their first job in the whole snapshot (the order
+    # the share plugins meet queues in, which their float sums follow).
+    queue_order: list[str] = field(default_factory=list)
+    lookback: int = 0  # maxQueueLookback (0: no window)
+
+    def report(self) -> dict[str, BeyondWindow]:
+        """Per queue, what the cycle's result says of the jobs past its window."""
+        return {q: BeyondWindow(self.lookback, b.jobs, b.first) for q, b in self.beyond.items()}
+
+
+@dataclass(slots=True)
 class ClusterSnapshot:
     nodes: list[NodeSpec]
     queues: list[QueueSpec]
@@ -299,6 +326,9 @@ class ClusterSnapshot:
     # The time the cycle plans from (epoch seconds; reservations and start estimates). None: the
     # clock when the cycle runs. Simulations set it to their simulated time.
     now: float | None = None
+    # The queue window its maker already applied (the server's resident state keeps one between
+    # cycles): ``jobs`` are the window's, these the rest. None: the cycle opens its own window.
+    window: Window | None = None
 
 
 # A job's condition while it is left out of scheduling: a cycle failed on it (reason CycleFailed)

@@ -10,6 +10,7 @@ model with the refused quantities held to the bound.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -122,12 +123,25 @@ def _resources(
     path: str, rl: pb.ResourceList, problems: list[str], *, unlimited: bool = False
 ) -> dict[str, float]:
     """``rl`` in canonical units; what the bounds refuse (a spec stored by an earlier version) is
-    noted in ``problems`` (one line naming the field) and held to the bound (too large) or 0."""
-    quantities = dict(rl.quantities)
+    noted in ``problems`` (one line naming the field) and held to the bound (too large) or 0.
+    A new dict each call; parsed once per distinct list (``_parsed``)."""
+    parsed, problem = _parsed(tuple(rl.quantities.items()), unlimited)
+    if problem:
+        problems.append(f"{path}.{problem}")
+    return dict(parsed)
+
+
+# Jobs repeat their requests (every replica, and most jobs of a queue): a restart that rebuilds a
+# million jobs parses a few distinct lists. Keyed by the list's items as the map yields them.
+@functools.lru_cache(maxsize=4096)
+def _parsed(items: tuple[tuple[str, str], ...], unlimited: bool) -> tuple[dict[str, float], str]:
+    """The list's quantities in canonical units (callers copy it) and what the bounds refuse in
+    it ("" : nothing; the first refusal, without the field's path)."""
+    quantities = dict(items)
     try:
-        return parse_resources(quantities, allow_unlimited=unlimited)
+        return parse_resources(quantities, allow_unlimited=unlimited), ""
     except QuantityError as exc:
-        problems.append(f"{path}.{exc}")
+        problem = str(exc)
     out: dict[str, float] = {}
     for name, raw in quantities.items():
         try:
@@ -136,7 +150,19 @@ def _resources(
             out[name] = MAX_CANONICAL
         except QuantityError:
             out[name] = 0.0
-    return out
+    return out, problem
+
+
+def parsed_requests(spec: pb.JobSpec) -> tuple[list[dict[str, float]], dict[str, float], str]:
+    """Per task group its request, the job's minResources, in canonical units (new dicts), and
+    what today's bounds refuse in them ("" : nothing): what ``checked_job_to_model`` reads."""
+    problems: list[str] = []
+    requests = [
+        _resources(f"job.task_groups[{g}].request", tg.request, problems)
+        for g, tg in enumerate(spec.task_groups)
+    ]
+    min_resources = _resources("job.min_resources", spec.min_resources, problems)
+    return requests, min_resources, "; ".join(problems)
 
 
 def job_to_model(spec: pb.JobSpec, creation_index: int) -> model.JobSpec:
@@ -152,13 +178,8 @@ def valid_job_to_model(job: ValidJob, creation_index: int) -> model.JobSpec:
 def checked_job_to_model(spec: pb.JobSpec, creation_index: int) -> tuple[model.JobSpec, str]:
     """``job_to_model``, and what today's bounds refuse in ``spec`` ("" when nothing: always so for
     a spec validated now), e.g. ``job.task_groups[0].request.cpu: '1e308' is more than ...``."""
-    problems: list[str] = []
-    requests = [
-        _resources(f"job.task_groups[{g}].request", tg.request, problems)
-        for g, tg in enumerate(spec.task_groups)
-    ]
-    min_resources = _resources("job.min_resources", spec.min_resources, problems)
-    return _job_model(spec, creation_index, requests, min_resources), "; ".join(problems)
+    requests, min_resources, refusal = parsed_requests(spec)
+    return _job_model(spec, creation_index, requests, min_resources), refusal
 
 
 def _job_model(

@@ -29,7 +29,7 @@ from server.service.observability import Telemetry
 from server.service.observability.cycletrace import CycleObservation
 from server.service.observability.history import CycleHistory
 from server.service.retention import commit_and_drop_finished
-from server.service.snapshot import Capture, capture
+from server.service.snapshot import Capture, capture, prepare_capture
 from server.service.state import ClusterState
 from server.service.store import StateFileLost, StoreWriter
 from server.service.timelimits import enforce_time_limits
@@ -159,6 +159,7 @@ class CycleLoop:
         self.writer = writer
         self.configs = configs
         self.core = SchedulerCore(configs.config)
+        self.config = configs.config  # the one the core has: the capture's queue window follows it
         self.runner = CoreRunner(worker)
         self.period = period
         # At least this long from one cycle's start to the next: a burst of submissions and deltas
@@ -223,10 +224,12 @@ class CycleLoop:
         config = self.configs.take_pending()
         if config is not None:
             self.core.update_config(config)
+            self.config = config
             self.state.set_priority_classes(priority_classes_of(config))
         started = time.perf_counter()
         self._running = True
-        captured = capture(self.state)
+        await prepare_capture(self.state, self.config)
+        captured = capture(self.state, self.config)
         with self.telemetry.cycle(captured) as obs:  # trace + metrics; cycle_id on every log line
             await self._cycle(captured, obs, started)
 

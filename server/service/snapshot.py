@@ -16,11 +16,12 @@ from functools import cached_property
 from typing import Any
 
 from server import model
+from server.config import SchedulerConfig
 from server.model import OCCUPYING, PodGroupPhase, TaskStatus
 from server.service.control import CycleGates
 from server.service.records import JobRecord
 from server.service.state import ClusterState
-from server.session.window import summarize
+from server.session.window import lookback_of, summarize, waiting_order
 
 # A task as a cycle sees it: status, node, the device ids it holds whole, the GPU it shares ("":
 # none). The core has no Unknown: a task Unknown (its backend silent) is Running on its node there,
@@ -46,6 +47,8 @@ class Capture:
     foreign: list[model.TaskSpec]
     priority_classes: dict[str, model.PriorityClass]
     now: float | None = None  # the state's clock at capture: what the cycle plans from
+    # The queue window the capture applied (``jobs`` are the window's), None: the core's own.
+    window: model.Window | None = None
 
     @cached_property
     def by_job(self) -> dict[str, tuple[JobRecord, list[TaskState]]]:
@@ -60,6 +63,7 @@ class Capture:
             self.foreign,
             self.priority_classes,
             self.now,
+            self.window,
         )
 
 
@@ -81,6 +85,7 @@ def materialize(
     foreign: list[model.TaskSpec],
     priority_classes: dict[str, model.PriorityClass],
     now: float | None = None,
+    window: model.Window | None = None,
 ) -> model.ClusterSnapshot:
     """Deep copies: the server's records go on changing while a cycle runs on them."""
     return _snapshot(
@@ -90,6 +95,7 @@ def materialize(
         foreign,
         priority_classes,
         now,
+        window,
     )
 
 
@@ -100,6 +106,7 @@ def _snapshot(
     foreign: list[model.TaskSpec],
     priority_classes: dict[str, model.PriorityClass],
     now: float | None = None,
+    window: model.Window | None = None,
 ) -> model.ClusterSnapshot:
     return model.ClusterSnapshot(
         nodes=nodes,
@@ -111,6 +118,7 @@ def _snapshot(
             for k, v in priority_classes.items()
         },
         now=now,
+        window=window,  # (made per capture, never changed after: not copied)
     )
 
 
@@ -214,38 +222,50 @@ def _deep(value: Any) -> Any:
     return value
 
 
-def capture(state: ClusterState) -> Capture:
+def configure_window(state: ClusterState, config: SchedulerConfig) -> bool:
+    """Set the state's waiting index to ``config``'s queue window; whether there is one."""
+    lookback = lookback_of(config)
+    state.waiting.configure(lookback, waiting_order(config) if lookback > 0 else None)
+    return state.waiting.enabled
+
+
+async def prepare_capture(state: ClusterState, config: SchedulerConfig) -> None:
+    """Before ``capture`` on the event loop: file what the waiting index has not (every job,
+    after a restart) a step at a time, so the capture itself stays short."""
+    if configure_window(state, config):
+        await state.waiting.settle_in_steps(state.jobs)
+
+
+def capture(state: ClusterState, config: SchedulerConfig | None = None) -> Capture:
     """What the next cycle works on, taken now (cheap: references to immutable specs and each
-    task's status and node); the cycle id is assigned here."""
+    task's status and node); the cycle id is assigned here. With ``config``'s queue window
+    (``maxQueueLookback``, server.session.window) the state's ``WaitingIndex`` picks the jobs:
+    those that hold something or that the gates decide, and the first waiting jobs of each
+    queue (the others are counted, not captured)."""
     cycle_id = state.next_cycle_id
     state.next_cycle_id += 1
     state.set_meta("next_cycle_id", str(state.next_cycle_id))
-    jobs = []
+    index = state.waiting
+    # (without a config: every job, the reference in tests)
+    windowed = config is not None and configure_window(state, config)
+    candidates: Iterable[JobRecord]
+    if windowed:
+        state.touch_changed_jobs()  # (changes not committed yet count too)
+        index.settle(state.jobs)
+        candidates = _others(state)
+    else:
+        candidates = state.jobs.values()
+    chosen: list[JobRecord] = []
     # Tasks of jobs that are over but still hold a node (being released, or kept running by a
     # TYJob's cleanPodPolicy None), and of quarantined jobs, hold its capacity like foreign work.
     leftovers: list[model.TaskSpec] = []
     # Held jobs, jobs waiting for a dependency and array elements beyond their array's limit are
     # left out (their conditions say why); what they still hold is held like a quarantined job's.
     gates = CycleGates(state, cycle_id)
-    for rec in state.jobs.values():
+    for rec in candidates:
         if rec.active and not rec.status.quarantined and not gates.excludes(rec):
             if not rec.checked_template()[1]:
-                jobs.append(
-                    (
-                        rec,
-                        rec.status.sched_phase,
-                        [
-                            (
-                                core_status(t.status),
-                                t.node,
-                                tuple(t.devices),
-                                t.gpu_group,
-                            )
-                            for t in rec.tasks
-                        ],
-                        rec.status.leader_restarts,
-                    )
-                )
+                chosen.append(rec)
                 continue
             # A spec stored by an earlier version that today's bounds refuse: never scheduled.
             state.quarantine(
@@ -269,14 +289,43 @@ def capture(state: ClusterState) -> Capture:
                 for spec, t in zip(rec.template.tasks, rec.tasks, strict=True)
                 if t.node and t.status in OCCUPYING
             ]
+    window = None
+    if windowed:
+        picked = index.pick(state.jobs, state.queues, chosen)
+        chosen, window = picked.jobs, picked.window
     return Capture(
         cycle_id=cycle_id,
         nodes=[e.spec for e in state.nodes.values()],
         queues=[e.spec for e in state.queues.values()],
-        jobs=jobs,
+        jobs=[_captured(rec) for rec in chosen],
         foreign=[f.spec for f in state.foreign.values()] + leftovers,
         priority_classes=dict(state.priority_classes),
         now=state.clock(),
+        window=window,
+    )
+
+
+def _others(state: ClusterState) -> list[JobRecord]:
+    """The jobs the waiting index did not file, in creation order (array elements are asked in
+    that order); ids of jobs that left memory are dropped."""
+    others, jobs = state.waiting.others, state.jobs
+    found = []
+    for job_id in list(others):
+        rec = dict.get(jobs, job_id)
+        if rec is None:
+            del others[job_id]
+        else:
+            found.append(rec)
+    found.sort(key=lambda rec: rec.creation_index)
+    return found
+
+
+def _captured(rec: JobRecord) -> tuple[JobRecord, PodGroupPhase, list[TaskState], int]:
+    return (
+        rec,
+        rec.status.sched_phase,
+        [(core_status(t.status), t.node, tuple(t.devices), t.gpu_group) for t in rec.tasks],
+        rec.status.leader_restarts,
     )
 
 
@@ -296,6 +345,8 @@ class CaptureDelta:
     foreign: list[model.TaskSpec] | None
     priority_classes: dict[str, model.PriorityClass] | None
     now: float | None = None  # the capture's clock (always sent: not a change)
+    window: model.Window | None = None  # the capture's queue window (always sent)
+    window_changed: bool = False  # not the window of the capture before
 
     def size(self) -> int:
         """How many nodes and jobs it carries (what a cycle's transfer costs)."""
@@ -307,6 +358,7 @@ class CaptureDelta:
             not self.full
             and not self.nodes
             and not self.jobs
+            and not self.window_changed
             and all(
                 x is None
                 for x in (
@@ -336,6 +388,7 @@ class DeltaSender:
         self._jobs: dict[str, JobState] = {}
         self._foreign: list[model.TaskSpec] = []
         self._priority_classes: dict[str, model.PriorityClass] = {}
+        self._window: model.Window | None = None
 
     def delta(self, cap: Capture) -> CaptureDelta:
         full = self._full
@@ -362,8 +415,11 @@ class DeltaSender:
             if full or cap.priority_classes != self._priority_classes
             else None,
             now=cap.now,
+            window=cap.window,
+            window_changed=full or cap.window != self._window,
         )
         self._full = False
+        self._window = cap.window
         self._nodes, self._jobs = now_nodes, now_jobs
         self._queues, self._foreign = list(cap.queues), list(cap.foreign)
         self._priority_classes = dict(cap.priority_classes)
@@ -389,6 +445,7 @@ class ResidentState:
         self.foreign: list[model.TaskSpec] = []
         self.priority_classes: dict[str, model.PriorityClass] = {}
         self.now: float | None = None
+        self.window: model.Window | None = None
         # The job specs the last snapshot was made of, with the state each was built from.
         self._job_copies: dict[str, tuple[JobState, model.JobSpec]] = {}
 
@@ -412,6 +469,7 @@ class ResidentState:
         if delta.priority_classes is not None:
             self.priority_classes = delta.priority_classes
         self.now = delta.now
+        self.window = delta.window
 
     def materialize(self) -> model.ClusterSnapshot:
         job_copies: dict[str, tuple[JobState, model.JobSpec]] = {}
@@ -430,6 +488,7 @@ class ResidentState:
             self.foreign,
             self.priority_classes,
             self.now,
+            self.window,
         )
 
 

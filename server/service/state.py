@@ -488,6 +488,8 @@ def queue_allocated(state: ClusterState) -> dict[str, dict[str, float]]:
         alloc = allocated.get(rec.spec.queue)
         if not rec.active or alloc is None:
             continue
+        if not any(t.status in ALLOCATED_OR_UNKNOWN for t in rec.tasks):
+            continue  # (a waiting job's template need not be built: a restart builds none)
         for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
             if t.status in ALLOCATED_OR_UNKNOWN:
                 for r, v in tmpl.request.items():

@@ -33,6 +33,7 @@ from server.service.records import (
 )
 from server.service.store import JobArchive, StoredJob, StoredState, WriteBatch
 from server.service.views import job_proto
+from server.service.waiting import WaitingIndex
 
 
 class JobTable(dict[str, JobRecord]):
@@ -149,6 +150,8 @@ class StateTables:
         self.next_cycle_id = 1
         self.next_creation_index = 1
         self.changes = ChangeSet()
+        # The waiting jobs of each queue in queue order, kept between cycles (the queue window).
+        self.waiting = WaitingIndex()
 
     @property
     def archive(self) -> JobArchive | None:
@@ -156,6 +159,7 @@ class StateTables:
 
     def index_job(self, rec: JobRecord) -> None:
         self.jobs[rec.id] = rec
+        self.waiting.touch(rec.id)
         if rec.active:
             self.active_jobs[rec.id] = rec
         if rec.spec.array_job_id:
@@ -179,7 +183,9 @@ class StateTables:
             q = pb.Queue.FromString(blob)
             self.queues[name] = QueueEntry(q, convert.queue_to_model(q))
         for job in stored.jobs:
-            rec = record_from_stored(job)
+            # The core's view of each job is built when first used (a cycle's window, usage): a
+            # restart of a million waiting jobs builds the few a cycle opens, not a million.
+            rec = record_from_stored(job, template=False)
             self.index_job(rec)
             self.next_creation_index = max(self.next_creation_index, job.creation_index + 1)
         ended = sorted(
@@ -191,6 +197,7 @@ class StateTables:
         for b in stored.backends:
             self.backends[b.name] = b
         self.decisions.restore(stored.pending_decisions, self.clock())
+        self.waiting.touch_all()
 
     def reset(self) -> None:
         """Forget everything (back to a new state's empty tables), keeping the hooks and the
@@ -202,8 +209,20 @@ class StateTables:
         for index in (self.tasks, self.task_job, self.foreign, self.arrays):
             index.clear()
         self.changes.clear()
+        self.waiting.clear()
         self.next_cycle_id = 1
         self.next_creation_index = 1
+
+    def touch_changed_jobs(self) -> None:
+        """Tell the waiting index which jobs changed (a job, or one of its tasks) since the last
+        commit: everything that changes a job is in the change set, as the store must write it."""
+        waiting, task_job = self.waiting, self.task_job
+        for job_id in self.changes.jobs:
+            waiting.touch(job_id)
+        for uid in self.changes.tasks:
+            job = task_job.get(uid)
+            if job is not None:
+                waiting.touch(job.id)
 
     def forget_changes(self) -> None:
         """Drop what is marked to write (a follower's state mirrors the store and writes nothing)."""
@@ -259,6 +278,7 @@ class StateTables:
             self.tasks[task.uid] = task
             events.setdefault(job_rec.id, pb.JobEvent.TYPE_MODIFIED)
         for job_id in events:
+            self.waiting.touch(job_id)
             rec = dict.get(self.jobs, job_id)
             if rec is None:
                 continue
@@ -278,6 +298,7 @@ class StateTables:
     def commit(self) -> WriteBatch:
         """The change set -> a WriteBatch (rows serialized now); publishes pending WatchJobs events."""
         changes = self.changes
+        self.touch_changed_jobs()
         batch = WriteBatch()
         if self.decisions.counter_dirty:
             changes.meta["next_decision_id"] = str(self.decisions.next_id)
@@ -326,7 +347,11 @@ def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
     """A job's record as the store has it (spec, status and the stored task rows); ``template``
     False leaves the core's view to be built if ever used (a read-only answer never does)."""
     rec = new_job_record(
-        pb.JobSpec.FromString(job.spec), job.creation_index, job.status, template=template
+        pb.JobSpec.FromString(job.spec),
+        job.creation_index,
+        job.status,
+        template=template,
+        spec_bytes=job.spec,  # (what was stored is the spec's deterministic serialization)
     )
     by_uid = {t.uid: t for t in job.tasks}
     for i, t in enumerate(rec.tasks):
@@ -337,7 +362,12 @@ def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
 
 
 def new_job_record(
-    spec: pb.JobSpec, creation_index: int, status: JobStatusRecord, *, template: bool = True
+    spec: pb.JobSpec,
+    creation_index: int,
+    status: JobStatusRecord,
+    *,
+    template: bool = True,
+    spec_bytes: bytes | None = None,
 ) -> JobRecord:
     """A job's record from its normalized spec, one pending task per replica; the core's view of
     it (``template``) built now unless asked not to."""
@@ -347,7 +377,9 @@ def new_job_record(
             tasks.append(TaskRecord(convert.task_uid(spec.id, tg.role, i), spec.id, tg.role, i))
     rec = JobRecord(
         spec=spec,
-        spec_bytes=spec.SerializeToString(deterministic=True),
+        spec_bytes=spec_bytes
+        if spec_bytes is not None
+        else spec.SerializeToString(deterministic=True),
         creation_index=creation_index,
         tasks=tasks,
         status=status,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from muster.devices import Device
-from server.model import ENDED, ClusterSnapshot, CycleResult, PodGroupPhase, TaskStatus
+from server.model import ENDED, ClusterSnapshot, CycleResult, PodGroupPhase, TaskStatus, Window
 from server.session.evaluator import NodeEvaluator
 from server.session.extension_points import (
     ALLOCATABLE,
@@ -74,7 +74,6 @@ from server.session.priority_queue import PriorityQueue
 from server.session.shape_classes import SESSION_PARAMETER as SHAPE_CLASSES
 from server.session.shape_classes import ShapeClasses, session_bool
 from server.session.statement import Statement
-from server.session.window import Window
 
 # Re-exported: plugins and tests have always found these here.
 __all__ = ["EventHandler", "PriorityQueue", "Session", "ValidateResult"]

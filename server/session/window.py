@@ -22,13 +22,13 @@ allocate still considers at most L jobs per queue.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable, Iterable, Sized
+from dataclasses import replace
+from typing import Any, Protocol
 
 from muster.quantity import MIN_RESOURCE
 from server.model import (
-    BeyondWindow,
+    Beyond,
     ClusterSnapshot,
     JobSpec,
     PodGroupPhase,
@@ -36,6 +36,7 @@ from server.model import (
     TaskSpec,
     TaskStatus,
     WaitingSummary,
+    Window,
 )
 from server.session.extension_points import HIERARCHY_SWITCH, JOB_ORDER
 from server.session.options import SchedulerConfig
@@ -47,29 +48,41 @@ SPEC_ORDERED = frozenset({"priority", "gang", "drf"})
 ORDERED_OTHERWISE = frozenset({"sla", "tdm", "tyarranger"})
 
 
-@dataclass(slots=True)
-class Beyond:
-    """A queue's waiting jobs past the window."""
-
-    jobs: int = 0
-    first: str = ""  # the first of them in the queue's order
-    request: Resources = field(default_factory=dict)  # what their tasks ask, in all
-    # The minResources of those that are Inqueue (admitted: they count as inqueue resources).
-    inqueue: Resources = field(default_factory=dict)
-
-
 def lookback_of(config: SchedulerConfig) -> int:
     value = config.session.get(LOOKBACK, 0)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+class Ordered(Protocol):
+    """What a waiting job's place in its queue is read from (a ``JobSpec`` has it all)."""
+
+    @property
+    def uid(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def creation_index(self) -> int: ...
+    @property
+    def min_member(self) -> int | None: ...
+    @property
+    def tasks(self) -> Sized: ...
+
+
 # A waiting job's place in its queue, from its spec and how many of its tasks are best-effort.
-OrderKey = Callable[[JobSpec, int], tuple[Any, ...]]
+OrderKey = Callable[[Ordered, int], tuple[Any, ...]]
 
 
 def waiting_order(config: SchedulerConfig) -> OrderKey | None:
     """The order allocate takes whole-waiting jobs in, from their specs; None when the
-    configuration orders them by something else (no window then)."""
+    configuration orders them by something else (no window then). The same configuration order
+    gives the same function (the server's resident window compares them)."""
+    keys = _order_plugins(config)
+    return None if keys is None else _ORDERS.get(keys)
+
+
+def _order_plugins(config: SchedulerConfig) -> tuple[str, ...] | None:
+    """The spec-ordered job-order plugins of the configuration in tier order; None: another
+    job order decides."""
     if config.profile != "volcano":
         return None
     keys: list[str] = []
@@ -83,23 +96,23 @@ def waiting_order(config: SchedulerConfig) -> OrderKey | None:
                 return None
             if option.name in SPEC_ORDERED and option.name != "drf":  # drf: every share is 0
                 keys.append(option.name)
-    # priority: higher first; gang: not ready first (a job with no task placed is ready when its
-    # best-effort tasks make its minimum, server.session.info.JobInfo.is_ready). Then the
-    # session's ties: creation order, uid. Spelled out: this runs for every waiting job.
-    if keys == ["priority", "gang"]:
-        return lambda j, be: (-j.priority, _ready(j, be), j.creation_index, j.uid)
-    if keys == ["gang", "priority"]:
-        return lambda j, be: (_ready(j, be), -j.priority, j.creation_index, j.uid)
-    if keys == ["priority"]:
-        return lambda j, be: (-j.priority, j.creation_index, j.uid)
-    if keys == ["gang"]:
-        return lambda j, be: (_ready(j, be), j.creation_index, j.uid)
-    if not keys:
-        return lambda j, be: (j.creation_index, j.uid)
-    return None  # a plugin named twice: let allocate order them
+    return tuple(keys)
 
 
-def _ready(job: JobSpec, best_effort: int) -> bool:
+# priority: higher first; gang: not ready first (a job with no task placed is ready when its
+# best-effort tasks make its minimum, server.session.info.JobInfo.is_ready). Then the session's
+# ties: creation order, uid. Spelled out: this runs for every waiting job. A plugin named twice
+# has no entry: allocate orders those jobs.
+_ORDERS: dict[tuple[str, ...], OrderKey] = {
+    ("priority", "gang"): lambda j, be: (-j.priority, _ready(j, be), j.creation_index, j.uid),
+    ("gang", "priority"): lambda j, be: (_ready(j, be), -j.priority, j.creation_index, j.uid),
+    ("priority",): lambda j, be: (-j.priority, j.creation_index, j.uid),
+    ("gang",): lambda j, be: (_ready(j, be), j.creation_index, j.uid),
+    (): lambda j, be: (j.creation_index, j.uid),
+}
+
+
+def _ready(job: Ordered, best_effort: int) -> bool:
     return best_effort >= (job.min_member if job.min_member is not None else len(job.tasks))
 
 
@@ -130,27 +143,14 @@ def waits_whole(job: JobSpec) -> bool:
     return _waiting(job).best_effort >= 0
 
 
-@dataclass(slots=True)
-class Window:
-    """What a session opened of its queues."""
-
-    # Per queue with jobs past its window, those jobs.
-    beyond: dict[str, Beyond] = field(default_factory=dict)
-    # The queues that have jobs, in the order of their first job in the whole snapshot (the order
-    # the share plugins meet queues in, which their float sums follow).
-    queue_order: list[str] = field(default_factory=list)
-    lookback: int = 0  # maxQueueLookback (0: no window)
-
-    def report(self) -> dict[str, BeyondWindow]:
-        """Per queue, what the cycle's result says of the jobs past its window."""
-        return {q: BeyondWindow(self.lookback, b.jobs, b.first) for q, b in self.beyond.items()}
-
-
 def open_window(
     snapshot: ClusterSnapshot, config: SchedulerConfig
 ) -> tuple[ClusterSnapshot, Window]:
     """The snapshot a session opens, and what of each queue waits beyond its window (no window:
-    the snapshot itself and nothing beyond)."""
+    the snapshot itself and nothing beyond). A snapshot its maker already windowed (the
+    server's resident state, ``ClusterSnapshot.window``) is opened as it is."""
+    if snapshot.window is not None:
+        return snapshot, snapshot.window
     lookback = lookback_of(config)
     order = waiting_order(config) if lookback > 0 else None
     if order is None:
@@ -176,23 +176,34 @@ def open_window(
         first = heapq.nsmallest(lookback + 1, places)
         opened = {i for _, i in first[:lookback]}
         past = Beyond(first=jobs[first[lookback][1]].uid)
-        request, inqueue = past.request, past.inqueue
         for _, i in places:
             if i in opened:
                 continue
             hidden.add(i)
             job = jobs[i]
-            past.jobs += 1
             asked = summaries[i]
             assert asked is not None  # every whole-waiting job was summarised above
-            for name, value in asked.request.items():
-                request[name] = request.get(name, 0.0) + value
-            if job.phase == PodGroupPhase.INQUEUE and job.min_resources:
-                for name, value in job.min_resources.items():
-                    inqueue[name] = inqueue.get(name, 0.0) + value
+            count_beyond(past, asked, inqueue_resources(job.phase, job.min_resources))
         beyond[queue] = past
     if not beyond:
         return snapshot, Window()
     # In the snapshot's order, which the session's ties and the result's order follow.
     trimmed = replace(snapshot, jobs=[j for i, j in enumerate(jobs) if i not in hidden])
     return trimmed, Window(beyond, list(seen), lookback)
+
+
+def inqueue_resources(phase: PodGroupPhase, min_resources: Resources | None) -> Resources | None:
+    """What a waiting job adds to its queue's inqueue resources: its minResources once admitted."""
+    return min_resources if phase == PodGroupPhase.INQUEUE and min_resources else None
+
+
+def count_beyond(past: Beyond, summary: WaitingSummary, inqueue: Resources | None) -> None:
+    """Count one more job (its summary, its ``inqueue_resources``) past a queue's window."""
+    past.jobs += 1
+    request = past.request
+    for name, value in summary.request.items():
+        request[name] = request.get(name, 0.0) + value
+    if inqueue:
+        into = past.inqueue
+        for name, value in inqueue.items():
+            into[name] = into.get(name, 0.0) + value

@@ -30,8 +30,9 @@ from server.model import (
     PodGroupPhase,
     TaskStatus,
     WaitingSummary,
+    Window,
 )
-from server.session.window import Window, open_window, summarize
+from server.session.window import open_window, summarize
 
 
 def allocate_only(config_yaml: str) -> str:

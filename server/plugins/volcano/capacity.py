@@ -40,7 +40,7 @@ import numpy as np
 import structlog
 
 from muster.quantity import CPU, MEMORY, MIN_RESOURCE
-from server.model import PodGroupPhase, QueueSpec, TaskStatus
+from server.model import Beyond, PodGroupPhase, QueueSpec, TaskStatus
 from server.plugins.base import Plugin
 from server.plugins.util import (
     beyond_limit,
@@ -70,7 +70,6 @@ from server.session.extension_points import (
 )
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share
 from server.session.session import Session
-from server.session.window import Beyond
 
 ROOT = "root"
 ANCESTOR_RECLAIM_LEVEL = "ancestorReclaimLevel"

@@ -1,0 +1,332 @@
+"""The resident queue window: the server keeps its waiting jobs in queue order between cycles.
+
+With ``maxQueueLookback`` L under a spec-ordered job order (``server.session.window``), a cycle
+opens only the first L jobs of each queue that wait whole. Finding them by looking at every job
+each cycle costs a pass over the whole queue (a million jobs: seconds, in capture, in the delta
+to the core's worker, in the worker's copy and in the core). ``WaitingIndex`` keeps, per queue,
+the jobs that wait whole and need nothing else decided about them (*plain*: active, not held,
+not quarantined, no dependencies, not an array element) sorted in that order, with their
+requests summed; every other job is kept in ``others``. A capture then walks ``others`` (what
+holds something, and the jobs whose gates a cycle decides) and the first L + 1 entries of each
+queue: its cost follows what can be placed, not the depth of the queues.
+
+The index follows the state through its change set: every change of a job or of one of its
+tasks is in ``ChangeSet`` (the store must write it), so ``StateTables`` marks each changed job
+``touch``-ed, and ``settle`` (at capture) files the touched jobs again. A restore, a reset or a
+new configuration order files every job again.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import anyio
+from sortedcontainers import SortedList
+
+from muster.quantity import MIN_RESOURCE
+from server.model import Beyond, Resources, TaskStatus, WaitingSummary, Window
+from server.service.convert import parsed_requests
+from server.service.records import JobRecord
+from server.session.window import OrderKey, count_beyond, inqueue_resources, summarize
+
+PENDING = TaskStatus.PENDING
+# Jobs filed between two yields to the event loop when every job is filed (a restart).
+FILING_STEP = 20_000
+
+
+def waiting_summary(rec: JobRecord) -> WaitingSummary | None:
+    """The job's ``WaitingSummary`` when it waits whole (every task Pending, one asking for
+    resources), else None."""
+    if any(t.status is not PENDING for t in rec.tasks):
+        return None
+    summary = summarize(rec.template.tasks)  # all Pending: the template's requests are theirs
+    return summary if summary.best_effort >= 0 else None
+
+
+@dataclass(slots=True)
+class _Entry:
+    queue: str
+    created: int  # its creation index
+    key: tuple[object, ...]
+    summary: WaitingSummary
+    inqueue: Resources | None  # its minResources while Inqueue
+
+
+@dataclass(frozen=True, slots=True)
+class _Place:
+    """What a job's place in its queue is read from (``server.session.window.Ordered``), taken
+    from its stored spec: a job filed here needs no template (a restart builds none)."""
+
+    uid: str
+    priority: int
+    creation_index: int
+    min_member: int
+    tasks: range
+
+
+def _filed(rec: JobRecord, order: OrderKey) -> _Entry | None:
+    """The job's entry when nothing but its place decides whether it is in a cycle (active, not
+    held, not quarantined, a valid spec, no dependencies, not an array element: the gates of
+    ``server.service.control.CycleGates`` decide those each cycle) and it waits whole. Read from
+    its spec alone: what ``waiting_summary`` and its template would say, summed in the same
+    order."""
+    st = rec.status
+    if not rec.active or st.hold or st.quarantined or rec.controlled:
+        return None
+    if any(t.status is not PENDING for t in rec.tasks):
+        return None
+    spec = rec.spec
+    requests, min_resources, refusal = parsed_requests(spec)
+    if refusal:
+        return None  # the capture quarantines it
+    best_effort = count = 0
+    request: Resources = {}
+    for group, asked in zip(spec.task_groups, requests, strict=True):
+        count += group.replicas
+        if max(asked.values(), default=0.0) < MIN_RESOURCE:
+            best_effort += group.replicas
+        for _ in range(group.replicas):  # (per task, as summarize adds them)
+            for name, value in asked.items():
+                request[name] = request.get(name, 0.0) + value
+    if best_effort >= count:
+        return None  # best-effort tasks only: backfill's
+    place = _Place(
+        spec.id, spec.priority, rec.creation_index, rec.min_member, range(len(rec.tasks))
+    )
+    return _Entry(
+        spec.queue,
+        rec.creation_index,
+        order(place, best_effort),
+        WaitingSummary(best_effort, request),
+        inqueue_resources(st.sched_phase, min_resources or None),
+    )
+
+
+@dataclass
+class _Queue:
+    """One queue's plain waiting jobs: in order, by creation, and their requests summed."""
+
+    ordered: SortedList = field(default_factory=SortedList)  # (key, job id)
+    created: SortedList = field(default_factory=SortedList)  # creation indexes
+    request: dict[str, float] = field(default_factory=dict)
+    inqueue: dict[str, float] = field(default_factory=dict)
+
+    def add(self, job_id: str, entry: _Entry, sign: float) -> None:
+        if sign > 0:
+            self.ordered.add((entry.key, job_id))
+            self.created.add(entry.created)
+        else:
+            self.ordered.remove((entry.key, job_id))
+            self.created.remove(entry.created)
+        _add_to(self.request, entry.summary.request, sign)
+        if entry.inqueue:
+            _add_to(self.inqueue, entry.inqueue, sign)
+        if not self.ordered:  # nothing left: no rounding left behind either
+            self.request.clear()
+            self.inqueue.clear()
+
+
+def _add_to(into: dict[str, float], values: Mapping[str, float], sign: float) -> None:
+    for name, value in values.items():
+        into[name] = into.get(name, 0.0) + sign * value
+
+
+def _settle_rounding(values: dict[str, float]) -> None:
+    """A sum less the window's part: what is left of a resource no job past the window asks is
+    rounding, not a request (a millionth of a unit is below any quantity a job can ask)."""
+    for name, value in values.items():
+        if abs(value) < 1e-6:
+            values[name] = 0.0
+
+
+@dataclass
+class WindowPick:
+    """A capture's jobs under the window: the records it opens (in creation order) and what
+    waits past each queue's window."""
+
+    jobs: list[JobRecord]
+    window: Window
+
+
+class WaitingIndex:
+    """The plain waiting jobs of each queue in queue order, and the other jobs (module docstring)."""
+
+    def __init__(self) -> None:
+        self.order: OrderKey | None = None
+        self.lookback = 0
+        self.rebuilds = 0  # how many times every job was filed again (tests, metrics)
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every job; the next ``settle`` files every job of the table again."""
+        self._entries: dict[str, _Entry] = {}
+        self._queues: dict[str, _Queue] = {}
+        self.others: dict[str, None] = {}  # job id -> None: every job not filed in a queue
+        self._touched: set[str] = set()
+        self._all_touched = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.lookback > 0 and self.order is not None
+
+    def configure(self, lookback: int, order: OrderKey | None) -> None:
+        """The configuration's window; a new order (or none) files every job again."""
+        if order is not self.order or (lookback > 0) != (self.lookback > 0):
+            self.clear()
+        self.order, self.lookback = order, lookback
+
+    def touch(self, job_id: str) -> None:
+        if self.enabled:  # (off, nothing is filed: turning it on files every job)
+            self._touched.add(job_id)
+
+    def touch_all(self) -> None:
+        self._all_touched = True
+
+    def __len__(self) -> int:
+        """How many jobs are filed in queues."""
+        return len(self._entries)
+
+    def settle(self, jobs: dict[str, JobRecord]) -> None:
+        """File the touched jobs again (every job after a ``clear`` or ``touch_all``); ``jobs``
+        is the state's table, read as a plain dict (not through to the store)."""
+        if self._all_touched:
+            for job_id in self._start_filing(jobs):
+                self._file(job_id, dict.get(jobs, job_id))
+        self._file_touched(jobs)
+
+    async def settle_in_steps(self, jobs: dict[str, JobRecord], step: int = FILING_STEP) -> None:
+        """``settle``, yielding to the event loop after every ``step`` jobs filed: filing every
+        job of a restart (a million: seconds) must not stall the loop (the lease's renewals,
+        the API). Jobs that change meanwhile are touched, and filed again by the next settle."""
+        if self._all_touched:
+            ids = self._start_filing(jobs)
+            for start in range(0, len(ids), step):
+                for job_id in ids[start : start + step]:
+                    self._file(job_id, dict.get(jobs, job_id))
+                await anyio.sleep(0)
+        self._file_touched(jobs)
+
+    def _start_filing(self, jobs: dict[str, JobRecord]) -> list[str]:
+        """Forget what is filed; every job of ``jobs`` is to be filed (the ids, in order)."""
+        self.rebuilds += 1
+        self._all_touched = False
+        self._entries.clear()
+        self._queues.clear()
+        self.others = {}
+        self._touched = set()
+        return list(jobs)
+
+    def _file_touched(self, jobs: dict[str, JobRecord]) -> None:
+        touched, self._touched = self._touched, set()
+        for job_id in touched:
+            self._file(job_id, dict.get(jobs, job_id))
+
+    def _file(self, job_id: str, rec: JobRecord | None) -> None:
+        old = self._entries.pop(job_id, None)
+        if old is not None:
+            self._queues[old.queue].add(job_id, old, -1)
+        if rec is None:
+            self.others.pop(job_id, None)
+            return
+        entry = _filed(rec, self.order) if self.order is not None and self.lookback > 0 else None
+        if entry is None:
+            self.others[job_id] = None
+            return
+        self.others.pop(job_id, None)
+        self._entries[job_id] = entry
+        queue = self._queues.get(entry.queue)
+        if queue is None:
+            queue = self._queues[entry.queue] = _Queue()
+        queue.add(job_id, entry, 1)
+
+    def pick(
+        self,
+        jobs: Mapping[str, JobRecord],
+        queues: Iterable[str],
+        others: list[JobRecord],
+    ) -> WindowPick:
+        """The jobs a cycle opens: ``others`` (the capture's choice among the jobs not filed
+        here, in creation order) and the first ``lookback`` waiting jobs of each known queue,
+        ``others`` that wait whole competing for those places in the same order; what waits
+        past them per queue. Jobs of a queue that does not exist are opened, all of them, as
+        ``server.session.window.open_window`` leaves them."""
+        assert self.order is not None
+        known = set(queues)
+        lookback = self.lookback
+        # Per queue, the others that wait whole: they compete with the filed jobs.
+        contenders: dict[str, list[tuple[tuple[object, ...], JobRecord, WaitingSummary]]] = {}
+        opened: list[JobRecord] = []
+        first_created: dict[str, int] = {}
+        for rec in others:
+            queue_name = rec.template.queue
+            summary = waiting_summary(rec) if queue_name in known else None
+            if summary is None:
+                opened.append(rec)
+            else:
+                key = self.order(rec.template, summary.best_effort)
+                contenders.setdefault(queue_name, []).append((key, rec, summary))
+            if queue_name in known:
+                first_created.setdefault(queue_name, rec.creation_index)
+        beyond: dict[str, Beyond] = {}
+        for name, queue in self._queues.items():
+            if not queue.ordered:
+                continue
+            if name not in known:
+                opened += (jobs[job_id] for _, job_id in queue.ordered)
+                continue
+            created = queue.created[0]
+            first_created[name] = min(first_created.get(name, created), created)
+            head = [
+                (key, jobs[job_id], self._entries[job_id].summary)
+                for key, job_id in itertools.islice(queue.ordered, lookback + 1)
+            ]
+            mine = contenders.pop(name, [])
+            places = sorted(head + mine, key=lambda place: place[0]) if mine else head
+            opened += (rec for _, rec, _ in places[:lookback])
+            waiting = len(queue.ordered) + len(mine)
+            if waiting <= lookback:
+                continue
+            # Past the window: every filed job but those of the head in the window (the sums
+            # kept, less theirs), and the contenders past it.
+            past = Beyond(
+                jobs=len(queue.ordered),
+                first=places[lookback][1].id,
+                request=dict(queue.request),
+                inqueue=dict(queue.inqueue),
+            )
+            for _, rec, summary in places[:lookback]:
+                entry = self._entries.get(rec.id)
+                if entry is not None:
+                    past.jobs -= 1
+                    _add_to(past.request, summary.request, -1)
+                    if entry.inqueue:
+                        _add_to(past.inqueue, entry.inqueue, -1)
+            for _, rec, summary in places[lookback:]:
+                if rec.id not in self._entries:
+                    count_beyond(
+                        past,
+                        summary,
+                        inqueue_resources(rec.status.sched_phase, rec.template.min_resources),
+                    )
+            _settle_rounding(past.request)
+            _settle_rounding(past.inqueue)
+            beyond[name] = past
+        for name, mine in contenders.items():  # queues with no filed jobs: contenders alone
+            mine.sort(key=lambda place: place[0])
+            opened += (rec for _, rec, _ in mine[:lookback])
+            if len(mine) > lookback:
+                past = Beyond(first=mine[lookback][1].id)
+                for _, rec, summary in mine[lookback:]:
+                    count_beyond(
+                        past,
+                        summary,
+                        inqueue_resources(rec.status.sched_phase, rec.template.min_resources),
+                    )
+                beyond[name] = past
+        opened.sort(key=lambda rec: rec.creation_index)
+        if not beyond:  # every waiting job opened: no window (as open_window says it)
+            return WindowPick(opened, Window())
+        queue_order = sorted(first_created, key=first_created.__getitem__)
+        return WindowPick(opened, Window(beyond, queue_order, lookback))
