@@ -346,19 +346,26 @@ class StateTables:
 def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
     """A job's record as the store has it (spec, status and the stored task rows); ``template``
     False leaves the core's view to be built if ever used (a read-only answer never does)."""
-    rec = new_job_record(
-        pb.JobSpec.FromString(job.spec),
+    spec = pb.JobSpec.FromString(job.spec)
+    by_uid = {t.uid: t for t in job.tasks}
+    tasks = []
+    for tg in spec.task_groups:
+        for i in range(tg.replicas):
+            uid = convert.task_uid(spec.id, tg.role, i)
+            stored = by_uid.get(uid)
+            if stored is None:
+                tasks.append(TaskRecord(uid, spec.id, tg.role, i))
+            else:
+                stored.read_legacy_shared_gpu(tg.gpu_fraction)
+                tasks.append(stored)
+    return new_job_record(
+        spec,
         job.creation_index,
         job.status,
         template=template,
         spec_bytes=job.spec,  # (what was stored is the spec's deterministic serialization)
+        tasks=tasks,
     )
-    by_uid = {t.uid: t for t in job.tasks}
-    for i, t in enumerate(rec.tasks):
-        if t.uid in by_uid:
-            stored = rec.tasks[i] = by_uid[t.uid]
-            stored.read_legacy_shared_gpu(rec.groups[t.role].gpu_fraction)
-    return rec
 
 
 def new_job_record(
@@ -368,13 +375,16 @@ def new_job_record(
     *,
     template: bool = True,
     spec_bytes: bytes | None = None,
+    tasks: list[TaskRecord] | None = None,
 ) -> JobRecord:
-    """A job's record from its normalized spec, one pending task per replica; the core's view of
-    it (``template``) built now unless asked not to."""
-    tasks = []
-    for tg in spec.task_groups:
-        for i in range(tg.replicas):
-            tasks.append(TaskRecord(convert.task_uid(spec.id, tg.role, i), spec.id, tg.role, i))
+    """A job's record from its normalized spec, one pending task per replica (or ``tasks``, one
+    per replica in order); the core's view of it (``template``) built now unless asked not to."""
+    if tasks is None:
+        tasks = [
+            TaskRecord(convert.task_uid(spec.id, tg.role, i), spec.id, tg.role, i)
+            for tg in spec.task_groups
+            for i in range(tg.replicas)
+        ]
     rec = JobRecord(
         spec=spec,
         spec_bytes=spec_bytes

@@ -18,6 +18,7 @@ new configuration order files every job again.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ import anyio
 from sortedcontainers import SortedList
 
 from muster.quantity import MIN_RESOURCE
+from muster.v1 import muster_pb2 as pb
 from server.model import Beyond, Resources, TaskStatus, WaitingSummary, Window
 from server.service.convert import parsed_requests
 from server.service.records import JobRecord
@@ -55,6 +57,41 @@ class _Entry:
 
 
 @dataclass(frozen=True, slots=True)
+class _Demand:
+    """What a waiting job asks, from its task groups' requests and replicas and its minResources:
+    one object per distinct demand (``_demand``), shared by every job that asks alike."""
+
+    summary: WaitingSummary
+    min_resources: Resources | None
+
+
+@functools.lru_cache(maxsize=4096)
+def _demand(groups: tuple[tuple[bytes, int], ...], min_resources: bytes) -> _Demand | None:
+    """The demand of task groups (each its request, serialized, and its replicas) and
+    minResources (serialized); None when the bounds refuse a quantity (the capture quarantines
+    the job) or every task is best-effort (backfill's). Sums in ``summarize``'s order."""
+    spec = pb.JobSpec()
+    for request, replicas in groups:
+        spec.task_groups.add(replicas=replicas).request.ParseFromString(request)
+    spec.min_resources.ParseFromString(min_resources)
+    requests, parsed_min, refusal = parsed_requests(spec)
+    if refusal:
+        return None
+    best_effort = count = 0
+    asked_in_all: Resources = {}
+    for (_, replicas), asked in zip(groups, requests, strict=True):
+        count += replicas
+        if max(asked.values(), default=0.0) < MIN_RESOURCE:
+            best_effort += replicas
+        for _ in range(replicas):  # (per task, as summarize adds them)
+            for name, value in asked.items():
+                asked_in_all[name] = asked_in_all.get(name, 0.0) + value
+    if best_effort >= count:
+        return None
+    return _Demand(WaitingSummary(best_effort, asked_in_all), parsed_min or None)
+
+
+@dataclass(frozen=True, slots=True)
 class _Place:
     """What a job's place in its queue is read from (``server.session.window.Ordered``), taken
     from its stored spec: a job filed here needs no template (a restart builds none)."""
@@ -70,37 +107,31 @@ def _filed(rec: JobRecord, order: OrderKey) -> _Entry | None:
     """The job's entry when nothing but its place decides whether it is in a cycle (active, not
     held, not quarantined, a valid spec, no dependencies, not an array element: the gates of
     ``server.service.control.CycleGates`` decide those each cycle) and it waits whole. Read from
-    its spec alone: what ``waiting_summary`` and its template would say, summed in the same
-    order."""
+    its spec alone: what ``waiting_summary`` and its template would say."""
     st = rec.status
     if not rec.active or st.hold or st.quarantined or rec.controlled:
         return None
     if any(t.status is not PENDING for t in rec.tasks):
         return None
     spec = rec.spec
-    requests, min_resources, refusal = parsed_requests(spec)
-    if refusal:
-        return None  # the capture quarantines it
-    best_effort = count = 0
-    request: Resources = {}
-    for group, asked in zip(spec.task_groups, requests, strict=True):
-        count += group.replicas
-        if max(asked.values(), default=0.0) < MIN_RESOURCE:
-            best_effort += group.replicas
-        for _ in range(group.replicas):  # (per task, as summarize adds them)
-            for name, value in asked.items():
-                request[name] = request.get(name, 0.0) + value
-    if best_effort >= count:
-        return None  # best-effort tasks only: backfill's
+    demand = _demand(
+        tuple(
+            (g.request.SerializeToString(deterministic=True), g.replicas) for g in spec.task_groups
+        ),
+        spec.min_resources.SerializeToString(deterministic=True),
+    )
+    if demand is None:
+        return None
+    summary = demand.summary
     place = _Place(
         spec.id, spec.priority, rec.creation_index, rec.min_member, range(len(rec.tasks))
     )
     return _Entry(
         spec.queue,
         rec.creation_index,
-        order(place, best_effort),
-        WaitingSummary(best_effort, request),
-        inqueue_resources(st.sched_phase, min_resources or None),
+        order(place, summary.best_effort),
+        summary,
+        inqueue_resources(st.sched_phase, demand.min_resources),
     )
 
 
@@ -113,8 +144,21 @@ class _Queue:
     request: dict[str, float] = field(default_factory=dict)
     inqueue: dict[str, float] = field(default_factory=dict)
 
+    # While every job is filed anew: the rows, sorted once at the end (``sort``), not one by one.
+    unsorted: list[tuple[tuple[object, ...], str]] | None = None
+    unsorted_created: list[int] = field(default_factory=list)
+
+    def sort(self) -> None:
+        if self.unsorted is not None:
+            self.ordered = SortedList(self.unsorted)
+            self.created = SortedList(self.unsorted_created)
+            self.unsorted, self.unsorted_created = None, []
+
     def add(self, job_id: str, entry: _Entry, sign: float) -> None:
-        if sign > 0:
+        if self.unsorted is not None:  # (filing every job: only additions)
+            self.unsorted.append((entry.key, job_id))
+            self.unsorted_created.append(entry.created)
+        elif sign > 0:
             self.ordered.add((entry.key, job_id))
             self.created.add(entry.created)
         else:
@@ -123,7 +167,7 @@ class _Queue:
         _add_to(self.request, entry.summary.request, sign)
         if entry.inqueue:
             _add_to(self.inqueue, entry.inqueue, sign)
-        if not self.ordered:  # nothing left: no rounding left behind either
+        if not self.ordered and self.unsorted is None:  # nothing left: no rounding either
             self.request.clear()
             self.inqueue.clear()
 
@@ -166,6 +210,7 @@ class WaitingIndex:
         self.others: dict[str, None] = {}  # job id -> None: every job not filed in a queue
         self._touched: set[str] = set()
         self._all_touched = True
+        self._filing = False  # every job being filed anew (rows sorted at the end)
 
     @property
     def enabled(self) -> bool:
@@ -194,6 +239,7 @@ class WaitingIndex:
         if self._all_touched:
             for job_id in self._start_filing(jobs):
                 self._file(job_id, dict.get(jobs, job_id))
+            self._sort_filed()
         self._file_touched(jobs)
 
     async def settle_in_steps(self, jobs: dict[str, JobRecord], step: int = FILING_STEP) -> None:
@@ -206,6 +252,7 @@ class WaitingIndex:
                 for job_id in ids[start : start + step]:
                     self._file(job_id, dict.get(jobs, job_id))
                 await anyio.sleep(0)
+            self._sort_filed()
         self._file_touched(jobs)
 
     def _start_filing(self, jobs: dict[str, JobRecord]) -> list[str]:
@@ -216,7 +263,14 @@ class WaitingIndex:
         self._queues.clear()
         self.others = {}
         self._touched = set()
+        self._filing = True
         return list(jobs)
+
+    def _sort_filed(self) -> None:
+        """Every job filed anew: each queue's rows sorted at once."""
+        self._filing = False
+        for queue in self._queues.values():
+            queue.sort()
 
     def _file_touched(self, jobs: dict[str, JobRecord]) -> None:
         touched, self._touched = self._touched, set()
@@ -238,7 +292,7 @@ class WaitingIndex:
         self._entries[job_id] = entry
         queue = self._queues.get(entry.queue)
         if queue is None:
-            queue = self._queues[entry.queue] = _Queue()
+            queue = self._queues[entry.queue] = _Queue(unsorted=[] if self._filing else None)
         queue.add(job_id, entry, 1)
 
     def pick(
