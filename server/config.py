@@ -300,11 +300,12 @@ SESSION_PARAMETERS: dict[str, str] = {
     "maxNumberConsolidationPreemptees": "int",  # consolidation's victim-job bound (-1: none, 0: off)
     "allowConsolidatingReclaim": "bool",  # reclaim victims re-placed elsewhere are not counted as lost
     "globalDefaultStalenessGracePeriod": "duration",  # stalegangeviction's grace period
-    "gangAcrossBackends": "bool",
+    "gangAcrossBackends": "bool",  # Muster: may a gang span backends (server/scheduler.py)
     "shapeClasses": "bool",  # allocate: skip a job whose shape found no room (server/session/shape_classes.py)
     "maxQueueLookback": "int",  # allocate: the most jobs of a queue one cycle considers (0: no bound)
-    "useSchedulingSignatures": "bool",  # KAI: skip a job no easier than one that found no victims  # Muster: may a gang span backends (server/scheduler.py)
+    "useSchedulingSignatures": "bool",  # KAI: skip a job no easier than one that found no victims
     "scenarioFilters": "bool",  # KAI victim searches: reject a scenario before simulating it (default true)
+    "solverPruning": "bool",  # KAI victim searches: skip scenarios sure to fail alike (default true)
     "queueDepthPerAction": "per-action",  # KAI: the most jobs of a queue each action tries
     "simulationBudgetPerAction": "per-action",  # KAI victim searches: the most scenarios an action simulates
 }

@@ -124,6 +124,9 @@ class Predicate:
     # re-checking one row through numpy costs ~10x the arithmetic. Used for ``shape`` scope when
     # every shape predicate and scorer has one.
     row: Callable[[TaskInfo, int], bool] | None = None
+    # This predicate only checks a per-node count that each placed task consumes by one, e.g.
+    # "pods": code that knows that count may reason about it (the KAI solver's shortcuts).
+    counts: str | None = None
 
 
 @dataclass

@@ -23,8 +23,11 @@ Two filters, as KAI's pod_scenario_builder builds them:
 
 Both are necessary conditions only: an accepted scenario may still fail in the simulation. The
 same check runs once more on the session itself after an attempt's evictions (``accepts_now``),
-where the room is exact, before that attempt's simulation. Session parameter ``scenarioFilters``
-(default true) turns both off -- the placements are the same either way, only slower.
+where the room is exact, before that attempt's simulation, and after each victim job placed
+again before the pending job's turn. ``refuses_after`` tells ahead of such a placement that the
+check will refuse, whatever nodes the victim takes (the solver's retaken-room shortcut). Session
+parameter ``scenarioFilters`` (default true) turns both off -- the placements are the same either
+way, only slower.
 """
 
 from __future__ import annotations
@@ -205,6 +208,39 @@ class ScenarioFilters:
     def accepts_now(self) -> bool:
         """The session as it stands (an attempt's victims evicted, some placed again)."""
         return self._check(self.ssn.nodes.future_idle())
+
+    def refuses_after(self, request: np.ndarray, count: int, rows: np.ndarray) -> bool:
+        """Will ``accepts_now`` refuse once ``count`` more tasks asking ``request`` each are placed
+        on ``rows`` (anywhere among them)? True only when it surely will: for some resource, the
+        pending tasks asking it ask more than the nodes they may use hold in all (the bound behind
+        both filters: a node with room for a task, or the holders of a size, hold no more), and
+        every row the tasks may take is such a node, so each placed task takes its request (less
+        the epsilon a fit allows) from that total. (Pending tasks that fit one node have no
+        idle-resources check: then node-affinity, whose bound it is too, must be on.)"""
+        need = self.need
+        judge = IdleResourcesFilter if len(need) > 1 else NodeAffinityFilter
+        if not len(need) or count <= 0 or not any(isinstance(f, judge) for f in self.filters):
+            return False
+        room = self.ssn.nodes.future_idle()
+        for d in need.asked:
+            take = float(request[d]) - MIN_RESOURCE
+            if take <= 0:
+                continue
+            asks = need.requests[:, d]
+            chosen = np.nonzero(asks > MIN_RESOURCE)[0]
+            allowed = need.masks[int(chosen[0])]
+            for k in chosen[1:]:
+                if need.masks[int(k)] is not allowed:
+                    allowed = allowed | need.masks[int(k)]
+            if (rows & ~allowed).any():
+                continue  # a task placed elsewhere takes nothing from these nodes
+            held = float(np.maximum(room[allowed, d], 0.0).sum()) + MIN_RESOURCE * len(chosen)
+            held -= count * take
+            asked = float(asks[chosen].sum())
+            # A margin for rounding: the filter sums the same rooms in another order.
+            if asked > held + MIN_RESOURCE + 1e-9 * (abs(held) + asked):
+                return True
+        return False
 
     def _check(self, room: np.ndarray) -> bool:
         if not len(self.need):

@@ -14,6 +14,17 @@ What cannot succeed is not simulated (``scenario_filters.py``, KAI's accumulated
 a search whose job cannot fit even with every candidate gone, a scenario or a node's attempt whose
 victims gone still leave no room, and the rest of a simulation once the victims placed back before
 the pending job's turn have taken the room it needed. The placements are the same without them.
+
+Two shortcuts more (session parameter ``solverPruning``, default true; the placements and the
+budget spent are the same without them):
+
+* a node's attempt that evicts the same victims as an earlier node's attempt of the same scenario
+  (a victim job on several of its nodes) is not simulated again: it starts from the same session
+  and fails the same way, and is charged to the budget as the first one was;
+* the retaken room (``_retakes_room``): when the next job a simulation places is a victim job, its
+  tasks alike, and the room check after it is sure to refuse -- its tasks surely fit the nodes
+  they may take, and those are nodes the pending tasks may use whose room in all, less what the
+  victim's tasks take, cannot hold them -- the simulation is given up without placing it.
 """
 
 from __future__ import annotations
@@ -21,6 +32,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from muster.quantity import MIN_RESOURCE
 from server.actions.kai.common import allocate_job
 from server.actions.kai.job_queue import Filters, JobsByQueue, per_action, queue_depth
 from server.actions.kai.scenario_filters import ScenarioFilters, room_for_moves
@@ -57,14 +71,15 @@ class Budget:
 
     left: int | None = None
     refused: bool = False
+    spent: int = 0  # scenarios simulated so far (a repeated one is charged as it was)
 
     def spend(self) -> bool:
-        if self.left is None:
-            return True
-        if self.left <= 0:
-            self.refused = True
-            return False
-        self.left -= 1
+        if self.left is not None:
+            if self.left <= 0:
+                self.refused = True
+                return False
+            self.left -= 1
+        self.spent += 1
         return True
 
 
@@ -79,6 +94,9 @@ class JobSolver:
     # Every victim must be placed again (consolidation): the cluster's room is only moved about.
     moves_only: bool = False
     budget: Budget = field(default_factory=Budget)
+    # The shortcuts that keep the placements exactly as they are (session parameter
+    # ``solverPruning``, default true; off: the search as KAI runs it, for comparison).
+    pruning: bool = True
     _recorded: list[TaskInfo] = field(default_factory=list)
     _waiting: JobsByQueue | None = None
     _filters: ScenarioFilters | None = None
@@ -192,8 +210,21 @@ class JobSolver:
         filters = self._filters
         recorded_evicted = False
         candidates: list[TaskInfo] | None = None
+        # The eviction sets tried on earlier nodes, and whether trying each spent the budget.
+        tried: dict[tuple[str, ...], bool] = {}
         for node in nodes:
             evicted = potential.of_jobs_on(node)
+            if self.pruning:
+                # A job on several of these nodes gives the same eviction set on each: every attempt
+                # starts from the same session (the last one was rolled back), so the same set
+                # fails again. It is charged as its first try was.
+                key = tuple(t.uid for t in evicted)
+                charged = tried.get(key)
+                if charged is not None:
+                    if charged and not self.budget.spend():
+                        break
+                    continue
+                tried[key] = False
             if filters is not None and not filters.accepts_with(evicted):
                 continue  # not even these victims gone make room: nothing to evict or simulate
             if not recorded_evicted:  # (first the recorded victims, for every node alike)
@@ -206,9 +237,12 @@ class JobSolver:
                     stmt.evict(t, self._reason(t, job))
             if candidates is None:
                 candidates = [*self._recorded, *potential.tasks]
+            spent_before = self.budget.spent
             found = self._simulate(job, pending, stmt, [*self._recorded, *evicted], candidates)
             if found is not None:
                 return found
+            if self.pruning:
+                tried[key] = self.budget.spent > spent_before
             stmt.rollback(mark)
             if self.budget.refused:
                 break
@@ -273,6 +307,9 @@ class JobSolver:
                     return None
                 placed = True
             else:
+                if not placed and self._retakes_room(other):
+                    stmt.rollback(mark)  # (as below, without placing it)
+                    return None
                 inner = stmt.checkpoint()
                 if not allocate_job(ssn, stmt, other, pipeline_only=True):
                     stmt.rollback(inner)
@@ -289,8 +326,56 @@ class JobSolver:
             return None
         return Solution(stmt, evicted + moved)
 
+    def _retakes_room(self, victim: JobInfo) -> bool:
+        """Shortcut: will placing ``victim`` now (before the pending job's turn) surely succeed and
+        leave no room for the pending tasks (``_room_now`` false)? Then the simulation fails
+        there, and it is given up without placing the victim. Told only for a victim whose tasks
+        to place are alike (one shape, no GPU share), where nothing but resources and pod counts
+        decide the nodes they fit (no task-scope predicate, every shape predicate a pod count --
+        ``Predicate.counts`` -- and no topology): one placed on a node takes its request there and
+        one pod, so if the nodes they fit now have room for all of them in all, the placement
+        succeeds wherever the scores send each."""
+        filters = self._filters
+        if not self.pruning or filters is None:
+            return False
+        ssn = self.ssn
+        tasks = tasks_to_allocate(victim, ssn.task_order_fn, real=False)
+        if not tasks:
+            return False
+        first = tasks[0]
+        if first.gpu_fraction or any(t.shape_key != first.shape_key for t in tasks):
+            return False
+        evaluator = ssn.evaluator
+        if evaluator.predicates["task"] or any(
+            p.counts != "pods" for p in evaluator.predicates["shape"]
+        ):
+            return False
+        if not ssn.job_over_capacity(victim, tasks).ok or ssn.node_sets(victim, tasks) is not None:
+            return False
+        rows, _ = evaluator.feasible(first)
+        if _room_for(ssn, first.resreq, rows) < len(tasks):
+            return False
+        return filters.refuses_after(first.resreq, len(tasks), rows)
+
     def _reason(self, victim: TaskInfo, job: JobInfo) -> str:
         return f"{self.action}: evicted to make room for {job.uid}"
+
+
+def _room_for(ssn: Session, request: np.ndarray, rows: np.ndarray) -> float:
+    """How many tasks asking ``request`` the ``rows`` hold in all, by resources (a fit allows the
+    epsilon) and pod counts -- at most: rounding down, and counting a victim evicted from a node
+    as holding its pod there (the pod-count predicate does not)."""
+    nodes = ssn.nodes
+    at = np.nonzero(rows)[0]
+    if not len(at):
+        return 0.0
+    held = nodes.max_tasks[at] - nodes.task_count[at]
+    asked = request > 0
+    if asked.any():
+        room = nodes.future_idle(at)[:, asked] + MIN_RESOURCE
+        fits = np.floor(room / request[asked] - 1e-9).min(axis=1)
+        held = np.minimum(held, fits)
+    return float(np.maximum(held, 0.0).sum())
 
 
 class _Candidates:
@@ -393,6 +478,7 @@ def solve_pending_jobs(
     failed = FailedJobs(ssn)
     use_filters = _session_flag(ssn, "scenarioFilters", True)
     budget = per_action(ssn, "simulationBudgetPerAction", action)
+    pruning = _session_flag(ssn, "solverPruning", True)
     while not queue.empty():
         job = queue.pop()
         if not failed.worth_trying(job) or job.uid in ssn.invalid_jobs or not may_try(job):
@@ -402,7 +488,9 @@ def solve_pending_jobs(
         def victims(preemptor: JobInfo = job) -> JobsByQueue:
             return JobsByQueue(ssn, victims=True).fill(victim_jobs(preemptor), victim_filters)
 
-        solver = JobSolver(ssn, validator, victims, action, use_filters, moves_only, Budget(budget))
+        solver = JobSolver(
+            ssn, validator, victims, action, use_filters, moves_only, Budget(budget), pruning
+        )
         solved, stmt, _ = solver.solve(job)
         if solved and stmt is not None:
             stmt.commit()

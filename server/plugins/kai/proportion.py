@@ -246,6 +246,7 @@ class KaiProportionPlugin(Plugin):
         self._requests: dict[tuple[object, ...], tuple[Vec3, object]] = {}
         self._allocated: dict[tuple[object, ...], tuple[Vec3, object]] = {}
         self._keys: dict[tuple[object, ...], tuple[tuple[object, ...], object]] = {}
+        self._less_victims: dict[tuple[object, ...], tuple[Vec3, object]] = {}
         self.multiplier = max(1.0, self.arg_float("relcaimerSaturationMultiplier", 1.0))
         self.queues = self._build(ssn)
         self.frozen: dict[str, QueueShares] = {n: q.copy() for n, q in self.queues.items()}
@@ -435,18 +436,30 @@ class KaiProportionPlugin(Plugin):
         (its given-up victims taken away), dominant share now. A pop compares queues many times
         with nothing changed between: cached until the queue's allocation or the jobs' tasks change."""
         jobs = self.ssn.jobs
+        states = tuple([job_state(v, jobs) for v in victims]) if victims else ()
         cache_key = (
             q.name,
             q.allocation_key,
             job_state(job, jobs) if job is not None else None,
-            tuple([job_state(v, jobs) for v in victims]) if victims else (),
+            states,
         )
         return _memo(
-            self._keys, cache_key, (job, victims), self._compute_queue_key, q, job, victims
+            self._keys,
+            cache_key,
+            (job, victims),
+            self._compute_queue_key,
+            q,
+            job,
+            victims,
+            states,
         )
 
     def _compute_queue_key(
-        self, q: QueueShares, job: JobInfo | None, victims: list[JobInfo]
+        self,
+        q: QueueShares,
+        job: JobInfo | None,
+        victims: list[JobInfo],
+        states: tuple[object, ...],
     ) -> tuple[object, ...]:
         alloc = q.get("allocated")
         with_job = add(alloc, self._job_request(job))
@@ -458,14 +471,34 @@ class KaiProportionPlugin(Plugin):
                 s.allocatable() == 0 and v > 0
                 for s, v in zip(q.by_resource.values(), with_job, strict=True)
             ),
-            self._dominant_share(q, self._minus_victims(with_job, victims)),
+            self._dominant_share(q, self._minus_victims(with_job, victims, states)),
             self._dominant_share(q, alloc),
         )
 
-    def _minus_victims(self, allocated: Vec3, victims: list[JobInfo]) -> Vec3:
-        for v in victims:
-            allocated = add(allocated, self._job_allocated(v), -1.0)
-        return allocated
+    def _minus_victims(
+        self, allocated: Vec3, victims: list[JobInfo], states: tuple[object, ...]
+    ) -> Vec3:
+        """``allocated`` less each victim's allocation, one after the other (``states``: the
+        victims' job_state). A victim queue gives up one job at a time, so the result for all but
+        the last victim is usually known: kept per (allocated, states), and only the last one
+        taken away (the same subtractions in the same order)."""
+        if not victims:
+            return allocated
+        cache = self._less_victims
+        known = cache.get((allocated, states))
+        if known is not None:
+            return known[0]
+        before = cache.get((allocated, states[:-1])) if len(victims) > 1 else None
+        if before is not None:
+            result = add(before[0], self._job_allocated(victims[-1]), -1.0)
+        else:
+            result = allocated
+            for v in victims:
+                result = add(result, self._job_allocated(v), -1.0)
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[(allocated, states)] = (result, victims)  # (the victims kept: ids in the states)
+        return result
 
     def _job_allocated(self, job: JobInfo) -> Vec3:
         return _memo(

@@ -159,6 +159,7 @@ class PredicatesPlugin(Plugin):
                 row=lambda task, i: (
                     nodes.task_count.item(i) - evicted_per_row.item(i) < nodes.max_tasks.item(i)
                 ),
+                counts="pods",
             )
         )
 
