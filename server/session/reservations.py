@@ -519,7 +519,6 @@ class Plan:
     now: float
     reservations: list[Reservation] = field(default_factory=list)
     estimates: dict[str, JobEstimate] = field(default_factory=dict)
-    walked: int = 0  # jobs considered
 
 
 def expected_end(task: TaskInfo, job: JobInfo | None, settings: Settings, now: float) -> float:
@@ -609,6 +608,7 @@ def missing_tasks(ssn: Session, job: JobInfo, count: int) -> list[TaskInfo]:
         key=functools.cmp_to_key(_cmp(ssn.task_order_fn)),
     )
     chosen: list[TaskInfo] = []
+    picked: set[str] = set()  # uids of ``chosen``
     if job.task_min_available:
         have = job.allocated_roles()
         for t in list(job.index[TaskStatus.PIPELINED].values()):
@@ -618,14 +618,16 @@ def missing_tasks(ssn: Session, job: JobInfo, count: int) -> list[TaskInfo]:
             for t in pending:
                 if lack <= 0:
                     break
-                if t.role == role and t not in chosen:
+                if t.role == role and t.uid not in picked:
                     chosen.append(t)
+                    picked.add(t.uid)
                     lack -= 1
     for t in pending:
         if len(chosen) >= count:
             break
-        if t not in chosen:
+        if t.uid not in picked:
             chosen.append(t)
+            picked.add(t.uid)
     return chosen
 
 
@@ -646,9 +648,22 @@ def gang_of(ssn: Session, tasks: list[TaskInfo]) -> Gang:
     return Gang(list(groups.values()), list(first.values()))
 
 
-def domains(ssn: Session, job: JobInfo) -> list[np.ndarray | None]:
+def backend_masks(ssn: Session) -> list[np.ndarray]:
+    """Per backend (in name order), the mask of its nodes, where a gang must stay on one backend:
+    empty where gangs may span backends or there is one at most. Built once per plan."""
+    if ssn.config.session.get("gangAcrossBackends") is True or not len(ssn.nodes):
+        return []
+    of = [s.backend for s in ssn.nodes.specs]
+    backends = sorted(set(of))
+    if len(backends) < 2:
+        return []
+    return [np.array([b == name for b in of], dtype=bool) for name in backends]
+
+
+def domains(ssn: Session, job: JobInfo, backends: list[np.ndarray]) -> list[np.ndarray | None]:
     """The node sets the gang must stay within: a topology domain (Volcano's hard network
-    topology, KAI's topology) and, unless gangs may span backends, one backend."""
+    topology, KAI's topology) and, unless gangs may span backends, one backend (``backends``:
+    ``backend_masks``)."""
     masks: list[np.ndarray | None] = [None]
     if job.spec.network_topology:
         hypernodes = hypernode_masks(ssn, job)
@@ -658,14 +673,19 @@ def domains(ssn: Session, job: JobInfo) -> list[np.ndarray | None]:
         domains_now = topology_masks(ssn, job)
         if domains_now is not None:
             masks = list(domains_now)
-    if ssn.config.session.get("gangAcrossBackends") is not True and len(ssn.nodes):
-        backends = sorted({s.backend for s in ssn.nodes.specs})
-        if len(backends) > 1:
-            per = [
-                np.array([s.backend == b for s in ssn.nodes.specs], dtype=bool) for b in backends
-            ]
-            masks = [p if m is None else m & p for m in masks for p in per]
+    if backends:
+        masks = [p if m is None else m & p for m in masks for p in backends]
     return masks
+
+
+def _held_rows(ssn: Session, job: JobInfo) -> list[int]:
+    """The rows of the nodes the job's allocated or pipelined tasks hold."""
+    index = ssn.nodes.index
+    return [
+        index[t.node]
+        for t in job.tasks.values()
+        if t.node in index and t.status in (*ALLOCATED, TaskStatus.PIPELINED)
+    ]
 
 
 def hypernode_masks(ssn: Session, job: JobInfo) -> list[np.ndarray] | None:
@@ -685,11 +705,7 @@ def hypernode_masks(ssn: Session, job: JobInfo) -> list[np.ndarray] | None:
     except (TypeError, ValueError):
         highest = max_tier
     index, n = ssn.nodes.index, len(ssn.nodes)
-    held = [
-        index[t.node]
-        for t in job.tasks.values()
-        if t.node in index and t.status in (*ALLOCATED, TaskStatus.PIPELINED)
-    ]
+    held = _held_rows(ssn, job)
     out: list[np.ndarray] = []
     for spec in sorted(specs.values(), key=lambda h: (h.tier, h.name)):
         if spec.tier > highest:
@@ -734,12 +750,7 @@ def topology_masks(ssn: Session, job: JobInfo) -> list[np.ndarray] | None:
     for row, labels in enumerate(ssn.nodes.labels):
         if all(level in labels for level in levels):
             groups.setdefault(tuple(labels[level] for level in upto), []).append(row)
-    index = ssn.nodes.index
-    held = [
-        index[t.node]
-        for t in job.tasks.values()
-        if t.node in index and t.status in (*ALLOCATED, TaskStatus.PIPELINED)
-    ]
+    held = _held_rows(ssn, job)
     out = []
     for key in sorted(groups):
         mask = np.zeros(len(ssn.nodes), dtype=bool)
@@ -761,9 +772,8 @@ def line(ssn: Session) -> tuple[list[JobInfo], list[JobInfo]]:
     for job in ssn.jobs.values():
         if job.uid in ssn.invalid_jobs or job.queue not in ssn.queues:
             continue
-        if waiting(job) <= 0 or not any(
-            not t.best_effort for t in job.index[TaskStatus.PENDING].values()
-        ):
+        # Every pending task best-effort (the job counts those): nothing to plan.
+        if waiting(job) <= 0 or len(job.index[TaskStatus.PENDING]) <= job.pending_best_effort:
             continue
         # Not admitted yet: enqueue admits a job without minResources at once (this cycle, when
         # planned before it); one with them waits for the enqueue votes.
@@ -814,15 +824,17 @@ def plan(ssn: Session, settings: Settings, *, estimates: bool) -> Plan:
         return out
     tl = timeline(ssn, settings)
     prefer = preference(ssn, tl)
+    backends = backend_masks(ssn)
     limit = settings.max_estimates if estimates else max(settings.max_estimates, settings.depth)
+    walked = 0  # jobs considered
     for job in line_jobs:
         if not estimates and len(out.reservations) >= settings.depth:
             break
-        if out.walked >= limit:
+        if walked >= limit:
             if estimates:
                 out.estimates[job.uid] = JobEstimate(None, note=beyond(settings.max_estimates))
             continue
-        out.walked += 1
+        walked += 1
         tasks = missing_tasks(ssn, job, waiting(job))
         if not tasks:
             continue
@@ -831,7 +843,7 @@ def plan(ssn: Session, settings: Settings, *, estimates: bool) -> Plan:
             continue
         gang = gang_of(ssn, tasks)
         runtime = settings.runtime(job)
-        masks = domains(ssn, job)
+        masks = domains(ssn, job, backends)
         slot = tl.earliest(gang, masks, runtime, prefer)
         if slot is None:
             out.estimates[job.uid] = JobEstimate(None, note=_why_never(ssn, tl, gang, masks))

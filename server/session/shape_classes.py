@@ -90,16 +90,12 @@ class ShapeClasses:
         self.enabled = enabled
         self.failures: dict[Hashable, ShapeFailure] = {}
         self.remembered = 0  # failures remembered so far (statements compare it at rollback)
-        self.skipped = 0  # jobs skipped
-        self.invalidated = 0  # times the failures were forgotten
         self._usable: bool | None = None
 
     # -- invalidation ---------------------------------------------------------------------------
     def freed(self) -> None:
         """Resources may have come back: every class is worth trying again."""
-        if self.failures:
-            self.failures.clear()
-            self.invalidated += 1
+        self.failures.clear()
 
     # -- classes --------------------------------------------------------------------------------
     def usable(self, ssn: Session) -> bool:
@@ -196,7 +192,6 @@ class ShapeClasses:
     def skip(self, ssn: Session, job: JobInfo, failure: ShapeFailure) -> None:
         """``job`` is not tried: it gets what the class's first failing job found. Its first tasks
         are those that fit before the first one did not (as the leader's were)."""
-        self.skipped += 1
         tasks = list(_candidates(job))
         placed = len(failure.tried)
         for task, status in zip(tasks, failure.tried, strict=False):
