@@ -484,7 +484,7 @@ def queue_allocated(state: ClusterState) -> dict[str, dict[str, float]]:
     """Per queue, the resources (canonical units) its active jobs' placed tasks hold now: ListQueues'
     allocation and the dashboard's history both read it."""
     allocated: dict[str, dict[str, float]] = {n: {} for n in state.queues}
-    for rec in state.active_jobs.values():  # finished jobs count nowhere here
+    for rec in state.jobs_that_may_hold():  # finished jobs count nowhere here
         alloc = allocated.get(rec.spec.queue)
         if not rec.active or alloc is None:
             continue

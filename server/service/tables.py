@@ -224,6 +224,17 @@ class StateTables:
             if job is not None:
                 waiting.touch(job.id)
 
+    def jobs_that_may_hold(self) -> Iterable[JobRecord]:
+        """The active jobs that may hold something (a task not Pending): with the queue window's
+        index filed, the jobs it did not file (a million waiting jobs are not walked); else every
+        active job. For the passes over holding jobs (time limits each second, allocations)."""
+        self.touch_changed_jobs()
+        ids = self.waiting.unfiled()
+        if ids is None:
+            return list(self.active_jobs.values())
+        found = (dict.get(self.jobs, job_id) for job_id in ids)
+        return [rec for rec in found if rec is not None and rec.active]
+
     def forget_changes(self) -> None:
         """Drop what is marked to write (a follower's state mirrors the store and writes nothing)."""
         self.changes.clear()

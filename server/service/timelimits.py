@@ -28,7 +28,7 @@ def enforce_time_limits(state: ClusterState, now: float | None = None) -> int:
     now = state.clock() if now is None else now
     touched: dict[str, JobRecord] = {}
     evicted = 0
-    for job in state.active_jobs.values():
+    for job in state.jobs_that_may_hold():
         limit = job.spec.time_limit_seconds
         if not limit:
             continue

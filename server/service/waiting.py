@@ -229,6 +229,16 @@ class WaitingIndex:
     def touch_all(self) -> None:
         self._all_touched = True
 
+    def unfiled(self) -> list[str] | None:
+        """The ids of the jobs that may hold something: those not filed and those touched since
+        they were (a filed job waits whole, every task Pending); None while the index is off or
+        has not filed every job (then any job may)."""
+        if not self.enabled or self._all_touched or self._filing:
+            return None
+        ids = dict.fromkeys(self.others)
+        ids.update(dict.fromkeys(self._touched))
+        return list(ids)
+
     def __len__(self) -> int:
         """How many jobs are filed in queues."""
         return len(self._entries)
