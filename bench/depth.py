@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import hashlib
 import itertools
 import json
@@ -118,12 +119,12 @@ def run_one(args: argparse.Namespace) -> None:
 
 def server_state(nodes: int, depth: int, max_gang: int, seed: int) -> ClusterState:
     """A server's state holding bench/cycle.py's nodes and queues and ``depth`` waiting jobs, as a
-    restart leaves it (records from specs, no templates built)."""
+    restart leaves it (``ClusterState.restore`` of the stored jobs: no templates built)."""
     from muster.quantity import format_resources
     from muster.v1 import muster_pb2 as pb
     from server.service.decisions import DecisionLog
     from server.service.records import JobStatusRecord, NodeEntry
-    from server.service.tables import new_job_record
+    from server.service.store import StoredJob, StoredState
 
     base = build(nodes, 0, seed)
     state = ClusterState(DecisionLog(bind_timeout=30))
@@ -131,6 +132,7 @@ def server_state(nodes: int, depth: int, max_gang: int, seed: int) -> ClusterSta
         state.nodes[spec.name] = NodeEntry(pb.Node(name=spec.name), spec)
     for queue in base.queues:
         commands.create_queue(state, pb.Queue(name=queue.name, parent="root", weight=queue.weight))
+    stored: list[StoredJob] = []
     for job in itertools.islice(bench_jobs(random.Random(seed), max_gang), depth):
         request = pb.ResourceList(quantities=format_resources(job.tasks[0].request))
         spec = pb.JobSpec(
@@ -143,9 +145,21 @@ def server_state(nodes: int, depth: int, max_gang: int, seed: int) -> ClusterSta
             task_groups=[pb.TaskGroup(role="worker", replicas=len(job.tasks), request=request)],
         )
         status = JobStatusRecord(phase=pb.JOB_PHASE_PENDING)
-        state.index_job(new_job_record(spec, job.creation_index + 1, status, template=False))
+        data = spec.SerializeToString(deterministic=True)
+        stored.append(StoredJob(spec.id, job.creation_index + 1, data, status, []))
+    state.restore(StoredState({}, {}, stored, [], []))
+    del stored
     state.forget_changes()
     return state
+
+
+def current_rss_kib() -> int:
+    """This process's resident set now (Linux), after a full collection."""
+    gc.collect()
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
 
 
 def run_server(args: argparse.Namespace) -> None:
@@ -155,7 +169,7 @@ def run_server(args: argparse.Namespace) -> None:
     line: seconds of each part of each cycle and the peak RSS of the process."""
     tune_gc()
     state = server_state(args.nodes, args.run_one, args.max_gang, args.seed)
-    rss_state = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_state = current_rss_kib()  # what the state holds (the peak includes building it)
     config = default_config()
     session = dict(config.session)
     if args.lookback:

@@ -153,6 +153,19 @@ class JobStatusRecord:
             used_at=used_at,
         )
 
+    def put_condition(
+        self, kind: str, status: str, reason: str, message: str, cycle_id: int, now: float
+    ) -> bool:
+        """Set condition ``kind``, replacing the one of that type; its transition time moves (to
+        ``now``) only when its status does. False, nothing done, when it already says so."""
+        old = next((c for c in self.conditions if c.type == kind), None)
+        if old is not None and (old.status, old.reason, old.message) == (status, reason, message):
+            return False
+        since = old.transition_time if old is not None and old.status == status else now
+        new = ConditionRecord(kind, status, reason, message, cycle_id, since)
+        self.conditions = [c for c in self.conditions if c.type != kind] + [new]
+        return True
+
 
 @dataclass(slots=True)
 class DecisionRow:
@@ -208,12 +221,15 @@ class ForeignTask:
 
 @dataclass(eq=False)
 class JobRecord:
-    spec: pb.JobSpec  # normalized
-    spec_bytes: bytes  # deterministic serialization: identity for idempotent resubmission
+    id: str
+    spec_bytes: bytes  # the normalized spec's deterministic serialization (resubmission identity)
     creation_index: int
     tasks: list[TaskRecord]
     status: JobStatusRecord
-    groups: dict[str, pb.TaskGroup] = field(default_factory=dict)
+    # The parsed spec once used (``spec``); None: parsed from ``spec_bytes`` when first asked. A
+    # restart keeps only the bytes: a parsed spec costs ~1.2 KiB, and most waiting jobs are only
+    # read by the waiting index (``peek_spec``) until a cycle opens them.
+    _spec: pb.JobSpec | None = field(default=None, repr=False)
     # The core's view of the spec, built on first use: a job read back from the store to answer
     # GetJob or ListJobs never needs it (building it costs more than answering).
     _template: model.JobSpec | None = field(default=None, repr=False)
@@ -246,14 +262,29 @@ class JobRecord:
                 task.creation_index = index
 
     @property
-    def id(self) -> str:
-        return self.spec.id
+    def spec(self) -> pb.JobSpec:
+        """The normalized spec (parsed on first use and kept)."""
+        if self._spec is None:
+            self._spec = pb.JobSpec.FromString(self.spec_bytes)
+        return self._spec
+
+    def peek_spec(self) -> pb.JobSpec:
+        """The spec, without keeping it parsed if it is not: for a pass over many jobs that only
+        reads them (the waiting index)."""
+        return self._spec if self._spec is not None else pb.JobSpec.FromString(self.spec_bytes)
+
+    @cached_property
+    def groups(self) -> dict[str, pb.TaskGroup]:
+        """Its task groups by role; built on first use (a job that only waits never needs it,
+        and a million of them would hold a million dicts)."""
+        return {tg.role: tg for tg in self.spec.task_groups}
 
     @cached_property
     def controlled(self) -> bool:
         """Whether a cycle asks job control about it beyond its hold: it has dependencies or is an
         array element (``server.service.control``)."""
-        return bool(self.spec.depends_on) or bool(self.spec.array_job_id)
+        spec = self.peek_spec()
+        return bool(spec.depends_on) or bool(spec.array_job_id)
 
     @cached_property
     def task_env(self) -> dict[str, str]:
@@ -268,7 +299,7 @@ class JobRecord:
 
     @property
     def min_member(self) -> int:
-        return gang_minimum(self.spec.min_member, len(self.tasks))
+        return gang_minimum(self.peek_spec().min_member, len(self.tasks))
 
     @property
     def active(self) -> bool:

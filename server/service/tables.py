@@ -369,7 +369,7 @@ def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
             else:
                 stored.read_legacy_shared_gpu(tg.gpu_fraction)
                 tasks.append(stored)
-    return new_job_record(
+    rec = new_job_record(
         spec,
         job.creation_index,
         job.status,
@@ -377,6 +377,9 @@ def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
         spec_bytes=job.spec,  # (what was stored is the spec's deterministic serialization)
         tasks=tasks,
     )
+    if not template:
+        rec._spec = None  # parsed again when used (see JobRecord._spec)
+    return rec
 
 
 def new_job_record(
@@ -397,14 +400,14 @@ def new_job_record(
             for i in range(tg.replicas)
         ]
     rec = JobRecord(
-        spec=spec,
+        id=spec.id,
+        _spec=spec,
         spec_bytes=spec_bytes
         if spec_bytes is not None
         else spec.SerializeToString(deterministic=True),
         creation_index=creation_index,
         tasks=tasks,
         status=status,
-        groups={tg.role: tg for tg in spec.task_groups},
     )
     if template:
         rec._template, rec.refusal = convert.checked_job_to_model(spec, creation_index)

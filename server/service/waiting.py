@@ -113,7 +113,7 @@ def _filed(rec: JobRecord, order: OrderKey) -> _Entry | None:
         return None
     if any(t.status is not PENDING for t in rec.tasks):
         return None
-    spec = rec.spec
+    spec = rec.peek_spec()
     demand = _demand(
         tuple(
             (g.request.SerializeToString(deterministic=True), g.replicas) for g in spec.task_groups

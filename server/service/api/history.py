@@ -93,9 +93,9 @@ def _in_memory(
     found = []
     for rec in state.jobs.values():
         st = rec.status
-        spec = rec.spec
         if rec.active or st.phase not in query.phases:
             continue
+        spec = rec.spec
         key = (st.finish_time, rec.creation_index)
         if (
             (query.finished_after is not None and st.finish_time < query.finished_after)

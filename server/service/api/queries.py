@@ -251,7 +251,7 @@ def list_queues(state: ClusterState) -> pb.ListQueuesResponse:
     pending = Counter[str]()
     running = Counter[str]()
     for rec in state.active_jobs.values():  # finished jobs count nowhere here
-        qname = rec.spec.queue
+        qname = rec.peek_spec().queue  # (not kept parsed: a million waiting jobs)
         if rec.status.phase in WAITING_PHASES:
             pending[qname] += 1
         elif rec.status.phase == pb.JOB_PHASE_RUNNING:
@@ -322,6 +322,8 @@ def list_nodes(state: ClusterState, backend: str) -> pb.ListNodesResponse:
             taken[g] = taken.get(g, 0.0) + fraction
 
     for rec in state.jobs.values():
+        if not any(t.status in OCCUPYING for t in rec.tasks):
+            continue  # (no template built for a job that holds nothing)
         for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
             if t.status in OCCUPYING and t.node in state.nodes:
                 groups = [t.gpu_group] if t.gpu_group else []

@@ -25,6 +25,7 @@ from muster.v1 import muster_pb2 as pb
 from server.service.api import queries
 from server.service.observability.history import CycleHistory
 from server.service.observability.http import HttpAccess, serve_app
+from server.service.records import JobRecord
 from server.service.state import ClusterState
 from server.service.tls import is_loopback
 from server.service.views import job_proto
@@ -100,12 +101,14 @@ def overview(
     """The dashboard's data; ``scope``: the jobs the caller may read (None: all)."""
     queues = [to_json_dict(v) for v in queries.list_queues(state).queues]
     jobs = []
-    readable = [
-        rec
-        for rec in state.jobs.values()
-        if scope is None or scope.allows(rec.spec.queue, rec.spec.owner)
-    ]
-    for rec in readable[-RECENT_JOBS:]:
+    readable: list[JobRecord] = []
+    for rec in reversed(state.jobs.values()):  # the newest the caller may read, not every job
+        spec = rec.peek_spec()
+        if scope is None or scope.allows(spec.queue, spec.owner):
+            readable.append(rec)
+            if len(readable) == RECENT_JOBS:
+                break
+    for rec in reversed(readable):
         job = job_proto(rec, with_tasks=False)
         code, message = job_reason(job.status.conditions)
         jobs.append(

@@ -274,20 +274,23 @@ class StateCollector(Collector):
         )
         allocated: dict[str, dict[str, float]] = defaultdict(dict)
         for rec in state.jobs.values():
-            queue = rec.spec.queue
+            queue = rec.peek_spec().queue  # (not kept parsed: a million waiting jobs)
             jobs[(queue, short_enum_name(pb.JobPhase.DESCRIPTOR, rec.status.phase))] += 1
             active = rec.active
             pending = 0
-            for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
+            holds = False
+            for t in rec.tasks:
                 tasks[(queue, t.status.title)] += 1
-                if not active:
-                    continue
                 if t.status == TaskStatus.PENDING:
                     pending += 1
                 elif t.status in ALLOCATED_OR_UNKNOWN:
-                    alloc = allocated[queue]
-                    for name, value in tmpl.request.items():
-                        alloc[name] = alloc.get(name, 0.0) + value
+                    holds = True
+            if active and holds:  # (the template only of a job that holds something)
+                alloc = allocated[queue]
+                for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
+                    if t.status in ALLOCATED_OR_UNKNOWN:
+                        for name, value in tmpl.request.items():
+                            alloc[name] = alloc.get(name, 0.0) + value
             if active and pending:
                 gate = _unschedulable_gate(rec.status)
                 if gate is not None:
