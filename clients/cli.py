@@ -342,7 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="at most N jobs: the first N in --sort order (default: submission order)",
+        help="at most N jobs: the first N in --sort order (default: submission order; with "
+        "--start, soonest first)",
     )
 
     p = add(

@@ -330,9 +330,10 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
     queues, owners = args.queue or [], [owner_flag(o) for o in args.owner or []]
     selector, limit = _selectors(args), limit_flag(args)
     sort_jobs([], args.sort)  # a bad --sort is refused before any call
-    # The server lists in submission order. Without --sort the first `limit` matches are the
-    # answer (paging stops there); with it every match is read, sorted, then cut to `limit`.
-    stop_at = limit if not args.sort else None
+    # The server lists in submission order. In that order the first `limit` matches are the
+    # answer (paging stops there); in another (--sort, or --start's soonest first) every match is
+    # read, sorted, then cut to `limit`.
+    stop_at = limit if not args.sort and not start else None
     jobs: list[pb.Job] = []
     # One value of a filter goes to the server; several (and labels) are matched here.
     listing = client.list_jobs(
@@ -353,16 +354,16 @@ async def cmd_jobs(client: MusterClient, args: argparse.Namespace, out: Output) 
                 jobs.append(job)
                 if stop_at is not None and len(jobs) >= stop_at:
                     break
+    if start and not args.sort:  # soonest first; jobs with no estimate last, in submission order
+        jobs.sort(
+            key=lambda j: (
+                not j.status.HasField("estimated_start"),
+                j.status.estimated_start.ToNanoseconds(),
+            )
+        )
     jobs = sort_jobs(jobs, args.sort)[:limit]
     now = time.time()
     if start:
-        if not args.sort:  # soonest first; jobs with no estimate last, in submission order
-            jobs.sort(
-                key=lambda j: (
-                    not j.status.HasField("estimated_start"),
-                    j.status.estimated_start.ToNanoseconds(),
-                )
-            )
         start_rows = [start_row(j, now) for j in jobs]
         start_columns = ["JOB", "QUEUE", "PHASE", "START", "NODES", "SCHEDNODES", "NOTE"]
         out.emit([to_dict(j) for j in jobs], lambda: out.table(None, start_columns, start_rows))

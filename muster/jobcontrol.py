@@ -84,26 +84,6 @@ def parse_array(text: str) -> ArraySpec:
     return ArraySpec(tuple(sorted({i for r in ranges for i in r})), max_running)
 
 
-def format_indexes(indexes: Iterable[int]) -> str:
-    """Sorted indexes compressed to ranges: ``[0, 1, 2, 5]`` -> ``0-2,5``."""
-    parts: list[str] = []
-    run: list[int] = []
-    for i in sorted(set(indexes)):
-        if run and i == run[-1] + 1:
-            run.append(i)
-            continue
-        if run:
-            parts.append(_run_text(run))
-        run = [i]
-    if run:
-        parts.append(_run_text(run))
-    return ",".join(parts)
-
-
-def _run_text(run: list[int]) -> str:
-    return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"
-
-
 def element_id(array_id: str, index: int) -> str:
     """An array element's job id, as Slurm names it (``JOBID_INDEX``)."""
     return f"{array_id}_{index}"

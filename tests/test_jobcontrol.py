@@ -15,7 +15,6 @@ from muster.jobcontrol import (
     dependency_verdict,
     element_id,
     format_dependencies,
-    format_indexes,
     parse_array,
     parse_dependencies,
 )
@@ -70,9 +69,7 @@ def test_a_huge_range_is_refused_before_it_is_built() -> None:
         parse_array("0-9999999:1,0-9999999")
 
 
-def test_indexes_format_as_ranges_and_element_ids_as_slurm() -> None:
-    assert format_indexes([5, 0, 1, 2, 9, 8]) == "0-2,5,8-9"
-    assert format_indexes([]) == ""
+def test_element_ids_are_named_as_slurm() -> None:
     assert element_id("sweep", 12) == "sweep_12"
 
 

@@ -17,7 +17,7 @@ import anyio
 from muster.conditions import SCHEDULED, UNSATISFIABLE, UNSCHEDULABLE
 from server import model
 from server.model import OCCUPYING, CycleResult, PodGroupPhase, TaskStatus
-from server.service.records import ConditionRecord, JobRecord, JobStatusRecord, TaskRecord
+from server.service.records import JobRecord, JobStatusRecord, TaskRecord
 from server.service.snapshot import Capture
 from server.service.state import PLACED, ClusterState
 
@@ -261,24 +261,9 @@ def _record_outcome(
         st.schedule_state = outcome.schedule_state
     conditions = _scheduling_conditions(st, outcome, cycle_id, placed)
     for cond in conditions:
-        old = next((c for c in st.conditions if c.type == cond.type), None)
-        if old is not None and (old.status, old.reason, old.message) == (
-            cond.status,
-            cond.reason,
-            cond.message,
-        ):
-            continue
-        new = ConditionRecord(
-            cond.type,
-            cond.status,
-            cond.reason,
-            cond.message,
-            cycle_id,
-            old.transition_time if old is not None and old.status == cond.status else now,
-        )
-        st.conditions = [c for c in st.conditions if c.type != cond.type] + [new]
-        if cond.type == model.QUARANTINED and cond.status == "True":  # the cycle failed with it
-            st.quarantined = True
+        changed = st.put_condition(cond.type, cond.status, cond.reason, cond.message, cycle_id, now)
+        if changed and cond.type == model.QUARANTINED and cond.status == "True":
+            st.quarantined = True  # the cycle failed with it
     if outcome.explanation is not None:
         exp = outcome.explanation
         st.explanation = {

@@ -41,7 +41,7 @@ from muster.phases import WAITING_PHASES
 from muster.v1 import muster_pb2 as pb
 from server.model import EXITED, OCCUPYING, PodGroupPhase, TaskStatus
 from server.service.errors import DomainError, denied, invalid, not_found, precondition
-from server.service.records import ConditionRecord, JobRecord
+from server.service.records import JobRecord
 from server.service.state import PLACED, ClusterState
 from server.service.views import job_proto
 
@@ -111,21 +111,10 @@ def set_condition(
     """Set ``rec``'s condition ``kind`` (its transition time moves only when its status does);
     True when it changed (the job is then marked modified)."""
     st = rec.status
-    old = next((c for c in st.conditions if c.type == kind), None)
-    if old is not None and (old.status, old.reason, old.message) == (status, reason, message):
-        return False
-    if old is None and status == "False":
+    if status == "False" and all(c.type != kind for c in st.conditions):
         return False  # nothing to turn off
-    now = state.clock()
-    new = ConditionRecord(
-        kind,
-        status,
-        reason,
-        message,
-        cycle_id,
-        old.transition_time if old is not None and old.status == status else now,
-    )
-    st.conditions = [c for c in st.conditions if c.type != kind] + [new]
+    if not st.put_condition(kind, status, reason, message, cycle_id, state.clock()):
+        return False
     state.changes.job_modified(rec.id)
     return True
 

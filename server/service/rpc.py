@@ -13,7 +13,7 @@ import contextvars
 import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 import grpc
@@ -149,6 +149,24 @@ CALLER: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
 USER_CLAIM = "x-muster-user"
 
 
+async def refuse(
+    context: grpc.aio.ServicerContext[Any, Any],
+    who: str,
+    rpc: str,
+    exc: DomainError,
+    *,
+    audited: bool,
+) -> NoReturn:
+    """End a call that ``exc`` refused with its status (naming the leader when it does), audited
+    when ``audited`` or when it is a refusal (``REFUSALS``: audited for every RPC)."""
+    if audited or exc.code in REFUSALS:
+        audit(who, rpc, STATUS_CODES[exc.code].name, exc.message)
+    if exc.leader:
+        context.set_trailing_metadata(((LEADER_METADATA, exc.leader),))
+    await context.abort(STATUS_CODES[exc.code], exc.message)
+    raise AssertionError("unreachable")  # abort() always raises
+
+
 def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     """Map a DomainError to its status; anything unexpected to INTERNAL (logged), never a crash."""
 
@@ -172,11 +190,7 @@ def unary(handler: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
                 audit(who, name, "OK")
             return reply
         except DomainError as exc:
-            if name in AUDITED or exc.code in REFUSALS:
-                audit(who, name, STATUS_CODES[exc.code].name, exc.message)
-            if exc.leader:
-                context.set_trailing_metadata(((LEADER_METADATA, exc.leader),))
-            await context.abort(STATUS_CODES[exc.code], exc.message)
+            await refuse(context, who, name, exc, audited=name in AUDITED)
         except (anyio.get_cancelled_exc_class(), grpc.aio.AbortError):
             raise
         except Exception as exc:
@@ -369,11 +383,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):
             self.check_leader(rpc)
             prepared = prepare(principal)
         except DomainError as exc:
-            if audit_every or exc.code in REFUSALS:
-                audit(who, rpc, STATUS_CODES[exc.code].name, exc.message)
-            if exc.leader:
-                context.set_trailing_metadata(((LEADER_METADATA, exc.leader),))
-            await context.abort(STATUS_CODES[exc.code], exc.message)
+            await refuse(context, who, rpc, exc, audited=audit_every)
         if audit_every:
             audit(who, rpc, "OK")
         return prepared

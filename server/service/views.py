@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 from muster.devices import NVIDIA_GPU, UNIT, Device, devices_by_resource
+from muster.phases import WAITING_PHASES
 from muster.v1 import muster_pb2 as pb
 from server import model
 from server.model import TaskStatus, ty_schedule_state, ty_stage
@@ -94,9 +95,7 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
 def current_estimate(rec: JobRecord) -> model.JobEstimate | None:
     """The last cycle's start estimate of a job that still waits for it (not held, not placed)."""
     st = rec.status
-    if st.estimate is None or st.hold or st.quarantined or is_terminal_phase(st.phase):
-        return None
-    if st.phase not in (pb.JOB_PHASE_PENDING, pb.JOB_PHASE_INQUEUE):
+    if st.estimate is None or st.hold or st.quarantined or st.phase not in WAITING_PHASES:
         return None
     return st.estimate
 

@@ -50,6 +50,15 @@ def test_jobs_start_lists_waiting_jobs_soonest_first(api, capsys):  # noqa: F811
     assert "no estimate: running tasks have no time limit" in none
 
 
+def test_jobs_start_limit_keeps_the_soonest(api, capsys):  # noqa: F811
+    """--limit cuts the soonest-first list: every waiting job is read and sorted first (not the
+    first N in submission order, sorted after)."""
+    waiting(api)
+    code, out, err = run(api, capsys, "jobs", "--start", "--limit", "1")
+    assert code == 0, err
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["job-1"]
+
+
 class Reserved(FakeClientApi):
     """The fake API, its pending job reserved on 8 nodes."""
 

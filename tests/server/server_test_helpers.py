@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import anyio
 import grpc
 
 from muster.v1 import muster_pb2 as pb
+from server.service import ingest
 from server.service.app import ServerHandle
+from server.service.state import ClusterState
 
 WAIT = 20.0  # safety bound for event waits; never part of a verdict
 
@@ -30,6 +32,19 @@ def gang(
         task_groups=[pb.TaskGroup(role="worker", replicas=replicas, request=rl(cpu=cpu))],
         **kw,
     )
+
+
+def status_deltas(backend: str, updates: Iterable[pb.TaskStatusUpdate]) -> pb.SendDeltasRequest:
+    """A backend's SendDeltas reporting ``updates``, one task status each, in order (for a stub's
+    ``SendDeltas``; ``send_statuses`` sends it to a state)."""
+    return pb.SendDeltasRequest(backend=backend, deltas=[pb.Delta(task_status=u) for u in updates])
+
+
+def send_statuses(
+    state: ClusterState, backend: str, updates: Iterable[pb.TaskStatusUpdate]
+) -> pb.SendDeltasResponse:
+    """``backend`` reports these task statuses to ``state`` (``ingest.send_deltas``)."""
+    return ingest.send_deltas(state, status_deltas(backend, updates))
 
 
 async def register(stub, backend: str = "agent-a", nodes: list[pb.Node] | None = None) -> None:

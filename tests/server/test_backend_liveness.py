@@ -6,7 +6,7 @@ or has its stale copies stopped. docs/operations.md, "Dead backends"."""
 from __future__ import annotations
 
 import pytest
-from server_test_helpers import gang, node
+from server_test_helpers import gang, node, send_statuses
 
 from muster.v1 import muster_pb2 as pb
 from server.config import DEFAULT_CONFIG_YAML, load_config
@@ -81,19 +81,15 @@ def run_on(state: ClusterState, backend: str) -> None:
         ),
         {},
     )
-    ingest.send_deltas(
+    send_statuses(
         state,
-        pb.SendDeltasRequest(
-            backend=backend,
-            deltas=[
-                pb.Delta(
-                    task_status=pb.TaskStatusUpdate(
-                        task_id=d.bind.task_id, status=pb.TASK_STATUS_RUNNING, node=d.bind.node
-                    )
-                )
-                for d in binds
-            ],
-        ),
+        backend,
+        [
+            pb.TaskStatusUpdate(
+                task_id=d.bind.task_id, status=pb.TASK_STATUS_RUNNING, node=d.bind.node
+            )
+            for d in binds
+        ],
     )
 
 
@@ -321,18 +317,10 @@ def test_back_after_its_tasks_were_lost_its_stale_copies_are_stopped(
     now_on_b = tasks(state, "g")
     assert {n for _s, n in now_on_b} == {"b0", "b1"}
     # a comes back still running the old copies: a delta first, then its snapshot.
-    ingest.send_deltas(
+    send_statuses(
         state,
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(
-                    task_status=pb.TaskStatusUpdate(
-                        task_id="g/worker-0", status=pb.TASK_STATUS_RUNNING, node="a0"
-                    )
-                )
-            ],
-        ),
+        "a",
+        [pb.TaskStatusUpdate(task_id="g/worker-0", status=pb.TASK_STATUS_RUNNING, node="a0")],
     )
     ingest.sync_snapshot(
         state,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from server_test_helpers import gang, node, rl
+from server_test_helpers import gang, node, rl, send_statuses
 
 from muster.conditions import job_reason
 from muster.v1 import muster_pb2 as pb
@@ -56,15 +56,7 @@ def report(state: ClusterState, *tasks: str, status: int) -> None:
     ]
     if acks:
         ingest.ack(state, pb.AckDecisionsRequest(backend="a", acks=acks), {})
-    ingest.send_deltas(
-        state,
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(task_status=pb.TaskStatusUpdate(task_id=t, status=status)) for t in tasks
-            ],
-        ),
-    )
+    send_statuses(state, "a", [pb.TaskStatusUpdate(task_id=t, status=status) for t in tasks])
 
 
 def conditions(state: ClusterState, job_id: str) -> dict[str, pb.Condition]:

@@ -11,7 +11,7 @@ import anyio
 import grpc
 import pytest
 from conftest import server_options
-from server_test_helpers import WAIT, gang, next_cycle, node, register, rpc_error
+from server_test_helpers import WAIT, gang, next_cycle, node, register, rpc_error, status_deltas
 
 from muster.conditions import job_reason
 from muster.v1 import muster_pb2 as pb
@@ -79,15 +79,13 @@ class Backend:
 
     async def report(self, task_ids: list[str], status: int, exit_code: int = 0) -> None:
         await self.stub.SendDeltas(
-            pb.SendDeltasRequest(
-                backend=self.name,
-                deltas=[
-                    pb.Delta(
-                        task_status=pb.TaskStatusUpdate(
-                            task_id=t,
-                            status=status,
-                            exit_code=exit_code,  # type: ignore[arg-type]
-                        )
+            status_deltas(
+                self.name,
+                [
+                    pb.TaskStatusUpdate(
+                        task_id=t,
+                        status=status,
+                        exit_code=exit_code,  # type: ignore[arg-type]
                     )
                     for t in task_ids
                 ],

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from server_test_helpers import gang, node, rl
+from server_test_helpers import gang, node, rl, send_statuses
 
 from muster.v1 import muster_pb2 as pb
 from server.model import CycleResult, JobOutcome, PodGroupPhase
@@ -83,21 +83,17 @@ def bind_and_ack(state: ClusterState, job_id: str) -> None:
 
 
 def end(state: ClusterState, job_id: str, codes: list[int]) -> None:
-    ingest.send_deltas(
+    send_statuses(
         state,
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(
-                    task_status=pb.TaskStatusUpdate(
-                        task_id=t.uid,
-                        status=pb.TASK_STATUS_SUCCEEDED if code == 0 else pb.TASK_STATUS_FAILED,
-                        exit_code=code,
-                    )
-                )
-                for t, code in zip(state.jobs[job_id].tasks, codes, strict=True)
-            ],
-        ),
+        "a",
+        [
+            pb.TaskStatusUpdate(
+                task_id=t.uid,
+                status=pb.TASK_STATUS_SUCCEEDED if code == 0 else pb.TASK_STATUS_FAILED,
+                exit_code=code,
+            )
+            for t, code in zip(state.jobs[job_id].tasks, codes, strict=True)
+        ],
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from server_test_helpers import node, rl
+from server_test_helpers import node, rl, send_statuses
 
 from muster.devices import NVIDIA_GPU
 from muster.v1 import muster_pb2 as pb
@@ -77,15 +77,8 @@ def start(state: ClusterState, *tasks: str) -> None:
         if p.row.task_id in tasks and p.row.kind == "bind"
     ]
     ingest.ack(state, pb.AckDecisionsRequest(backend="a", acks=acks), {})
-    ingest.send_deltas(
-        state,
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(task_status=pb.TaskStatusUpdate(task_id=t, status=pb.TASK_STATUS_RUNNING))
-                for t in tasks
-            ],
-        ),
+    send_statuses(
+        state, "a", [pb.TaskStatusUpdate(task_id=t, status=pb.TASK_STATUS_RUNNING) for t in tasks]
     )
 
 
@@ -148,18 +141,8 @@ def test_estimates_reservations_and_a_restart(tmp_path: Path) -> None:
         store.close()
 
     # r ends early: big starts at once, and its estimate is gone.
-    ingest.send_deltas(
-        state,
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(
-                    task_status=pb.TaskStatusUpdate(
-                        task_id="r/w-0", status=pb.TASK_STATUS_SUCCEEDED
-                    )
-                )
-            ],
-        ),
+    send_statuses(
+        state, "a", [pb.TaskStatusUpdate(task_id="r/w-0", status=pb.TASK_STATUS_SUCCEEDED)]
     )
     assert set(run_cycle(state).binds) == {"big/w-0", "big/w-1"}
     assert not queries.get_job(state, "big").status.HasField("estimated_start")

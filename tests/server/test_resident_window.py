@@ -16,7 +16,7 @@ import math
 import random
 
 import pytest
-from server_test_helpers import node, rl
+from server_test_helpers import node, rl, send_statuses
 
 from muster.v1 import muster_pb2 as pb
 from server.config import DEFAULT_CONFIG_YAML, load_config
@@ -120,16 +120,7 @@ async def one_cycle(state: ClusterState) -> None:
 
 
 def report(state: ClusterState, task_ids: list[str], status: int) -> None:
-    ingest.send_deltas(
-        state,
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(task_status=pb.TaskStatusUpdate(task_id=t, status=status))
-                for t in task_ids
-            ],
-        ),
-    )
+    send_statuses(state, "a", [pb.TaskStatusUpdate(task_id=t, status=status) for t in task_ids])
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -10,7 +10,16 @@ import pytest
 from conftest import server_options
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from server_test_helpers import WAIT, gang, next_cycle, node, read_decisions, register, rpc_error
+from server_test_helpers import (
+    WAIT,
+    gang,
+    next_cycle,
+    node,
+    read_decisions,
+    register,
+    rpc_error,
+    status_deltas,
+)
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
@@ -42,14 +51,10 @@ async def test_gang_waits_for_capacity_then_binds_in_one_cycle(server, stub) -> 
         )
     )
     await stub.SendDeltas(
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(
-                    task_status=pb.TaskStatusUpdate(
-                        task_id=d.bind.task_id, status=pb.TASK_STATUS_SUCCEEDED
-                    )
-                )
+        status_deltas(
+            "a",
+            [
+                pb.TaskStatusUpdate(task_id=d.bind.task_id, status=pb.TASK_STATUS_SUCCEEDED)
                 for d in decisions
             ],
         )

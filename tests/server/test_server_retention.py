@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from server_test_helpers import gang, node, register, rpc_error, wait_for
+from server_test_helpers import gang, node, register, rpc_error, send_statuses, wait_for
 
 from muster.v1 import muster_pb2 as pb
 from muster.v1 import muster_pb2_grpc as pb_grpc
@@ -90,15 +90,13 @@ def bind_and_ack(state: ClusterState, job_id: str) -> None:
 
 
 def finish(state: ClusterState, job_id: str, status: int = pb.TASK_STATUS_SUCCEEDED) -> None:
-    ingest.send_deltas(
+    send_statuses(
         state,
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(task_status=pb.TaskStatusUpdate(task_id=t.uid, status=status, exit_code=0))  # type: ignore[arg-type]
-                for t in state.jobs[job_id].tasks
-            ],
-        ),
+        "a",
+        [
+            pb.TaskStatusUpdate(task_id=t.uid, status=status, exit_code=0)  # type: ignore[arg-type]
+            for t in state.jobs[job_id].tasks
+        ],
     )
 
 

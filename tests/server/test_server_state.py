@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from server_test_helpers import gang, node, rl
+from server_test_helpers import gang, node, rl, send_statuses
 
 from muster.v1 import muster_pb2 as pb
 from server.model import Condition, CycleResult, JobOutcome, PodGroupPhase, TaskStatus
@@ -177,19 +177,13 @@ def test_ack_applied_then_running_then_completed(state: ClusterState) -> None:
     assert (
         ack(state, pb.DecisionAck(decision_id=ids[0], applied=True)).accepted == 1
     )  # duplicate: fine
-    ingest.send_deltas(
+    send_statuses(
         state,
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(
-                    task_status=pb.TaskStatusUpdate(
-                        task_id=f"g/worker-{i}", status=pb.TASK_STATUS_SUCCEEDED
-                    )
-                )
-                for i in range(2)
-            ],
-        ),
+        "a",
+        [
+            pb.TaskStatusUpdate(task_id=f"g/worker-{i}", status=pb.TASK_STATUS_SUCCEEDED)
+            for i in range(2)
+        ],
     )
     assert state.jobs["g"].status.phase == pb.JOB_PHASE_COMPLETED
     assert state.jobs["g"].status.finish_time > 0
@@ -297,21 +291,17 @@ def test_ended_jobs_say_how_they_ended_not_why_they_waited(state: ClusterState) 
 
     commands.submit_job(state, gang("crash", replicas=2))
     apply(state, *bind_all(state, "crash"))
-    ingest.send_deltas(
+    send_statuses(
         state,
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(
-                    task_status=pb.TaskStatusUpdate(
-                        task_id="crash/worker-1",
-                        status=pb.TASK_STATUS_FAILED,
-                        exit_code=2,
-                        message="exit code 2",
-                    )
-                )
-            ],
-        ),
+        "a",
+        [
+            pb.TaskStatusUpdate(
+                task_id="crash/worker-1",
+                status=pb.TASK_STATUS_FAILED,
+                exit_code=2,
+                message="exit code 2",
+            )
+        ],
     )
     view = queries.get_job(state, "crash")
     assert view.status.phase == pb.JOB_PHASE_FAILED

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from server_test_helpers import gang, node, register, rl, rpc_error
+from server_test_helpers import gang, node, register, rl, rpc_error, status_deltas
 
 from muster.v1 import muster_pb2 as pb
 
@@ -239,15 +239,9 @@ async def test_bad_deltas_change_nothing(stub) -> None:
     assert names == ["n0"]
     err = await rpc_error(
         stub.SendDeltas(
-            pb.SendDeltasRequest(
-                backend="a",
-                deltas=[
-                    pb.Delta(
-                        task_status=pb.TaskStatusUpdate(
-                            task_id="nope/w-0", status=pb.TASK_STATUS_RUNNING, node="n0"
-                        )
-                    )
-                ],
+            status_deltas(
+                "a",
+                [pb.TaskStatusUpdate(task_id="nope/w-0", status=pb.TASK_STATUS_RUNNING, node="n0")],
             )
         )
     )

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from server_test_helpers import gang, node
+from server_test_helpers import gang, node, send_statuses
 
 from muster.v1 import muster_pb2 as pb
 from server.service import commands, ingest
@@ -69,19 +69,10 @@ def running_job(state: ClusterState, store: SqliteStore, job_id: str = "j") -> l
     commands.submit_job(state, gang(job_id, replicas=2, cpu="1"))
     tasks = [t.uid for t in state.jobs[job_id].tasks]
     # The backend reports them running (as after a bind): the server takes its word.
-    ingest.send_deltas(
+    send_statuses(
         state,
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(
-                    task_status=pb.TaskStatusUpdate(
-                        task_id=t, status=pb.TASK_STATUS_RUNNING, node="n0"
-                    )
-                )
-                for t in tasks
-            ],
-        ),
+        "a",
+        [pb.TaskStatusUpdate(task_id=t, status=pb.TASK_STATUS_RUNNING, node="n0") for t in tasks],
     )
     write(store, state.commit())
     return tasks

@@ -12,7 +12,7 @@ import anyio
 import grpc
 import pytest
 from conftest import server_options
-from server_test_helpers import WAIT, gang, node, wait_for
+from server_test_helpers import WAIT, gang, node, status_deltas, wait_for
 
 from clients.client import MusterClient
 from muster.v1 import muster_pb2 as pb
@@ -62,10 +62,10 @@ async def running(stub: pb_grpc.SchedulerStub, job_id: str, replicas: int = 1) -
 
 async def status(stub: pb_grpc.SchedulerStub, tasks: list[str], value: int) -> None:
     await stub.SendDeltas(
-        pb.SendDeltasRequest(
-            backend=BACKEND,
-            deltas=[
-                pb.Delta(task_status=pb.TaskStatusUpdate(task_id=t, status=value, node="n0"))  # type: ignore[arg-type]
+        status_deltas(
+            BACKEND,
+            [
+                pb.TaskStatusUpdate(task_id=t, status=value, node="n0")  # type: ignore[arg-type]
                 for t in tasks
             ],
         )

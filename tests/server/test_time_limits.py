@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import grpc
 from conftest import server_options
-from server_test_helpers import WAIT, gang, node, read_decisions, register, rpc_error
+from server_test_helpers import WAIT, gang, node, read_decisions, register, rpc_error, status_deltas
 
 from muster.timelimit import MAX_TIME_LIMIT
 from muster.v1 import muster_pb2 as pb
@@ -112,13 +112,11 @@ async def test_the_safety_net_stops_a_task_its_backend_never_ends(server, stub) 
         )
     )
     await stub.SendDeltas(
-        pb.SendDeltasRequest(
-            backend="never-ends",
-            deltas=[
-                pb.Delta(
-                    task_status=pb.TaskStatusUpdate(
-                        task_id=d.bind.task_id, status=pb.TASK_STATUS_RUNNING, node="n1"
-                    )
+        status_deltas(
+            "never-ends",
+            [
+                pb.TaskStatusUpdate(
+                    task_id=d.bind.task_id, status=pb.TASK_STATUS_RUNNING, node="n1"
                 )
                 for d in binds
             ],
@@ -165,17 +163,15 @@ async def test_a_backend_reporting_the_limit_fails_the_gang(server, stub) -> Non
     )
     first = binds[0].bind.task_id
     await stub.SendDeltas(
-        pb.SendDeltasRequest(
-            backend="agent",
-            deltas=[
-                pb.Delta(
-                    task_status=pb.TaskStatusUpdate(
-                        task_id=first,
-                        status=pb.TASK_STATUS_FAILED,
-                        node="n1",
-                        message="TimeLimit: time limit 2m reached",
-                        exit_code=-15,
-                    )
+        status_deltas(
+            "agent",
+            [
+                pb.TaskStatusUpdate(
+                    task_id=first,
+                    status=pb.TASK_STATUS_FAILED,
+                    node="n1",
+                    message="TimeLimit: time limit 2m reached",
+                    exit_code=-15,
                 )
             ],
         )

@@ -8,7 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
-from server_test_helpers import WAIT, gang, next_cycle, node, register, rl
+from server_test_helpers import (
+    WAIT,
+    gang,
+    next_cycle,
+    node,
+    register,
+    rl,
+    send_statuses,
+    status_deltas,
+)
 
 from muster.devices import NVIDIA_GPU
 from muster.v1 import muster_pb2 as pb
@@ -206,19 +215,15 @@ async def test_a_failed_gang_cancels_its_unrun_and_stopped_tasks(
     ran = sorted(d.bind.task_id for d in binds)
     (never,) = {f"g/worker-{i}" for i in range(4)} - set(ran)
 
-    def update(task: str, status: pb.TaskStatus, exit_code: int = 0) -> pb.Delta:
-        return pb.Delta(
-            task_status=pb.TaskStatusUpdate(task_id=task, status=status, exit_code=exit_code)
-        )
+    def update(task: str, status: pb.TaskStatus, exit_code: int = 0) -> pb.TaskStatusUpdate:
+        return pb.TaskStatusUpdate(task_id=task, status=status, exit_code=exit_code)
 
-    await stub.SendDeltas(
-        pb.SendDeltasRequest(backend="a", deltas=[update(t, pb.TASK_STATUS_RUNNING) for t in ran])
-    )
+    await stub.SendDeltas(status_deltas("a", [update(t, pb.TASK_STATUS_RUNNING) for t in ran]))
     # Two of the three fail: three can no longer succeed.
     await stub.SendDeltas(
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
+        status_deltas(
+            "a",
+            [
                 update(ran[0], pb.TASK_STATUS_FAILED, exit_code=2),
                 update(ran[1], pb.TASK_STATUS_FAILED, exit_code=3),
             ],
@@ -272,15 +277,18 @@ def test_a_task_of_a_failed_gang_that_loses_its_node_is_not_pending_again() -> N
         capture.materialize(), capture.cycle_id
     )
     apply(state, capture, result)
-    deltas = [
-        pb.Delta(task_status=pb.TaskStatusUpdate(task_id=t, status=s, exit_code=c))
-        for t, s, c in [
-            ("g/worker-0", pb.TASK_STATUS_RUNNING, 0),
-            ("g/worker-1", pb.TASK_STATUS_RUNNING, 0),
-            ("g/worker-0", pb.TASK_STATUS_FAILED, 1),
-        ]
-    ]
-    ingest.send_deltas(state, pb.SendDeltasRequest(backend="a", deltas=deltas))
+    send_statuses(
+        state,
+        "a",
+        [
+            pb.TaskStatusUpdate(task_id=t, status=s, exit_code=c)
+            for t, s, c in [
+                ("g/worker-0", pb.TASK_STATUS_RUNNING, 0),
+                ("g/worker-1", pb.TASK_STATUS_RUNNING, 0),
+                ("g/worker-0", pb.TASK_STATUS_FAILED, 1),
+            ]
+        ],
+    )
     assert state.jobs["g"].status.phase == pb.JOB_PHASE_FAILED
     assert state.tasks["g/worker-1"].status == TaskStatus.RELEASING
     ingest.sync_snapshot(state, pb.SyncSnapshotRequest(backend="a", nodes=[]))  # the node is gone

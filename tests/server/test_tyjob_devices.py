@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from server_test_helpers import node, rl
+from server_test_helpers import node, rl, send_statuses
 
 from muster.v1 import muster_pb2 as pb
 from server.config import DEFAULT_CONFIG_YAML, load_config
@@ -68,18 +68,8 @@ def run_cycle(state: ClusterState, config: str | None = None) -> CycleResult:
 
 
 def report(state: ClusterState, task_id: str, status: int, exit_code: int = 0) -> None:
-    ingest.send_deltas(
-        state,
-        pb.SendDeltasRequest(
-            backend="a",
-            deltas=[
-                pb.Delta(
-                    task_status=pb.TaskStatusUpdate(
-                        task_id=task_id, status=status, exit_code=exit_code
-                    )
-                )
-            ],
-        ),
+    send_statuses(
+        state, "a", [pb.TaskStatusUpdate(task_id=task_id, status=status, exit_code=exit_code)]
     )
 
 

@@ -5,7 +5,7 @@ TYJob, a task stopped by the job's end is not Failed, and the Ended condition na
 from __future__ import annotations
 
 import pytest
-from server_test_helpers import node, rl
+from server_test_helpers import node, rl, send_statuses
 
 from muster.v1 import muster_pb2 as pb
 from server.config import DEFAULT_CONFIG_YAML, load_config
@@ -63,9 +63,8 @@ def place_and_run(state: ClusterState, job_id: str, refused: str = "") -> None:
 
 
 def report(state: ClusterState, task_id: str, status: int, exit_code: int = 0) -> None:
-    update = pb.TaskStatusUpdate(task_id=task_id, status=status, exit_code=exit_code)
-    ingest.send_deltas(
-        state, pb.SendDeltasRequest(backend="a", deltas=[pb.Delta(task_status=update)])
+    send_statuses(
+        state, "a", [pb.TaskStatusUpdate(task_id=task_id, status=status, exit_code=exit_code)]
     )
 
 
