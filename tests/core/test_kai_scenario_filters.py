@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from test_properties import KAI_DEFAULT, PROFILE
 
 from muster.devices import UNIT
+from muster.quantity import MIN_RESOURCE
 from server.actions.kai import solver as solver_module
 from server.actions.kai.job_queue import Filters, JobsByQueue, per_action, queue_depth
 from server.actions.kai.scenario_filters import (
@@ -106,6 +107,37 @@ def test_idle_resources_per_resource() -> None:
     nodes = room([8, 1], [8, 1], [0, 0])
     assert not f.accepts(need([1, 1], [1, 1], [1, 1]), nodes)  # 3 GPUs, 2 free
     assert f.accepts(need([1, 1], [1, 1], [1, 0]), nodes)
+
+
+def idle_resources_bound(need: PendingNeed, room: np.ndarray) -> bool:
+    """The idle-resources bound computed from the tasks at every call: what ``PendingNeed``'s
+    sizes, found once, must give."""
+    for d in need.asked:
+        asks, column = need.requests[:, d], room[:, d]
+        for t in sorted({float(a) for a in asks if a > MIN_RESOURCE}, reverse=True):
+            chosen = [k for k in range(len(need)) if asks[k] >= t]
+            allowed = np.any([need.masks[k] for k in chosen], axis=0)
+            holders = allowed & (column >= t - MIN_RESOURCE)
+            if asks[chosen].sum() > column[holders].sum() + MIN_RESOURCE * len(chosen):
+                return False
+    return True
+
+
+def test_idle_resources_sizes_found_once_give_the_bound() -> None:
+    rng = np.random.default_rng(7)
+    f = IdleResourcesFilter()
+    refused = 0
+    for _ in range(300):
+        n_tasks, n_nodes = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        requests = rng.integers(0, 4, size=(n_tasks, 2)).astype(float)
+        shared = [rng.random(n_nodes) < 0.7 for _ in range(2)]
+        masks = [shared[int(rng.integers(0, 2))] for _ in range(n_tasks)]
+        nodes = rng.integers(0, 6, size=(n_nodes, 2)).astype(float)
+        pending = PendingNeed(requests, masks)
+        expected = idle_resources_bound(pending, nodes)
+        assert f.accepts(pending, nodes) == expected
+        refused += not expected
+    assert 30 < refused < 270
 
 
 # -- the room: victims counted once ----------------------------------------------------------------
@@ -402,6 +434,33 @@ def test_pop_until_pops_what_pop_would() -> None:
         got.append(j.uid)
     assert got == [order[3], order[7], order[11]]
     assert full.copy().pop_until(set()) is None
+
+
+def test_a_victim_queue_pops_the_same_with_remembered_answers() -> None:
+    """``pop`` and ``pop_unchanged`` share one walk (``_pop``): with nothing changed between pops,
+    remembering the queue comparisons gives the same victims in the same order."""
+    queues = [queue("dept"), queue("a", parent="dept"), queue("b", parent="dept"), queue("c")]
+    jobs = [
+        job(
+            f"j{i}",
+            cpu=str(1 + i % 3),
+            queue="abc"[i % 3],
+            priority=i % 2,
+            index=i,
+            status=TaskStatus.RUNNING,
+            nodes="n0",
+        )
+        for i in range(12)
+    ]
+    ssn = session(snapshot([node("n0", "64", "64Gi")], jobs, queues), KAI)
+    full = JobsByQueue(ssn, victims=True).fill(ssn.jobs.values(), Filters(non_active=True))
+    assert len(full) == 12
+    plain, remembered = full.copy(), full.copy()
+    popped = [plain.pop().uid for _ in range(12)]
+    assert [remembered.pop_unchanged().uid for _ in range(12)] == popped
+    assert remembered._answers  # the comparisons were remembered
+    assert len(set(popped)) == 12
+    assert plain.empty()
 
 
 # -- budgets ---------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from test_kai_scenario_filters import KAI, contended, gpu_cluster, kai_config, r
 from test_properties import PROFILE
 
 from server.actions.kai import solver as solver_module
-from server.actions.kai.scenario_filters import ScenarioFilters
+from server.actions.kai.scenario_filters import PendingNeed, ScenarioFilters
 from server.config import load_config
 from server.scheduler import SchedulerCore
 
@@ -307,6 +307,6 @@ def test_the_pending_tasks_are_refused_once_alike_tasks_take_their_room() -> Non
     filters = ScenarioFilters(ssn, [p4])
     assert [filters.refuses_after(one, k, both) for k in range(4)] == [False, False, True, True]
     everywhere = ssn.evaluator.static_mask(p4)
-    filters.need.masks = [np.array([True, False]) & everywhere]  # p4 on n0 only
+    filters.need = PendingNeed(filters.need.requests, [np.array([True, False]) & everywhere])  # n0
     assert not filters.refuses_after(one, 3, both)  # the tasks may go to n1
     assert filters.refuses_after(one, 1, np.array([True, False]))

@@ -130,39 +130,10 @@ class JobsByQueue:
 
         return functools.cmp_to_key(compare)(job)
 
-    def _next_job(self, leaf: str) -> JobInfo | None:
-        jobs = self.jobs.get(leaf)
-        return jobs[0] if jobs else None
-
     def _has_jobs(self, name: str) -> bool:
         if self.jobs.get(name):
             return True
         return any(self._has_jobs(c) for c in self.children.get(name, ()))
-
-    def _leaf_of(self, name: str) -> str:
-        while not self._is_leaf(name):
-            name = self._best([c for c in self.children[name] if self._has_jobs(c)])
-        return name
-
-    def _representatives(self, name: str) -> tuple[JobInfo | None, list[JobInfo]]:
-        leaf = self._leaf_of(name)
-        nxt = self._next_job(leaf)
-        if self.victims:
-            return None, [*self.popped.get(leaf, []), *([nxt] if nxt is not None else [])]
-        return nxt, []
-
-    def _best(self, names: list[str]) -> str:
-        """The queue that goes first, comparing each with the best so far (each queue's
-        representatives found once: nothing changes while one pop compares)."""
-        queues, order, victims = self.ssn.queues, self.ssn.queue_jobs_order, self.victims
-        best = names[0]
-        best_job, best_victims = self._representatives(best)
-        for n in names[1:]:
-            job, given_up = self._representatives(n)
-            first = order(queues[n], queues[best], job, best_job, given_up, best_victims)
-            if first != victims:  # (as a victim queue the order is reversed)
-                best, best_job, best_victims = n, job, given_up
-        return best
 
     def pop_until(self, wanted: Container[str]) -> JobInfo | None:
         """Pop jobs until one whose uid is in ``wanted`` and return it (None: none is left); the
@@ -172,7 +143,7 @@ class JobsByQueue:
         so each is asked once per call however many jobs are popped past."""
         known: dict[tuple[object, ...], bool] = {}
         while not self.empty():
-            job = self._pop_remembering(known)
+            job = self._pop(known)
             if job.uid in wanted:
                 return job
         return None
@@ -184,11 +155,12 @@ class JobsByQueue:
         up only grow, so a queue's representatives are its next job and how many it gave up.)"""
         if self._answers is None:
             self._answers = {}
-        return self._pop_remembering(self._answers)
+        return self._pop(self._answers)
 
-    def _pop_remembering(self, known: dict[tuple[object, ...], bool]) -> JobInfo:
-        """``pop`` with the answers of the queue comparisons kept in ``known``, keyed by the queues
-        and their representatives, for as long as the session does not change."""
+    def _pop(self, known: dict[tuple[object, ...], bool] | None) -> JobInfo:
+        """The next job (``pop``). With ``known``, the answers of the queue comparisons are kept
+        there, keyed by the queues and their representatives, for as long as the session does not
+        change; without it, every comparison is asked afresh."""
         queues, order, victims, popped = (
             self.ssn.queues,
             self.ssn.queue_jobs_order,
@@ -209,13 +181,17 @@ class JobsByQueue:
             first_job, first_given, first_key = side(first)  # noqa: F821 - as above
             for n in names[1:]:
                 job, given, key = side(n)  # noqa: F821 - as above
-                answer_key = (*key, *first_key)
-                goes_first = known.get(answer_key)
-                if goes_first is None:
-                    goes_first = known[answer_key] = order(
-                        queues[n], queues[first], job, first_job, given, first_given
-                    )
-                    self._kept.append((job, given[-1:], first_job, first_given[-1:]))
+                if known is None:
+                    goes_first = order(queues[n], queues[first], job, first_job, given, first_given)
+                else:
+                    answer_key = (*key, *first_key)
+                    remembered = known.get(answer_key)
+                    if remembered is None:
+                        remembered = known[answer_key] = order(
+                            queues[n], queues[first], job, first_job, given, first_given
+                        )
+                        self._kept.append((job, given[-1:], first_job, first_given[-1:]))
+                    goes_first = remembered
                 if goes_first != victims:  # (as a victim queue the order is reversed)
                     first, first_job, first_given, first_key = n, job, given, key
             return first
@@ -237,14 +213,7 @@ class JobsByQueue:
         return job
 
     def pop(self) -> JobInfo:
-        roots = [name for name in self.roots if self._has_jobs(name)]
-        leaf = self._leaf_of(self._best(roots))
-        job = self._next_job(leaf)
-        assert job is not None
-        self.jobs[leaf].pop(0)
-        if self.victims:
-            self.popped.setdefault(leaf, []).append(job)
-        return job
+        return self._pop(None)
 
 
 def per_action(ssn: Session, parameter: str, action: str) -> int | None:

@@ -59,6 +59,28 @@ class PendingNeed:
         self.distinct = list(seen.values())
         # The resources some task asks for (more than the epsilon every fit allows).
         self.asked = [int(d) for d in np.nonzero((requests > MIN_RESOURCE).any(axis=0))[0]]
+        # What the idle-resources bound reads of the tasks, the same whatever the room, found once:
+        # per asked resource, each request size ``t`` (largest first) with the tasks asking ``t``
+        # or more -- the nodes they may use, what they ask in all, how many they are -- and the
+        # same of all the tasks asking it (``ScenarioFilters.refuses_after``).
+        self.sizes: dict[int, list[tuple[float, np.ndarray, float, int]]] = {}
+        self.askers: dict[int, tuple[np.ndarray, float, int]] = {}
+        for d in self.asked:
+            asks = requests[:, d]
+            self.sizes[d] = [
+                (t, *self._of(np.nonzero(asks >= t)[0], asks))
+                for t in sorted({float(a) for a in asks if a > MIN_RESOURCE}, reverse=True)
+            ]
+            self.askers[d] = self._of(np.nonzero(asks > MIN_RESOURCE)[0], asks)
+
+    def _of(self, chosen: np.ndarray, asks: np.ndarray) -> tuple[np.ndarray, float, int]:
+        """The nodes the ``chosen`` tasks may use (the union of their masks), what they ask of one
+        resource (``asks``) in all, and how many they are."""
+        allowed = self.masks[int(chosen[0])]
+        for k in chosen[1:]:
+            if self.masks[int(k)] is not allowed:
+                allowed = allowed | self.masks[int(k)]
+        return allowed, float(asks[chosen].sum()), len(chosen)
 
     @classmethod
     def of(cls, ssn: Session, tasks: list[TaskInfo]) -> PendingNeed:
@@ -102,17 +124,11 @@ class IdleResourcesFilter:
 
     def accepts(self, need: PendingNeed, room: np.ndarray) -> bool:
         for d in need.asked:
-            asks = need.requests[:, d]
             column = room[:, d]
-            for t in sorted({float(a) for a in asks if a > MIN_RESOURCE}, reverse=True):
-                chosen = np.nonzero(asks >= t)[0]
-                allowed = need.masks[int(chosen[0])]
-                for k in chosen[1:]:
-                    if need.masks[int(k)] is not allowed:
-                        allowed = allowed | need.masks[int(k)]
+            for t, allowed, asked, count in need.sizes[d]:
                 holders = allowed & (column >= t - MIN_RESOURCE)
-                held = float(column[holders].sum()) + MIN_RESOURCE * len(chosen)
-                if float(asks[chosen].sum()) > held:
+                held = float(column[holders].sum()) + MIN_RESOURCE * count
+                if asked > held:
                     return False
         return True
 
@@ -145,7 +161,7 @@ class AccumulatedRoom:
     def plus(self, victims: Iterable[TaskInfo]) -> np.ndarray:
         """The room with these victims gone too (a new array; this room is left as it is)."""
         room = self.room.copy()
-        self._credit(room, victims, set(self._seen), set(self._groups))
+        self._credit(room, victims, set(), set())
         return room
 
     def _credit(
@@ -155,9 +171,13 @@ class AccumulatedRoom:
         seen: set[str],
         groups: set[tuple[int, str]],
     ) -> None:
+        """Credit ``room`` with each victim not counted yet: not in this room's ``_seen`` nor in
+        ``seen``, which gathers those credited now (this room's own sets for ``add``, fresh ones
+        for ``plus``: the room's sets are read, not copied). ``groups`` likewise."""
         nodes, gpu = self.nodes, self.nodes.gpu_dim
+        known, known_groups = self._seen, self._groups
         for t in victims:
-            if t.uid in seen:
+            if t.uid in seen or t.uid in known:
                 continue
             seen.add(t.uid)
             if t.node is None or t.status == TaskStatus.RELEASING:
@@ -168,7 +188,7 @@ class AccumulatedRoom:
             room[row] += t.resreq
             if t.gpu_fraction and gpu is not None:
                 for group in t.gpu_groups:
-                    if (row, group) not in groups:
+                    if (row, group) not in groups and (row, group) not in known_groups:
                         groups.add((row, group))
                         room[row, gpu] += UNIT
 
@@ -190,6 +210,14 @@ class ScenarioFilters:
         self.recorded.add(recorded)
         self.accumulated = self.recorded.copy()
         self.filters = filters
+        # The filters that check these pending tasks, decided once: none without pending tasks, and
+        # for one task no idle-resources check (a node with room for all of it -- node-affinity --
+        # says more).
+        self._checks = tuple(
+            f
+            for f in filters
+            if len(self.need) and not (len(self.need) == 1 and isinstance(f, IdleResourcesFilter))
+        )
         # Scenarios and attempts rejected, per filter name (KAI counts them as a metric).
         self.rejected: dict[str, int] = {}
 
@@ -226,28 +254,18 @@ class ScenarioFilters:
             take = float(request[d]) - MIN_RESOURCE
             if take <= 0:
                 continue
-            asks = need.requests[:, d]
-            chosen = np.nonzero(asks > MIN_RESOURCE)[0]
-            allowed = need.masks[int(chosen[0])]
-            for k in chosen[1:]:
-                if need.masks[int(k)] is not allowed:
-                    allowed = allowed | need.masks[int(k)]
+            allowed, asked, askers = need.askers[d]
             if (rows & ~allowed).any():
                 continue  # a task placed elsewhere takes nothing from these nodes
-            held = float(np.maximum(room[allowed, d], 0.0).sum()) + MIN_RESOURCE * len(chosen)
+            held = float(np.maximum(room[allowed, d], 0.0).sum()) + MIN_RESOURCE * askers
             held -= count * take
-            asked = float(asks[chosen].sum())
             # A margin for rounding: the filter sums the same rooms in another order.
             if asked > held + MIN_RESOURCE + 1e-9 * (abs(held) + asked):
                 return True
         return False
 
     def _check(self, room: np.ndarray) -> bool:
-        if not len(self.need):
-            return True
-        for f in self.filters:
-            if len(self.need) == 1 and isinstance(f, IdleResourcesFilter):
-                continue  # one task: a node with room for all of it (node-affinity) says more
+        for f in self._checks:
             if not f.accepts(self.need, room):
                 self.rejected[f.name] = self.rejected.get(f.name, 0) + 1
                 return False

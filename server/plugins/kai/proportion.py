@@ -56,6 +56,7 @@ from server.session.kai import (
     tasks_to_allocate,
 )
 from server.session.session import Session
+from server.session.shape_classes import session_bool
 
 RESOURCES = (CPU, MEMORY, NVIDIA_GPU)
 INF = math.inf
@@ -620,7 +621,7 @@ class KaiProportionPlugin(Plugin):
     def _victim_bundles(self, vjob: JobInfo, vtasks: list[TaskInfo]) -> list[Vec3]:
         """A victim job's reclaimed resources: each elastic task alone, its gang part together;
         victims placed again elsewhere (consolidating reclaim) do not count."""
-        allow_moves = _session_bool(self.ssn, "allowConsolidatingReclaim", True)
+        allow_moves = session_bool(self.ssn.config.session, "allowConsolidatingReclaim", True)
         minimums = {ps.name: ps.min_available for ps in pod_sets(vjob)}
         named = set(vjob.subgroup_min_member)
         per_set: dict[str, list[TaskInfo]] = {}
@@ -723,13 +724,6 @@ def _by_job(ssn: Session, tasks: list[TaskInfo]) -> list[tuple[JobInfo, list[Tas
         if job is not None:
             out.setdefault(job.uid, (job, []))[1].append(t)
     return list(out.values())
-
-
-def _session_bool(ssn: Session, key: str, default: bool) -> bool:
-    value = ssn.config.session.get(key, default)
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value)
 
 
 _EPS = 1e-9  # sums of GPU fractions are not exact
