@@ -19,9 +19,16 @@ back past a failure remembered since its mark (a rollback to a mark restores the
 mark, which no failure remembered before it can be easier than): ``Statement`` calls ``freed`` then,
 and every class is tried again.
 
+Gang-backend with several backends (a ``DomainPredicate``: the gang's first task picks the backend
+of the best node among those with room for the gang, the rest follow it there) adds the backend
+to the class: the one ``select`` picks for the job's first task now. Within that backend the
+argument above holds (every check reads one node's row), so a class that failed in a backend
+fails there again until resources come back; a later job of the class that picks another backend
+is tried.
+
 Kept conservative: the cache is off for the session when an active point may read more than the
-class -- a ``task``-scope predicate (pod affinity, gang-backend with several backends, tdm, network
-topology), a ``shape`` predicate with a ``now`` form (device topology), a device chooser, or a
+class -- another ``task``-scope predicate (pod affinity, tdm, network topology), a ``shape``
+predicate with a ``now`` form (device topology), a device chooser, or a
 ``job_ready`` / ``job_pipelined`` / ``allocatable`` plugin other than those listed below -- and for
 a job with a network topology, role or sub-group minimums, fit errors from an earlier attempt, or
 pending tasks of several shapes or roles.
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from server.model import TaskStatus
+from server.session.evaluator import DomainPredicate
 from server.session.extension_points import Verdict
 from server.session.info import FitErrors, JobInfo, TaskInfo
 
@@ -51,6 +59,8 @@ CLASS_READERS: dict[str, frozenset[str]] = {
     "device_choice": frozenset(),
 }
 SESSION_PARAMETER = "shapeClasses"
+# A class's backend not asked yet (see ``ShapeClasses.key``).
+_NOT_ASKED = object()
 _PENDING, _PIPELINED = TaskStatus.PENDING, TaskStatus.PIPELINED
 
 
@@ -91,20 +101,28 @@ class ShapeClasses:
         self.failures: dict[Hashable, ShapeFailure] = {}
         self.remembered = 0  # failures remembered so far (statements compare it at rollback)
         self._usable: bool | None = None
+        # The gang-backend domains a class is kept per (None: one class for the cluster), and
+        # the classes (without their backend) that failed in some backend.
+        self._domain: DomainPredicate | None = None
+        self._failed_in_some: set[Hashable] = set()
 
     # -- invalidation ---------------------------------------------------------------------------
     def freed(self) -> None:
         """Resources may have come back: every class is worth trying again."""
         self.failures.clear()
+        self._failed_in_some.clear()
 
     # -- classes --------------------------------------------------------------------------------
     def usable(self, ssn: Session) -> bool:
         """Do the session's active points read nothing beyond a job's class? (Once per session.)"""
         if self._usable is None:
             evaluator = ssn.evaluator
+            task_predicates = evaluator.predicates["task"]
+            only = task_predicates[0] if len(task_predicates) == 1 else None
+            self._domain = only if isinstance(only, DomainPredicate) and only.now is None else None
             self._usable = (
                 self.enabled
-                and not evaluator.predicates["task"]
+                and (not task_predicates or self._domain is not None)
                 and all(p.now is None for p in evaluator.predicates["shape"])
                 and all(
                     name in allowed
@@ -136,7 +154,7 @@ class ShapeClasses:
             count += 1
         if shape is None:
             return None
-        return (
+        key = (
             job.queue,
             shape,
             role,
@@ -147,6 +165,20 @@ class ShapeClasses:
             job.min_available,
             len(job.tasks),
         )
+        if self._domain is None:
+            return key
+        # Per backend: asked only when a job of the class failed somewhere (a select per job
+        # costs more than it saves where jobs fit); else told when one fails (``failed``).
+        if key not in self._failed_in_some:
+            return (*key, _NOT_ASKED)
+        return (*key, self._backend_of(ssn, job))
+
+    def _backend_of(self, ssn: Session, job: JobInfo) -> int | None:
+        """The backend the job's first task would go to now (None: no node for it)."""
+        assert self._domain is not None
+        first = next(t for t in job.index[_PENDING].values() if not t.best_effort)
+        picked = ssn.evaluator.select(first)
+        return None if picked is None else int(self._domain.domain_of[picked[0]])
 
     def failure(self, key: Hashable | None) -> ShapeFailure | None:
         return None if key is None else self.failures.get(key)
@@ -173,7 +205,13 @@ class ShapeClasses:
         )
         found = ssn.outcomes.found(job)
         queue = found.queue
-        self.failures[attempt.key] = ShapeFailure(
+        key = attempt.key
+        if isinstance(key, tuple) and key and key[-1] is _NOT_ASKED:
+            # The attempt was discarded: the session is as it was before it, so the backend its
+            # first task would go to now is the one it went to.
+            self._failed_in_some.add(key[:-1])
+            key = (*key[:-1], self._backend_of(ssn, job))
+        self.failures[key] = ShapeFailure(
             leader,
             tried,
             tuple(_naming(leader, fe) for fe in job.fit_errors.values()),

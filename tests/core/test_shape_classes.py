@@ -93,6 +93,8 @@ TAINT = Taint("dedicated", "infra", "NoSchedule")
 @st.composite
 def clusters(draw: st.DrawFn) -> ClusterSnapshot:
     n_nodes = draw(st.integers(1, 5))
+    # Nodes of one backend, or of several: gang-backend keeps a class per backend then.
+    backends = draw(st.sampled_from([["a"], ["a", "b"], ["a", "b", "c"]]))
     nodes = []
     for i in range(n_nodes):
         extra = {"pods": str(draw(st.integers(1, 4)))} if draw(st.booleans()) else {}
@@ -104,7 +106,13 @@ def clusters(draw: st.DrawFn) -> ClusterSnapshot:
             taints=[TAINT] if draw(st.integers(0, 4)) == 0 else [],
             **extra,
         )
-        nodes.append(dataclasses.replace(made, unschedulable=draw(st.integers(0, 6)) == 0))
+        nodes.append(
+            dataclasses.replace(
+                made,
+                unschedulable=draw(st.integers(0, 6)) == 0,
+                backend=draw(st.sampled_from(backends)),
+            )
+        )
     names = [n.name for n in nodes]
     queues = [
         queue(f"q{i}", weight=draw(st.integers(1, 3))) for i in range(draw(st.integers(1, 3)))
@@ -201,6 +209,27 @@ def test_random_clusters_do_skip() -> None:
         u for u, o in result.jobs.items() if o.explanation and SAME_SHAPE in o.explanation.summary
     ]
     assert len(skipped) > 25
+
+
+def test_classes_are_kept_per_backend() -> None:
+    """With several backends (gang-backend) deep queues skip too, and a class that failed in one
+    backend is still tried in another: here b's bigger nodes take gangs a's cannot, after a's best
+    node has gone to the first gang."""
+    nodes = [
+        dataclasses.replace(node("a0", cpu="4", memory="8Gi"), backend="a"),
+        dataclasses.replace(node("a1", cpu="2", memory="8Gi"), backend="a"),
+        dataclasses.replace(node("b0", cpu="3", memory="8Gi"), backend="b"),
+        dataclasses.replace(node("b1", cpu="3", memory="8Gi"), backend="b"),
+    ]
+    jobs = [job(f"j{i}", n=2, cpu="2", memory="1Gi", index=i) for i in range(30)]
+    on = run(snapshot(nodes, jobs), DEFAULT_CONFIG_YAML)
+    off = run(snapshot(nodes, jobs), with_session(DEFAULT_CONFIG_YAML, shapeClasses=False))
+    assert decisions(on) == decisions(off)
+    backends = {n: n[0] for n in ("a0", "a1", "b0", "b1")}
+    placed = {backends[n] for n in on.binds.values()}
+    assert placed == {"a", "b"}
+    skipped = [u for u, o in on.jobs.items() if o.explanation and SAME_SHAPE in o.explanation.summary]
+    assert len(skipped) > 20
 
 
 # -- explanations -----------------------------------------------------------------------------------
