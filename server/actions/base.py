@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from server.session.options import flag
 from server.session.session import Session
 
 
@@ -24,10 +25,7 @@ class Action:
                 raise ValueError(f"{key}: unknown argument of action {cls.name}")
 
     def arg_bool(self, key: str) -> bool:
-        value = self.arguments.get(key)
-        if isinstance(value, str):
-            return value.strip().lower() in ("true", "1", "yes")
-        return bool(value)
+        return flag(self.arguments, key, False)
 
     def execute(self, ssn: Session) -> None:  # pragma: no cover - interface
         raise NotImplementedError

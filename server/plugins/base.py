@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+from server.session.options import flag
 from server.session.session import Session
 
 
@@ -54,10 +55,7 @@ class Plugin:
         return number if math.isfinite(number) else default  # "1e309", "inf", "nan": as if unset
 
     def arg_bool(self, key: str, default: bool = False) -> bool:
-        value = self.arguments.get(key, default)
-        if isinstance(value, str):
-            return value.strip().lower() in ("true", "1", "yes")
-        return bool(value)
+        return flag(self.arguments, key, default)
 
     def on_session_open(self, ssn: Session) -> None:  # pragma: no cover - interface
         raise NotImplementedError

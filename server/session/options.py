@@ -8,7 +8,7 @@ framework does not depend on the plugin package.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -16,6 +16,15 @@ from server.model import PriorityClass
 
 if TYPE_CHECKING:  # the session imports this module: annotations only
     from server.session.session import Session
+
+
+def flag(values: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A boolean setting (a scheduler parameter, an action's or plugin's argument), ``default``
+    when absent; a string is true when it says true, 1 or yes."""
+    value = values.get(key, default)
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
 
 
 class SessionPlugin(Protocol):

@@ -68,11 +68,11 @@ from server.session.info import (
     has_constraints,
     new_queue_infos,
 )
-from server.session.options import PluginOption, SchedulerConfig, SessionPlugin
+from server.session.options import PluginOption, SchedulerConfig, SessionPlugin, flag
 from server.session.outcomes import Outcomes, report
 from server.session.priority_queue import PriorityQueue
 from server.session.shape_classes import SESSION_PARAMETER as SHAPE_CLASSES
-from server.session.shape_classes import ShapeClasses, session_bool
+from server.session.shape_classes import ShapeClasses
 from server.session.statement import Statement
 
 # Re-exported: plugins and tests have always found these here.
@@ -142,10 +142,10 @@ class Session:
         names: set[str] = set()
         for n in snapshot.nodes:
             names.update(n.allocatable)
-            names.update(str(d.get("type", "")) for d in n.devices if d.get("type"))
+            if n.devices:
+                names.update(str(d.get("type", "")) for d in n.devices if d.get("type"))
         for j in snapshot.jobs:
-            for t in j.tasks:
-                names.update(t.request)
+            names.update(*[t.request for t in j.tasks])  # one call per job, not per task
             if j.min_resources:
                 names.update(j.min_resources)
         for past in self.window.beyond.values():
@@ -171,7 +171,8 @@ class Session:
         unnamed: list[tuple[TaskInfo, int]] = []
         for job in (*self.jobs.values(), *self.orphan_jobs):
             for task in job.tasks.values():
-                self._attach_existing(task, unnamed)
+                if task.node is not None:  # (a task that holds no node has nothing to attach)
+                    self._attach_existing(task, unnamed)
         for foreign in snapshot.foreign_tasks:
             self._attach_existing(TaskInfo(foreign, self.space), unnamed)
         for task, row in unnamed:
@@ -191,7 +192,7 @@ class Session:
         self.outcomes = Outcomes()  # what the cycle finds about each job, for its report
         # Job shapes that found no room this cycle, until resources come back (allocate skips
         # later jobs of the shape; statements say when resources come back).
-        self.shape_classes = ShapeClasses(session_bool(config.session, SHAPE_CLASSES, True))
+        self.shape_classes = ShapeClasses(flag(config.session, SHAPE_CLASSES, True))
         self.plugins: list[SessionPlugin] = []
         for tier in self.tiers:
             for option in tier:

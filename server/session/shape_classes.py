@@ -38,7 +38,7 @@ Session parameter ``shapeClasses`` (bool, default true) turns it off.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -62,14 +62,6 @@ SESSION_PARAMETER = "shapeClasses"
 # A class's backend not asked yet (see ``ShapeClasses.key``).
 _NOT_ASKED = object()
 _PENDING, _PIPELINED = TaskStatus.PENDING, TaskStatus.PIPELINED
-
-
-def session_bool(session: Mapping[str, Any], key: str, default: bool) -> bool:
-    """A boolean scheduler parameter (``config.session``), ``default`` when absent."""
-    value = session.get(key, default)
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value)
 
 
 @dataclass(frozen=True, slots=True)

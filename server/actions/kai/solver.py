@@ -47,8 +47,8 @@ from server.session.kai import (
     tasks_to_allocate,
     tasks_to_evict,
 )
+from server.session.options import flag
 from server.session.session import Session
-from server.session.shape_classes import session_bool
 from server.session.statement import Statement
 
 # (pending job, its tasks placed in this step, every candidate victim of the arrangement) -> accept?
@@ -411,7 +411,7 @@ class FailedJobs:
     easier -- fewer pending tasks, or task by task (largest first) no larger and somewhere smaller."""
 
     def __init__(self, ssn: Session) -> None:
-        self.enabled = session_bool(ssn.config.session, "useSchedulingSignatures", False)
+        self.enabled = flag(ssn.config.session, "useSchedulingSignatures", False)
         self.smallest: dict[tuple[object, ...], list[TaskInfo]] = {}
 
     @staticmethod
@@ -477,9 +477,9 @@ def solve_pending_jobs(
     ``moves_only``: the validator accepts only solutions that place every victim again."""
     queue = JobsByQueue(ssn, depth=queue_depth(ssn, action)).fill(ssn.jobs.values(), pending)
     failed = FailedJobs(ssn)
-    use_filters = session_bool(ssn.config.session, "scenarioFilters", True)
+    use_filters = flag(ssn.config.session, "scenarioFilters", True)
     budget = per_action(ssn, "simulationBudgetPerAction", action)
-    pruning = session_bool(ssn.config.session, "solverPruning", True)
+    pruning = flag(ssn.config.session, "solverPruning", True)
     while not queue.empty():
         job = queue.pop()
         if not failed.worth_trying(job) or job.uid in ssn.invalid_jobs or not may_try(job):

@@ -55,8 +55,8 @@ from server.session.kai import (
     task_quantities,
     tasks_to_allocate,
 )
+from server.session.options import flag
 from server.session.session import Session
-from server.session.shape_classes import session_bool
 
 RESOURCES = (CPU, MEMORY, NVIDIA_GPU)
 INF = math.inf
@@ -621,7 +621,7 @@ class KaiProportionPlugin(Plugin):
     def _victim_bundles(self, vjob: JobInfo, vtasks: list[TaskInfo]) -> list[Vec3]:
         """A victim job's reclaimed resources: each elastic task alone, its gang part together;
         victims placed again elsewhere (consolidating reclaim) do not count."""
-        allow_moves = session_bool(self.ssn.config.session, "allowConsolidatingReclaim", True)
+        allow_moves = flag(self.ssn.config.session, "allowConsolidatingReclaim", True)
         minimums = {ps.name: ps.min_available for ps in pod_sets(vjob)}
         named = set(vjob.subgroup_min_member)
         per_set: dict[str, list[TaskInfo]] = {}
