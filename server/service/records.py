@@ -9,6 +9,7 @@ scheduling core sees ``server.model`` copies made by ``server.service.snapshot``
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -19,7 +20,7 @@ from muster.phases import TERMINAL_PHASES
 from muster.v1 import muster_pb2 as pb
 from server import model
 from server.model import QUARANTINED, PodGroupPhase, TaskStatus
-from server.service.convert import checked_job_to_model
+from server.service.convert import checked_job_to_model, task_uid
 
 
 def is_terminal_phase(phase: int) -> bool:
@@ -224,8 +225,14 @@ class JobRecord:
     id: str
     spec_bytes: bytes  # the normalized spec's deterministic serialization (resubmission identity)
     creation_index: int
-    tasks: list[TaskRecord]
     status: JobStatusRecord
+    task_count: int  # its replicas in all (its tasks, built or not)
+    # Its tasks, one per replica in task-group order (``tasks``); None: each one Pending as it
+    # was submitted, built when first asked. A restart builds none for a job whose stored tasks
+    # are all so: a million waiting jobs hold no task objects until a cycle opens them.
+    _tasks: list[TaskRecord] | None = field(default=None, repr=False)
+    # Told when the tasks are built (the state indexes them by uid).
+    on_tasks_built: Callable[[JobRecord], None] | None = field(default=None, repr=False)
     # The parsed spec once used (``spec``); None: parsed from ``spec_bytes`` when first asked. A
     # restart keeps only the bytes: a parsed spec costs ~1.2 KiB, and most waiting jobs are only
     # read by the waiting index (``peek_spec``) until a cycle opens them.
@@ -260,6 +267,33 @@ class JobRecord:
             self._template.creation_index = index
             for task in self._template.tasks:
                 task.creation_index = index
+
+    @property
+    def tasks(self) -> list[TaskRecord]:
+        """Its tasks (built on first use: see ``_tasks``)."""
+        if self._tasks is None:
+            spec = self.peek_spec()
+            self._tasks = fresh_tasks(spec)
+            if self.on_tasks_built is not None:
+                self.on_tasks_built(self)
+        return self._tasks
+
+    @property
+    def tasks_built(self) -> bool:
+        return self._tasks is not None
+
+    def built_tasks(self) -> list[TaskRecord]:
+        """Its tasks if built, else none (what the state indexed)."""
+        return self._tasks if self._tasks is not None else []
+
+    def all_pending(self) -> bool:
+        """Every task Pending (without building them)."""
+        return self._tasks is None or all(t.status is TaskStatus.PENDING for t in self._tasks)
+
+    def task_views(self) -> list[TaskRecord]:
+        """Its tasks to read: the built ones, else fresh Pending ones not kept (an answer about
+        a waiting job does not make it hold task objects)."""
+        return self._tasks if self._tasks is not None else fresh_tasks(self.peek_spec())
 
     @property
     def spec(self) -> pb.JobSpec:
@@ -299,8 +333,17 @@ class JobRecord:
 
     @property
     def min_member(self) -> int:
-        return gang_minimum(self.peek_spec().min_member, len(self.tasks))
+        return gang_minimum(self.peek_spec().min_member, self.task_count)
 
     @property
     def active(self) -> bool:
         return not is_terminal_phase(self.status.phase)
+
+
+def fresh_tasks(spec: pb.JobSpec) -> list[TaskRecord]:
+    """A job's tasks as submitted: one Pending per replica, in task-group order."""
+    return [
+        TaskRecord(task_uid(spec.id, tg.role, i), spec.id, tg.role, i)
+        for tg in spec.task_groups
+        for i in range(tg.replicas)
+    ]

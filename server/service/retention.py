@@ -68,7 +68,7 @@ def drop_finished(
         del state.finished[rec.id]
         del state.jobs[rec.id]
         forget_array_element(state, rec)
-        for t in rec.tasks:
+        for t in rec.built_tasks():  # (a job's tasks are indexed once built)
             state.tasks.pop(t.uid, None)
             state.task_job.pop(t.uid, None)
         dropped.append(rec.id)
@@ -81,7 +81,7 @@ def _droppable(state: ClusterState, rec: JobRecord, busy: Set[str]) -> bool:
     changes = state.changes
     if rec.id in changes.jobs or rec.id in changes.events:
         return False
-    for t in rec.tasks:
+    for t in rec.built_tasks():  # (tasks not built are Pending as submitted)
         if (
             t.uid in changes.tasks
             or t.uid in busy

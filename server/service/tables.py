@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from muster.v1 import muster_pb2 as pb
 from server.service import convert
@@ -34,6 +35,41 @@ from server.service.records import (
 from server.service.store import JobArchive, StoredJob, StoredState, WriteBatch
 from server.service.views import job_proto
 from server.service.waiting import WaitingIndex
+
+_V = TypeVar("_V")
+
+
+class TaskIndex(dict[str, _V]):
+    """Tasks (or their jobs) by task uid. A job's tasks are indexed when they are built
+    (``JobRecord._tasks``): asked for a task of a job whose tasks are not built, the index
+    builds them, which indexes them, and answers."""
+
+    def __init__(self, jobs: dict[str, JobRecord]) -> None:
+        super().__init__()
+        self._jobs = jobs
+
+    def _built(self, uid: str) -> bool:
+        """Build the tasks of the job ``uid`` names (``<job id>/<role>-<index>``), if not yet;
+        whether ``uid`` is indexed then."""
+        rec = dict.get(self._jobs, uid.rpartition("/")[0])
+        if rec is None or rec.tasks_built:
+            return False
+        rec.tasks  # noqa: B018 - builds and indexes them
+        return dict.__contains__(self, uid)
+
+    def __missing__(self, uid: str) -> _V:
+        if self._built(uid):
+            return dict.__getitem__(self, uid)
+        raise KeyError(uid)
+
+    def get(self, uid: str, default: _V | None = None) -> _V | None:  # type: ignore[override]
+        found = dict.get(self, uid)
+        if found is None and self._built(uid):
+            found = dict.get(self, uid)
+        return found if found is not None else default
+
+    def __contains__(self, uid: object) -> bool:
+        return dict.__contains__(self, uid) or (isinstance(uid, str) and self._built(uid))
 
 
 class JobTable(dict[str, JobRecord]):
@@ -142,8 +178,10 @@ class StateTables:
         # Finished jobs still in memory, in the order they were committed finished (about the
         # order of their finish times): what retention.drop_finished looks at, oldest first.
         self.finished: dict[str, None] = {}
-        self.tasks: dict[str, TaskRecord] = {}
-        self.task_job: dict[str, JobRecord] = {}
+        # By uid; a task of a job whose tasks are not built yet is found by building them.
+        self.tasks: TaskIndex[TaskRecord] = TaskIndex(self.jobs)
+        self.task_job: TaskIndex[JobRecord] = TaskIndex(self.jobs)
+        self._index_tasks_hook = self._index_tasks  # (one bound method for every record)
         # Job arrays: array id -> its elements in memory, by id, in creation (= index) order.
         self.arrays: dict[str, dict[str, JobRecord]] = {}
         self.foreign: dict[str, ForeignTask] = {}  # key "<backend>/<task id>"
@@ -162,9 +200,16 @@ class StateTables:
         self.waiting.touch(rec.id)
         if rec.active:
             self.active_jobs[rec.id] = rec
-        if rec.spec.array_job_id:
-            self.arrays.setdefault(rec.spec.array_job_id, {})[rec.id] = rec
-        for t in rec.tasks:
+        array = rec.peek_spec().array_job_id  # (a restored job's spec stays unparsed)
+        if array:
+            self.arrays.setdefault(array, {})[rec.id] = rec
+        if rec.tasks_built:
+            self._index_tasks(rec)
+        else:  # indexed when first built
+            rec.on_tasks_built = self._index_tasks_hook
+
+    def _index_tasks(self, rec: JobRecord) -> None:
+        for t in rec.built_tasks():
             self.tasks[t.uid] = t
             self.task_job[t.uid] = rec
 
@@ -356,19 +401,23 @@ class StateTables:
 
 def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
     """A job's record as the store has it (spec, status and the stored task rows); ``template``
-    False leaves the core's view to be built if ever used (a read-only answer never does)."""
+    False leaves the core's view to be built if ever used (a read-only answer never does), and
+    its spec parsed again when used. Tasks stored as they were submitted (every one Pending, no
+    row or an untouched one) are not built (``JobRecord._tasks``)."""
     spec = pb.JobSpec.FromString(job.spec)
-    by_uid = {t.uid: t for t in job.tasks}
-    tasks = []
-    for tg in spec.task_groups:
-        for i in range(tg.replicas):
-            uid = convert.task_uid(spec.id, tg.role, i)
-            stored = by_uid.get(uid)
-            if stored is None:
-                tasks.append(TaskRecord(uid, spec.id, tg.role, i))
-            else:
-                stored.read_legacy_shared_gpu(tg.gpu_fraction)
-                tasks.append(stored)
+    tasks: list[TaskRecord] | None = None
+    if any(not _as_submitted(t) for t in job.tasks):
+        by_uid = {t.uid: t for t in job.tasks}
+        tasks = []
+        for tg in spec.task_groups:
+            for i in range(tg.replicas):
+                uid = convert.task_uid(spec.id, tg.role, i)
+                stored = by_uid.get(uid)
+                if stored is None:
+                    tasks.append(TaskRecord(uid, spec.id, tg.role, i))
+                else:
+                    stored.read_legacy_shared_gpu(tg.gpu_fraction)
+                    tasks.append(stored)
     rec = new_job_record(
         spec,
         job.creation_index,
@@ -382,6 +431,11 @@ def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
     return rec
 
 
+def _as_submitted(task: TaskRecord) -> bool:
+    """A stored task row that says nothing a fresh Pending task would not."""
+    return task == TaskRecord(task.uid, task.job_id, task.role, task.index)
+
+
 def new_job_record(
     spec: pb.JobSpec,
     creation_index: int,
@@ -391,14 +445,9 @@ def new_job_record(
     spec_bytes: bytes | None = None,
     tasks: list[TaskRecord] | None = None,
 ) -> JobRecord:
-    """A job's record from its normalized spec, one pending task per replica (or ``tasks``, one
-    per replica in order); the core's view of it (``template``) built now unless asked not to."""
-    if tasks is None:
-        tasks = [
-            TaskRecord(convert.task_uid(spec.id, tg.role, i), spec.id, tg.role, i)
-            for tg in spec.task_groups
-            for i in range(tg.replicas)
-        ]
+    """A job's record from its normalized spec: ``tasks`` (one per replica in order), else each
+    Pending as submitted, built when first asked; the core's view of it (``template``) built now
+    unless asked not to."""
     rec = JobRecord(
         id=spec.id,
         _spec=spec,
@@ -406,8 +455,9 @@ def new_job_record(
         if spec_bytes is not None
         else spec.SerializeToString(deterministic=True),
         creation_index=creation_index,
-        tasks=tasks,
         status=status,
+        task_count=sum(tg.replicas for tg in spec.task_groups),
+        _tasks=tasks,
     )
     if template:
         rec._template, rec.refusal = convert.checked_job_to_model(spec, creation_index)

@@ -40,7 +40,7 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
         "cancelled": 0,
         "unknown": 0,
     }
-    for t in rec.tasks:
+    for t in rec.task_views():
         if t.status in PENDING_STATUSES:
             counts["pending"] += 1
         elif t.status == TaskStatus.SUCCEEDED:
@@ -71,11 +71,11 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
             getattr(js, name).CopyFrom(ts)
     if (estimate := current_estimate(rec)) is not None:
         set_estimate(js, estimate)
-    if rec.spec.HasField("tyjob"):
+    if rec.peek_spec().HasField("tyjob"):
         _ty_status(rec, js)
-    job = pb.Job(spec=rec.spec, status=js)
+    job = pb.Job(spec=rec.peek_spec(), status=js)
     if with_tasks:
-        for t in rec.tasks:
+        for t in rec.task_views():
             job.tasks.add(
                 id=t.uid,
                 job_id=t.job_id,
@@ -113,8 +113,8 @@ def _ty_status(rec: JobRecord, js: pb.JobStatus) -> None:
     """A TYJob's stage and schedule state (docs/jobs.md), from its tasks and the last cycle."""
     ty = tyjob_to_model(rec.spec.tyjob, rec.status.leader_restarts)
     js.leader_restarts = rec.status.leader_restarts
-    leader = next((t.status for t in rec.tasks if t.role == ty.leader_role), None)
-    workers = [t.status for t in rec.tasks if t.role != ty.leader_role]
+    leader = next((t.status for t in rec.task_views() if t.role == ty.leader_role), None)
+    workers = [t.status for t in rec.task_views() if t.role != ty.leader_role]
     # Placement is known here; whether the job can ever be scheduled is the last cycle's verdict.
     state = ty_schedule_state(
         ty,

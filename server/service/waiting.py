@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -41,7 +42,7 @@ FILING_STEP = 20_000
 def waiting_summary(rec: JobRecord) -> WaitingSummary | None:
     """The job's ``WaitingSummary`` when it waits whole (every task Pending, one asking for
     resources), else None."""
-    if any(t.status is not PENDING for t in rec.tasks):
+    if not rec.all_pending():
         return None
     summary = summarize(rec.template.tasks)  # all Pending: the template's requests are theirs
     return summary if summary.best_effort >= 0 else None
@@ -111,7 +112,7 @@ def _filed(rec: JobRecord, order: OrderKey) -> _Entry | None:
     st = rec.status
     if not rec.active or st.hold or st.quarantined or rec.controlled:
         return None
-    if any(t.status is not PENDING for t in rec.tasks):
+    if not rec.all_pending():
         return None
     spec = rec.peek_spec()
     demand = _demand(
@@ -123,11 +124,10 @@ def _filed(rec: JobRecord, order: OrderKey) -> _Entry | None:
     if demand is None:
         return None
     summary = demand.summary
-    place = _Place(
-        spec.id, spec.priority, rec.creation_index, rec.min_member, range(len(rec.tasks))
-    )
+    # (the record's id and one string per queue name: not a fresh copy of each per job)
+    place = _Place(rec.id, spec.priority, rec.creation_index, rec.min_member, range(rec.task_count))
     return _Entry(
-        spec.queue,
+        sys.intern(spec.queue),
         rec.creation_index,
         order(place, summary.best_effort),
         summary,

@@ -322,7 +322,7 @@ def list_nodes(state: ClusterState, backend: str) -> pb.ListNodesResponse:
             taken[g] = taken.get(g, 0.0) + fraction
 
     for rec in state.jobs.values():
-        if not any(t.status in OCCUPYING for t in rec.tasks):
+        if rec.all_pending() or not any(t.status in OCCUPYING for t in rec.tasks):
             continue  # (no template built for a job that holds nothing)
         for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
             if t.status in OCCUPYING and t.node in state.nodes:

@@ -279,7 +279,10 @@ class StateCollector(Collector):
             active = rec.active
             pending = 0
             holds = False
-            for t in rec.tasks:
+            if not rec.tasks_built:  # every task Pending as submitted (not built to count them)
+                tasks[(queue, TaskStatus.PENDING.title)] += rec.task_count
+                pending = rec.task_count
+            for t in rec.built_tasks():
                 tasks[(queue, t.status.title)] += 1
                 if t.status == TaskStatus.PENDING:
                     pending += 1
