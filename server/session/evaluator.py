@@ -312,8 +312,11 @@ class NodeEvaluator:
             changed = log[entry.log_position :]
             if self._scalar_rows and len(changed) <= SCALAR_ROWS:
                 has_future = self.nodes.has_future_resources()
-                for row in set(changed) if len(changed) > 1 else changed:
-                    self._shape_row(task, entry, row, has_future)
+                if len(changed) == 1:  # most often: the row the last placement took
+                    self._shape_row(task, entry, changed[0], has_future)
+                else:
+                    for row in set(changed):
+                        self._shape_row(task, entry, row, has_future)
             else:
                 dirty = np.array(
                     sorted(set(changed)) if len(changed) > 1 else changed, dtype=np.int64
@@ -362,7 +365,7 @@ class NodeEvaluator:
         """Volcano ``prioritizeNodes``: the best node that fits idle now, else the best that fits
         future idle (pipelining). Returns (row, fits_idle) or None. Ties go to the first node by
         name (Volcano picks one of the tied nodes at random)."""
-        if not len(self.nodes):  # e.g. a restarted server before any backend synced its nodes
+        if not len(self._all_rows):  # e.g. a restarted server before any backend synced its nodes
             return None
         if restrict is None and not self.scorers["task"]:
             task_predicates = self.predicates["task"]

@@ -157,7 +157,7 @@ class TaskInfo:
         )
         self.status = spec.status
         # A pending task holds no node, whatever the snapshot says (a nominated node is no hold).
-        self.node: str | None = spec.node if spec.status != TaskStatus.PENDING else None
+        self.node: str | None = spec.node if spec.status != _PENDING else None
         self.priority = spec.priority
         self.preemptable = spec.preemptable
         self.sub_group = spec.sub_group
@@ -214,11 +214,16 @@ _READY = frozenset(
         TaskStatus.SUCCEEDED,
     }
 )
+# (ALLOCATED and Succeeded: what job_phase_after counts as allocated, read from the ready count.)
+assert ALLOCATED | {TaskStatus.SUCCEEDED} == _READY
+# The statuses the role and sub-group checks count, made once (asked at every placement).
+_HELD = (*ALLOCATED, TaskStatus.SUCCEEDED)
+_HELD_OR_PIPELINED = (*_HELD, TaskStatus.PIPELINED)
 # Statuses counted by Volcano's ValidTaskNum.
 _VALID = frozenset({*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED, TaskStatus.PENDING})
-# The statuses NodeTable.add_task / remove_task tell apart at every placement, bound once: an enum
-# class attribute costs ~0.2 us per lookup on Python 3.11.
-_RELEASING, _PIPELINED = TaskStatus.RELEASING, TaskStatus.PIPELINED
+# The statuses NodeTable.add_task / remove_task and JobInfo tell apart at every placement, bound
+# once: an enum class attribute costs ~0.2 us per lookup on Python 3.11.
+_RELEASING, _PIPELINED, _PENDING = TaskStatus.RELEASING, TaskStatus.PIPELINED, TaskStatus.PENDING
 
 
 @dataclass
@@ -316,15 +321,16 @@ class JobInfo:
 
     def add_task(self, task: TaskInfo) -> None:
         self.status_changes += 1
+        status = task.status
         self.tasks[task.uid] = task
-        self.index.file(task.status)[task.uid] = task
-        if task.status in ALLOCATED:
+        self.index.file(status)[task.uid] = task
+        if status in ALLOCATED:
             self.allocated += task.resreq
-        if task.best_effort and task.status == TaskStatus.PENDING:
+        if task.best_effort and status == _PENDING:
             self.pending_best_effort += 1
-        if task.status in _READY:
+        if status in _READY:
             self.ready_count += 1
-        if task.status in _VALID:
+        if status in _VALID:
             self.valid_count += 1
 
     @property
@@ -340,18 +346,24 @@ class JobInfo:
         if old == status:
             return
         self.status_changes += 1
-        del self.index[old][task.uid]
+        index, uid = self.index, task.uid
+        del index[old][uid]
         was, now = old in ALLOCATED, status in ALLOCATED
-        if was and not now:  # (Allocated -> Binding at commit: both hold; nothing to add up)
-            self.allocated -= task.resreq
+        if was != now:  # (Allocated -> Binding at commit: both hold; nothing to add up)
+            if was:
+                self.allocated -= task.resreq
+            else:
+                self.allocated += task.resreq
         task.status = status
-        self.index.file(status)[task.uid] = task
-        if now and not was:
-            self.allocated += task.resreq
+        tasks = index.get(status)  # ``index.file(status)``, written out: every placement
+        if tasks is None:
+            tasks = index[status] = {}
+        tasks[uid] = task
         if task.best_effort:
-            self.pending_best_effort += (status == TaskStatus.PENDING) - (old == TaskStatus.PENDING)
-        self.ready_count += (status in _READY) - (old in _READY)
-        self.valid_count += (status in _VALID) - (old in _VALID)
+            self.pending_best_effort += (status == _PENDING) - (old == _PENDING)
+        ready, valid = _READY, _VALID
+        self.ready_count += (status in ready) - (old in ready)
+        self.valid_count += (status in valid) - (old in valid)
 
     def count(self, *statuses: TaskStatus) -> int:
         return sum(len(self.index[s]) for s in statuses)
@@ -369,12 +381,13 @@ class JobInfo:
     def valid_task_num(self) -> int:
         return self.valid_count
 
+    # ``ready_task_num() + pending_best_effort_num()``, written out: asked at every placement.
     def is_ready(self) -> bool:
-        return self.ready_task_num() + self.pending_best_effort_num() >= self.min_available
+        return self.ready_count + self.pending_best_effort >= self.min_available
 
     def is_pipelined(self) -> bool:
         return (
-            self.waiting_task_num() + self.ready_task_num() + self.pending_best_effort_num()
+            len(self.index[_PIPELINED]) + self.ready_count + self.pending_best_effort
             >= self.min_available
         )
 
@@ -403,7 +416,7 @@ class JobInfo:
         return self._roles_meet_minimum(self._roles(_VALID))
 
     def allocated_roles(self) -> dict[str, int]:
-        return self._roles((*ALLOCATED, TaskStatus.SUCCEEDED), pending_best_effort=True)
+        return self._roles(_HELD, pending_best_effort=True)
 
     def check_task_ready(self) -> bool:
         if not self.task_min_available or self.min_available < self.task_min_available_total:
@@ -413,11 +426,7 @@ class JobInfo:
     def check_task_pipelined(self) -> bool:
         if not self.task_min_available or self.min_available < self.task_min_available_total:
             return True
-        return self._roles_meet_minimum(
-            self._roles(
-                (*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED), pending_best_effort=True
-            )
-        )
+        return self._roles_meet_minimum(self._roles(_HELD_OR_PIPELINED, pending_best_effort=True))
 
     # -- sub-groups (KAI PodGroup subGroups / Volcano sub-jobs): each needs its own minimum -----
     def _subgroups_meet(self, statuses: Iterable[TaskStatus]) -> bool:
@@ -435,10 +444,10 @@ class JobInfo:
         return self._subgroups_meet(_VALID)
 
     def check_subjob_ready(self) -> bool:
-        return self._subgroups_meet((*ALLOCATED, TaskStatus.SUCCEEDED))
+        return self._subgroups_meet(_HELD)
 
     def check_subjob_pipelined(self) -> bool:
-        return self._subgroups_meet((*ALLOCATED, TaskStatus.SUCCEEDED, TaskStatus.PIPELINED))
+        return self._subgroups_meet(_HELD_OR_PIPELINED)
 
     def fit_failed_roles(self) -> set[str]:
         return {
@@ -740,8 +749,8 @@ def job_phase_after(job: JobInfo, unschedulable: bool) -> PodGroupPhase:
     """Volcano ``jobStatus``: the PodGroup phase written back when the session closes."""
     if job.index[TaskStatus.RUNNING] and unschedulable:
         return PodGroupPhase.UNKNOWN
-    allocated = job.count(*ALLOCATED, TaskStatus.SUCCEEDED)
-    if allocated >= job.min_available:
+    # Its tasks in ALLOCATED or Succeeded: the statuses its ready count counts (kept by the index).
+    if job.ready_count >= job.min_available:
         return PodGroupPhase.RUNNING
     if job.phase != PodGroupPhase.INQUEUE:
         return PodGroupPhase.PENDING

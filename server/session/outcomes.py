@@ -160,16 +160,20 @@ def report(ssn: Session) -> CycleResult:
             result.estimates.get(job.uid),  # (the reserve action's, when configured)
         )
         for task in job.tasks.values():
-            if task.status == TaskStatus.PIPELINED and task.node:
+            if task.status == _PIPELINED and task.node:
                 result.pipelined[task.uid] = task.node
             _report_task(result, task)
     return result
 
 
+# Bound once: an enum class attribute costs ~0.2 us per lookup, and these are asked per task.
+_PIPELINED, _PENDING = TaskStatus.PIPELINED, TaskStatus.PENDING
+
+
 def _report_task(result: CycleResult, task: TaskInfo) -> None:
     """A task's status, node and device ids in the cycle's result."""
     node = task.node
-    if node is None and task.status == TaskStatus.PENDING:
+    if node is None and task.status == _PENDING:
         # A pending task's nominated node, reported as given (it holds nothing).
         node = task.spec.node
     result.task_status[task.uid] = (task.status, node)

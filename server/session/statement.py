@@ -29,6 +29,11 @@ class Op(Enum):
     UNPIPELINE = "unpipeline"  # a pipelined task pending again (backfill takes it back)
 
 
+# Bound once: an enum class attribute costs ~0.2 us per lookup, and these are read per placement.
+_ALLOCATE = Op.ALLOCATE
+_ALLOCATED, _BINDING = TaskStatus.ALLOCATED, TaskStatus.BINDING
+
+
 @dataclass(slots=True)
 class Operation:
     op: Op
@@ -59,8 +64,8 @@ class Statement:
 
     def allocate(self, task: TaskInfo, node: str, gpu_groups: list[str] | None = None) -> None:
         prev = task.status
-        self._place(task, node, TaskStatus.ALLOCATED, gpu_groups)
-        self.operations.append(Operation(Op.ALLOCATE, task, node, prev))
+        self._place(task, node, _ALLOCATED, gpu_groups)
+        self.operations.append(Operation(_ALLOCATE, task, node, prev))
 
     def pipeline(self, task: TaskInfo, node: str, gpu_groups: list[str] | None = None) -> None:
         """``gpu_groups``: for a fractional GPU task, the shared GPU it takes on ``node``."""
@@ -182,16 +187,22 @@ class Statement:
 
     def commit(self) -> None:
         """Make the operations decisions: evictions first, then binds (Volcano's order)."""
+        operations = self.operations
+        if all(o.op is _ALLOCATE for o in operations):  # most often: allocations only
+            for o in operations:
+                self._bind(o.task)
+            self.operations = []
+            return
         result = self.ssn.result
-        moves = {o.task.uid: o for o in self.operations if o.moved_from is not None}
-        called_off = {o.task.uid for o in self.operations if o.op is Op.UNEVICT}
-        for o in self.operations:
+        moves = {o.task.uid: o for o in operations if o.moved_from is not None}
+        called_off = {o.task.uid for o in operations if o.op is Op.UNEVICT}
+        for o in operations:
             if o.op is Op.EVICT and o.task.uid not in called_off:
                 result.evictions[o.task.uid] = o.reason
                 move = moves.get(o.task.uid)
                 if move is not None:
                     result.moved[o.task.uid] = (o.node, move.node)
-            elif o.op is Op.ALLOCATE:
+            elif o.op is _ALLOCATE:
                 self._bind(o.task)
         self.operations = []
 
@@ -212,13 +223,15 @@ class Statement:
         task.node = node
         if gpu_groups is not None:
             task.gpu_groups = list(gpu_groups)
-        row = ssn.nodes.index[node]
+        nodes = ssn.nodes
+        row = nodes.index[node]
         if task.device_needs and not task.devices:
             task.devices = ssn.choose_devices(task, row, status)
-        ssn.nodes.add_task(row, task)
+        nodes.add_task(row, task)
         for h in ssn.event_handlers:
-            if h.allocate:
-                h.allocate(task)
+            allocate = h.allocate
+            if allocate:
+                allocate(task)
 
     def _lift(self, task: TaskInfo) -> None:
         """An evicted task leaves its node to be placed elsewhere (KAI moves victims): its node,
@@ -338,7 +351,7 @@ class Statement:
         and Binding hold a node the same way, so the node arrays (and evaluation caches) stay."""
         assert task.node is not None
         result = self.ssn.result
-        self.ssn.jobs[task.job].update_task_status(task, TaskStatus.BINDING)
+        self.ssn.jobs[task.job].update_task_status(task, _BINDING)
         result.binds[task.uid] = task.node
         if task.devices:
             result.bind_devices[task.uid] = list(task.devices)

@@ -147,9 +147,11 @@ class AllocateAction(Action):
         stmt = ssn.statement()
         names = ssn.nodes.names
         use_role_cache = self.arg_bool("predicateErrorCacheEnable")
+        # Looked up once per job, asked once per task.
+        allocatable, select, job_ready = ssn.allocatable, ssn.evaluator.select, ssn.job_ready
         while not tasks.empty():
             task = tasks.pop()
-            verdict = ssn.allocatable(queue, task)
+            verdict = allocatable(queue, task)
             if not verdict:
                 missing = [
                     ssn.space.dims[d]
@@ -174,12 +176,12 @@ class AllocateAction(Action):
                 else:  # only the queue's bound holds the task back: its verdict explains the job
                     ssn.outcomes.queue_refused(job, verdict)
                 continue
-            if use_role_cache and job.task_has_fit_errors(task):
+            if use_role_cache and job.fit_errors and job.task_has_fit_errors(task):
                 job.fit_errors[task.uid] = FitErrors(
                     message=f"Task {task.name} with role spec {task.role} has already predicated failed, skip"
                 )
                 continue
-            choice = ssn.evaluator.select(task, restrict)
+            choice = select(task, restrict)
             if choice is None:
                 job.fit_errors[task.uid] = ssn.evaluator.fit_errors(task, restrict)
                 if job.need_continue_allocating():
@@ -190,9 +192,9 @@ class AllocateAction(Action):
                 stmt.allocate(task, names[row])
             else:
                 stmt.pipeline(task, names[row])
-            if ssn.job_ready(job):
+            if job_ready(job):
                 break
-        if ssn.job_ready(job) or ssn.job_pipelined(job):
+        if job_ready(job) or ssn.job_pipelined(job):
             return stmt
         stmt.discard()
         return None
@@ -209,7 +211,8 @@ class _Turns:
         self.task_key = task_key
         self.classes = ssn.shape_classes
         self.lookback = lookback_of(ssn.config)
-        self.considered: dict[str, int] = {}  # per queue, the jobs that came up
+        # Per queue, the jobs that came up and count against a lookback (kept only under one).
+        self.considered: dict[str, int] = {}
         # A job's pending tasks in task order, made when the job first comes up (most jobs of a
         # deep queue never do, or are skipped by their shape class).
         self.pending: dict[str, PriorityQueue] = {}
@@ -223,9 +226,10 @@ class _Turns:
             tasks = self.pending.get(job.uid)
             if tasks is not None:  # it came up before (ready, with tasks left)
                 return job, tasks, None
-            if waits_whole(job.spec):  # a job holding something does not count (nor wait)
+            # A job holding something does not count (nor wait); with no lookback none is counted.
+            if self.lookback > 0 and waits_whole(job.spec):
                 seen = self.considered.get(queue.uid, 0)
-                if 0 < self.lookback <= seen:
+                if self.lookback <= seen:
                     self.ssn.outcomes.queue_refused(job, self.beyond_lookback(queue))
                     continue
                 self.considered[queue.uid] = seen + 1

@@ -222,8 +222,10 @@ class DrfPlugin(Plugin):
         for job in ssn.jobs.values():
             alloc = ssn.space.zeros()
             for status in ALLOCATED:
-                for t in job.index[status].values():
-                    alloc += t.resreq
+                held = job.index.get(status)  # (get: no map made for a status no task is in)
+                if held:
+                    for t in held.values():
+                        alloc += t.resreq
             allocated[job.uid] = alloc
             queue = ssn.queues.get(job.queue)
             if hierarchy_enabled and queue is not None:
@@ -299,14 +301,13 @@ class DrfPlugin(Plugin):
                     victims.append(t)
             return victims, PERMIT
 
-        def on_event(task: TaskInfo, sign: float) -> None:
+        def on_event(task: TaskInfo, sign: float = 1.0) -> None:
             job = ssn.jobs.get(task.job)
-            if job is None or task.job not in allocated:
+            alloc = allocated.get(task.job)
+            if job is None or alloc is None:
                 return
             # In place, no temporary (every placement): sign is +-1, so the same sums.
-            (np.add if sign > 0 else np.subtract)(
-                allocated[task.job], task.resreq, out=allocated[task.job]
-            )
+            (np.add if sign > 0 else np.subtract)(alloc, task.resreq, out=alloc)
             shares.changed(task.job)
             if hierarchy_enabled and job.queue in ssn.queues:
                 hdrf.total_allocated += sign * task.resreq
@@ -318,4 +319,4 @@ class DrfPlugin(Plugin):
         if hierarchy_enabled:
             ssn.register(QUEUE_ORDER, self.name, queue_order)
             ssn.register(RECLAIMABLE, self.name, reclaimable)
-        ssn.add_event_handler(EventHandler(lambda t: on_event(t, 1.0), lambda t: on_event(t, -1.0)))
+        ssn.add_event_handler(EventHandler(on_event, lambda t: on_event(t, -1.0)))

@@ -86,13 +86,14 @@ class NodeOrderPlugin(Plugin):
         # Python floats for the one-row path (numpy scalars cost ~5x per arithmetic operation).
         inv_c, inv_m = inv[:, 0].tolist(), inv[:, 1].tolist()
 
-        def row_score(i: int, req_c: float, req_m: float) -> float:
+        def resource_row(task: TaskInfo, i: int) -> float:
             # One node in plain floats: the cached evaluation re-scores one or two changed rows at a
             # time, where numpy's per-call overhead would dominate. Same formula as below.
+            req = task.request_floats  # the request's floats: what float(resreq[d]) gives
             ic, im = inv_c[i], inv_m[i]
             row = used[i].tolist()
-            used_c, used_m = row[0], row[1]
-            fc, fm = (used_c + req_c) * ic, (used_m + req_m) * im
+            fc = (row[0] + (req[0] or DEFAULT_MILLI_CPU)) * ic
+            fm = (row[1] + (req[1] or DEFAULT_MEMORY)) * im
             ok_c, ok_m = ic > 0 and fc <= 1.0, im > 0 and fm <= 1.0
             total = 0.0
             if least:
@@ -111,12 +112,10 @@ class NodeOrderPlugin(Plugin):
 
         def resource_scores(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
             if len(rows) <= 4:
-                req_c = float(task.resreq[cpu]) or DEFAULT_MILLI_CPU
-                req_m = float(task.resreq[mem]) or DEFAULT_MEMORY
-                return np.array([row_score(int(i), req_c, req_m) for i in rows])
+                return np.array([resource_row(task, i) for i in rows.tolist()])
             req = (
-                float(task.resreq[cpu]) or DEFAULT_MILLI_CPU,
-                float(task.resreq[mem]) or DEFAULT_MEMORY,
+                task.request_floats[0] or DEFAULT_MILLI_CPU,
+                task.request_floats[1] or DEFAULT_MEMORY,
             )
             frac = nodes.used[rows, :2]  # a copy (fancy index): the used fraction after placing
             frac += req
@@ -139,10 +138,6 @@ class NodeOrderPlugin(Plugin):
                 part = np.floor((1 - np.abs(capped[:, 0] - capped[:, 1]) / 2) * MAX_NODE_SCORE)
                 total += part if balanced == 1 else part * balanced
             return total
-
-        def resource_row(task: TaskInfo, i: int) -> float:
-            req = task.request_floats
-            return row_score(i, req[cpu] or DEFAULT_MILLI_CPU, req[mem] or DEFAULT_MEMORY)
 
         scorers = [Scorer("shape", resource_scores, row=resource_row)]
 

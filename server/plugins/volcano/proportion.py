@@ -12,7 +12,6 @@ job_satisfiable (what the job needs at once within the queue's capability: beyon
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -228,13 +227,14 @@ class ProportionPlugin(Plugin):
         attr = self.attrs.get(queue.name)
         if attr is None:
             return ALLOWED
-        req = task.request_floats
-        # allocated + request element by element: the same float sums numpy would make.
-        if less_equal_on(
-            map(operator.add, attr.allocated.tolist(), req), attr.deserved.tolist(), req
+        # less_equal_on(allocated + request, deserved, request), written out (asked before every
+        # placement): allocated + request element by element, the same float sums numpy makes.
+        for a, r, d in zip(
+            attr.allocated.tolist(), task.request_floats, attr.deserved.tolist(), strict=True
         ):
-            return ALLOWED
-        return over_share(self.name, queue, task)
+            if r > MIN_RESOURCE and a + r > d + MIN_RESOURCE:
+                return over_share(self.name, queue, task)
+        return ALLOWED
 
     def preemptive(self, queue: QueueInfo, task: TaskInfo) -> bool:
         return self.allocatable(queue, task).ok
@@ -283,8 +283,8 @@ class ProportionPlugin(Plugin):
 
     # -- events ---------------------------------------------------------------------------------
     def _job_attr(self, task: TaskInfo) -> QueueAttr | None:
-        jobs = self.ssn.jobs
-        return self.attrs.get(jobs[task.job].queue) if task.job in jobs else None
+        job = self.ssn.jobs.get(task.job)
+        return None if job is None else self.attrs.get(job.queue)
 
     def on_allocate(self, task: TaskInfo) -> None:
         attr = self._job_attr(task)
