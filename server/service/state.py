@@ -485,11 +485,12 @@ def queue_allocated(state: ClusterState) -> dict[str, dict[str, float]]:
     allocation and the dashboard's history both read it."""
     allocated: dict[str, dict[str, float]] = {n: {} for n in state.queues}
     for rec in state.jobs_that_may_hold():  # finished jobs count nowhere here
+        # (a waiting job's spec, tasks and template need not be built)
+        if rec.all_pending() or not any(t.status in ALLOCATED_OR_UNKNOWN for t in rec.tasks):
+            continue
         alloc = allocated.get(rec.spec.queue)
         if not rec.active or alloc is None:
             continue
-        if not any(t.status in ALLOCATED_OR_UNKNOWN for t in rec.tasks):
-            continue  # (a waiting job's template need not be built: a restart builds none)
         for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):
             if t.status in ALLOCATED_OR_UNKNOWN:
                 for r, v in tmpl.request.items():

@@ -29,6 +29,8 @@ def enforce_time_limits(state: ClusterState, now: float | None = None) -> int:
     touched: dict[str, JobRecord] = {}
     evicted = 0
     for job in state.jobs_that_may_hold():
+        if not job.tasks_built:  # (Pending as submitted: nothing runs)
+            continue
         limit = job.spec.time_limit_seconds
         if not limit:
             continue

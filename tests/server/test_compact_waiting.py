@@ -1,0 +1,98 @@
+"""Waiting jobs held compactly (issue 29): a restart keeps a job's spec serialized and builds no
+task objects for a job whose stored tasks are as submitted, until something asks for them."""
+
+from __future__ import annotations
+
+from server_test_helpers import node, rl, send_statuses
+
+from muster.v1 import muster_pb2 as pb
+from server.config import DEFAULT_CONFIG_YAML, load_config
+from server.scheduler import SchedulerCore
+from server.service import commands, ingest, snapshot
+from server.service.apply import apply_result
+from server.service.decisions import DecisionLog
+from server.service.state import ClusterState, queue_allocated
+from server.service.store import SqliteStore
+from server.service.views import job_proto
+
+CONFIG = load_config(DEFAULT_CONFIG_YAML + "session: {maxQueueLookback: 2}\n")
+
+
+def gang(job_id: str, replicas: int = 2) -> pb.JobSpec:
+    return pb.JobSpec(
+        id=job_id,
+        task_groups=[pb.TaskGroup(role="w", replicas=replicas, request=rl(cpu="1"))],
+    )
+
+
+def with_backend(state: ClusterState) -> ClusterState:
+    ingest.register_backend(state, pb.RegisterBackendRequest(name="a", kind="fake-agent"))
+    ingest.sync_snapshot(state, pb.SyncSnapshotRequest(backend="a", nodes=[node("n0", cpu="4")]))
+    return state
+
+
+async def restarted(jobs: int) -> tuple[ClusterState, ClusterState]:
+    """A state with ``jobs`` waiting gangs of 2, its first cycle's binds applied, written to a
+    store; and the state a restart from that store gives."""
+    store = SqliteStore(":memory:")
+    before = with_backend(ClusterState(DecisionLog(bind_timeout=30)))
+    for i in range(jobs):
+        commands.submit(before, gang(f"j{i}"))
+    store.write(before.commit())
+    captured = snapshot.capture(before, CONFIG)
+    result = SchedulerCore(CONFIG).run_cycle(captured.materialize(), captured.cycle_id)
+    await apply_result(before, captured, result)
+    store.write(before.commit())
+    after = ClusterState(DecisionLog(bind_timeout=30))
+    after.restore(store.load())
+    return before, with_backend(after)
+
+
+async def test_a_restart_builds_tasks_only_for_jobs_that_hold_something() -> None:
+    before, state = await restarted(6)
+    bound = {rec.id for rec in before.jobs.values() if not rec.all_pending()}
+    assert bound == {"j0", "j1"}  # the node holds two gangs of 2 x 1 cpu
+    assert {rec.id for rec in state.jobs.values() if rec.tasks_built} == bound
+    assert all(rec._spec is None for rec in state.jobs.values())  # kept serialized
+    waiting = state.jobs["j5"]
+    assert waiting.task_count == 2
+    # Reading about it (its view, the allocations, the metrics' view of it) builds nothing ...
+    assert [t.status for t in job_proto(waiting).tasks] == [pb.TASK_STATUS_PENDING] * 2
+    assert queue_allocated(state)["default"]["cpu"] == 4000.0
+    assert not waiting.tasks_built
+    assert waiting._spec is None
+    # ... and the same answers as before the restart.
+    for job_id in ("j0", "j4"):
+        assert job_proto(state.jobs[job_id]) == job_proto(before.jobs[job_id])
+
+
+async def test_a_task_asked_for_by_id_is_built_and_indexed() -> None:
+    _, state = await restarted(6)
+    waiting = state.jobs["j4"]
+    assert "j4/w-1" in state.tasks  # built on the way
+    assert waiting.tasks_built
+    assert state.task_job["j4/w-0"] is waiting
+    assert state.tasks["j4/w-1"] is waiting.tasks[1]
+    assert state.tasks.get("j9/w-0") is None  # no such job: nothing built, nothing found
+    assert "j4/w-7" not in state.tasks
+
+
+async def test_a_cycle_opens_restored_jobs_and_their_tasks_report_as_any() -> None:
+    _, state = await restarted(6)
+    # The node is full: j0 and j1 run; end them, and the next window's jobs get the node.
+    send_statuses(
+        state,
+        "a",
+        [
+            pb.TaskStatusUpdate(task_id=f"j{j}/w-{i}", status=pb.TASK_STATUS_SUCCEEDED)
+            for j in (0, 1)
+            for i in (0, 1)
+        ],
+    )
+    captured = snapshot.capture(state, CONFIG)
+    assert [rec.id for rec, *_ in captured.jobs] == ["j2", "j3"]
+    result = SchedulerCore(CONFIG).run_cycle(captured.materialize(), captured.cycle_id)
+    await apply_result(state, captured, result)
+    assert sorted(result.binds) == ["j2/w-0", "j2/w-1", "j3/w-0", "j3/w-1"]
+    assert state.tasks["j2/w-0"].status.name == "BINDING"
+    assert not state.jobs["j5"].tasks_built
