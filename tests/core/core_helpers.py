@@ -245,6 +245,22 @@ def cycle(snap: ClusterSnapshot, config: str | Mapping[str, Any]) -> CycleResult
 # -- scenario documents -------------------------------------------------------------------------
 
 # Volcano's test priority classes.
+# The default configuration's tiers without overcommit (whose admission would leave out jobs that
+# preempt and reclaim should see): what the tests of several actions run with.
+PREEMPT_TIERS = """\
+tiers:
+- plugins:
+  - name: priority
+  - name: gang
+  - name: conformance
+- plugins:
+  - name: drf
+  - name: predicates
+  - name: proportion
+  - name: nodeorder
+  - name: binpack
+"""
+
 PRIORITY_CLASSES = [
     {"name": "high-priority", "value": 100000},
     {"name": "low-priority", "value": 10},

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from core_helpers import load_bench
+from core_helpers import PREEMPT_TIERS, load_bench
 
 from muster.quantity import parse_resources
 from server.config import DEFAULT_CONFIG_YAML, load_config
@@ -32,20 +32,9 @@ from server.session.session import Session
 
 bench = load_bench("cycle")
 
-PREEMPT_CONFIG = """\
-actions: "enqueue, allocate, preempt, reclaim, allocate, backfill"
-tiers:
-- plugins:
-  - name: priority
-  - name: gang
-  - name: conformance
-- plugins:
-  - name: drf
-  - name: predicates
-  - name: proportion
-  - name: nodeorder
-  - name: binpack
-"""
+PREEMPT_CONFIG = (
+    'actions: "enqueue, allocate, preempt, reclaim, allocate, backfill"\n' + PREEMPT_TIERS
+)
 CONFIGS = {"default": DEFAULT_CONFIG_YAML, "preempt": PREEMPT_CONFIG}
 
 

@@ -18,7 +18,7 @@ import functools
 from typing import Any
 
 import pytest
-from core_helpers import job, node, queue, snapshot, task
+from core_helpers import PREEMPT_TIERS, job, node, queue, snapshot, task
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,19 +40,6 @@ from server.session.session import Session
 
 SAME_SHAPE = "same shape as job"
 
-PREEMPT_TIERS = """\
-tiers:
-- plugins:
-  - name: priority
-  - name: gang
-  - name: conformance
-- plugins:
-  - name: drf
-  - name: predicates
-  - name: proportion
-  - name: nodeorder
-  - name: binpack
-"""
 CONFIGS = {
     "default": DEFAULT_CONFIG_YAML,
     "preempt": 'actions: "enqueue, allocate, preempt, reclaim, backfill"\n' + PREEMPT_TIERS,
@@ -228,7 +215,9 @@ def test_classes_are_kept_per_backend() -> None:
     backends = {n: n[0] for n in ("a0", "a1", "b0", "b1")}
     placed = {backends[n] for n in on.binds.values()}
     assert placed == {"a", "b"}
-    skipped = [u for u, o in on.jobs.items() if o.explanation and SAME_SHAPE in o.explanation.summary]
+    skipped = [
+        u for u, o in on.jobs.items() if o.explanation and SAME_SHAPE in o.explanation.summary
+    ]
     assert len(skipped) > 20
 
 
