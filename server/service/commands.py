@@ -374,7 +374,7 @@ def delete_queue(state: ClusterState, name: str) -> None:
         raise precondition(
             f"name: queue {name!r} still has child queues: {', '.join(children[:5])}"
         )
-    jobs = [r.id for r in state.jobs.values() if r.active and r.peek_spec().queue == name]
+    jobs = [r.id for r in state.jobs.values() if r.active and r.queue == name]
     if jobs:
         raise precondition(
             f"name: queue {name!r} still has {len(jobs)} active jobs (e.g. {jobs[0]!r})"

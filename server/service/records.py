@@ -227,6 +227,10 @@ class JobRecord:
     creation_index: int
     status: JobStatusRecord
     task_count: int  # its replicas in all (its tasks, built or not)
+    # Its spec's queue and owner, read by passes over every job (filters, counts) without
+    # parsing the spec (one string per name: ``sys.intern``).
+    queue: str
+    owner: str
     # Its tasks, one per replica in task-group order (``tasks``); None: each one Pending as it
     # was submitted, built when first asked. A restart builds none for a job whose stored tasks
     # are all so: a million waiting jobs hold no task objects until a cycle opens them.

@@ -488,7 +488,7 @@ def queue_allocated(state: ClusterState) -> dict[str, dict[str, float]]:
         # (a waiting job's spec, tasks and template need not be built)
         if rec.all_pending() or not any(t.status in ALLOCATED_OR_UNKNOWN for t in rec.tasks):
             continue
-        alloc = allocated.get(rec.spec.queue)
+        alloc = allocated.get(rec.queue)
         if not rec.active or alloc is None:
             continue
         for t, tmpl in zip(rec.tasks, rec.template.tasks, strict=True):

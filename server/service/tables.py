@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -457,6 +458,8 @@ def new_job_record(
         creation_index=creation_index,
         status=status,
         task_count=sum(tg.replicas for tg in spec.task_groups),
+        queue=sys.intern(spec.queue),
+        owner=sys.intern(spec.owner),
         _tasks=tasks,
     )
     if template:

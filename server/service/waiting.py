@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -127,7 +126,7 @@ def _filed(rec: JobRecord, order: OrderKey) -> _Entry | None:
     # (the record's id and one string per queue name: not a fresh copy of each per job)
     place = _Place(rec.id, spec.priority, rec.creation_index, rec.min_member, range(rec.task_count))
     return _Entry(
-        sys.intern(spec.queue),
+        rec.queue,
         rec.creation_index,
         order(place, summary.best_effort),
         summary,

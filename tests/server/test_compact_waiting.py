@@ -9,6 +9,7 @@ from muster.v1 import muster_pb2 as pb
 from server.config import DEFAULT_CONFIG_YAML, load_config
 from server.scheduler import SchedulerCore
 from server.service import commands, ingest, snapshot
+from server.service.api import queries
 from server.service.apply import apply_result
 from server.service.decisions import DecisionLog
 from server.service.state import ClusterState, queue_allocated
@@ -59,8 +60,13 @@ async def test_a_restart_builds_tasks_only_for_jobs_that_hold_something() -> Non
     # Reading about it (its view, the allocations, the metrics' view of it) builds nothing ...
     assert [t.status for t in job_proto(waiting).tasks] == [pb.TASK_STATUS_PENDING] * 2
     assert queue_allocated(state)["default"]["cpu"] == 4000.0
-    assert not waiting.tasks_built
-    assert waiting._spec is None
+    queues = {q.queue.name: q for q in queries.list_queues(state).queues}
+    assert queues["default"].pending_jobs == 4
+    listed = queries.list_jobs(state, pb.ListJobsRequest(queue="default", owner=""))
+    assert [j.spec.id for j in listed.jobs] == [f"j{i}" for i in range(6)]
+    # (the view of a listing reads specs and tasks without keeping them)
+    assert not any(rec.tasks_built for rec in state.jobs.values() if rec.id not in bound)
+    assert not any(rec._spec is not None for rec in state.jobs.values() if rec.id not in bound)
     # ... and the same answers as before the restart.
     for job_id in ("j0", "j4"):
         assert job_proto(state.jobs[job_id]) == job_proto(before.jobs[job_id])

@@ -63,14 +63,14 @@ def list_jobs(
     memory: list[JobRecord] = []
     for rec in state.jobs.created_after(after):  # creation order; memory only
         if (
-            (req.queue and rec.spec.queue != req.queue)
-            or (req.namespace and rec.spec.namespace != req.namespace)
-            or (req.owner and rec.spec.owner != req.owner)
+            (req.queue and rec.queue != req.queue)
+            or (req.namespace and rec.peek_spec().namespace != req.namespace)
+            or (req.owner and rec.owner != req.owner)
         ):
             continue
         if phases and rec.status.phase not in phases:
             continue
-        if scope is not None and not scope.allows(rec.spec.queue, rec.spec.owner):
+        if scope is not None and not scope.allows(rec.queue, rec.owner):
             continue
         memory.append(rec)
         if len(memory) > size:
@@ -251,7 +251,7 @@ def list_queues(state: ClusterState) -> pb.ListQueuesResponse:
     pending = Counter[str]()
     running = Counter[str]()
     for rec in state.active_jobs.values():  # finished jobs count nowhere here
-        qname = rec.peek_spec().queue  # (not kept parsed: a million waiting jobs)
+        qname = rec.queue
         if rec.status.phase in WAITING_PHASES:
             pending[qname] += 1
         elif rec.status.phase == pb.JOB_PHASE_RUNNING:

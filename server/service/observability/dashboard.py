@@ -103,8 +103,7 @@ def overview(
     jobs = []
     readable: list[JobRecord] = []
     for rec in reversed(state.jobs.values()):  # the newest the caller may read, not every job
-        spec = rec.peek_spec()
-        if scope is None or scope.allows(spec.queue, spec.owner):
+        if scope is None or scope.allows(rec.queue, rec.owner):
             readable.append(rec)
             if len(readable) == RECENT_JOBS:
                 break

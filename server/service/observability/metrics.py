@@ -274,7 +274,7 @@ class StateCollector(Collector):
         )
         allocated: dict[str, dict[str, float]] = defaultdict(dict)
         for rec in state.jobs.values():
-            queue = rec.peek_spec().queue  # (not kept parsed: a million waiting jobs)
+            queue = rec.queue
             jobs[(queue, short_enum_name(pb.JobPhase.DESCRIPTOR, rec.status.phase))] += 1
             active = rec.active
             pending = 0
