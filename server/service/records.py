@@ -282,6 +282,17 @@ class JobRecord:
                 self.on_tasks_built(self)
         return self._tasks
 
+    def release_tasks(self, on_built: Callable[[JobRecord], None]) -> None:
+        """Forget the built tasks (every one as submitted: built again the same when asked);
+        ``on_built`` is told when they are."""
+        self._tasks = None
+        self.on_tasks_built = on_built
+
+    def release_views(self) -> None:
+        """Forget the parsed spec and the core's view of it (both rebuilt from ``spec_bytes``)."""
+        self._spec = None
+        self._template, self.refusal = None, ""
+
     @property
     def tasks_built(self) -> bool:
         return self._tasks is not None

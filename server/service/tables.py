@@ -191,6 +191,7 @@ class StateTables:
         self.changes = ChangeSet()
         # The waiting jobs of each queue in queue order, kept between cycles (the queue window).
         self.waiting = WaitingIndex()
+        self.waiting.on_filed = self.compact_job
 
     @property
     def archive(self) -> JobArchive | None:
@@ -208,6 +209,20 @@ class StateTables:
             self._index_tasks(rec)
         else:  # indexed when first built
             rec.on_tasks_built = self._index_tasks_hook
+
+    def compact_job(self, rec: JobRecord) -> None:
+        """A job the waiting index filed (it waits whole, nothing decided about it but its
+        place) holds only what a restart would give it: its spec serialized, no template, and no
+        task objects while they are as submitted. Built again when used (a cycle that opens it,
+        a view): a million jobs submitted to a running server weigh what they weigh after a
+        restart."""
+        tasks = rec.built_tasks()
+        if tasks and all(_as_submitted(t) for t in tasks):
+            for t in tasks:
+                dict.pop(self.tasks, t.uid, None)
+                dict.pop(self.task_job, t.uid, None)
+            rec.release_tasks(self._index_tasks_hook)
+        rec.release_views()
 
     def _index_tasks(self, rec: JobRecord) -> None:
         for t in rec.built_tasks():

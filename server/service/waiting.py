@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import anyio
@@ -199,6 +199,8 @@ class WaitingIndex:
     def __init__(self) -> None:
         self.order: OrderKey | None = None
         self.lookback = 0
+        # Told of each job filed (the state makes its record compact again: ``compact_job``).
+        self.on_filed: Callable[[JobRecord], None] | None = None
         self.rebuilds = 0  # how many times every job was filed again (tests, metrics)
         self.clear()
 
@@ -298,6 +300,8 @@ class WaitingIndex:
             self.others[job_id] = None
             return
         self.others.pop(job_id, None)
+        if self.on_filed is not None:
+            self.on_filed(rec)
         self._entries[job_id] = entry
         queue = self._queues.get(entry.queue)
         if queue is None:

@@ -102,3 +102,21 @@ async def test_a_cycle_opens_restored_jobs_and_their_tasks_report_as_any() -> No
     assert sorted(result.binds) == ["j2/w-0", "j2/w-1", "j3/w-0", "j3/w-1"]
     assert state.tasks["j2/w-0"].status.name == "BINDING"
     assert not state.jobs["j5"].tasks_built
+
+
+def test_jobs_submitted_to_a_running_server_become_compact_once_filed() -> None:
+    state = with_backend(ClusterState(DecisionLog(bind_timeout=30)))
+    for i in range(6):
+        commands.submit(state, gang(f"j{i}"))
+    assert all(rec.tasks_built for rec in state.jobs.values())  # written at submission
+    state.commit()
+    captured = snapshot.capture(state, CONFIG)
+    opened = [rec.id for rec, *_ in captured.jobs]
+    assert opened == ["j0", "j1"]  # the window (lookback 2)
+    assert [j.uid for j in captured.materialize().jobs] == opened
+    for rec in state.jobs.values():  # filed: compact, unless the capture opened it
+        assert rec.tasks_built == (rec.id in opened)
+        assert (rec._template is not None) == (rec.id in opened)
+    # Its tasks are found by id all the same, and a listing says the same as before.
+    assert state.tasks["j5/w-1"].uid == "j5/w-1"
+    assert [t.status for t in job_proto(state.jobs["j4"]).tasks] == [pb.TASK_STATUS_PENDING] * 2
