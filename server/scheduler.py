@@ -40,12 +40,10 @@ from server.model import (
 )
 from server.plugins.muster.gang_backend import NAME as GANG_BACKEND
 from server.plugins.muster.gang_backend import GangBackendPlugin
-from server.session.options import PluginOption
+from server.session.options import GANG_ACROSS_BACKENDS, PluginOption
 from server.session.session import Session
 from server.session.window import open_window
 
-# ``session: {gangAcrossBackends: true}`` lets a gang's tasks go to nodes of several backends.
-GANG_ACROSS_BACKENDS = "gangAcrossBackends"
 # The most jobs one failing cycle leaves out before it gives up (and raises): a cycle that fails
 # whatever jobs it has is not any job's fault.
 MAX_QUARANTINED_PER_CYCLE = 5

@@ -15,7 +15,6 @@ from functools import cached_property
 from typing import Any
 
 from muster.devices import shared_gpu
-from muster.gang import gang_minimum
 from muster.phases import TERMINAL_PHASES
 from muster.v1 import muster_pb2 as pb
 from server import model
@@ -227,10 +226,16 @@ class JobRecord:
     creation_index: int
     status: JobStatusRecord
     task_count: int  # its replicas in all (its tasks, built or not)
-    # Its spec's queue and owner, read by passes over every job (filters, counts) without
-    # parsing the spec (one string per name: ``sys.intern``).
+    # What passes over every job (filters, counts, the waiting index) read of its spec, without
+    # parsing it: its queue and owner (one string per name: ``sys.intern``), its gang minimum
+    # (``muster.gang.gang_minimum`` of its tasks), the array it is an element of ("" none),
+    # and whether a cycle asks job control about it beyond its hold: it has dependencies or is
+    # an array element (``server.service.control``).
     queue: str
     owner: str
+    min_member: int
+    array_job_id: str
+    controlled: bool
     # Its tasks, one per replica in task-group order (``tasks``); None: each one Pending as it
     # was submitted, built when first asked. A restart builds none for a job whose stored tasks
     # are all so: a million waiting jobs hold no task objects until a cycle opens them.
@@ -329,13 +334,6 @@ class JobRecord:
         return {tg.role: tg for tg in self.spec.task_groups}
 
     @cached_property
-    def controlled(self) -> bool:
-        """Whether a cycle asks job control about it beyond its hold: it has dependencies or is an
-        array element (``server.service.control``)."""
-        spec = self.peek_spec()
-        return bool(spec.depends_on) or bool(spec.array_job_id)
-
-    @cached_property
     def task_env(self) -> dict[str, str]:
         """What its tasks get in their environment (bind decisions' ``env``): an array element's
         array id and index, as Slurm's SLURM_ARRAY_JOB_ID / SLURM_ARRAY_TASK_ID."""
@@ -345,10 +343,6 @@ class JobRecord:
             "MUSTER_ARRAY_JOB_ID": self.spec.array_job_id,
             "MUSTER_ARRAY_INDEX": str(self.spec.array_index),
         }
-
-    @property
-    def min_member(self) -> int:
-        return gang_minimum(self.peek_spec().min_member, self.task_count)
 
     @property
     def active(self) -> bool:

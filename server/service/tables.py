@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from muster.gang import gang_minimum
 from muster.v1 import muster_pb2 as pb
 from server.service import convert
 from server.service.decisions import DecisionLog, JobWatchHub
@@ -32,6 +33,7 @@ from server.service.records import (
     NodeEntry,
     QueueEntry,
     TaskRecord,
+    fresh_tasks,
 )
 from server.service.store import JobArchive, StoredJob, StoredState, WriteBatch
 from server.service.views import job_proto
@@ -202,9 +204,8 @@ class StateTables:
         self.waiting.touch(rec.id)
         if rec.active:
             self.active_jobs[rec.id] = rec
-        array = rec.peek_spec().array_job_id  # (a restored job's spec stays unparsed)
-        if array:
-            self.arrays.setdefault(array, {})[rec.id] = rec
+        if rec.array_job_id:
+            self.arrays.setdefault(rec.array_job_id, {})[rec.id] = rec
         if rec.tasks_built:
             self._index_tasks(rec)
         else:  # indexed when first built
@@ -424,16 +425,10 @@ def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
     tasks: list[TaskRecord] | None = None
     if any(not _as_submitted(t) for t in job.tasks):
         by_uid = {t.uid: t for t in job.tasks}
-        tasks = []
-        for tg in spec.task_groups:
-            for i in range(tg.replicas):
-                uid = convert.task_uid(spec.id, tg.role, i)
-                stored = by_uid.get(uid)
-                if stored is None:
-                    tasks.append(TaskRecord(uid, spec.id, tg.role, i))
-                else:
-                    stored.read_legacy_shared_gpu(tg.gpu_fraction)
-                    tasks.append(stored)
+        fraction = {tg.role: tg.gpu_fraction for tg in spec.task_groups}
+        tasks = [by_uid.get(t.uid, t) for t in fresh_tasks(spec)]
+        for t in tasks:
+            t.read_legacy_shared_gpu(fraction[t.role])  # (nothing to read in a fresh one)
     rec = new_job_record(
         spec,
         job.creation_index,
@@ -443,7 +438,7 @@ def record_from_stored(job: StoredJob, *, template: bool = True) -> JobRecord:
         tasks=tasks,
     )
     if not template:
-        rec._spec = None  # parsed again when used (see JobRecord._spec)
+        rec.release_views()  # its spec parsed again when used (see JobRecord._spec)
     return rec
 
 
@@ -464,6 +459,7 @@ def new_job_record(
     """A job's record from its normalized spec: ``tasks`` (one per replica in order), else each
     Pending as submitted, built when first asked; the core's view of it (``template``) built now
     unless asked not to."""
+    task_count = sum(tg.replicas for tg in spec.task_groups)
     rec = JobRecord(
         id=spec.id,
         _spec=spec,
@@ -472,9 +468,12 @@ def new_job_record(
         else spec.SerializeToString(deterministic=True),
         creation_index=creation_index,
         status=status,
-        task_count=sum(tg.replicas for tg in spec.task_groups),
+        task_count=task_count,
         queue=sys.intern(spec.queue),
         owner=sys.intern(spec.owner),
+        min_member=gang_minimum(spec.min_member, task_count),
+        array_job_id=spec.array_job_id,
+        controlled=bool(spec.depends_on) or bool(spec.array_job_id),
         _tasks=tasks,
     )
     if template:

@@ -71,9 +71,10 @@ def job_proto(rec: JobRecord, *, with_tasks: bool = True) -> pb.Job:
             getattr(js, name).CopyFrom(ts)
     if (estimate := current_estimate(rec)) is not None:
         set_estimate(js, estimate)
-    if rec.peek_spec().HasField("tyjob"):
-        _ty_status(rec, js)
-    job = pb.Job(spec=rec.peek_spec(), status=js)
+    spec = rec.peek_spec()
+    if spec.HasField("tyjob"):
+        _ty_status(rec, spec.tyjob, js)
+    job = pb.Job(spec=spec, status=js)
     if with_tasks:
         for t in rec.task_views():
             job.tasks.add(
@@ -109,12 +110,13 @@ def set_estimate(message: pb.JobStatus | pb.ExplainResponse, estimate: model.Job
     message.estimate_note = estimate.note
 
 
-def _ty_status(rec: JobRecord, js: pb.JobStatus) -> None:
+def _ty_status(rec: JobRecord, tyjob: pb.TYJob, js: pb.JobStatus) -> None:
     """A TYJob's stage and schedule state (docs/jobs.md), from its tasks and the last cycle."""
-    ty = tyjob_to_model(rec.spec.tyjob, rec.status.leader_restarts)
+    ty = tyjob_to_model(tyjob, rec.status.leader_restarts)
     js.leader_restarts = rec.status.leader_restarts
-    leader = next((t.status for t in rec.task_views() if t.role == ty.leader_role), None)
-    workers = [t.status for t in rec.task_views() if t.role != ty.leader_role]
+    tasks = rec.task_views()
+    leader = next((t.status for t in tasks if t.role == ty.leader_role), None)
+    workers = [t.status for t in tasks if t.role != ty.leader_role]
     # Placement is known here; whether the job can ever be scheduled is the last cycle's verdict.
     state = ty_schedule_state(
         ty,

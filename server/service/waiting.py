@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import anyio
@@ -31,20 +31,16 @@ from muster.v1 import muster_pb2 as pb
 from server.model import Beyond, Resources, TaskStatus, WaitingSummary, Window
 from server.service.convert import parsed_requests
 from server.service.records import JobRecord
-from server.session.window import OrderKey, count_beyond, inqueue_resources, summarize
+from server.session.window import (
+    OrderKey,
+    add_resources,
+    count_beyond,
+    inqueue_resources,
+)
 
 PENDING = TaskStatus.PENDING
 # Jobs filed between two yields to the event loop when every job is filed (a restart).
 FILING_STEP = 20_000
-
-
-def waiting_summary(rec: JobRecord) -> WaitingSummary | None:
-    """The job's ``WaitingSummary`` when it waits whole (every task Pending, one asking for
-    resources), else None."""
-    if not rec.all_pending():
-        return None
-    summary = summarize(rec.template.tasks)  # all Pending: the template's requests are theirs
-    return summary if summary.best_effort >= 0 else None
 
 
 @dataclass(slots=True)
@@ -103,14 +99,10 @@ class _Place:
     tasks: range
 
 
-def _filed(rec: JobRecord, order: OrderKey) -> _Entry | None:
-    """The job's entry when nothing but its place decides whether it is in a cycle (active, not
-    held, not quarantined, a valid spec, no dependencies, not an array element: the gates of
-    ``server.service.control.CycleGates`` decide those each cycle) and it waits whole. Read from
-    its spec alone: what ``waiting_summary`` and its template would say."""
-    st = rec.status
-    if not rec.active or st.hold or st.quarantined or rec.controlled:
-        return None
+def _waiting_entry(rec: JobRecord, order: OrderKey) -> _Entry | None:
+    """The job's place in its queue when it waits whole (every task Pending, one asking for
+    resources) and its spec is valid, else None. Read from its spec alone (no template, no task
+    objects): what ``server.session.window.summarize`` of its tasks would say."""
     if not rec.all_pending():
         return None
     spec = rec.peek_spec()
@@ -130,8 +122,18 @@ def _filed(rec: JobRecord, order: OrderKey) -> _Entry | None:
         rec.creation_index,
         order(place, summary.best_effort),
         summary,
-        inqueue_resources(st.sched_phase, demand.min_resources),
+        inqueue_resources(rec.status.sched_phase, demand.min_resources),
     )
+
+
+def _filed(rec: JobRecord, order: OrderKey) -> _Entry | None:
+    """The job's entry when nothing but its place decides whether it is in a cycle (active, not
+    held, not quarantined, no dependencies, not an array element: the gates of
+    ``server.service.control.CycleGates`` decide those each cycle) and it waits whole."""
+    st = rec.status
+    if not rec.active or st.hold or st.quarantined or rec.controlled:
+        return None
+    return _waiting_entry(rec, order)
 
 
 @dataclass
@@ -163,17 +165,12 @@ class _Queue:
         else:
             self.ordered.remove((entry.key, job_id))
             self.created.remove(entry.created)
-        _add_to(self.request, entry.summary.request, sign)
+        add_resources(self.request, entry.summary.request, sign)
         if entry.inqueue:
-            _add_to(self.inqueue, entry.inqueue, sign)
+            add_resources(self.inqueue, entry.inqueue, sign)
         if not self.ordered and self.unsorted is None:  # nothing left: no rounding either
             self.request.clear()
             self.inqueue.clear()
-
-
-def _add_to(into: dict[str, float], values: Mapping[str, float], sign: float) -> None:
-    for name, value in values.items():
-        into[name] = into.get(name, 0.0) + sign * value
 
 
 def _settle_rounding(values: dict[str, float]) -> None:
@@ -247,43 +244,34 @@ class WaitingIndex:
     def settle(self, jobs: dict[str, JobRecord]) -> None:
         """File the touched jobs again (every job after a ``clear`` or ``touch_all``); ``jobs``
         is the state's table, read as a plain dict (not through to the store)."""
-        if self._all_touched:
-            for job_id in self._start_filing(jobs):
-                self._file(job_id, dict.get(jobs, job_id))
-            self._sort_filed()
-        self._file_touched(jobs)
+        for _ in self._filing_steps(jobs, max(len(jobs), 1)):
+            pass
 
     async def settle_in_steps(self, jobs: dict[str, JobRecord], step: int = FILING_STEP) -> None:
         """``settle``, yielding to the event loop after every ``step`` jobs filed: filing every
         job of a restart (a million: seconds) must not stall the loop (the lease's renewals,
         the API). Jobs that change meanwhile are touched, and filed again by the next settle."""
+        for _ in self._filing_steps(jobs, step):
+            await anyio.sleep(0)
+
+    def _filing_steps(self, jobs: dict[str, JobRecord], step: int) -> Iterator[None]:
+        """``settle``, a step of ``step`` jobs filed anew at a time; then the touched ones."""
         if self._all_touched:
-            ids = self._start_filing(jobs)
+            self.rebuilds += 1
+            self._all_touched = False
+            self._entries.clear()
+            self._queues.clear()
+            self.others = {}
+            self._touched = set()
+            self._filing = True  # (each queue's rows sorted at once at the end)
+            ids = list(jobs)
             for start in range(0, len(ids), step):
                 for job_id in ids[start : start + step]:
                     self._file(job_id, dict.get(jobs, job_id))
-                await anyio.sleep(0)
-            self._sort_filed()
-        self._file_touched(jobs)
-
-    def _start_filing(self, jobs: dict[str, JobRecord]) -> list[str]:
-        """Forget what is filed; every job of ``jobs`` is to be filed (the ids, in order)."""
-        self.rebuilds += 1
-        self._all_touched = False
-        self._entries.clear()
-        self._queues.clear()
-        self.others = {}
-        self._touched = set()
-        self._filing = True
-        return list(jobs)
-
-    def _sort_filed(self) -> None:
-        """Every job filed anew: each queue's rows sorted at once."""
-        self._filing = False
-        for queue in self._queues.values():
-            queue.sort()
-
-    def _file_touched(self, jobs: dict[str, JobRecord]) -> None:
+                yield
+            self._filing = False
+            for queue in self._queues.values():
+                queue.sort()
         touched, self._touched = self._touched, set()
         for job_id in touched:
             self._file(job_id, dict.get(jobs, job_id))
@@ -295,7 +283,7 @@ class WaitingIndex:
         if rec is None:
             self.others.pop(job_id, None)
             return
-        entry = _filed(rec, self.order) if self.order is not None and self.lookback > 0 else None
+        entry = _filed(rec, self.order) if self.order is not None and self.enabled else None
         if entry is None:
             self.others[job_id] = None
             return
@@ -323,19 +311,17 @@ class WaitingIndex:
         known = set(queues)
         lookback = self.lookback
         # Per queue, the others that wait whole: they compete with the filed jobs.
-        contenders: dict[str, list[tuple[tuple[object, ...], JobRecord, WaitingSummary]]] = {}
+        contenders: dict[str, list[tuple[tuple[object, ...], JobRecord, _Entry]]] = {}
         opened: list[JobRecord] = []
         first_created: dict[str, int] = {}
         for rec in others:
-            queue_name = rec.template.queue
-            summary = waiting_summary(rec) if queue_name in known else None
-            if summary is None:
+            entry = _waiting_entry(rec, self.order) if rec.queue in known else None
+            if entry is None:
                 opened.append(rec)
             else:
-                key = self.order(rec.template, summary.best_effort)
-                contenders.setdefault(queue_name, []).append((key, rec, summary))
-            if queue_name in known:
-                first_created.setdefault(queue_name, rec.creation_index)
+                contenders.setdefault(rec.queue, []).append((entry.key, rec, entry))
+            if rec.queue in known:
+                first_created.setdefault(rec.queue, rec.creation_index)
         beyond: dict[str, Beyond] = {}
         for name, queue in self._queues.items():
             if not queue.ordered:
@@ -346,7 +332,7 @@ class WaitingIndex:
             created = queue.created[0]
             first_created[name] = min(first_created.get(name, created), created)
             head = [
-                (key, jobs[job_id], self._entries[job_id].summary)
+                (key, jobs[job_id], self._entries[job_id])
                 for key, job_id in itertools.islice(queue.ordered, lookback + 1)
             ]
             mine = contenders.pop(name, [])
@@ -363,20 +349,15 @@ class WaitingIndex:
                 request=dict(queue.request),
                 inqueue=dict(queue.inqueue),
             )
-            for _, rec, summary in places[:lookback]:
-                entry = self._entries.get(rec.id)
-                if entry is not None:
+            for _, rec, entry in places[:lookback]:
+                if rec.id in self._entries:
                     past.jobs -= 1
-                    _add_to(past.request, summary.request, -1)
+                    add_resources(past.request, entry.summary.request, -1)
                     if entry.inqueue:
-                        _add_to(past.inqueue, entry.inqueue, -1)
-            for _, rec, summary in places[lookback:]:
+                        add_resources(past.inqueue, entry.inqueue, -1)
+            for _, rec, entry in places[lookback:]:
                 if rec.id not in self._entries:
-                    count_beyond(
-                        past,
-                        summary,
-                        inqueue_resources(rec.status.sched_phase, rec.template.min_resources),
-                    )
+                    count_beyond(past, entry.summary, entry.inqueue)
             _settle_rounding(past.request)
             _settle_rounding(past.inqueue)
             beyond[name] = past
@@ -385,12 +366,8 @@ class WaitingIndex:
             opened += (rec for _, rec, _ in mine[:lookback])
             if len(mine) > lookback:
                 past = Beyond(first=mine[lookback][1].id)
-                for _, rec, summary in mine[lookback:]:
-                    count_beyond(
-                        past,
-                        summary,
-                        inqueue_resources(rec.status.sched_phase, rec.template.min_resources),
-                    )
+                for _, _, entry in mine[lookback:]:
+                    count_beyond(past, entry.summary, entry.inqueue)
                 beyond[name] = past
         opened.sort(key=lambda rec: rec.creation_index)
         if not beyond:  # every waiting job opened: no window (as open_window says it)

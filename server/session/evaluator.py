@@ -367,22 +367,23 @@ class NodeEvaluator:
         name (Volcano picks one of the tied nodes at random)."""
         if not len(self._all_rows):  # e.g. a restarted server before any backend synced its nodes
             return None
-        if restrict is None and not self.scorers["task"]:
-            task_predicates = self.predicates["task"]
-            if task_predicates:
-                if len(task_predicates) == 1 and task_predicates[0] is self._domain:
-                    return self._select_in_domains(task, self._domain)
-                return self._select_by_rows(task, restrict)
-            entry = self._shape_entry(task)
-            # Written out, not a loop over the two arrays: asked once per placement.
-            best = int(entry.idle_score.argmax())
-            if entry.idle_score.item(best) > NEG_INF:
-                return best, True
-            best = int(entry.future_score.argmax())
-            if entry.future_score.item(best) > NEG_INF:
-                return best, False
-            return None
-        return self._select_by_rows(task, restrict)
+        task_predicates = self.predicates["task"]
+        if restrict is not None or self.scorers["task"]:
+            return self._select_by_rows(task, restrict)
+        if len(task_predicates) == 1 and task_predicates[0] is self._domain:
+            return self._select_in_domains(task, self._domain)
+        if task_predicates:
+            return self._select_by_rows(task, restrict)
+        # No task-scope plugin: the cached shape answers. Written out, not a loop over the two
+        # arrays: asked once per placement.
+        entry = self._shape_entry(task)
+        best = int(entry.idle_score.argmax())
+        if entry.idle_score.item(best) > NEG_INF:
+            return best, True
+        best = int(entry.future_score.argmax())
+        if entry.future_score.item(best) > NEG_INF:
+            return best, False
+        return None
 
     def _select_in_domains(
         self, task: TaskInfo, domain: DomainPredicate
@@ -448,16 +449,7 @@ class NodeEvaluator:
         if known is not None:
             return known
         reasons: dict[str, int] = {}
-        remaining = rows
-        for p in self.predicates["static"]:
-            if not len(remaining):
-                break
-            ok = p.check(task, remaining)
-            failed = remaining[~ok]
-            if len(failed):
-                for r in p.reasons(task, failed) if p.reasons else [p.reason] * len(failed):
-                    reasons[r] = reasons.get(r, 0) + 1
-            remaining = remaining[ok]
+        remaining = self._count_failures(task, self.predicates["static"], rows, reasons)
         if rows is self._all_rows:
             self._static_fit[task.static_key] = (reasons, remaining)
         return reasons, remaining
@@ -475,7 +467,9 @@ class NodeEvaluator:
         failing check per row), and the rows they pass. Over every row, cached per shape until a
         node changes: with ``task`` predicates active, only those are asked per failing task."""
         log_position = len(self.nodes.change_log)
-        if restrict is None:
+        # (without task predicates ``fit_errors`` keeps the whole answer: nothing to keep here)
+        cacheable = restrict is None and bool(self.predicates["task"])
+        if cacheable:
             known = self._shape_fit.get(task.shape_key)
             if known is not None and known[0] == log_position:
                 return known[1], known[2]
@@ -492,7 +486,7 @@ class NodeEvaluator:
                     reasons[reason] = reasons.get(reason, 0) + int(nodes_short)
             remaining = remaining[~short.any(axis=1)]
         remaining = self._count_failures(task, self.predicates["shape"], remaining, reasons)
-        if restrict is None:
+        if cacheable:
             self._shape_fit[task.shape_key] = (log_position, reasons, remaining)
         return reasons, remaining
 

@@ -355,10 +355,7 @@ class JobInfo:
             else:
                 self.allocated += task.resreq
         task.status = status
-        tasks = index.get(status)  # ``index.file(status)``, written out: every placement
-        if tasks is None:
-            tasks = index[status] = {}
-        tasks[uid] = task
+        index.file(status)[uid] = task
         if task.best_effort:
             self.pending_best_effort += (status == _PENDING) - (old == _PENDING)
         ready, valid = _READY, _VALID
@@ -377,6 +374,10 @@ class JobInfo:
 
     def pending_best_effort_num(self) -> int:
         return self.pending_best_effort
+
+    def pending_asks(self) -> bool:
+        """Some pending task asks for resources (not every one best-effort)."""
+        return len(self.index[TaskStatus.PENDING]) > self.pending_best_effort
 
     def valid_task_num(self) -> int:
         return self.valid_count

@@ -18,6 +18,10 @@ if TYPE_CHECKING:  # the session imports this module: annotations only
     from server.session.session import Session
 
 
+# ``session: {gangAcrossBackends: true}`` lets a gang's tasks go to nodes of several backends.
+GANG_ACROSS_BACKENDS = "gangAcrossBackends"
+
+
 def flag(values: Mapping[str, Any], key: str, default: bool) -> bool:
     """A boolean setting (a scheduler parameter, an action's or plugin's argument), ``default``
     when absent; a string is true when it says true, 1 or yes."""

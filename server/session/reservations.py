@@ -36,7 +36,7 @@ from muster.display import clock_text, folded_names
 from muster.quantity import MIN_RESOURCE
 from server.model import ALLOCATED, JobEstimate, PodGroupPhase, TaskStatus
 from server.session.info import JobInfo, QueueInfo, TaskInfo
-from server.session.options import parse_go_duration
+from server.session.options import GANG_ACROSS_BACKENDS, parse_go_duration
 
 if TYPE_CHECKING:  # the session is handed in: annotation only
     from server.session.session import Session
@@ -651,7 +651,7 @@ def gang_of(ssn: Session, tasks: list[TaskInfo]) -> Gang:
 def backend_masks(ssn: Session) -> list[np.ndarray]:
     """Per backend (in name order), the mask of its nodes, where a gang must stay on one backend:
     empty where gangs may span backends or there is one at most. Built once per plan."""
-    if ssn.config.session.get("gangAcrossBackends") is True or not len(ssn.nodes):
+    if ssn.config.session.get(GANG_ACROSS_BACKENDS) is True or not len(ssn.nodes):
         return []
     of = [s.backend for s in ssn.nodes.specs]
     backends = sorted(set(of))
@@ -773,7 +773,7 @@ def line(ssn: Session) -> tuple[list[JobInfo], list[JobInfo]]:
         if job.uid in ssn.invalid_jobs or job.queue not in ssn.queues:
             continue
         # Every pending task best-effort (the job counts those): nothing to plan.
-        if waiting(job) <= 0 or len(job.index[TaskStatus.PENDING]) <= job.pending_best_effort:
+        if waiting(job) <= 0 or not job.pending_asks():
             continue
         # Not admitted yet: enqueue admits a job without minResources at once (this cycle, when
         # planned before it); one with them waits for the enqueue votes.

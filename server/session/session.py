@@ -171,8 +171,7 @@ class Session:
         unnamed: list[tuple[TaskInfo, int]] = []
         for job in (*self.jobs.values(), *self.orphan_jobs):
             for task in job.tasks.values():
-                if task.node is not None:  # (a task that holds no node has nothing to attach)
-                    self._attach_existing(task, unnamed)
+                self._attach_existing(task, unnamed)
         for foreign in snapshot.foreign_tasks:
             self._attach_existing(TaskInfo(foreign, self.space), unnamed)
         for task, row in unnamed:

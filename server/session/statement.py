@@ -188,11 +188,6 @@ class Statement:
     def commit(self) -> None:
         """Make the operations decisions: evictions first, then binds (Volcano's order)."""
         operations = self.operations
-        if all(o.op is _ALLOCATE for o in operations):  # most often: allocations only
-            for o in operations:
-                self._bind(o.task)
-            self.operations = []
-            return
         result = self.ssn.result
         moves = {o.task.uid: o for o in operations if o.moved_from is not None}
         called_off = {o.task.uid for o in operations if o.op is Op.UNEVICT}

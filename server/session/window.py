@@ -22,7 +22,7 @@ allocate still considers at most L jobs per queue.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -200,10 +200,12 @@ def inqueue_resources(phase: PodGroupPhase, min_resources: Resources | None) -> 
 def count_beyond(past: Beyond, summary: WaitingSummary, inqueue: Resources | None) -> None:
     """Count one more job (its summary, its ``inqueue_resources``) past a queue's window."""
     past.jobs += 1
-    request = past.request
-    for name, value in summary.request.items():
-        request[name] = request.get(name, 0.0) + value
+    add_resources(past.request, summary.request)
     if inqueue:
-        into = past.inqueue
-        for name, value in inqueue.items():
-            into[name] = into.get(name, 0.0) + value
+        add_resources(past.inqueue, inqueue)
+
+
+def add_resources(into: dict[str, float], values: Mapping[str, float], sign: float = 1.0) -> None:
+    """Add ``values`` (times ``sign``) into ``into``, resource by resource."""
+    for name, value in values.items():
+        into[name] = into.get(name, 0.0) + sign * value

@@ -52,8 +52,8 @@ def cycle(
 
     retakes = solver_module.JobSolver._retakes_room
 
-    def counting_retaken(solver: solver_module.JobSolver, victim: Any) -> bool:
-        answer = retakes(solver, victim)
+    def counting_retaken(solver: solver_module.JobSolver, victim: Any, tasks: Any) -> bool:
+        answer = retakes(solver, victim, tasks)
         simulated["retaken"] += answer
         return answer
 

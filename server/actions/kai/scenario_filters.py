@@ -71,7 +71,8 @@ class PendingNeed:
                 (t, *self._of(np.nonzero(asks >= t)[0], asks))
                 for t in sorted({float(a) for a in asks if a > MIN_RESOURCE}, reverse=True)
             ]
-            self.askers[d] = self._of(np.nonzero(asks > MIN_RESOURCE)[0], asks)
+            # (the smallest size is the smallest ask above the epsilon: its askers are all)
+            self.askers[d] = self.sizes[d][-1][1:]
 
     def _of(self, chosen: np.ndarray, asks: np.ndarray) -> tuple[np.ndarray, float, int]:
         """The nodes the ``chosen`` tasks may use (the union of their masks), what they ask of one
@@ -218,6 +219,9 @@ class ScenarioFilters:
             for f in filters
             if len(self.need) and not (len(self.need) == 1 and isinstance(f, IdleResourcesFilter))
         )
+        # Whether ``refuses_after`` may tell: the filter whose bound it is checks these tasks.
+        judge = IdleResourcesFilter if len(self.need) > 1 else NodeAffinityFilter
+        self._may_refuse = any(isinstance(f, judge) for f in self._checks)
         # Scenarios and attempts rejected, per filter name (KAI counts them as a metric).
         self.rejected: dict[str, int] = {}
 
@@ -237,19 +241,20 @@ class ScenarioFilters:
         """The session as it stands (an attempt's victims evicted, some placed again)."""
         return self._check(self.ssn.nodes.future_idle())
 
-    def refuses_after(self, request: np.ndarray, count: int, rows: np.ndarray) -> bool:
+    def refuses_after(
+        self, request: np.ndarray, count: int, rows: np.ndarray, room: np.ndarray | None = None
+    ) -> bool:
         """Will ``accepts_now`` refuse once ``count`` more tasks asking ``request`` each are placed
         on ``rows`` (anywhere among them)? True only when it surely will: for some resource, the
         pending tasks asking it ask more than the nodes they may use hold in all (the bound behind
         both filters: a node with room for a task, or the holders of a size, hold no more), and
         every row the tasks may take is such a node, so each placed task takes its request (less
         the epsilon a fit allows) from that total. (Pending tasks that fit one node have no
-        idle-resources check: then node-affinity, whose bound it is too, must be on.)"""
+        idle-resources check: then node-affinity, whose bound it is too, must be on.) ``room``:
+        the nodes' future idle, if the caller has it."""
         need = self.need
-        judge = IdleResourcesFilter if len(need) > 1 else NodeAffinityFilter
-        if not len(need) or count <= 0 or not any(isinstance(f, judge) for f in self.filters):
+        if count <= 0 or not self._may_refuse:
             return False
-        room = self.ssn.nodes.future_idle()
         for d in need.asked:
             take = float(request[d]) - MIN_RESOURCE
             if take <= 0:
@@ -257,6 +262,8 @@ class ScenarioFilters:
             allowed, asked, askers = need.askers[d]
             if (rows & ~allowed).any():
                 continue  # a task placed elsewhere takes nothing from these nodes
+            if room is None:
+                room = self.ssn.nodes.future_idle()
             held = float(np.maximum(room[allowed, d], 0.0).sum()) + MIN_RESOURCE * askers
             held -= count * take
             # A margin for rounding: the filter sums the same rooms in another order.

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -308,11 +309,12 @@ class JobSolver:
                     return None
                 placed = True
             else:
-                if not placed and self._retakes_room(other):
+                tasks = tasks_to_allocate(other, ssn.task_order_fn, real=False)
+                if not placed and self._retakes_room(other, tasks):
                     stmt.rollback(mark)  # (as below, without placing it)
                     return None
                 inner = stmt.checkpoint()
-                if not allocate_job(ssn, stmt, other, pipeline_only=True):
+                if not allocate_job(ssn, stmt, other, tasks, pipeline_only=True):
                     stmt.rollback(inner)
                 elif not placed and not self._room_now():
                     stmt.rollback(mark)  # the victims placed again took the room it needed
@@ -327,7 +329,7 @@ class JobSolver:
             return None
         return Solution(stmt, evicted + moved)
 
-    def _retakes_room(self, victim: JobInfo) -> bool:
+    def _retakes_room(self, victim: JobInfo, tasks: list[TaskInfo]) -> bool:
         """Shortcut: will placing ``victim`` now (before the pending job's turn) surely succeed and
         leave no room for the pending tasks (``_room_now`` false)? Then the simulation fails
         there, and it is given up without placing the victim. Told only for a victim whose tasks
@@ -335,37 +337,42 @@ class JobSolver:
         decide the nodes they fit (no task-scope predicate, every shape predicate a pod count --
         ``Predicate.counts`` -- and no topology): one placed on a node takes its request there and
         one pod, so if the nodes they fit now have room for all of them in all, the placement
-        succeeds wherever the scores send each."""
+        succeeds wherever the scores send each. (``tasks``: the victim's tasks to place.)"""
         filters = self._filters
-        if not self.pruning or filters is None:
+        if not self.pruning or filters is None or not tasks or not self._counts_only:
             return False
         ssn = self.ssn
-        tasks = tasks_to_allocate(victim, ssn.task_order_fn, real=False)
-        if not tasks:
-            return False
         first = tasks[0]
         if first.gpu_fraction or any(t.shape_key != first.shape_key for t in tasks):
             return False
-        evaluator = ssn.evaluator
-        if evaluator.predicates["task"] or any(
-            p.counts != "pods" for p in evaluator.predicates["shape"]
-        ):
-            return False
         if not ssn.job_over_capacity(victim, tasks).ok or ssn.node_sets(victim, tasks) is not None:
             return False
-        rows, _ = evaluator.feasible(first)
-        if _room_for(ssn, first.resreq, rows) < len(tasks):
+        rows, _ = ssn.evaluator.feasible(first)
+        room = ssn.nodes.future_idle()
+        if _room_for(ssn, first.resreq, rows, room) < len(tasks):
             return False
-        return filters.refuses_after(first.resreq, len(tasks), rows)
+        return filters.refuses_after(first.resreq, len(tasks), rows, room)
+
+    @cached_property
+    def _counts_only(self) -> bool:
+        """Nothing but resources and pod counts decides where a task fits (no task-scope
+        predicate, every shape predicate a pod count): the session's, asked once."""
+        evaluator = self.ssn.evaluator
+        return not evaluator.predicates["task"] and all(
+            p.counts == "pods" for p in evaluator.predicates["shape"]
+        )
 
     def _reason(self, victim: TaskInfo, job: JobInfo) -> str:
         return f"{self.action}: evicted to make room for {job.uid}"
 
 
-def _room_for(ssn: Session, request: np.ndarray, rows: np.ndarray) -> float:
+def _room_for(
+    ssn: Session, request: np.ndarray, rows: np.ndarray, room: np.ndarray | None = None
+) -> float:
     """How many tasks asking ``request`` the ``rows`` hold in all, by resources (a fit allows the
     epsilon) and pod counts -- at most: rounding down, and counting a victim evicted from a node
-    as holding its pod there (the pod-count predicate does not)."""
+    as holding its pod there (the pod-count predicate does not). ``room``: the nodes' future
+    idle, if the caller has it."""
     nodes = ssn.nodes
     at = np.nonzero(rows)[0]
     if not len(at):
@@ -373,8 +380,9 @@ def _room_for(ssn: Session, request: np.ndarray, rows: np.ndarray) -> float:
     held = nodes.max_tasks[at] - nodes.task_count[at]
     asked = request > 0
     if asked.any():
-        room = nodes.future_idle(at)[:, asked] + MIN_RESOURCE
-        fits = np.floor(room / request[asked] - 1e-9).min(axis=1)
+        idle = nodes.future_idle(at) if room is None else room[at]
+        room_at = idle[:, asked] + MIN_RESOURCE
+        fits = np.floor(room_at / request[asked] - 1e-9).min(axis=1)
         held = np.minimum(held, fits)
     return float(np.maximum(held, 0.0).sum())
 

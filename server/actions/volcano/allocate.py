@@ -60,8 +60,8 @@ class AllocateAction(Action):
                 continue
             if job.queue not in ssn.queues:
                 continue
-            if len(job.index[TaskStatus.PENDING]) <= job.pending_best_effort:
-                continue  # no pending task with a request
+            if not job.pending_asks():
+                continue
             if job.queue not in waiting:
                 waiting[job.queue] = []
                 queues.push(ssn.queues[job.queue])
@@ -176,7 +176,7 @@ class AllocateAction(Action):
                 else:  # only the queue's bound holds the task back: its verdict explains the job
                     ssn.outcomes.queue_refused(job, verdict)
                 continue
-            if use_role_cache and job.fit_errors and job.task_has_fit_errors(task):
+            if use_role_cache and job.task_has_fit_errors(task):
                 job.fit_errors[task.uid] = FitErrors(
                     message=f"Task {task.name} with role spec {task.role} has already predicated failed, skip"
                 )

@@ -485,20 +485,26 @@ class KaiProportionPlugin(Plugin):
         taken away (the same subtractions in the same order)."""
         if not victims:
             return allocated
-        cache = self._less_victims
-        known = cache.get((allocated, states))
-        if known is not None:
-            return known[0]
-        before = cache.get((allocated, states[:-1])) if len(victims) > 1 else None
+        # (the victims kept beside the result: their ids are in the states)
+        return _memo(
+            self._less_victims,
+            (allocated, states),
+            victims,
+            self._subtract_victims,
+            allocated,
+            victims,
+            states,
+        )
+
+    def _subtract_victims(
+        self, allocated: Vec3, victims: list[JobInfo], states: tuple[object, ...]
+    ) -> Vec3:
+        before = self._less_victims.get((allocated, states[:-1])) if len(victims) > 1 else None
         if before is not None:
-            result = add(before[0], self._job_allocated(victims[-1]), -1.0)
-        else:
-            result = allocated
-            for v in victims:
-                result = add(result, self._job_allocated(v), -1.0)
-        if len(cache) > 100_000:
-            cache.clear()
-        cache[(allocated, states)] = (result, victims)  # (the victims kept: ids in the states)
+            return add(before[0], self._job_allocated(victims[-1]), -1.0)
+        result = allocated
+        for v in victims:
+            result = add(result, self._job_allocated(v), -1.0)
         return result
 
     def _job_allocated(self, job: JobInfo) -> Vec3:

@@ -96,10 +96,7 @@ class GangBackendPlugin(Plugin):
             held = holding.get(job.uid)
             if held:
                 return held.keys()
-            fits: list[int] = np.flatnonzero(
-                np.all(free >= needed(job, task) - 1e-9, axis=1)
-            ).tolist()
-            return fits
+            return list(np.flatnonzero(np.all(free >= needed(job, task) - 1e-9, axis=1)).tolist())
 
         def check(task: TaskInfo, rows: np.ndarray) -> np.ndarray:
             backends = allowed(task)

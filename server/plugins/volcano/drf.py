@@ -222,10 +222,8 @@ class DrfPlugin(Plugin):
         for job in ssn.jobs.values():
             alloc = ssn.space.zeros()
             for status in ALLOCATED:
-                held = job.index.get(status)  # (get: no map made for a status no task is in)
-                if held:
-                    for t in held.values():
-                        alloc += t.resreq
+                for t in job.index[status].values():
+                    alloc += t.resreq
             allocated[job.uid] = alloc
             queue = ssn.queues.get(job.queue)
             if hierarchy_enabled and queue is not None:
