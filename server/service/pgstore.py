@@ -68,6 +68,7 @@ from server.service.store import (
     _finished_jobs,
     _log_bytes,
     _log_index,
+    _says_more_than_submitted,
     _stored_job,
     _stored_log,
     _task_record,
@@ -718,8 +719,9 @@ class PostgresStore:
             )
             tasks_by_job: dict[str, list[TaskRecord]] = {}
             for t in _stream(conn, "muster_load_tasks", task_query, params):
-                task = _task_record(t)
-                tasks_by_job.setdefault(task.job_id, []).append(task)
+                if _says_more_than_submitted(t):
+                    task = _task_record(t)
+                    tasks_by_job.setdefault(task.job_id, []).append(task)
             jobs = [
                 StoredJob(
                     id=job_id,

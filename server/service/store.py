@@ -199,7 +199,7 @@ def open_store(
     return SqliteStore(state)
 
 
-@dataclass
+@dataclass(slots=True)  # (a restart holds a million of them at once)
 class StoredJob:
     id: str
     creation_index: int
@@ -430,6 +430,18 @@ def _check_muster_database(db: sqlite3.Connection, path: str) -> None:
             raise _not_muster(path, f"its {table} table has no {', '.join(sorted(missing))} column")
 
 
+# A tasks row as ``TaskRecord.row`` writes a task as submitted (Pending, nothing else said), less
+# its first two columns (uid and job id).
+_SUBMITTED_ROW_TAIL = TaskRecord("", "", "", 0).row()[2:]
+
+
+def _says_more_than_submitted(row: tuple[Any, ...]) -> bool:
+    """Whether a tasks row holds anything a task made fresh from its job's spec would not (a
+    status, a node, a message ...). A restart keeps only those rows: the job builds the others
+    from its spec when they are used, so a million waiting jobs bring no task rows into memory."""
+    return row[2:] != _SUBMITTED_ROW_TAIL
+
+
 def _task_record(row: tuple[Any, ...]) -> TaskRecord:
     uid, job_id, status, node, backend, devices, message, exit_code, gpu_group = row
     role, _, index = uid[len(job_id) + 1 :].rpartition("-")
@@ -589,8 +601,9 @@ class SqliteStore:
             f"t.gpu_group FROM tasks t JOIN jobs j ON j.id = t.job_id WHERE {live}",
             params,
         ):
-            task = _task_record(row)
-            tasks_by_job.setdefault(task.job_id, []).append(task)
+            if _says_more_than_submitted(row):
+                task = _task_record(row)
+                tasks_by_job.setdefault(task.job_id, []).append(task)
         jobs = [
             StoredJob(
                 id=job_id,

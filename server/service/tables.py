@@ -231,7 +231,9 @@ class StateTables:
             self.task_job[t.uid] = rec
 
     def restore(self, stored: StoredState) -> None:
-        """Rebuild from the store (on an empty state, before serving)."""
+        """Rebuild from the store (on an empty state, before serving). Consumes ``stored.jobs``:
+        each stored job is let go once its record is built, so a restart of a million jobs does
+        not hold both forms of every job at its peak."""
         meta = stored.meta
         self.changes.meta.clear()
         if "server_id" in meta:
@@ -244,7 +246,10 @@ class StateTables:
         for name, blob in sorted(stored.queues.items()):
             q = pb.Queue.FromString(blob)
             self.queues[name] = QueueEntry(q, convert.queue_to_model(q))
-        for job in stored.jobs:
+        jobs = stored.jobs
+        jobs.reverse()  # (taken from the end, in the stored order)
+        while jobs:
+            job = jobs.pop()
             # The core's view of each job is built when first used (a cycle's window, usage): a
             # restart of a million waiting jobs builds the few a cycle opens, not a million.
             rec = record_from_stored(job, template=False)

@@ -120,3 +120,34 @@ def test_jobs_submitted_to_a_running_server_become_compact_once_filed() -> None:
     # Its tasks are found by id all the same, and a listing says the same as before.
     assert state.tasks["j5/w-1"].uid == "j5/w-1"
     assert [t.status for t in job_proto(state.jobs["j4"]).tasks] == [pb.TASK_STATUS_PENDING] * 2
+
+
+async def test_a_restart_reads_only_task_rows_that_say_more_than_the_spec() -> None:
+    """Task rows as submitted stay out of memory on a restart; a Pending row with something to
+    say (here a message) is read back like any held task."""
+    store = SqliteStore(":memory:")
+    state = with_backend(ClusterState(DecisionLog(bind_timeout=30)))
+    for i in range(4):
+        commands.submit(state, gang(f"j{i}"))
+    store.write(state.commit())
+    captured = snapshot.capture(state, CONFIG)
+    await apply_result(
+        state, captured, SchedulerCore(CONFIG).run_cycle(captured.materialize(), captured.cycle_id)
+    )
+    state.tasks["j3/w-1"].message = "bind refused by backend a"
+    state.changes.tasks.add("j3/w-1")
+    store.write(state.commit())
+    loaded = {job.id: job for job in store.load().jobs}
+    rows = {job_id: sorted(t.uid for t in job.tasks) for job_id, job in loaded.items()}
+    assert rows == {
+        "j0": ["j0/w-0", "j0/w-1"],
+        "j1": ["j1/w-0", "j1/w-1"],
+        "j2": [],
+        "j3": ["j3/w-1"],
+    }
+    again = ClusterState(DecisionLog(bind_timeout=30))
+    again.restore(store.load())
+    for job_id in ("j0", "j2", "j3"):
+        assert job_proto(again.jobs[job_id]) == job_proto(state.jobs[job_id])
+    assert again.tasks["j3/w-1"].message == "bind refused by backend a"
+    assert not again.jobs["j2"].tasks_built

@@ -560,7 +560,9 @@ def test_a_cut_connection_is_replaced_and_the_store_works_on(
     assert store.wait_for_change(0.01) is True  # opens the listening connection
     assert postgres_server.terminate("muster-test-cut") == 4
     batch = WriteBatch(
-        meta={"k": "2"}, jobs={"j2": job_row("j2", 2)}, tasks=task_rows(task("j2", 0))
+        meta={"k": "2"},
+        jobs={"j2": job_row("j2", 2)},
+        tasks=task_rows(task("j2", 0, TaskStatus.RUNNING, "n0")),
     )
     try:
         store.write(batch)
