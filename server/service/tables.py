@@ -394,11 +394,11 @@ class StateTables:
                 rec.creation_index,
                 rec.spec_bytes,
                 st.to_json(),
-                rec.spec.queue,
-                rec.spec.namespace,
+                rec.queue,
+                rec.namespace,
                 st.phase,
                 st.finish_time,
-                rec.spec.owner,
+                rec.owner,
             )
             if not rec.active:
                 self.active_jobs.pop(job_id, None)
@@ -475,6 +475,7 @@ def new_job_record(
         status=status,
         task_count=task_count,
         queue=sys.intern(spec.queue),
+        namespace=sys.intern(spec.namespace),
         owner=sys.intern(spec.owner),
         min_member=gang_minimum(spec.min_member, task_count),
         array_job_id=spec.array_job_id,

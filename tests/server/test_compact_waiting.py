@@ -3,6 +3,7 @@ task objects for a job whose stored tasks are as submitted, until something asks
 
 from __future__ import annotations
 
+import pytest
 from server_test_helpers import node, rl, send_statuses
 
 from muster.v1 import muster_pb2 as pb
@@ -12,6 +13,7 @@ from server.service import commands, ingest, snapshot
 from server.service.api import queries
 from server.service.apply import apply_result
 from server.service.decisions import DecisionLog
+from server.service.records import JobRecord
 from server.service.state import ClusterState, queue_allocated
 from server.service.store import SqliteStore
 from server.service.views import job_proto
@@ -151,3 +153,25 @@ async def test_a_restart_reads_only_task_rows_that_say_more_than_the_spec() -> N
         assert job_proto(again.jobs[job_id]) == job_proto(state.jobs[job_id])
     assert again.tasks["j3/w-1"].message == "bind refused by backend a"
     assert not again.jobs["j2"].tasks_built
+
+
+async def test_filters_and_writes_of_waiting_jobs_read_no_spec(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Filtering a listing by namespace, and writing a waiting job's status, read the record's
+    queue, namespace and owner: no spec is parsed (a million waiting jobs are a million parses)."""
+    _, state = await restarted(6)
+    parsed: list[str] = []
+    real = JobRecord.peek_spec
+    monkeypatch.setattr(JobRecord, "peek_spec", lambda rec: parsed.append(rec.id) or real(rec))
+    listed = queries.list_jobs(state, pb.ListJobsRequest(namespace="elsewhere"))
+    assert (list(listed.jobs), parsed) == ([], [])
+    listed = queries.list_jobs(state, pb.ListJobsRequest(namespace="default", page_size=2))
+    assert [j.spec.id for j in listed.jobs] == ["j0", "j1"]
+    waiting = state.jobs["j5"]
+    waiting.status.dependency = "met"
+    state.changes.jobs.add("j5")
+    row = state.commit().jobs["j5"]
+    assert row[4:6] == ("default", "default")
+    assert row[8] == ""
+    assert waiting._spec is None

@@ -64,7 +64,7 @@ def list_jobs(
     for rec in state.jobs.created_after(after):  # creation order; memory only
         if (
             (req.queue and rec.queue != req.queue)
-            or (req.namespace and rec.peek_spec().namespace != req.namespace)
+            or (req.namespace and rec.namespace != req.namespace)
             or (req.owner and rec.owner != req.owner)
         ):
             continue
