@@ -69,6 +69,37 @@ class PodSet:
             self.alive += 1
 
 
+_ALL_ROWS: list[np.ndarray] = [np.arange(0)]
+
+
+def all_rows(n: int) -> np.ndarray:
+    """``np.arange(n)``, the same read-only array while n stays the same: a scorer handed this very
+    array knows it scores every node in order, and may read whole columns rather than index them."""
+    rows = _ALL_ROWS[0]
+    if len(rows) != n:
+        rows = np.arange(n)
+        rows.flags.writeable = False
+        _ALL_ROWS[0] = rows
+    return rows
+
+
+class GivenUp(list[JobInfo]):
+    """A victim queue's jobs given up so far, and the one it would give up next, as a victim search
+    shows them to ``queue_jobs_order`` (``JobsByQueue.pop_unchanged``). That search leaves the
+    session as it was from one pop to the next, so while the list lives every job in it holds what
+    it held when the list was made: what a plugin derives from the list may be kept on it
+    (``derived``, under a key of the plugin's), and ``shorter`` is the same list less its last job
+    (None: the list is not built on a shorter one), whose derived figures may be extended by that
+    job. The list is never changed once made."""
+
+    __slots__ = ("derived", "shorter")
+
+    def __init__(self, jobs: list[JobInfo], shorter: GivenUp | None) -> None:
+        super().__init__(jobs)
+        self.shorter = shorter
+        self.derived: dict[object, object] = {}
+
+
 def pod_sets(job: JobInfo) -> tuple[PodSet, ...]:
     """The job's pod sets: one per sub-group with a minimum, the rest in the default pod set
     (minimum: the job's minMember when the job has no sub-groups, else all of its tasks). Built

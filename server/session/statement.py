@@ -32,6 +32,7 @@ class Op(Enum):
 # Bound once: an enum class attribute costs ~0.2 us per lookup, and these are read per placement.
 _ALLOCATE = Op.ALLOCATE
 _ALLOCATED, _BINDING = TaskStatus.ALLOCATED, TaskStatus.BINDING
+_RELEASING = TaskStatus.RELEASING
 
 
 @dataclass(slots=True)
@@ -265,17 +266,20 @@ class Statement:
         """Evict / unevict: the task stays on its node with another status."""
         assert task.node is not None
         ssn = self.ssn
-        i = ssn.nodes.index[task.node]
-        ssn.nodes.remove_task(i, task)
+        nodes = ssn.nodes
+        i = nodes.index[task.node]
+        nodes.remove_task(i, task)
         job = ssn.jobs.get(task.job)
-        releasing = status == TaskStatus.RELEASING
+        releasing = status == _RELEASING
         if job is not None:
             job.update_task_status(task, status)
         else:
             task.status = status
-        rivals = self._rivals(task)
-        ssn.nodes.add_task(i, task)
-        self._take_back_devices(task, rivals)
+        # (a releasing task or one without devices has no rivals: nothing to take back)
+        rivals = None if releasing or not task.devices else self._rivals(task)
+        nodes.add_task(i, task)
+        if rivals is not None:
+            self._take_back_devices(task, rivals)
         for h in ssn.event_handlers:
             fn = h.deallocate if releasing else h.allocate
             if fn:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from server.session.info import JobInfo, TaskInfo
-from server.session.kai import fraction_fits, new_group_name, tasks_to_allocate
+from server.session.kai import all_rows, fraction_fits, new_group_name, tasks_to_allocate
 from server.session.session import Session
 from server.session.statement import Statement
 
@@ -113,7 +113,7 @@ def ordered_rows(
     if not future_ok.any():
         return iter(())
     # Scores over every node of the set: binpacking is relative to all of them, fitting or not.
-    scores = ssn.evaluator.scores(task, np.arange(n) if nodes is None else np.nonzero(nodes)[0])
+    scores = ssn.evaluator.scores(task, all_rows(n) if nodes is None else np.nonzero(nodes)[0])
     if nodes is not None:
         full = np.full(n, -np.inf)
         full[nodes] = scores

@@ -5,19 +5,22 @@ Each pop walks from the top-level queues down to a leaf queue, at every level ta
 gives its first job by ``job_order``. As a *victim* queue everything is reversed: the queue that
 should lose first (compared with the jobs it would lose, those already given up included), and in
 it the last job by job order. Every pop re-compares, so allocations made since the last pop count.
+
+Jobs are kept in order by job-order keys where every job-order plugin gives one (a victim queue's
+compare the other way round), else by the comparator; ``fill`` sorts each leaf's jobs at once.
 """
 
 from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from server.model import TaskStatus
 from server.session.info import JobInfo
-from server.session.kai import ACTIVE_ALLOCATED, is_preemptible, ready_for_scheduling
+from server.session.kai import ACTIVE_ALLOCATED, GivenUp, is_preemptible, ready_for_scheduling
 from server.session.session import Session
 
 
@@ -39,6 +42,7 @@ class JobsByQueue:
         # pop_unchanged's answers, and the jobs they name (kept: their ids are in the keys).
         self._answers: dict[tuple[object, ...], bool] | None = None
         self._kept: list[object] = []
+        self._shown: dict[tuple[int, int], GivenUp] = {}  # pop_unchanged's lists of given-up jobs
         self.jobs: dict[str, list[JobInfo]] = {}
         self.popped: dict[str, list[JobInfo]] = {}
         self.children: dict[str, list[str]] = {}
@@ -49,37 +53,80 @@ class JobsByQueue:
             q.name for q in ssn.queues.values() if not q.parent or q.parent not in ssn.queues
         ]
         # The job order as a sort key when every job-order plugin gives one: one key per job
-        # rather than the plugins asked at every comparison of an insertion. (A victim queue
-        # keeps the comparator, reversed.)
-        self._order_key = None if victims else ssn.job_order_key()
+        # rather than the plugins asked at every comparison of an insertion. A victim queue's
+        # order is the reverse: its keys compare the other way round.
+        key = ssn.job_order_key()
+        self._base_key = key
+        self._order_key = (lambda job: _Reversed(key(job))) if victims and key else key
         self._keys: dict[str, Any] = {}  # job -> its key, computed when pushed
 
     def fill(self, jobs: Iterable[JobInfo], filters: Filters) -> JobsByQueue:
-        for job in jobs:
-            if filters.unready and not ready_for_scheduling(job):
-                continue
-            if filters.non_pending and not job.index[TaskStatus.PENDING]:
-                continue
-            if filters.non_preemptible and not is_preemptible(job):
-                continue
-            if filters.non_active and not any(
-                t.status in ACTIVE_ALLOCATED for t in job.tasks.values()
-            ):
-                continue
-            self.push(job)
+        kept = [
+            job
+            for job in jobs
+            if not (filters.unready and not ready_for_scheduling(job))
+            and not (filters.non_pending and not job.index[TaskStatus.PENDING])
+            and not (filters.non_preemptible and not is_preemptible(job))
+            and not (
+                filters.non_active
+                and not any(t.status in ACTIVE_ALLOCATED for t in job.tasks.values())
+            )
+        ]
+        key = self._base_key
+        if (
+            key is None
+            or self._order_key is None
+            or any(self.jobs.values())
+            or len({job.uid for job in kept}) < len(kept)
+        ):
+            for job in kept:
+                self.push(job)
+            return self
+        self._sort_in(kept, key)
         return self
+
+    def _sort_in(self, jobs: list[JobInfo], key: Callable[[JobInfo], Any]) -> None:
+        """``push`` each of ``jobs``, into an empty queue, at once: each leaf's jobs sorted by
+        their keys (stably: jobs of equal keys in the order given, as one push after another
+        leaves them; a victim queue's descending, ties still in that order), then cut to the
+        depth (what dropping the last after each push keeps)."""
+        keys, by_leaf = self._keys, self._by_leaf(jobs)
+        for leaf, members in by_leaf.items():
+            found = {job.uid: key(job) for job in members}
+            members.sort(key=lambda j: found[j.uid], reverse=self.victims)
+            if self.depth is not None:
+                del members[self.depth :]
+            for uid, k in found.items():
+                keys[uid] = _Reversed(k) if self.victims else k
+            self.jobs[leaf] = members
+
+    def _by_leaf(self, jobs: list[JobInfo]) -> dict[str, list[JobInfo]]:
+        """``jobs`` by the leaf queue ``push`` files each in (those it drops left out), leaves in
+        the order their first job comes."""
+        out: dict[str, list[JobInfo]] = {}
+        for job in jobs:
+            leaf = self._leaf_of(job)
+            if leaf is not None:
+                out.setdefault(leaf, []).append(job)
+        return out
+
+    def _leaf_of(self, job: JobInfo) -> str | None:
+        queue = self.ssn.queues.get(job.queue)
+        if queue is None or not self._is_leaf(queue.name):
+            return None
+        if queue.parent and queue.parent not in self.ssn.queues:
+            return None
+        return queue.name
 
     def _is_leaf(self, name: str) -> bool:
         return name not in self.children
 
     def push(self, job: JobInfo) -> None:
-        queue = self.ssn.queues.get(job.queue)
-        if queue is None or not self._is_leaf(queue.name):
-            return
-        if queue.parent and queue.parent not in self.ssn.queues:
+        leaf = self._leaf_of(job)
+        if leaf is None:
             return
         # Kept in order (a job's order does not change while it waits: only popped jobs are placed).
-        jobs = self.jobs.setdefault(queue.name, [])
+        jobs = self.jobs.setdefault(leaf, [])
         if self._order_key is not None:
             keys = self._keys
             keys[job.uid] = self._order_key(job)
@@ -100,8 +147,9 @@ class JobsByQueue:
             self.roots,
         )
         other.depth = self.depth
-        other._answers, other._kept = None, []
+        other._answers, other._kept, other._shown = None, [], {}
         other._order_key, other._keys = self._order_key, dict(self._keys)
+        other._base_key = self._base_key
         other.jobs = {leaf: list(jobs) for leaf, jobs in self.jobs.items()}
         other.popped = {leaf: list(jobs) for leaf, jobs in self.popped.items()}
         return other
@@ -152,7 +200,9 @@ class JobsByQueue:
         """``pop``, for a caller that leaves the session as it was from one pop to the next (a
         victim search undoes each attempt before it takes the next candidate): each comparison of
         two queues with their jobs is asked once in the queue's life. (A victim queue's jobs given
-        up only grow, so a queue's representatives are its next job and how many it gave up.)"""
+        up only grow, so a queue's representatives are its next job and how many it gave up.) A
+        victim queue shows the order plugins each queue's given-up jobs as a ``GivenUp``, one
+        object per list, on which they may keep what they derive from it."""
         if self._answers is None:
             self._answers = {}
         return self._pop(self._answers)
@@ -168,13 +218,18 @@ class JobsByQueue:
             self.popped,
         )
 
+        # Under pop_unchanged a victim queue shows each queue's given-up jobs as a GivenUp, one
+        # object per (given-up list, next job), on which the order plugins may keep what they derive.
+        unchanged = victims and known is not None and known is self._answers
+
         def side(name: str) -> tuple[JobInfo | None, list[JobInfo], tuple[object, ...]]:
             below = leaf(name)  # noqa: F821 - a cell emptied only after the last call (below)
             nxt = self.jobs[below][0]
             if not victims:
                 return nxt, [], (name, id(nxt))
-            given_up = popped.get(below, [])
-            return None, [*given_up, nxt], (name, below, len(given_up), id(nxt))
+            given_up = popped.get(below, _NONE)
+            shown = self._given_up(given_up, nxt) if unchanged else [*given_up, nxt]
+            return None, shown, (name, below, len(given_up), id(nxt))
 
         def best(names: list[str]) -> str:
             first = names[0]
@@ -208,12 +263,38 @@ class JobsByQueue:
             # that reference cycle, so nothing waits for the collector (tests/core/test_cycle_memory).
             del side, best, leaf
         job = self.jobs[chosen].pop(0)
-        if victims:
-            popped.setdefault(chosen, []).append(job)
+        if victims:  # (a new list: one shown to the order plugins is never changed)
+            given_up = popped.get(chosen, _NONE)
+            popped[chosen] = self._given_up(given_up, job) if unchanged else [*given_up, job]
         return job
+
+    def _given_up(self, given_up: list[JobInfo], job: JobInfo) -> GivenUp:
+        """``[*given_up, job]`` as a GivenUp, one object per pair (kept: both ids are the key)."""
+        key = (id(given_up), id(job))
+        shown = self._shown.get(key)
+        if shown is None:
+            shorter = given_up if isinstance(given_up, GivenUp) else None
+            shown = self._shown[key] = GivenUp([*given_up, job], shorter)
+            self._kept.append(given_up)
+        return shown
 
     def pop(self) -> JobInfo:
         return self._pop(None)
+
+
+class _Reversed:
+    """A sort key compared the other way round (a victim queue's job order)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Reversed) -> bool:
+        return bool(other.key < self.key)
+
+
+_NONE: list[JobInfo] = []  # a queue that gave up nothing yet (never changed)
 
 
 def per_action(ssn: Session, parameter: str, action: str) -> int | None:

@@ -32,7 +32,7 @@ way, only slower.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -57,6 +57,9 @@ class PendingNeed:
         for i in range(len(masks)):
             seen.setdefault((requests[i].tobytes(), id(masks[i])), i)
         self.distinct = list(seen.values())
+        # Per task, what a node must have free of each resource to hold it (a fit allows the
+        # epsilon), as floats.
+        self.limits: list[list[float]] = (requests - MIN_RESOURCE).tolist()
         # The resources some task asks for (more than the epsilon every fit allows).
         self.asked = [int(d) for d in np.nonzero((requests > MIN_RESOURCE).any(axis=0))[0]]
         # What the idle-resources bound reads of the tasks, the same whatever the room, found once:
@@ -73,6 +76,12 @@ class PendingNeed:
             ]
             # (the smallest size is the smallest ask above the epsilon: its askers are all)
             self.askers[d] = self.sizes[d][-1][1:]
+        # Per asked resource, of its askers' nodes: those outside them, and their rows in order
+        # (what ``refuses_after`` reads, the same whatever the room).
+        self.outside: dict[int, np.ndarray] = {d: ~a[0] for d, a in self.askers.items()}
+        self.inside: dict[int, np.ndarray] = {
+            d: np.nonzero(a[0])[0] for d, a in self.askers.items()
+        }
 
     def _of(self, chosen: np.ndarray, asks: np.ndarray) -> tuple[np.ndarray, float, int]:
         """The nodes the ``chosen`` tasks may use (the union of their masks), what they ask of one
@@ -109,11 +118,16 @@ class NodeAffinityFilter:
     name: ClassVar[str] = "node-affinity"
 
     def accepts(self, need: PendingNeed, room: np.ndarray) -> bool:
-        for i in need.distinct:
-            limit = need.requests[i] - MIN_RESOURCE
-            if not ((room >= limit).all(axis=1) & need.masks[i]).any():
-                return False
-        return True
+        return all(self.fits(need, i, room).any() for i in need.distinct)
+
+    @staticmethod
+    def fits(need: PendingNeed, i: int, room: np.ndarray) -> np.ndarray:
+        """Per node: task ``i`` is allowed there and has room for its whole request."""
+        # Column by column: the same comparisons, about 3x faster than a 2-D all(axis=1).
+        ok = need.masks[i].copy()
+        for d, limit in enumerate(need.limits[i]):
+            ok &= room[:, d] >= limit
+        return ok
 
 
 class IdleResourcesFilter:
@@ -157,24 +171,44 @@ class AccumulatedRoom:
         return other
 
     def add(self, victims: Iterable[TaskInfo]) -> None:
-        self._credit(self.room, victims, self._seen, self._groups)
+        room = self.room
+        self._credit(room.__getitem__, victims, self._seen, self._groups)
 
     def plus(self, victims: Iterable[TaskInfo]) -> np.ndarray:
         """The room with these victims gone too (a new array; this room is left as it is)."""
+        return self.with_rows(self.rows_plus(victims))
+
+    def rows_plus(self, victims: Iterable[TaskInfo]) -> dict[int, np.ndarray]:
+        """``plus``, only the rows it changes: row -> that row's room (new arrays)."""
+        rows: dict[int, np.ndarray] = {}
+
+        def row_of(row: int) -> np.ndarray:
+            values = rows.get(row)
+            if values is None:
+                values = rows[row] = self.room[row].copy()
+            return values
+
+        self._credit(row_of, victims, set(), set())
+        return rows
+
+    def with_rows(self, rows: dict[int, np.ndarray]) -> np.ndarray:
+        """This room with ``rows`` (``rows_plus``) in place of its own (a new array)."""
         room = self.room.copy()
-        self._credit(room, victims, set(), set())
+        for row, values in rows.items():
+            room[row] = values
         return room
 
     def _credit(
         self,
-        room: np.ndarray,
+        row_of: Callable[[int], np.ndarray],
         victims: Iterable[TaskInfo],
         seen: set[str],
         groups: set[tuple[int, str]],
     ) -> None:
-        """Credit ``room`` with each victim not counted yet: not in this room's ``_seen`` nor in
+        """Credit the room with each victim not counted yet: not in this room's ``_seen`` nor in
         ``seen``, which gathers those credited now (this room's own sets for ``add``, fresh ones
-        for ``plus``: the room's sets are read, not copied). ``groups`` likewise."""
+        for ``plus``: the room's sets are read, not copied). ``groups`` likewise. ``row_of``: the
+        room's row to add to, in place."""
         nodes, gpu = self.nodes, self.nodes.gpu_dim
         known, known_groups = self._seen, self._groups
         for t in victims:
@@ -186,12 +220,13 @@ class AccumulatedRoom:
             row = nodes.index.get(t.node)
             if row is None:
                 continue
-            room[row] += t.resreq
+            values = row_of(row)
+            values += t.resreq
             if t.gpu_fraction and gpu is not None:
                 for group in t.gpu_groups:
                     if (row, group) not in groups and (row, group) not in known_groups:
                         groups.add((row, group))
-                        room[row, gpu] += UNIT
+                        values[gpu] += UNIT
 
 
 class ScenarioFilters:
@@ -224,6 +259,7 @@ class ScenarioFilters:
         self._may_refuse = any(isinstance(f, judge) for f in self._checks)
         # Scenarios and attempts rejected, per filter name (KAI counts them as a metric).
         self.rejected: dict[str, int] = {}
+        self._fits: dict[int, tuple[np.ndarray, int]] = {}  # _recorded_fits
 
     def add_victims(self, victims: Iterable[TaskInfo]) -> None:
         """Candidate victims join the accumulated scenario."""
@@ -234,8 +270,52 @@ class ScenarioFilters:
         return self._check(self.accumulated.room)
 
     def accepts_with(self, victims: Iterable[TaskInfo]) -> bool:
-        """One attempt: the recorded victims and these gone (checked before they are evicted)."""
-        return self._check(self.recorded.plus(victims))
+        """One attempt: the recorded victims and these gone (checked before they are evicted).
+        The room differs from the recorded victims' room in a few rows: node-affinity is told
+        from that room's answer per row (found once) and those rows; the whole room is made only
+        for a filter that reads it all."""
+        recorded = self.recorded
+        rows = recorded.rows_plus(victims)
+        room: np.ndarray | None = None
+        for f in self._checks:
+            if isinstance(f, NodeAffinityFilter):
+                ok = self._affinity_with(rows)
+            else:
+                if room is None:
+                    room = recorded.with_rows(rows)
+                ok = f.accepts(self.need, room)
+            if not ok:
+                self.rejected[f.name] = self.rejected.get(f.name, 0) + 1
+                return False
+        return True
+
+    def _affinity_with(self, rows: dict[int, np.ndarray]) -> bool:
+        """NodeAffinityFilter.accepts on the recorded victims' room with ``rows`` in place of its
+        own: a task has a node with room either among the other rows (as in that room) or among
+        these."""
+        need = self.need
+        changed = list(rows)
+        for i in need.distinct:
+            fits, count = self._recorded_fits(i)
+            if count - int(fits[changed].sum()) > 0:
+                continue
+            mask, limits = need.masks[i], need.limits[i]
+            if not any(
+                mask[row]
+                and all(v >= limit for v, limit in zip(values.tolist(), limits, strict=True))
+                for row, values in rows.items()
+            ):
+                return False
+        return True
+
+    def _recorded_fits(self, i: int) -> tuple[np.ndarray, int]:
+        """Per node, whether task ``i`` (allowed there) fits the recorded victims' room, and on how
+        many nodes: found once (that room does not change)."""
+        known = self._fits.get(i)
+        if known is None:
+            fits = NodeAffinityFilter.fits(self.need, i, self.recorded.room)
+            known = self._fits[i] = (fits, int(fits.sum()))
+        return known
 
     def accepts_now(self) -> bool:
         """The session as it stands (an attempt's victims evicted, some placed again)."""
@@ -259,12 +339,13 @@ class ScenarioFilters:
             take = float(request[d]) - MIN_RESOURCE
             if take <= 0:
                 continue
-            allowed, asked, askers = need.askers[d]
-            if (rows & ~allowed).any():
+            _, asked, askers = need.askers[d]
+            if (rows & need.outside[d]).any():
                 continue  # a task placed elsewhere takes nothing from these nodes
             if room is None:
                 room = self.ssn.nodes.future_idle()
-            held = float(np.maximum(room[allowed, d], 0.0).sum()) + MIN_RESOURCE * askers
+            # (the allowed rows by index: the same values in the same order as by the mask)
+            held = float(np.maximum(room[need.inside[d], d], 0.0).sum()) + MIN_RESOURCE * askers
             held -= count * take
             # A margin for rounding: the filter sums the same rooms in another order.
             if asked > held + MIN_RESOURCE + 1e-9 * (abs(held) + asked):

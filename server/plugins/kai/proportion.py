@@ -49,7 +49,7 @@ from server.session.extension_points import (
 from server.session.info import JobInfo, QueueInfo, TaskInfo
 from server.session.kai import (
     ALLOCATED_SHARE,
-    Quantities,
+    GivenUp,
     is_preemptible,
     pod_sets,
     task_quantities,
@@ -94,7 +94,7 @@ class QueueShares:
     # the queue-order caches key on (fair, deserved and limits are set at session open). The
     # allocation itself rather than a change count, so a simulation that is rolled back gives the
     # same key again and its comparisons are reused by the next one.
-    allocation_key: tuple[float, ...] = ()
+    allocation_key: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def get(self, what: str) -> tuple[float, float, float]:
         return tuple(getattr(self.by_resource[r], what) for r in RESOURCES)
@@ -111,6 +111,38 @@ class QueueShares:
 
 
 Vec3 = tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    """What the queue order reads of a queue besides its allocation: fixed once the session's fair
+    shares are set."""
+
+    fair: Vec3
+    deserved: Vec3
+    allocatable: Vec3
+    none: tuple[bool, bool, bool]  # a resource the queue may not have (nothing allocatable)
+    # Per resource, what the dominant share divides by: the allocatable, the cluster's total
+    # when unlimited.
+    shares_of: Vec3
+
+    @classmethod
+    def of(cls, q: QueueShares, total: Vec3) -> _Fixed:
+        allocatable: Vec3 = tuple(q.by_resource[r].allocatable() for r in RESOURCES)  # type: ignore[assignment]
+        return cls(
+            q.get("fair"),
+            q.get("deserved"),
+            allocatable,
+            tuple(a == 0 for a in allocatable),  # type: ignore[arg-type]
+            tuple(t if a == INF else a for a, t in zip(allocatable, total, strict=True)),  # type: ignore[arg-type]
+        )
+
+    def dominant_share(self, allocated: Vec3) -> float:
+        best = 0.0
+        for alloc, allocatable in zip(allocated, self.shares_of, strict=True):
+            value = alloc * NO_FAIR_SHARE_PENALTY if allocatable == 0 else alloc / allocatable
+            best = max(best, value)
+        return best
 
 
 def job_state(job: JobInfo, jobs: dict[str, JobInfo]) -> tuple[object, ...]:
@@ -144,11 +176,11 @@ def _memo(
 
 
 def less_equal(a: Vec3, b: Vec3) -> bool:
-    return all(x <= y for x, y in zip(a, b, strict=True))
+    return a[0] <= b[0] and a[1] <= b[1] and a[2] <= b[2]
 
 
 def all_less(a: Vec3, b: Vec3) -> bool:
-    return all(x < y for x, y in zip(a, b, strict=True))
+    return a[0] < b[0] and a[1] < b[1] and a[2] < b[2]
 
 
 def add(a: Vec3, b: Vec3, sign: float = 1.0) -> Vec3:
@@ -253,6 +285,13 @@ class KaiProportionPlugin(Plugin):
         self.frozen: dict[str, QueueShares] = {n: q.copy() for n, q in self.queues.items()}
         self.total = self._total(ssn)
         self._set_fair_shares()
+        # What the queue order reads of a queue besides its allocation, fixed once the fair
+        # shares are set (deserved quotas, limits and fair shares do not change in a session).
+        self._fixed = {name: _Fixed.of(q, self.total) for name, q in self.queues.items()}
+        # Per leaf queue, the shares (in RESOURCES order) of it and its ancestors, and per task
+        # its quantities: what each allocation event adds to or takes from.
+        self._chain_shares: dict[str, list[tuple[QueueShares, list[Share]]]] = {}
+        self._task_quantities: dict[str, Vec3] = {}
         ssn.register(QUEUE_JOBS_ORDER, self.name, self.queue_order)
         ssn.register(JOB_OVER_CAPACITY, self.name, self.over_capacity)
         ssn.register(JOB_SATISFIABLE, self.name, self.satisfiable)
@@ -363,14 +402,21 @@ class KaiProportionPlugin(Plugin):
         if job is None:
             return
         np_job = not is_preemptible(job)
-        amount = self._quantities(task)
-        for qs in self._chain(self.queues, job.queue):
-            for r, v in zip(RESOURCES, amount, strict=True):
-                s = qs.by_resource[r]
+        amount = self._task_quantities.get(task.uid)
+        if amount is None:  # (a task's request does not change)
+            amount = self._task_quantities[task.uid] = self._quantities(task)
+        chain = self._chain_shares.get(job.queue)
+        if chain is None:
+            chain = self._chain_shares[job.queue] = [
+                (qs, [qs.by_resource[r] for r in RESOURCES])
+                for qs in self._chain(self.queues, job.queue)
+            ]
+        for qs, shares in chain:
+            for s, v in zip(shares, amount, strict=True):
                 s.allocated += sign * v
                 if np_job:
                     s.allocated_np += sign * v
-            qs.allocation_key = qs.get("allocated")
+            qs.allocation_key = (shares[0].allocated, shares[1].allocated, shares[2].allocated)
 
     def solution_start(self) -> None:
         self.frozen = {n: q.copy() for n, q in self.queues.items()}
@@ -387,20 +433,18 @@ class KaiProportionPlugin(Plugin):
         )
 
     def _tasks_request(self, tasks: Iterable[TaskInfo]) -> Vec3:
-        total = Quantities()
+        # Summed as Quantities.add sums (the same additions in the same order), from each task's
+        # quantities found once.
+        cpu = memory = gpu = 0.0
+        known = self._task_quantities
         for t in tasks:
-            total.add(task_quantities(t, self.dims))
-        return total.values()
-
-    def _dominant_share(self, q: QueueShares, allocated: Vec3) -> float:
-        best = 0.0
-        for r, alloc, total in zip(RESOURCES, allocated, self.total, strict=True):
-            allocatable = q.by_resource[r].allocatable()
-            if allocatable == INF:
-                allocatable = total
-            value = alloc * NO_FAIR_SHARE_PENALTY if allocatable == 0 else alloc / allocatable
-            best = max(best, value)
-        return best
+            amount = known.get(t.uid)
+            if amount is None:
+                amount = known[t.uid] = self._quantities(t)
+            cpu += amount[0]
+            memory += amount[1]
+            gpu += amount[2]
+        return cpu, memory, gpu
 
     # -- queue order -----------------------------------------------------------------------------
     def queue_order(
@@ -420,11 +464,10 @@ class KaiProportionPlugin(Plugin):
         lk, rk = self._queue_key(left, lj, lv), self._queue_key(right, rj, rv)
         if lk != rk:
             return -1 if lk < rk else 1
-        la = tuple(s.allocatable() for s in left.by_resource.values())
-        ra = tuple(s.allocatable() for s in right.by_resource.values())
-        if not less_equal(ra, la) and less_equal(la, ra):  # type: ignore[arg-type]
+        la, ra = self._fixed[left.name].allocatable, self._fixed[right.name].allocatable
+        if not less_equal(ra, la) and less_equal(la, ra):
             return -1
-        if not less_equal(la, ra) and less_equal(ra, la):  # type: ignore[arg-type]
+        if not less_equal(la, ra) and less_equal(ra, la):
             return 1
         return 0
 
@@ -435,15 +478,26 @@ class KaiProportionPlugin(Plugin):
         over its fair share (last), within deserved quota with its next job (first), priority
         (higher first), using a resource it may not have (last), dominant share with the next job
         (its given-up victims taken away), dominant share now. A pop compares queues many times
-        with nothing changed between: cached until the queue's allocation or the jobs' tasks change."""
+        with nothing changed between: cached until the queue's allocation or the jobs' tasks change
+        (for a GivenUp list of victims, whose jobs do not change while it lives: by the list)."""
         jobs = self.ssn.jobs
-        states = tuple([job_state(v, jobs) for v in victims]) if victims else ()
-        cache_key = (
-            q.name,
-            q.allocation_key,
-            job_state(job, jobs) if job is not None else None,
-            states,
-        )
+        states: tuple[object, ...] | int
+        if not victims:
+            states = ()
+        elif isinstance(victims, GivenUp):  # what its jobs hold is fixed while it lives: its id
+            states = id(victims)
+        else:
+            states = tuple([job_state(v, jobs) for v in victims])
+        if job is None:
+            state: tuple[object, ...] | None = None
+        elif jobs.get(job.uid) is job:  # (job_state, written out: asked at every comparison)
+            state = (job.uid, job.status_changes)
+        else:
+            state = job_state(job, jobs)
+        cache_key = (q.name, q.allocation_key, state, states)
+        known = self._keys.get(cache_key)
+        if known is not None:  # (_memo's hit, without the call)
+            return known[0]
         return _memo(
             self._keys,
             cache_key,
@@ -460,31 +514,32 @@ class KaiProportionPlugin(Plugin):
         q: QueueShares,
         job: JobInfo | None,
         victims: list[JobInfo],
-        states: tuple[object, ...],
+        states: tuple[object, ...] | int,
     ) -> tuple[object, ...]:
-        alloc = q.get("allocated")
+        fixed = self._fixed[q.name]
+        alloc = q.allocation_key  # (its get("allocated"))
         with_job = add(alloc, self._job_request(job))
         return (
-            all_less(q.get("fair"), alloc),
-            not less_equal(with_job, q.get("deserved")),
+            all_less(fixed.fair, alloc),
+            not less_equal(with_job, fixed.deserved),
             -q.priority,
-            any(
-                s.allocatable() == 0 and v > 0
-                for s, v in zip(q.by_resource.values(), with_job, strict=True)
-            ),
-            self._dominant_share(q, self._minus_victims(with_job, victims, states)),
-            self._dominant_share(q, alloc),
+            any(none and v > 0 for none, v in zip(fixed.none, with_job, strict=True)),
+            fixed.dominant_share(self._minus_victims(with_job, victims, states)),
+            fixed.dominant_share(alloc),
         )
 
     def _minus_victims(
-        self, allocated: Vec3, victims: list[JobInfo], states: tuple[object, ...]
+        self, allocated: Vec3, victims: list[JobInfo], states: tuple[object, ...] | int
     ) -> Vec3:
         """``allocated`` less each victim's allocation, one after the other (``states``: the
         victims' job_state). A victim queue gives up one job at a time, so the result for all but
         the last victim is usually known: kept per (allocated, states), and only the last one
-        taken away (the same subtractions in the same order)."""
+        taken away (the same subtractions in the same order). A GivenUp keeps its results."""
         if not victims:
             return allocated
+        if isinstance(victims, GivenUp):
+            return self._given_up_less(allocated, victims)
+        assert isinstance(states, tuple)
         # (the victims kept beside the result: their ids are in the states)
         return _memo(
             self._less_victims,
@@ -495,6 +550,32 @@ class KaiProportionPlugin(Plugin):
             victims,
             states,
         )
+
+    def _given_up_less(self, allocated: Vec3, victims: GivenUp) -> Vec3:
+        """``_minus_victims`` of a GivenUp: its result is kept on it, and built on its shorter
+        list's (taken from scratch only for a list built on none): the same subtractions in the
+        same order, each job's allocation taken once per list."""
+        key = ("proportion: less given up", allocated)
+        lists: list[GivenUp] = []  # those without the result, longest first
+        shown: GivenUp | None = victims
+        result: Vec3 | None = None
+        while shown is not None:
+            known = shown.derived.get(key)
+            if isinstance(known, tuple):  # (only this method writes the key)
+                result = known
+                break
+            lists.append(shown)
+            shown = shown.shorter
+        if result is None:
+            result = allocated
+            base = lists.pop()  # built on no shorter list: every one of its jobs
+            for v in base:
+                result = add(result, self._job_allocated(v), -1.0)
+            base.derived[key] = result
+        for shown in reversed(lists):
+            result = add(result, self._job_allocated(shown[-1]), -1.0)
+            shown.derived[key] = result
+        return result
 
     def _subtract_victims(
         self, allocated: Vec3, victims: list[JobInfo], states: tuple[object, ...]
