@@ -132,9 +132,15 @@ class Statement:
     def convert_to_pipelined(self, job: str) -> None:
         """KAI: when one task of a gang could only be pipelined, the tasks of the job allocated by
         this statement are pipelined too (none binds before the whole gang can)."""
+        handlers = self.ssn.event_handlers
         for o in self.operations:
             if o.op is Op.ALLOCATE and o.task.job == job:
                 self.ssn.shape_classes.freed()  # free resources it held now come back
+                # As KAI unallocates the task and pipelines it again: the event handlers see it go
+                # and come back (a queue's share counts it once), not a second allocation.
+                for h in handlers:
+                    if h.deallocate:
+                        h.deallocate(o.task)
                 self._change_status(o.task, TaskStatus.PIPELINED)
                 if (
                     o.task.devices or o.task.gpu_fraction
