@@ -21,6 +21,8 @@ from muster.devices import (
 )
 from server.model import NodeSpec, TaskStatus
 
+_PIPELINED = TaskStatus.PIPELINED  # bound once: read at every placement
+
 
 def node_devices(spec: NodeSpec) -> dict[str, list[Device]]:
     """Per device resource, the node's devices in listing order (listed ones, else defaults: at
@@ -48,6 +50,8 @@ class DeviceLedger:
         self.specs = specs
         # Built on first use per row: most sessions never ask most nodes for device ids.
         self._devices: list[dict[str, list[Device]] | None] = [None] * len(specs)
+        # Per allocatable (as its items) of a node that lists no devices: the devices made up.
+        self._made: dict[tuple[tuple[str, float], ...], dict[str, list[Device]]] = {}
         self.held: list[dict[str, Any]] = [{} for _ in specs]  # id -> TaskInfo
         self.promised: list[dict[str, Any]] = [{} for _ in specs]
         # Ids that name a shared GPU group (KAI GPU sharing): not free for a whole-device task.
@@ -59,12 +63,23 @@ class DeviceLedger:
     def of(self, row: int) -> dict[str, list[Device]]:
         devs = self._devices[row]
         if devs is None:
-            devs = self._devices[row] = node_devices(self.specs[row])
+            spec = self.specs[row]
+            if spec.devices:
+                devs = node_devices(spec)
+            else:
+                # Made up from allocatable alone: the same for every node of that allocatable,
+                # found once (each row still gets lists of its own).
+                key = tuple(spec.allocatable.items())
+                made = self._made.get(key)
+                if made is None:
+                    made = self._made[key] = node_devices(spec)
+                devs = {name: list(found) for name, found in made.items()}
+            self._devices[row] = devs
         return devs
 
     def attach(self, row: int, task: Any) -> None:
         """Mark ``task.devices`` on the row (a Pipelined task's as promised)."""
-        target = self.promised[row] if task.status == TaskStatus.PIPELINED else self.held[row]
+        target = self.promised[row] if task.status == _PIPELINED else self.held[row]
         for d in task.devices:
             target[d] = task
 
@@ -129,6 +144,24 @@ class DeviceLedger:
         return ([d for d in pool if d.id not in promised] + [d for d in pool if d.id in promised])[
             :limit
         ]
+
+    def candidate_ids(self, row: int, resource: str, status: TaskStatus, count: int) -> list[str]:
+        """The ids of ``candidates(row, resource, status, count)``. Asked at every placement of a
+        device task: when the row has no promised device and the task is not pipelined (most
+        placements), the free devices are read in one plain loop that stops at ``count``."""
+        promised = self.promised[row]
+        if promised or status == _PIPELINED:
+            return [d.id for d in self.candidates(row, resource, status, count)]
+        held, shared = self.held[row], self.shared[row]
+        ids: list[str] = []
+        if count <= 0:
+            return ids
+        for d in self.of(row).get(resource, ()):
+            if d.healthy and d.id not in held and d.id not in shared:
+                ids.append(d.id)
+                if len(ids) == count:
+                    break
+        return ids
 
     def healthy_count(self, row: int, resource: str) -> int:
         return sum(1 for d in self.of(row).get(resource, ()) if d.healthy)

@@ -45,7 +45,7 @@ from server.session.extension_points import (
     Scorer,
     Scorers,
 )
-from server.session.info import FitErrors, NodeTable, ResourceSpace, TaskInfo
+from server.session.info import FitErrors, NodeTable, ResourceSpace, TaskInfo, rows_fit
 
 __all__ = ["DomainPredicate", "NodeEvaluator", "Predicate", "Rows", "Scope", "Scorer"]
 
@@ -120,7 +120,7 @@ class _StaticEntry:
     score: np.ndarray
 
 
-@dataclass
+@dataclass(slots=True)
 class _ShapeEntry:
     static: _StaticEntry
     future_ok: np.ndarray  # static & fits future idle & shape predicates
@@ -149,7 +149,10 @@ class _ShapeEntry:
         self.idle_ok[rows] = idle_ok
         self.score[rows] = score
         self.idle_score[rows] = np.where(idle_ok, score, NEG_INF)
-        self.future_score[rows] = np.where(future_ok & ~idle_ok, score, NEG_INF)
+        if idle_ok is future_ok:  # one mask (see ``_shape_rows``): no row is future-only
+            self.future_score[rows] = NEG_INF
+        else:
+            self.future_score[rows] = np.where(future_ok & ~idle_ok, score, NEG_INF)
 
 
 class NodeEvaluator:
@@ -173,6 +176,8 @@ class NodeEvaluator:
         self._scalar_rows = True
         self._shape_predicate_rows: list[Callable[[TaskInfo, int], bool]] = []
         self._shape_scorer_rows: list[Callable[[TaskInfo, int], float]] = []
+        # A shape predicate has a ``now`` form (idle now is then stricter than fitting idle).
+        self._shape_now = False
         # The table's combining functions of the two vectorised points, applied per scope.
         self._all_pass = POINTS["predicate"].combine
         self._add = POINTS["node_order"].combine
@@ -202,6 +207,7 @@ class NodeEvaluator:
         ) and all(s.row is not None for s in self.scorers["shape"])
         self._shape_predicate_rows = [p.row for p in self.predicates["shape"] if p.row is not None]
         self._shape_scorer_rows = [s.row for s in self.scorers["shape"] if s.row is not None]
+        self._shape_now = any(p.now is not None for p in self.predicates["shape"])
         self._configure_domains()
         self._static.clear()
         self._shape.clear()
@@ -246,18 +252,29 @@ class NodeEvaluator:
         return entry
 
     def _shape_rows(
-        self, task: TaskInfo, static: _StaticEntry, rows: Rows
+        self, task: TaskInfo, static: _StaticEntry, rows: Rows, limit: list[float] | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(passes and fits future idle, that and fits idle now, score) of ``rows`` (an int64
+        array); ``limit``: the request less the epsilon, when known. The two masks are one array
+        when nothing is releasing or pipelined and no shape predicate has a ``now`` form (they
+        are equal then)."""
         n = self.nodes
-        limit = task.resreq - MIN_RESOURCE
-        idle = n.idle[rows]
-        fits_idle = (idle >= limit).all(axis=1)
+        if limit is None:
+            limit = (task.resreq - MIN_RESOURCE).tolist()
+        # ``take``: the rows ``idle[rows]`` gives, at half its cost.
+        idle = n.idle.take(rows, axis=0)
+        fits_idle = rows_fit(idle, limit)
         if n.has_future_resources():
-            fits_future = (idle + n.releasing[rows] - n.pipelined[rows] >= limit).all(axis=1)
+            idle += n.releasing.take(rows, axis=0)
+            idle -= n.pipelined.take(rows, axis=0)
+            fits_future = rows_fit(idle, limit)
         else:
             fits_future = fits_idle
         ok = self._all_pass(self.predicates["shape"], task, rows, static.mask[rows] & fits_future)
-        score = self._add(self.scorers["shape"], task, rows, static.score[rows].copy())
+        # (a fancy index is a copy: the scorers add to it, not to the cached static scores)
+        score = self._add(self.scorers["shape"], task, rows, static.score[rows])
+        if fits_future is fits_idle and not self._shape_now:
+            return ok, ok, score  # ``ok`` already fits idle: ``ok & fits_idle`` is ``ok``
         idle_ok = ok & fits_idle
         for p in self.predicates["shape"]:
             if p.now is not None and idle_ok.any():
@@ -303,6 +320,8 @@ class NodeEvaluator:
         if entry is None:
             static = self._static_entry(task)
             future_ok, idle_ok, score = self._shape_rows(task, static, self._all_rows)
+            if idle_ok is future_ok:  # two masks from here on, each changed on its own
+                idle_ok = future_ok.copy()
             entry = _ShapeEntry(
                 static, future_ok, idle_ok, score, len(log), (task.resreq - MIN_RESOURCE).tolist()
             )
@@ -318,10 +337,9 @@ class NodeEvaluator:
                     for row in set(changed):
                         self._shape_row(task, entry, row, has_future)
             else:
-                dirty = np.array(
-                    sorted(set(changed)) if len(changed) > 1 else changed, dtype=np.int64
-                )
-                entry.update(dirty, *self._shape_rows(task, entry.static, dirty))
+                # Each changed row once, in any order (every answer is per row).
+                dirty = np.fromiter(set(changed), dtype=np.int64)
+                entry.update(dirty, *self._shape_rows(task, entry.static, dirty, entry.limit))
             entry.log_position = len(log)
         return entry
 
@@ -479,12 +497,16 @@ class NodeEvaluator:
         reasons = dict(static_reasons)
         if len(remaining):
             future = n.future_idle(remaining)
-            short = task.resreq > future + MIN_RESOURCE
-            for d, nodes_short in enumerate(short.sum(axis=0)):
+            # ``task.resreq > future + MIN_RESOURCE`` column by column (see ``rows_fit``).
+            fits = np.ones(len(remaining), dtype=bool)
+            for d, asked in enumerate(task.request_floats):
+                short = future[:, d] + MIN_RESOURCE < asked
+                nodes_short = int(np.count_nonzero(short))
                 if nodes_short:
                     reason = f"Insufficient {self.space.dims[d]}"
-                    reasons[reason] = reasons.get(reason, 0) + int(nodes_short)
-            remaining = remaining[~short.any(axis=1)]
+                    reasons[reason] = reasons.get(reason, 0) + nodes_short
+                    fits &= ~short
+            remaining = remaining[fits]
         remaining = self._count_failures(task, self.predicates["shape"], remaining, reasons)
         if cacheable:
             self._shape_fit[task.shape_key] = (log_position, reasons, remaining)

@@ -113,6 +113,17 @@ def dominant_share(amount: Vec, base: Vec, empty: float = 0.0) -> float:
     return empty if best is None else best
 
 
+def rows_fit(values: Vec, limit: Sequence[float]) -> Vec:
+    """Per row of ``values`` (rows x resources): is every resource at least its ``limit``? What
+    ``(values >= limit).all(axis=1)`` gives, column by column: numpy compares a (rows x resources)
+    array with a per-resource vector, and reduces across a row, a few elements at a time (on 5,000
+    nodes several times the cost; on a few dozen rows, about the same)."""
+    ok: Vec = values[:, 0] >= limit[0]
+    for d in range(1, len(limit)):
+        ok &= values[:, d] >= limit[d]
+    return ok
+
+
 def is_empty(v: Vec) -> bool:
     return bool(np.all(v < MIN_RESOURCE))
 
@@ -164,13 +175,18 @@ class TaskInfo:
         self.creation_index = spec.creation_index
         # Tasks with the same static key pass the same label / taint / affinity predicates; with the
         # same shape key they also compete identically for resources (cache key for evaluation).
-        self.static_key = _static_key(spec)
+        # (Most tasks carry no constraint: that case without the call.)
+        self.static_key = (
+            _NO_CONSTRAINTS
+            if not spec.node_selector and not spec.tolerations and not spec.affinity
+            else _static_key(spec)
+        )
         self.shape_key = (self.static_key, request_bytes, spec.gpu_fraction)
         # Status of the last discarded placement (Volcano LastTransaction): the gang plugin counts
         # such tasks as schedulable in its Unschedulable message.
         self.last_tx_status: TaskStatus | None = None
         # Device ids held on ``node`` (kept by the session's DeviceLedger).
-        self.devices: list[str] = list(spec.devices)
+        self.devices: list[str] = list(spec.devices) if spec.devices else []
         # KAI GPU sharing: the share of one GPU asked (0: none) and the shared GPU group it sits on.
         self.gpu_fraction = spec.gpu_fraction
         self.gpu_groups: list[str] = list(spec.gpu_groups) if spec.gpu_fraction else []
@@ -273,17 +289,36 @@ class JobInfo:
         self.creation_index = spec.creation_index
         self.phase = spec.phase
         self._clear_tasks(space.zeros())
+        # ``add_task`` written out for a pending task that asks for resources (a session files
+        # thousands of them): it enters the map and the pending index, and counts as valid.
+        tasks, pending, filed = self.tasks, None, 0
         for ts in spec.tasks:
-            self.add_task(TaskInfo(ts, space))
+            task = TaskInfo(ts, space)
+            if task.status == _PENDING and not task.best_effort:
+                if pending is None:
+                    pending = self.index.file(_PENDING)
+                tasks[task.uid] = pending[task.uid] = task
+                filed += 1
+            else:
+                self.add_task(task)
+        self.status_changes += filed
+        self.valid_count += filed
         self.min_available = spec.min_member if spec.min_member is not None else len(spec.tasks)
-        self.task_min_available: dict[str, int] = dict(spec.min_task_member)
-        self.task_min_available_total = sum(self.task_min_available.values())
+        # (Most jobs have no role minimums and no sub-groups: nothing to copy or count then.)
+        self.task_min_available: dict[str, int] = (
+            dict(spec.min_task_member) if spec.min_task_member else {}
+        )
+        self.task_min_available_total = (
+            sum(self.task_min_available.values()) if self.task_min_available else 0
+        )
         self.min_resources: Vec | None = (
             space.vec(spec.min_resources) if spec.min_resources else None
         )
-        self.subgroup_min_member: dict[str, int] = {
-            g.name: g.min_member for g in spec.sub_groups if g.min_member > 0
-        }
+        self.subgroup_min_member: dict[str, int] = (
+            {g.name: g.min_member for g in spec.sub_groups if g.min_member > 0}
+            if spec.sub_groups
+            else {}
+        )
         self.preemptible = spec.preemptible
         self.fit_errors: dict[str, FitErrors] = {}
         self.job_fit_error = ""
@@ -355,7 +390,10 @@ class JobInfo:
             else:
                 self.allocated += task.resreq
         task.status = status
-        index.file(status)[uid] = task
+        tasks = index.get(status)  # (``index.file``, written out: twice per placement)
+        if tasks is None:
+            tasks = index[status] = {}
+        tasks[uid] = task
         if task.best_effort:
             self.pending_best_effort += (status == _PENDING) - (old == _PENDING)
         ready, valid = _READY, _VALID
@@ -369,15 +407,16 @@ class JobInfo:
     def ready_task_num(self) -> int:
         return self.ready_count
 
+    # (``index.get``: a status no task is in costs no ``__missing__`` call)
     def waiting_task_num(self) -> int:
-        return len(self.index[TaskStatus.PIPELINED])
+        return len(self.index.get(_PIPELINED, ()))
 
     def pending_best_effort_num(self) -> int:
         return self.pending_best_effort
 
     def pending_asks(self) -> bool:
         """Some pending task asks for resources (not every one best-effort)."""
-        return len(self.index[TaskStatus.PENDING]) > self.pending_best_effort
+        return len(self.index.get(_PENDING, ())) > self.pending_best_effort
 
     def valid_task_num(self) -> int:
         return self.valid_count
@@ -388,7 +427,7 @@ class JobInfo:
 
     def is_pipelined(self) -> bool:
         return (
-            len(self.index[_PIPELINED]) + self.ready_count + self.pending_best_effort
+            len(self.index.get(_PIPELINED, ())) + self.ready_count + self.pending_best_effort
             >= self.min_available
         )
 

@@ -17,6 +17,7 @@ A cycle reports only the conditions that hold; the server turns those that stopp
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from server.model import (
     TaskStatus,
 )
 from server.session.extension_points import ALLOWED, Verdict
-from server.session.info import FitErrors, JobInfo, TaskInfo, job_phase_after
+from server.session.info import FitErrors, JobInfo, TaskInfo, job_phase_after, rows_fit
 
 if TYPE_CHECKING:  # the session holds the outcomes and is handed to the report: annotation only
     from server.session.session import Session
@@ -159,15 +160,31 @@ def report(ssn: Session) -> CycleResult:
             job.stage,
             result.estimates.get(job.uid),  # (the reserve action's, when configured)
         )
-        for task in job.tasks.values():
-            if task.status == _PIPELINED and task.node:
-                result.pipelined[task.uid] = task.node
-            _report_task(result, task)
+        _report_tasks(result, job.tasks.values())
     return result
 
 
 # Bound once: an enum class attribute costs ~0.2 us per lookup, and these are asked per task.
 _PIPELINED, _PENDING = TaskStatus.PIPELINED, TaskStatus.PENDING
+
+
+def _report_tasks(result: CycleResult, tasks: Iterable[TaskInfo]) -> None:
+    """``_report_task`` of each of a job's tasks, and where a pipelined one waits: the loop
+    written out (once per task of the cycle)."""
+    task_status = result.task_status
+    for task in tasks:
+        node, status = task.node, task.status
+        if node is None:
+            # A pending task's nominated node, reported as given (it holds nothing).
+            task_status[task.uid] = (status, task.spec.node if status == _PENDING else None)
+            continue
+        if status == _PIPELINED and node:
+            result.pipelined[task.uid] = node
+        task_status[task.uid] = (status, node)
+        if task.devices:
+            result.task_devices[task.uid] = list(task.devices)
+        if task.gpu_groups:
+            result.task_gpu_groups[task.uid] = list(task.gpu_groups)
 
 
 def _report_task(result: CycleResult, task: TaskInfo) -> None:
@@ -189,7 +206,7 @@ def can_ever_fit(ssn: Session, task: TaskInfo) -> bool:
     (static key and request): asked for every pending task of every waiting job at close."""
     known = ssn.outcomes.ever_fits.get(task.shape_key)
     if known is None:
-        fits = (ssn.nodes.allocatable >= task.resreq - MIN_RESOURCE).all(axis=1)
+        fits = rows_fit(ssn.nodes.allocatable, (task.resreq - MIN_RESOURCE).tolist())
         known = ssn.outcomes.ever_fits[task.shape_key] = bool(
             (ssn.evaluator.static_mask(task) & fits).any()
         )

@@ -79,6 +79,7 @@ from server.session.statement import Statement
 __all__ = ["EventHandler", "PriorityQueue", "Session", "ValidateResult"]
 
 R = TypeVar("R")
+_PENDING_PHASE = PodGroupPhase.PENDING  # bound once: read per job by every action
 
 
 class Session:
@@ -171,7 +172,8 @@ class Session:
         unnamed: list[tuple[TaskInfo, int]] = []
         for job in (*self.jobs.values(), *self.orphan_jobs):
             for task in job.tasks.values():
-                self._attach_existing(task, unnamed)
+                if task.node is not None:  # (a pending task holds none: most, not asked)
+                    self._attach_existing(task, unnamed)
         for foreign in snapshot.foreign_tasks:
             self._attach_existing(TaskInfo(foreign, self.space), unnamed)
         for task, row in unnamed:
@@ -421,7 +423,7 @@ class Session:
         """Jobs past enqueue (not Pending) that pass job_valid, with their queue: what backfill,
         preempt and reclaim work on (Volcano repeats this filter in each of them)."""
         for job in list(self.jobs.values()):
-            if job.phase == PodGroupPhase.PENDING:
+            if job.phase == _PENDING_PHASE:
                 continue
             vr = self.job_valid(job)
             if vr is not None and not vr.passed:
@@ -437,7 +439,7 @@ class Session:
         chosen: list[str] = []
         for resource, count in task.device_needs.items():
             if not self._device_choosers:  # the first candidates: found without listing the rest
-                chosen += [d.id for d in ledger.candidates(row, resource, status, count)]
+                chosen += ledger.candidate_ids(row, resource, status, count)
                 continue
             candidates: list[Device] = ledger.candidates(row, resource, status)
             ids = self.device_choice(task, row, resource, count, candidates)

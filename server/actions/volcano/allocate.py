@@ -31,13 +31,15 @@ import numpy as np
 
 from server.actions.base import Action
 from server.model import PodGroupPhase, TaskStatus
-from server.session.extension_points import Verdict, refuse
+from server.session.extension_points import ALLOWED, Verdict, refuse
 from server.session.info import FitErrors, JobInfo, QueueInfo, TaskInfo
 from server.session.priority_queue import PriorityQueue
 from server.session.session import Session
 from server.session.shape_classes import Attempt
 from server.session.statement import Op, Statement
 from server.session.window import lookback_of, waits_whole
+
+_PENDING = TaskStatus.PENDING  # bound once: an enum class attribute costs ~0.2 us per lookup
 
 
 class AllocateAction(Action):
@@ -152,7 +154,7 @@ class AllocateAction(Action):
         while not tasks.empty():
             task = tasks.pop()
             verdict = allocatable(queue, task)
-            if not verdict:
+            if verdict is not ALLOWED and not verdict:  # (the identity first: no __bool__ call)
                 missing = [
                     ssn.space.dims[d]
                     for d in np.nonzero((task.resreq > 0) & (ssn.total_resource <= 0))[0]
@@ -176,7 +178,7 @@ class AllocateAction(Action):
                 else:  # only the queue's bound holds the task back: its verdict explains the job
                     ssn.outcomes.queue_refused(job, verdict)
                 continue
-            if use_role_cache and job.task_has_fit_errors(task):
+            if use_role_cache and job.fit_errors and job.task_has_fit_errors(task):
                 job.fit_errors[task.uid] = FitErrors(
                     message=f"Task {task.name} with role spec {task.role} has already predicated failed, skip"
                 )
@@ -240,7 +242,7 @@ class _Turns:
                 continue
             tasks = self.pending[job.uid] = PriorityQueue(
                 ssn.task_order_fn,
-                (t for t in job.index[TaskStatus.PENDING].values() if not t.best_effort),
+                (t for t in job.index[_PENDING].values() if not t.best_effort),
                 self.task_key,
             )
             return job, tasks, None if key is None else classes.before(ssn, key, job)

@@ -186,18 +186,19 @@ class _Shares:
 
     def __init__(self, allocated: dict[str, np.ndarray], total: np.ndarray) -> None:
         self._allocated, self._total = allocated, total
-        self._known: dict[str, float] = {}
+        # Job -> its share, while its allocation is unchanged (the owner drops it on a change).
+        self.known: dict[str, float] = {}
 
     def changed(self, job: str) -> None:
-        self._known.pop(job, None)
+        self.known.pop(job, None)
 
     def get(self, job: str, default: float = 0.0) -> float:
-        share = self._known.get(job)
+        share = self.known.get(job)
         if share is None:
             alloc = self._allocated.get(job)
             if alloc is None:
                 return default
-            share = self._known[job] = dominant_share(alloc, self._total)
+            share = self.known[job] = dominant_share(alloc, self._total)
         return share
 
     def __getitem__(self, job: str) -> float:
@@ -221,10 +222,19 @@ class DrfPlugin(Plugin):
         self.hdrf = hdrf if hierarchy_enabled else None
         for job in ssn.jobs.values():
             alloc = ssn.space.zeros()
+            index = job.index
+            holds = False
             for status in ALLOCATED:
-                for t in job.index[status].values():
-                    alloc += t.resreq
+                held = index.get(status)  # (not ``index[status]``: most jobs hold nothing)
+                if held:
+                    holds = True
+                    for t in held.values():
+                        alloc += t.resreq
             allocated[job.uid] = alloc
+            if not holds:
+                # The dominant share of zeros is 0.0 (0 / b for every b counted): known without
+                # computing it, for the job order's first keys of every waiting job.
+                shares.known[job.uid] = 0.0
             queue = ssn.queues.get(job.queue)
             if hierarchy_enabled and queue is not None:
                 hdrf.total_allocated += alloc
@@ -299,17 +309,27 @@ class DrfPlugin(Plugin):
                     victims.append(t)
             return victims, PERMIT
 
+        jobs, known_shares = ssn.jobs, shares.known
+
         def on_event(task: TaskInfo, sign: float = 1.0) -> None:
-            job = ssn.jobs.get(task.job)
-            alloc = allocated.get(task.job)
-            if job is None or alloc is None:
+            uid = task.job
+            alloc = allocated.get(uid)
+            if alloc is None or uid not in jobs:
                 return
             # In place, no temporary (every placement): sign is +-1, so the same sums.
-            (np.add if sign > 0 else np.subtract)(alloc, task.resreq, out=alloc)
-            shares.changed(task.job)
-            if hierarchy_enabled and job.queue in ssn.queues:
-                hdrf.total_allocated += sign * task.resreq
-                rehang(hdrf.root, hdrf.total_allocated, job, allocated[task.job])
+            if sign > 0:
+                alloc += task.resreq
+            else:
+                alloc -= task.resreq
+            known_shares.pop(uid, None)  # (``shares.changed``, written out: every placement)
+            if hierarchy_enabled:
+                job = jobs[uid]
+                if job.queue in ssn.queues:
+                    hdrf.total_allocated += sign * task.resreq
+                    rehang(hdrf.root, hdrf.total_allocated, job, allocated[uid])
+
+        def on_deallocate(task: TaskInfo) -> None:
+            on_event(task, -1.0)
 
         ssn.register(PREEMPTABLE, self.name, preemptable)
         ssn.register(JOB_ORDER, self.name, job_order)
@@ -317,4 +337,4 @@ class DrfPlugin(Plugin):
         if hierarchy_enabled:
             ssn.register(QUEUE_ORDER, self.name, queue_order)
             ssn.register(RECLAIMABLE, self.name, reclaimable)
-        ssn.add_event_handler(EventHandler(on_event, lambda t: on_event(t, -1.0)))
+        ssn.add_event_handler(EventHandler(on_event, on_deallocate))

@@ -33,19 +33,21 @@ class GangPlugin(Plugin):
 
     def on_session_open(self, ssn: Session) -> None:
         def job_valid(job: JobInfo) -> ValidateResult | None:
-            if not job.check_task_valid():
+            # (Role and sub-group checks only for a job that has such minimums: asked of every
+            # job by every action.)
+            if job.task_min_available and not job.check_task_valid():
                 return ValidateResult(
                     False,
                     "NotEnoughPodsOfTask",
                     "Not enough valid pods of each task for gang-scheduling",
                 )
-            if not job.check_subjob_valid():
+            if job.subgroup_min_member and not job.check_subjob_valid():
                 return ValidateResult(
                     False,
                     "NotEnoughPodsOfTask",
                     "Not enough valid subGroups of each task for gang-scheduling",
                 )
-            valid = job.valid_task_num()
+            valid = job.valid_count
             if valid < job.min_available:
                 return ValidateResult(
                     False,
@@ -79,11 +81,16 @@ class GangPlugin(Plugin):
         ssn.register(RECLAIMABLE, self.name, evictable)
         ssn.register(JOB_ORDER, self.name, job_order)
         ssn.register(JOB_ORDER_KEY, self.name, lambda j: j.is_ready())  # not ready first
-        # The count first: it is what a gang being placed fails until its last task.
+        # The count first: it is what a gang being placed fails until its last task (``is_ready``
+        # written out: asked after every placement).
         ssn.register(
             JOB_READY,
             self.name,
-            lambda j: j.is_ready() and j.check_task_ready() and j.check_subjob_ready(),
+            lambda j: (
+                j.ready_count + j.pending_best_effort >= j.min_available
+                and j.check_task_ready()
+                and j.check_subjob_ready()
+            ),
         )
         ssn.register(
             JOB_PIPELINED,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from muster.quantity import MIN_RESOURCE
-from server.model import PodGroupPhase, TaskStatus
+from server.model import ALLOCATED, PodGroupPhase, TaskStatus
 from server.plugins.base import Plugin
 from server.plugins.util import (
     beyond_limit,
@@ -49,6 +49,8 @@ from server.session.extension_points import (
 from server.session.info import JobInfo, QueueInfo, TaskInfo, dominant_share, less_equal
 from server.session.session import Session
 
+_PENDING = TaskStatus.PENDING  # bound once: read per job at open
+
 
 def less_equal_on(left: Iterable[float], right: Iterable[float], req: Iterable[float]) -> bool:
     """Volcano LessEqualWithDimension: compare only the dimensions ``req`` asks for. In plain
@@ -72,9 +74,23 @@ class QueueAttr:
     guarantee: np.ndarray
     real_capability: np.ndarray
     _share: float | None = None  # None: allocated or deserved changed since it was computed
+    # The deserved array ``deserved_floats`` was last read from, its floats, and those plus the
+    # epsilon.
+    _floats: tuple[np.ndarray, list[float], list[float]] | None = None
 
     def update_share(self) -> None:
         self._share = None
+
+    def deserved_floats(self) -> tuple[list[float], list[float]]:
+        """deserved per resource as Python floats, and each plus the epsilon: what ``overused``
+        and ``allocatable`` compare with at every queue visit and placement. Read again once
+        ``deserved`` is another array (the water-filling replaces it; nothing changes it in
+        place)."""
+        known = self._floats
+        if known is None or known[0] is not self.deserved:
+            floats = self.deserved.tolist()
+            known = self._floats = (self.deserved, floats, [d + MIN_RESOURCE for d in floats])
+        return known[1], known[2]
 
     @property
     def share(self) -> float:
@@ -119,6 +135,24 @@ class ProportionPlugin(Plugin):
         for q in ssn.queues.values():
             total_guarantee += q.guarantee
         attrs: dict[str, QueueAttr] = {}
+        # (request vector, task count) -> the sum of that many of it, added one by one: most
+        # jobs' pending tasks share one request vector (``ResourceSpace.request``).
+        sums: dict[tuple[int, int], np.ndarray] = {}
+
+        def pending_sum(tasks: list[TaskInfo]) -> np.ndarray:
+            """The tasks' requests added up in order (a new array): the same additions, made
+            once per request vector and count when every task shares the first's vector."""
+            first = tasks[0].resreq
+            shared = all(t.resreq is first for t in tasks)
+            key = (id(first), len(tasks))
+            known = sums.get(key) if shared else None
+            if known is None:
+                known = first.copy()
+                for t in tasks[1:]:
+                    known += t.resreq
+                if shared:
+                    sums[key] = known
+            return known
 
         def attr_of(queue: QueueInfo) -> QueueAttr:
             attr = attrs.get(queue.name)
@@ -149,17 +183,14 @@ class ProportionPlugin(Plugin):
                 continue
             attr = attr_of(queue)
             # job.allocated sums the tasks in Volcano's AllocatedStatus; request adds the pending ones.
-            attr.allocated += job.allocated
-            attr.request += job.allocated
-            pending = iter(job.index[TaskStatus.PENDING].values())
-            first = next(pending, None)
-            if (
-                first is not None
-            ):  # the job's pending sum first, then added (as a numpy sum of them)
-                asked = first.resreq.copy()
-                for t in pending:
-                    asked += t.resreq
-                attr.request += asked
+            # A job with no task in those statuses adds its zeros: left out (most jobs; the sums
+            # start at +0.0, which adding +0.0 leaves as it is).
+            if not ALLOCATED.isdisjoint(job.index):
+                attr.allocated += job.allocated
+                attr.request += job.allocated
+            waiting = job.index.get(_PENDING)
+            if waiting:  # the job's pending sum first, then added (as a numpy sum of them)
+                attr.request += pending_sum(list(waiting.values()))
             if job.phase == PodGroupPhase.INQUEUE and job.min_resources is not None:
                 attr.inqueue += inqueue_resource(job)
             if job.min_resources is None:
@@ -218,21 +249,28 @@ class ProportionPlugin(Plugin):
 
     def overused(self, queue: QueueInfo) -> bool:
         attr = self.attrs.get(queue.name)
-        return attr is not None and less_equal(attr.deserved, attr.allocated)
+        if attr is None:
+            return False
+        # less_equal(deserved, allocated), written out (asked at every queue visit).
+        deserved = attr.deserved_floats()[0]
+        for d, a in zip(deserved, attr.allocated.tolist(), strict=True):
+            if not d <= a + MIN_RESOURCE:
+                return False
+        return True
 
     def allocatable(self, queue: QueueInfo, task: TaskInfo) -> Verdict:
         """allocated + request <= deserved on the requested resources; the queue is Open."""
-        if not queue.is_open():
+        if queue.state != "Open":  # (``is_open``, written out: asked before every placement)
             return refuse(self.name, f"queue {queue.name} is {queue.state}")
         attr = self.attrs.get(queue.name)
         if attr is None:
             return ALLOWED
         # less_equal_on(allocated + request, deserved, request), written out (asked before every
         # placement): allocated + request element by element, the same float sums numpy makes.
-        for a, r, d in zip(
-            attr.allocated.tolist(), task.request_floats, attr.deserved.tolist(), strict=True
+        for a, r, bound in zip(
+            attr.allocated.tolist(), task.request_floats, attr.deserved_floats()[1], strict=True
         ):
-            if r > MIN_RESOURCE and a + r > d + MIN_RESOURCE:
+            if r > MIN_RESOURCE and a + r > bound:
                 return over_share(self.name, queue, task)
         return ALLOWED
 
@@ -282,21 +320,21 @@ class ProportionPlugin(Plugin):
             attr.inqueue += job.min_resources
 
     # -- events ---------------------------------------------------------------------------------
-    def _job_attr(self, task: TaskInfo) -> QueueAttr | None:
-        job = self.ssn.jobs.get(task.job)
-        return None if job is None else self.attrs.get(job.queue)
-
+    # The task's queue's attr, its allocation changed and its share forgotten (``update_share``
+    # written out): at every placement and its undo.
     def on_allocate(self, task: TaskInfo) -> None:
-        attr = self._job_attr(task)
+        job = self.ssn.jobs.get(task.job)
+        attr = None if job is None else self.attrs.get(job.queue)
         if attr is not None:
             attr.allocated += task.resreq
-            attr.update_share()
+            attr._share = None
 
     def on_deallocate(self, task: TaskInfo) -> None:
-        attr = self._job_attr(task)
+        job = self.ssn.jobs.get(task.job)
+        attr = None if job is None else self.attrs.get(job.queue)
         if attr is not None:
             attr.allocated -= task.resreq
-            attr.update_share()
+            attr._share = None
 
 
 def water_fill(attrs: Iterable[QueueAttr], total: np.ndarray) -> None:
