@@ -18,11 +18,15 @@ to measure them in one run). ``--config FILE`` runs that configuration instead. 
 prints the top functions after each cycle. ``--backends N`` (default 1) splits the nodes into N
 backends of contiguous blocks of nodes, ``b00``, ``b01``, ... (``with_backends``): with more than
 one, the gang-backend plugin keeps each gang inside one backend; the JSON line says ``backends``.
+``--node-share`` also times the per-node work (``NodeWork``: node selection, fit errors, node
+table updates) and prints its share of the cycle with the speed-up a parallel per-backend solve
+could reach at best on 2 and 16 cores (Amdahl's law, coordination free).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import dataclasses
 import itertools
@@ -34,6 +38,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -52,6 +57,8 @@ from server.model import (  # noqa: E402
 )
 from server.scheduler import SchedulerCore  # noqa: E402
 from server.service.gctune import tune_gc  # noqa: E402
+from server.session.evaluator import NodeEvaluator  # noqa: E402
+from server.session.info import NodeTable  # noqa: E402
 
 SHAPES = [
     {"cpu": "1", "memory": "2Gi"},
@@ -183,6 +190,11 @@ def main() -> None:
         action="store_true",
         help="print the top functions (cProfile) after each cycle",
     )
+    ap.add_argument(
+        "--node-share",
+        action="store_true",
+        help="also time the per-node work (what a per-backend parallel solve could move)",
+    )
     args = ap.parse_args()
     configs = variants(args)
     tune_gc()  # as the server's core worker process does
@@ -210,11 +222,13 @@ def main() -> None:
 def run(args: argparse.Namespace, name: str, config: SchedulerConfig) -> tuple[float, float]:
     snapshot = with_backends(build(args.nodes, args.tasks, args.seed), args.backends)
     core = SchedulerCore(config)
+    node_work = NodeWork() if args.node_share else None
     profiler = cProfile.Profile() if args.cprofile else None
     started, cpu_started = time.perf_counter(), time.process_time()
     if profiler is not None:
         profiler.enable()
-    result = core.run_cycle(snapshot, 1)
+    with node_work if node_work is not None else contextlib.nullcontext():
+        result = core.run_cycle(snapshot, 1)
     if profiler is not None:
         profiler.disable()
     seconds = time.perf_counter() - started
@@ -232,6 +246,7 @@ def run(args: argparse.Namespace, name: str, config: SchedulerConfig) -> tuple[f
                 "cpu_seconds": round(cpu_seconds, 4),
                 "placements_per_second": round(placed / seconds, 1) if seconds else None,
                 "actions": {k: round(v, 4) for k, v in result.action_seconds.items()},
+                **(node_work.report(cpu_seconds) if node_work is not None else {}),
             }
         ),
         flush=True,
@@ -241,6 +256,66 @@ def run(args: argparse.Namespace, name: str, config: SchedulerConfig) -> tuple[f
         stats.sort_stats("tottime").print_stats(20)
         stats.sort_stats("cumulative").print_stats(25)
     return seconds, cpu_seconds
+
+
+class NodeWork:
+    """CPU seconds spent in the per-node work of a cycle: choosing a task's node and explaining a
+    failure (``NodeEvaluator.select`` / ``fit_errors``), and the node table's updates
+    (``NodeTable.add_task`` / ``remove_task``). That is the work a solve split by backend could
+    run in parallel; the rest (queue and job order, fair-share ledger, statements, plugins'
+    events) stays one sequential ledger. Timed with the thread's CPU clock, outermost call only
+    (~1 us per call added)."""
+
+    TIMED = (
+        (NodeEvaluator, ("select", "fit_errors")),
+        (NodeTable, ("add_task", "remove_task")),
+    )
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._depth = 0
+        self._saved: list[tuple[type, str, object]] = []
+
+    def __enter__(self) -> NodeWork:
+        for cls, names in self.TIMED:
+            for name in names:
+                original = getattr(cls, name)
+                self._saved.append((cls, name, original))
+                setattr(cls, name, self._timed(name, original))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for cls, name, original in self._saved:
+            setattr(cls, name, original)
+        self._saved.clear()
+
+    def _timed(self, name: str, original: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self._depth:
+                return original(*args, **kwargs)
+            self._depth += 1
+            started = time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                spent = time.thread_time() - started
+                self.seconds[name] = self.seconds.get(name, 0.0) + spent
+
+        return timed
+
+    def report(self, cpu_seconds: float) -> dict[str, object]:
+        """The per-node seconds, their share of the cycle, and the speed-up Amdahl's law allows a
+        parallel per-backend solve on 16 and on 2 cores if coordinating cost nothing."""
+        node = sum(self.seconds.values())
+        share = node / cpu_seconds if cpu_seconds else 0.0
+        return {
+            "node_work": {k: round(v, 3) for k, v in sorted(self.seconds.items())},
+            "node_share": round(share, 3),
+            "amdahl_bound": {
+                cores: round(1 / ((1 - share) + share / cores), 2) for cores in (2, 16)
+            },
+        }
 
 
 if __name__ == "__main__":
