@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,12 +23,12 @@ import pytest
 from core_helpers import PREEMPT_TIERS, load_bench
 
 from muster.quantity import parse_resources
-from server.config import DEFAULT_CONFIG_YAML, load_config
+from server.config import DEFAULT_CONFIG_YAML, default_config, load_config
 from server.model import ClusterSnapshot, CycleResult, JobSpec, PodGroupPhase, TaskSpec, TaskStatus
 from server.plugins.muster.gang_backend import NO_ROOM, REASON
 from server.scheduler import SchedulerCore, with_backend_rule
 from server.session.evaluator import NodeEvaluator
-from server.session.info import FitErrors
+from server.session.info import FitErrors, NodeTable
 from server.session.session import Session
 
 bench = load_bench("cycle")
@@ -262,3 +263,22 @@ def test_fit_errors_follow_node_changes() -> None:
     assert evaluator.fit_errors(big) != first
     stmt.discard()
     assert evaluator.fit_errors(big) == fresh() == first
+
+
+def test_node_work_times_the_per_node_calls_and_puts_them_back() -> None:
+    """bench/cycle.py --node-share: the per-node work of a 4-backend cycle is timed (a share of
+    the cycle, never more), and the timed methods are the originals again afterwards."""
+    originals = (NodeEvaluator.select, NodeTable.add_task)
+    snap = bench.with_backends(bench.build(400, 800, 3), 4)
+    core = SchedulerCore(default_config())
+    started = time.process_time()
+    with bench.NodeWork() as work:
+        result = core.run_cycle(snap, 1)
+    cpu = time.process_time() - started
+    assert result.binds
+    assert (NodeEvaluator.select, NodeTable.add_task) == originals
+    report = work.report(cpu)
+    assert set(report["node_work"]) == {"select", "fit_errors", "add_task", "remove_task"}
+    assert report["node_work"]["select"] > 0
+    assert 0 < report["node_share"] <= 1
+    assert 1 <= report["amdahl_bound"][2] <= report["amdahl_bound"][16]
