@@ -74,6 +74,15 @@ class ConditionRecord:
     transition_time: float
 
 
+# What ``JobStatusRecord.from_json`` reads with: the decoder without ``json.loads``'s wrapper (the
+# text is what ``to_json`` wrote), the scheduler phases by value, and what a status stored before
+# job control or TYJobs holds.
+_decode = json.JSONDecoder().raw_decode
+_SCHED_PHASES = {p.value: p for p in PodGroupPhase}
+_NO_CONTROL = ("", "", 0, "")
+_NO_TY = ("", 0)
+
+
 @dataclass(slots=True)
 class JobStatusRecord:
     """Everything about a job that changes after submission (the spec never does)."""
@@ -128,22 +137,26 @@ class JobStatusRecord:
 
     @classmethod
     def from_json(cls, text: str) -> JobStatusRecord:
-        raw = json.loads(text)
+        # (read once per job by a restart: a million of them, so no step is taken twice)
+        raw = _decode(text)[0]
         conditions = [ConditionRecord(*c) for c in raw["conditions"]]
-        ctl = raw.get("ctl", ["", "", 0, ""])  # stored before job control: none of it
-        used_at, used, holding = raw.get("use", [0.0, {}, {}])  # stored before accounting
+        ctl = raw.get("ctl", _NO_CONTROL)  # stored before job control: none of it
+        used_at, used, holding = raw.get("use") or (0.0, {}, {})  # stored before accounting
+        schedule_state, leader_restarts = raw.get("ty", _NO_TY)
+        submit_time, start_time, finish_time = raw["times"]
         return cls(
             phase=raw["phase"],
-            sched_phase=PodGroupPhase(raw["sched_phase"]),
+            sched_phase=_SCHED_PHASES[raw["sched_phase"]],
             cancelled=raw["cancelled"],
             conditions=conditions,
-            quarantined=any(c.type == QUARANTINED and c.status == "True" for c in conditions),
             explanation=raw["explanation"],
-            submit_time=raw["times"][0],
-            start_time=raw["times"][1],
-            finish_time=raw["times"][2],
-            schedule_state=raw.get("ty", ["", 0])[0],
-            leader_restarts=raw.get("ty", ["", 0])[1],
+            submit_time=submit_time,
+            start_time=start_time,
+            finish_time=finish_time,
+            schedule_state=schedule_state,
+            leader_restarts=leader_restarts,
+            quarantined=conditions != []
+            and any(c.type == QUARANTINED and c.status == "True" for c in conditions),
             hold=ctl[0],
             held_by=ctl[1],
             requeue_count=ctl[2],
