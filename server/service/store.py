@@ -438,8 +438,19 @@ _SUBMITTED_ROW_TAIL = TaskRecord("", "", "", 0).row()[2:]
 def _says_more_than_submitted(row: tuple[Any, ...]) -> bool:
     """Whether a tasks row holds anything a task made fresh from its job's spec would not (a
     status, a node, a message ...). A restart keeps only those rows: the job builds the others
-    from its spec when they are used, so a million waiting jobs bring no task rows into memory."""
-    return row[2:] != _SUBMITTED_ROW_TAIL
+    from its spec when they are used, so a million waiting jobs bring no task rows into memory.
+    A row whose id is not its job's (``job/role-index``) is kept too, so that reading it refuses
+    the damaged row as before."""
+    if row[2:] != _SUBMITTED_ROW_TAIL:
+        return True
+    uid, job_id = row[0], row[1]
+    index = uid.rpartition("-")[2]
+    return not (
+        uid.startswith(job_id)
+        and uid[len(job_id) : len(job_id) + 1] == "/"
+        and index.isascii()
+        and index.isdigit()
+    )
 
 
 def _task_record(row: tuple[Any, ...]) -> TaskRecord:

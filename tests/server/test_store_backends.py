@@ -15,7 +15,7 @@ from server_test_helpers import gang
 from muster.v1 import muster_pb2 as pb
 from server.model import PodGroupPhase, TaskStatus
 from server.service.records import BackendRecord, DecisionRow, JobStatusRecord, TaskRecord
-from server.service.store import SqliteStore, Store, StoredJob, WriteBatch
+from server.service.store import SqliteStore, StateFileError, Store, StoredJob, WriteBatch
 
 Opener = Callable[[], Store]
 
@@ -245,6 +245,17 @@ def test_rows_are_updated_in_place_and_what_never_changes_is_not_rewritten(
     # The filter columns follow the status write: the archive finds the job under its new queue.
     assert ids(store.jobs_page(0, "q2", "ns", [RUNNING], 10, owner="bob")) == ["j"]
     assert store.jobs_page(0, "q1", "", [], 10) == []
+
+
+def test_a_damaged_task_row_is_refused_even_when_it_says_nothing_else(
+    store: Store, opener: Opener
+) -> None:
+    """A restart skips task rows as submitted, but not one whose id is not its job's: reading it
+    refuses the store, as it did before rows were skipped."""
+    damaged = TaskRecord("j1-garbage", "j1", "worker", 0)
+    store.write(WriteBatch(jobs={"j1": job_row("j1", 1)}, tasks=task_rows(damaged)))
+    with pytest.raises(StateFileError, match="cannot be read"):
+        reopen(store, opener).load()
 
 
 # -- load's cutoff --------------------------------------------------------------------------------
