@@ -85,6 +85,22 @@ def test_commit_turns_allocations_into_binds_and_evictions() -> None:
     assert ssn.close().pipelined == {"ns/a-1": "n2"}
 
 
+def test_an_eviction_called_off_is_not_a_decision() -> None:
+    """KAI places a victim back where it is: the eviction is called off (an UNEVICT), and commit
+    reports no eviction for it, while another eviction in the statement stands."""
+    ssn = _setup()
+    stmt = ssn.statement()
+    stmt.evict(ssn.tasks["ns/run-0"], "reclaim")
+    stmt.pipeline(ssn.tasks["ns/run-0"], "n2")  # back on its own node
+    assert ssn.tasks["ns/run-0"].status == TaskStatus.RUNNING
+    stmt.commit()
+    assert ssn.result.evictions == {}
+    again = ssn.statement()
+    again.evict(ssn.tasks["ns/run-0"], "preempt")
+    again.commit()
+    assert ssn.result.evictions == {"ns/run-0": "preempt"}
+
+
 def test_discard_restores_every_array_and_status() -> None:
     ssn = _setup()
     before = _state(ssn)
