@@ -31,6 +31,7 @@ nodes:
 def share(decision_id: int, task: str, fraction: float, gpu: str = "", *, old: bool = False):
     """A fractional bind naming ``gpu`` as today's server does, or (``old``) as one before."""
     decision = bind(decision_id, task, node="n1", cpu="1")
+    decision.bind.duration_seconds = 30  # held until evicted: a share that ended frees its GPU
     decision.bind.gpu_fraction = fraction
     if old:
         decision.bind.devices.append(gpu)
