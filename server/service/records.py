@@ -240,8 +240,8 @@ class JobRecord:
     status: JobStatusRecord
     task_count: int  # its replicas in all (its tasks, built or not)
     # What passes over every job (filters, counts, the waiting index) read of its spec, without
-    # parsing it: its queue, namespace and owner (one string per name: ``sys.intern``), its gang minimum
-    # (``muster.gang.gang_minimum`` of its tasks), the array it is an element of ("" none),
+    # parsing it: its queue, namespace and owner (one string per name: ``sys.intern``), its gang
+    # minimum (``muster.gang.gang_minimum`` of its tasks), the array it is an element of ("" none),
     # and whether a cycle asks job control about it beyond its hold: it has dependencies or is
     # an array element (``server.service.control``).
     queue: str

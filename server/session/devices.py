@@ -11,7 +11,6 @@ offered only to pipelined tasks), and an unhealthy device is never free and coun
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import islice
 from typing import Any
 
 from muster.devices import (
@@ -93,12 +92,16 @@ class DeviceLedger:
         """Healthy devices no task holds, in listing order; only the first ``limit`` when given
         (the rest are not looked at)."""
         held, shared = self.held[row], self.shared[row]
-        found = (
-            d
-            for d in self.of(row).get(resource, ())
-            if d.healthy and d.id not in held and d.id not in shared
-        )
-        return list(found) if limit is None else list(islice(found, limit))
+        found: list[Device] = []
+        if limit is not None and limit <= 0:
+            return found
+        # (a plain loop that stops at ``limit``: asked at every placement of a device task)
+        for d in self.of(row).get(resource, ()):
+            if d.healthy and d.id not in held and d.id not in shared:
+                found.append(d)
+                if len(found) == limit:
+                    break
+        return found
 
     def releasing(self, row: int, resource: str) -> list[Device]:
         """Devices held by a Releasing task (unless a shared GPU pipelined onto it took the id), or
@@ -144,24 +147,6 @@ class DeviceLedger:
         return ([d for d in pool if d.id not in promised] + [d for d in pool if d.id in promised])[
             :limit
         ]
-
-    def candidate_ids(self, row: int, resource: str, status: TaskStatus, count: int) -> list[str]:
-        """The ids of ``candidates(row, resource, status, count)``. Asked at every placement of a
-        device task: when the row has no promised device and the task is not pipelined (most
-        placements), the free devices are read in one plain loop that stops at ``count``."""
-        promised = self.promised[row]
-        if promised or status == _PIPELINED:
-            return [d.id for d in self.candidates(row, resource, status, count)]
-        held, shared = self.held[row], self.shared[row]
-        ids: list[str] = []
-        if count <= 0:
-            return ids
-        for d in self.of(row).get(resource, ()):
-            if d.healthy and d.id not in held and d.id not in shared:
-                ids.append(d.id)
-                if len(ids) == count:
-                    break
-        return ids
 
     def healthy_count(self, row: int, resource: str) -> int:
         return sum(1 for d in self.of(row).get(resource, ()) if d.healthy)

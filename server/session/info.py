@@ -390,10 +390,7 @@ class JobInfo:
             else:
                 self.allocated += task.resreq
         task.status = status
-        tasks = index.get(status)  # (``index.file``, written out: twice per placement)
-        if tasks is None:
-            tasks = index[status] = {}
-        tasks[uid] = task
+        index.file(status)[uid] = task
         if task.best_effort:
             self.pending_best_effort += (status == _PENDING) - (old == _PENDING)
         ready, valid = _READY, _VALID

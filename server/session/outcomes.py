@@ -124,8 +124,7 @@ def report(ssn: Session) -> CycleResult:
             job.phase, [], Explanation("queue", f"queue {job.queue!r} does not exist")
         )
     for job in ssn.orphan_jobs:
-        for task in job.tasks.values():
-            _report_task(result, task)
+        _report_tasks(result, job.tasks.values())
     for job in ssn.jobs.values():
         invalid = ssn.invalid_jobs.get(job.uid)
         if invalid is not None:
@@ -136,8 +135,7 @@ def report(ssn: Session) -> CycleResult:
                 job.schedule_state,
                 job.stage,
             )
-            for task in job.tasks.values():
-                _report_task(result, task)
+            _report_tasks(result, job.tasks.values())
             continue
         found = ssn.outcomes.found(job).conditions
         unschedulable = "Unschedulable" in found
@@ -160,7 +158,7 @@ def report(ssn: Session) -> CycleResult:
             job.stage,
             result.estimates.get(job.uid),  # (the reserve action's, when configured)
         )
-        _report_tasks(result, job.tasks.values())
+        _report_tasks(result, job.tasks.values(), result.pipelined)
     return result
 
 
@@ -168,9 +166,11 @@ def report(ssn: Session) -> CycleResult:
 _PIPELINED, _PENDING = TaskStatus.PIPELINED, TaskStatus.PENDING
 
 
-def _report_tasks(result: CycleResult, tasks: Iterable[TaskInfo]) -> None:
-    """``_report_task`` of each of a job's tasks, and where a pipelined one waits: the loop
-    written out (once per task of the cycle)."""
+def _report_tasks(
+    result: CycleResult, tasks: Iterable[TaskInfo], pipelined: dict[str, str] | None = None
+) -> None:
+    """Each task's status, node and device ids in the cycle's result, and (into ``pipelined``,
+    when given) where a pipelined one waits. Once per task of the cycle: the loop written out."""
     task_status = result.task_status
     for task in tasks:
         node, status = task.node, task.status
@@ -178,26 +178,13 @@ def _report_tasks(result: CycleResult, tasks: Iterable[TaskInfo]) -> None:
             # A pending task's nominated node, reported as given (it holds nothing).
             task_status[task.uid] = (status, task.spec.node if status == _PENDING else None)
             continue
-        if status == _PIPELINED and node:
-            result.pipelined[task.uid] = node
+        if pipelined is not None and status == _PIPELINED and node:
+            pipelined[task.uid] = node
         task_status[task.uid] = (status, node)
         if task.devices:
             result.task_devices[task.uid] = list(task.devices)
         if task.gpu_groups:
             result.task_gpu_groups[task.uid] = list(task.gpu_groups)
-
-
-def _report_task(result: CycleResult, task: TaskInfo) -> None:
-    """A task's status, node and device ids in the cycle's result."""
-    node = task.node
-    if node is None and task.status == _PENDING:
-        # A pending task's nominated node, reported as given (it holds nothing).
-        node = task.spec.node
-    result.task_status[task.uid] = (task.status, node)
-    if task.devices and task.node is not None:
-        result.task_devices[task.uid] = list(task.devices)
-    if task.gpu_groups and task.node is not None:
-        result.task_gpu_groups[task.uid] = list(task.gpu_groups)
 
 
 # -- explanations ---------------------------------------------------------------------------------

@@ -439,7 +439,7 @@ class Session:
         chosen: list[str] = []
         for resource, count in task.device_needs.items():
             if not self._device_choosers:  # the first candidates: found without listing the rest
-                chosen += ledger.candidate_ids(row, resource, status, count)
+                chosen += [d.id for d in ledger.candidates(row, resource, status, count)]
                 continue
             candidates: list[Device] = ledger.candidates(row, resource, status)
             ids = self.device_choice(task, row, resource, count, candidates)

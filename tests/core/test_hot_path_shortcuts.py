@@ -165,9 +165,9 @@ def test_made_up_devices_are_those_of_the_node_and_each_rows_own() -> None:
     assert ledger.of(0)[GPU] is not ledger.of(1)[GPU]
 
 
-def test_candidate_ids_are_the_candidates_ids() -> None:
-    """``candidate_ids`` reads free devices in one loop when nothing is promised on the row and
-    the task is not pipelined: in every state it must name the candidates ``candidates`` gives."""
+def test_free_devices_up_to_a_limit_are_the_first_of_all_free_ones() -> None:
+    """``free`` reads the free devices in one loop that stops at ``limit``: in every state it must
+    give the first ``limit`` of what it gives without one, and the candidates start with them."""
     rng = random.Random(11)
     listed = [{"id": f"d{i}", "type": GPU, "healthy": i != 3} for i in range(8)]
     specs = [NodeSpec(f"n{i}", {GPU: 8000.0}, devices=listed) for i in range(4)]
@@ -190,8 +190,9 @@ def test_candidate_ids_are_the_candidates_ids() -> None:
             ledger.shared[row].add(ids[-1])
         for status in (TaskStatus.ALLOCATED, TaskStatus.PIPELINED):
             for count in range(0, 10):
-                want = [d.id for d in ledger.candidates(row, GPU, status, count)]
-                assert ledger.candidate_ids(row, GPU, status, count) == want
+                assert ledger.free(row, GPU, count) == ledger.free(row, GPU)[:count]
+                want = ledger.candidates(row, GPU, status)[:count]
+                assert ledger.candidates(row, GPU, status, count) == want
 
 
 def test_a_job_files_its_tasks_as_add_task_does() -> None:

@@ -73,12 +73,7 @@ class JobsByQueue:
             )
         ]
         key = self._base_key
-        if (
-            key is None
-            or self._order_key is None
-            or any(self.jobs.values())
-            or len({job.uid for job in kept}) < len(kept)
-        ):
+        if key is None or any(self.jobs.values()) or len({job.uid for job in kept}) < len(kept):
             for job in kept:
                 self.push(job)
             return self

@@ -402,9 +402,7 @@ class KaiProportionPlugin(Plugin):
         if job is None:
             return
         np_job = not is_preemptible(job)
-        amount = self._task_quantities.get(task.uid)
-        if amount is None:  # (a task's request does not change)
-            amount = self._task_quantities[task.uid] = self._quantities(task)
+        amount = self._task_amount(task)
         chain = self._chain_shares.get(job.queue)
         if chain is None:
             chain = self._chain_shares[job.queue] = [
@@ -432,15 +430,19 @@ class KaiProportionPlugin(Plugin):
             lambda: self._tasks_request(tasks_to_allocate(job, self.ssn.task_order_fn, real=False)),
         )
 
+    def _task_amount(self, task: TaskInfo) -> Vec3:
+        """The task's quantities, found once (a task's request does not change)."""
+        amount = self._task_quantities.get(task.uid)
+        if amount is None:
+            amount = self._task_quantities[task.uid] = self._quantities(task)
+        return amount
+
     def _tasks_request(self, tasks: Iterable[TaskInfo]) -> Vec3:
         # Summed as Quantities.add sums (the same additions in the same order), from each task's
         # quantities found once.
         cpu = memory = gpu = 0.0
-        known = self._task_quantities
         for t in tasks:
-            amount = known.get(t.uid)
-            if amount is None:
-                amount = known[t.uid] = self._quantities(t)
+            amount = self._task_amount(t)
             cpu += amount[0]
             memory += amount[1]
             gpu += amount[2]
@@ -567,11 +569,8 @@ class KaiProportionPlugin(Plugin):
             lists.append(shown)
             shown = shown.shorter
         if result is None:
-            result = allocated
             base = lists.pop()  # built on no shorter list: every one of its jobs
-            for v in base:
-                result = add(result, self._job_allocated(v), -1.0)
-            base.derived[key] = result
+            result = base.derived[key] = self._less_each(allocated, base)
         for shown in reversed(lists):
             result = add(result, self._job_allocated(shown[-1]), -1.0)
             shown.derived[key] = result
@@ -583,8 +582,12 @@ class KaiProportionPlugin(Plugin):
         before = self._less_victims.get((allocated, states[:-1])) if len(victims) > 1 else None
         if before is not None:
             return add(before[0], self._job_allocated(victims[-1]), -1.0)
+        return self._less_each(allocated, victims)
+
+    def _less_each(self, allocated: Vec3, jobs: Iterable[JobInfo]) -> Vec3:
+        """``allocated`` less each job's allocation, one after the other."""
         result = allocated
-        for v in victims:
+        for v in jobs:
             result = add(result, self._job_allocated(v), -1.0)
         return result
 

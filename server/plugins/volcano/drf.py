@@ -309,7 +309,7 @@ class DrfPlugin(Plugin):
                     victims.append(t)
             return victims, PERMIT
 
-        jobs, known_shares = ssn.jobs, shares.known
+        jobs = ssn.jobs
 
         def on_event(task: TaskInfo, sign: float = 1.0) -> None:
             uid = task.job
@@ -321,7 +321,7 @@ class DrfPlugin(Plugin):
                 alloc += task.resreq
             else:
                 alloc -= task.resreq
-            known_shares.pop(uid, None)  # (``shares.changed``, written out: every placement)
+            shares.changed(uid)
             if hierarchy_enabled:
                 job = jobs[uid]
                 if job.queue in ssn.queues:

@@ -81,16 +81,10 @@ class GangPlugin(Plugin):
         ssn.register(RECLAIMABLE, self.name, evictable)
         ssn.register(JOB_ORDER, self.name, job_order)
         ssn.register(JOB_ORDER_KEY, self.name, lambda j: j.is_ready())  # not ready first
-        # The count first: it is what a gang being placed fails until its last task (``is_ready``
-        # written out: asked after every placement).
         ssn.register(
             JOB_READY,
             self.name,
-            lambda j: (
-                j.ready_count + j.pending_best_effort >= j.min_available
-                and j.check_task_ready()
-                and j.check_subjob_ready()
-            ),
+            lambda j: j.is_ready() and j.check_task_ready() and j.check_subjob_ready(),
         )
         ssn.register(
             JOB_PIPELINED,

@@ -74,23 +74,23 @@ class QueueAttr:
     guarantee: np.ndarray
     real_capability: np.ndarray
     _share: float | None = None  # None: allocated or deserved changed since it was computed
-    # The deserved array ``deserved_floats`` was last read from, its floats, and those plus the
-    # epsilon.
-    _floats: tuple[np.ndarray, list[float], list[float]] | None = None
+    # The deserved array ``deserved_bounds`` was last read from, and its bounds.
+    _bounds: tuple[np.ndarray, list[float]] | None = None
 
     def update_share(self) -> None:
         self._share = None
 
-    def deserved_floats(self) -> tuple[list[float], list[float]]:
-        """deserved per resource as Python floats, and each plus the epsilon: what ``overused``
-        and ``allocatable`` compare with at every queue visit and placement. Read again once
-        ``deserved`` is another array (the water-filling replaces it; nothing changes it in
-        place)."""
-        known = self._floats
+    def deserved_bounds(self) -> list[float]:
+        """deserved per resource plus the epsilon, as Python floats: what ``allocatable``
+        compares with at every placement. Read again once ``deserved`` is another array (the
+        water-filling replaces it; nothing changes it in place)."""
+        known = self._bounds
         if known is None or known[0] is not self.deserved:
-            floats = self.deserved.tolist()
-            known = self._floats = (self.deserved, floats, [d + MIN_RESOURCE for d in floats])
-        return known[1], known[2]
+            known = self._bounds = (
+                self.deserved,
+                [d + MIN_RESOURCE for d in self.deserved.tolist()],
+            )
+        return known[1]
 
     @property
     def share(self) -> float:
@@ -249,18 +249,11 @@ class ProportionPlugin(Plugin):
 
     def overused(self, queue: QueueInfo) -> bool:
         attr = self.attrs.get(queue.name)
-        if attr is None:
-            return False
-        # less_equal(deserved, allocated), written out (asked at every queue visit).
-        deserved = attr.deserved_floats()[0]
-        for d, a in zip(deserved, attr.allocated.tolist(), strict=True):
-            if not d <= a + MIN_RESOURCE:
-                return False
-        return True
+        return attr is not None and less_equal(attr.deserved, attr.allocated)
 
     def allocatable(self, queue: QueueInfo, task: TaskInfo) -> Verdict:
         """allocated + request <= deserved on the requested resources; the queue is Open."""
-        if queue.state != "Open":  # (``is_open``, written out: asked before every placement)
+        if not queue.is_open():
             return refuse(self.name, f"queue {queue.name} is {queue.state}")
         attr = self.attrs.get(queue.name)
         if attr is None:
@@ -268,7 +261,7 @@ class ProportionPlugin(Plugin):
         # less_equal_on(allocated + request, deserved, request), written out (asked before every
         # placement): allocated + request element by element, the same float sums numpy makes.
         for a, r, bound in zip(
-            attr.allocated.tolist(), task.request_floats, attr.deserved_floats()[1], strict=True
+            attr.allocated.tolist(), task.request_floats, attr.deserved_bounds(), strict=True
         ):
             if r > MIN_RESOURCE and a + r > bound:
                 return over_share(self.name, queue, task)
@@ -320,21 +313,21 @@ class ProportionPlugin(Plugin):
             attr.inqueue += job.min_resources
 
     # -- events ---------------------------------------------------------------------------------
-    # The task's queue's attr, its allocation changed and its share forgotten (``update_share``
-    # written out): at every placement and its undo.
-    def on_allocate(self, task: TaskInfo) -> None:
+    def _job_attr(self, task: TaskInfo) -> QueueAttr | None:
         job = self.ssn.jobs.get(task.job)
-        attr = None if job is None else self.attrs.get(job.queue)
+        return None if job is None else self.attrs.get(job.queue)
+
+    def on_allocate(self, task: TaskInfo) -> None:
+        attr = self._job_attr(task)
         if attr is not None:
             attr.allocated += task.resreq
-            attr._share = None
+            attr.update_share()
 
     def on_deallocate(self, task: TaskInfo) -> None:
-        job = self.ssn.jobs.get(task.job)
-        attr = None if job is None else self.attrs.get(job.queue)
+        attr = self._job_attr(task)
         if attr is not None:
             attr.allocated -= task.resreq
-            attr._share = None
+            attr.update_share()
 
 
 def water_fill(attrs: Iterable[QueueAttr], total: np.ndarray) -> None:
