@@ -12,8 +12,10 @@ tasks is ``JobInfo.with_tasks``.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -176,12 +178,16 @@ def tasks_to_allocate(job: JobInfo, task_less: TaskLess, real: bool) -> list[Tas
 
 
 def has_tasks_to_allocate(job: JobInfo, real: bool) -> bool:
+    if real:  # only pending tasks count: the job's status index has them
+        return bool(job.index[TaskStatus.PENDING])
     return any(should_allocate(t, real) for t in job.tasks.values())
 
 
 def should_pipeline_job(job: JobInfo) -> bool:
     """A pod set with a pipelined task and fewer than its minimum of other active tasks: the whole
     job waits (KAI pipelines every task of it)."""
+    if not job.index[TaskStatus.PIPELINED]:  # no pod set has one: no need to build them anew
+        return False
     return any(
         ps.pipelined and ps.active_allocated - ps.pipelined < ps.min_available
         for ps in pod_sets(job)
@@ -273,6 +279,25 @@ def fraction_fits(nodes: NodeTable, row: int, fraction: float) -> tuple[bool, bo
     return future, now and future
 
 
+def fraction_rows(
+    nodes: NodeTable, rows: np.ndarray, fraction: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``fraction_fits`` for each of ``rows`` (an int array): (fits once releasing tasks are gone,
+    fits now). Most nodes share no GPU: their answer is the whole-GPU check, done on the columns
+    at once (``whole_gpus``'s arithmetic); only the rows with shared GPUs are asked one by one."""
+    d = nodes.gpu_dim
+    if d is None:
+        return np.zeros(len(rows), dtype=bool), np.zeros(len(rows), dtype=bool)
+    idle = nodes.idle[rows, d]
+    now = idle / UNIT >= 1 - _EPS
+    future = (idle + nodes.releasing[rows, d] - nodes.pipelined[rows, d]) / UNIT >= 1 - _EPS
+    shared = nodes.shared
+    for k, row in enumerate(rows.tolist()):
+        if shared[row]:
+            future[k], now[k] = fraction_fits(nodes, row, fraction)
+    return future, now & future
+
+
 def new_group_name(nodes: NodeTable, row: int, releasing: bool) -> str:
     """A new shared GPU is named by the device id of the GPU it takes (one being released when the
     task is pipelined onto it), so the agent can hand the task that GPU."""
@@ -298,17 +323,17 @@ def fit_rows(nodes: NodeTable, task: TaskInfo, rows: np.ndarray) -> tuple[np.nda
     now = (idle >= limit).all(axis=1)
     future = (idle + nodes.releasing[rows] - nodes.pipelined[rows] >= limit).all(axis=1)
     if task.gpu_fraction:
-        for k, i in enumerate(rows):
-            f_future, f_now = fraction_fits(nodes, int(i), task.gpu_fraction)
-            now[k] = now[k] and f_now
-            future[k] = future[k] and f_future
+        f_future, f_now = fraction_rows(nodes, rows, task.gpu_fraction)
+        now &= f_now
+        future &= f_future
     return future | now, now
 
 
 def fits_now_row(nodes: NodeTable, task: TaskInfo, row: int) -> bool:
-    """``fit_rows``'s "now" answer for one row, in plain floats (the same comparisons)."""
-    idle = nodes.idle[row].tolist()
-    if not all(i >= r - MIN_RESOURCE for i, r in zip(idle, task.request_floats, strict=True)):
+    """``fit_rows``'s "now" answer for one row, in plain floats (the same comparisons). Asked for
+    every row a placement changes: the comparisons run in ``map`` rather than a generator."""
+    limit = map(operator.sub, task.request_floats, repeat(MIN_RESOURCE))
+    if not all(map(operator.ge, nodes.idle[row].tolist(), limit)):
         return False
     return not task.gpu_fraction or fraction_fits(nodes, row, task.gpu_fraction)[1]
 

@@ -12,7 +12,12 @@ from collections.abc import Iterator
 import numpy as np
 
 from server.session.info import JobInfo, TaskInfo
-from server.session.kai import all_rows, fraction_fits, new_group_name, tasks_to_allocate
+from server.session.kai import (
+    all_rows,
+    fraction_rows,
+    new_group_name,
+    tasks_to_allocate,
+)
 from server.session.session import Session
 from server.session.statement import Statement
 
@@ -106,10 +111,10 @@ def ordered_rows(
     future_ok, idle_ok = ssn.evaluator.feasible(task, nodes)
     if task.gpu_fraction:
         future_ok, idle_ok = future_ok.copy(), idle_ok.copy()
-        for i in np.nonzero(future_ok)[0]:
-            f_future, f_now = fraction_fits(ssn.nodes, int(i), task.gpu_fraction)
-            future_ok[i] = f_future
-            idle_ok[i] = idle_ok[i] and f_now
+        rows = np.nonzero(future_ok)[0]
+        f_future, f_now = fraction_rows(ssn.nodes, rows, task.gpu_fraction)
+        future_ok[rows] = f_future
+        idle_ok[rows] &= f_now
     if not future_ok.any():
         return iter(())
     # Scores over every node of the set: binpacking is relative to all of them, fitting or not.
@@ -118,16 +123,24 @@ def ordered_rows(
         full = np.full(n, -np.inf)
         full[nodes] = scores
         scores = full
-    masked = np.where(future_ok, scores, -np.inf)
+    best = int(scores.argmax())
+    if not future_ok[best]:
+        # The best node overall is not one the task fits: the first best of those it fits. (When
+        # it is one, it is also the first best of them: masking the others is not needed.)
+        best = int(np.where(future_ok, scores, -np.inf).argmax())
+    return _walk(best, scores, future_ok, idle_ok)
 
-    def walk() -> Iterator[tuple[int, bool]]:
-        best = int(np.argmax(masked))  # the first of the best: ties go by node name
-        yield best, bool(idle_ok[best])
-        for i in np.argsort(-masked, kind="stable"):
-            if i != best and future_ok[i]:
-                yield int(i), bool(idle_ok[i])
 
-    return walk()
+def _walk(
+    best: int, scores: np.ndarray, future_ok: np.ndarray, idle_ok: np.ndarray
+) -> Iterator[tuple[int, bool]]:
+    """``best``, then the other rows the task fits by score, best first (ties: by row)."""
+    yield best, bool(idle_ok[best])
+    # A stable sort orders the rows it fits among themselves by their own scores and rows alone:
+    # the scores of the others need no masking.
+    for i in np.argsort(-scores, kind="stable"):
+        if i != best and future_ok[i]:
+            yield int(i), bool(idle_ok[i])
 
 
 def choose_group(ssn: Session, task: TaskInfo, row: int, pipeline: bool) -> tuple[str | None, bool]:

@@ -25,9 +25,11 @@ class GpuSharingOrderPlugin(Plugin):
             out = np.zeros(len(rows))
             if not task.gpu_fraction:
                 return out
-            for k, i in enumerate(rows):
-                for group in nodes.shared[int(i)]:
-                    if nodes.group_fractions(int(i), group)[1] >= task.gpu_fraction - 1e-9:
+            shared = nodes.shared
+            # Plain ints, and past the (most) nodes that share no GPU without a call.
+            for k, i in enumerate(rows.tolist()):
+                for group in shared[i]:
+                    if nodes.group_fractions(i, group)[1] >= task.gpu_fraction - 1e-9:
                         out[k] = GPU_SHARING_SCORE
                         break
             return out

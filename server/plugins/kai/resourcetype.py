@@ -33,11 +33,21 @@ class ResourceTypePlugin(Plugin):
             cpu_only = nodes.allocatable[rows, nodes.gpu_dim] <= 0
             return np.where(cpu_only, RESOURCE_TYPE_SCORE, 0.0)
 
+        # A CPU-only task's score per node, as plain floats: a node's allocatable does not change
+        # in a session, and ``row`` is asked for every row a placement changes.
+        cpu_task_scores: list[float] = (
+            []
+            if nodes.gpu_dim is None
+            else np.where(
+                nodes.allocatable[:, nodes.gpu_dim] <= 0, RESOURCE_TYPE_SCORE, 0.0
+            ).tolist()
+        )
+
         def row(task: TaskInfo, i: int) -> float:  # ``score`` for one row
             if nodes.gpu_dim is None:
                 return RESOURCE_TYPE_SCORE
             if is_gpu_task(task, dims):
                 return 0.0
-            return RESOURCE_TYPE_SCORE if nodes.allocatable.item(i, nodes.gpu_dim) <= 0 else 0.0
+            return cpu_task_scores[i]
 
         ssn.register(NODE_ORDER, self.name, Scorer("shape", score, plugin=self.name, row=row))
