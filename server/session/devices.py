@@ -83,10 +83,18 @@ class DeviceLedger:
             target[d] = task
 
     def detach(self, row: int, task: Any) -> None:
-        for target in (self.held[row], self.promised[row]):
-            for d in task.devices:
-                if target.get(d) is task:
-                    del target[d]
+        devices = task.devices
+        held = self.held[row]
+        for d in devices:
+            if held.get(d) is task:
+                del held[d]
+        # (run at every status change of a task with devices: most rows have no promised device,
+        # and then there is nothing to look up per device)
+        promised = self.promised[row]
+        if promised:
+            for d in devices:
+                if promised.get(d) is task:
+                    del promised[d]
 
     def free(self, row: int, resource: str, limit: int | None = None) -> list[Device]:
         """Healthy devices no task holds, in listing order; only the first ``limit`` when given

@@ -650,16 +650,19 @@ class NodeTable:
     def add_task(self, i: int, task: TaskInfo) -> None:
         """Volcano ``NodeInfo.AddTask``: how a task holds a node depends on its status."""
         r = task.resreq
-        if task.status == _RELEASING:
-            self.idle[i] -= r
-            self.releasing[i] += r
-            self.used[i] += r
+        # In place through row views: ``a[i] -= r`` would also write the row back (a copy).
+        status = task.status
+        if status == _RELEASING:
+            idle, used, releasing = self.idle[i], self.used[i], self.releasing[i]
+            idle -= r
+            releasing += r
+            used += r
             self._releasing_tasks += 1
-        elif task.status == _PIPELINED:
-            self.pipelined[i] += r
+        elif status == _PIPELINED:
+            pipelined = self.pipelined[i]
+            pipelined += r
             self._pipelined_tasks += 1
         else:
-            # In place through a row view: ``a[i] -= r`` would also write the row back (a copy).
             idle, used = self.idle[i], self.used[i]
             idle -= r
             used += r
@@ -673,13 +676,16 @@ class NodeTable:
 
     def remove_task(self, i: int, task: TaskInfo) -> None:
         r = task.resreq
-        if task.status == _RELEASING:
-            self.idle[i] += r
-            self.releasing[i] -= r
-            self.used[i] -= r
+        status = task.status
+        if status == _RELEASING:
+            idle, used, releasing = self.idle[i], self.used[i], self.releasing[i]
+            idle += r
+            releasing -= r
+            used -= r
             self._releasing_tasks -= 1
-        elif task.status == _PIPELINED:
-            self.pipelined[i] -= r
+        elif status == _PIPELINED:
+            pipelined = self.pipelined[i]
+            pipelined -= r
             self._pipelined_tasks -= 1
         else:
             idle, used = self.idle[i], self.used[i]

@@ -111,6 +111,10 @@ class QueueShares:
 
 
 Vec3 = tuple[float, float, float]
+# Per leaf queue, it and its ancestors with their cpu, memory and GPU shares; per task, its
+# queue's chain, its quantities and whether its job is non-preemptible (``_event_of``).
+_Chain = list[tuple[QueueShares, Share, Share, Share]]
+_Event = tuple[_Chain, Vec3, bool]
 
 
 @dataclass(frozen=True)
@@ -290,7 +294,7 @@ class KaiProportionPlugin(Plugin):
         self._fixed = {name: _Fixed.of(q, self.total) for name, q in self.queues.items()}
         # Per leaf queue, the shares (in RESOURCES order) of it and its ancestors, and per task
         # its quantities: what each allocation event adds to or takes from.
-        self._chain_shares: dict[str, list[tuple[QueueShares, list[Share]]]] = {}
+        self._chain_shares: dict[str, _Chain] = {}
         self._task_quantities: dict[str, Vec3] = {}
         ssn.register(QUEUE_JOBS_ORDER, self.name, self.queue_order)
         ssn.register(JOB_OVER_CAPACITY, self.name, self.over_capacity)
@@ -299,12 +303,9 @@ class KaiProportionPlugin(Plugin):
         ssn.register(CAN_RECLAIM, self.name, self.can_reclaim)
         ssn.register(RECLAIM_SCENARIO_VALID, self.name, self.reclaimable)
         ssn.register(SOLUTION_START, self.name, self.solution_start)
-        ssn.add_event_handler(
-            EventHandler(
-                allocate=lambda t: self._on_event(t, 1.0),
-                deallocate=lambda t: self._on_event(t, -1.0),
-            )
-        )
+        # Per task, what its allocation events add to or take from (``_event_of``).
+        self._events: dict[str, _Event] = {}
+        ssn.add_event_handler(EventHandler(self._on_allocate, self._on_deallocate))
 
     # -- building ------------------------------------------------------------------------------
     def _quantities(self, task: TaskInfo) -> Vec3:
@@ -397,24 +398,55 @@ class KaiProportionPlugin(Plugin):
                 levels.append((q.get("fair"), [self.queues[c] for c in q.children]))
 
     # -- events ----------------------------------------------------------------------------------
-    def _on_event(self, task: TaskInfo, sign: float) -> None:
+    # Run at every status change of a session (KAI's reclaim evicts and rolls back hundreds of
+    # victims per cycle): what an event of a task adds is found at its first event, and the two
+    # signs are two handlers, so that no product is taken per share (``a - v`` is ``a + -1.0 * v``
+    # exactly, as ``a + v`` is ``a + 1.0 * v``: the sums are the same to the bit).
+    def _event_of(self, task: TaskInfo) -> _Event | None:
+        """The shares (in RESOURCES order) of the task's queue and its ancestors, its quantities
+        and whether its job is non-preemptible: none changes in a session (a job's queue and
+        priority, a task's request), so each task's is found once."""
         job = self.ssn.jobs.get(task.job)
         if job is None:
-            return
-        np_job = not is_preemptible(job)
-        amount = self._task_amount(task)
+            return None
         chain = self._chain_shares.get(job.queue)
         if chain is None:
             chain = self._chain_shares[job.queue] = [
-                (qs, [qs.by_resource[r] for r in RESOURCES])
+                (qs, qs.by_resource[CPU], qs.by_resource[MEMORY], qs.by_resource[NVIDIA_GPU])
                 for qs in self._chain(self.queues, job.queue)
             ]
-        for qs, shares in chain:
-            for s, v in zip(shares, amount, strict=True):
-                s.allocated += sign * v
-                if np_job:
-                    s.allocated_np += sign * v
-            qs.allocation_key = (shares[0].allocated, shares[1].allocated, shares[2].allocated)
+        event = self._events[task.uid] = (chain, self._task_amount(task), not is_preemptible(job))
+        return event
+
+    def _on_allocate(self, task: TaskInfo) -> None:
+        event = self._events.get(task.uid) or self._event_of(task)
+        if event is None:
+            return
+        chain, (cpu, memory, gpu), np_job = event
+        for qs, c, m, g in chain:
+            c.allocated += cpu
+            m.allocated += memory
+            g.allocated += gpu
+            if np_job:
+                c.allocated_np += cpu
+                m.allocated_np += memory
+                g.allocated_np += gpu
+            qs.allocation_key = (c.allocated, m.allocated, g.allocated)
+
+    def _on_deallocate(self, task: TaskInfo) -> None:
+        event = self._events.get(task.uid) or self._event_of(task)
+        if event is None:
+            return
+        chain, (cpu, memory, gpu), np_job = event
+        for qs, c, m, g in chain:
+            c.allocated -= cpu
+            m.allocated -= memory
+            g.allocated -= gpu
+            if np_job:
+                c.allocated_np -= cpu
+                m.allocated_np -= memory
+                g.allocated_np -= gpu
+            qs.allocation_key = (c.allocated, m.allocated, g.allocated)
 
     def solution_start(self) -> None:
         self.frozen = {n: q.copy() for n, q in self.queues.items()}
