@@ -376,7 +376,8 @@ class NodeEvaluator:
 
     def scores(self, task: TaskInfo, rows: Rows) -> np.ndarray:
         entry = self._shape_entry(task)
-        scores: np.ndarray = self._add(self.scorers["task"], task, rows, entry.score[rows].copy())
+        # ``take``: the copy the scorers add to (``score[rows].copy()`` copied twice).
+        scores: np.ndarray = self._add(self.scorers["task"], task, rows, entry.score.take(rows))
         return scores
 
     def select(self, task: TaskInfo, restrict: np.ndarray | None = None) -> tuple[int, bool] | None:
