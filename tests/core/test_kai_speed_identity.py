@@ -52,8 +52,10 @@ def cycle(
 
     retakes = solver_module.JobSolver._retakes_room
 
-    def counting_retaken(solver: solver_module.JobSolver, victim: Any, tasks: Any) -> bool:
-        answer = retakes(solver, victim, tasks)
+    def counting_retaken(
+        solver: solver_module.JobSolver, victim: Any, tasks: Any, within: Any
+    ) -> bool:
+        answer = retakes(solver, victim, tasks, within)
         simulated["retaken"] += answer
         return answer
 

@@ -28,9 +28,11 @@ def allocate_job(
     job: JobInfo,
     tasks: list[TaskInfo] | None = None,
     pipeline_only: bool = False,
+    within: np.ndarray | None = None,
 ) -> bool:
     """Place ``tasks`` (default: the job's tasks for this attempt) or none: False leaves the
-    statement's new operations for the caller to discard."""
+    statement's new operations for the caller to discard. ``within``: a mask of the nodes the
+    tasks may go to (a victim search's feasible nodes); None: every node."""
     if tasks is None:
         tasks = tasks_to_allocate(job, ssn.task_order_fn, real=not pipeline_only)
     verdict = ssn.job_over_capacity(job, tasks)
@@ -41,8 +43,10 @@ def allocate_job(
         return False
     node_sets = ssn.node_sets(job, tasks) if tasks else None
     if node_sets is None:
-        return _place_all(ssn, stmt, job, tasks, pipeline_only, None)
+        return _place_all(ssn, stmt, job, tasks, pipeline_only, within)
     for nodes in node_sets:  # topology domains, best first: the first that holds every task
+        if within is not None:
+            nodes = nodes & within
         mark = stmt.checkpoint()
         if _place_all(ssn, stmt, job, tasks, pipeline_only, nodes):
             return True

@@ -102,6 +102,10 @@ class JobSolver:
     _recorded: list[TaskInfo] = field(default_factory=list)
     _waiting: JobsByQueue | None = None
     _filters: ScenarioFilters | None = None
+    # KAI's feasible nodes (``feasible_nodes``): those of the search, then those of the step, with
+    # the recorded victims' nodes (None: every node).
+    _search_nodes: np.ndarray | None = None
+    _step_nodes: np.ndarray | None = None
 
     def solve(self, job: JobInfo) -> tuple[bool, Statement | None, list[TaskInfo]]:
         ssn = self.ssn
@@ -110,6 +114,7 @@ class JobSolver:
         statement: Statement | None = None
         self._recorded = []
         self._waiting = None
+        self._search_nodes = feasible_nodes(ssn, job)
         # Every step starts from the session as the search found it (a step's statement is
         # discarded before the next), so every step's victim queue is this one, copied.
         queue = self.victim_queue()
@@ -154,6 +159,7 @@ class JobSolver:
         self, job: JobInfo, pending: list[TaskInfo], queue: JobsByQueue
     ) -> Solution | None:
         recorded_uids = {t.uid for t in self._recorded}
+        self._step_nodes = with_nodes_of(self.ssn, self._search_nodes, self._recorded)
         potential = _Candidates()
         latest: JobInfo | None = None
         filters = self._filters = (
@@ -203,7 +209,9 @@ class JobSolver:
         if latest is None:
             self._wait_in_order()
             self._evict_recorded(stmt, job)
-            found = self._simulate(job, pending, stmt, list(self._recorded), list(self._recorded))
+            found = self._simulate(
+                job, pending, stmt, list(self._recorded), list(self._recorded), self._step_nodes
+            )
             if found is not None:
                 return found
             stmt.discard()
@@ -240,7 +248,10 @@ class JobSolver:
             if candidates is None:
                 candidates = [*self._recorded, *potential.tasks]
             spent_before = self.budget.spent
-            found = self._simulate(job, pending, stmt, [*self._recorded, *evicted], candidates)
+            within = with_nodes_of(ssn, self._step_nodes, evicted)
+            found = self._simulate(
+                job, pending, stmt, [*self._recorded, *evicted], candidates, within
+            )
             if found is not None:
                 return found
             if self.pruning:
@@ -279,8 +290,10 @@ class JobSolver:
         stmt: Statement,
         victims: list[TaskInfo],
         candidates: list[TaskInfo],
+        within: np.ndarray | None,
     ) -> Solution | None:
-        """Place the victims' jobs and the pending job again (pipelined), in job-queue order."""
+        """Place the victims' jobs and the pending job again (pipelined), in job-queue order, on
+        the nodes ``within`` (the attempt's feasible nodes; None: every node)."""
         ssn = self.ssn
         mark = stmt.checkpoint()
         victim_jobs = {t.job for t in victims}
@@ -304,17 +317,17 @@ class JobSolver:
                 break
             wanted.discard(other.uid)
             if other.uid == job.uid:
-                if not allocate_job(ssn, stmt, job, pending, pipeline_only=True):
+                if not allocate_job(ssn, stmt, job, pending, pipeline_only=True, within=within):
                     stmt.rollback(mark)
                     return None
                 placed = True
             else:
                 tasks = tasks_to_allocate(other, ssn.task_order_fn, real=False)
-                if not placed and self._retakes_room(other, tasks):
+                if not placed and self._retakes_room(other, tasks, within):
                     stmt.rollback(mark)  # (as below, without placing it)
                     return None
                 inner = stmt.checkpoint()
-                if not allocate_job(ssn, stmt, other, tasks, pipeline_only=True):
+                if not allocate_job(ssn, stmt, other, tasks, pipeline_only=True, within=within):
                     stmt.rollback(inner)
                 elif not placed and not self._room_now():
                     stmt.rollback(mark)  # the victims placed again took the room it needed
@@ -329,7 +342,9 @@ class JobSolver:
             return None
         return Solution(stmt, evicted + moved)
 
-    def _retakes_room(self, victim: JobInfo, tasks: list[TaskInfo]) -> bool:
+    def _retakes_room(
+        self, victim: JobInfo, tasks: list[TaskInfo], within: np.ndarray | None
+    ) -> bool:
         """Shortcut: will placing ``victim`` now (before the pending job's turn) surely succeed and
         leave no room for the pending tasks (``_room_now`` false)? Then the simulation fails
         there, and it is given up without placing the victim. Told only for a victim whose tasks
@@ -337,7 +352,8 @@ class JobSolver:
         decide the nodes they fit (no task-scope predicate, every shape predicate a pod count --
         ``Predicate.counts`` -- and no topology): one placed on a node takes its request there and
         one pod, so if the nodes they fit now have room for all of them in all, the placement
-        succeeds wherever the scores send each. (``tasks``: the victim's tasks to place.)"""
+        succeeds wherever the scores send each. (``tasks``: the victim's tasks to place;
+        ``within``: the nodes it may take.)"""
         filters = self._filters
         if not self.pruning or filters is None or not tasks or not self._counts_only:
             return False
@@ -347,7 +363,7 @@ class JobSolver:
             return False
         if not ssn.job_over_capacity(victim, tasks).ok or ssn.node_sets(victim, tasks) is not None:
             return False
-        rows, _ = ssn.evaluator.feasible(first)
+        rows, _ = ssn.evaluator.feasible(first, within)
         room = ssn.nodes.future_idle()
         if _room_for(ssn, first.resreq, rows, room) < len(tasks):
             return False
@@ -364,6 +380,49 @@ class JobSolver:
 
     def _reason(self, victim: TaskInfo, job: JobInfo) -> str:
         return f"{self.action}: evicted to make room for {job.uid}"
+
+
+def feasible_nodes(ssn: Session, job: JobInfo) -> np.ndarray | None:
+    """KAI's FeasibleNodesForJob, where a victim search may place (the pending job and the victims
+    again): for a job every task of which asks for a GPU (whole or a share), the nodes with a GPU
+    idle or being released -- whole GPUs, or the free or releasing share of a shared one -- else
+    every node (None). The search adds the nodes of the victims it evicts (``with_nodes_of``)."""
+    nodes = ssn.nodes
+    d = nodes.gpu_dim
+    if d is None or not job.tasks:
+        return None
+    if any(t.resreq[d] <= 0 and not t.gpu_fraction for t in job.tasks.values()):
+        return None
+    mask = (nodes.idle[:, d] > 0) | (nodes.releasing[:, d] - nodes.pipelined[:, d] > 0)
+    for row, groups in enumerate(nodes.shared):
+        if groups and not mask[row]:
+            mask[row] = any(_shared_gpu_offers(holders) for holders in groups.values())
+    return mask
+
+
+def _shared_gpu_offers(holders: list[TaskInfo]) -> bool:
+    """Does a shared GPU count as idle or releasing GPU (KAI): a share of it free, or some of its
+    tasks releasing while others stay (one all of whose tasks release is a whole releasing GPU,
+    counted in the node's GPU column already)."""
+    releasing = [t for t in holders if t.status == TaskStatus.RELEASING]
+    if releasing and len(releasing) < len(holders):
+        return True
+    return bool(holders) and sum(t.gpu_fraction for t in holders) < 1 - 1e-9
+
+
+def with_nodes_of(
+    ssn: Session, mask: np.ndarray | None, tasks: list[TaskInfo]
+) -> np.ndarray | None:
+    """``mask`` with the nodes ``tasks`` are on (a new mask; None stays None: every node)."""
+    if mask is None:
+        return None
+    index = ssn.nodes.index
+    rows = [index[t.node] for t in tasks if t.node is not None and t.node in index]
+    if not rows:
+        return mask
+    out = mask.copy()
+    out[rows] = True
+    return out
 
 
 def _room_for(
