@@ -329,17 +329,20 @@ class NodeEvaluator:
             self._shape[task.shape_key] = entry
         elif entry.log_position < len(log):
             changed = log[entry.log_position :]
-            if self._scalar_rows and len(changed) <= SCALAR_ROWS:
-                has_future = self.nodes.has_future_resources()
-                if len(changed) == 1:  # most often: the row the last placement took
-                    self._shape_row(task, entry, changed[0], has_future)
-                else:
-                    for row in set(changed):
-                        self._shape_row(task, entry, row, has_future)
+            if len(changed) == 1 and self._scalar_rows:  # most often: the last placement's row
+                self._shape_row(task, entry, changed[0], self.nodes.has_future_resources())
             else:
-                # Each changed row once, in any order (every answer is per row).
-                dirty = np.fromiter(set(changed), dtype=np.int64)
-                entry.update(dirty, *self._shape_rows(task, entry.static, dirty, entry.limit))
+                # Each changed row once, in any order (every answer is per row). Counted once
+                # too: a status change logs its row twice (off, then on again), and a victim
+                # search evicts and rolls back several tasks of a few nodes.
+                rows = set(changed)
+                if self._scalar_rows and len(rows) <= SCALAR_ROWS:
+                    has_future = self.nodes.has_future_resources()
+                    for row in rows:
+                        self._shape_row(task, entry, row, has_future)
+                else:
+                    dirty = np.fromiter(rows, dtype=np.int64)
+                    entry.update(dirty, *self._shape_rows(task, entry.static, dirty, entry.limit))
             entry.log_position = len(log)
         return entry
 

@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 from core_helpers import job, node, session, snapshot, task
 
 from server.config import DEFAULT_CONFIG_YAML
@@ -175,3 +176,52 @@ def test_kai_shape_scorers_one_row_forms_match_their_vector_forms() -> None:
             s = scorers[name]
             assert s.row is not None
             assert [s.row(t, int(i)) for i in rows] == s.score(t, rows).tolist(), (name, t.uid)
+
+
+def test_a_few_rows_changed_many_times_are_rechecked_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Evictions and their rollback log each node's row several times (a status change logs it
+    twice): the cache counts each changed row once, re-checks a few in plain Python rather than
+    through numpy, and gives the answers of a fresh evaluation."""
+    from server.session import evaluator as evaluator_module
+
+    ssn = session(_cluster(3), CONFIG)
+    ev = ssn.evaluator
+    stmt = ssn.statement()
+    probe = sorted(ssn.tasks.values(), key=lambda x: x.uid)[-1]
+    for t in sorted(ssn.tasks.values(), key=lambda x: x.uid)[:-1]:
+        choice = ev.select(t)
+        if choice is not None:
+            stmt.allocate(t, ssn.nodes.names[choice[0]])
+    ev._shape_entry(probe)  # current now
+    held = [t for t in ssn.tasks.values() if t.node is not None]
+    rows = sorted({ssn.nodes.index[t.node] for t in held})[:3]
+    on_rows = [t for t in held if ssn.nodes.index[t.node] in rows]
+    mark = stmt.checkpoint()
+    for t in on_rows:
+        stmt.evict(t, "test")
+    stmt.rollback(mark)
+    for t in on_rows[:2]:
+        stmt.evict(t, "test")
+    changed = ssn.nodes.change_log[ev._shape[probe.shape_key].log_position :]
+    assert len(changed) > evaluator_module.SCALAR_ROWS >= len(set(changed))
+    calls = {"numpy": 0}
+    vector = ev._shape_rows
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls["numpy"] += 1
+        return vector(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ev, "_shape_rows", counting)
+    entry = ev._shape_entry(probe)
+    assert calls["numpy"] == 0
+    cached = (entry.future_ok.tobytes(), entry.idle_ok.tobytes(), entry.score.tobytes())
+    ev._shape.clear()
+    fresh_entry = ev._shape_entry(probe)
+    fresh = (
+        fresh_entry.future_ok.tobytes(),
+        fresh_entry.idle_ok.tobytes(),
+        fresh_entry.score.tobytes(),
+    )
+    assert cached == fresh
