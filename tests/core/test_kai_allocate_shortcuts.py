@@ -141,8 +141,9 @@ def test_kept_binpack_scores_equal_binpack_scored_afresh(seed: int) -> None:
 
 
 def test_kept_binpack_scores_after_many_changes_and_when_no_node_has_room() -> None:
-    """More changed rows than ``REPLAY_ROWS`` at once, extremes that move up and down, and every
-    node of the resource full (``hi == 0``) or all alike (``lo == hi``)."""
+    """More log entries than ``REPLAY_ROWS`` at once (a few rows changed many times), extremes
+    that move up and down, and every node of the resource full (``hi == 0``) or all alike
+    (``lo == hi``)."""
     ssn = cluster(1)
     score = scorer(ssn, "task", "nodeplacement").score
     n = len(ssn.nodes)
@@ -164,6 +165,42 @@ def test_kept_binpack_scores_after_many_changes_and_when_no_node_has_room() -> N
         ssn.nodes.remove_task(row, fillers[k])
         kept = score(gpu_task, all_rows(n))
         assert kept.tobytes() == score(gpu_task, np.arange(n)).tobytes()
+
+
+def test_kept_binpack_scores_when_more_rows_changed_than_are_replayed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each changed row counts once: a row logged many times is replayed alone, and more
+    distinct changed rows than ``REPLAY_ROWS`` score the whole column again."""
+    nodes = [node(f"c{i:02d}", "8", "32Gi") for i in range(nodeplacement.REPLAY_ROWS + 4)]
+    ssn = session(snapshot(nodes, [job("probe", 1, "1", index=0)]), KAI)
+    score = scorer(ssn, "task", "nodeplacement").score
+    n = len(ssn.nodes)
+    probe = next(iter(ssn.tasks.values()))
+    whole = {"passes": 0}
+    score_all = nodeplacement.BinpackColumn._score_all
+
+    def counting(column: nodeplacement.BinpackColumn) -> None:
+        whole["passes"] += 1
+        score_all(column)
+
+    monkeypatch.setattr(nodeplacement.BinpackColumn, "_score_all", counting)
+    score(probe, all_rows(n))
+    assert whole["passes"] == 1
+    filler = TaskInfo(task("fill", "", {"cpu": "1"}), ssn.space)
+    for _ in range(nodeplacement.REPLAY_ROWS + 1):  # one row, many entries
+        ssn.nodes.add_task(3, filler)
+        ssn.nodes.remove_task(3, filler)
+    ssn.nodes.add_task(3, filler)
+    kept = score(probe, all_rows(n))
+    assert whole["passes"] == 1
+    assert kept.tobytes() == score(probe, np.arange(n)).tobytes()
+    fillers = [TaskInfo(task(f"fill-{i}", "", {"cpu": "2"}), ssn.space) for i in range(n)]
+    for i in range(n):  # every row once: more than are replayed
+        ssn.nodes.add_task(i, fillers[i])
+    kept = score(probe, all_rows(n))
+    assert whole["passes"] == 2
+    assert kept.tobytes() == score(probe, np.arange(n)).tobytes()
 
 
 def plain_ordered_rows(

@@ -94,10 +94,15 @@ class BinpackColumn:
 
     def scores(self) -> np.ndarray:
         log = self.nodes.change_log
-        if self.position < 0 or len(log) - self.position > REPLAY_ROWS:
+        if self.position < 0:
             self._score_all()
         elif self.position < len(log):
-            self._replay(set(log[self.position :]))
+            # Each changed row once (a status change logs its row twice: off, then on again).
+            rows = set(log[self.position :])
+            if len(rows) > REPLAY_ROWS:
+                self._score_all()
+            else:
+                self._replay(rows)
         self.position = len(log)
         return self.view
 
