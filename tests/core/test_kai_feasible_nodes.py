@@ -7,10 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from core_helpers import cycle, job, node, session, snapshot, task
 
-from server.actions.kai.solver import feasible_nodes, with_nodes_of
+from server.actions.kai.solver import _gpu_shares, feasible_nodes, with_nodes_of
 from server.model import TaskStatus
+from server.session.info import ResourceSpace, TaskInfo
 
 KAI_CONFIG = (Path(__file__).resolve().parents[2] / "examples" / "config-kai.yaml").read_text()
 GPU = "nvidia.com/gpu"
@@ -101,3 +103,132 @@ def test_feasible_nodes_are_those_with_a_gpu_idle_or_being_released() -> None:
     assert sorted(ssn.nodes.names[i] for i in np.nonzero(grown)[0]) == ["full", "idle", "leaving"]
     assert mask.sum() == 2  # (a new mask)
     assert with_nodes_of(ssn, None, [victim]) is None
+
+
+def _shared_cluster() -> list:
+    return [
+        node("g1", cpu="4", memory="64Gi", **{GPU: "1"}),
+        node("s", cpu="8", memory="64Gi", **{GPU: "1"}),
+    ]
+
+
+def test_a_gpu_only_promised_to_a_pipelined_share_is_not_feasible() -> None:
+    # s's only GPU is being released, and allocate pipelines a half share onto it: KAI counts no
+    # idle share there (pipelined shares are not held yet) and nothing left being released. So
+    # the search for the trainer may use g1 alone, and preempt evicts the holder rather than
+    # consolidation moving it to s.
+    holder = job("holder", 1, "4", status=TaskStatus.RUNNING, nodes="g1", index=0)
+    leaving = job(
+        "rel",
+        tasks=[
+            task(
+                "rel-0",
+                "rel",
+                {"cpu": "1", "memory": "1Gi", GPU: "1"},
+                "s",
+                status=TaskStatus.RELEASING,
+            )
+        ],
+        index=1,
+    )
+    share = job(
+        "p",
+        tasks=[task("p-0", "p", {"cpu": "1", "memory": "1Gi"}, gpu_fraction=0.5)],
+        priority=50,
+        index=2,
+    )
+    trainer = job(
+        "trainer",
+        tasks=[task("trainer-0", "trainer", {"cpu": "1", "memory": "1Gi", GPU: "1"})],
+        priority=50,
+        index=3,
+    )
+    result = cycle(snapshot(_shared_cluster(), [holder, leaving, share, trainer]), KAI_CONFIG)
+    assert result.pipelined["ns/p-0"] == "s"
+    assert result.moved == {}
+    assert result.evictions == {"ns/holder-0": "preempt: evicted to make room for ns/trainer"}
+
+
+def test_a_share_left_free_beside_a_pipelined_one_is_feasible() -> None:
+    # s's GPU: 0.75 held by a running share, and allocate pipelines a gang's 0.25 share onto it.
+    # KAI still counts the 0.25 not held as idle, so s is feasible for the trainer's search and
+    # consolidation moves the holder there.
+    holder = job("holder", 1, "4", status=TaskStatus.RUNNING, nodes="g1", index=0)
+    running = job(
+        "a",
+        tasks=[
+            task(
+                "a-0", "a", {"cpu": "1", "memory": "1Gi"}, "s", gpu_fraction=0.75, gpu_groups=["x"]
+            )
+        ],
+        priority=200,
+        index=1,
+    )
+    leaving = job(
+        "rel",
+        tasks=[
+            task(
+                "rel-0",
+                "rel",
+                {"cpu": "1", "memory": "1Gi", GPU: "1"},
+                "r",
+                status=TaskStatus.RELEASING,
+            )
+        ],
+        index=2,
+    )
+    gang = job(
+        "gang",
+        tasks=[
+            task("gang-0", "gang", {"cpu": "1", "memory": "1Gi"}, gpu_fraction=0.25),
+            task("gang-1", "gang", {"cpu": "1", "memory": "1Gi", GPU: "1"}),
+        ],
+        priority=60,
+        index=3,
+    )
+    trainer = job(
+        "trainer",
+        tasks=[task("trainer-0", "trainer", {"cpu": "1", "memory": "1Gi", GPU: "1"})],
+        priority=50,
+        index=4,
+    )
+    nodes = [*_shared_cluster(), node("r", cpu="8", memory="64Gi", **{GPU: "1"})]
+    result = cycle(snapshot(nodes, [holder, running, leaving, gang, trainer]), KAI_CONFIG)
+    assert result.pipelined["ns/gang-0"] == "s"
+    assert result.moved == {"ns/holder-0": ("g1", "s")}
+
+
+def _holders(*shares: tuple[TaskStatus, float]) -> list[TaskInfo]:
+    space = ResourceSpace({"cpu"})
+    out = []
+    for k, (status, fraction) in enumerate(shares):
+        spec = task(f"h-{k}", "h", {"cpu": "1"}, "n", status=status)
+        spec.gpu_fraction, spec.gpu_groups = fraction, ["0"]
+        out.append(TaskInfo(spec, space))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("shares", "expected"),
+    [
+        # (idle share, releasing share) as KAI's GetSumOfIdleGPUs / GetSumOfReleasingGPUs add them
+        ([(TaskStatus.RUNNING, 0.5)], (0.5, 0.0)),
+        ([(TaskStatus.PIPELINED, 0.5)], (0.0, 0.0)),  # promised only: nothing held, nothing left
+        ([(TaskStatus.RUNNING, 0.75), (TaskStatus.PIPELINED, 0.25)], (0.25, 0.0)),
+        ([(TaskStatus.RUNNING, 0.5), (TaskStatus.RELEASING, 0.25)], (0.25, 0.25)),
+        # the releasing share already promised to a pipelined one
+        (
+            [(TaskStatus.RUNNING, 0.5), (TaskStatus.RELEASING, 0.25), (TaskStatus.PIPELINED, 0.25)],
+            (0.25, 0.0),
+        ),
+        # every task releasing: a whole GPU being released (the node's GPU column has it)
+        ([(TaskStatus.RELEASING, 0.5)], (0.5, 0.0)),
+        ([(TaskStatus.RUNNING, 0.3), (TaskStatus.RUNNING, 0.7)], (0.0, 0.0)),
+        ([(TaskStatus.RUNNING, 0.995)], (0.0, 0.0)),  # taken shares round up to hundredths
+    ],
+)
+def test_shared_gpu_shares_as_kai_counts_them(
+    shares: list[tuple[TaskStatus, float]], expected: tuple[float, float]
+) -> None:
+    idle, releasing = _gpu_shares(_holders(*shares))
+    assert (round(idle, 9), round(releasing, 9)) == expected

@@ -29,12 +29,14 @@ budget spent are the same without them):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
+from muster.devices import UNIT
 from muster.quantity import MIN_RESOURCE
 from server.actions.kai.common import allocate_job
 from server.actions.kai.job_queue import Filters, JobsByQueue, per_action, queue_depth
@@ -384,30 +386,52 @@ class JobSolver:
 
 def feasible_nodes(ssn: Session, job: JobInfo) -> np.ndarray | None:
     """KAI's FeasibleNodesForJob, where a victim search may place (the pending job and the victims
-    again): for a job every task of which asks for a GPU (whole or a share), the nodes with a GPU
-    idle or being released -- whole GPUs, or the free or releasing share of a shared one -- else
-    every node (None). The search adds the nodes of the victims it evicts (``with_nodes_of``)."""
+    again): for a job every task of which asks for a GPU (whole or a share), the nodes with GPUs
+    idle or being released, whole GPUs and shared ones' shares counted together (``_gpu_shares``)
+    -- else every node (None). The search adds the nodes of the victims it evicts
+    (``with_nodes_of``)."""
     nodes = ssn.nodes
     d = nodes.gpu_dim
     if d is None or not job.tasks:
         return None
     if any(t.resreq[d] <= 0 and not t.gpu_fraction for t in job.tasks.values()):
         return None
-    mask = (nodes.idle[:, d] > 0) | (nodes.releasing[:, d] - nodes.pipelined[:, d] > 0)
+    idle = nodes.idle[:, d] / UNIT
+    releasing = (nodes.releasing[:, d] - nodes.pipelined[:, d]) / UNIT
     for row, groups in enumerate(nodes.shared):
-        if groups and not mask[row]:
-            mask[row] = any(_shared_gpu_offers(holders) for holders in groups.values())
+        for holders in groups.values():
+            idle_share, releasing_share = _gpu_shares(holders)
+            idle[row] += idle_share
+            releasing[row] += releasing_share
+    mask: np.ndarray = (idle > 0) | (releasing > 0)
     return mask
 
 
-def _shared_gpu_offers(holders: list[TaskInfo]) -> bool:
-    """Does a shared GPU count as idle or releasing GPU (KAI): a share of it free, or some of its
-    tasks releasing while others stay (one all of whose tasks release is a whole releasing GPU,
-    counted in the node's GPU column already)."""
-    releasing = [t for t in holders if t.status == TaskStatus.RELEASING]
-    if releasing and len(releasing) < len(holders):
-        return True
-    return bool(holders) and sum(t.gpu_fraction for t in holders) < 1 - 1e-9
+def _gpu_shares(holders: list[TaskInfo]) -> tuple[float, float]:
+    """What a shared GPU adds to its node's idle and releasing GPUs in KAI (GetSumOfIdleGPUs,
+    GetSumOfReleasingGPUs): the share its running and releasing tasks leave free, and its
+    releasing tasks' share not yet promised to pipelined ones -- unless every task on it releases
+    (then it is a whole GPU being released, in the node's GPU column already). KAI rounds each
+    share taken up to a hundredth of a GPU."""
+    running = releasing = pipelined = 0.0
+    for t in holders:
+        if t.status == TaskStatus.RELEASING:
+            releasing += t.gpu_fraction
+        elif t.status == TaskStatus.PIPELINED:
+            pipelined += t.gpu_fraction
+        else:
+            running += t.gpu_fraction
+    held = running + releasing
+    idle = 1.0 - _hundredths_up(held) if held > 0 else 0.0
+    leaving = releasing - pipelined
+    all_releasing = running <= 0 and pipelined <= 0
+    return idle, (_hundredths_up(leaving) if leaving > 0 and not all_releasing else 0.0)
+
+
+def _hundredths_up(share: float) -> float:
+    """``share`` rounded up to a hundredth (KAI's getGpuMemoryFractionalOnNode, on memory it
+    holds in whole units; here a share 0.3 must stay 0.30 although 0.3 * 100 is not 30)."""
+    return math.ceil(share * 100 - 1e-9) / 100
 
 
 def with_nodes_of(
