@@ -5,13 +5,14 @@ nodes of the victims it evicts (KAI's FeasibleNodesForJob, and the solver adding
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from core_helpers import cycle, job, node, session, snapshot, task
 
 from server.actions.kai.solver import _gpu_shares, feasible_nodes, with_nodes_of
-from server.model import TaskStatus
+from server.model import JobSpec, TaskStatus
 from server.session.info import ResourceSpace, TaskInfo
 
 KAI_CONFIG = (Path(__file__).resolve().parents[2] / "examples" / "config-kai.yaml").read_text()
@@ -25,14 +26,7 @@ def _cluster() -> tuple[list, list]:
         node("g1", cpu="4", memory="64Gi", **{GPU: "1"}),
         node("c1", cpu="8", memory="64Gi"),
     ]
-    holder = job("holder", 1, "4", status=TaskStatus.RUNNING, nodes="g1", index=0)
-    gpu_job = job(
-        "trainer",
-        tasks=[task("trainer-0", "trainer", {"cpu": "1", "memory": "1Gi", GPU: "1"})],
-        priority=50,
-        index=1,
-    )
-    return nodes, [holder, gpu_job]
+    return nodes, [_holder(), _one_task_job("trainer", {GPU: "1"}, 1, priority=50)]
 
 
 def test_a_victim_is_not_moved_to_a_node_the_gpu_job_could_not_use() -> None:
@@ -105,11 +99,25 @@ def test_feasible_nodes_are_those_with_a_gpu_idle_or_being_released() -> None:
     assert with_nodes_of(ssn, None, [victim]) is None
 
 
-def _shared_cluster() -> list:
+def _shared_cluster(*extra: str) -> list:
     return [
-        node("g1", cpu="4", memory="64Gi", **{GPU: "1"}),
-        node("s", cpu="8", memory="64Gi", **{GPU: "1"}),
+        node(name, cpu="4" if name == "g1" else "8", memory="64Gi", **{GPU: "1"})
+        for name in ("g1", "s", *extra)
     ]
+
+
+def _holder() -> JobSpec:
+    """A cpu-only job of low priority holding g1's 4 cpu (below priority 100: preemptible)."""
+    return job("holder", 1, "4", status=TaskStatus.RUNNING, nodes="g1", index=0)
+
+
+def _one_task_job(name: str, request: dict, index: int, **fields: Any) -> JobSpec:
+    """Job ``name`` of one task ``<name>-0`` asking ``request`` (cpu 1, memory 1Gi, and more);
+    ``fields``: the task's (node, status, gpu_fraction ...), and ``priority`` the job's."""
+    priority = fields.pop("priority", 0)
+    node_name = fields.pop("node", None)
+    spec = task(f"{name}-0", name, {"cpu": "1", "memory": "1Gi", **request}, node_name, **fields)
+    return job(name, tasks=[spec], priority=priority, index=index)
 
 
 def test_a_gpu_only_promised_to_a_pipelined_share_is_not_feasible() -> None:
@@ -117,33 +125,13 @@ def test_a_gpu_only_promised_to_a_pipelined_share_is_not_feasible() -> None:
     # idle share there (pipelined shares are not held yet) and nothing left being released. So
     # the search for the trainer may use g1 alone, and preempt evicts the holder rather than
     # consolidation moving it to s.
-    holder = job("holder", 1, "4", status=TaskStatus.RUNNING, nodes="g1", index=0)
-    leaving = job(
-        "rel",
-        tasks=[
-            task(
-                "rel-0",
-                "rel",
-                {"cpu": "1", "memory": "1Gi", GPU: "1"},
-                "s",
-                status=TaskStatus.RELEASING,
-            )
-        ],
-        index=1,
-    )
-    share = job(
-        "p",
-        tasks=[task("p-0", "p", {"cpu": "1", "memory": "1Gi"}, gpu_fraction=0.5)],
-        priority=50,
-        index=2,
-    )
-    trainer = job(
-        "trainer",
-        tasks=[task("trainer-0", "trainer", {"cpu": "1", "memory": "1Gi", GPU: "1"})],
-        priority=50,
-        index=3,
-    )
-    result = cycle(snapshot(_shared_cluster(), [holder, leaving, share, trainer]), KAI_CONFIG)
+    jobs = [
+        _holder(),
+        _one_task_job("rel", {GPU: "1"}, 1, node="s", status=TaskStatus.RELEASING),
+        _one_task_job("p", {}, 2, gpu_fraction=0.5, priority=50),
+        _one_task_job("trainer", {GPU: "1"}, 3, priority=50),
+    ]
+    result = cycle(snapshot(_shared_cluster(), jobs), KAI_CONFIG)
     assert result.pipelined["ns/p-0"] == "s"
     assert result.moved == {}
     assert result.evictions == {"ns/holder-0": "preempt: evicted to make room for ns/trainer"}
@@ -153,30 +141,6 @@ def test_a_share_left_free_beside_a_pipelined_one_is_feasible() -> None:
     # s's GPU: 0.75 held by a running share, and allocate pipelines a gang's 0.25 share onto it.
     # KAI still counts the 0.25 not held as idle, so s is feasible for the trainer's search and
     # consolidation moves the holder there.
-    holder = job("holder", 1, "4", status=TaskStatus.RUNNING, nodes="g1", index=0)
-    running = job(
-        "a",
-        tasks=[
-            task(
-                "a-0", "a", {"cpu": "1", "memory": "1Gi"}, "s", gpu_fraction=0.75, gpu_groups=["x"]
-            )
-        ],
-        priority=200,
-        index=1,
-    )
-    leaving = job(
-        "rel",
-        tasks=[
-            task(
-                "rel-0",
-                "rel",
-                {"cpu": "1", "memory": "1Gi", GPU: "1"},
-                "r",
-                status=TaskStatus.RELEASING,
-            )
-        ],
-        index=2,
-    )
     gang = job(
         "gang",
         tasks=[
@@ -186,14 +150,14 @@ def test_a_share_left_free_beside_a_pipelined_one_is_feasible() -> None:
         priority=60,
         index=3,
     )
-    trainer = job(
-        "trainer",
-        tasks=[task("trainer-0", "trainer", {"cpu": "1", "memory": "1Gi", GPU: "1"})],
-        priority=50,
-        index=4,
-    )
-    nodes = [*_shared_cluster(), node("r", cpu="8", memory="64Gi", **{GPU: "1"})]
-    result = cycle(snapshot(nodes, [holder, running, leaving, gang, trainer]), KAI_CONFIG)
+    jobs = [
+        _holder(),
+        _one_task_job("a", {}, 1, node="s", gpu_fraction=0.75, gpu_groups=["x"], priority=200),
+        _one_task_job("rel", {GPU: "1"}, 2, node="r", status=TaskStatus.RELEASING),
+        gang,
+        _one_task_job("trainer", {GPU: "1"}, 4, priority=50),
+    ]
+    result = cycle(snapshot(_shared_cluster("r"), jobs), KAI_CONFIG)
     assert result.pipelined["ns/gang-0"] == "s"
     assert result.moved == {"ns/holder-0": ("g1", "s")}
 
