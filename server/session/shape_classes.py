@@ -131,9 +131,7 @@ class ShapeClasses:
             return None
         if job.fit_errors or job.job_fit_error or job.spec.network_topology:
             return None
-        if job.subgroup_min_member or (
-            job.task_min_available and any(n > 0 for n in job.task_min_available.values())
-        ):
+        if job.subgroup_min_member or any(n > 0 for n in job.task_min_available.values()):
             return None
         shape: Any = None
         role = ""

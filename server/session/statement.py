@@ -295,10 +295,9 @@ class Statement:
                 if h.deallocate:
                     h.deallocate(task)
             return
-        rivals = self._rivals(task) if task.devices else None
+        rivals = self._rivals(task)
         nodes.add_task(i, task)
-        if rivals is not None:
-            self._take_back_devices(task, rivals)
+        self._take_back_devices(task, rivals)
         for h in ssn.event_handlers:
             if h.allocate:
                 h.allocate(task)

@@ -40,7 +40,7 @@ import numpy as np
 from muster.devices import UNIT
 from muster.quantity import MIN_RESOURCE
 from server.model import TaskStatus
-from server.session.info import NodeTable, TaskInfo
+from server.session.info import NodeTable, TaskInfo, rows_fit
 from server.session.session import Session
 
 
@@ -123,11 +123,8 @@ class NodeAffinityFilter:
     @staticmethod
     def fits(need: PendingNeed, i: int, room: np.ndarray) -> np.ndarray:
         """Per node: task ``i`` is allowed there and has room for its whole request."""
-        # Column by column: the same comparisons, about 3x faster than a 2-D all(axis=1).
-        ok = need.masks[i].copy()
-        for d, limit in enumerate(need.limits[i]):
-            ok &= room[:, d] >= limit
-        return ok
+        fits: np.ndarray = need.masks[i] & rows_fit(room, need.limits[i])
+        return fits
 
 
 class IdleResourcesFilter:

@@ -116,12 +116,12 @@ class JobSolver:
         statement: Statement | None = None
         self._recorded = []
         self._waiting = None
-        self._search_nodes = feasible_nodes(ssn, job)
         # Every step starts from the session as the search found it (a step's statement is
         # discarded before the next), so every step's victim queue is this one, copied.
         queue = self.victim_queue()
         if self.use_filters and not self._may_solve(tasks, queue):
             return False, None, []
+        self._search_nodes = feasible_nodes(ssn, job)  # (nothing has changed the session yet)
         for k in range(1, len(tasks) + 1):
             solution = self._solve_partial(job, tasks[:k], queue.copy())
             if solution is None:

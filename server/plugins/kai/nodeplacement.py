@@ -61,14 +61,25 @@ class NodePlacementPlugin(Plugin):
             has = total > 0
             if not has.any():
                 return np.zeros(len(rows))
-            lo, hi = free[has].min(), free[has].max()
-            if hi == 0:
-                return np.zeros(len(rows))
-            if lo == hi:
-                return np.where(has, MAX_HIGH_DENSITY, 0.0)
-            return np.where(has, MAX_HIGH_DENSITY * (1 - (free - lo) / (hi - lo)), 0.0)
+            return binpack(free, has, float(free[has].min()), float(free[has].max()), every=False)
 
         ssn.register(NODE_ORDER, self.name, Scorer("task", score, plugin=self.name))
+
+
+def binpack(free: np.ndarray, has: np.ndarray, lo: float, hi: float, every: bool) -> np.ndarray:
+    """The binpack score of each node from its free amount of the resource (``free``, consumed:
+    computed in place): 9 for the least free (``lo``), 0 for the most (``hi``), linearly between,
+    over the nodes that have the resource (``has``; ``every``: all of them); 0 for the others,
+    and for all when nothing is free anywhere."""
+    if hi == 0:
+        return np.zeros(len(free))
+    if lo == hi:
+        return np.where(has, MAX_HIGH_DENSITY, 0.0)
+    free -= lo
+    free /= hi - lo
+    np.subtract(1, free, out=free)
+    free *= MAX_HIGH_DENSITY
+    return free if every else np.where(has, free, 0.0)
 
 
 class BinpackColumn:
@@ -121,20 +132,12 @@ class BinpackColumn:
         return float(held.min()), float(held.max())
 
     def _column(self, free: np.ndarray) -> np.ndarray:
-        """Every node's score from its free amount (``free`` is consumed), in place."""
-        lo, hi = self.lo, self.hi
-        if not self.some or hi == 0:
-            return np.zeros(len(free))
-        if lo == hi:
-            return np.where(self.has, MAX_HIGH_DENSITY, 0.0)
-        free -= lo
-        free /= hi - lo
-        np.subtract(1, free, out=free)
-        free *= MAX_HIGH_DENSITY
-        return free if self.every else np.where(self.has, free, 0.0)
+        """Every node's score from its free amount (``free`` is consumed). (No node with the
+        resource: its extremes are 0, so every score is 0.)"""
+        return binpack(free, self.has, self.lo, self.hi, self.every)
 
     def _row(self, row: int) -> float:
-        """``_column``'s answer for one row, in plain floats (the same operations, in order)."""
+        """``binpack``'s answer for one row, in plain floats (the same operations, in order)."""
         lo, hi = self.lo, self.hi
         if not self.has_rows[row] or hi == 0:
             return 0.0
